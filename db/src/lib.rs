@@ -8,7 +8,9 @@
 pub mod connect;
 mod error;
 pub mod migrate;
+pub mod pool;
 pub mod retry;
+pub mod schedulers;
 mod tls;
 pub mod url;
 

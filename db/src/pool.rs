@@ -1,0 +1,400 @@
+//! The warm pool's half of SPEC §3 (seed 000, `orca.pool`): the scheduler
+//! hands an idle instance to a run ([`hand_out`]) or asks for one
+//! ([`ask_for_instance`]); whoever ends an idle row for another reason does
+//! it race-free ([`end_idle`]); and the instance's agent marks its row idle
+//! ([`mark_idle`]), beats and looks for a new row ([`beat_and_look`]),
+//! records that it joined ([`join`]), or watches a worker's run
+//! ([`run_is_over`]).
+//!
+//! Only the database clock judges time: every freshness and time-out test is
+//! `now()` against a row, never this process's clock.
+
+use std::{fmt, time::Duration};
+
+use tokio_postgres::{
+    types::{ToSql, Type},
+    Row,
+};
+
+use crate::{Db, DbError};
+
+/// The client's bound on one of the agent's statements, a little beyond the
+/// server's `statement_timeout` that the agent connects with: a connection
+/// that died silently must not hold the agent.
+const ONE_TRIP_LIMIT: Duration = Duration::from_secs(7);
+
+/// One statement in one round trip and one transaction, with no separate
+/// prepare (which the server would count as a transaction of its own): the
+/// agent's statement every second costs the server one statement, and a
+/// hand-out's `next` line one round trip less.
+async fn one_trip(
+    db: &Db,
+    sql: &str,
+    params: &[(&(dyn ToSql + Sync), Type)],
+) -> Result<Option<Row>, DbError> {
+    match tokio::time::timeout(ONE_TRIP_LIMIT, db.client().query_typed_opt(sql, params)).await {
+        Ok(result) => result.map_err(|e| db.wrap(e)),
+        Err(_) => Err(DbError::Timeout {
+            what: "a statement",
+            target: db.target().to_string(),
+            after: ONE_TRIP_LIMIT,
+        }),
+    }
+}
+
+/// A run asking the pool for an instance (seed 000: the row a hand-out
+/// inserts).
+#[derive(Clone, Copy, Debug)]
+pub struct Request<'a> {
+    /// `namespace/name` of the WarmPool.
+    pub pool: &'a str,
+    pub run: i64,
+    pub start: i32,
+    /// `head` or `worker`.
+    pub role: &'a str,
+    pub head_address: &'a str,
+    /// Whether the run may use new code (the last field of `next`).
+    pub new_code: bool,
+}
+
+/// The instance a hand-out took, and the id of its new row.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HandedOut {
+    pub instance: String,
+    pub row: i64,
+}
+
+fn secs(d: Duration) -> f64 {
+    d.as_secs_f64()
+}
+
+/// Hands one idle instance of `req.pool` to the run, in one transaction:
+/// locks a live idle row whose `polled` is within `fresh` (`for update skip
+/// locked`, so two hand-outs never wait on each other), ends it
+/// (`ended_by='handout'`), inserts the run's row (`pooled`), and marks the
+/// run's open demand served. `None`: no idle instance.
+pub async fn hand_out(
+    db: &mut Db,
+    req: &Request<'_>,
+    fresh: Duration,
+) -> Result<Option<HandedOut>, DbError> {
+    let target = db.target().to_string();
+    let wrap = |source| DbError::Statement {
+        target: target.clone(),
+        source,
+    };
+    let tx = db.transaction().await?;
+    // The row lock serialises this with end_idle: whichever comes second
+    // finds the row ended (the recheck of `for update` sees its commit).
+    let Some(idle) = tx
+        .query_opt(
+            "select id, instance from orca.instances
+             where pool = $1 and ended is null and idle is not null
+               and polled > now() - make_interval(secs => $2)
+             order by idle, id
+             limit 1
+             for update skip locked",
+            &[&req.pool, &secs(fresh)],
+        )
+        .await
+        .map_err(wrap)?
+    else {
+        return Ok(None);
+    };
+    let (old, instance): (i64, String) = (idle.get(0), idle.get(1));
+    tx.execute(
+        "update orca.instances set ended = now(), ended_by = 'handout' where id = $1",
+        &[&old],
+    )
+    .await
+    .map_err(wrap)?;
+    let row: i64 = tx
+        .query_one(
+            "insert into orca.instances
+                 (instance, pool, run, start, role, head_address, new_code, pooled)
+             values ($1, $2, $3, $4, $5, $6, $7, true)
+             returning id",
+            &[
+                &instance,
+                &req.pool,
+                &req.run,
+                &req.start,
+                &req.role,
+                &req.head_address,
+                &req.new_code,
+            ],
+        )
+        .await
+        .map_err(wrap)?
+        .get(0);
+    tx.execute(
+        "update orca.pool_demand set served = now()
+         where pool = $1 and run = $2 and start = $3 and role = $4 and served is null",
+        &[&req.pool, &req.run, &req.start, &req.role],
+    )
+    .await
+    .map_err(wrap)?;
+    tx.commit().await.map_err(wrap)?;
+    Ok(Some(HandedOut { instance, row }))
+}
+
+/// Records that the run found no idle instance, for the operator to launch
+/// one. Asking again while the demand is open changes nothing (the partial
+/// unique index `pool_demand_open`).
+pub async fn ask_for_instance(db: &Db, req: &Request<'_>) -> Result<(), DbError> {
+    db.execute(
+        "insert into orca.pool_demand (pool, run, start, role) values ($1, $2, $3, $4)
+         on conflict (pool, run, start, role) where served is null do nothing",
+        &[&req.pool, &req.run, &req.start, &req.role],
+    )
+    .await?;
+    Ok(())
+}
+
+/// The race-free end of an idle row (SPEC §3), `by` being `agent`,
+/// `operator` or `scheduler`: true only if this call ended it. False means a
+/// hand-out (or another ender) got there first, and the caller must not act
+/// as if the instance were idle.
+pub async fn end_idle(db: &Db, row: i64, by: &str) -> Result<bool, DbError> {
+    let ended = one_trip(
+        db,
+        "update orca.instances set ended = now(), ended_by = $2
+         where id = $1 and ended is null and idle is not null
+         returning id",
+        &[(&row, Type::INT8), (&by, Type::TEXT)],
+    )
+    .await?;
+    Ok(ended.is_some())
+}
+
+/// The row `pool-next` waits on. `run == 0 && start == 0` is a fresh
+/// instance (SPEC §4): its live `warm` row, created in `pool` if it has none.
+/// Otherwise the live row of the run it served. Either is marked idle (kept
+/// if it already was: an agent started again keeps its time-out) and
+/// polled. `None`: no such live row (ended, or the instance has another).
+pub async fn mark_idle(
+    db: &Db,
+    instance: &str,
+    run: i64,
+    start: i32,
+    pool: Option<&str>,
+) -> Result<Option<i64>, DbError> {
+    let row = if run == 0 && start == 0 {
+        one_trip(
+            db,
+            "with mine as (
+                 update orca.instances set idle = coalesce(idle, now()), polled = now()
+                 where instance = $1 and ended is null and role = 'warm'
+                 returning id),
+             made as (
+                 insert into orca.instances (instance, pool, role, idle, polled)
+                 select $1, $2, 'warm', now(), now()
+                 where not exists (select 1 from mine) and $2::text is not null
+                 on conflict (instance) where ended is null do nothing
+                 returning id)
+             select id from mine union all select id from made",
+            &[(&instance, Type::TEXT), (&pool, Type::TEXT)],
+        )
+        .await?
+    } else {
+        one_trip(
+            db,
+            "update orca.instances set idle = coalesce(idle, now()), polled = now()
+             where instance = $1 and run = $2 and start = $3 and ended is null
+             returning id",
+            &[
+                (&instance, Type::TEXT),
+                (&run, Type::INT8),
+                (&start, Type::INT4),
+            ],
+        )
+        .await?
+    };
+    Ok(row.map(|r| r.get(0)))
+}
+
+/// What [`beat_and_look`] found.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Look {
+    /// Its own row is live and idle; it gives up once `left` has passed.
+    Idle { left: Duration },
+    /// Its own row is live, and `seconds` have passed since it went idle.
+    Expired,
+    /// A live row that is not its own, handed out to the instance: take it.
+    HandedOut { row: i64 },
+    /// Its own row changed while the statement ran: look again at once.
+    Changed,
+    /// The instance has no live row: ended with no other.
+    Ended,
+    /// A live row that is neither its own idle row nor a hand-out (the
+    /// agent was started for a run the instance no longer serves).
+    Busy { row: i64 },
+}
+
+/// The agent's one statement a second: beats `polled` of its own row
+/// `mine` and looks at the instance's live row, which a hand-out replaces
+/// (recognised by its id, never by a timestamp). `wait` is how long after
+/// `idle` the agent gives up, judged by the database's clock.
+pub async fn beat_and_look(
+    db: &Db,
+    instance: &str,
+    mine: Option<i64>,
+    wait: Duration,
+) -> Result<Look, DbError> {
+    let live = one_trip(
+        db,
+        "with beat as (
+             update orca.instances set polled = now()
+             where id = $2 and ended is null
+             returning extract(epoch from idle + make_interval(secs => $3) - now())::float8
+                 as remaining)
+         select i.id, i.pooled and i.joined is null, i.idle is not null,
+                (select remaining from beat)
+         from orca.instances i
+         where i.instance = $1 and i.ended is null",
+        &[
+            (&instance, Type::TEXT),
+            (&mine.unwrap_or(-1), Type::INT8),
+            (&secs(wait), Type::FLOAT8),
+        ],
+    )
+    .await?;
+    let Some(live) = live else {
+        return Ok(Look::Ended);
+    };
+    Ok(look(
+        mine,
+        live.get(0),
+        live.get(1),
+        live.get(2),
+        live.get(3),
+    ))
+}
+
+/// What the instance's live row `row` means to an agent whose own row is
+/// `mine`: `unjoined` is an unjoined hand-out, `idle` whether the row is
+/// idle, `left` the time left to its own row if the beat updated it.
+fn look(mine: Option<i64>, row: i64, unjoined: bool, idle: bool, left: Option<f64>) -> Look {
+    match (mine, left) {
+        (Some(m), Some(left)) if m == row && left > 0.0 => Look::Idle {
+            left: Duration::try_from_secs_f64(left).unwrap_or(Duration::MAX),
+        },
+        (Some(m), Some(_)) if m == row => Look::Expired,
+        // The statement's snapshot shows its idle row live, but the beat
+        // found it ended: a hand-out (or an end) committed meanwhile.
+        (Some(m), None) if m == row && idle => Look::Changed,
+        // Its own row, live but no longer idle: someone else took it over.
+        (Some(m), None) if m == row => Look::Busy { row },
+        (Some(_), _) => Look::HandedOut { row },
+        (None, _) if unjoined => Look::HandedOut { row },
+        (None, _) => Look::Busy { row },
+    }
+}
+
+/// The run a hand-out gave the instance: the `next` line of seed 000.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Next {
+    pub run: i64,
+    pub start: i32,
+    pub head_address: String,
+    pub new_code: bool,
+}
+
+impl fmt::Display for Next {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "next {} {} {} {}",
+            self.run,
+            self.start,
+            self.head_address,
+            u8::from(self.new_code)
+        )
+    }
+}
+
+/// Records that the instance `joined` its new row (the first time only:
+/// an agent started again keeps the first) and returns the run it was
+/// handed. `None`: the row does not exist.
+pub async fn join(db: &Db, row: i64) -> Result<Option<Next>, DbError> {
+    let joined = one_trip(
+        db,
+        "update orca.instances set joined = coalesce(joined, now())
+             where id = $1
+             returning coalesce(run, 0), start, head_address, new_code",
+        &[(&row, Type::INT8)],
+    )
+    .await?;
+    Ok(joined.map(|r| Next {
+        run: r.get(0),
+        start: r.get(1),
+        head_address: r.get(2),
+        new_code: r.get(3),
+    }))
+}
+
+/// `pool-wait`'s check: whether the run is over for the instance, i.e. the
+/// run is not `running` at `start` any more (status or start changed, or
+/// there is no such run), or the instance's row for it has ended.
+pub async fn run_is_over(db: &Db, instance: &str, run: i64, start: i32) -> Result<bool, DbError> {
+    let over = one_trip(
+        db,
+        "select not coalesce((select status = 'running' and start = $3
+                                  from orca.runs where id = $2), false)
+                 or not exists (select 1 from orca.instances
+                                where instance = $1 and run = $2 and start = $3
+                                  and ended is null)",
+        &[
+            (&instance, Type::TEXT),
+            (&run, Type::INT8),
+            (&start, Type::INT4),
+        ],
+    )
+    .await?;
+    // A select without from: always exactly one row.
+    Ok(over.is_some_and(|r| r.get(0)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn what_the_live_row_means_to_the_agent() {
+        let idle = |ms| Look::Idle {
+            left: Duration::from_millis(ms),
+        };
+        for (mine, row, unjoined, is_idle, left, want) in [
+            (Some(5), 5, false, true, Some(0.25), idle(250)),
+            (Some(5), 5, false, true, Some(0.0), Look::Expired),
+            (Some(5), 5, false, true, Some(-3.0), Look::Expired),
+            // Ended by a hand-out that committed while the beat ran.
+            (Some(5), 5, false, true, None, Look::Changed),
+            (Some(5), 5, false, false, None, Look::Busy { row: 5 }),
+            // A new row, recognised by its id alone.
+            (Some(5), 9, true, false, None, Look::HandedOut { row: 9 }),
+            (Some(5), 9, false, false, None, Look::HandedOut { row: 9 }),
+            // An agent without a row of its own takes only an unjoined
+            // hand-out.
+            (None, 9, true, false, None, Look::HandedOut { row: 9 }),
+            (None, 9, false, true, None, Look::Busy { row: 9 }),
+        ] {
+            assert_eq!(
+                look(mine, row, unjoined, is_idle, left),
+                want,
+                "{mine:?} {row} {left:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn the_next_line() {
+        let next = Next {
+            run: 12,
+            start: 3,
+            head_address: "10.0.0.7:6379".into(),
+            new_code: true,
+        };
+        assert_eq!(next.to_string(), "next 12 3 10.0.0.7:6379 1");
+    }
+}
