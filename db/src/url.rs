@@ -53,9 +53,11 @@ impl DatabaseUrl {
                         "allow" | "prefer" => SslMode::Prefer,
                         "require" => SslMode::Require,
                         "verify-full" => SslMode::VerifyFull,
-                        other => return Err(DbError::Url(hide(format!(
+                        other => {
+                            return Err(DbError::Url(hide(format!(
                             "sslmode `{other}` is not one of disable, prefer, require, verify-full"
-                        )))),
+                        ))))
+                        }
                     }
                 }
                 _ => root_cert = Some(PathBuf::from(value)),

@@ -1,0 +1,218 @@
+//! The command line of seed 000 (`pool-wait`, `pool-next`) and the
+//! environment: anything wrong here is a one-line usage error, exit 2.
+
+use std::{ffi::OsString, time::Duration};
+
+use orca_db::{DatabaseUrl, DbError};
+
+pub const USAGE: &str = "usage: orca-pool-agent pool-wait <instance> <run> <start> | orca-pool-agent pool-next <instance> <run> <start> <seconds>";
+
+pub const HELP: &str = "\
+orca-pool-agent: an EC2 instance's side of the orca warm pool (seed 000)
+
+usage:
+  orca-pool-agent pool-wait <instance> <run> <start>
+      a worker: exits 0 once the run is not running at that start any more,
+      or the instance's row for it has ended
+  orca-pool-agent pool-next <instance> <run> <start> <seconds>
+      marks the row of the run served idle (run 0, start 0: the instance's
+      warm row, created in ORCA_POOL) and waits for a hand-out: prints
+      `next <run> <start> <head address> <0|1>` and exits 0; exits 1 when
+      its row ends with no other, or <seconds> and a minute more pass
+
+exit: 0 and 1 as above; 2 for bad arguments or a missing or malformed URL
+
+environment:
+  ORCA_DATABASE_URL          libpq-style URL (sslmode=disable|prefer|require|verify-full,
+                             sslrootcert=<CA bundle>); required
+  ORCA_POOL                  the pool (namespace/name) of a fresh instance; required
+                             for pool-next <instance> 0 0 <seconds>
+  ORCA_LOG                   log filter (default: info); logs go to stderr
+  ORCA_POOL_AGENT_GRACE_MS   TEST ONLY: replaces the minute pool-next waits after
+                             <seconds> (milliseconds); never set it in production
+";
+
+/// A command line or environment that can't be run.
+#[derive(Debug, thiserror::Error)]
+pub enum UsageError {
+    #[error("no command; {USAGE}")]
+    NoCommand,
+    #[error("unknown command `{0}`; {USAGE}")]
+    UnknownCommand(String),
+    #[error("{command} takes {want} arguments, got {got}; {USAGE}")]
+    Count {
+        command: &'static str,
+        want: usize,
+        got: usize,
+    },
+    #[error("an argument is not UTF-8; {USAGE}")]
+    NotUtf8,
+    #[error("instance `{0}` is not an instance id (1 to 56 of A-Z a-z 0-9 - _ .); {USAGE}")]
+    Instance(String),
+    #[error("{what} `{value}` is not a whole number from 0 to {max}; {USAGE}")]
+    Number {
+        what: &'static str,
+        value: String,
+        max: i64,
+    },
+    #[error(
+        "ORCA_POOL is missing: a fresh instance (run 0, start 0) creates its warm row in that pool"
+    )]
+    NoPool,
+    #[error("ORCA_POOL_AGENT_GRACE_MS `{0}` is not a whole number of milliseconds")]
+    Grace(String),
+    #[error("{0}")]
+    Url(DbError),
+}
+
+/// What to run.
+#[derive(Debug)]
+pub enum Command {
+    Wait {
+        instance: String,
+        run: i64,
+        start: i32,
+    },
+    Next {
+        instance: String,
+        run: i64,
+        start: i32,
+        /// `seconds` plus the minute (or the test-only grace).
+        wait: Duration,
+        /// `ORCA_POOL`, for a fresh instance's warm row.
+        pool: Option<String>,
+    },
+}
+
+pub enum Parsed {
+    Help,
+    Run(Command, Box<DatabaseUrl>),
+}
+
+/// Parses the arguments (without the program's name) and the environment.
+pub fn parse(args: impl Iterator<Item = OsString>) -> Result<Parsed, UsageError> {
+    let args: Vec<String> = args
+        .map(|a| a.into_string().map_err(|_| UsageError::NotUtf8))
+        .collect::<Result<_, _>>()?;
+    let Some((command, rest)) = args.split_first() else {
+        return Err(UsageError::NoCommand);
+    };
+    let command = match command.as_str() {
+        "-h" | "--help" | "help" => return Ok(Parsed::Help),
+        "pool-wait" => {
+            let [instance, run, start] = fixed("pool-wait", rest)?;
+            Command::Wait {
+                instance: instance_id(instance)?,
+                run: number("run", run, i64::MAX)?,
+                start: number("start", start, i32::MAX.into())? as i32,
+            }
+        }
+        "pool-next" => {
+            let [instance, run, start, seconds] = fixed("pool-next", rest)?;
+            let run = number("run", run, i64::MAX)?;
+            let start = number("start", start, i32::MAX.into())? as i32;
+            // A year is far past any pool's idle time; the cap keeps the sum
+            // below from overflowing.
+            let seconds = number("seconds", seconds, 366 * 86_400)? as u64;
+            let pool = std::env::var("ORCA_POOL").ok().filter(|p| !p.is_empty());
+            if run == 0 && start == 0 && pool.is_none() {
+                return Err(UsageError::NoPool);
+            }
+            Command::Next {
+                instance: instance_id(instance)?,
+                run,
+                start,
+                wait: Duration::from_secs(seconds) + grace()?,
+                pool,
+            }
+        }
+        other => return Err(UsageError::UnknownCommand(other.to_string())),
+    };
+    let url = DatabaseUrl::from_env("ORCA_DATABASE_URL").map_err(UsageError::Url)?;
+    Ok(Parsed::Run(command, Box::new(url)))
+}
+
+fn fixed<'a, const N: usize>(
+    command: &'static str,
+    rest: &'a [String],
+) -> Result<&'a [String; N], UsageError> {
+    rest.try_into().map_err(|_| UsageError::Count {
+        command,
+        want: N,
+        got: rest.len(),
+    })
+}
+
+/// An id that fits the notification channel `orca_i_<instance>` (63 bytes).
+fn instance_id(text: &str) -> Result<String, UsageError> {
+    let ok = (1..=56).contains(&text.len())
+        && text
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
+    if ok {
+        Ok(text.to_string())
+    } else {
+        Err(UsageError::Instance(text.to_string()))
+    }
+}
+
+fn number(what: &'static str, text: &str, max: i64) -> Result<i64, UsageError> {
+    match text.parse::<i64>() {
+        Ok(n) if (0..=max).contains(&n) && !text.starts_with('+') => Ok(n),
+        _ => Err(UsageError::Number {
+            what,
+            value: text.to_string(),
+            max,
+        }),
+    }
+}
+
+/// The minute after `seconds`; only tests shorten it.
+fn grace() -> Result<Duration, UsageError> {
+    match std::env::var("ORCA_POOL_AGENT_GRACE_MS") {
+        Err(_) => Ok(Duration::from_secs(60)),
+        Ok(ms) => ms
+            .parse::<u32>()
+            .map(|ms| Duration::from_millis(ms.into()))
+            .map_err(|_| UsageError::Grace(ms)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(a: &[&str]) -> impl Iterator<Item = OsString> {
+        a.iter().map(OsString::from).collect::<Vec<_>>().into_iter()
+    }
+
+    #[test]
+    fn bad_command_lines_are_one_line_errors() {
+        for bad in [
+            &[][..],
+            &["pool-sleep"],
+            &["pool-wait", "i-1", "2"],
+            &["pool-wait", "i-1", "2", "3", "4"],
+            &["pool-wait", "i 1", "2", "3"],
+            &["pool-wait", "", "2", "3"],
+            &["pool-wait", "i-1", "-2", "3"],
+            &["pool-wait", "i-1", "2", "x"],
+            &["pool-wait", "i-1", "2", "3000000000"],
+            &["pool-next", "i-1", "2", "3"],
+            &["pool-next", "i-1", "2", "3", "1.5"],
+        ] {
+            match parse(args(bad)) {
+                Err(e) => {
+                    let msg = e.to_string();
+                    assert!(!msg.contains('\n'), "{bad:?}: {msg}");
+                }
+                Ok(_) => panic!("{bad:?} was accepted"),
+            }
+        }
+    }
+
+    #[test]
+    fn help_is_not_an_error() {
+        assert!(matches!(parse(args(&["--help"])), Ok(Parsed::Help)));
+    }
+}

@@ -1,0 +1,98 @@
+//! `pool-next <instance> <run> <start> <seconds>` (seed 000): idle until a
+//! hand-out, then `next …` on stdout and exit 0; exit 1 when the instance's
+//! row ends with no other or the time is up.
+
+use std::{io::Write, process::ExitCode, time::Duration};
+
+use orca_db::{
+    pool::{self, Look},
+    DatabaseUrl,
+};
+
+use crate::session::{until_done, Session};
+
+/// How often the agent beats `polled` and looks without a notification.
+const TICK: Duration = Duration::from_secs(1);
+
+pub async fn pool_next(
+    url: DatabaseUrl,
+    instance: &str,
+    run: i64,
+    start: i32,
+    wait: Duration,
+    pool_name: Option<&str>,
+) -> ExitCode {
+    let mut s = Session::new(url, &[format!("orca_i_{instance}")]);
+    let mine = until_done!(s, |db| pool::mark_idle(db, instance, run, start, pool_name));
+    match mine {
+        Some(row) => tracing::info!(instance, run, start, row, "idle"),
+        None => tracing::info!(instance, run, start, "no live row of that run to mark idle"),
+    }
+    loop {
+        let db = s.db().await;
+        // Notifications already here are answered by the look that follows.
+        db.drain_notifications();
+        let look = match pool::beat_and_look(db, instance, mine, wait).await {
+            Ok(look) => {
+                s.succeeded();
+                look
+            }
+            Err(e) => {
+                s.failed(e).await;
+                continue;
+            }
+        };
+        match look {
+            Look::Idle { left } => s.wait(left.min(TICK)).await,
+            Look::Expired => {
+                let row = mine.expect("invariant: only its own row expires");
+                if until_done!(s, |db| pool::end_idle(db, row, "agent")) {
+                    tracing::info!(instance, row, "no hand-out in time; idle row ended");
+                    return ExitCode::from(1);
+                }
+                // A hand-out ended it first: the next look finds its row.
+                tracing::info!(instance, row, "handed out while giving up");
+            }
+            // A hand-out or an end committed while it looked: the next
+            // look tells which.
+            Look::Changed => {}
+            Look::HandedOut { row } => return take(&mut s, instance, row).await,
+            Look::Ended => {
+                tracing::info!(instance, "row ended with no other");
+                return ExitCode::from(1);
+            }
+            Look::Busy { row } => {
+                tracing::error!(
+                    instance,
+                    row,
+                    "the instance's live row is neither its idle row nor a hand-out; nothing to wait for"
+                );
+                return ExitCode::from(1);
+            }
+        }
+    }
+}
+
+/// Records `joined`, then prints the `next` line: once it is printed the
+/// run is the instance's, so it must be recorded first.
+async fn take(s: &mut Session, instance: &str, row: i64) -> ExitCode {
+    match until_done!(s, |db| pool::join(db, row)) {
+        Some(next) => {
+            tracing::info!(instance, row, run = next.run, start = next.start, "joined");
+            let mut stdout = std::io::stdout().lock();
+            match writeln!(stdout, "{next}").and_then(|_| stdout.flush()) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    // Nobody reads the line: the script that would run it
+                    // has gone, and so has the run's chance on this instance.
+                    tracing::error!(instance, row, error = %e, "cannot print the next line");
+                    ExitCode::from(1)
+                }
+            }
+        }
+        None => {
+            tracing::error!(instance, row, "the handed-out row has vanished");
+            ExitCode::from(1)
+        }
+    }
+}

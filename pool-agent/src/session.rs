@@ -1,0 +1,88 @@
+//! The agent's one connection: LISTENs on its channels (again after every
+//! reconnect), retries every second while the database can't be reached, and
+//! says so once on stderr, not every second (the `Reconnect` of orca-db).
+
+use std::time::Duration;
+
+use orca_db::{ConnectOptions, DatabaseUrl, Db, DbError, Reconnect};
+
+pub struct Session {
+    conn: Reconnect,
+    /// The error of a statement that keeps failing though the connection
+    /// is fine, logged once until a statement succeeds.
+    failing: Option<String>,
+}
+
+/// Runs `$call` (an async statement on `$db`) until it succeeds, riding out
+/// lost connections and failing statements.
+macro_rules! until_done {
+    ($session:expr, |$db:ident| $call:expr) => {
+        loop {
+            let $db = $session.db().await;
+            match $call.await {
+                Ok(v) => {
+                    $session.succeeded();
+                    break v;
+                }
+                Err(e) => $session.failed(e).await,
+            }
+        }
+    };
+}
+pub(crate) use until_done;
+
+impl Session {
+    pub fn new(url: DatabaseUrl, channels: &[String]) -> Self {
+        // Short limits: a lost database must be noticed within seconds, and
+        // every statement of the agent is a single-row one.
+        let opts = ConnectOptions {
+            connect_timeout: Duration::from_secs(5),
+            statement_timeout: Duration::from_secs(5),
+            keepalive: Duration::from_secs(3),
+            application_name: "orca-pool-agent".into(),
+        };
+        let conn = channels
+            .iter()
+            .fold(Reconnect::new(url, opts), |c, ch| c.listen(ch.as_str()));
+        Session {
+            conn,
+            failing: None,
+        }
+    }
+
+    /// The connection; connects (and LISTENs) first if there is none,
+    /// trying every second.
+    pub async fn db(&mut self) -> &mut Db {
+        self.conn.db().await
+    }
+
+    pub fn succeeded(&mut self) {
+        self.failing = None;
+    }
+
+    /// A statement failed: a lost connection is made again by the next
+    /// [`Session::db`] at once; any other error is logged once and tried
+    /// again a second later (a database being migrated, say), since giving
+    /// up would power the instance off.
+    pub async fn failed(&mut self, e: DbError) {
+        if self.conn.failed(&e) {
+            return;
+        }
+        let msg = e.to_string();
+        if self.failing.as_deref() != Some(msg.as_str()) {
+            tracing::error!(error = %msg, "statement failed; trying again every second");
+            self.failing = Some(msg);
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+
+    /// Waits `d`, or less if a notification comes (or the connection ends:
+    /// the next statement then reconnects).
+    pub async fn wait(&mut self, d: Duration) {
+        let db = self.conn.db().await;
+        tokio::select! {
+            _ = tokio::time::sleep(d) => {}
+            _ = db.notification() => {}
+        }
+    }
+}
