@@ -1,0 +1,151 @@
+//! `orca-sim scheduler`'s flags and environment (SPEC §5, the image
+//! contract), resolved once into a [`Config`].
+
+use std::{path::PathBuf, time::Duration};
+
+use clap::{Parser, Subcommand, ValueEnum};
+use orca_db::{migrate, DatabaseUrl, DbError};
+
+#[derive(Parser)]
+#[command(
+    name = "orca-sim",
+    about = "The reference scheduler: follows the scheduler-instance protocol as morca's does"
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Subcommand)]
+pub enum Command {
+    /// Runs a scheduler: joins, leads, drains (ORCA_OVERLAP=on), runs
+    /// `sleep:N` and `fail:N` pipelines.
+    Scheduler(SchedulerArgs),
+}
+
+/// `on` or `off` (ORCA_OVERLAP, ORCA_SIM_LISTEN).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Overlap {
+    On,
+    Off,
+}
+
+#[derive(clap::Args, Debug)]
+pub struct SchedulerArgs {
+    /// How often it beats, and looks at the lead and the queue.
+    #[arg(long, default_value_t = 1000)]
+    pub tick_ms: u64,
+    /// An instance or a run's heartbeat older than this is stale.
+    #[arg(long, default_value_t = 10.0)]
+    pub stale_seconds: f64,
+    /// How many migrations it says it knows (default: what it has).
+    #[arg(long)]
+    pub migrations: Option<i32>,
+    /// Refuse to start beside a live instance knowing fewer migrations than
+    /// this (default: what it has).
+    #[arg(long)]
+    pub floor: Option<i32>,
+    /// Place each run on an instance of this WarmPool (`namespace/name`).
+    #[arg(long)]
+    pub pool: Option<String>,
+    #[arg(
+        long = "database-url",
+        env = "ORCA_DATABASE_URL",
+        hide_env_values = true
+    )]
+    pub database_url: Option<String>,
+    #[arg(long, env = "ORCA_OVERLAP", value_enum, default_value = "off")]
+    pub overlap: Overlap,
+    #[arg(long, env = "ORCA_IMAGE", default_value = "")]
+    pub image: String,
+    /// The host name (the pod's); the kernel's when unset.
+    #[arg(long, env = "HOSTNAME")]
+    pub host: Option<String>,
+    /// LISTEN for the other instances' notifications (off: polling only,
+    /// as behind a transaction-pooling proxy).
+    #[arg(long, env = "ORCA_SIM_LISTEN", value_enum, default_value = "on")]
+    pub listen: Overlap,
+    #[arg(
+        long,
+        env = "ORCA_TERMINATION_LOG",
+        default_value = "/dev/termination-log"
+    )]
+    pub termination_log: PathBuf,
+}
+
+/// Everything the scheduler needs, resolved.
+#[derive(Clone, Debug)]
+pub struct Config {
+    pub url: DatabaseUrl,
+    pub tick: Duration,
+    pub stale: Duration,
+    pub migrations: i32,
+    pub floor: i32,
+    pub pool: Option<String>,
+    pub overlap: bool,
+    /// LISTEN on the lock connection (a speed-up only).
+    pub listen: bool,
+    pub image: String,
+    pub host: String,
+    pub pid: i32,
+    /// `runs.owner` of the runs it starts.
+    pub owner: String,
+    pub termination_log: PathBuf,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error(transparent)]
+    Url(#[from] DbError),
+    #[error("no database: set ORCA_DATABASE_URL or pass --database-url")]
+    NoUrl,
+    #[error("--tick-ms {0}: must be at least 1")]
+    Tick(u64),
+    #[error("--stale-seconds {0}: must be a positive number of seconds")]
+    Stale(f64),
+    #[error("--pool {0:?}: must be namespace/name")]
+    Pool(String),
+}
+
+impl SchedulerArgs {
+    pub fn resolve(self) -> Result<Config, ConfigError> {
+        let url = DatabaseUrl::parse(self.database_url.as_deref().ok_or(ConfigError::NoUrl)?)?;
+        if self.tick_ms == 0 {
+            return Err(ConfigError::Tick(self.tick_ms));
+        }
+        if !(self.stale_seconds.is_finite() && self.stale_seconds > 0.0) {
+            return Err(ConfigError::Stale(self.stale_seconds));
+        }
+        if let Some(pool) = &self.pool {
+            let parts: Vec<&str> = pool.split('/').collect();
+            if parts.len() != 2 || parts.iter().any(|p| p.is_empty()) {
+                return Err(ConfigError::Pool(pool.clone()));
+            }
+        }
+        let host = self
+            .host
+            .filter(|h| !h.is_empty())
+            .or_else(|| {
+                std::fs::read_to_string("/proc/sys/kernel/hostname")
+                    .ok()
+                    .map(|h| h.trim().to_string())
+            })
+            .unwrap_or_else(|| "localhost".into());
+        let pid = std::process::id() as i32;
+        Ok(Config {
+            url,
+            tick: Duration::from_millis(self.tick_ms),
+            stale: Duration::from_secs_f64(self.stale_seconds),
+            migrations: self.migrations.unwrap_or_else(migrate::known),
+            floor: self.floor.unwrap_or_else(migrate::known),
+            pool: self.pool,
+            overlap: self.overlap == Overlap::On,
+            listen: self.listen == Overlap::On,
+            image: self.image,
+            owner: format!("{host}:{pid}"),
+            host,
+            pid,
+            termination_log: self.termination_log,
+        })
+    }
+}

@@ -1,0 +1,169 @@
+//! What the handover tests and the benchmark look at from outside: who
+//! holds LEAD_LOCK in `pg_locks` (sampled every 50 ms through a handover),
+//! the runs' rows, and the `finished` lines the schedulers print.
+
+use std::{
+    collections::BTreeMap,
+    sync::{
+        atomic::{AtomicBool, AtomicUsize, Ordering},
+        Arc,
+    },
+    time::Duration,
+};
+
+use chrono::{DateTime, Utc};
+use orca_db::{schedulers::LEAD_LOCK, Db};
+
+use super::process::{field, Sim};
+use crate::pg;
+
+/// The backends holding LEAD_LOCK in this database, per `pg_locks`.
+pub async fn holders(db: &Db) -> Vec<i32> {
+    db.query(
+        "select pid from pg_locks where locktype = 'advisory' and granted
+           and classid = ($1::bigint >> 32)::oid and objid = ($1::bigint & 4294967295)::oid
+           and objsubid = 1
+           and database = (select oid from pg_database where datname = current_database())",
+        &[&LEAD_LOCK],
+    )
+    .await
+    .unwrap()
+    .iter()
+    .map(|r| r.get(0))
+    .collect()
+}
+
+pub async fn db_now(db: &Db) -> DateTime<Utc> {
+    db.query_one("select clock_timestamp()", &[])
+        .await
+        .unwrap()
+        .get(0)
+}
+
+/// Queues `n` runs of `pipeline`; their ids.
+pub async fn queue(db: &Db, pipeline: &str, n: usize) -> Vec<i64> {
+    let mut ids = Vec::new();
+    for _ in 0..n {
+        let id: i64 = db
+            .query_one(
+                "insert into orca.runs (pipeline) values ($1) returning id",
+                &[&pipeline],
+            )
+            .await
+            .unwrap()
+            .get(0);
+        ids.push(id);
+    }
+    ids
+}
+
+/// A run's row as the tests look at it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RunRow {
+    pub status: String,
+    pub start: i32,
+    pub instance: Option<i64>,
+    pub heartbeat: Option<DateTime<Utc>>,
+}
+
+impl RunRow {
+    pub fn ended(&self) -> bool {
+        self.status == "succeeded" || self.status == "failed"
+    }
+}
+
+pub async fn runs(db: &Db, ids: &[i64]) -> BTreeMap<i64, RunRow> {
+    db.query(
+        "select id, status, start, instance, heartbeat from orca.runs where id = any($1)",
+        &[&ids],
+    )
+    .await
+    .unwrap()
+    .iter()
+    .map(|r| {
+        (
+            r.get(0),
+            RunRow {
+                status: r.get(1),
+                start: r.get(2),
+                instance: r.get(3),
+                heartbeat: r.get(4),
+            },
+        )
+    })
+    .collect()
+}
+
+pub async fn all_ended(db: &Db, ids: &[i64]) -> bool {
+    runs(db, ids).await.values().all(RunRow::ended)
+}
+
+/// Samples `pg_locks` every 50 ms on its own connection; remembers the most
+/// holders of LEAD_LOCK it ever saw at once.
+pub struct LockSampler {
+    most: Arc<AtomicUsize>,
+    samples: Arc<AtomicUsize>,
+    stop: Arc<AtomicBool>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl LockSampler {
+    pub async fn start(url: &str) -> Self {
+        let db = pg::connect(url).await;
+        let (most, samples, stop) = (
+            Arc::new(AtomicUsize::new(0)),
+            Arc::new(AtomicUsize::new(0)),
+            Arc::new(AtomicBool::new(false)),
+        );
+        let (m, n, s) = (most.clone(), samples.clone(), stop.clone());
+        let task = tokio::spawn(async move {
+            while !s.load(Ordering::Relaxed) {
+                m.fetch_max(holders(&db).await.len(), Ordering::Relaxed);
+                n.fetch_add(1, Ordering::Relaxed);
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        });
+        LockSampler {
+            most,
+            samples,
+            stop,
+            task,
+        }
+    }
+
+    /// Stops; fails the test if any sample showed two holders.
+    pub async fn assert_never_two(self) {
+        self.stop.store(true, Ordering::Relaxed);
+        self.task.await.unwrap();
+        let n = self.samples.load(Ordering::Relaxed);
+        assert!(n > 0, "the pg_locks sampler took no sample");
+        assert!(
+            self.most.load(Ordering::Relaxed) <= 1,
+            "pg_locks showed two holders of LEAD_LOCK at once ({n} samples)"
+        );
+    }
+}
+
+/// A `finished run=R start=S status=X id=I` line.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Finish {
+    pub start: i32,
+    pub status: String,
+    pub instance: i64,
+}
+
+/// Every `finished` line of these schedulers, by run.
+pub fn finishes(sims: &[&Sim]) -> BTreeMap<i64, Vec<Finish>> {
+    let mut all: BTreeMap<i64, Vec<Finish>> = BTreeMap::new();
+    for s in sims {
+        for line in s.matching(" finished run=") {
+            let run: i64 = field(&line, "run").unwrap();
+            all.entry(run).or_default().push(Finish {
+                start: field(&line, "start").unwrap(),
+                status: field(&line, "status").unwrap(),
+                instance: field(&line, "id").unwrap(),
+            });
+        }
+    }
+    all
+}
