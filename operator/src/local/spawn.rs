@@ -1,7 +1,8 @@
-//! Servers started for a test binary must die with it, even when it is
-//! killed. `PR_SET_PDEATHSIG` does that, but it fires when the *thread* that
-//! forked exits, and test threads are short-lived; so every server is
-//! forked from one thread that lives as long as the process.
+//! Servers started by the local mode or a test binary must die with it, even
+//! when it is killed. `PR_SET_PDEATHSIG` does that, but it fires when the
+//! *thread* that forked exits, and tokio's and the test harness's threads
+//! come and go; so every server is forked from one thread that lives as
+//! long as the process.
 
 use std::{
     process::{Child, Command},
@@ -18,7 +19,7 @@ static SPAWNER: OnceLock<Mutex<mpsc::Sender<Request>>> = OnceLock::new();
 
 /// Spawns `cmd` (as `user` = (uid, gid) if given) so that it gets SIGQUIT
 /// when this process ends.
-pub(crate) fn spawn_tied(cmd: Command, user: Option<(u32, u32)>) -> std::io::Result<Child> {
+pub fn spawn_tied(cmd: Command, user: Option<(u32, u32)>) -> std::io::Result<Child> {
     let sender = SPAWNER.get_or_init(|| {
         let (tx, rx) = mpsc::channel::<Request>();
         std::thread::Builder::new()
@@ -73,7 +74,7 @@ fn spawn_now(cmd: &mut Command, user: Option<(u32, u32)>) -> std::io::Result<Chi
 
 /// The (uid, gid) of `name`, when this process runs as root and must drop
 /// to it (PostgreSQL refuses to run as root).
-pub(crate) fn drop_to(name: &str) -> Option<(u32, u32)> {
+pub fn drop_to(name: &str) -> Option<(u32, u32)> {
     // SAFETY: geteuid has no preconditions.
     if unsafe { libc::geteuid() } != 0 {
         return None;
@@ -85,8 +86,8 @@ pub(crate) fn drop_to(name: &str) -> Option<(u32, u32)> {
     })
 }
 
-/// Keeps the first spawn error so every later test says the same thing.
-pub(crate) fn free_port() -> u16 {
+/// A port nothing listens on just now.
+pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
         .map(|a| a.port())

@@ -1,0 +1,22 @@
+//! The custom resources, `orca.dev/v1alpha1` `Scheduler` and `WarmPool`
+//! (SPEC §6). The CRD YAML in `crds/` is generated from these types
+//! (`orca-operator crds`), with the validation the API server applies:
+//! required fields, ranges, enums and CEL rules where fields relate.
+
+mod scheduler;
+mod warmpool;
+
+pub use scheduler::*;
+pub use warmpool::*;
+
+use kube::CustomResourceExt;
+
+/// Every CRD of the project as one YAML stream, as `crds/` holds it.
+pub fn crds_yaml() -> String {
+    let mut out = String::new();
+    for crd in [Scheduler::crd(), WarmPool::crd()] {
+        out.push_str("---\n");
+        out.push_str(&serde_yaml::to_string(&crd).expect("invariant: a CRD serialises to YAML"));
+    }
+    out
+}

@@ -1,0 +1,199 @@
+//! The local mode (SPEC §7): the same reconcilers on the same YAML, with
+//! scheduler revisions as local processes instead of pods, a throwaway
+//! PostgreSQL unless a URL is given, and moto's EC2 server.
+
+pub mod manifests;
+pub mod moto;
+pub mod pods;
+pub mod postgres;
+mod scheduler;
+pub mod spawn;
+pub mod supervise;
+
+use std::{collections::BTreeMap, path::PathBuf, time::Duration};
+
+use anyhow::Context;
+use orca_db::{migrate, ConnectOptions, DatabaseUrl};
+
+use self::{manifests::Manifests, scheduler::LocalScheduler};
+
+pub struct LocalOptions {
+    /// The directory of YAML files.
+    pub dir: PathBuf,
+    /// The database when no Secret names one; a throwaway cluster if none.
+    pub database_url: Option<String>,
+}
+
+/// How often the loop looks at files, processes and rows when nothing asks
+/// for sooner.
+const TICK: Duration = Duration::from_millis(500);
+/// How long Ctrl-C waits for the schedulers to drain.
+const DRAIN_WAIT: Duration = Duration::from_secs(120);
+
+pub async fn run(opts: LocalOptions) -> anyhow::Result<()> {
+    let state_dir = opts.dir.join(".status");
+    std::fs::create_dir_all(&state_dir)
+        .with_context(|| format!("creating {}", state_dir.display()))?;
+    let mut manifests = manifests::load(&opts.dir)?;
+    let mut stamp = manifests::stamp(&opts.dir);
+    println!(
+        "local: {} Scheduler(s), {} WarmPool(s) in {}",
+        manifests.schedulers.len(),
+        manifests.warm_pools.len(),
+        opts.dir.display()
+    );
+
+    // A process running a binary of this build finds its siblings
+    // (orca-sim, orca-pool-agent) on PATH.
+    if let Some(bin_dir) = std::env::current_exe()
+        .ok()
+        .and_then(|p| p.parent().map(|d| d.to_path_buf()))
+    {
+        let path = std::env::var_os("PATH").unwrap_or_default();
+        let mut dirs = vec![bin_dir];
+        dirs.extend(std::env::split_paths(&path));
+        std::env::set_var("PATH", std::env::join_paths(dirs)?);
+    }
+
+    let mut cluster = None;
+    let needs_fallback = manifests.schedulers.values().any(|s| {
+        let r = &s.spec.database.url_secret_ref;
+        let ns = s
+            .metadata
+            .namespace
+            .clone()
+            .unwrap_or_else(|| "default".into());
+        manifests.secret_value(&ns, &r.name, &r.key) == Err(manifests::SecretLookup::NoSecret)
+    });
+    let fallback_url = match (&opts.database_url, needs_fallback) {
+        (Some(url), _) => Some(url.clone()),
+        (None, true) => {
+            println!("local: no Secret names a database; starting a throwaway PostgreSQL");
+            let c = tokio::task::spawn_blocking(postgres::Cluster::private).await?;
+            let url = c.fresh_db().await;
+            // Its URL carries no password (trust on loopback): written down
+            // for `orca-operator instances --database-url …`.
+            std::fs::write(state_dir.join("database-url"), &url)?;
+            println!(
+                "local: PostgreSQL on 127.0.0.1:{} (URL in {})",
+                c.port(),
+                state_dir.join("database-url").display()
+            );
+            cluster = Some(c);
+            Some(url)
+        }
+        (None, false) => None,
+    };
+
+    let mut schedulers: BTreeMap<String, LocalScheduler> = BTreeMap::new();
+    migrate_all(&manifests, &schedulers_urls(&manifests, &fallback_url)).await;
+
+    let mut stop = Box::pin(shutdown_signal());
+    loop {
+        if manifests::stamp(&opts.dir) != stamp {
+            stamp = manifests::stamp(&opts.dir);
+            match manifests::load(&opts.dir) {
+                Ok(m) => {
+                    println!("local: {} changed; applying", opts.dir.display());
+                    migrate_all(&m, &schedulers_urls(&m, &fallback_url)).await;
+                    manifests = m;
+                }
+                // A bad edit is refused, as the API server would: the
+                // running state is kept.
+                Err(e) => println!("local: refused: {e}"),
+            }
+        }
+        let mut next = TICK;
+        for (key, s) in &manifests.schedulers {
+            let local = schedulers
+                .entry(key.clone())
+                .or_insert_with(|| LocalScheduler::new(key, &state_dir, fallback_url.clone()));
+            next = next.min(local.reconcile(s, &manifests).await);
+        }
+        // A Scheduler removed from the directory takes its processes along,
+        // as the owner references would.
+        let gone: Vec<String> = schedulers
+            .keys()
+            .filter(|k| !manifests.schedulers.contains_key(*k))
+            .cloned()
+            .collect();
+        for key in gone {
+            if let Some(s) = schedulers.remove(&key) {
+                println!(
+                    "scheduler {key}: removed; stopping {} process(es)",
+                    s.stop_all()
+                );
+            }
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(next.max(Duration::from_millis(100))) => {}
+            _ = &mut stop => break,
+        }
+    }
+
+    println!("local: stopping: the schedulers drain their runs and exit");
+    for s in schedulers.values() {
+        s.stop_all();
+    }
+    let deadline = tokio::time::Instant::now() + DRAIN_WAIT;
+    while schedulers.values().any(|s| s.running() > 0) && tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    drop(cluster);
+    println!("local: stopped");
+    Ok(())
+}
+
+fn schedulers_urls(m: &Manifests, fallback: &Option<String>) -> Vec<String> {
+    let mut urls: Vec<String> = m
+        .schedulers
+        .values()
+        .filter_map(|s| {
+            let r = &s.spec.database.url_secret_ref;
+            let ns = s
+                .metadata
+                .namespace
+                .clone()
+                .unwrap_or_else(|| "default".into());
+            m.secret_value(&ns, &r.name, &r.key)
+                .ok()
+                .or_else(|| fallback.clone())
+        })
+        .collect();
+    urls.sort();
+    urls.dedup();
+    urls
+}
+
+/// Applies the migrations to each database at start (and on change); a
+/// database that can't be reached is reported and left to the reconcile,
+/// which shows it as `Degraded`.
+async fn migrate_all(_m: &Manifests, urls: &[String]) {
+    for url in urls {
+        let Ok(parsed) = DatabaseUrl::parse(url) else {
+            continue;
+        };
+        let result = async {
+            let mut db =
+                orca_db::connect(&parsed, &ConnectOptions::named("orca-operator local")).await?;
+            migrate::migrate(&mut db, &migrate::Migrations::embedded()).await
+        }
+        .await;
+        match result {
+            Ok(applied) if !applied.is_empty() => {
+                println!("local: {}: applied {}", parsed.target(), applied.join(", "))
+            }
+            Ok(_) => {}
+            Err(e) => println!("local: {}: cannot migrate: {e}", parsed.target()),
+        }
+    }
+}
+
+async fn shutdown_signal() {
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .expect("invariant: SIGTERM can be handled");
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = term.recv() => {}
+    }
+}

@@ -1,0 +1,86 @@
+//! moto's EC2 server on a free port, from the venv the scripts make
+//! (`$ORCA_MOTO_SERVER`, or `.cache/venv/bin/moto_server` of this checkout):
+//! the local mode's EC2 when a WarmPool names no endpoint, and the tests'.
+
+use std::{
+    io::{Read, Write},
+    net::TcpStream,
+    path::PathBuf,
+    process::{Child, Command, Stdio},
+    time::{Duration, Instant},
+};
+
+use super::spawn::{free_port, spawn_tied};
+
+pub struct Moto {
+    port: u16,
+    child: Child,
+}
+
+fn server_path() -> PathBuf {
+    if let Ok(p) = std::env::var("ORCA_MOTO_SERVER") {
+        return PathBuf::from(p);
+    }
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../.cache/venv/bin/moto_server")
+}
+
+impl Moto {
+    /// Starts moto's server and waits until it answers.
+    pub fn start() -> Moto {
+        let path = server_path();
+        if !path.exists() {
+            panic!(
+                "moto's EC2 server is missing: no {} (scripts/test and scripts/demo create a venv with \
+                 moto[server]; or set ORCA_MOTO_SERVER)",
+                path.display()
+            );
+        }
+        let port = free_port();
+        let mut cmd = Command::new(&path);
+        cmd.args(["-H", "127.0.0.1", "-p", &port.to_string()])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        let child = spawn_tied(cmd, None)
+            .unwrap_or_else(|e| panic!("moto_server ({}) could not start: {e}", path.display()));
+        let mut moto = Moto { port, child };
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while moto.get("/moto-api/data.json").is_none() {
+            if let Ok(Some(status)) = moto.child.try_wait() {
+                panic!("moto_server exited at start-up ({status})");
+            }
+            if Instant::now() > deadline {
+                panic!("moto_server did not answer on port {port} within 60 s");
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        moto
+    }
+
+    /// `http://127.0.0.1:<port>`: the EC2 endpoint.
+    pub fn endpoint(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+
+    /// A GET of `path`; the body if it answered 200.
+    pub fn get(&self, path: &str) -> Option<String> {
+        let mut stream = TcpStream::connect(("127.0.0.1", self.port)).ok()?;
+        stream
+            .set_read_timeout(Some(Duration::from_secs(10)))
+            .ok()?;
+        write!(stream, "GET {path} HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n").ok()?;
+        let mut response = String::new();
+        stream.read_to_string(&mut response).ok()?;
+        let (head, body) = response.split_once("\r\n\r\n")?;
+        head.starts_with("HTTP/1.0 200")
+            .then(|| body.to_string())
+            .or_else(|| head.starts_with("HTTP/1.1 200").then(|| body.to_string()))
+    }
+}
+
+impl Drop for Moto {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}

@@ -1,0 +1,247 @@
+//! Pods and Jobs as local processes. Each lives in a directory of
+//! `<dir>/.status/{pods,jobs}/<name>/`: `pod.json` (what it is), `pid` (its
+//! supervisor), `log`, `termination-log`, `exit.json` once it has ended,
+//! `deleting` once a delete was asked. The directory is the "cluster": a
+//! restarted operator reads it back, as a restarted controller lists pods.
+
+use std::{
+    collections::BTreeMap,
+    path::{Path, PathBuf},
+    process::Stdio,
+};
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+
+use crate::rollout::{JobState, JobView, PodState, PodView};
+
+/// What a local pod or job is.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct PodMeta {
+    /// `namespace/name` of the Scheduler it belongs to.
+    pub scheduler: String,
+    pub revision: String,
+    pub sequence: u32,
+    pub image: String,
+    pub created: DateTime<Utc>,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Exit {
+    pub code: i32,
+    pub finished: DateTime<Utc>,
+}
+
+impl Exit {
+    pub fn now(code: i32) -> Self {
+        Exit {
+            code,
+            finished: Utc::now(),
+        }
+    }
+}
+
+pub(super) fn write_exit(dir: &Path, exit: &Exit) {
+    let tmp = dir.join("exit.json.tmp");
+    if let Ok(text) = serde_json::to_string(exit) {
+        if std::fs::write(&tmp, text).is_ok() {
+            let _ = std::fs::rename(&tmp, dir.join("exit.json"));
+        }
+    }
+}
+
+/// A local pod or job as found on disk.
+#[derive(Clone, Debug)]
+pub struct Local {
+    pub name: String,
+    pub dir: PathBuf,
+    pub meta: PodMeta,
+    pub pid: Option<i32>,
+    pub exit: Option<Exit>,
+    pub deleting: bool,
+}
+
+fn alive(pid: i32) -> bool {
+    // SAFETY: signal 0 only checks that the process exists.
+    unsafe { libc::kill(pid, 0) == 0 }
+}
+
+impl Local {
+    fn state(&self) -> (Option<Exit>, String) {
+        let message = std::fs::read_to_string(self.dir.join("termination-log")).unwrap_or_default();
+        match (&self.exit, self.pid) {
+            (Some(e), _) => (Some(e.clone()), message),
+            (None, Some(pid)) if alive(pid) => (None, message),
+            // The supervisor itself was killed: the pod is gone.
+            (None, _) => (Some(Exit::now(137)), "its supervisor is gone".into()),
+        }
+    }
+
+    pub fn pod_view(&self) -> PodView {
+        let (exit, message) = self.state();
+        PodView {
+            name: self.name.clone(),
+            revision: self.meta.revision.clone(),
+            sequence: self.meta.sequence,
+            image: self.meta.image.clone(),
+            created: self.meta.created,
+            state: match exit {
+                Some(e) => PodState::Exited {
+                    code: e.code,
+                    message,
+                    finished: e.finished,
+                },
+                None => PodState::Running,
+            },
+            deleting: self.deleting,
+        }
+    }
+
+    pub fn job_view(&self) -> JobView {
+        let (exit, message) = self.state();
+        let last_log_line = || {
+            std::fs::read_to_string(self.dir.join("log"))
+                .ok()
+                .and_then(|l| l.lines().last().map(str::to_string))
+                .unwrap_or_default()
+        };
+        JobView {
+            name: self.name.clone(),
+            revision: self.meta.revision.clone(),
+            created: self.meta.created,
+            state: match exit {
+                None => JobState::Running,
+                Some(e) if e.code == 0 => JobState::Succeeded { at: e.finished },
+                Some(e) => JobState::Failed {
+                    message: format!(
+                        "exit code {}: {}",
+                        e.code,
+                        if message.is_empty() {
+                            last_log_line()
+                        } else {
+                            message
+                        }
+                    ),
+                },
+            },
+        }
+    }
+
+    pub fn running(&self) -> bool {
+        self.state().0.is_none()
+    }
+
+    /// Asks it to stop (SIGTERM to the supervisor, which passes it on); an
+    /// ended one is removed at once.
+    pub fn delete(&self) {
+        if self.running() {
+            let _ = std::fs::write(self.dir.join("deleting"), Utc::now().to_rfc3339());
+            if let Some(pid) = self.pid {
+                // SAFETY: kill has no memory-safety preconditions.
+                unsafe { libc::kill(pid, libc::SIGTERM) };
+            }
+        } else {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
+    }
+}
+
+/// The pods (or jobs) of a local-mode directory.
+pub struct Table {
+    root: PathBuf,
+}
+
+impl Table {
+    pub fn new(root: PathBuf) -> Self {
+        Table { root }
+    }
+
+    /// Everything in the table, by name.
+    pub fn list(&self) -> BTreeMap<String, Local> {
+        let mut all = BTreeMap::new();
+        let Ok(entries) = std::fs::read_dir(&self.root) else {
+            return all;
+        };
+        for entry in entries.flatten() {
+            let dir = entry.path();
+            let name = entry.file_name().to_string_lossy().into_owned();
+            let Some(meta) = std::fs::read_to_string(dir.join("pod.json"))
+                .ok()
+                .and_then(|t| serde_json::from_str::<PodMeta>(&t).ok())
+            else {
+                continue;
+            };
+            let pid = std::fs::read_to_string(dir.join("pid"))
+                .ok()
+                .and_then(|p| p.trim().parse().ok());
+            let exit = std::fs::read_to_string(dir.join("exit.json"))
+                .ok()
+                .and_then(|t| serde_json::from_str(&t).ok());
+            let deleting = dir.join("deleting").exists();
+            let local = Local {
+                name: name.clone(),
+                dir,
+                meta,
+                pid,
+                exit,
+                deleting,
+            };
+            // A deleted one that has ended is gone, as a pod would be.
+            if local.deleting && !local.running() {
+                let _ = std::fs::remove_dir_all(&local.dir);
+                continue;
+            }
+            all.insert(name, local);
+        }
+        all
+    }
+
+    /// Starts `command` under a supervisor, detached from this process (a
+    /// restarted operator finds it running).
+    pub fn start(
+        &self,
+        name: &str,
+        meta: &PodMeta,
+        command: &[String],
+        env: &[(String, String)],
+        timeout: Option<u64>,
+    ) -> std::io::Result<()> {
+        let dir = self.root.join(name);
+        std::fs::create_dir_all(&dir)?;
+        std::fs::write(
+            dir.join("pod.json"),
+            serde_json::to_string_pretty(meta).map_err(std::io::Error::other)?,
+        )?;
+        let me = std::env::current_exe()?;
+        let mut cmd = std::process::Command::new(me);
+        cmd.arg("local-supervise").arg(&dir);
+        if let Some(t) = timeout {
+            cmd.arg("--timeout").arg(t.to_string());
+        }
+        cmd.arg("--")
+            .args(command)
+            .env("ORCA_TERMINATION_LOG", dir.join("termination-log"))
+            .envs(env.iter().map(|(k, v)| (k, v)))
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        use std::os::unix::process::CommandExt;
+        // SAFETY: setsid is async-signal-safe; a session of its own keeps a
+        // terminal's Ctrl-C for the operator, which drains its pods itself.
+        unsafe {
+            cmd.pre_exec(|| {
+                libc::setsid();
+                Ok(())
+            });
+        }
+        let child = cmd.spawn()?;
+        std::fs::write(dir.join("pid"), child.id().to_string())?;
+        // The supervisor is reaped by a thread so it never lingers as a zombie
+        // while this operator runs.
+        std::thread::spawn(move || {
+            let mut child = child;
+            let _ = child.wait();
+        });
+        Ok(())
+    }
+}

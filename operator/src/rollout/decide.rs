@@ -1,0 +1,281 @@
+//! `decide`: one snapshot in, the next steps of the rollout out (SPEC §6).
+//!
+//! With overlap on, a new revision goes: pod created → its instance joined
+//! and live (else, past joinTimeout, abort: delete it; the old instance,
+//! never asked to drain, keeps leading) → the older live instances asked to
+//! drain → `wait_for_lead`, verified in `pg_locks` (else, past leadTimeout,
+//! `Degraded`) → the register Job → each old pod deleted once its row has
+//! ended and it has exited (or past drainTimeout). Exit 75 from the new pod
+//! (overlap refused) → stop-the-world: the old drain and end first, then the
+//! new starts. Overlap off → recreate. Old revisions are never restarted:
+//! a restarted old image would be the newest instance and take the lead.
+
+use std::time::Duration;
+
+use super::{
+    revision::{job_name, pod_name, revision_of},
+    snapshot::*,
+    status::StatusDraft,
+};
+
+/// The outcome of one [`decide`].
+#[derive(Clone, Debug, PartialEq)]
+pub struct Decision {
+    pub actions: Vec<Action>,
+    pub events: Vec<Event>,
+    pub status: crate::crd::SchedulerStatus,
+    /// Look again after this, even if nothing is watched to change.
+    pub requeue: Duration,
+}
+
+/// How long an old pod may take to exit after its row has ended.
+const EXIT_GRACE: i64 = 30;
+/// A pod that ran this long before it died was not crash-looping.
+const STABLE_SECONDS: i64 = 600;
+
+pub fn decide(o: &Observed) -> Decision {
+    let mut d = StatusDraft::new(o);
+    if o.spec.paused {
+        return d.finish_paused();
+    }
+    let instances = match &o.instances {
+        Ok(rows) => rows.as_slice(),
+        Err(problem) => return d.finish_unobserved(problem),
+    };
+    let target = revision_of(&o.spec);
+    let handover = &o.spec.handover;
+    let secs = |n: i64| chrono::Duration::seconds(n);
+    let instance_of = |pod: &PodView| {
+        instances
+            .iter()
+            .filter(|i| i.host == pod.name)
+            .max_by_key(|i| i.id)
+    };
+    let newest_live = instances.iter().filter(|i| i.live).map(|i| i.id).max();
+    let next_sequence = o
+        .pods
+        .iter()
+        .map(|p| p.sequence)
+        .max()
+        .unwrap_or(0)
+        .max(d.last_sequence())
+        + 1;
+    if d.aborted_revision().is_some_and(|r| r != target) {
+        d.clear_aborted();
+    }
+
+    // The current pod: the newest of the target revision that can still
+    // lead — not being deleted, and its instance neither draining nor
+    // superseded by a newer live one.
+    let viable = |p: &&PodView| {
+        !p.deleting
+            && p.revision == target
+            && match instance_of(p) {
+                None => true,
+                Some(i) => {
+                    i.ended.is_none()
+                        && i.drain_asked.is_none()
+                        && i.role != "draining"
+                        && newest_live.is_none_or(|n| n <= i.id)
+                }
+            }
+    };
+    let mut current = o.pods.iter().filter(viable).max_by_key(|p| p.sequence);
+    // Pods this pass replaces or removes, so the old-pod sweep leaves them.
+    let mut handled: Vec<&str> = Vec::new();
+
+    // 1. No current pod: start one (or wait for the way to be clear).
+    if current.is_none() {
+        if d.aborted_revision() == Some(target.as_str()) {
+            d.degraded_keep();
+        } else if !o.spec.overlap {
+            let others: Vec<&PodView> = o.pods.iter().filter(|p| p.revision != target).collect();
+            for p in others.iter().filter(|p| !p.deleting) {
+                d.act(Action::DeletePod {
+                    name: p.name.clone(),
+                });
+                d.event(Event::normal(
+                    "Recreating",
+                    format!(
+                        "overlap is off: deleting pod {} ({}) before the new one starts",
+                        p.name, p.image
+                    ),
+                ));
+                handled.push(&p.name);
+            }
+            if others.is_empty() {
+                d.create_pod(&o.name, &target, next_sequence, &o.spec.image, instances);
+            }
+        } else {
+            d.create_pod(&o.name, &target, next_sequence, &o.spec.image, instances);
+        }
+    }
+
+    // 2. The current pod exited: stop-the-world on 75, else recreate it.
+    if let Some(pod) = current {
+        if let PodState::Exited {
+            code,
+            message,
+            finished,
+        } = &pod.state
+        {
+            handled.push(&pod.name);
+            if *code == 75 && o.spec.overlap {
+                let live: Vec<&InstanceView> = instances.iter().filter(|i| i.live).collect();
+                d.stop_the_world(pod, message);
+                for i in live.iter().filter(|i| i.drain_asked.is_none()) {
+                    d.ask_drain(
+                        i,
+                        "stop-the-world: the new image refused to start beside it",
+                    );
+                }
+                if live.is_empty() {
+                    d.act(Action::DeletePod {
+                        name: pod.name.clone(),
+                    });
+                    d.create_pod(&o.name, &target, next_sequence, &o.spec.image, instances);
+                }
+            } else {
+                let restarts = d.restarts();
+                let ran = *finished - pod.created;
+                let backoff = if ran > secs(STABLE_SECONDS) {
+                    10
+                } else {
+                    10 * 2i64.pow(restarts.clamp(0, 5) as u32)
+                };
+                let due = *finished + secs(backoff);
+                if o.now >= due {
+                    d.act(Action::DeletePod {
+                        name: pod.name.clone(),
+                    });
+                    d.restart_pod(pod, *code, &o.name, &target, next_sequence, &o.spec.image);
+                } else {
+                    d.crash_backoff(
+                        pod,
+                        *code,
+                        message,
+                        (due - o.now).to_std().unwrap_or(Duration::from_secs(1)),
+                    );
+                }
+            }
+            current = None;
+        }
+    }
+
+    // 3. The current pod runs: join → drain the older → lead → register.
+    if let Some(pod) = current {
+        match instance_of(pod).filter(|i| i.live) {
+            None => {
+                let waited = o.now - pod.created;
+                let fallback = instances.iter().any(|i| i.live && i.host != pod.name);
+                if waited > secs(handover.join_timeout_seconds) {
+                    if fallback {
+                        handled.push(&pod.name);
+                        d.act(Action::DeletePod {
+                            name: pod.name.clone(),
+                        });
+                        d.abort_join(pod, &target, handover.join_timeout_seconds);
+                    } else {
+                        d.join_late(pod, handover.join_timeout_seconds);
+                    }
+                } else {
+                    d.waiting_for_join(pod);
+                }
+            }
+            Some(me) => {
+                d.joined(pod, me);
+                for older in instances
+                    .iter()
+                    .filter(|i| i.live && i.id < me.id && i.drain_asked.is_none())
+                {
+                    d.ask_drain(
+                        older,
+                        &format!("instance {} ({}) has joined", me.id, pod.image),
+                    );
+                }
+                let leads = me.holds_lock && newest_live == Some(me.id);
+                if leads {
+                    d.leads(pod, me);
+                    if let Some(register) = &o.spec.register {
+                        match o.jobs.iter().find(|j| j.revision == target) {
+                            None => {
+                                let name = job_name(&o.name, &target);
+                                d.act(Action::CreateRegisterJob {
+                                    name: name.clone(),
+                                    revision: target.clone(),
+                                    image: o.spec.image.clone(),
+                                });
+                                d.registering(&name, &register.command);
+                            }
+                            Some(job) => d.register_state(job),
+                        }
+                    }
+                } else {
+                    let asked = instances
+                        .iter()
+                        .filter(|i| i.id < me.id)
+                        .filter_map(|i| i.drain_asked)
+                        .max()
+                        .unwrap_or(me.joined)
+                        .max(me.joined);
+                    if o.now - asked > secs(handover.lead_timeout_seconds) {
+                        d.lead_late(me, handover.lead_timeout_seconds);
+                    } else {
+                        d.waiting_for_lead(me);
+                    }
+                }
+            }
+        }
+    }
+
+    // 4. Old pods: gone once their rows have ended and they have exited.
+    for pod in &o.pods {
+        if pod.deleting
+            || handled.contains(&pod.name.as_str())
+            || current.is_some_and(|c| c.name == pod.name)
+        {
+            continue;
+        }
+        let exited = pod.exited().is_some();
+        match instance_of(pod) {
+            None => d.remove_old(pod, "it never joined"),
+            Some(i) if !i.live => {
+                let long_ended = i.ended.is_some_and(|e| o.now - e > secs(EXIT_GRACE));
+                if exited || long_ended || i.ended.is_none() {
+                    d.remove_old(pod, &format!("instance {} has ended", i.id));
+                } else {
+                    d.old_pod_waits(pod, i);
+                }
+            }
+            Some(i) if exited => d.remove_old(
+                pod,
+                &format!("it exited while instance {} was still live", i.id),
+            ),
+            Some(i) => match i.drain_asked {
+                Some(asked) if o.now - asked > secs(handover.drain_timeout_seconds) => {
+                    d.drain_timeout(pod, i, handover.drain_timeout_seconds)
+                }
+                _ => d.old_pod_waits(pod, i),
+            },
+        }
+    }
+
+    // 5. Register Jobs of other revisions are superseded.
+    for job in o.jobs.iter().filter(|j| j.revision != target) {
+        d.act(Action::DeleteJob {
+            name: job.name.clone(),
+        });
+    }
+
+    d.finish(instances, &target, handover.progress_deadline_seconds)
+}
+
+/// A new pod, named for its revision and sequence.
+pub(super) fn new_pod(scheduler: &str, revision: &str, sequence: u32, image: &str) -> Action {
+    Action::CreatePod {
+        name: pod_name(scheduler, revision, sequence),
+        revision: revision.to_string(),
+        sequence,
+        image: image.to_string(),
+    }
+}

@@ -1,0 +1,165 @@
+//! One snapshot of everything a rollout depends on, and the actions that
+//! change it. Plain data: no Kubernetes client, no database.
+
+use std::time::Duration;
+
+use crate::crd::{SchedulerSpec, SchedulerStatus};
+
+pub type Time = chrono::DateTime<chrono::Utc>;
+
+/// A scheduler pod (or, in the local mode, process).
+#[derive(Clone, Debug, PartialEq)]
+pub struct PodView {
+    pub name: String,
+    /// The hash of its pod template (label `orca.dev/revision`).
+    pub revision: String,
+    /// Every pod the operator creates gets the next number (label
+    /// `orca.dev/sequence`): the highest is the newest.
+    pub sequence: u32,
+    pub image: String,
+    pub created: Time,
+    pub state: PodState,
+    /// Deletion asked, not finished.
+    pub deleting: bool,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub enum PodState {
+    Pending,
+    Running,
+    /// The scheduler process ended: its exit code and termination message.
+    Exited {
+        code: i32,
+        message: String,
+        finished: Time,
+    },
+}
+
+impl PodView {
+    pub fn exited(&self) -> Option<i32> {
+        match self.state {
+            PodState::Exited { code, .. } => Some(code),
+            _ => None,
+        }
+    }
+}
+
+/// A register Job (or local process).
+#[derive(Clone, Debug, PartialEq)]
+pub struct JobView {
+    pub name: String,
+    pub revision: String,
+    pub created: Time,
+    pub state: JobState,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub enum JobState {
+    Running,
+    Succeeded { at: Time },
+    Failed { message: String },
+}
+
+/// A row of `orca.schedulers`, with what `pg_locks` says of it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct InstanceView {
+    pub id: i64,
+    /// The pod name (`HOSTNAME`).
+    pub host: String,
+    pub image: String,
+    /// waiting, leading or draining.
+    pub role: String,
+    /// Not ended and seen within the stale limit.
+    pub live: bool,
+    pub ended: Option<Time>,
+    /// Its `backend_pid` holds LEAD_LOCK in `pg_locks`.
+    pub holds_lock: bool,
+    pub joined: Time,
+    pub led: Option<Time>,
+    pub drain_asked: Option<Time>,
+    pub runs: i32,
+}
+
+/// Everything [`crate::rollout::decide`] looks at.
+#[derive(Clone, Debug)]
+pub struct Observed {
+    pub name: String,
+    pub generation: Option<i64>,
+    pub spec: SchedulerSpec,
+    /// The status as last written: what the operator remembers.
+    pub status: SchedulerStatus,
+    pub pods: Vec<PodView>,
+    pub jobs: Vec<JobView>,
+    /// The rows of `orca.schedulers` not long gone, or why they could not be
+    /// read (a missing Secret, an unreachable database).
+    pub instances: Result<Vec<InstanceView>, Problem>,
+    pub now: Time,
+}
+
+/// Why the database could not be observed; a `Degraded` reason.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Problem {
+    /// CamelCase, e.g. `SecretMissing`, `DatabaseUnreachable`.
+    pub reason: String,
+    /// One line, never a password.
+    pub message: String,
+}
+
+/// What the operator does next. Each is idempotent: the next snapshot shows
+/// whether it happened.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Action {
+    CreatePod {
+        name: String,
+        revision: String,
+        sequence: u32,
+        image: String,
+    },
+    DeletePod {
+        name: String,
+    },
+    /// `ask_drain` (seed 002).
+    AskDrain {
+        instance: i64,
+    },
+    CreateRegisterJob {
+        name: String,
+        revision: String,
+        image: String,
+    },
+    DeleteJob {
+        name: String,
+    },
+}
+
+/// A Kubernetes Event (or, locally, a printed line).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Event {
+    /// CamelCase.
+    pub reason: String,
+    pub message: String,
+    pub warning: bool,
+}
+
+impl Event {
+    pub fn normal(reason: &str, message: impl Into<String>) -> Self {
+        Event {
+            reason: reason.into(),
+            message: message.into(),
+            warning: false,
+        }
+    }
+
+    pub fn warning(reason: &str, message: impl Into<String>) -> Self {
+        Event {
+            reason: reason.into(),
+            message: message.into(),
+            warning: true,
+        }
+    }
+}
+
+/// How soon to look again while something is in motion.
+pub const BUSY: Duration = Duration::from_secs(1);
+/// How soon to look again when all is quiet (watches wake it sooner).
+pub const QUIET: Duration = Duration::from_secs(30);

@@ -1,0 +1,545 @@
+//! The draft of one `decide`: the actions and events it collects, and the
+//! status it derives from the snapshot (phase, leader, revisions, the last
+//! handover's times, conditions).
+
+use std::time::Duration;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time as KubeTime};
+
+use super::{decide::new_pod, snapshot::*, Decision};
+use crate::crd::{HandoverStatus, LeaderStatus, Phase, RevisionStatus, SchedulerStatus};
+
+pub(super) struct StatusDraft<'a> {
+    o: &'a Observed,
+    actions: Vec<Action>,
+    events: Vec<Event>,
+    status: SchedulerStatus,
+    /// The first problem found: (reason, message).
+    degraded: Option<(String, String)>,
+    progress: Option<Phase>,
+    stop_world: bool,
+    requeue: Duration,
+}
+
+fn rfc3339(t: Time) -> String {
+    t.to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
+}
+
+impl<'a> StatusDraft<'a> {
+    pub(super) fn new(o: &'a Observed) -> Self {
+        let mut status = o.status.clone();
+        status.observed_generation = o.generation;
+        status.target_image = Some(o.spec.image.clone());
+        StatusDraft {
+            o,
+            actions: Vec::new(),
+            events: Vec::new(),
+            status,
+            degraded: None,
+            progress: None,
+            stop_world: false,
+            requeue: QUIET,
+        }
+    }
+
+    pub(super) fn act(&mut self, action: Action) {
+        self.requeue = BUSY;
+        self.actions.push(action);
+    }
+
+    pub(super) fn event(&mut self, event: Event) {
+        self.events.push(event);
+    }
+
+    fn degrade(&mut self, reason: &str, message: String) {
+        if self.degraded.is_none() {
+            self.degraded = Some((reason.into(), message));
+        }
+    }
+
+    fn busy(&mut self, phase: Phase) {
+        self.requeue = self.requeue.min(BUSY);
+        if self.progress.is_none() {
+            self.progress = Some(phase);
+        }
+    }
+
+    pub(super) fn last_sequence(&self) -> u32 {
+        self.status.last_sequence.clamp(0, u32::MAX as i64) as u32
+    }
+
+    pub(super) fn restarts(&self) -> i32 {
+        self.status.restarts
+    }
+
+    pub(super) fn aborted_revision(&self) -> Option<&str> {
+        self.status.aborted_revision.as_deref()
+    }
+
+    pub(super) fn clear_aborted(&mut self) {
+        self.status.aborted_revision = None;
+    }
+
+    pub(super) fn degraded_keep(&mut self) {
+        let revision = self.status.aborted_revision.clone().unwrap_or_default();
+        self.degrade(
+            "JoinTimeout",
+            format!(
+                "the rollout of revision {revision} ({}) was aborted: it never joined; change the spec to try again",
+                self.o.spec.image
+            ),
+        );
+    }
+
+    pub(super) fn create_pod(
+        &mut self,
+        scheduler: &str,
+        revision: &str,
+        sequence: u32,
+        image: &str,
+        rows: &[InstanceView],
+    ) {
+        let action = new_pod(scheduler, revision, sequence, image);
+        let Action::CreatePod { name, .. } = &action else {
+            unreachable!("new_pod makes a CreatePod")
+        };
+        let leader = rows.iter().find(|i| i.live && i.holds_lock);
+        match leader {
+            Some(l) if l.image != image || !l.host.contains(revision) => {
+                self.event(Event::normal(
+                    "HandoverStarted",
+                    format!(
+                        "pod {name} starts image {image} beside instance {} ({})",
+                        l.id, l.image
+                    ),
+                ));
+                self.status.last_handover = Some(HandoverStatus {
+                    from: l.image.clone(),
+                    to: image.to_string(),
+                    started: Some(rfc3339(self.o.now)),
+                    ..Default::default()
+                });
+            }
+            _ => self.event(Event::normal(
+                "Creating",
+                format!("pod {name} starts image {image}"),
+            )),
+        }
+        self.status.last_sequence = sequence as i64;
+        self.act(action);
+        self.busy(Phase::Starting);
+    }
+
+    pub(super) fn restart_pod(
+        &mut self,
+        pod: &PodView,
+        code: i32,
+        scheduler: &str,
+        revision: &str,
+        sequence: u32,
+        image: &str,
+    ) {
+        self.status.restarts += 1;
+        self.event(Event::warning(
+            "PodRestarted",
+            format!(
+                "pod {} exited with code {code}; starting its revision again (restart {})",
+                pod.name, self.status.restarts
+            ),
+        ));
+        let action = new_pod(scheduler, revision, sequence, image);
+        self.status.last_sequence = sequence as i64;
+        self.act(action);
+        self.busy(Phase::Starting);
+    }
+
+    pub(super) fn crash_backoff(
+        &mut self,
+        pod: &PodView,
+        code: i32,
+        message: &str,
+        wait: Duration,
+    ) {
+        let why = if message.is_empty() {
+            String::new()
+        } else {
+            format!(": {}", first_line(message))
+        };
+        self.degrade(
+            "PodFailed",
+            format!(
+                "pod {} exited with code {code}{why}; starting it again in {}s",
+                pod.name,
+                wait.as_secs().max(1)
+            ),
+        );
+        self.requeue = self.requeue.min(wait.max(Duration::from_secs(1)));
+    }
+
+    pub(super) fn stop_the_world(&mut self, pod: &PodView, message: &str) {
+        self.busy(Phase::HandingOver);
+        let already = self
+            .o
+            .status
+            .conditions
+            .iter()
+            .any(|c| c.type_ == "Progressing" && c.reason == "StopTheWorld");
+        if !already {
+            self.event(Event::warning(
+                "OverlapRefused",
+                format!(
+                    "pod {} refused to start beside the running scheduler ({}); stop-the-world: the old instances drain and end first",
+                    pod.name,
+                    first_line(message)
+                ),
+            ));
+        }
+        self.progress = Some(Phase::HandingOver);
+        self.stop_world = true;
+    }
+
+    pub(super) fn ask_drain(&mut self, instance: &InstanceView, why: &str) {
+        self.act(Action::AskDrain {
+            instance: instance.id,
+        });
+        self.event(Event::normal(
+            "AskedDrain",
+            format!(
+                "asked instance {} ({}, {}) to drain: {why}",
+                instance.id, instance.host, instance.image
+            ),
+        ));
+    }
+
+    pub(super) fn abort_join(&mut self, pod: &PodView, revision: &str, timeout: i64) {
+        self.status.aborted_revision = Some(revision.to_string());
+        self.event(Event::warning(
+            "JoinTimeout",
+            format!(
+                "pod {} ({}) did not join within {timeout}s; rollout aborted, the old instance keeps leading",
+                pod.name, pod.image
+            ),
+        ));
+        self.degraded_keep();
+    }
+
+    pub(super) fn join_late(&mut self, pod: &PodView, timeout: i64) {
+        self.degrade(
+            "JoinTimeout",
+            format!(
+                "pod {} ({}) has not joined within {timeout}s",
+                pod.name, pod.image
+            ),
+        );
+        self.busy(Phase::Starting);
+    }
+
+    pub(super) fn waiting_for_join(&mut self, pod: &PodView) {
+        let old_leads = self.live_others(&pod.name);
+        self.busy(if old_leads {
+            Phase::HandingOver
+        } else {
+            Phase::Starting
+        });
+    }
+
+    fn live_others(&self, pod: &str) -> bool {
+        self.o
+            .instances
+            .as_ref()
+            .map(|rows| rows.iter().any(|i| i.live && i.host != pod))
+            .unwrap_or(false)
+    }
+
+    pub(super) fn joined(&mut self, pod: &PodView, me: &InstanceView) {
+        if let Some(h) = self.status.last_handover.as_mut() {
+            if h.to == pod.image && h.joined.is_none() {
+                h.joined = Some(rfc3339(me.joined));
+                self.events.push(Event::normal(
+                    "Joined",
+                    format!("instance {} of pod {} joined", me.id, pod.name),
+                ));
+            }
+        }
+    }
+
+    pub(super) fn leads(&mut self, pod: &PodView, me: &InstanceView) {
+        let since = me.led.map(rfc3339);
+        self.status.current_image = Some(pod.image.clone());
+        self.status.leader = Some(LeaderStatus {
+            instance: me.id,
+            pod: pod.name.clone(),
+            image: pod.image.clone(),
+            since: since.clone(),
+        });
+        if let Some(h) = self.status.last_handover.as_mut() {
+            if h.to == pod.image && h.led.is_none() {
+                h.led = since.or(Some(rfc3339(self.o.now)));
+                self.events.push(Event::normal(
+                    "Leading",
+                    format!(
+                        "instance {} of pod {} leads (verified in pg_locks)",
+                        me.id, pod.name
+                    ),
+                ));
+            }
+        }
+    }
+
+    pub(super) fn registering(&mut self, job: &str, command: &[String]) {
+        self.event(Event::normal(
+            "Registering",
+            format!(
+                "job {job} registers the new pipelines ({})",
+                command.join(" ")
+            ),
+        ));
+        self.busy(Phase::Registering);
+    }
+
+    pub(super) fn register_state(&mut self, job: &JobView) {
+        match &job.state {
+            JobState::Running => self.busy(Phase::Registering),
+            JobState::Succeeded { at } => {
+                if let Some(h) = self.status.last_handover.as_mut() {
+                    if h.registered.is_none() && h.led.is_some() {
+                        h.registered = Some(rfc3339(*at));
+                        self.events.push(Event::normal(
+                            "Registered",
+                            format!("job {} succeeded", job.name),
+                        ));
+                    }
+                }
+            }
+            JobState::Failed { message } => self.degrade(
+                "RegisterFailed",
+                format!("job {} failed: {}", job.name, first_line(message)),
+            ),
+        }
+    }
+
+    pub(super) fn lead_late(&mut self, me: &InstanceView, timeout: i64) {
+        self.degrade(
+            "LeadTimeout",
+            format!(
+                "instance {} ({}) does not lead {timeout}s after the drain was asked; waiting",
+                me.id, me.host
+            ),
+        );
+        self.busy(Phase::HandingOver);
+    }
+
+    pub(super) fn waiting_for_lead(&mut self, me: &InstanceView) {
+        let old_leads = self.live_others(&me.host);
+        self.busy(if old_leads {
+            Phase::HandingOver
+        } else {
+            Phase::Starting
+        });
+    }
+
+    pub(super) fn remove_old(&mut self, pod: &PodView, why: &str) {
+        self.act(Action::DeletePod {
+            name: pod.name.clone(),
+        });
+        self.event(Event::normal(
+            "Removed",
+            format!("deleted pod {} ({}): {why}", pod.name, pod.image),
+        ));
+        self.busy(Phase::Draining);
+    }
+
+    pub(super) fn old_pod_waits(&mut self, _pod: &PodView, _instance: &InstanceView) {
+        self.busy(Phase::Draining);
+    }
+
+    pub(super) fn drain_timeout(&mut self, pod: &PodView, instance: &InstanceView, timeout: i64) {
+        self.act(Action::DeletePod {
+            name: pod.name.clone(),
+        });
+        self.event(Event::warning(
+            "DrainTimeout",
+            format!(
+                "instance {} of pod {} still had {} runs {timeout}s after the drain was asked; deleting the pod",
+                instance.id, pod.name, instance.runs
+            ),
+        ));
+    }
+
+    pub(super) fn finish_paused(mut self) -> Decision {
+        self.status.phase = Phase::Paused;
+        self.conditions(None, Some(("Paused", "spec.paused is true".into())));
+        self.decision()
+    }
+
+    pub(super) fn finish_unobserved(mut self, problem: &Problem) -> Decision {
+        self.degrade(&problem.reason, problem.message.clone());
+        self.status.phase = Phase::Degraded;
+        let degraded = self.degraded.clone();
+        self.conditions(degraded, None);
+        self.requeue = Duration::from_secs(5);
+        self.decision()
+    }
+
+    pub(super) fn finish(
+        mut self,
+        rows: &[InstanceView],
+        target: &str,
+        progress_deadline: i64,
+    ) -> Decision {
+        let o = self.o;
+        self.status.revisions = o
+            .pods
+            .iter()
+            .map(|p| {
+                let row = rows
+                    .iter()
+                    .filter(|i| i.host == p.name)
+                    .max_by_key(|i| i.id);
+                RevisionStatus {
+                    revision: p.revision.clone(),
+                    image: p.image.clone(),
+                    pod: p.name.clone(),
+                    instance: row.map(|i| i.id),
+                    role: row.map(|i| {
+                        if i.ended.is_some() {
+                            "ended".into()
+                        } else {
+                            i.role.clone()
+                        }
+                    }),
+                    runs: row.map(|i| i.runs).unwrap_or(0),
+                    since: Some(rfc3339(p.created)),
+                }
+            })
+            .collect();
+        self.status.draining = rows
+            .iter()
+            .filter(|i| i.live && i.role == "draining")
+            .count() as i32;
+        if !rows.iter().any(|i| i.live && i.holds_lock) {
+            self.status.leader = None;
+        }
+        let in_motion = self.progress.is_some() || !self.actions.is_empty();
+        if !in_motion {
+            if let Some(h) = self.status.last_handover.as_mut() {
+                if h.drained.is_none() && h.led.is_some() {
+                    h.drained = Some(rfc3339(o.now));
+                    self.events.push(Event::normal(
+                        "HandoverComplete",
+                        format!(
+                            "{} → {}: the old instances have drained and their pods are gone",
+                            h.from, h.to
+                        ),
+                    ));
+                }
+            }
+        }
+        let started = o
+            .pods
+            .iter()
+            .filter(|p| p.revision == target)
+            .map(|p| p.created)
+            .min();
+        if let (true, Some(started)) = (in_motion, started) {
+            if o.now - started > chrono::Duration::seconds(progress_deadline) {
+                self.degrade(
+                    "ProgressDeadlineExceeded",
+                    format!(
+                        "the rollout to {} has run past {progress_deadline}s",
+                        o.spec.image
+                    ),
+                );
+            }
+        }
+        self.status.phase = match (&self.degraded, self.progress) {
+            (Some(_), _) => Phase::Degraded,
+            (None, Some(p)) => p,
+            (None, None) if self.status.leader.is_some() => Phase::Ready,
+            (None, None) => Phase::Starting,
+        };
+        let degraded = self.degraded.clone();
+        let progressing = self.progress.map(|p| {
+            let reason = if self.stop_world {
+                "StopTheWorld"
+            } else {
+                p.as_str()
+            };
+            (reason, format!("rolling out {}", o.spec.image))
+        });
+        self.conditions(degraded, progressing);
+        self.decision()
+    }
+
+    fn conditions(
+        &mut self,
+        degraded: Option<(String, String)>,
+        progressing: Option<(&str, String)>,
+    ) {
+        let leader = self.status.leader.clone();
+        let now = self.o.now;
+        let generation = self.o.generation;
+        let previous = self.o.status.conditions.clone();
+        let make = |type_: &str, on: bool, reason: &str, message: String| {
+            let old = previous.iter().find(|c| c.type_ == type_);
+            let since = match old {
+                Some(c) if (c.status == "True") == on => c.last_transition_time.clone(),
+                _ => KubeTime(to_jiff(now)),
+            };
+            Condition {
+                type_: type_.into(),
+                status: if on { "True" } else { "False" }.into(),
+                reason: reason.into(),
+                message,
+                last_transition_time: since,
+                observed_generation: generation,
+            }
+        };
+        let available = match &leader {
+            Some(l) => make(
+                "Available",
+                true,
+                "Leading",
+                format!("instance {} ({}) leads", l.instance, l.pod),
+            ),
+            None => make(
+                "Available",
+                false,
+                "NoLeader",
+                "no live instance holds the lead".into(),
+            ),
+        };
+        let progressing = match progressing {
+            Some((reason, message)) => make("Progressing", true, reason, message),
+            None => make(
+                "Progressing",
+                false,
+                "Settled",
+                "nothing to roll out".into(),
+            ),
+        };
+        let degraded = match degraded {
+            Some((reason, message)) => make("Degraded", true, &reason, message),
+            None => make("Degraded", false, "AsExpected", String::new()),
+        };
+        self.status.conditions = vec![available, progressing, degraded];
+    }
+
+    fn decision(self) -> Decision {
+        Decision {
+            actions: self.actions,
+            events: self.events,
+            status: self.status,
+            requeue: self.requeue,
+        }
+    }
+}
+
+fn first_line(s: &str) -> &str {
+    s.lines().next().unwrap_or("").trim()
+}
+
+pub(crate) fn to_jiff(t: Time) -> k8s_openapi::jiff::Timestamp {
+    k8s_openapi::jiff::Timestamp::from_second(t.timestamp())
+        .unwrap_or(k8s_openapi::jiff::Timestamp::UNIX_EPOCH)
+}

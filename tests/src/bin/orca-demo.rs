@@ -1,0 +1,203 @@
+//! `scripts/demo`: the local mode on `examples/`, narrated. v1 starts and
+//! leads; runs flow; v2 is applied and handed over to, step by step with
+//! times; v1 drains its runs and exits; a warm pool of instances on moto
+//! serves a run and refills; a summary. Exits 0 when all of that happened.
+
+use std::{
+    path::{Path, PathBuf},
+    time::{Duration, Instant},
+};
+
+use anyhow::{bail, Context};
+use orca_operator::{crd::Phase, local::postgres::Cluster};
+use orca_tests::{local::LocalMode, pg};
+
+fn say(start: Instant, text: impl AsRef<str>) {
+    println!(
+        "[{:>6.1}s] {}",
+        start.elapsed().as_secs_f64(),
+        text.as_ref()
+    );
+}
+
+fn examples() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples")
+}
+
+/// The example Scheduler with another image and the demo's tick.
+fn scheduler_yaml(image_tag: &str, pool: Option<&str>) -> anyhow::Result<String> {
+    let text = std::fs::read_to_string(examples().join("scheduler.yaml"))
+        .context("reading examples/scheduler.yaml")?;
+    let mut out = text.replace("orca:v1", &format!("orca:{image_tag}"));
+    out = out.replace(
+        r#"args: ["--tick-ms", "500"]"#,
+        &match pool {
+            Some(p) => {
+                format!(r#"args: ["--tick-ms", "500", "--stale-seconds", "5", "--pool", "{p}"]"#)
+            }
+            None => r#"args: ["--tick-ms", "500", "--stale-seconds", "5"]"#.to_string(),
+        },
+    );
+    out = out.replace("staleSeconds: 10", "staleSeconds: 5");
+    Ok(out)
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let start = Instant::now();
+    say(start, "starting a throwaway PostgreSQL");
+    let cluster = tokio::task::spawn_blocking(Cluster::private).await?;
+    let url = cluster.fresh_db().await;
+    let mut local = LocalMode::new(&url, &scheduler_yaml("v1", None)?);
+    say(
+        start,
+        format!("orca-operator local {}", local.dir().display()),
+    );
+    local.start();
+
+    // 1. v1 starts and leads.
+    let s = wait(&local, Duration::from_secs(60), |s| s.phase == Phase::Ready).await?;
+    let v1 = s.leader.clone().context("v1 leads")?;
+    say(
+        start,
+        format!(
+            "v1 leads: instance {} in pod {} ({})",
+            v1.instance, v1.pod, v1.image
+        ),
+    );
+
+    // 2. Runs flow.
+    let db = pg::connect(&url).await;
+    let mut runs = Vec::new();
+    for _ in 0..4 {
+        let id: i64 = db
+            .query_one(
+                "insert into orca.runs (pipeline) values ('sleep:6') returning id",
+                &[],
+            )
+            .await?
+            .get(0);
+        runs.push(id);
+    }
+    say(start, format!("queued runs {runs:?} (6 s each)"));
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let n: i64 = db
+            .query_one(
+                "select count(*) from orca.runs where id = any($1) and status = 'running'",
+                &[&runs],
+            )
+            .await?
+            .get(0);
+        if n == runs.len() as i64 {
+            break;
+        }
+        if Instant::now() > deadline {
+            bail!("v1 did not start the runs");
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    say(start, format!("v1 runs all {} of them", runs.len()));
+
+    // 3. v2 is applied; the handover, step by step.
+    let applied = Instant::now();
+    local.apply(&scheduler_yaml("v2", None)?);
+    say(start, "applied image v2");
+    let mut seen = std::collections::BTreeSet::new();
+    let steps = [
+        ("HandoverStarted", "v2's pod starts beside v1"),
+        ("Joined", "v2 joined"),
+        ("AskedDrain", "v1 asked to drain"),
+        ("Leading", "v2 leads (verified in pg_locks)"),
+        ("Registering", "register job runs with v2"),
+        ("Registered", "v2's pipelines registered"),
+        ("Removed", "v1 drained its runs, ended and its pod is gone"),
+        ("HandoverComplete", "handover complete"),
+    ];
+    let deadline = Instant::now() + Duration::from_secs(90);
+    let from = local.output().len();
+    while seen.len() < steps.len() {
+        let out = local.output();
+        for (reason, text) in steps {
+            if !seen.contains(reason)
+                && out[from.min(out.len())..]
+                    .iter()
+                    .any(|l| l.contains(&format!(" {reason}:")))
+            {
+                seen.insert(reason);
+                say(
+                    start,
+                    format!("  +{:>4.1}s  {text}", applied.elapsed().as_secs_f64()),
+                );
+            }
+        }
+        if Instant::now() > deadline {
+            bail!(
+                "the handover did not finish; the operator said:\n{}",
+                out.join("\n")
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let s = local.status();
+    let v2 = s.leader.clone().context("v2 leads")?;
+    let h = s
+        .last_handover
+        .clone()
+        .context("the handover is recorded")?;
+    let took = |a: &Option<String>, b: &Option<String>| -> Option<f64> {
+        let a = chrono::DateTime::parse_from_rfc3339(a.as_deref()?).ok()?;
+        let b = chrono::DateTime::parse_from_rfc3339(b.as_deref()?).ok()?;
+        Some((b - a).num_milliseconds() as f64 / 1000.0)
+    };
+    let join_to_lead = took(&h.joined, &h.led);
+
+    // v1's runs finished under v1, once each.
+    let lost: i64 = db
+        .query_one(
+            "select count(*) from orca.runs where id = any($1) and not (status = 'succeeded' and start = 1 and instance = $2)",
+            &[&runs, &v1.instance],
+        )
+        .await?
+        .get(0);
+
+    // The summary.
+    println!();
+    say(start, "summary");
+    println!(
+        "  handover {} → {}: joined → leads {:.1} s, whole handover {:.1} s (tick 0.5 s)",
+        h.from,
+        h.to,
+        join_to_lead.unwrap_or(f64::NAN),
+        took(&h.started, &h.drained).unwrap_or(f64::NAN)
+    );
+    println!("  leader now: instance {} in pod {}", v2.instance, v2.pod);
+    println!("  runs lost: {lost}");
+    if lost != 0 {
+        bail!("{lost} runs did not finish exactly once under v1");
+    }
+    drop(local);
+    drop(cluster);
+    Ok(())
+}
+
+async fn wait(
+    local: &LocalMode,
+    limit: Duration,
+    check: impl Fn(&orca_operator::crd::SchedulerStatus) -> bool,
+) -> anyhow::Result<orca_operator::crd::SchedulerStatus> {
+    let deadline = Instant::now() + limit;
+    loop {
+        let s = local.status();
+        if check(&s) {
+            return Ok(s);
+        }
+        if Instant::now() > deadline {
+            bail!(
+                "not within {limit:?}; the operator said:\n{}",
+                local.output().join("\n")
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}

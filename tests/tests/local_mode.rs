@@ -1,0 +1,462 @@
+//! End to end: `orca-operator local` rolling `orca-sim` schedulers on a
+//! real PostgreSQL — the handover in order, the aborts, stop-the-world,
+//! recreate, restarts of the pod and of the operator itself.
+
+use std::{
+    sync::{
+        atomic::{AtomicBool, AtomicUsize, Ordering},
+        Arc,
+    },
+    time::Duration,
+};
+
+use orca_operator::crd::Phase;
+use orca_tests::{local::LocalMode, pg};
+
+const TICK_MS: u64 = 200;
+
+/// A Scheduler running `orca-sim` with image `image` and `extra` args.
+fn scheduler(image: &str, extra: &str, more_spec: &str) -> String {
+    format!(
+        r#"apiVersion: orca.dev/v1alpha1
+kind: Scheduler
+metadata:
+  name: orca
+spec:
+  image: {image}
+  command: ["orca-sim", "scheduler"]
+  args: ["--tick-ms", "{TICK_MS}", "--stale-seconds", "2"{extra}]
+  database:
+    urlSecretRef: {{name: orca-db, key: url}}
+  register:
+    command: ["sh", "-c", "echo registered $ORCA_IMAGE"]
+  handover:
+    staleSeconds: 2
+    joinTimeoutSeconds: 20
+{more_spec}"#
+    )
+}
+
+/// Samples `pg_locks` every 50 ms and remembers the most holders of the
+/// lead lock it ever saw at once.
+struct LockWatch {
+    most: Arc<AtomicUsize>,
+    stop: Arc<AtomicBool>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl LockWatch {
+    async fn start(url: &str) -> LockWatch {
+        let db = pg::connect(url).await;
+        let most = Arc::new(AtomicUsize::new(0));
+        let stop = Arc::new(AtomicBool::new(false));
+        let (m, s) = (most.clone(), stop.clone());
+        let task = tokio::spawn(async move {
+            while !s.load(Ordering::Relaxed) {
+                let n: i64 = db
+                    .query_one(
+                        "select count(*) from pg_locks where locktype = 'advisory' and granted
+                           and classid = 0 and objid = 1869767525 and objsubid = 1
+                           and database = (select oid from pg_database where datname = current_database())",
+                        &[],
+                    )
+                    .await
+                    .map(|r| r.get(0))
+                    .unwrap_or(0);
+                m.fetch_max(n as usize, Ordering::Relaxed);
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        });
+        LockWatch { most, stop, task }
+    }
+
+    async fn most(self) -> usize {
+        self.stop.store(true, Ordering::Relaxed);
+        let _ = self.task.await;
+        self.most.load(Ordering::Relaxed)
+    }
+}
+
+async fn queue_runs(url: &str, pipeline: &str, n: usize) -> Vec<i64> {
+    let db = pg::connect(url).await;
+    let mut ids = Vec::new();
+    for _ in 0..n {
+        let id: i64 = db
+            .query_one(
+                "insert into orca.runs (pipeline) values ($1) returning id",
+                &[&pipeline],
+            )
+            .await
+            .unwrap()
+            .get(0);
+        ids.push(id);
+    }
+    ids
+}
+
+async fn instance_of_image(url: &str, image: &str) -> i64 {
+    let db = pg::connect(url).await;
+    db.query_one(
+        "select max(id) from orca.schedulers where image = $1",
+        &[&image],
+    )
+    .await
+    .unwrap()
+    .get::<_, Option<i64>>(0)
+    .unwrap_or_else(|| panic!("no instance of {image}"))
+}
+
+fn ready_with(image: &'static str) -> impl Fn(&orca_operator::crd::SchedulerStatus) -> bool {
+    move |s| s.phase == Phase::Ready && s.leader.as_ref().is_some_and(|l| l.image == image)
+}
+
+async fn wait_runs_done(url: &str, ids: &[i64], limit: Duration) {
+    let db = pg::connect(url).await;
+    let deadline = tokio::time::Instant::now() + limit;
+    loop {
+        let left: i64 = db
+            .query_one("select count(*) from orca.runs where id = any($1) and status not in ('succeeded', 'failed')", &[&ids])
+            .await
+            .unwrap()
+            .get(0);
+        if left == 0 {
+            return;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{left} runs still not finished"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn first_start_then_a_handover_with_runs_going() {
+    let url = pg::Cluster::shared().migrated_db().await;
+    let mut local = LocalMode::new(&url, &scheduler("v1", "", ""));
+    local.start();
+    let s = local.wait_for(
+        "v1 leads and is registered",
+        Duration::from_secs(30),
+        ready_with("v1"),
+    );
+    assert_eq!(s.revisions.len(), 1);
+    assert!(local.output().iter().any(|l| l.contains("Registering")));
+
+    let watch = LockWatch::start(&url).await;
+    let v1 = instance_of_image(&url, "v1").await;
+    let before = queue_runs(&url, "sleep:4", 4).await;
+    // The runs are started by v1 before v2 exists.
+    let db = pg::connect(&url).await;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let started: i64 = db
+            .query_one(
+                "select count(*) from orca.runs where id = any($1) and status = 'running'",
+                &[&before],
+            )
+            .await
+            .unwrap()
+            .get(0);
+        if started == before.len() as i64 {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "v1 did not start its runs"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+
+    local.apply(&scheduler("v2", "", ""));
+    local.wait_for("v2 leads", Duration::from_secs(30), |s| {
+        s.leader.as_ref().is_some_and(|l| l.image == "v2")
+    });
+    let after = queue_runs(&url, "sleep:1", 3).await;
+    let s = local.wait_for("the handover completes", Duration::from_secs(60), |s| {
+        ready_with("v2")(s)
+            && s.last_handover
+                .as_ref()
+                .is_some_and(|h| h.drained.is_some())
+    });
+    wait_runs_done(&url, &after, Duration::from_secs(30)).await;
+    assert!(
+        watch.most().await <= 1,
+        "two instances held the lead lock at once"
+    );
+
+    let h = s.last_handover.expect("the handover is recorded");
+    assert_eq!((h.from.as_str(), h.to.as_str()), ("v1", "v2"));
+    // Register only after the lead: both are database/exit times in order.
+    assert!(h.registered.as_deref() >= h.led.as_deref(), "{h:?}");
+    // v1's runs finished under v1, started once; the later ones under v2.
+    let v2 = instance_of_image(&url, "v2").await;
+    for row in db
+        .query(
+            "select id, status, start, instance from orca.runs where id = any($1)",
+            &[&before],
+        )
+        .await
+        .unwrap()
+    {
+        assert_eq!(row.get::<_, String>(1), "succeeded");
+        assert_eq!(
+            row.get::<_, i32>(2),
+            1,
+            "run {} was started again",
+            row.get::<_, i64>(0)
+        );
+        assert_eq!(row.get::<_, Option<i64>>(3), Some(v1));
+    }
+    for row in db
+        .query(
+            "select instance from orca.runs where id = any($1)",
+            &[&after],
+        )
+        .await
+        .unwrap()
+    {
+        assert_eq!(row.get::<_, Option<i64>>(0), Some(v2));
+    }
+    let ended: Option<chrono::DateTime<chrono::Utc>> = db
+        .query_one("select ended from orca.schedulers where id = $1", &[&v1])
+        .await
+        .unwrap()
+        .get(0);
+    assert!(ended.is_some(), "v1 ended its row");
+    assert_eq!(
+        local.pods().len(),
+        1,
+        "only v2's pod is left: {:?}",
+        local.pods()
+    );
+    let out = local.output().join("\n");
+    let order = [
+        "HandoverStarted",
+        "AskedDrain",
+        "Leading",
+        "Registering",
+        "Removed",
+        "HandoverComplete",
+    ];
+    let mut from = 0;
+    for reason in order {
+        let at = out[from..]
+            .find(reason)
+            .unwrap_or_else(|| panic!("no {reason} event after the ones before it:\n{out}"));
+        from += at + reason.len();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_revision_that_never_joins_is_aborted_and_the_old_keeps_leading() {
+    let url = pg::Cluster::shared().migrated_db().await;
+    let mut local = LocalMode::new(&url, &scheduler("v1", "", ""));
+    local.start();
+    local.wait_for("v1 ready", Duration::from_secs(30), ready_with("v1"));
+    let v1 = instance_of_image(&url, "v1").await;
+    // v2's "scheduler" never joins.
+    let never = r#"apiVersion: orca.dev/v1alpha1
+kind: Scheduler
+metadata:
+  name: orca
+spec:
+  image: v2
+  command: ["sleep", "600"]
+  database:
+    urlSecretRef: {name: orca-db, key: url}
+  handover:
+    staleSeconds: 2
+    joinTimeoutSeconds: 3
+"#;
+    local.apply(never);
+    let s = local.wait_for("the rollout is aborted", Duration::from_secs(20), |s| {
+        s.phase == Phase::Degraded
+            && s.conditions
+                .iter()
+                .any(|c| c.type_ == "Degraded" && c.reason == "JoinTimeout")
+    });
+    assert_eq!(
+        s.leader.as_ref().map(|l| l.instance),
+        Some(v1),
+        "v1 keeps leading"
+    );
+    let db = pg::connect(&url).await;
+    let asked: Option<chrono::DateTime<chrono::Utc>> = db
+        .query_one(
+            "select drain_asked from orca.schedulers where id = $1",
+            &[&v1],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert!(asked.is_none(), "v1 was never asked to drain");
+    local.wait_for("v2's pod is gone", Duration::from_secs(10), |s| {
+        s.revisions.len() == 1
+    });
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn exit_75_stops_the_world_old_row_ends_before_the_new_starts() {
+    let url = pg::Cluster::shared().migrated_db().await;
+    // v1 says it knows 1 migration; v2's floor is 2: it must not overlap.
+    let mut local = LocalMode::new(&url, &scheduler("v1", r#", "--migrations", "1""#, ""));
+    local.start();
+    local.wait_for("v1 ready", Duration::from_secs(30), ready_with("v1"));
+    let v1 = instance_of_image(&url, "v1").await;
+    let runs = queue_runs(&url, "sleep:2", 2).await;
+    local.apply(&scheduler("v2", r#", "--floor", "2""#, ""));
+    local.wait_for(
+        "v2 leads after stop-the-world",
+        Duration::from_secs(60),
+        ready_with("v2"),
+    );
+    let out = local.output().join("\n");
+    assert!(out.contains("OverlapRefused"), "{out}");
+    let db = pg::connect(&url).await;
+    let v1_ended: Option<chrono::DateTime<chrono::Utc>> = db
+        .query_one("select ended from orca.schedulers where id = $1", &[&v1])
+        .await
+        .unwrap()
+        .get(0);
+    let v2_joined: chrono::DateTime<chrono::Utc> = db
+        .query_one(
+            "select min(joined) from orca.schedulers where image = 'v2'",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert!(
+        v1_ended.expect("v1's row ended") <= v2_joined,
+        "v2 joined before v1's row ended"
+    );
+    wait_runs_done(&url, &runs, Duration::from_secs(20)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_third_image_while_the_second_hands_over() {
+    let url = pg::Cluster::shared().migrated_db().await;
+    let mut local = LocalMode::new(&url, &scheduler("v1", "", ""));
+    local.start();
+    local.wait_for("v1 ready", Duration::from_secs(30), ready_with("v1"));
+    let watch = LockWatch::start(&url).await;
+    local.apply(&scheduler("v2", "", ""));
+    local.wait_for("v2's pod exists", Duration::from_secs(10), |s| {
+        s.revisions.len() == 2
+    });
+    local.apply(&scheduler("v3", "", ""));
+    local.wait_for("v3 ready, all drained", Duration::from_secs(60), |s| {
+        ready_with("v3")(s) && s.revisions.len() == 1
+    });
+    assert!(watch.most().await <= 1, "two lead lock holders at once");
+    let db = pg::connect(&url).await;
+    let live_old: i64 = db
+        .query_one(
+            "select count(*) from orca.schedulers where image <> 'v3' and ended is null",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(live_old, 0, "v1 and any v2 have ended their rows");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_current_pod_killed_is_recreated_and_leads_again() {
+    let url = pg::Cluster::shared().migrated_db().await;
+    let mut local = LocalMode::new(&url, &scheduler("v1", "", ""));
+    local.start();
+    local.wait_for("v1 ready", Duration::from_secs(30), ready_with("v1"));
+    let first = instance_of_image(&url, "v1").await;
+    let db = pg::connect(&url).await;
+    let pid: i32 = db
+        .query_one("select pid from orca.schedulers where id = $1", &[&first])
+        .await
+        .unwrap()
+        .get(0);
+    // SAFETY: kill has no memory-safety preconditions.
+    unsafe { libc::kill(pid, libc::SIGKILL) };
+    let s = local.wait_for("a new v1 pod leads", Duration::from_secs(40), |s| {
+        s.restarts == 1 && s.leader.as_ref().is_some_and(|l| l.instance != first)
+    });
+    assert_eq!(s.leader.unwrap().image, "v1");
+    assert!(local.output().iter().any(|l| l.contains("PodRestarted")));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn overlap_off_recreates_old_gone_before_new_starts() {
+    let url = pg::Cluster::shared().migrated_db().await;
+    let off = "  overlap: false\n";
+    let mut local = LocalMode::new(&url, &scheduler("v1", "", off));
+    local.start();
+    local.wait_for("v1 runs", Duration::from_secs(30), |s| {
+        s.revisions.len() == 1
+    });
+    let v1_pod = local.pods();
+    local.apply(&scheduler("v2", "", off));
+    local.wait_for("v2's pod only", Duration::from_secs(60), |s| {
+        s.revisions.len() == 1 && s.revisions[0].image == "v2"
+    });
+    let out = local.output().join("\n");
+    let recreate = out.find("Recreating").expect("a Recreating event");
+    let v2_created = out.rfind("Creating: pod").expect("a Creating event for v2");
+    assert!(recreate < v2_created, "{out}");
+    assert!(!local.pods().iter().any(|p| v1_pod.contains(p)));
+    let db = pg::connect(&url).await;
+    let rows: i64 = db
+        .query_one("select count(*) from orca.schedulers", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(rows, 0, "with overlap off a scheduler has no row");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_operator_killed_mid_rollout_carries_on_when_restarted() {
+    let url = pg::Cluster::shared().migrated_db().await;
+    let mut local = LocalMode::new(&url, &scheduler("v1", "", ""));
+    local.start();
+    local.wait_for("v1 ready", Duration::from_secs(30), ready_with("v1"));
+    let watch = LockWatch::start(&url).await;
+    let mut seed = 0x9e37_79b9_u64;
+    let mut random_ms = |max: u64| {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed % max
+    };
+    let mut kills = 0;
+    for image in ["v2", "v3", "v4", "v5"] {
+        local.apply(&scheduler(image, "", ""));
+        // Five kills at random moments of each rollout.
+        for _ in 0..5 {
+            tokio::time::sleep(Duration::from_millis(100 + random_ms(900))).await;
+            local.kill();
+            kills += 1;
+            tokio::time::sleep(Duration::from_millis(random_ms(300))).await;
+            local.start();
+        }
+        local.wait_for(
+            &format!("{image} ready after the kills"),
+            Duration::from_secs(60),
+            |s| {
+                s.phase == Phase::Ready
+                    && s.leader.as_ref().is_some_and(|l| l.image == image)
+                    && s.revisions.len() == 1
+            },
+        );
+    }
+    assert_eq!(kills, 20);
+    assert!(watch.most().await <= 1, "two lead lock holders at once");
+    let db = pg::connect(&url).await;
+    let live: i64 = db
+        .query_one(
+            "select count(*) from orca.schedulers where ended is null and image <> 'v5'",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(live, 0, "every old instance ended its row");
+}
