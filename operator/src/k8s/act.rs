@@ -1,0 +1,154 @@
+//! The act stage of a Scheduler's reconcile: each action of the decision,
+//! in order, through the Kubernetes API (pods, Jobs) or the database
+//! (`ask_drain`). Every action is idempotent: a pod or Job already there,
+//! or already gone, is done.
+
+use std::time::Duration;
+
+use k8s_openapi::api::{batch::v1::Job, core::v1::Pod};
+use kube::{
+    api::{DeleteParams, PostParams, PropagationPolicy},
+    Api, ResourceExt,
+};
+use orca_db::{schedulers, Db, DbError};
+use tracing::info;
+
+use super::{jobs, pods, scheduler::Context};
+use crate::crd::Scheduler;
+use crate::rollout::{Action, Decision};
+
+#[derive(Debug, thiserror::Error)]
+pub enum ActError {
+    #[error("creating pod {pod}: {source}")]
+    CreatePod {
+        pod: String,
+        #[source]
+        source: kube::Error,
+    },
+    #[error("deleting pod {pod}: {source}")]
+    DeletePod {
+        pod: String,
+        #[source]
+        source: kube::Error,
+    },
+    #[error("asking instance {instance} to drain: {source}")]
+    AskDrain {
+        instance: i64,
+        #[source]
+        source: DbError,
+    },
+    #[error("creating Job {job}: {source}")]
+    CreateJob {
+        job: String,
+        #[source]
+        source: kube::Error,
+    },
+    #[error("deleting Job {job}: {source}")]
+    DeleteJob {
+        job: String,
+        #[source]
+        source: kube::Error,
+    },
+    #[error("{action}: no database connection to act with")]
+    NoDatabase { action: String },
+    #[error("Job {job}: the spec has no register step")]
+    NoRegister { job: String },
+}
+
+pub(super) async fn act(
+    scheduler: &Scheduler,
+    ctx: &Context,
+    ns: &str,
+    db: Option<&Db>,
+    decision: &Decision,
+) -> Result<(), ActError> {
+    let name = scheduler.name_any();
+    let pod_api = Api::<Pod>::namespaced(ctx.client.clone(), ns);
+    let job_api = Api::<Job>::namespaced(ctx.client.clone(), ns);
+    let gone = DeleteParams {
+        propagation_policy: Some(PropagationPolicy::Background),
+        ..Default::default()
+    };
+    for action in &decision.actions {
+        match action {
+            Action::CreatePod {
+                name: pod,
+                revision,
+                sequence,
+                image,
+            } => {
+                info!(scheduler = %name, revision = %revision, pod = %pod, image = %image, "creating pod");
+                let object = pods::scheduler_pod(scheduler, pod, revision, *sequence, image);
+                ignore(pod_api.create(&PostParams::default(), &object).await, 409).map_err(
+                    |source| ActError::CreatePod {
+                        pod: pod.clone(),
+                        source,
+                    },
+                )?;
+            }
+            Action::DeletePod { name: pod } => {
+                info!(scheduler = %name, pod = %pod, "deleting pod");
+                ignore(pod_api.delete(pod, &gone).await.map(|_| ()), 404).map_err(|source| {
+                    ActError::DeletePod {
+                        pod: pod.clone(),
+                        source,
+                    }
+                })?;
+            }
+            Action::AskDrain { instance } => {
+                let db = db.ok_or_else(|| ActError::NoDatabase {
+                    action: format!("asking instance {instance} to drain"),
+                })?;
+                let stale =
+                    Duration::from_secs(scheduler.spec.handover.stale_seconds.max(1) as u64);
+                let asked =
+                    schedulers::ask_drain(db, *instance, stale)
+                        .await
+                        .map_err(|source| ActError::AskDrain {
+                            instance: *instance,
+                            source,
+                        })?;
+                info!(scheduler = %name, instance = instance, asked, "asked to drain");
+            }
+            Action::CreateRegisterJob {
+                name: job,
+                revision,
+                image,
+            } => {
+                let register = scheduler
+                    .spec
+                    .register
+                    .as_ref()
+                    .ok_or_else(|| ActError::NoRegister { job: job.clone() })?;
+                info!(scheduler = %name, revision = %revision, job = %job, image = %image, "creating register job");
+                let object = jobs::register_job(scheduler, register, job, revision, image);
+                ignore(job_api.create(&PostParams::default(), &object).await, 409).map_err(
+                    |source| ActError::CreateJob {
+                        job: job.clone(),
+                        source,
+                    },
+                )?;
+            }
+            Action::DeleteJob { name: job } => {
+                info!(scheduler = %name, job = %job, "deleting superseded register job");
+                ignore(job_api.delete(job, &gone).await.map(|_| ()), 404).map_err(|source| {
+                    ActError::DeleteJob {
+                        job: job.clone(),
+                        source,
+                    }
+                })?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// `result`, with the API's `code` (already there, already gone) as done:
+/// every action is idempotent.
+fn ignore<T>(result: Result<T, kube::Error>, code: u16) -> Result<(), kube::Error> {
+    match result {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(s)) if s.code == code => Ok(()),
+        Err(e) => Err(e),
+    }
+}

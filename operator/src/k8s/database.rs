@@ -1,0 +1,182 @@
+//! The Scheduler's database as the Kubernetes mode reaches it: the URL from
+//! the Secret `spec.database.urlSecretRef` names, a connection kept per
+//! Scheduler (so a reconcile does not reconnect), and the rows of
+//! `orca.schedulers` as [`InstanceView`]s.
+//!
+//! Whatever goes wrong here that a user can fix (no Secret, no key, a bad
+//! URL, a database that can't be reached) is a [`Problem`]: a `Degraded`
+//! condition with its reason, never a crash loop, and never the password —
+//! the URL text is kept only to connect and to notice that it changed.
+
+use std::{
+    collections::HashMap,
+    sync::{Arc, Mutex},
+};
+
+use k8s_openapi::api::core::v1::Secret;
+use kube::Api;
+use orca_db::{ConnectOptions, DatabaseUrl, Db, DbError};
+use sha2::{Digest, Sha256};
+
+use crate::crd::SecretKeyRef;
+use crate::rollout::Problem;
+
+/// Reading the Secret failed for a reason other than its absence (the API
+/// server, RBAC): the reconcile is retried.
+#[derive(Debug, thiserror::Error)]
+#[error("reading Secret {namespace}/{name}: {source}")]
+pub struct SecretError {
+    pub namespace: String,
+    pub name: String,
+    #[source]
+    pub source: kube::Error,
+}
+
+fn problem(reason: &str, message: String) -> Problem {
+    Problem {
+        reason: reason.into(),
+        message,
+    }
+}
+
+/// The database URL in `secret_ref`'s Secret of `namespace`: the URL text
+/// (to connect with; never shown) and its parse, or the [`Problem`].
+pub async fn read_url(
+    secrets: &Api<Secret>,
+    namespace: &str,
+    secret_ref: &SecretKeyRef,
+) -> Result<Result<(String, DatabaseUrl), Problem>, SecretError> {
+    let secret = match secrets.get_opt(&secret_ref.name).await {
+        Ok(Some(secret)) => secret,
+        Ok(None) => {
+            return Ok(Err(problem(
+                "SecretMissing",
+                format!("Secret {namespace}/{} does not exist", secret_ref.name),
+            )))
+        }
+        Err(source) => {
+            return Err(SecretError {
+                namespace: namespace.into(),
+                name: secret_ref.name.clone(),
+                source,
+            })
+        }
+    };
+    let bytes = secret
+        .data
+        .as_ref()
+        .and_then(|d| d.get(&secret_ref.key))
+        .map(|b| b.0.clone())
+        .or_else(|| {
+            secret
+                .string_data
+                .as_ref()
+                .and_then(|d| d.get(&secret_ref.key))
+                .map(|s| s.clone().into_bytes())
+        });
+    let Some(bytes) = bytes else {
+        return Ok(Err(problem(
+            "SecretKeyMissing",
+            format!(
+                "Secret {namespace}/{} has no key {:?}",
+                secret_ref.name, secret_ref.key
+            ),
+        )));
+    };
+    let invalid = |why: String| {
+        problem(
+            "DatabaseUrlInvalid",
+            format!(
+                "the database URL in Secret {namespace}/{} key {:?} is not valid: {why}",
+                secret_ref.name, secret_ref.key
+            ),
+        )
+    };
+    let Ok(text) = String::from_utf8(bytes) else {
+        return Ok(Err(invalid("it is not UTF-8 text".into())));
+    };
+    Ok(match DatabaseUrl::parse(&text) {
+        Ok(url) => Ok((text, url)),
+        // DbError hides the password; hide the whole text too, in case.
+        Err(e) => Err(invalid(scrub(&e.to_string(), &text))),
+    })
+}
+
+/// `message` without `secret` in it.
+fn scrub(message: &str, secret: &str) -> String {
+    let secret = secret.trim();
+    if secret.is_empty() {
+        message.to_string()
+    } else {
+        message.replace(secret, "<the URL>")
+    }
+}
+
+/// One connection per Scheduler, replaced when the Secret's URL changes or
+/// the connection drops.
+#[derive(Default)]
+pub struct Connections {
+    open: Mutex<Open>,
+}
+
+/// (namespace, name) → (a digest of the URL text, the connection).
+type Open = HashMap<(String, String), (Vec<u8>, Arc<Db>)>;
+
+fn fingerprint(url_text: &str) -> Vec<u8> {
+    Sha256::digest(url_text.as_bytes()).to_vec()
+}
+
+impl Connections {
+    /// The connection of Scheduler `namespace/name` to `url`: the one kept
+    /// if it is to the same URL and still open, else a new one.
+    pub async fn get(
+        &self,
+        namespace: &str,
+        name: &str,
+        url_text: &str,
+        url: &DatabaseUrl,
+    ) -> Result<Arc<Db>, DbError> {
+        let key = (namespace.to_string(), name.to_string());
+        let print = fingerprint(url_text);
+        if let Some((kept, db)) = self.lock().get(&key) {
+            if *kept == print && !db.is_closed() {
+                return Ok(db.clone());
+            }
+        }
+        let db = Arc::new(orca_db::connect(url, &ConnectOptions::named("orca-operator")).await?);
+        self.lock().insert(key, (print, db.clone()));
+        Ok(db)
+    }
+
+    /// Drops Scheduler `namespace/name`'s connection (it failed, or the
+    /// Scheduler is gone).
+    pub fn forget(&self, namespace: &str, name: &str) {
+        self.lock()
+            .remove(&(namespace.to_string(), name.to_string()));
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Open> {
+        // A panic while holding this lock leaves a map that is still whole.
+        self.open.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn scrub_hides_the_whole_url() {
+        let url = "postgres://u:hunter2@db/orca?sslmode=bogus";
+        let msg = format!("bad URL {url}");
+        assert_eq!(scrub(&msg, url), "bad URL <the URL>");
+    }
+
+    #[test]
+    fn a_bad_url_is_refused_without_its_password() {
+        let e = DatabaseUrl::parse("postgres://u:hunter2@db/orca?sslmode=bogus")
+            .err()
+            .unwrap();
+        assert!(!e.to_string().contains("hunter2"), "{e}");
+    }
+}

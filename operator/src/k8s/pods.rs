@@ -1,0 +1,407 @@
+//! The scheduler Pod of a revision (SPEC §5–§6), and what `decide` reads
+//! back from a Pod ([`PodView`]).
+//!
+//! The operator manages these pods itself, as CloudNativePG does: one per
+//! revision, `restartPolicy: Never`, owned by the Scheduler. A dead pod is
+//! replaced by a new one (a new name, the next sequence), never restarted in
+//! place: a restarted old image would be the newest instance and take the
+//! lead back.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::{
+    Container, EnvVar, EnvVarSource, Pod, PodSpec, SecretKeySelector,
+};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time as KubeTime};
+use kube::{Resource, ResourceExt};
+
+use super::{LABEL_REVISION, LABEL_SCHEDULER, LABEL_SEQUENCE};
+use crate::crd::{Scheduler, SchedulerSpec};
+use crate::rollout::{PodState, PodView, Time};
+
+/// The scheduler container's name in every pod.
+pub const CONTAINER: &str = "scheduler";
+
+/// The variables of the image contract (SPEC §5); the operator sets them,
+/// `spec.env` can't.
+const CONTRACT: [&str; 3] = ["ORCA_DATABASE_URL", "ORCA_OVERLAP", "ORCA_IMAGE"];
+
+/// The environment of SPEC §5 for `image`: `ORCA_DATABASE_URL` from the
+/// Secret (a `secretKeyRef`, never a literal), `ORCA_OVERLAP`, `ORCA_IMAGE`,
+/// then `spec.env` (less any of those three names).
+pub fn contract_env(spec: &SchedulerSpec, image: &str) -> Vec<EnvVar> {
+    let secret = &spec.database.url_secret_ref;
+    let mut env = vec![
+        EnvVar {
+            name: "ORCA_DATABASE_URL".into(),
+            value_from: Some(EnvVarSource {
+                secret_key_ref: Some(SecretKeySelector {
+                    name: secret.name.clone(),
+                    key: secret.key.clone(),
+                    optional: Some(false),
+                }),
+                ..Default::default()
+            }),
+            ..Default::default()
+        },
+        literal("ORCA_OVERLAP", if spec.overlap { "on" } else { "off" }),
+        literal("ORCA_IMAGE", image),
+    ];
+    env.extend(
+        spec.env
+            .iter()
+            .filter(|e| !CONTRACT.contains(&e.name.as_str()))
+            .cloned(),
+    );
+    env
+}
+
+fn literal(name: &str, value: &str) -> EnvVar {
+    EnvVar {
+        name: name.into(),
+        value: Some(value.into()),
+        ..Default::default()
+    }
+}
+
+/// The labels every object of `scheduler`'s revision carries, over the pod
+/// template's own (ours win).
+pub fn labels(scheduler: &Scheduler, revision: &str) -> BTreeMap<String, String> {
+    let mut labels = scheduler
+        .spec
+        .pod_template
+        .as_ref()
+        .map(|t| t.labels.clone())
+        .unwrap_or_default();
+    labels.insert(LABEL_SCHEDULER.into(), scheduler.name_any());
+    labels.insert(LABEL_REVISION.into(), revision.into());
+    labels
+}
+
+/// The Scheduler as the controlling owner: the pod goes when it goes, and
+/// the controller's `owns` maps pod events back to it.
+pub fn owner(
+    scheduler: &Scheduler,
+) -> Vec<k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference> {
+    scheduler.controller_owner_ref(&()).into_iter().collect()
+}
+
+/// The pod of `Action::CreatePod`: `name` (also its host name, which the
+/// instance row records as `host`), for `revision` and `sequence`, running
+/// `image` with the spec's command, args, env and pod template.
+pub fn scheduler_pod(
+    scheduler: &Scheduler,
+    name: &str,
+    revision: &str,
+    sequence: u32,
+    image: &str,
+) -> Pod {
+    let spec = &scheduler.spec;
+    let template = spec.pod_template.clone().unwrap_or_default();
+    let mut labels = labels(scheduler, revision);
+    labels.insert(LABEL_SEQUENCE.into(), sequence.to_string());
+    Pod {
+        metadata: ObjectMeta {
+            name: Some(name.into()),
+            namespace: scheduler.namespace(),
+            labels: Some(labels),
+            annotations: non_empty(template.annotations),
+            owner_references: Some(owner(scheduler)),
+            ..Default::default()
+        },
+        spec: Some(PodSpec {
+            hostname: Some(name.into()),
+            restart_policy: Some("Never".into()),
+            containers: vec![Container {
+                name: CONTAINER.into(),
+                image: Some(image.into()),
+                command: non_empty_vec(spec.command.clone()),
+                args: non_empty_vec(spec.args.clone()),
+                env: Some(contract_env(spec, image)),
+                resources: spec.resources.clone(),
+                termination_message_policy: Some("FallbackToLogsOnError".into()),
+                ..Default::default()
+            }],
+            node_selector: non_empty(template.node_selector),
+            tolerations: non_empty_vec(template.tolerations),
+            affinity: template.affinity,
+            service_account_name: template.service_account_name,
+            image_pull_secrets: non_empty_vec(template.image_pull_secrets),
+            ..Default::default()
+        }),
+        status: None,
+    }
+}
+
+pub(super) fn non_empty<K, V>(map: BTreeMap<K, V>) -> Option<BTreeMap<K, V>> {
+    (!map.is_empty()).then_some(map)
+}
+
+pub(super) fn non_empty_vec<T>(v: Vec<T>) -> Option<Vec<T>> {
+    (!v.is_empty()).then_some(v)
+}
+
+pub(super) fn chrono_of(t: &KubeTime) -> Time {
+    chrono::DateTime::from_timestamp(t.0.as_second(), t.0.subsec_nanosecond().max(0) as u32)
+        .unwrap_or_default()
+}
+
+/// What `decide` sees of a scheduler pod; `None` for a pod without the
+/// revision and sequence labels (not one the operator made).
+pub fn pod_view(pod: &Pod) -> Option<PodView> {
+    let labels = pod.metadata.labels.as_ref()?;
+    let revision = labels.get(LABEL_REVISION)?.clone();
+    let sequence = labels.get(LABEL_SEQUENCE)?.parse().ok()?;
+    let created = pod
+        .metadata
+        .creation_timestamp
+        .as_ref()
+        .map(chrono_of)
+        .unwrap_or_default();
+    let spec_container = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.containers.iter().find(|c| c.name == CONTAINER));
+    let image = spec_container
+        .and_then(|c| c.image.clone())
+        .unwrap_or_default();
+    Some(PodView {
+        name: pod.name_any(),
+        revision,
+        sequence,
+        image,
+        created,
+        state: pod_state(pod, created),
+        deleting: pod.metadata.deletion_timestamp.is_some(),
+    })
+}
+
+/// The scheduler container's state: its exit code and termination message
+/// once terminated; a pod that failed without one (evicted, say) has exited
+/// too, with the pod's own reason.
+fn pod_state(pod: &Pod, created: Time) -> PodState {
+    let status = pod.status.as_ref();
+    let container = status
+        .and_then(|s| s.container_statuses.as_ref())
+        .and_then(|cs| cs.iter().find(|c| c.name == CONTAINER));
+    let state = container.and_then(|c| c.state.as_ref());
+    if let Some(t) = state.and_then(|s| s.terminated.as_ref()) {
+        let message = t
+            .message
+            .clone()
+            .or_else(|| t.reason.clone())
+            .unwrap_or_default();
+        return PodState::Exited {
+            code: t.exit_code,
+            message,
+            finished: t.finished_at.as_ref().map(chrono_of).unwrap_or(created),
+        };
+    }
+    if state.and_then(|s| s.running.as_ref()).is_some() {
+        return PodState::Running;
+    }
+    match status.and_then(|s| s.phase.as_deref()) {
+        Some("Failed") | Some("Succeeded") => {
+            let s = status.cloned().unwrap_or_default();
+            let message = [s.reason, s.message]
+                .into_iter()
+                .flatten()
+                .collect::<Vec<_>>()
+                .join(": ");
+            PodState::Exited {
+                code: -1,
+                message,
+                finished: created,
+            }
+        }
+        _ => PodState::Pending,
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use k8s_openapi::api::core::v1::{
+        ContainerState, ContainerStateRunning, ContainerStateTerminated, ContainerStatus,
+        PodStatus, Toleration,
+    };
+
+    use super::*;
+    use crate::crd::{Database, PodTemplate, SecretKeyRef};
+
+    pub(crate) fn scheduler() -> Scheduler {
+        let mut s = Scheduler::new(
+            "orca",
+            SchedulerSpec {
+                image: "orca:v2".into(),
+                command: vec!["orca".into(), "scheduler".into()],
+                args: vec!["--tick".into(), "1".into()],
+                env: vec![
+                    literal("ORCA_IMAGE", "spoofed"),
+                    literal("ORCA_DATABASE_URL", "postgres://u:hunter2@db/orca"),
+                    literal("TZ", "UTC"),
+                ],
+                resources: None,
+                database: Database {
+                    url_secret_ref: SecretKeyRef {
+                        name: "orca-db".into(),
+                        key: "url".into(),
+                    },
+                },
+                overlap: true,
+                register: None,
+                handover: Default::default(),
+                pod_template: Some(PodTemplate {
+                    labels: [("team".to_string(), "data".to_string())].into(),
+                    annotations: [("note".to_string(), "hi".to_string())].into(),
+                    node_selector: [("pool".to_string(), "ops".to_string())].into(),
+                    tolerations: vec![Toleration {
+                        key: Some("ops".into()),
+                        operator: Some("Exists".into()),
+                        ..Default::default()
+                    }],
+                    affinity: None,
+                    service_account_name: Some("orca".into()),
+                    image_pull_secrets: vec![],
+                }),
+                paused: false,
+            },
+        );
+        s.metadata.namespace = Some("jobs".into());
+        s.metadata.uid = Some("uid-1".into());
+        s
+    }
+
+    #[test]
+    fn the_pod_follows_spec_section_6() {
+        let pod = scheduler_pod(&scheduler(), "orca-abc-3", "abc", 3, "orca:v2");
+        let meta = &pod.metadata;
+        assert_eq!(meta.namespace.as_deref(), Some("jobs"));
+        let labels = meta.labels.clone().unwrap();
+        assert_eq!(labels["orca.dev/scheduler"], "orca");
+        assert_eq!(labels["orca.dev/revision"], "abc");
+        assert_eq!(labels["orca.dev/sequence"], "3");
+        assert_eq!(labels["team"], "data");
+        assert_eq!(meta.annotations.clone().unwrap()["note"], "hi");
+        let owner = &meta.owner_references.as_ref().unwrap()[0];
+        assert_eq!(
+            (owner.kind.as_str(), owner.name.as_str(), owner.uid.as_str()),
+            ("Scheduler", "orca", "uid-1")
+        );
+        assert_eq!(owner.controller, Some(true));
+
+        let spec = pod.spec.unwrap();
+        assert_eq!(spec.hostname.as_deref(), Some("orca-abc-3"));
+        assert_eq!(spec.restart_policy.as_deref(), Some("Never"));
+        assert_eq!(spec.service_account_name.as_deref(), Some("orca"));
+        assert_eq!(spec.node_selector.unwrap()["pool"], "ops");
+        assert_eq!(spec.tolerations.unwrap().len(), 1);
+        let c = &spec.containers[0];
+        assert_eq!(c.image.as_deref(), Some("orca:v2"));
+        assert_eq!(c.command.clone().unwrap(), ["orca", "scheduler"]);
+        assert_eq!(c.args.clone().unwrap(), ["--tick", "1"]);
+        assert_eq!(
+            c.termination_message_policy.as_deref(),
+            Some("FallbackToLogsOnError")
+        );
+    }
+
+    #[test]
+    fn the_database_url_is_a_secret_reference_and_the_contract_wins() {
+        let env = contract_env(&scheduler().spec, "orca:v2");
+        let names: Vec<&str> = env.iter().map(|e| e.name.as_str()).collect();
+        assert_eq!(
+            names,
+            ["ORCA_DATABASE_URL", "ORCA_OVERLAP", "ORCA_IMAGE", "TZ"]
+        );
+        assert_eq!(env[0].value, None);
+        let r = env[0]
+            .value_from
+            .as_ref()
+            .unwrap()
+            .secret_key_ref
+            .as_ref()
+            .unwrap();
+        assert_eq!((r.name.as_str(), r.key.as_str()), ("orca-db", "url"));
+        assert_eq!(env[1].value.as_deref(), Some("on"));
+        assert_eq!(env[2].value.as_deref(), Some("orca:v2"));
+        assert!(!serde_json::to_string(&env).unwrap().contains("hunter2"));
+
+        let mut off = scheduler().spec;
+        off.overlap = false;
+        assert_eq!(contract_env(&off, "x")[1].value.as_deref(), Some("off"));
+    }
+
+    fn with_state(state: ContainerState, phase: &str) -> Pod {
+        let mut pod = scheduler_pod(&scheduler(), "orca-abc-3", "abc", 3, "orca:v2");
+        pod.metadata.creation_timestamp = Some(KubeTime("2026-01-01T00:00:00Z".parse().unwrap()));
+        pod.status = Some(PodStatus {
+            phase: Some(phase.into()),
+            container_statuses: Some(vec![ContainerStatus {
+                name: CONTAINER.into(),
+                state: Some(state),
+                ..Default::default()
+            }]),
+            ..Default::default()
+        });
+        pod
+    }
+
+    #[test]
+    fn a_pod_reads_back_as_its_view() {
+        let running = ContainerState {
+            running: Some(ContainerStateRunning::default()),
+            ..Default::default()
+        };
+        let view = pod_view(&with_state(running, "Running")).unwrap();
+        assert_eq!((view.revision.as_str(), view.sequence), ("abc", 3));
+        assert_eq!(view.image, "orca:v2");
+        assert_eq!(view.state, PodState::Running);
+        assert_eq!(view.created.to_rfc3339(), "2026-01-01T00:00:00+00:00");
+        assert!(!view.deleting);
+
+        let refused = ContainerState {
+            terminated: Some(ContainerStateTerminated {
+                exit_code: 75,
+                message: Some("overlap refused: instance 1 knows 3\n".into()),
+                finished_at: Some(KubeTime("2026-01-01T00:01:00Z".parse().unwrap())),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let mut pod = with_state(refused, "Failed");
+        pod.metadata.deletion_timestamp = Some(KubeTime("2026-01-01T00:02:00Z".parse().unwrap()));
+        let view = pod_view(&pod).unwrap();
+        match view.state {
+            PodState::Exited {
+                code,
+                message,
+                finished,
+            } => {
+                assert_eq!(code, 75);
+                assert!(message.starts_with("overlap refused"));
+                assert_eq!(finished.to_rfc3339(), "2026-01-01T00:01:00+00:00");
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(view.deleting);
+    }
+
+    #[test]
+    fn an_evicted_pod_has_exited_and_a_foreign_pod_is_not_seen() {
+        let mut pod = with_state(ContainerState::default(), "Failed");
+        if let Some(s) = pod.status.as_mut() {
+            s.reason = Some("Evicted".into());
+        }
+        assert!(
+            matches!(pod_view(&pod).unwrap().state, PodState::Exited { code: -1, ref message, .. } if message == "Evicted")
+        );
+        assert_eq!(
+            pod_view(&with_state(ContainerState::default(), "Pending"))
+                .unwrap()
+                .state,
+            PodState::Pending
+        );
+        pod.metadata.labels = None;
+        assert_eq!(pod_view(&pod), None);
+    }
+}

@@ -1,0 +1,174 @@
+//! `orca-operator run`: the Kubernetes mode. A kube-rs `Controller` on
+//! Schedulers owning their Pods and Jobs, and the WarmPool controller
+//! beside it (one of each per watched namespace, or one for all), run only
+//! while this replica holds the Lease; the HTTP server for `/metrics`,
+//! `/healthz` and `/readyz` runs all along.
+
+use std::{net::SocketAddr, sync::Arc, time::Duration};
+
+use futures::{future, StreamExt};
+use k8s_openapi::api::{batch::v1::Job, core::v1::Pod};
+use kube::{
+    runtime::{watcher, Controller},
+    Api, Client,
+};
+use prometheus_client::registry::Registry;
+use tracing::{info, warn};
+
+use super::{
+    leader::{self, Election},
+    scheduler::{error_policy, reconcile, Context},
+    server::{self, Readiness},
+    Metrics, LABEL_SCHEDULER, MANAGER,
+};
+use crate::crd::Scheduler;
+use crate::pool::{self, controller::PoolControllerConfig, PoolMetrics, Tuning};
+
+/// How long a call about the Lease may take (its grace is 5 s).
+const LEASE_CALL_TIMEOUT: Duration = Duration::from_secs(3);
+
+/// The arguments of `orca-operator run` (the Helm chart passes them).
+#[derive(clap::Args, Clone, Debug)]
+pub struct RunArgs {
+    /// A namespace to watch; repeat for several; none watches all.
+    #[arg(long = "namespace")]
+    pub namespaces: Vec<String>,
+    /// Where `/metrics`, `/healthz` and `/readyz` are served.
+    #[arg(long, default_value = "0.0.0.0:8080")]
+    pub listen: SocketAddr,
+    /// The Lease the replicas elect a leader on.
+    #[arg(long, default_value = "orca-operator")]
+    pub lease_name: String,
+    /// The Lease's namespace; the operator's own (`POD_NAMESPACE`) by default.
+    #[arg(long, env = "POD_NAMESPACE")]
+    pub lease_namespace: Option<String>,
+    /// This replica's name in the Lease and in Events.
+    #[arg(long, env = "POD_NAME", hide = true)]
+    pub pod_name: Option<String>,
+}
+
+/// Runs the Kubernetes mode until SIGTERM or Ctrl-C.
+pub async fn run(args: RunArgs) -> anyhow::Result<()> {
+    let config = kube::Config::infer().await?;
+    let client = Client::try_from(config.clone())?;
+    // The lease's own client gives up on a call well within the lease's
+    // grace: a renewal stuck on the network must stop the controllers
+    // before the lease expires and a standby takes over.
+    let mut lease_config = config;
+    lease_config.connect_timeout = Some(LEASE_CALL_TIMEOUT);
+    lease_config.read_timeout = Some(LEASE_CALL_TIMEOUT);
+    lease_config.write_timeout = Some(LEASE_CALL_TIMEOUT);
+    let lease_client = Client::try_from(lease_config)?;
+    let identity = match &args.pod_name {
+        Some(name) => name.clone(),
+        None => std::env::var("HOSTNAME")
+            .unwrap_or_else(|_| format!("orca-operator-{}", std::process::id())),
+    };
+    let lease_namespace = args
+        .lease_namespace
+        .clone()
+        .unwrap_or_else(|| client.default_namespace().to_string());
+
+    let mut registry = Registry::default();
+    let metrics = Metrics::register(&mut registry);
+    let pools = PoolControllerConfig {
+        tuning: Tuning::default(),
+        metrics: Some(PoolMetrics::register(&mut registry)),
+        reporter: MANAGER.into(),
+    };
+    let registry = Arc::new(registry);
+    let ready = Readiness::default();
+    let server = tokio::spawn(server::serve(args.listen, registry, ready.clone()));
+
+    let ctx = Arc::new(Context::new(client.clone(), metrics, &identity));
+    let namespaces = args.namespaces.clone();
+    let work = {
+        let client = client.clone();
+        move || {
+            controllers(
+                client.clone(),
+                namespaces.clone(),
+                ctx.clone(),
+                pools.clone(),
+            )
+        }
+    };
+    let election = Election::new(&args.lease_name, &lease_namespace, &identity);
+    info!(lease = %args.lease_name, namespace = %lease_namespace, identity = %identity, "waiting for the lease");
+    let led = leader::lead(lease_client, election, ready, work, shutdown_signal()).await;
+    server.abort();
+    led
+}
+
+/// The Scheduler and WarmPool controllers of this replica: one of each per
+/// namespace (the chart's RBAC may cover only those), or one over all.
+async fn controllers(
+    client: Client,
+    namespaces: Vec<String>,
+    ctx: Arc<Context>,
+    pools: PoolControllerConfig,
+) -> anyhow::Result<()> {
+    let scopes: Vec<Option<String>> = if namespaces.is_empty() {
+        vec![None]
+    } else {
+        namespaces.into_iter().map(Some).collect()
+    };
+    let pool_runs = scopes
+        .iter()
+        .map(|ns| pool::controller::run(client.clone(), ns.clone(), pools.clone()));
+    let runs = scopes.iter().map(|ns| {
+        let api = |c: &Client| match &ns {
+            Some(ns) => (
+                Api::<Scheduler>::namespaced(c.clone(), ns),
+                Api::<Pod>::namespaced(c.clone(), ns),
+                Api::<Job>::namespaced(c.clone(), ns),
+            ),
+            None => (
+                Api::all(c.clone()),
+                Api::all(c.clone()),
+                Api::all(c.clone()),
+            ),
+        };
+        let (schedulers, pods, jobs) = api(&client);
+        let ours = watcher::Config::default().labels(LABEL_SCHEDULER);
+        Controller::new(schedulers, watcher::Config::default())
+            .owns(pods, ours.clone())
+            .owns(jobs, ours)
+            .run(reconcile, error_policy, ctx.clone())
+            .for_each(|result| async move {
+                match result {
+                    Ok((object, _)) => tracing::debug!(scheduler = %object.name, "reconciled"),
+                    Err(e) => warn!("scheduler controller: {e}"),
+                }
+            })
+    });
+    future::join(future::join_all(runs), future::join_all(pool_runs)).await;
+    anyhow::bail!("the controllers' watches ended")
+}
+
+async fn shutdown_signal() {
+    let ctrl_c = async {
+        if let Err(e) = tokio::signal::ctrl_c().await {
+            warn!("cannot listen for Ctrl-C: {e}");
+            future::pending::<()>().await;
+        }
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(e) => {
+                warn!("cannot listen for SIGTERM: {e}");
+                future::pending::<()>().await;
+            }
+        }
+    };
+    #[cfg(not(unix))]
+    let term = future::pending::<()>();
+    tokio::select! {
+        _ = ctrl_c => info!("Ctrl-C: stopping"),
+        _ = term => info!("SIGTERM: stopping"),
+    }
+}
