@@ -1,0 +1,286 @@
+//! The act step of a pass: retire (the race-free end or the claim first,
+//! then batched `TerminateInstances`), then launch (batched `RunInstances`
+//! with a `ClientToken` each, the next offering on a capacity error, and
+//! back-off on `RequestLimitExceeded`).
+
+use std::{collections::BTreeMap, time::Instant};
+
+use chrono::{DateTime, Utc};
+
+use super::{
+    backoff::Backoff,
+    ec2::{client_token, Ec2Error, RunRequest},
+    pass::{PassReport, PoolError, PoolEvent, PoolLoop},
+    plan::{End, Offering, PoolPlan, Reason},
+    rows,
+    userdata::{self, DatabaseSource},
+};
+
+fn event(reason: &'static str, message: String, warning: bool) -> PoolEvent {
+    PoolEvent {
+        reason,
+        message,
+        warning,
+    }
+}
+
+impl PoolLoop {
+    /// Ends or claims each instance to retire, terminates those it got;
+    /// returns how many stay (a hand-out or an agent came first, or EC2
+    /// refused), each of which takes back a place the plan counted free.
+    pub(super) async fn retire(
+        &mut self,
+        plan: &PoolPlan,
+        report: &mut PassReport,
+    ) -> Result<u32, PoolError> {
+        let mut going: Vec<(&str, Reason, Option<i64>)> = Vec::new();
+        let mut stayed = 0u32;
+        // Idle rows: one race-free end for all of them.
+        let idle: Vec<i64> = plan
+            .retirements
+            .iter()
+            .filter_map(|r| match r.end {
+                End::Idle(row) => Some(row),
+                _ => None,
+            })
+            .collect();
+        let pool = self.pool.clone();
+        let db = self.connected().await?;
+        let ended = rows::end_idle_rows(db, &idle).await;
+        let ended = ended.map_err(|e| self.db_error(e))?;
+        for r in &plan.retirements {
+            let outcome = match r.end {
+                End::Idle(row) => Ok(ended.contains(&row).then_some(None)),
+                End::Claim => {
+                    let db = self.connected().await?;
+                    rows::claim(db, &r.instance, &pool)
+                        .await
+                        .map(|c| c.map(Some))
+                }
+                End::Claimed(row) => Ok(Some(Some(row))),
+            };
+            match outcome.map_err(|e| self.db_error(e))? {
+                Some(claim) => going.push((&r.instance, r.reason, claim)),
+                None => {
+                    stayed += 1;
+                    tracing::info!(pool = %pool, instance = %r.instance, reason = r.reason.as_str(),
+                        "not retired: it was handed a run or its agent reported first");
+                    report.events.push(event(
+                        "RetirementLost",
+                        format!(
+                            "{} was not retired ({}): it was handed a run or its agent reported first",
+                            r.instance,
+                            r.reason.as_str()
+                        ),
+                        false,
+                    ));
+                }
+            }
+        }
+        for row in &plan.ends {
+            let db = self.connected().await?;
+            let ended = rows::end_claim(db, *row).await;
+            ended.map_err(|e| self.db_error(e))?;
+        }
+        if going.is_empty() {
+            return Ok(stayed);
+        }
+        let ids: Vec<String> = going.iter().map(|(i, _, _)| i.to_string()).collect();
+        if let Err(e) = self.ec2.terminate(&ids).await {
+            // Ended rows and claims stay: the next pass sees the instances
+            // without a live row (or with the claim) and tries again.
+            report.throttled |= matches!(e, Ec2Error::Throttled { .. });
+            if report.throttled {
+                if let Some(m) = &self.metrics {
+                    m.throttle(&self.pool);
+                }
+            }
+            tracing::warn!(pool = %self.pool, error = %e, count = ids.len(), "terminate failed");
+            report
+                .events
+                .push(event("TerminateFailed", e.to_string(), true));
+            return Ok(stayed + ids.len() as u32);
+        }
+        let mut by_reason: BTreeMap<Reason, Vec<&str>> = BTreeMap::new();
+        for (instance, reason, claim) in &going {
+            by_reason.entry(*reason).or_default().push(instance);
+            if let Some(row) = claim {
+                let db = self.connected().await?;
+                let ended = rows::end_claim(db, *row).await;
+                ended.map_err(|e| self.db_error(e))?;
+            }
+        }
+        for (reason, instances) in by_reason {
+            tracing::info!(pool = %self.pool, reason = reason.as_str(), instances = ?instances, "terminated");
+            if let Some(m) = &self.metrics {
+                m.terminated(&self.pool, reason.as_str(), instances.len());
+            }
+            report.events.push(event(
+                "Terminated",
+                format!("terminated {} ({})", instances.join(", "), reason.as_str()),
+                false,
+            ));
+        }
+        report.terminated = ids;
+        Ok(stayed)
+    }
+
+    /// Launches the plan's batches, minus one instance for each retirement
+    /// that did not happen (so `maxInstances` holds).
+    pub(super) async fn launch(
+        &mut self,
+        plan: &PoolPlan,
+        stayed: u32,
+        seen: &[String],
+        demand_mark: i64,
+        now: DateTime<Utc>,
+        report: &mut PassReport,
+    ) -> Result<(), PoolError> {
+        let mut budget = plan.launch_count().min(plan.room.saturating_sub(stayed));
+        if plan.short > 0 {
+            let (reason, warning) = if plan.launches.is_empty() && plan.room > 0 {
+                ("NoCapacity", true)
+            } else {
+                ("MaxInstancesReached", false)
+            };
+            report.events.push(event(
+                reason,
+                format!(
+                    "{} more instances wanted, none launched for them",
+                    plan.short
+                ),
+                warning,
+            ));
+        }
+        if budget == 0 {
+            return Ok(());
+        }
+        let user_data = userdata::render(
+            &self.spec,
+            &self.pool,
+            DatabaseSource::for_spec(&self.spec, &self.url.0),
+        );
+        let chain: Vec<Offering> = plan
+            .launches
+            .first()
+            .map(|b| b.offering.clone())
+            .into_iter()
+            .chain(plan.fallback.iter().cloned())
+            .collect();
+        let mut at = 0usize;
+        for (b, batch) in plan.launches.iter().enumerate() {
+            let count = batch.count.min(budget);
+            if count == 0 {
+                break;
+            }
+            loop {
+                let Some(offering) = chain.get(at) else {
+                    report.events.push(event(
+                        "NoCapacity",
+                        format!("no instance type and subnet has capacity for {budget} more"),
+                        true,
+                    ));
+                    return Ok(());
+                };
+                let token = client_token(&self.pool, offering, count, b, seen, demand_mark);
+                match self.run_batch(offering, count, &token, &user_data).await {
+                    Ok(ids) => {
+                        tracing::info!(pool = %self.pool, offering = %offering, count, token = %token,
+                            instances = ?ids, "launched");
+                        let learnt = Instant::now();
+                        for id in &ids {
+                            self.ours.insert(id.clone(), learnt);
+                        }
+                        if let Some(m) = &self.metrics {
+                            m.launched(&self.pool, count);
+                        }
+                        report.events.push(event(
+                            "Launched",
+                            format!("launched {count} ({offering}): {}", ids.join(", ")),
+                            false,
+                        ));
+                        report.launched.extend(ids);
+                        budget -= count;
+                        break;
+                    }
+                    Err(Ec2Error::Capacity { code, message, .. }) => {
+                        let until = now
+                            + chrono::Duration::from_std(self.tuning.capacity_hold)
+                                .unwrap_or(chrono::Duration::minutes(3));
+                        tracing::warn!(pool = %self.pool, offering = %offering, code = %code,
+                            %message, "no capacity; trying the next offering");
+                        if let Some(m) = &self.metrics {
+                            m.capacity_error(
+                                &self.pool,
+                                &offering.instance_type,
+                                &offering.subnet,
+                                &code,
+                            );
+                        }
+                        report.events.push(event(
+                            "CapacityUnavailable",
+                            format!("{offering}: {code}; skipped until {}", until.to_rfc3339()),
+                            true,
+                        ));
+                        self.unavailable.insert(offering.clone(), until);
+                        self.capacity_codes.insert(offering.clone(), code);
+                        at += 1;
+                    }
+                    Err(e @ Ec2Error::Throttled { .. }) => {
+                        report.throttled = true;
+                        report.events.push(event("Throttled", e.to_string(), true));
+                        return Ok(());
+                    }
+                    Err(e) => {
+                        tracing::warn!(pool = %self.pool, offering = %offering, error = %e, "launch failed");
+                        report
+                            .events
+                            .push(event("LaunchFailed", e.to_string(), true));
+                        return Ok(());
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// One batch, retried with the same token while EC2 throttles.
+    async fn run_batch(
+        &mut self,
+        offering: &Offering,
+        count: u32,
+        token: &str,
+        user_data: &str,
+    ) -> Result<Vec<String>, Ec2Error> {
+        let mut backoff = Backoff::new(self.tuning.backoff_base, self.tuning.backoff_cap);
+        loop {
+            let req = RunRequest {
+                launch: &self.spec.launch,
+                offering,
+                count,
+                token,
+                user_data,
+                owner: &self.owner,
+            };
+            match self.ec2.run(&req).await {
+                Err(Ec2Error::Throttled { action })
+                    if backoff.attempts() + 1 < self.tuning.throttle_attempts =>
+                {
+                    if let Some(m) = &self.metrics {
+                        m.throttle(&self.pool);
+                    }
+                    let wait = backoff.next_wait();
+                    tracing::info!(pool = %self.pool, action, ?wait, "throttled; backing off");
+                    tokio::time::sleep(wait).await;
+                }
+                Err(e @ Ec2Error::Throttled { .. }) => {
+                    if let Some(m) = &self.metrics {
+                        m.throttle(&self.pool);
+                    }
+                    return Err(e);
+                }
+                other => return other,
+            }
+        }
+    }
+}

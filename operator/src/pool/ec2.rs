@@ -1,0 +1,419 @@
+//! The thin EC2 adapter of the pool loop (SPEC §6): list the pool's
+//! instances by its ownership tags, launch a batch, terminate a batch. The
+//! SDK's own retries are off, so the controller sees every error code
+//! itself: capacity errors move the launch on to the next offering,
+//! `RequestLimitExceeded` backs off (see [`super::backoff`]).
+
+use std::time::Duration;
+
+use aws_config::{retry::RetryConfig, timeout::TimeoutConfig, BehaviorVersion, Region};
+use aws_sdk_ec2::{
+    error::ProvideErrorMetadata,
+    types::{
+        Filter, HttpTokensState, IamInstanceProfileSpecification, InstanceMetadataEndpointState,
+        InstanceMetadataOptionsRequest, InstanceStateName, InstanceType,
+        LaunchTemplateSpecification, ResourceType, ShutdownBehavior, Tag, TagSpecification,
+    },
+    Client,
+};
+use aws_smithy_http_client::tls::{self, rustls_provider::CryptoMode};
+use aws_smithy_types::error::display::DisplayErrorContext;
+use chrono::{DateTime, Utc};
+use sha2::{Digest, Sha256};
+
+use super::plan::{Ec2Instance, Ec2State, Offering};
+use crate::crd::Launch;
+
+/// The tag keys that say an instance belongs to a pool.
+pub const TAG_POOL: &str = "orca.dev/pool";
+pub const TAG_SCHEDULER: &str = "orca.dev/scheduler";
+pub const TAG_OPERATOR: &str = "orca.dev/operator";
+
+/// TerminateInstances takes at most this many ids a call.
+pub const TERMINATE_BATCH: usize = 1000;
+
+/// EC2 error codes that mean "not here, not now": that (type, subnet) is
+/// skipped for a while and the next one tried.
+pub const CAPACITY_CODES: [&str; 5] = [
+    "InsufficientInstanceCapacity",
+    "InsufficientFreeAddressesInSubnet",
+    "Unsupported",
+    "VcpuLimitExceeded",
+    "InsufficientCapacity",
+];
+
+/// Whose instances these are: the values of the ownership tags.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Ownership {
+    /// `namespace/name` of the WarmPool.
+    pub pool: String,
+    /// `namespace/name` of its Scheduler.
+    pub scheduler: String,
+    /// Which operator installation launched them.
+    pub operator: String,
+}
+
+impl Ownership {
+    pub fn tags(&self) -> [(&'static str, &str); 3] {
+        [
+            (TAG_POOL, &self.pool),
+            (TAG_SCHEDULER, &self.scheduler),
+            (TAG_OPERATOR, &self.operator),
+        ]
+    }
+}
+
+/// Where the EC2 API is.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Ec2Config {
+    pub region: String,
+    /// Another endpoint (VPC endpoints, moto's server).
+    pub endpoint: Option<String>,
+    /// Each call as a whole.
+    pub call_timeout: Duration,
+}
+
+impl Ec2Config {
+    pub fn new(region: &str, endpoint: Option<&str>) -> Self {
+        Ec2Config {
+            region: region.into(),
+            endpoint: endpoint.map(Into::into),
+            call_timeout: Duration::from_secs(30),
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum Ec2Error {
+    #[error("{action}: no capacity for {offering}: {code}: {message}")]
+    Capacity {
+        action: &'static str,
+        offering: Offering,
+        code: String,
+        message: String,
+    },
+    #[error("{action}: throttled (RequestLimitExceeded)")]
+    Throttled { action: &'static str },
+    #[error("{action} refused: {code}: {message}")]
+    Refused {
+        action: &'static str,
+        code: String,
+        message: String,
+    },
+    #[error("{action} failed: {message}")]
+    Transport {
+        action: &'static str,
+        message: String,
+    },
+    #[error("{action}: answer without {what}")]
+    Malformed {
+        action: &'static str,
+        what: &'static str,
+    },
+}
+
+/// Sorts an error code into capacity, throttling or any other refusal.
+pub fn classify(
+    action: &'static str,
+    offering: Option<&Offering>,
+    code: &str,
+    message: &str,
+) -> Ec2Error {
+    match (code, offering) {
+        ("RequestLimitExceeded" | "Throttling", _) => Ec2Error::Throttled { action },
+        (c, Some(o)) if CAPACITY_CODES.contains(&c) => Ec2Error::Capacity {
+            action,
+            offering: o.clone(),
+            code: c.into(),
+            message: message.into(),
+        },
+        _ => Ec2Error::Refused {
+            action,
+            code: code.into(),
+            message: message.into(),
+        },
+    }
+}
+
+fn sdk_error<E>(
+    action: &'static str,
+    offering: Option<&Offering>,
+    e: aws_sdk_ec2::error::SdkError<E>,
+) -> Ec2Error
+where
+    E: ProvideErrorMetadata + std::error::Error + 'static,
+{
+    match e.code() {
+        Some(code) => classify(action, offering, code, e.message().unwrap_or("")),
+        None => Ec2Error::Transport {
+            action,
+            message: DisplayErrorContext(&e).to_string(),
+        },
+    }
+}
+
+/// The `ClientToken` of a batch: derived from what the pool looked like
+/// when it decided to launch (every instance EC2 listed, in any state, and
+/// the newest demand), so an operator restarted before it saw the answer
+/// derives the same token for the same launch, and EC2 returns the
+/// instances of the first call instead of launching again.
+pub fn client_token(
+    pool: &str,
+    offering: &Offering,
+    count: u32,
+    batch: usize,
+    seen: &[String],
+    demand_mark: i64,
+) -> String {
+    let mut ids: Vec<&str> = seen.iter().map(String::as_str).collect();
+    ids.sort_unstable();
+    let mut h = Sha256::new();
+    for part in [pool, &offering.instance_type, &offering.subnet] {
+        h.update(part.as_bytes());
+        h.update([0]);
+    }
+    h.update(count.to_be_bytes());
+    h.update((batch as u64).to_be_bytes());
+    h.update(demand_mark.to_be_bytes());
+    for id in ids {
+        h.update(id.as_bytes());
+        h.update([0]);
+    }
+    let digest = h.finalize();
+    let hex: String = digest.iter().take(24).map(|b| format!("{b:02x}")).collect();
+    format!("orca-{hex}")
+}
+
+/// One `RunInstances` call.
+#[derive(Clone, Debug)]
+pub struct RunRequest<'a> {
+    pub launch: &'a Launch,
+    pub offering: &'a Offering,
+    pub count: u32,
+    pub token: &'a str,
+    /// The rendered script (see [`super::userdata`]); base64-encoded here.
+    pub user_data: &'a str,
+    pub owner: &'a Ownership,
+}
+
+/// An EC2 client for one region and endpoint.
+#[derive(Clone, Debug)]
+pub struct Ec2 {
+    client: Client,
+}
+
+impl Ec2 {
+    /// Credentials come from the default chain (environment, profile, IMDS,
+    /// web identity); rustls on ring, like the rest of the operator.
+    pub async fn new(cfg: &Ec2Config) -> Ec2 {
+        let http = aws_smithy_http_client::Builder::new()
+            .tls_provider(tls::Provider::Rustls(CryptoMode::Ring))
+            .build_https();
+        let mut loader = aws_config::defaults(BehaviorVersion::latest())
+            .region(Region::new(cfg.region.clone()))
+            .http_client(http)
+            .retry_config(RetryConfig::disabled())
+            .timeout_config(
+                TimeoutConfig::builder()
+                    .connect_timeout(Duration::from_secs(5))
+                    .operation_timeout(cfg.call_timeout)
+                    .build(),
+            );
+        if let Some(endpoint) = &cfg.endpoint {
+            loader = loader.endpoint_url(endpoint);
+        }
+        Ec2 {
+            client: Client::new(&loader.load().await),
+        }
+    }
+
+    /// The SDK client, for what the pool loop does not need (the local
+    /// mode and the tests: subnets, instances made by hand).
+    pub fn client(&self) -> &Client {
+        &self.client
+    }
+
+    /// Every instance with all three ownership tags, in any state.
+    pub async fn describe(&self, owner: &Ownership) -> Result<Vec<Ec2Instance>, Ec2Error> {
+        const ACTION: &str = "DescribeInstances";
+        let mut out = Vec::new();
+        let mut next: Option<String> = None;
+        loop {
+            let mut call = self.client.describe_instances().max_results(1000);
+            for (k, v) in owner.tags() {
+                call = call.filters(Filter::builder().name(format!("tag:{k}")).values(v).build());
+            }
+            let page = call
+                .set_next_token(next.take())
+                .send()
+                .await
+                .map_err(|e| sdk_error(ACTION, None, e))?;
+            for r in page.reservations() {
+                for i in r.instances() {
+                    out.push(instance(i).ok_or(Ec2Error::Malformed {
+                        action: ACTION,
+                        what: "an instance id, state or launch time",
+                    })?);
+                }
+            }
+            match page.next_token() {
+                Some(t) if !t.is_empty() => next = Some(t.to_string()),
+                _ => return Ok(out),
+            }
+        }
+    }
+
+    /// Launches `count` instances, all or none (`MinCount = MaxCount`);
+    /// their ids.
+    pub async fn run(&self, req: &RunRequest<'_>) -> Result<Vec<String>, Ec2Error> {
+        const ACTION: &str = "RunInstances";
+        let count = i32::try_from(req.count).unwrap_or(i32::MAX);
+        let mut tags = TagSpecification::builder().resource_type(ResourceType::Instance);
+        for (k, v) in &req.launch.tags {
+            if !req.owner.tags().iter().any(|(o, _)| o == k) {
+                tags = tags.tags(Tag::builder().key(k).value(v).build());
+            }
+        }
+        for (k, v) in req.owner.tags() {
+            tags = tags.tags(Tag::builder().key(k).value(v).build());
+        }
+        let mut call = self
+            .client
+            .run_instances()
+            .min_count(count)
+            .max_count(count)
+            .client_token(req.token)
+            .instance_initiated_shutdown_behavior(ShutdownBehavior::Terminate)
+            .metadata_options(
+                InstanceMetadataOptionsRequest::builder()
+                    .http_tokens(HttpTokensState::Required)
+                    .http_endpoint(InstanceMetadataEndpointState::Enabled)
+                    .build(),
+            )
+            .tag_specifications(tags.build())
+            .user_data(aws_smithy_types::base64::encode(req.user_data));
+        let launch = req.launch;
+        if let Some(t) = &launch.launch_template {
+            let mut spec = LaunchTemplateSpecification::builder()
+                .set_launch_template_id(t.id.clone())
+                .set_launch_template_name(t.name.clone());
+            spec = spec.version(t.version.as_deref().unwrap_or("$Default"));
+            call = call.launch_template(spec.build());
+        }
+        if let Some(image) = &launch.image_id {
+            call = call.image_id(image);
+        }
+        if !req.offering.instance_type.is_empty() {
+            call = call.instance_type(InstanceType::from(req.offering.instance_type.as_str()));
+        }
+        if !req.offering.subnet.is_empty() {
+            call = call.subnet_id(&req.offering.subnet);
+        }
+        for sg in &launch.security_group_ids {
+            call = call.security_group_ids(sg);
+        }
+        if let Some(profile) = &launch.iam_instance_profile {
+            let p = IamInstanceProfileSpecification::builder();
+            call = call.iam_instance_profile(if profile.starts_with("arn:") {
+                p.arn(profile).build()
+            } else {
+                p.name(profile).build()
+            });
+        }
+        let out = call
+            .send()
+            .await
+            .map_err(|e| sdk_error(ACTION, Some(req.offering), e))?;
+        Ok(out
+            .instances()
+            .iter()
+            .filter_map(|i| i.instance_id().map(String::from))
+            .collect())
+    }
+
+    /// Terminates `ids`, at most [`TERMINATE_BATCH`] a call.
+    pub async fn terminate(&self, ids: &[String]) -> Result<(), Ec2Error> {
+        for chunk in ids.chunks(TERMINATE_BATCH) {
+            self.client
+                .terminate_instances()
+                .set_instance_ids(Some(chunk.to_vec()))
+                .send()
+                .await
+                .map_err(|e| sdk_error("TerminateInstances", None, e))?;
+        }
+        Ok(())
+    }
+}
+
+fn instance(i: &aws_sdk_ec2::types::Instance) -> Option<Ec2Instance> {
+    let state = match i.state()?.name()? {
+        InstanceStateName::Pending => Ec2State::Pending,
+        InstanceStateName::Running => Ec2State::Running,
+        InstanceStateName::ShuttingDown => Ec2State::ShuttingDown,
+        InstanceStateName::Terminated => Ec2State::Terminated,
+        InstanceStateName::Stopping => Ec2State::Stopping,
+        InstanceStateName::Stopped => Ec2State::Stopped,
+        _ => Ec2State::Pending,
+    };
+    let t = i.launch_time()?;
+    Some(Ec2Instance {
+        id: i.instance_id()?.to_string(),
+        state,
+        launched: DateTime::<Utc>::from_timestamp(t.secs(), t.subsec_nanos())?,
+        offering: Offering {
+            instance_type: i
+                .instance_type()
+                .map(|t| t.as_str().to_string())
+                .unwrap_or_default(),
+            subnet: i.subnet_id().unwrap_or_default().to_string(),
+        },
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn off() -> Offering {
+        Offering {
+            instance_type: "t3.small".into(),
+            subnet: "subnet-a".into(),
+        }
+    }
+
+    #[test]
+    fn error_codes_are_classified() {
+        let o = off();
+        for code in CAPACITY_CODES {
+            assert!(
+                matches!(classify("RunInstances", Some(&o), code, "m"), Ec2Error::Capacity { ref offering, .. } if *offering == o),
+                "{code}"
+            );
+        }
+        assert!(matches!(
+            classify("RunInstances", Some(&o), "RequestLimitExceeded", ""),
+            Ec2Error::Throttled { .. }
+        ));
+        assert!(matches!(
+            classify("DescribeInstances", None, "RequestLimitExceeded", ""),
+            Ec2Error::Throttled { .. }
+        ));
+        assert!(matches!(
+            classify("RunInstances", Some(&o), "InvalidAMIID.NotFound", ""),
+            Ec2Error::Refused { .. }
+        ));
+    }
+
+    #[test]
+    fn a_token_depends_on_what_was_seen_but_not_on_its_order() {
+        let seen = vec!["i-b".to_string(), "i-a".to_string()];
+        let again = vec!["i-a".to_string(), "i-b".to_string()];
+        let t = client_token("ns/p", &off(), 3, 0, &seen, 7);
+        assert_eq!(t, client_token("ns/p", &off(), 3, 0, &again, 7));
+        assert!(t.len() <= 64 && t.is_ascii());
+        assert_ne!(t, client_token("ns/p", &off(), 3, 1, &seen, 7));
+        assert_ne!(t, client_token("ns/p", &off(), 3, 0, &seen, 8));
+        assert_ne!(t, client_token("ns/p", &off(), 3, 0, &seen[..1], 7));
+        assert_ne!(t, client_token("ns/q", &off(), 3, 0, &seen, 7));
+    }
+}

@@ -1,0 +1,105 @@
+//! The pool's Prometheus metrics (SPEC §6): launches, terminations by
+//! reason, idle instances, how long demand waited, capacity errors and
+//! throttling. Registered into the registry the `/metrics` server owns.
+
+use prometheus_client::{
+    metrics::{
+        counter::Counter,
+        family::Family,
+        gauge::Gauge,
+        histogram::{exponential_buckets, Histogram},
+    },
+    registry::Registry,
+};
+
+type Labels = Vec<(String, String)>;
+
+fn wait_histogram() -> Histogram {
+    Histogram::new(exponential_buckets(0.05, 2.0, 14))
+}
+
+/// Cheap to clone: every family is shared.
+#[derive(Clone, Debug)]
+pub struct PoolMetrics {
+    launches: Family<Labels, Counter>,
+    terminations: Family<Labels, Counter>,
+    idle: Family<Labels, Gauge>,
+    busy: Family<Labels, Gauge>,
+    demand_wait: Family<Labels, Histogram, fn() -> Histogram>,
+    capacity_errors: Family<Labels, Counter>,
+    throttled: Family<Labels, Counter>,
+}
+
+fn pool(pool: &str) -> Labels {
+    vec![("pool".into(), pool.into())]
+}
+
+impl PoolMetrics {
+    pub fn register(registry: &mut Registry) -> Self {
+        let m = PoolMetrics {
+            launches: Family::default(),
+            terminations: Family::default(),
+            idle: Family::default(),
+            busy: Family::default(),
+            demand_wait: Family::new_with_constructor(wait_histogram),
+            capacity_errors: Family::default(),
+            throttled: Family::default(),
+        };
+        let r = registry.sub_registry_with_prefix("orca_pool");
+        r.register("launches", "Instances launched", m.launches.clone());
+        r.register(
+            "terminations",
+            "Instances terminated, by reason",
+            m.terminations.clone(),
+        );
+        r.register("idle_instances", "Idle instances", m.idle.clone());
+        r.register("busy_instances", "Busy instances", m.busy.clone());
+        r.register(
+            "demand_wait_seconds",
+            "How long a run that found no idle instance waited for one",
+            m.demand_wait.clone(),
+        );
+        r.register(
+            "capacity_errors",
+            "Launches refused for capacity, by instance type, subnet and code",
+            m.capacity_errors.clone(),
+        );
+        r.register(
+            "throttled",
+            "EC2 calls answered RequestLimitExceeded",
+            m.throttled.clone(),
+        );
+        m
+    }
+
+    pub fn launched(&self, p: &str, n: u32) {
+        self.launches.get_or_create(&pool(p)).inc_by(u64::from(n));
+    }
+
+    pub fn terminated(&self, p: &str, reason: &str, n: usize) {
+        let mut l = pool(p);
+        l.push(("reason".into(), reason.into()));
+        self.terminations.get_or_create(&l).inc_by(n as u64);
+    }
+
+    pub fn counts(&self, p: &str, idle: u32, busy: u32) {
+        self.idle.get_or_create(&pool(p)).set(i64::from(idle));
+        self.busy.get_or_create(&pool(p)).set(i64::from(busy));
+    }
+
+    pub fn demand_waited(&self, p: &str, seconds: f64) {
+        self.demand_wait.get_or_create(&pool(p)).observe(seconds);
+    }
+
+    pub fn capacity_error(&self, p: &str, instance_type: &str, subnet: &str, code: &str) {
+        let mut l = pool(p);
+        l.push(("instance_type".into(), instance_type.into()));
+        l.push(("subnet".into(), subnet.into()));
+        l.push(("code".into(), code.into()));
+        self.capacity_errors.get_or_create(&l).inc();
+    }
+
+    pub fn throttle(&self, p: &str) {
+        self.throttled.get_or_create(&pool(p)).inc();
+    }
+}

@@ -1,0 +1,34 @@
+//! The WarmPool controller (SPEC §6, seed 000): keeps EC2 instances warm
+//! for a Scheduler's runs, launches for demand, and terminates idle, stale
+//! and leaked instances — never one that was just handed a run.
+//!
+//! Every pass is observe → decide → act:
+//! - observe: `DescribeInstances` by the ownership tags *first* ([`ec2`]),
+//!   then the pool's live `orca.instances` rows and unserved demand
+//!   ([`rows`]), so anything seen in the database is at least as new;
+//! - decide: the pure [`plan::plan`];
+//! - act ([`PoolLoop::pass`]): the race-free end (or the claim) of each
+//!   instance to retire, then batched `TerminateInstances`; batched
+//!   `RunInstances` with capacity fall-back and throttling back-off;
+//!   status, events and metrics.
+//!
+//! [`PoolLoop::run`] drives passes on `LISTEN orca_pool` with a periodic
+//! resync; the Kubernetes mode ([`controller`]) and the local mode both
+//! drive a [`PoolLoop`]; [`host`] plays the EC2 hosts locally.
+
+mod act;
+pub mod backoff;
+pub mod controller;
+pub mod ec2;
+pub mod host;
+pub mod metrics;
+mod pass;
+pub mod plan;
+pub mod rows;
+mod status;
+pub mod userdata;
+
+pub use ec2::{Ec2, Ec2Config, Ec2Error, Ownership};
+pub use metrics::PoolMetrics;
+pub use pass::{PassReport, PoolError, PoolEvent, PoolLoop, Tuning};
+pub use plan::{plan, Ec2Instance, Ec2State, Limits, Offering, PoolPlan, Reason, Snapshot};

@@ -1,0 +1,418 @@
+//! One pool, its loop and one pass of it: observe (EC2 first, then the
+//! database) → [`plan`] → act (see `act.rs`) → status and events.
+
+use std::{
+    collections::{BTreeMap, HashMap},
+    fmt,
+    time::{Duration, Instant},
+};
+
+use chrono::{DateTime, Utc};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use orca_db::{ConnectOptions, DatabaseUrl, Db, DbError, Reconnect};
+
+use super::{
+    backoff::Backoff,
+    ec2::{Ec2, Ec2Config, Ec2Error, Ownership},
+    metrics::PoolMetrics,
+    plan::{plan, Limits, Offering, PoolPlan, Snapshot},
+    rows,
+};
+use crate::crd::{WarmPoolSpec, WarmPoolStatus};
+
+/// The loop's knobs that are not in the spec. The defaults are for
+/// production; tests shorten `resync`, `stale` and `leak_grace`.
+#[derive(Clone, Debug)]
+pub struct Tuning {
+    /// A pass at least this often, notification or not.
+    pub resync: Duration,
+    /// Passes are at least this far apart (notifications come in bursts).
+    pub min_gap: Duration,
+    /// An idle row not `polled` for this long is stale (its agent is dead).
+    pub stale: Duration,
+    /// An instance this loop did not launch, with no row, is leaked once
+    /// this old. `None`: the larger of 60 s and `bootTimeoutSeconds`.
+    /// Never set it below 60 s in production: an instance launched by an
+    /// operator that restarted since is "not ours" until its agent reports.
+    pub leak_grace: Option<Duration>,
+    /// How long an offering without capacity is skipped.
+    pub capacity_hold: Duration,
+    /// At most this many instances per `RunInstances`.
+    pub max_batch: u32,
+    /// The value of the `orca.dev/operator` tag.
+    pub operator: String,
+    /// `RunInstances` calls per batch when throttled, same `ClientToken`.
+    pub throttle_attempts: u32,
+    pub backoff_base: Duration,
+    pub backoff_cap: Duration,
+}
+
+impl Default for Tuning {
+    fn default() -> Self {
+        Tuning {
+            resync: Duration::from_secs(20),
+            min_gap: Duration::from_millis(100),
+            stale: Duration::from_secs(30),
+            leak_grace: None,
+            capacity_hold: Duration::from_secs(180),
+            max_batch: 100,
+            operator: "orca-operator".into(),
+            throttle_attempts: 5,
+            backoff_base: Duration::from_millis(200),
+            backoff_cap: Duration::from_secs(30),
+        }
+    }
+}
+
+/// Something worth a Kubernetes Event; `reason` is CamelCase.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PoolEvent {
+    pub reason: &'static str,
+    pub message: String,
+    pub warning: bool,
+}
+
+/// What one pass saw and did.
+#[derive(Clone, Debug, Default)]
+pub struct PassReport {
+    /// `observedGeneration` is left for the caller.
+    pub status: WarmPoolStatus,
+    pub events: Vec<PoolEvent>,
+    pub plan: PoolPlan,
+    /// Instances launched and terminated by this pass.
+    pub launched: Vec<String>,
+    pub terminated: Vec<String>,
+    /// A call was answered `RequestLimitExceeded` to the end: back off.
+    pub throttled: bool,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum PoolError {
+    #[error("pool {pool}: {source}")]
+    Ec2 {
+        pool: String,
+        #[source]
+        source: Ec2Error,
+    },
+    #[error("pool {pool}: database: {source}")]
+    Db {
+        pool: String,
+        #[source]
+        source: DbError,
+    },
+}
+
+/// The URL text as the user-data needs it; never shown.
+#[derive(Clone)]
+pub(super) struct SecretUrl(pub(super) String);
+
+impl fmt::Debug for SecretUrl {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("SecretUrl(***)")
+    }
+}
+
+/// The controller of one WarmPool.
+pub struct PoolLoop {
+    pub(super) pool: String,
+    pub(super) spec: WarmPoolSpec,
+    pub(super) owner: Ownership,
+    pub(super) ec2: Ec2,
+    ec2_config: Ec2Config,
+    pub(super) url: SecretUrl,
+    reconnect: Reconnect,
+    pub(super) db: Option<Db>,
+    pub(super) tuning: Tuning,
+    /// Offerings without capacity, until when.
+    pub(super) unavailable: BTreeMap<Offering, DateTime<Utc>>,
+    /// The error code that made each of them unavailable.
+    pub(super) capacity_codes: HashMap<Offering, String>,
+    /// Instances this loop launched, and when it learnt their ids.
+    pub(super) ours: HashMap<String, Instant>,
+    pub(super) backoff: Backoff,
+    pub(super) metrics: Option<PoolMetrics>,
+    served_mark: Option<f64>,
+    pub(super) conditions: Vec<Condition>,
+}
+
+impl PoolLoop {
+    /// The loop of WarmPool `namespace/name`, over the database at
+    /// `database_url` (libpq-style; it reaches the instances' user-data
+    /// unless `launch.databaseUrlFile` is set).
+    pub async fn new(
+        namespace: &str,
+        name: &str,
+        spec: WarmPoolSpec,
+        database_url: &str,
+        tuning: Tuning,
+    ) -> Result<PoolLoop, PoolError> {
+        let pool = format!("{namespace}/{name}");
+        let url = DatabaseUrl::parse(database_url).map_err(|source| PoolError::Db {
+            pool: pool.clone(),
+            source,
+        })?;
+        let ec2_config = Ec2Config::new(&spec.region, spec.endpoint.as_deref());
+        let ec2 = Ec2::new(&ec2_config).await;
+        let owner = Ownership {
+            pool: pool.clone(),
+            scheduler: format!("{namespace}/{}", spec.scheduler),
+            operator: tuning.operator.clone(),
+        };
+        Ok(PoolLoop {
+            reconnect: Reconnect::new(url, ConnectOptions::named("orca-operator-pool"))
+                .listen("orca_pool"),
+            backoff: Backoff::new(tuning.backoff_base, tuning.backoff_cap),
+            pool,
+            spec,
+            owner,
+            ec2,
+            ec2_config,
+            url: SecretUrl(database_url.to_string()),
+            db: None,
+            tuning,
+            unavailable: BTreeMap::new(),
+            capacity_codes: HashMap::new(),
+            ours: HashMap::new(),
+            metrics: None,
+            served_mark: None,
+            conditions: Vec::new(),
+        })
+    }
+
+    pub fn with_metrics(mut self, metrics: PoolMetrics) -> Self {
+        self.metrics = Some(metrics);
+        self
+    }
+
+    /// `namespace/name`.
+    pub fn pool(&self) -> &str {
+        &self.pool
+    }
+
+    pub fn ownership(&self) -> &Ownership {
+        &self.owner
+    }
+
+    pub fn spec(&self) -> &WarmPoolSpec {
+        &self.spec
+    }
+
+    /// A changed spec (Kubernetes: a new generation); a changed region or
+    /// endpoint gets a new EC2 client.
+    pub async fn set_spec(&mut self, spec: WarmPoolSpec) {
+        let cfg = Ec2Config::new(&spec.region, spec.endpoint.as_deref());
+        if cfg != self.ec2_config {
+            self.ec2 = Ec2::new(&cfg).await;
+            self.ec2_config = cfg;
+        }
+        self.owner.scheduler = match self.pool.split_once('/') {
+            Some((ns, _)) => format!("{ns}/{}", spec.scheduler),
+            None => spec.scheduler.clone(),
+        };
+        self.spec = spec;
+    }
+
+    fn limits(&self) -> Limits {
+        let grace = self.tuning.leak_grace.unwrap_or_else(|| {
+            Duration::from_secs(60).max(Duration::from_secs(
+                self.spec.boot_timeout_seconds.max(0) as u64
+            ))
+        });
+        Limits {
+            stale_secs: self.tuning.stale.as_secs_f64(),
+            leak_grace_secs: grace.as_secs_f64(),
+            max_batch: self.tuning.max_batch,
+        }
+    }
+
+    pub(super) fn db_error(&mut self, source: DbError) -> PoolError {
+        if source.is_connection() {
+            self.db = None;
+        }
+        PoolError::Db {
+            pool: self.pool.clone(),
+            source,
+        }
+    }
+
+    pub(super) fn ec2_error(&self, source: Ec2Error) -> PoolError {
+        PoolError::Ec2 {
+            pool: self.pool.clone(),
+            source,
+        }
+    }
+
+    pub(super) async fn connected(&mut self) -> Result<&mut Db, PoolError> {
+        if self.db.as_ref().is_none_or(Db::is_closed) {
+            self.db = None;
+            let db = self
+                .reconnect
+                .try_connect()
+                .await
+                .map_err(|e| self.db_error(e))?;
+            self.db = Some(db);
+        }
+        self.db.as_mut().ok_or_else(|| PoolError::Db {
+            pool: self.pool.clone(),
+            source: DbError::Connect {
+                target: self.reconnect.url().target(),
+                reason: "no connection".into(),
+            },
+        })
+    }
+
+    /// Observes: EC2 first, then the rows and the demand.
+    async fn observe(&mut self) -> Result<(Snapshot, Vec<String>, i64), PoolError> {
+        let instances = self
+            .ec2
+            .describe(&self.owner)
+            .await
+            .map_err(|e| self.ec2_error(e))?;
+        let seen: Vec<String> = instances.iter().map(|i| i.id.clone()).collect();
+        let pool = self.pool.clone();
+        let count_uses = self.spec.max_uses > 0;
+        let mark = self.served_mark;
+        let db = self.connected().await?;
+        let read = async {
+            let live = rows::live_rows(db, &pool, count_uses).await?;
+            let without: Vec<String> = instances
+                .iter()
+                .filter(|i| i.state.is_present() && !live.iter().any(|r| r.instance == i.id))
+                .map(|i| i.id.clone())
+                .collect();
+            let known = rows::known(db, &without).await?;
+            let (demand, demand_mark) = rows::demand(db, &pool).await?;
+            let waits = rows::served_waits(db, &pool, mark).await?;
+            Ok::<_, DbError>((live, known, demand, demand_mark, waits))
+        };
+        let (live, known, demand, demand_mark, (waits, newest)) =
+            read.await.map_err(|e| self.db_error(e))?;
+        self.served_mark = newest;
+        if let Some(m) = &self.metrics {
+            for w in waits {
+                m.demand_waited(&self.pool, w);
+            }
+        }
+        // An id stays ours while EC2 lists it, or briefly before it does.
+        self.ours.retain(|id, at| {
+            instances
+                .iter()
+                .any(|i| &i.id == id && i.state.is_present())
+                || at.elapsed() < Duration::from_secs(300)
+        });
+        let snap = Snapshot {
+            instances,
+            rows: live,
+            known,
+            ours: self.ours.keys().cloned().collect(),
+            demand,
+        };
+        Ok((snap, seen, demand_mark))
+    }
+
+    /// One pass at `now` (the operator's clock, for EC2's launch times).
+    pub async fn pass(&mut self, now: DateTime<Utc>) -> Result<PassReport, PoolError> {
+        let (snap, seen, demand_mark) = self.observe().await?;
+        self.unavailable.retain(|_, until| *until > now);
+        let unavailable = &self.unavailable;
+        self.capacity_codes
+            .retain(|o, _| unavailable.contains_key(o));
+        let decided = plan(&self.spec, &snap, &self.unavailable, &self.limits(), now);
+        tracing::debug!(
+            pool = %self.pool,
+            instances = snap.instances.len(),
+            rows = snap.rows.len(),
+            demand = snap.demand,
+            launches = decided.launch_count(),
+            retirements = decided.retirements.len(),
+            "planned"
+        );
+        let mut report = PassReport {
+            plan: decided.clone(),
+            ..PassReport::default()
+        };
+        let failed_ends = self.retire(&decided, &mut report).await?;
+        self.launch(&decided, failed_ends, &seen, demand_mark, now, &mut report)
+            .await?;
+        report.status = self.status(&report, now);
+        if let Some(m) = &self.metrics {
+            m.counts(
+                &self.pool,
+                report.status.idle as u32,
+                report.status.busy as u32,
+            );
+        }
+        Ok(report)
+    }
+
+    /// Passes until `stop` resolves: on a notification for this pool
+    /// (within `min_gap`), every `resync`, and after a back-off when a pass
+    /// failed or was throttled. Each pass's outcome goes to `report`.
+    pub async fn run<F, S>(mut self, mut report: F, stop: S)
+    where
+        F: FnMut(Result<&PassReport, &PoolError>),
+        S: std::future::Future<Output = ()>,
+    {
+        tokio::pin!(stop);
+        loop {
+            // Back-off waits are slept in full: a notification must not
+            // cut them short.
+            let (wait, backing_off) = match self.pass(Utc::now()).await {
+                Ok(r) => {
+                    report(Ok(&r));
+                    if r.throttled {
+                        (self.backoff.next_wait(), true)
+                    } else {
+                        self.backoff.reset();
+                        (self.tuning.resync, false)
+                    }
+                }
+                Err(e) => {
+                    tracing::warn!(pool = %self.pool, error = %e, "pool pass failed");
+                    report(Err(&e));
+                    (self.backoff.next_wait(), true)
+                }
+            };
+            let pause = if backing_off {
+                wait
+            } else {
+                self.tuning.min_gap
+            };
+            tokio::select! {
+                _ = &mut stop => return,
+                _ = tokio::time::sleep(pause) => {}
+            }
+            if backing_off {
+                continue;
+            }
+            tokio::select! {
+                _ = &mut stop => return,
+                _ = self.wake(wait) => {}
+            }
+        }
+    }
+
+    /// Returns on a notification for this pool, or after `wait`.
+    async fn wake(&mut self, wait: Duration) {
+        let deadline = tokio::time::Instant::now() + wait;
+        let pool = self.pool.clone();
+        let Some(db) = self.db.as_mut() else {
+            tokio::time::sleep(wait.min(Duration::from_secs(1))).await;
+            return;
+        };
+        loop {
+            match tokio::time::timeout_at(deadline, db.notification()).await {
+                Err(_) => return,
+                Ok(None) => {
+                    self.db = None;
+                    return;
+                }
+                Ok(Some(n)) if n.payload() == pool => {
+                    db.drain_notifications();
+                    return;
+                }
+                Ok(Some(_)) => {}
+            }
+        }
+    }
+}

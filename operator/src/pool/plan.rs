@@ -1,0 +1,398 @@
+//! The pool's *decide* step (SPEC §6, seed 000): a pure function from one
+//! snapshot — the pool's EC2 instances (listed first), its live
+//! `orca.instances` rows and unserved demand (read after) — to the
+//! launches and retirements that bring the pool back to its spec.
+//!
+//! No I/O and no clock of its own: the caller passes `now` for EC2's launch
+//! times, and the rows carry ages the database computed (only the database
+//! clock judges a row's time, SPEC §2).
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+
+use chrono::{DateTime, Utc};
+
+use crate::crd::{Launch, WarmPoolSpec};
+
+/// Where an instance can be launched: an instance type in a subnet. An empty
+/// field means "as the launch template says".
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Offering {
+    pub instance_type: String,
+    pub subnet: String,
+}
+
+impl std::fmt::Display for Offering {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let or = |s: &str| if s.is_empty() { "template" } else { s }.to_string();
+        write!(f, "{} in {}", or(&self.instance_type), or(&self.subnet))
+    }
+}
+
+/// The offerings of a launch spec in the order they are tried: each type
+/// in every subnet, then the next type.
+pub fn offerings(launch: &Launch) -> Vec<Offering> {
+    let or_template = |v: &[String]| {
+        if v.is_empty() {
+            vec![String::new()]
+        } else {
+            v.to_vec()
+        }
+    };
+    let subnets = or_template(&launch.subnet_ids);
+    or_template(&launch.instance_types)
+        .into_iter()
+        .flat_map(|t| {
+            subnets.iter().map(move |s| Offering {
+                instance_type: t.clone(),
+                subnet: s.clone(),
+            })
+        })
+        .collect()
+}
+
+/// EC2's instance states.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Ec2State {
+    Pending,
+    Running,
+    ShuttingDown,
+    Terminated,
+    Stopping,
+    Stopped,
+}
+
+impl Ec2State {
+    /// Whether the instance still exists (and counts against
+    /// `maxInstances`): anything but shutting down or terminated.
+    pub fn is_present(self) -> bool {
+        !matches!(self, Ec2State::ShuttingDown | Ec2State::Terminated)
+    }
+}
+
+/// An instance with the pool's ownership tags, as `DescribeInstances` lists it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Ec2Instance {
+    pub id: String,
+    pub state: Ec2State,
+    pub launched: DateTime<Utc>,
+    pub offering: Offering,
+}
+
+/// A live `orca.instances` row of the pool, with the ages the database
+/// computed when it was read.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PoolRow {
+    pub id: i64,
+    pub instance: String,
+    pub run: Option<i64>,
+    /// Seconds since the row went `idle`; `None` while the instance is busy.
+    pub idle_secs: Option<f64>,
+    /// Seconds since the agent last `polled`; `None` if it never did.
+    pub polled_secs: Option<f64>,
+    /// Runs the instance has been handed (its rows with a run).
+    pub uses: i64,
+    /// The operator's own claim on an instance it is terminating (see
+    /// [`super::claim`]): live, never idle, so never handed out.
+    pub claim: bool,
+}
+
+/// Everything the plan looks at, gathered by one observation.
+#[derive(Clone, Debug, Default)]
+pub struct Snapshot {
+    /// Listed before the rows were read.
+    pub instances: Vec<Ec2Instance>,
+    /// The pool's live rows.
+    pub rows: Vec<PoolRow>,
+    /// Instances listed in EC2, without a live row, that had rows once.
+    pub known: HashSet<String>,
+    /// Instances this loop launched itself (so a missing row means a slow
+    /// boot, not a leak).
+    pub ours: HashSet<String>,
+    /// Unserved `orca.pool_demand` rows of the pool.
+    pub demand: i64,
+}
+
+/// The knobs of the policy that are not in the spec.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Limits {
+    /// An idle row whose agent has not `polled` for this long is stale.
+    pub stale_secs: f64,
+    /// An instance this loop did not launch, with no row, is leaked once
+    /// this old (at least 60 s in production: see `Tuning::leak_grace`).
+    pub leak_grace_secs: f64,
+    /// At most this many instances per `RunInstances` call.
+    pub max_batch: u32,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            stale_secs: 30.0,
+            leak_grace_secs: 300.0,
+            max_batch: 100,
+        }
+    }
+}
+
+/// Why an instance is retired; the CamelCase form is the event reason and
+/// the metric label.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Reason {
+    IdleBeyondMax,
+    Stale,
+    MaxUses,
+    NoLiveRow,
+    BootTimeout,
+    Leaked,
+}
+
+impl Reason {
+    pub const ALL: [Reason; 6] = [
+        Reason::IdleBeyondMax,
+        Reason::Stale,
+        Reason::MaxUses,
+        Reason::NoLiveRow,
+        Reason::BootTimeout,
+        Reason::Leaked,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Reason::IdleBeyondMax => "IdleBeyondMax",
+            Reason::Stale => "Stale",
+            Reason::MaxUses => "MaxUses",
+            Reason::NoLiveRow => "NoLiveRow",
+            Reason::BootTimeout => "BootTimeout",
+            Reason::Leaked => "Leaked",
+        }
+    }
+}
+
+/// How the act step makes sure nobody hands the instance out before it is
+/// terminated.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum End {
+    /// End its idle row race-free first (SPEC §3); terminate only if that
+    /// ended it.
+    Idle(i64),
+    /// It has no live row: insert the operator's claim first; terminate only
+    /// if that succeeded (an agent that just wrote a row wins).
+    Claim,
+    /// The operator's claim is already its live row (an earlier pass did
+    /// not finish): terminate, then end the claim.
+    Claimed(i64),
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Retirement {
+    pub instance: String,
+    pub reason: Reason,
+    pub end: End,
+}
+
+/// `count` instances of one offering in one `RunInstances` call.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LaunchBatch {
+    pub offering: Offering,
+    pub count: u32,
+}
+
+/// What the pool looks like, for status and metrics.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Counts {
+    pub launching: u32,
+    pub idle: u32,
+    pub busy: u32,
+    pub terminating: u32,
+}
+
+/// The decision of one pass.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct PoolPlan {
+    /// In the first available offering, at most `max_batch` each.
+    pub launches: Vec<LaunchBatch>,
+    /// The other available offerings, in order, for a batch that finds no
+    /// capacity.
+    pub fallback: Vec<Offering>,
+    pub retirements: Vec<Retirement>,
+    /// Claim rows whose instance is gone: end them.
+    pub ends: Vec<i64>,
+    /// How many more instances `maxInstances` allows once the retirements
+    /// are gone (each retirement that does not happen takes one back).
+    pub room: u32,
+    /// Instances wanted but not launched: `maxInstances` reached, or no
+    /// offering available.
+    pub short: u32,
+    pub counts: Counts,
+}
+
+impl PoolPlan {
+    pub fn launch_count(&self) -> u32 {
+        self.launches.iter().map(|b| b.count).sum()
+    }
+}
+
+/// FNV-1a: instance ids are short and not attacker-chosen, and the plan of
+/// 10 000 instances should take milliseconds even in a debug build.
+#[derive(Default)]
+struct Fnv(u64);
+
+impl std::hash::Hasher for Fnv {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        let mut h = if self.0 == 0 {
+            0xcbf2_9ce4_8422_2325
+        } else {
+            self.0
+        };
+        for b in bytes {
+            h = (h ^ u64::from(*b)).wrapping_mul(0x0000_0100_0000_01b3);
+        }
+        self.0 = h;
+    }
+}
+
+type FnvBuild = std::hash::BuildHasherDefault<Fnv>;
+
+fn age_secs(now: DateTime<Utc>, then: DateTime<Utc>) -> f64 {
+    (now - then).num_milliseconds() as f64 / 1000.0
+}
+
+/// Decides one pass (SPEC §6): retire idle beyond `idle.max` (longest idle
+/// first), stale, past `maxUses`, without a live row any more, booting past
+/// `bootTimeoutSeconds`, and leaked; launch up to `idle.min` plus unserved
+/// demand, counting instances still booting, never past `maxInstances`.
+/// `unavailable` holds offerings without capacity until the time given.
+pub fn plan(
+    spec: &WarmPoolSpec,
+    snap: &Snapshot,
+    unavailable: &BTreeMap<Offering, DateTime<Utc>>,
+    limits: &Limits,
+    now: DateTime<Utc>,
+) -> PoolPlan {
+    let mut out = PoolPlan::default();
+    let mut rows: HashMap<&str, &PoolRow, FnvBuild> =
+        HashMap::with_capacity_and_hasher(snap.rows.len(), FnvBuild::default());
+    for r in &snap.rows {
+        rows.insert(r.instance.as_str(), r);
+    }
+    let mut present = 0usize;
+    let mut idle: Vec<(&Ec2Instance, &PoolRow)> = Vec::new();
+    let mut booting = 0u32;
+    let retire = |out: &mut PoolPlan, i: &Ec2Instance, reason, end| {
+        out.retirements.push(Retirement {
+            instance: i.id.clone(),
+            reason,
+            end,
+        })
+    };
+
+    for i in &snap.instances {
+        if !i.state.is_present() {
+            if i.state == Ec2State::ShuttingDown {
+                out.counts.terminating += 1;
+            }
+            continue;
+        }
+        present += 1;
+        match rows.get(i.id.as_str()) {
+            Some(row) if row.claim => retire(&mut out, i, Reason::NoLiveRow, End::Claimed(row.id)),
+            Some(row) => match row.idle_secs {
+                None => out.counts.busy += 1,
+                Some(_) if row.polled_secs.is_none_or(|p| p > limits.stale_secs) => {
+                    retire(&mut out, i, Reason::Stale, End::Idle(row.id))
+                }
+                Some(_) if spec.max_uses > 0 && row.uses >= i64::from(spec.max_uses) => {
+                    retire(&mut out, i, Reason::MaxUses, End::Idle(row.id))
+                }
+                Some(_) => idle.push((i, row)),
+            },
+            None if snap.known.contains(&i.id) => {
+                retire(&mut out, i, Reason::NoLiveRow, End::Claim)
+            }
+            None => {
+                let (limit, reason) = if snap.ours.contains(&i.id) {
+                    (spec.boot_timeout_seconds as f64, Reason::BootTimeout)
+                } else {
+                    (limits.leak_grace_secs, Reason::Leaked)
+                };
+                if age_secs(now, i.launched) >= limit {
+                    retire(&mut out, i, reason, End::Claim)
+                } else {
+                    booting += 1
+                }
+            }
+        }
+    }
+    if snap.rows.iter().any(|r| r.claim) {
+        let listed: HashSet<&str> = snap
+            .instances
+            .iter()
+            .filter(|i| i.state.is_present())
+            .map(|i| i.id.as_str())
+            .collect();
+        for row in &snap.rows {
+            if row.claim && !listed.contains(row.instance.as_str()) {
+                out.ends.push(row.id);
+            }
+        }
+    }
+
+    if spec.paused {
+        // A paused pool changes nothing; it still reports what it sees.
+        out.retirements.clear();
+        out.ends.clear();
+        out.counts.idle = idle.len() as u32;
+        out.counts.launching = booting;
+        return out;
+    }
+
+    // Idle beyond idle.max: the longest idle go first. Unserved demand is
+    // about to take idle instances, so it raises the bar.
+    let max_idle = (i64::from(spec.idle.max.max(0)) + snap.demand.max(0)) as usize;
+    if idle.len() > max_idle {
+        idle.sort_unstable_by(|a, b| {
+            let (x, y) = (a.1.idle_secs.unwrap_or(0.0), b.1.idle_secs.unwrap_or(0.0));
+            y.total_cmp(&x).then_with(|| a.0.id.cmp(&b.0.id))
+        });
+        for (i, row) in idle.drain(..idle.len() - max_idle) {
+            retire(&mut out, i, Reason::IdleBeyondMax, End::Idle(row.id));
+        }
+    }
+    out.counts.idle = idle.len() as u32;
+    out.counts.launching = booting;
+    out.counts.terminating += out.retirements.len() as u32;
+
+    let staying = present.saturating_sub(out.retirements.len()) as i64;
+    out.room = (i64::from(spec.max_instances) - staying).max(0) as u32;
+    let target = i64::from(spec.idle.min.max(0)) + snap.demand.max(0);
+    let want = (target - idle.len() as i64 - i64::from(booting)).max(0) as u32;
+    let count = want.min(out.room);
+    out.short = want - count;
+
+    let mut available = offerings(&spec.launch)
+        .into_iter()
+        .filter(|o| unavailable.get(o).is_none_or(|until| *until <= now));
+    let Some(first) = available.next() else {
+        out.short = want;
+        return out;
+    };
+    out.fallback = available.collect();
+    let batch = limits.max_batch.max(1);
+    let mut left = count;
+    while left > 0 {
+        let n = left.min(batch);
+        out.launches.push(LaunchBatch {
+            offering: first.clone(),
+            count: n,
+        });
+        left -= n;
+    }
+    out
+}
+
+#[cfg(test)]
+#[path = "plan_tests.rs"]
+mod tests;

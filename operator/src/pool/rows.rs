@@ -1,0 +1,149 @@
+//! The pool loop's Postgres adapter: what it reads of `orca.instances` and
+//! `orca.pool_demand` (ages computed by the database clock, SPEC §2), and
+//! the operator's claim on an instance it terminates that has no live row.
+//!
+//! The claim closes the race the race-free end (SPEC §3) closes for idle
+//! rows: an instance without a live row may be booting late, and its agent
+//! may write its `warm` row (and a scheduler hand it out) between the
+//! observation and `TerminateInstances`. The claim is a live, never-idle
+//! row: while it stands no agent can write one (one live row per instance)
+//! and no hand-out can take it (a hand-out takes idle rows only). If the
+//! agent got there first the claim fails and the instance is not touched.
+
+use std::collections::HashSet;
+
+use orca_db::{Db, DbError};
+
+use super::plan::PoolRow;
+
+/// The pool's live rows. A claim is a `worker` row without a run, which no
+/// scheduler or agent writes. `uses` is counted (one scan of the pool's
+/// rows) only when `count_uses`: for `maxUses`.
+pub async fn live_rows(db: &Db, pool: &str, count_uses: bool) -> Result<Vec<PoolRow>, DbError> {
+    let rows = db
+        .query(
+            "with live as (
+                 select * from orca.instances where pool = $1 and ended is null),
+             uses as (
+                 select instance, count(*) as n from orca.instances
+                 where $2 and pool = $1 and run is not null
+                   and instance in (select instance from live)
+                 group by instance)
+             select l.id, l.instance, l.run,
+                    extract(epoch from now() - l.idle)::float8,
+                    extract(epoch from now() - l.polled)::float8,
+                    coalesce(u.n, 0),
+                    l.role = 'worker' and l.run is null
+             from live l left join uses u on u.instance = l.instance",
+            &[&pool, &count_uses],
+        )
+        .await?;
+    Ok(rows
+        .iter()
+        .map(|r| PoolRow {
+            id: r.get(0),
+            instance: r.get(1),
+            run: r.get(2),
+            idle_secs: r.get(3),
+            polled_secs: r.get(4),
+            uses: r.get(5),
+            claim: r.get(6),
+        })
+        .collect())
+}
+
+/// Of `ids` (instances without a live row), those that had a row once.
+pub async fn known(db: &Db, ids: &[String]) -> Result<HashSet<String>, DbError> {
+    if ids.is_empty() {
+        return Ok(HashSet::new());
+    }
+    let rows = db
+        .query(
+            "select distinct instance from orca.instances where instance = any($1)",
+            &[&ids],
+        )
+        .await?;
+    Ok(rows.iter().map(|r| r.get(0)).collect())
+}
+
+/// Unserved demand of the pool: how many, and the newest id (0 if none
+/// ever), which keys the launch's `ClientToken`.
+pub async fn demand(db: &Db, pool: &str) -> Result<(i64, i64), DbError> {
+    let r = db
+        .query_one(
+            "select count(*) filter (where served is null), coalesce(max(id), 0)
+             from orca.pool_demand where pool = $1",
+            &[&pool],
+        )
+        .await?;
+    Ok((r.get(0), r.get(1)))
+}
+
+/// How long each demand served since `after` (the database's epoch
+/// seconds of a `served`, from an earlier call) waited, in seconds; and the
+/// newest `served` seen.
+pub async fn served_waits(
+    db: &Db,
+    pool: &str,
+    after: Option<f64>,
+) -> Result<(Vec<f64>, Option<f64>), DbError> {
+    let rows = db
+        .query(
+            "select extract(epoch from served - asked)::float8,
+                    extract(epoch from served)::float8
+             from orca.pool_demand
+             where pool = $1 and served is not null
+               and served > coalesce(to_timestamp($2), now() - interval '1 minute')
+             order by served",
+            &[&pool, &after],
+        )
+        .await?;
+    let waits = rows.iter().map(|r| r.get::<_, f64>(0)).collect();
+    let newest = rows.last().map(|r| r.get::<_, f64>(1)).or(after);
+    Ok((waits, newest))
+}
+
+/// The race-free end (SPEC §3) of many idle rows in one statement, by the
+/// operator: `orca_db::pool::end_idle`'s predicate over a set of ids. Each
+/// row is locked and rechecked on its own, so a hand-out holding one makes
+/// this skip it once the hand-out commits. Returns the ids it ended: only
+/// their instances may be terminated.
+pub async fn end_idle_rows(db: &Db, rows: &[i64]) -> Result<HashSet<i64>, DbError> {
+    if rows.is_empty() {
+        return Ok(HashSet::new());
+    }
+    let ended = db
+        .query(
+            "update orca.instances set ended = now(), ended_by = 'operator'
+             where id = any($1) and ended is null and idle is not null
+             returning id",
+            &[&rows],
+        )
+        .await?;
+    Ok(ended.iter().map(|r| r.get(0)).collect())
+}
+
+/// Claims an instance that has no live row; `None` if it has one now.
+pub async fn claim(db: &Db, instance: &str, pool: &str) -> Result<Option<i64>, DbError> {
+    let row = db
+        .query_opt(
+            "insert into orca.instances (instance, pool, role)
+             values ($1, $2, 'worker')
+             on conflict (instance) where ended is null do nothing
+             returning id",
+            &[&instance, &pool],
+        )
+        .await?;
+    Ok(row.map(|r| r.get(0)))
+}
+
+/// Ends a claim once its instance is terminated (or gone).
+pub async fn end_claim(db: &Db, row: i64) -> Result<(), DbError> {
+    db.execute(
+        "update orca.instances set ended = now(), ended_by = 'operator'
+         where id = $1 and ended is null and role = 'worker' and run is null",
+        &[&row],
+    )
+    .await?;
+    Ok(())
+}

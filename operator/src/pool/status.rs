@@ -1,0 +1,100 @@
+//! A pass's status (SPEC §6): the counts, the offerings without capacity,
+//! and the conditions `Available`, `Progressing` and `Degraded`, each
+//! keeping its transition time while its status holds.
+
+use chrono::{DateTime, Utc};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+
+use super::pass::{PassReport, PoolLoop};
+use crate::crd::{CapacityError, WarmPoolStatus};
+
+impl PoolLoop {
+    pub(super) fn status(&mut self, report: &PassReport, now: DateTime<Utc>) -> WarmPoolStatus {
+        let c = report.plan.counts;
+        let capacity_errors: Vec<CapacityError> = self
+            .unavailable
+            .iter()
+            .filter(|(_, until)| **until > now)
+            .map(|(o, until)| CapacityError {
+                instance_type: o.instance_type.clone(),
+                subnet: o.subnet.clone(),
+                code: self
+                    .capacity_codes
+                    .get(o)
+                    .cloned()
+                    .unwrap_or_else(|| "InsufficientCapacity".into()),
+                until: until.to_rfc3339(),
+            })
+            .collect();
+        let launching = c.launching + report.launched.len() as u32;
+        let degraded = report.events.iter().find(|e| e.warning);
+        let min = self.spec.idle.min.max(0) as u32;
+        let conditions = [
+            if c.idle >= min {
+                (
+                    "Available",
+                    true,
+                    "IdleReached",
+                    format!("{} idle, {} busy", c.idle, c.busy),
+                )
+            } else {
+                (
+                    "Available",
+                    false,
+                    "BelowIdleMin",
+                    format!("{} idle of {min}", c.idle),
+                )
+            },
+            if launching > 0 {
+                (
+                    "Progressing",
+                    true,
+                    "Launching",
+                    format!("{launching} launching"),
+                )
+            } else {
+                ("Progressing", false, "Steady", "nothing launching".into())
+            },
+            match degraded {
+                Some(e) => ("Degraded", true, e.reason, e.message.clone()),
+                None => ("Degraded", false, "AsExpected", "no errors".into()),
+            },
+        ];
+        let previous = std::mem::take(&mut self.conditions);
+        self.conditions = conditions
+            .into_iter()
+            .map(|(kind, ok, reason, message)| {
+                let status = if ok { "True" } else { "False" }.to_string();
+                let since = previous
+                    .iter()
+                    .find(|p| p.type_ == kind && p.status == status)
+                    .map(|p| p.last_transition_time.clone())
+                    .unwrap_or_else(|| time(now));
+                Condition {
+                    type_: kind.into(),
+                    status,
+                    reason: reason.into(),
+                    message,
+                    last_transition_time: since,
+                    observed_generation: None,
+                }
+            })
+            .collect();
+        WarmPoolStatus {
+            observed_generation: None,
+            launching: launching as i32,
+            idle: c.idle as i32,
+            busy: c.busy as i32,
+            terminating: c.terminating as i32,
+            capacity_errors,
+            conditions: self.conditions.clone(),
+        }
+    }
+}
+
+fn time(t: DateTime<Utc>) -> Time {
+    Time(
+        k8s_openapi::jiff::Timestamp::from_second(t.timestamp())
+            .unwrap_or(k8s_openapi::jiff::Timestamp::UNIX_EPOCH),
+    )
+}

@@ -1,0 +1,309 @@
+//! `bench-pool`: the WarmPool controller's figures (issue 6), printed as
+//! `| figure | value | target |` lines:
+//! - `plan` time for 10 000 instances;
+//! - a pool dropping below target (a hand-out takes its idle instance) →
+//!   its `RunInstances` call, p50/p99 (moto's server behind a counting
+//!   proxy, a real PostgreSQL, the loop woken by LISTEN);
+//! - EC2 calls in a steady-state minute of an idle pool of 100.
+
+use std::{
+    collections::BTreeMap,
+    sync::mpsc,
+    time::{Duration, Instant},
+};
+
+use chrono::Utc;
+use orca_db::pool::{hand_out, Request};
+use orca_operator::pool::{
+    ec2::RunRequest,
+    plan::{plan, Ec2Instance, Ec2State, Limits, Offering, PoolRow, Snapshot},
+    PoolLoop, Tuning,
+};
+use orca_tests::{ec2_faults::Ec2Faults, moto::Moto, pg, warm};
+
+fn row(line: &str, value: String, target: &str) {
+    println!("| {line} | {value} | {target} |");
+}
+
+fn percentile(sorted: &[Duration], p: f64) -> Duration {
+    let k = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[k.min(sorted.len() - 1)]
+}
+
+fn ms(d: Duration) -> String {
+    format!("{:.2} ms", d.as_secs_f64() * 1000.0)
+}
+
+fn bench_plan() {
+    let spec = warm::spec(
+        "http://unused",
+        &["t3.micro", "t3.small"],
+        &["subnet-a".into()],
+        100,
+        200,
+        20_000,
+    );
+    let now = Utc::now();
+    let mut snap = Snapshot::default();
+    for k in 0..10_000i64 {
+        let id = format!("i-{k:017x}");
+        snap.instances.push(Ec2Instance {
+            id: id.clone(),
+            state: Ec2State::Running,
+            launched: now - chrono::Duration::seconds(600),
+            offering: Offering {
+                instance_type: "t3.micro".into(),
+                subnet: "subnet-a".into(),
+            },
+        });
+        // A busy pool: 300 idle (100 beyond idle.max), the rest busy.
+        let idle = k % 33 == 0 && k < 9_900;
+        snap.rows.push(PoolRow {
+            id: k,
+            instance: id,
+            run: (!idle).then_some(k),
+            idle_secs: idle.then_some(k as f64),
+            polled_secs: Some(0.5),
+            uses: 1,
+            claim: false,
+        });
+    }
+    snap.demand = 30;
+    let limits = Limits::default();
+    let mut times: Vec<Duration> = (0..50)
+        .map(|_| {
+            let t = Instant::now();
+            let p = plan(&spec, &snap, &BTreeMap::new(), &limits, now);
+            std::hint::black_box(p);
+            t.elapsed()
+        })
+        .collect();
+    times.sort();
+    row(
+        "plan time, 10 000 instances: 300 idle, 9 700 busy, 30 demand (median / max of 50)",
+        format!(
+            "{} / {}",
+            ms(percentile(&times, 0.5)),
+            ms(times[times.len() - 1])
+        ),
+        "≤ 10 ms",
+    );
+}
+
+async fn launch_by_hand(
+    ec2: &orca_operator::pool::Ec2,
+    pool: &str,
+    subnet: &str,
+    count: u32,
+) -> Vec<String> {
+    let spec = warm::spec(
+        "http://unused",
+        &["t3.micro"],
+        &[subnet.to_string()],
+        0,
+        0,
+        1,
+    );
+    let owner = warm::owner(pool);
+    let offering = Offering {
+        instance_type: "t3.micro".into(),
+        subnet: subnet.into(),
+    };
+    ec2.run(&RunRequest {
+        launch: &spec.launch,
+        offering: &offering,
+        count,
+        token: &format!("bench-{pool}-{count}"),
+        user_data: "#!/bin/sh\n",
+        owner: &owner,
+    })
+    .await
+    .unwrap_or_else(|e| panic!("moto's RunInstances failed: {e}"))
+}
+
+async fn add_idle_rows(db: &orca_db::Db, pool: &str, ids: &[String]) {
+    db.execute(
+        "insert into orca.instances (instance, pool, role, idle, polled)
+         select unnest($1::text[]), $2, 'warm', now(), now()",
+        &[&ids, &pool],
+    )
+    .await
+    .unwrap_or_else(|e| panic!("inserting idle rows: {e}"));
+}
+
+async fn bench_below_target(moto: &Moto, url: &str) {
+    let faults = Ec2Faults::start(&moto.endpoint());
+    let ec2 = warm::ec2(&moto.endpoint()).await;
+    let subnets = warm::subnets(&ec2).await;
+    let pool = "bench/latency";
+    let spec = warm::spec(&faults.endpoint(), &["t3.micro"], &subnets[..1], 1, 1, 1000);
+    let tuning = Tuning {
+        leak_grace: Some(Duration::from_secs(600)),
+        ..Tuning::default()
+    };
+    let lp = PoolLoop::new("bench", "latency", spec, url, tuning)
+        .await
+        .unwrap_or_else(|e| panic!("pool loop: {e}"));
+    let (launched_tx, launched_rx) = mpsc::channel::<Vec<String>>();
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    tokio::spawn(lp.run(
+        move |r| {
+            if let Ok(r) = r {
+                if !r.launched.is_empty() {
+                    let _ = launched_tx.send(r.launched.clone());
+                }
+            }
+        },
+        async move {
+            let _ = stop_rx.await;
+        },
+    ));
+    let db = pg::connect(url).await;
+    let mut sched = pg::connect(url).await;
+    let mut samples = Vec::new();
+    for run in 1..=40i64 {
+        // Play the agent of what was launched: its warm row, idle.
+        let ids = recv(&launched_rx).await;
+        add_idle_rows(&db, pool, &ids).await;
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        faults.forget_calls();
+        let req = Request {
+            pool,
+            run,
+            start: 1,
+            role: "head",
+            head_address: "",
+            new_code: true,
+        };
+        let handed = Instant::now();
+        hand_out(&mut sched, &req, Duration::from_secs(60))
+            .await
+            .unwrap_or_else(|e| panic!("hand-out: {e}"))
+            .unwrap_or_else(|| panic!("no idle instance to hand out for run {run}"));
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let call = loop {
+            if let Some(c) = faults.calls_of("RunInstances").first() {
+                break c.at;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "no RunInstances within 30 s of a hand-out"
+            );
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        };
+        samples.push(call.saturating_duration_since(handed));
+    }
+    let _ = stop_tx.send(());
+    samples.sort();
+    row(
+        "pool below target → RunInstances, p50 / p99 (40 hand-outs)",
+        format!(
+            "{} / {}",
+            ms(percentile(&samples, 0.5)),
+            ms(percentile(&samples, 0.99))
+        ),
+        "p99 ≤ 1 s",
+    );
+}
+
+async fn recv(rx: &mpsc::Receiver<Vec<String>>) -> Vec<String> {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        if let Ok(ids) = rx.try_recv() {
+            return ids;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the pool launched nothing within 30 s"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+async fn bench_steady_state(moto: &Moto, url: &str) {
+    let faults = Ec2Faults::start(&moto.endpoint());
+    let ec2 = warm::ec2(&moto.endpoint()).await;
+    let subnets = warm::subnets(&ec2).await;
+    let pool = "bench/steady";
+    let ids = launch_by_hand(&ec2, pool, &subnets[0], 100).await;
+    let db = pg::connect(url).await;
+    add_idle_rows(&db, pool, &ids).await;
+    // The agents' beat, once a second for all of them.
+    let beat_url = url.to_string();
+    let beat = tokio::spawn(async move {
+        let db = pg::connect(&beat_url).await;
+        loop {
+            let _ = db
+                .execute(
+                    "update orca.instances set polled = now() where pool = 'bench/steady' and ended is null",
+                    &[],
+                )
+                .await;
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        }
+    });
+    let spec = warm::spec(
+        &faults.endpoint(),
+        &["t3.micro"],
+        &subnets[..1],
+        100,
+        100,
+        200,
+    );
+    let tuning = Tuning {
+        leak_grace: Some(Duration::from_secs(600)),
+        ..Tuning::default()
+    };
+    let lp = PoolLoop::new("bench", "steady", spec, url, tuning.clone())
+        .await
+        .unwrap_or_else(|e| panic!("pool loop: {e}"));
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    tokio::spawn(lp.run(|_| {}, async move {
+        let _ = stop_rx.await;
+    }));
+    // Past the first pass, count a minute.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    faults.forget_calls();
+    tokio::time::sleep(Duration::from_secs(60)).await;
+    let calls = faults.calls();
+    let _ = stop_tx.send(());
+    beat.abort();
+    let mut by_action: BTreeMap<String, usize> = BTreeMap::new();
+    for c in &calls {
+        *by_action.entry(c.action.clone()).or_default() += 1;
+    }
+    let text = if by_action.is_empty() {
+        "none".to_string()
+    } else {
+        by_action
+            .iter()
+            .map(|(a, n)| format!("{n} {a}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    row(
+        &format!(
+            "EC2 calls per steady-state minute, idle pool of 100 (resync {} s)",
+            tuning.resync.as_secs()
+        ),
+        text,
+        "a few Describe calls, nothing else",
+    );
+}
+
+fn main() {
+    warm::aws_env();
+    println!("| figure | value | target |");
+    println!("|---|---|---|");
+    bench_plan();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("invariant: a runtime can be built");
+    runtime.block_on(async {
+        let moto = Moto::start();
+        let url = pg::Cluster::shared().migrated_db().await;
+        bench_below_target(&moto, &url).await;
+        bench_steady_state(&moto, &url).await;
+    });
+}

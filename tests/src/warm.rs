@@ -1,0 +1,138 @@
+//! Scaffolding for the warm pool's tests and bench: moto's EC2 server with
+//! dummy credentials, a WarmPool spec on moto's default subnets, short
+//! test intervals, local hosts running the real `orca-pool-agent`, and the
+//! scheduler's half of the hand-out (the `orca_db::pool` functions
+//! `orca-sim` uses).
+
+use std::{sync::Once, time::Duration};
+
+use orca_operator::{
+    crd::{IdleRange, Launch, WarmPoolSpec},
+    pool::{
+        host::{HostConfig, Hosts},
+        Ec2, Ec2Config, Ownership, Tuning,
+    },
+};
+
+use crate::bins;
+
+pub const REGION: &str = "us-east-1";
+/// An image id moto accepts.
+pub const IMAGE: &str = "ami-12c6146b";
+
+/// Dummy AWS credentials for moto (the SDK's default chain reads them), and
+/// no IMDS probing.
+pub fn aws_env() {
+    static ONCE: Once = Once::new();
+    ONCE.call_once(|| {
+        for (k, v) in [
+            ("AWS_ACCESS_KEY_ID", "testing"),
+            ("AWS_SECRET_ACCESS_KEY", "testing"),
+            ("AWS_SESSION_TOKEN", "testing"),
+            ("AWS_EC2_METADATA_DISABLED", "true"),
+        ] {
+            std::env::set_var(k, v);
+        }
+    });
+}
+
+/// An EC2 client of the tests' own for `endpoint`.
+pub async fn ec2(endpoint: &str) -> Ec2 {
+    aws_env();
+    Ec2::new(&Ec2Config::new(REGION, Some(endpoint))).await
+}
+
+/// moto's default subnets, sorted.
+pub async fn subnets(ec2: &Ec2) -> Vec<String> {
+    let out = ec2
+        .client()
+        .describe_subnets()
+        .send()
+        .await
+        .unwrap_or_else(|e| panic!("moto's DescribeSubnets failed: {e}"));
+    let mut ids: Vec<String> = out
+        .subnets()
+        .iter()
+        .filter_map(|s| s.subnet_id().map(String::from))
+        .collect();
+    ids.sort();
+    assert!(
+        ids.len() >= 2,
+        "moto has fewer than two default subnets: {ids:?}"
+    );
+    ids
+}
+
+/// A pool on `endpoint` with an image, `types` and `subnets`.
+pub fn spec(
+    endpoint: &str,
+    types: &[&str],
+    subnets: &[String],
+    min: i32,
+    max: i32,
+    max_instances: i32,
+) -> WarmPoolSpec {
+    WarmPoolSpec {
+        scheduler: "sched".into(),
+        region: REGION.into(),
+        endpoint: Some(endpoint.into()),
+        idle: IdleRange { min, max },
+        max_instances,
+        idle_seconds: 600,
+        max_uses: 0,
+        boot_timeout_seconds: 60,
+        launch: Launch {
+            launch_template: None,
+            image_id: Some(IMAGE.into()),
+            instance_types: types.iter().map(|t| t.to_string()).collect(),
+            subnet_ids: subnets.to_vec(),
+            security_group_ids: vec![],
+            iam_instance_profile: None,
+            tags: Default::default(),
+            agent_path: "/usr/local/bin/orca-pool-agent".into(),
+            run_command: "true".into(),
+            database_url_file: None,
+        },
+        paused: false,
+    }
+}
+
+/// Short intervals for tests: a resync every second, stale after 5 s, a
+/// leak grace of `leak_grace`, quick back-off.
+pub fn tuning(leak_grace: Duration) -> Tuning {
+    Tuning {
+        resync: Duration::from_secs(1),
+        min_gap: Duration::from_millis(50),
+        stale: Duration::from_secs(5),
+        leak_grace: Some(leak_grace),
+        backoff_base: Duration::from_millis(50),
+        backoff_cap: Duration::from_secs(1),
+        ..Tuning::default()
+    }
+}
+
+/// The ownership tags of pool `pool` of these tests.
+pub fn owner(pool: &str) -> Ownership {
+    let ns = pool.split('/').next().unwrap_or("default");
+    Ownership {
+        pool: pool.into(),
+        scheduler: format!("{ns}/sched"),
+        operator: Tuning::default().operator,
+    }
+}
+
+/// Local hosts for `pool`: the real agent, `run_command` per run, agents
+/// that give up 1 s after `idle_seconds`.
+pub async fn hosts(endpoint: &str, url: &str, pool: &str, run_command: &str) -> Hosts {
+    let cfg = HostConfig {
+        agent: bins::path("orca-pool-agent"),
+        database_url: url.into(),
+        pool: pool.into(),
+        idle_seconds: 600,
+        run_command: run_command.into(),
+        env: vec![("ORCA_POOL_AGENT_GRACE_MS".into(), "1000".into())],
+        poll: Duration::from_millis(200),
+        agent_stderr: std::env::var_os("ORCA_TEST_AGENT_STDERR").is_some(),
+    };
+    Hosts::new(ec2(endpoint).await, owner(pool), cfg)
+}
