@@ -1,0 +1,98 @@
+{{/* The chart's name, or nameOverride. */}}
+{{- define "orca-operator.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/*
+The release's full name: fullnameOverride, else the release name when it
+already holds the chart's name, else "<release>-<chart>"; 63 characters at
+most, as Kubernetes names allow.
+*/}}
+{{- define "orca-operator.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{- define "orca-operator.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{- define "orca-operator.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "orca-operator.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end }}
+
+{{- define "orca-operator.labels" -}}
+helm.sh/chart: {{ include "orca-operator.chart" . }}
+{{ include "orca-operator.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+{{- end }}
+
+{{- define "orca-operator.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create }}
+{{- default (include "orca-operator.fullname" .) .Values.serviceAccount.name }}
+{{- else }}
+{{- default "default" .Values.serviceAccount.name }}
+{{- end }}
+{{- end }}
+
+{{- define "orca-operator.leaseName" -}}
+{{- default (include "orca-operator.fullname" .) .Values.leaderElection.leaseName }}
+{{- end }}
+
+{{/*
+The namespaces reconciled, one a line: watchNamespaces, or the release
+namespace when it is empty. Unused when watchAllNamespaces is true.
+*/}}
+{{- define "orca-operator.watchNamespaces" -}}
+{{- $namespaces := .Values.watchNamespaces | default (list .Release.Namespace) }}
+{{- range $namespaces | uniq }}
+{{ . }}
+{{- end }}
+{{- end }}
+
+{{/*
+What the operator does in a watched namespace, and nothing more: read its
+custom resources and write their status; run scheduler pods and register
+Jobs; read the database Secret a Scheduler names (get only: never list or
+watch every Secret); record events.
+*/}}
+{{- define "orca-operator.rules" -}}
+- apiGroups: ["orca.dev"]
+  resources: ["schedulers", "warmpools"]
+  verbs: ["get", "list", "watch"]
+- apiGroups: ["orca.dev"]
+  resources: ["schedulers/status", "warmpools/status"]
+  verbs: ["patch"]
+- apiGroups: [""]
+  resources: ["pods"]
+  verbs: ["get", "list", "watch", "create", "delete"]
+- apiGroups: ["batch"]
+  resources: ["jobs"]
+  verbs: ["get", "list", "watch", "create", "delete"]
+- apiGroups: [""]
+  resources: ["secrets"]
+  verbs: ["get"]
+- apiGroups: ["events.k8s.io"]
+  resources: ["events"]
+  verbs: ["create", "patch"]
+- apiGroups: [""]
+  resources: ["events"]
+  verbs: ["create", "patch"]
+{{- end }}
+
+{{/* Values that contradict each other; values.schema.json says so too. */}}
+{{- define "orca-operator.validate" -}}
+{{- if and .Values.watchAllNamespaces .Values.watchNamespaces }}
+{{- fail "watchAllNamespaces: true and a watchNamespaces list contradict each other; set one of them" }}
+{{- end }}
+{{- end }}
