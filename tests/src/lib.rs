@@ -1,11 +1,15 @@
 //! Fixtures for the integration and end-to-end tests: a throwaway
 //! PostgreSQL cluster ([`pg`]), moto's EC2 server ([`moto`]) and the
-//! project's own binaries as child processes ([`bins`]).
+//! project's own binaries as child processes ([`bins`]); and the reference
+//! scheduler `orca-sim` ([`sim`]).
 //!
 //! A fixture that cannot start fails the test with a message saying what is
 //! missing; nothing here skips.
 
 pub mod bins;
+pub mod ec2_faults;
+pub mod local;
 pub mod moto;
 pub mod pg;
-mod spawn;
+pub mod sim;
+pub mod warm;

@@ -1,0 +1,8 @@
+//! The orca control plane as a library: the binary `orca-operator` wires
+//! these modules; the end-to-end tests drive them directly.
+
+pub mod crd;
+pub mod k8s;
+pub mod local;
+pub mod pool;
+pub mod rollout;
