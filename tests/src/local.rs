@@ -51,6 +51,24 @@ impl LocalMode {
         std::fs::rename(&tmp, self.dir.join("scheduler.yaml")).unwrap();
     }
 
+    /// Writes another manifest file into the directory.
+    pub fn write(&self, file: &str, yaml: &str) {
+        let tmp = self.dir.join(format!("{file}.tmp"));
+        std::fs::write(&tmp, yaml).unwrap();
+        std::fs::rename(&tmp, self.dir.join(file)).unwrap();
+    }
+
+    /// The status the local mode wrote for WarmPool `default/<name>`.
+    pub fn pool_status(&self, name: &str) -> orca_operator::crd::WarmPoolStatus {
+        std::fs::read_to_string(
+            self.dir
+                .join(format!(".status/warmpool-default-{name}.yaml")),
+        )
+        .ok()
+        .and_then(|t| serde_yaml::from_str(&t).ok())
+        .unwrap_or_default()
+    }
+
     /// Starts the operator.
     pub fn start(&mut self) {
         assert!(self.child.is_none(), "the operator already runs");

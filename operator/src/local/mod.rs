@@ -5,6 +5,7 @@
 pub mod manifests;
 pub mod moto;
 pub mod pods;
+pub mod pools;
 pub mod postgres;
 mod scheduler;
 pub mod spawn;
@@ -15,7 +16,11 @@ use std::{collections::BTreeMap, path::PathBuf, time::Duration};
 use anyhow::Context;
 use orca_db::{migrate, ConnectOptions, DatabaseUrl};
 
-use self::{manifests::Manifests, scheduler::LocalScheduler};
+use self::{
+    manifests::Manifests,
+    pools::LocalPools,
+    scheduler::{database_url, LocalScheduler},
+};
 
 pub struct LocalOptions {
     /// The directory of YAML files.
@@ -86,6 +91,7 @@ pub async fn run(opts: LocalOptions) -> anyhow::Result<()> {
     };
 
     let mut schedulers: BTreeMap<String, LocalScheduler> = BTreeMap::new();
+    let mut pools = LocalPools::new(state_dir.clone());
     migrate_all(&manifests, &schedulers_urls(&manifests, &fallback_url)).await;
 
     let mut stop = Box::pin(shutdown_signal());
@@ -110,6 +116,21 @@ pub async fn run(opts: LocalOptions) -> anyhow::Result<()> {
                 .or_insert_with(|| LocalScheduler::new(key, &state_dir, fallback_url.clone()));
             next = next.min(local.reconcile(s, &manifests).await);
         }
+        let fallback = fallback_url.as_deref();
+        pools
+            .sync(&manifests.warm_pools, |p| {
+                let ns = p
+                    .metadata
+                    .namespace
+                    .clone()
+                    .unwrap_or_else(|| "default".into());
+                let scheduler = manifests
+                    .schedulers
+                    .get(&format!("{ns}/{}", p.spec.scheduler))
+                    .ok_or_else(|| format!("Scheduler {ns}/{} not found", p.spec.scheduler))?;
+                database_url(scheduler, &manifests, fallback).map_err(|e| e.message)
+            })
+            .await;
         // A Scheduler removed from the directory takes its processes along,
         // as the owner references would.
         let gone: Vec<String> = schedulers
@@ -131,7 +152,8 @@ pub async fn run(opts: LocalOptions) -> anyhow::Result<()> {
         }
     }
 
-    println!("local: stopping: the schedulers drain their runs and exit");
+    println!("local: stopping: the pools' hosts stop, the schedulers drain their runs and exit");
+    pools.stop_all().await;
     for s in schedulers.values() {
         s.stop_all();
     }

@@ -47,27 +47,6 @@ impl LocalScheduler {
         }
     }
 
-    /// The database URL this Scheduler uses, or the problem with it.
-    pub fn url(&self, s: &Scheduler, manifests: &Manifests) -> Result<String, Problem> {
-        let ns = namespace(s);
-        let r = &s.spec.database.url_secret_ref;
-        match manifests.secret_value(&ns, &r.name, &r.key) {
-            Ok(url) => Ok(url),
-            Err(SecretLookup::NoSecret) if self.fallback_url.is_some() => Ok(self
-                .fallback_url
-                .clone()
-                .expect("invariant: checked just above")),
-            Err(SecretLookup::NoSecret) => Err(Problem {
-                reason: "SecretMissing".into(),
-                message: format!("Secret {ns}/{} not found", r.name),
-            }),
-            Err(SecretLookup::NoKey) => Err(Problem {
-                reason: "SecretKeyMissing".into(),
-                message: format!("Secret {ns}/{} has no key {}", r.name, r.key),
-            }),
-        }
-    }
-
     async fn connect(&mut self, url: &str) -> Result<&Db, Problem> {
         let fresh = !matches!(&self.db, Some((u, db)) if u == url && !db.is_closed());
         if fresh {
@@ -90,7 +69,7 @@ impl LocalScheduler {
     /// One pass; returns when to look again.
     pub async fn reconcile(&mut self, s: &Scheduler, manifests: &Manifests) -> Duration {
         let stale = Duration::from_secs(s.spec.handover.stale_seconds.max(1) as u64);
-        let url = self.url(s, manifests);
+        let url = database_url(s, manifests, self.fallback_url.as_deref());
         let observed_db = match &url {
             Ok(url) => match self.connect(url).await {
                 Ok(db) => rollout::observe_instances(db, stale)
@@ -305,6 +284,29 @@ impl LocalScheduler {
             .chain(self.jobs.list().values())
             .filter(|l| l.meta.scheduler == self.key && l.running())
             .count()
+    }
+}
+
+/// The database URL Scheduler `s` uses — its Secret's, else the local
+/// mode's own — or the problem with it.
+pub(super) fn database_url(
+    s: &Scheduler,
+    manifests: &Manifests,
+    fallback: Option<&str>,
+) -> Result<String, Problem> {
+    let ns = namespace(s);
+    let r = &s.spec.database.url_secret_ref;
+    match (manifests.secret_value(&ns, &r.name, &r.key), fallback) {
+        (Ok(url), _) => Ok(url),
+        (Err(SecretLookup::NoSecret), Some(url)) => Ok(url.to_string()),
+        (Err(SecretLookup::NoSecret), None) => Err(Problem {
+            reason: "SecretMissing".into(),
+            message: format!("Secret {ns}/{} not found", r.name),
+        }),
+        (Err(SecretLookup::NoKey), _) => Err(Problem {
+            reason: "SecretKeyMissing".into(),
+            message: format!("Secret {ns}/{} has no key {}", r.name, r.key),
+        }),
     }
 }
 

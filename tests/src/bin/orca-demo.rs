@@ -161,24 +161,216 @@ async fn main() -> anyhow::Result<()> {
         .await?
         .get(0);
 
+    // 4. A warm pool of instances on moto serves a run, and refills.
+    let pool = std::fs::read_to_string(examples().join("warmpool.yaml"))
+        .context("reading examples/warmpool.yaml")?;
+    // One run per instance, so the pool has to refill after serving one.
+    let pool = pool.replace("  idleSeconds: 600", "  idleSeconds: 600\n  maxUses: 1");
+    local.write("warmpool.yaml", &pool);
+    say(
+        start,
+        "applied WarmPool runners (idle 2..4, one run per instance) and v3, which runs on it",
+    );
+    local.apply(&scheduler_yaml("v3", Some("default/runners"))?);
+    let p = wait_pool(&local, Duration::from_secs(60), |p| p.idle >= 2).await?;
+    say(
+        start,
+        format!(
+            "warm pool: {} instances idle on moto, their agents waiting in pool-next",
+            p.idle
+        ),
+    );
+    wait(&local, Duration::from_secs(60), |s| {
+        s.phase == Phase::Ready && s.leader.as_ref().is_some_and(|l| l.image.ends_with(":v3"))
+    })
+    .await?;
+    say(start, "v3 leads");
+    let queued = Instant::now();
+    let lines_before = local.output().len();
+    let run: i64 = db
+        .query_one(
+            "insert into orca.runs (pipeline) values ('sleep:1') returning id",
+            &[],
+        )
+        .await?
+        .get(0);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let handed = loop {
+        if let Some(row) = db
+            .query_opt(
+                "select instance, extract(epoch from joined - created)::float8 from orca.instances
+                 where run = $1 and pooled and joined is not null",
+                &[&run],
+            )
+            .await?
+        {
+            break (row.get::<_, String>(0), queued.elapsed());
+        }
+        if Instant::now() > deadline {
+            bail!(
+                "run {run} was not handed an instance; the operator said:\n{}",
+                local.output().join("\n")
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    say(
+        start,
+        format!(
+            "run {run} handed warm instance {} {:.0} ms after it was queued",
+            handed.0,
+            handed.1.as_secs_f64() * 1000.0
+        ),
+    );
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let status: String = db
+            .query_one("select status from orca.runs where id = $1", &[&run])
+            .await?
+            .get(0);
+        if status == "succeeded" {
+            break;
+        }
+        if Instant::now() > deadline {
+            bail!("run {run} did not finish on its instance");
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    say(
+        start,
+        format!(
+            "run {run} succeeded on {}; that instance has served its one run",
+            handed.0
+        ),
+    );
+    let (refill, fresh) =
+        wait_pool_output(&local, Duration::from_secs(60), &handed.0, lines_before).await?;
+    say(start, format!("the pool retires it and refills: {refill}"));
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let idle: i64 = db
+            .query_one(
+                "select count(*) from orca.instances where pool = 'default/runners' and ended is null and idle is not null",
+                &[],
+            )
+            .await?
+            .get(0);
+        let fresh_idle: bool = db
+            .query_one(
+                "select exists (select 1 from orca.instances where instance = $1 and ended is null and idle is not null)",
+                &[&fresh],
+            )
+            .await?
+            .get(0);
+        if fresh_idle && idle >= 2 {
+            say(
+                start,
+                format!("{fresh}'s agent is waiting: the pool has {idle} idle instances again"),
+            );
+            break;
+        }
+        if Instant::now() > deadline {
+            bail!(
+                "the pool did not refill; the operator said:\n{}",
+                local.output().join("\n")
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let leader = local.status().leader.context("v3 leads")?;
+
     // The summary.
     println!();
     say(start, "summary");
     println!(
-        "  handover {} → {}: joined → leads {:.1} s, whole handover {:.1} s (tick 0.5 s)",
+        "  handover {} → {}: joined → leads {:.0} ms (tick 500 ms), pod started → old drained {:.1} s",
         h.from,
         h.to,
-        join_to_lead.unwrap_or(f64::NAN),
+        join_to_lead.unwrap_or(f64::NAN) * 1000.0,
         took(&h.started, &h.drained).unwrap_or(f64::NAN)
     );
-    println!("  leader now: instance {} in pod {}", v2.instance, v2.pod);
+    println!(
+        "  v2 took over from instance {} as instance {}; now instance {} ({}) leads",
+        v1.instance, v2.instance, leader.instance, leader.image
+    );
     println!("  runs lost: {lost}");
+    println!(
+        "  a queued run was handed a warm instance in {:.0} ms",
+        handed.1.as_secs_f64() * 1000.0
+    );
     if lost != 0 {
         bail!("{lost} runs did not finish exactly once under v1");
     }
     drop(local);
     drop(cluster);
     Ok(())
+}
+
+async fn wait_pool(
+    local: &LocalMode,
+    limit: Duration,
+    check: impl Fn(&orca_operator::crd::WarmPoolStatus) -> bool,
+) -> anyhow::Result<orca_operator::crd::WarmPoolStatus> {
+    let deadline = Instant::now() + limit;
+    loop {
+        let s = local.pool_status("runners");
+        if check(&s) {
+            return Ok(s);
+        }
+        if Instant::now() > deadline {
+            bail!(
+                "the warm pool: not within {limit:?}; the operator said:\n{}",
+                local.output().join("\n")
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// The lines where the pool terminated `instance` and launched another, and
+/// the new instance's id.
+async fn wait_pool_output(
+    local: &LocalMode,
+    limit: Duration,
+    instance: &str,
+    from: usize,
+) -> anyhow::Result<(String, String)> {
+    let deadline = Instant::now() + limit;
+    loop {
+        let out = local.output();
+        let since = &out[from.min(out.len())..];
+        let retired = since
+            .iter()
+            .find(|l| l.contains("warmpool") && l.contains("Terminated") && l.contains(instance));
+        if let Some(retired) = retired {
+            // The replacement may be launched in the same pass, before the
+            // termination is reported.
+            if let Some(launch) = since
+                .iter()
+                .find(|l| l.contains("warmpool") && l.contains("Launched"))
+            {
+                let retired = retired
+                    .split_once(": ")
+                    .map(|x| x.1)
+                    .unwrap_or(retired)
+                    .to_string();
+                let fresh = launch.rsplit(' ').next().unwrap_or_default().to_string();
+                let launch = launch
+                    .split_once(": ")
+                    .map(|x| x.1)
+                    .unwrap_or(launch)
+                    .to_string();
+                return Ok((format!("{retired}; {launch}"), fresh));
+            }
+        }
+        if Instant::now() > deadline {
+            bail!(
+                "the pool did not retire {instance} and refill; the operator said:\n{}",
+                out.join("\n")
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 }
 
 async fn wait(

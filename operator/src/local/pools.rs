@@ -1,0 +1,251 @@
+//! WarmPools in the local mode: the same pool loop as in a cluster, on the
+//! pool's `endpoint` or on a moto server of the local mode's own, with the
+//! local mode playing each instance's host (`pool::host`): a running moto
+//! instance is an `orca-pool-agent` loop on this machine.
+
+use std::{collections::BTreeMap, path::PathBuf, time::Duration};
+
+use tokio::{sync::watch, task::JoinHandle};
+
+use super::moto::Moto;
+use crate::{
+    crd::{WarmPool, WarmPoolSpec, WarmPoolStatus},
+    pool::{
+        ec2::{Ec2, Ec2Config},
+        host::{HostConfig, Hosts},
+        PoolLoop, Tuning,
+    },
+};
+
+/// moto knows this image id; the account's own can't exist there.
+const MOTO_IMAGE: &str = "ami-12c6146b";
+
+struct Running {
+    spec: WarmPoolSpec,
+    url: String,
+    stop: watch::Sender<bool>,
+    tasks: Vec<JoinHandle<()>>,
+}
+
+/// The WarmPools this local mode runs.
+pub struct LocalPools {
+    state_dir: PathBuf,
+    running: BTreeMap<String, Running>,
+    moto: Option<Moto>,
+    /// Pools that could not start, and why (said once).
+    refused: BTreeMap<String, String>,
+}
+
+impl LocalPools {
+    pub fn new(state_dir: PathBuf) -> Self {
+        LocalPools {
+            state_dir,
+            running: BTreeMap::new(),
+            moto: None,
+            refused: BTreeMap::new(),
+        }
+    }
+
+    /// Starts, restarts (on a change of spec or database) and stops pool
+    /// loops to match `pools`; `url` is each pool's database or why none.
+    pub async fn sync(
+        &mut self,
+        pools: &BTreeMap<String, WarmPool>,
+        url: impl Fn(&WarmPool) -> Result<String, String>,
+    ) {
+        let gone: Vec<String> = self
+            .running
+            .keys()
+            .filter(|k| !pools.contains_key(*k))
+            .cloned()
+            .collect();
+        for key in gone {
+            self.stop(&key).await;
+            println!("warmpool {key}: removed; its loop and hosts stopped");
+        }
+        for (key, pool) in pools {
+            let url = match url(pool) {
+                Ok(u) => u,
+                Err(why) => {
+                    if self.refused.get(key) != Some(&why) {
+                        println!("warmpool {key}: Warning NotStarted: {why}");
+                        self.refused.insert(key.clone(), why);
+                    }
+                    continue;
+                }
+            };
+            if let Some(r) = self.running.get(key) {
+                if r.spec == pool.spec && r.url == url {
+                    continue;
+                }
+                self.stop(key).await;
+            }
+            match self.start(key, pool, &url).await {
+                Ok(r) => {
+                    self.refused.remove(key);
+                    self.running.insert(key.clone(), r);
+                }
+                Err(why) => {
+                    if self.refused.get(key) != Some(&why) {
+                        println!("warmpool {key}: Warning NotStarted: {why}");
+                        self.refused.insert(key.clone(), why);
+                    }
+                }
+            }
+        }
+    }
+
+    async fn start(&mut self, key: &str, pool: &WarmPool, url: &str) -> Result<Running, String> {
+        let (namespace, name) = key.split_once('/').unwrap_or(("default", key));
+        let mut spec = pool.spec.clone();
+        if spec.endpoint.is_none() {
+            spec = self.onto_moto(key, spec).await?;
+        }
+        let endpoint = spec.endpoint.clone();
+        let pool_loop = PoolLoop::new(namespace, name, spec.clone(), url, Tuning::default())
+            .await
+            .map_err(|e| e.to_string())?;
+        let ec2 = Ec2::new(&Ec2Config::new(&spec.region, endpoint.as_deref())).await;
+        let agent = sibling("orca-pool-agent")
+            .ok_or("orca-pool-agent is not beside orca-operator; build the workspace")?;
+        let hosts = Hosts::new(
+            ec2,
+            pool_loop.ownership().clone(),
+            HostConfig {
+                agent,
+                database_url: url.to_string(),
+                pool: key.to_string(),
+                idle_seconds: spec.idle_seconds,
+                run_command: spec.launch.run_command.clone(),
+                env: Vec::new(),
+                poll: Duration::from_millis(500),
+                agent_stderr: false,
+            },
+        );
+        let (stop, watch) = watch::channel(false);
+        let stopped = |mut w: watch::Receiver<bool>| async move {
+            let _ = w.changed().await;
+        };
+        let status_file = self
+            .state_dir
+            .join(format!("warmpool-{}.yaml", key.replace('/', "-")));
+        let generation = pool.metadata.generation;
+        let key_owned = key.to_string();
+        let mut last = String::new();
+        let loop_task = tokio::spawn(pool_loop.run(
+            move |outcome| match outcome {
+                Ok(report) => {
+                    for e in &report.events {
+                        let kind = if e.warning { "Warning" } else { "Normal" };
+                        println!("warmpool {key_owned}: {kind} {}: {}", e.reason, e.message);
+                    }
+                    let mut status: WarmPoolStatus = report.status.clone();
+                    status.observed_generation = generation;
+                    let line = summary(&status);
+                    if line != last {
+                        println!("warmpool {key_owned}: {line}");
+                        if let Ok(text) = serde_yaml::to_string(&status) {
+                            let _ = std::fs::write(&status_file, text);
+                        }
+                        last = line;
+                    }
+                }
+                Err(e) => println!("warmpool {key_owned}: Warning PassFailed: {e}"),
+            },
+            stopped(watch.clone()),
+        ));
+        let hosts_task = tokio::spawn(hosts.run(stopped(watch)));
+        println!(
+            "warmpool {key}: running on {}",
+            endpoint.as_deref().unwrap_or("EC2")
+        );
+        Ok(Running {
+            spec: pool.spec.clone(),
+            url: url.to_string(),
+            stop,
+            tasks: vec![loop_task, hosts_task],
+        })
+    }
+
+    /// A pool without an endpoint runs on the local mode's own moto server,
+    /// where the account's image, subnets and security groups can't exist:
+    /// they become moto's.
+    async fn onto_moto(
+        &mut self,
+        key: &str,
+        mut spec: WarmPoolSpec,
+    ) -> Result<WarmPoolSpec, String> {
+        if self.moto.is_none() {
+            println!("local: starting moto's EC2 server for the WarmPools");
+            for (k, v) in [
+                ("AWS_ACCESS_KEY_ID", "local"),
+                ("AWS_SECRET_ACCESS_KEY", "local"),
+                ("AWS_EC2_METADATA_DISABLED", "true"),
+            ] {
+                std::env::set_var(k, v);
+            }
+            let moto = tokio::task::spawn_blocking(Moto::start)
+                .await
+                .map_err(|e| e.to_string())?;
+            self.moto = Some(moto);
+        }
+        let endpoint = self
+            .moto
+            .as_ref()
+            .map(|m| m.endpoint())
+            .expect("invariant: moto started above");
+        let ec2 = Ec2::new(&Ec2Config::new(&spec.region, Some(&endpoint))).await;
+        let subnets = ec2
+            .client()
+            .describe_subnets()
+            .send()
+            .await
+            .map_err(|e| format!("moto: listing its subnets: {e}"))?
+            .subnets()
+            .iter()
+            .filter_map(|s| s.subnet_id().map(String::from))
+            .take(spec.launch.subnet_ids.len().max(1))
+            .collect::<Vec<_>>();
+        println!("warmpool {key}: on moto at {endpoint}: image {MOTO_IMAGE}, moto's subnets {subnets:?}, no security groups");
+        spec.endpoint = Some(endpoint);
+        spec.launch.launch_template = None;
+        spec.launch.image_id = Some(MOTO_IMAGE.into());
+        spec.launch.subnet_ids = subnets;
+        spec.launch.security_group_ids = Vec::new();
+        spec.launch.iam_instance_profile = None;
+        if spec.launch.instance_types.is_empty() {
+            spec.launch.instance_types = vec!["t3.micro".into()];
+        }
+        Ok(spec)
+    }
+
+    async fn stop(&mut self, key: &str) {
+        if let Some(r) = self.running.remove(key) {
+            let _ = r.stop.send(true);
+            for t in r.tasks {
+                let _ = tokio::time::timeout(Duration::from_secs(10), t).await;
+            }
+        }
+    }
+
+    /// Stops every pool loop and its hosts (their agents end).
+    pub async fn stop_all(&mut self) {
+        let keys: Vec<String> = self.running.keys().cloned().collect();
+        for key in keys {
+            self.stop(&key).await;
+        }
+    }
+}
+
+fn summary(s: &WarmPoolStatus) -> String {
+    format!(
+        "launching {}, idle {}, busy {}, terminating {}",
+        s.launching, s.idle, s.busy, s.terminating
+    )
+}
+
+/// A binary beside this one (`orca-pool-agent` next to `orca-operator`).
+fn sibling(name: &str) -> Option<PathBuf> {
+    let path = std::env::current_exe().ok()?.parent()?.join(name);
+    path.exists().then_some(path)
+}
