@@ -2,16 +2,14 @@
 //! real PostgreSQL — the handover in order, the aborts, stop-the-world,
 //! recreate, restarts of the pod and of the operator itself.
 
-use std::{
-    sync::{
-        atomic::{AtomicBool, AtomicUsize, Ordering},
-        Arc,
-    },
-    time::Duration,
-};
+use std::time::Duration;
 
 use orca_operator::crd::Phase;
-use orca_tests::{local::LocalMode, pg};
+use orca_tests::{
+    local::LocalMode,
+    pg,
+    sim::probe::{self, LockSampler},
+};
 
 const TICK_MS: u64 = 200;
 
@@ -35,63 +33,6 @@ spec:
     joinTimeoutSeconds: 20
 {more_spec}"#
     )
-}
-
-/// Samples `pg_locks` every 50 ms and remembers the most holders of the
-/// lead lock it ever saw at once.
-struct LockWatch {
-    most: Arc<AtomicUsize>,
-    stop: Arc<AtomicBool>,
-    task: tokio::task::JoinHandle<()>,
-}
-
-impl LockWatch {
-    async fn start(url: &str) -> LockWatch {
-        let db = pg::connect(url).await;
-        let most = Arc::new(AtomicUsize::new(0));
-        let stop = Arc::new(AtomicBool::new(false));
-        let (m, s) = (most.clone(), stop.clone());
-        let task = tokio::spawn(async move {
-            while !s.load(Ordering::Relaxed) {
-                let n: i64 = db
-                    .query_one(
-                        "select count(*) from pg_locks where locktype = 'advisory' and granted
-                           and classid = 0 and objid = 1869767525 and objsubid = 1
-                           and database = (select oid from pg_database where datname = current_database())",
-                        &[],
-                    )
-                    .await
-                    .map(|r| r.get(0))
-                    .unwrap_or(0);
-                m.fetch_max(n as usize, Ordering::Relaxed);
-                tokio::time::sleep(Duration::from_millis(50)).await;
-            }
-        });
-        LockWatch { most, stop, task }
-    }
-
-    async fn most(self) -> usize {
-        self.stop.store(true, Ordering::Relaxed);
-        let _ = self.task.await;
-        self.most.load(Ordering::Relaxed)
-    }
-}
-
-async fn queue_runs(url: &str, pipeline: &str, n: usize) -> Vec<i64> {
-    let db = pg::connect(url).await;
-    let mut ids = Vec::new();
-    for _ in 0..n {
-        let id: i64 = db
-            .query_one(
-                "insert into orca.runs (pipeline) values ($1) returning id",
-                &[&pipeline],
-            )
-            .await
-            .unwrap()
-            .get(0);
-        ids.push(id);
-    }
-    ids
 }
 
 async fn instance_of_image(url: &str, image: &str) -> i64 {
@@ -143,9 +84,9 @@ async fn first_start_then_a_handover_with_runs_going() {
     assert_eq!(s.revisions.len(), 1);
     assert!(local.output().iter().any(|l| l.contains("Registering")));
 
-    let watch = LockWatch::start(&url).await;
+    let watch = LockSampler::start(&url).await;
     let v1 = instance_of_image(&url, "v1").await;
-    let before = queue_runs(&url, "sleep:4", 4).await;
+    let before = probe::queue(&pg::connect(&url).await, "sleep:4", 4).await;
     // The runs are started by v1 before v2 exists.
     let db = pg::connect(&url).await;
     let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
@@ -172,7 +113,7 @@ async fn first_start_then_a_handover_with_runs_going() {
     local.wait_for("v2 leads", Duration::from_secs(30), |s| {
         s.leader.as_ref().is_some_and(|l| l.image == "v2")
     });
-    let after = queue_runs(&url, "sleep:1", 3).await;
+    let after = probe::queue(&pg::connect(&url).await, "sleep:1", 3).await;
     let s = local.wait_for("the handover completes", Duration::from_secs(60), |s| {
         ready_with("v2")(s)
             && s.last_handover
@@ -180,10 +121,7 @@ async fn first_start_then_a_handover_with_runs_going() {
                 .is_some_and(|h| h.drained.is_some())
     });
     wait_runs_done(&url, &after, Duration::from_secs(30)).await;
-    assert!(
-        watch.most().await <= 1,
-        "two instances held the lead lock at once"
-    );
+    watch.assert_never_two().await;
 
     let h = s.last_handover.expect("the handover is recorded");
     assert_eq!((h.from.as_str(), h.to.as_str()), ("v1", "v2"));
@@ -304,7 +242,7 @@ async fn exit_75_stops_the_world_old_row_ends_before_the_new_starts() {
     local.start();
     local.wait_for("v1 ready", Duration::from_secs(30), ready_with("v1"));
     let v1 = instance_of_image(&url, "v1").await;
-    let runs = queue_runs(&url, "sleep:2", 2).await;
+    let runs = probe::queue(&pg::connect(&url).await, "sleep:2", 2).await;
     local.apply(&scheduler("v2", r#", "--floor", "2""#, ""));
     local.wait_for(
         "v2 leads after stop-the-world",
@@ -340,7 +278,7 @@ async fn a_third_image_while_the_second_hands_over() {
     let mut local = LocalMode::new(&url, &scheduler("v1", "", ""));
     local.start();
     local.wait_for("v1 ready", Duration::from_secs(30), ready_with("v1"));
-    let watch = LockWatch::start(&url).await;
+    let watch = LockSampler::start(&url).await;
     local.apply(&scheduler("v2", "", ""));
     local.wait_for("v2's pod exists", Duration::from_secs(10), |s| {
         s.revisions.len() == 2
@@ -349,7 +287,7 @@ async fn a_third_image_while_the_second_hands_over() {
     local.wait_for("v3 ready, all drained", Duration::from_secs(60), |s| {
         ready_with("v3")(s) && s.revisions.len() == 1
     });
-    assert!(watch.most().await <= 1, "two lead lock holders at once");
+    watch.assert_never_two().await;
     let db = pg::connect(&url).await;
     let live_old: i64 = db
         .query_one(
@@ -418,7 +356,7 @@ async fn the_operator_killed_mid_rollout_carries_on_when_restarted() {
     let mut local = LocalMode::new(&url, &scheduler("v1", "", ""));
     local.start();
     local.wait_for("v1 ready", Duration::from_secs(30), ready_with("v1"));
-    let watch = LockWatch::start(&url).await;
+    let watch = LockSampler::start(&url).await;
     let mut seed = 0x9e37_79b9_u64;
     let mut random_ms = |max: u64| {
         seed ^= seed << 13;
@@ -448,7 +386,7 @@ async fn the_operator_killed_mid_rollout_carries_on_when_restarted() {
         );
     }
     assert_eq!(kills, 20);
-    assert!(watch.most().await <= 1, "two lead lock holders at once");
+    watch.assert_never_two().await;
     let db = pg::connect(&url).await;
     let live: i64 = db
         .query_one(

@@ -3,11 +3,11 @@
 //! `decide` reads back from a Job ([`JobView`]).
 
 use k8s_openapi::api::batch::v1::{Job, JobSpec};
-use k8s_openapi::api::core::v1::{Container, PodSpec, PodTemplateSpec};
+use k8s_openapi::api::core::v1::PodTemplateSpec;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::ResourceExt;
 
-use super::pods::{chrono_of, contract_env, labels, non_empty, non_empty_vec, owner};
+use super::pods::{chrono_of, labels, non_empty, owner, pod_spec};
 use super::{LABEL_COMPONENT, LABEL_REVISION};
 use crate::crd::{Register, Scheduler};
 use crate::rollout::{JobState, JobView};
@@ -49,25 +49,13 @@ pub fn register_job(
                     annotations: non_empty(template.annotations),
                     ..Default::default()
                 }),
-                spec: Some(PodSpec {
-                    restart_policy: Some("Never".into()),
-                    containers: vec![Container {
-                        name: CONTAINER.into(),
-                        image: Some(image.into()),
-                        command: Some(register.command.clone()),
-                        args: non_empty_vec(register.args.clone()),
-                        env: Some(contract_env(spec, image)),
-                        resources: spec.resources.clone(),
-                        termination_message_policy: Some("FallbackToLogsOnError".into()),
-                        ..Default::default()
-                    }],
-                    node_selector: non_empty(template.node_selector),
-                    tolerations: non_empty_vec(template.tolerations),
-                    affinity: template.affinity,
-                    service_account_name: template.service_account_name,
-                    image_pull_secrets: non_empty_vec(template.image_pull_secrets),
-                    ..Default::default()
-                }),
+                spec: Some(pod_spec(
+                    spec,
+                    CONTAINER,
+                    image,
+                    &register.command,
+                    &register.args,
+                )),
             },
             ..Default::default()
         }),

@@ -111,25 +111,41 @@ pub fn scheduler_pod(
         },
         spec: Some(PodSpec {
             hostname: Some(name.into()),
-            restart_policy: Some("Never".into()),
-            containers: vec![Container {
-                name: CONTAINER.into(),
-                image: Some(image.into()),
-                command: non_empty_vec(spec.command.clone()),
-                args: non_empty_vec(spec.args.clone()),
-                env: Some(contract_env(spec, image)),
-                resources: spec.resources.clone(),
-                termination_message_policy: Some("FallbackToLogsOnError".into()),
-                ..Default::default()
-            }],
-            node_selector: non_empty(template.node_selector),
-            tolerations: non_empty_vec(template.tolerations),
-            affinity: template.affinity,
-            service_account_name: template.service_account_name,
-            image_pull_secrets: non_empty_vec(template.image_pull_secrets),
-            ..Default::default()
+            ..pod_spec(spec, CONTAINER, image, &spec.command, &spec.args)
         }),
         status: None,
+    }
+}
+
+/// What a scheduler pod and a register Job's pod share: container
+/// `container` running `image` with `command`/`args`, the environment of
+/// SPEC §5 and the pod template, never restarted in place.
+pub fn pod_spec(
+    spec: &SchedulerSpec,
+    container: &str,
+    image: &str,
+    command: &[String],
+    args: &[String],
+) -> PodSpec {
+    let template = spec.pod_template.clone().unwrap_or_default();
+    PodSpec {
+        restart_policy: Some("Never".into()),
+        containers: vec![Container {
+            name: container.into(),
+            image: Some(image.into()),
+            command: non_empty_vec(command.to_vec()),
+            args: non_empty_vec(args.to_vec()),
+            env: Some(contract_env(spec, image)),
+            resources: spec.resources.clone(),
+            termination_message_policy: Some("FallbackToLogsOnError".into()),
+            ..Default::default()
+        }],
+        node_selector: non_empty(template.node_selector),
+        tolerations: non_empty_vec(template.tolerations),
+        affinity: template.affinity,
+        service_account_name: template.service_account_name,
+        image_pull_secrets: non_empty_vec(template.image_pull_secrets),
+        ..Default::default()
     }
 }
 

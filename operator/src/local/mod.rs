@@ -61,15 +61,10 @@ pub async fn run(opts: LocalOptions) -> anyhow::Result<()> {
     }
 
     let mut cluster = None;
-    let needs_fallback = manifests.schedulers.values().any(|s| {
-        let r = &s.spec.database.url_secret_ref;
-        let ns = s
-            .metadata
-            .namespace
-            .clone()
-            .unwrap_or_else(|| "default".into());
-        manifests.secret_value(&ns, &r.name, &r.key) == Err(manifests::SecretLookup::NoSecret)
-    });
+    let needs_fallback = manifests
+        .schedulers
+        .values()
+        .any(|s| database_url(s, &manifests, None).is_err_and(|p| p.reason == "SecretMissing"));
     let fallback_url = match (&opts.database_url, needs_fallback) {
         (Some(url), _) => Some(url.clone()),
         (None, true) => {
