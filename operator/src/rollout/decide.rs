@@ -164,7 +164,10 @@ pub fn decide(o: &Observed) -> Decision {
 
     // 3. The current pod runs: join → drain the older → lead → register.
     if let Some(pod) = current {
-        match instance_of(pod).filter(|i| i.live) {
+        match instance_of(pod) {
+            // It joined once and looks stale now: a database blip, or a hung
+            // process. Never a join time-out: wait for it to beat again.
+            Some(me) if !me.live => d.instance_stale(pod, me),
             None => {
                 let waited = o.now - pod.created;
                 let fallback = instances.iter().any(|i| i.live && i.host != pod.name);
@@ -239,24 +242,40 @@ pub fn decide(o: &Observed) -> Decision {
         let exited = pod.exited().is_some();
         match instance_of(pod) {
             None => d.remove_old(pod, "it never joined"),
-            Some(i) if !i.live => {
-                let long_ended = i.ended.is_some_and(|e| o.now - e > secs(EXIT_GRACE));
-                if exited || long_ended || i.ended.is_none() {
+            Some(i) if exited => {
+                let why = match i.ended {
+                    Some(_) => format!("instance {} has ended", i.id),
+                    None => format!("it exited while instance {} had not ended its row", i.id),
+                };
+                d.remove_old(pod, &why)
+            }
+            Some(i) if i.ended.is_some() => {
+                if i.ended.is_some_and(|e| o.now - e > secs(EXIT_GRACE)) {
                     d.remove_old(pod, &format!("instance {} has ended", i.id));
                 } else {
                     d.old_pod_waits(pod, i);
                 }
             }
-            Some(i) if exited => d.remove_old(
-                pod,
-                &format!("it exited while instance {} was still live", i.id),
-            ),
-            Some(i) => match i.drain_asked {
-                Some(asked) if o.now - asked > secs(handover.drain_timeout_seconds) => {
-                    d.drain_timeout(pod, i, handover.drain_timeout_seconds)
+            // Running, its row not ended: it drains in its own time. A row
+            // that only looks stale (a blip) is no reason to cut its runs
+            // short; the drain time-out bounds the wait, counted from the
+            // drain asked or, for one never asked (it was not live then),
+            // from the start of the rollout that made it old.
+            Some(i) => {
+                let superseded = o
+                    .pods
+                    .iter()
+                    .filter(|q| q.sequence > pod.sequence)
+                    .map(|q| q.created)
+                    .min();
+                let since = i.drain_asked.or(superseded);
+                match since {
+                    Some(t) if o.now - t > secs(handover.drain_timeout_seconds) => {
+                        d.drain_timeout(pod, i, handover.drain_timeout_seconds)
+                    }
+                    _ => d.old_pod_waits(pod, i),
                 }
-                _ => d.old_pod_waits(pod, i),
-            },
+            }
         }
     }
 

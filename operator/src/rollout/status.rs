@@ -251,6 +251,17 @@ impl<'a> StatusDraft<'a> {
             .unwrap_or(false)
     }
 
+    pub(super) fn instance_stale(&mut self, pod: &PodView, me: &InstanceView) {
+        self.busy(Phase::HandingOver);
+        self.degrade(
+            "InstanceStale",
+            format!(
+                "instance {} of pod {} has not been seen within the stale limit",
+                me.id, pod.name
+            ),
+        );
+    }
+
     pub(super) fn joined(&mut self, pod: &PodView, me: &InstanceView) {
         if let Some(h) = self.status.last_handover.as_mut() {
             if h.to == pod.image && h.joined.is_none() {
