@@ -50,8 +50,9 @@ enum Command {
     },
     /// Prints how many migrations this binary knows.
     Migrations,
-    /// Runs the operator in a cluster: the Scheduler controller, leader
-    /// election on a Lease, and /metrics, /healthz, /readyz.
+    /// Runs the operator in a cluster: the Scheduler and WarmPool
+    /// controllers, leader election on a Lease, and /metrics, /healthz,
+    /// /readyz.
     Run(orca_operator::k8s::RunArgs),
     /// Prints the CustomResourceDefinitions (what `crds/` holds).
     Crds,
