@@ -136,3 +136,38 @@ pub async fn hosts(endpoint: &str, url: &str, pool: &str, run_command: &str) -> 
     };
     Hosts::new(ec2(endpoint).await, owner(pool), cfg)
 }
+
+/// Launches `count` instances tagged as pool `pool`'s straight through
+/// EC2, as if by another operator or by hand: the leaks and the load the
+/// pool loop meets. Their ids.
+pub async fn launch_by_hand(
+    ec2: &Ec2,
+    pool: &str,
+    subnet: &str,
+    count: u32,
+    token: &str,
+) -> Vec<String> {
+    let spec = spec(
+        "http://unused",
+        &["t3.micro"],
+        &[subnet.to_string()],
+        0,
+        0,
+        1,
+    );
+    let owner = owner(pool);
+    let offering = orca_operator::pool::Offering {
+        instance_type: "t3.micro".into(),
+        subnet: subnet.into(),
+    };
+    ec2.run(&orca_operator::pool::ec2::RunRequest {
+        launch: &spec.launch,
+        offering: &offering,
+        count,
+        token,
+        user_data: "#!/bin/sh\n",
+        owner: &owner,
+    })
+    .await
+    .unwrap_or_else(|e| panic!("moto's RunInstances failed: {e}"))
+}

@@ -15,7 +15,7 @@ use std::{
 use chrono::Utc;
 use orca_db::pool::{ask_for_instance, hand_out, Request};
 use orca_operator::pool::{
-    ec2::{client_token, RunRequest},
+    ec2::client_token,
     userdata::{self, DatabaseSource},
     Ec2, Ec2State, Offering, PoolEvent, PoolLoop,
 };
@@ -417,31 +417,6 @@ async fn stale_max_uses_and_scheduler_ended_instances_are_terminated() {
 }
 
 /// Launches `count` instances with `pool`'s ownership tags by hand.
-async fn launch_by_hand(
-    ec2: &Ec2,
-    pool: &str,
-    subnet: &str,
-    count: u32,
-    token: &str,
-) -> Vec<String> {
-    let spec = warm::spec("unused", &["t3.micro"], &[subnet.to_string()], 0, 0, 1);
-    let owner = warm::owner(pool);
-    let offering = Offering {
-        instance_type: "t3.micro".into(),
-        subnet: subnet.into(),
-    };
-    ec2.run(&RunRequest {
-        launch: &spec.launch,
-        offering: &offering,
-        count,
-        token,
-        user_data: "#!/bin/sh\n",
-        owner: &owner,
-    })
-    .await
-    .unwrap()
-}
-
 #[tokio::test]
 async fn leaked_instances_older_than_the_grace_are_terminated_younger_ones_left() {
     let moto = Moto::start();
@@ -449,10 +424,10 @@ async fn leaked_instances_older_than_the_grace_are_terminated_younger_ones_left(
     let ec2 = warm::ec2(&moto.endpoint()).await;
     let subnets = warm::subnets(&ec2).await;
     let pool = "leak/pool";
-    let old = launch_by_hand(&ec2, pool, &subnets[0], 1, "leak-old").await;
-    let other = launch_by_hand(&ec2, "leak/other", &subnets[0], 1, "leak-other").await;
+    let old = warm::launch_by_hand(&ec2, pool, &subnets[0], 1, "leak-old").await;
+    let other = warm::launch_by_hand(&ec2, "leak/other", &subnets[0], 1, "leak-other").await;
     tokio::time::sleep(Duration::from_secs(4)).await;
-    let young = launch_by_hand(&ec2, pool, &subnets[0], 1, "leak-young").await;
+    let young = warm::launch_by_hand(&ec2, pool, &subnets[0], 1, "leak-young").await;
     let spec = warm::spec(&moto.endpoint(), &["t3.micro"], &subnets[..1], 0, 0, 5);
     let mut lp = PoolLoop::new(
         "leak",
@@ -521,7 +496,7 @@ async fn a_thousand_hand_outs_racing_retirements_never_terminate_a_handed_out_in
         // A pool per round, so EC2 lists only this round's instances.
         let name = format!("pool{round}");
         let pool = format!("race/{name}");
-        let ids = launch_by_hand(
+        let ids = warm::launch_by_hand(
             &ec2,
             &pool,
             &subnets[0],

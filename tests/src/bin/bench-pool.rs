@@ -15,7 +15,6 @@ use std::{
 use chrono::Utc;
 use orca_db::pool::{hand_out, Request};
 use orca_operator::pool::{
-    ec2::RunRequest,
     plan::{plan, Ec2Instance, Ec2State, Limits, Offering, PoolRow, Snapshot},
     PoolLoop, Tuning,
 };
@@ -88,37 +87,6 @@ fn bench_plan() {
         ),
         "≤ 10 ms",
     );
-}
-
-async fn launch_by_hand(
-    ec2: &orca_operator::pool::Ec2,
-    pool: &str,
-    subnet: &str,
-    count: u32,
-) -> Vec<String> {
-    let spec = warm::spec(
-        "http://unused",
-        &["t3.micro"],
-        &[subnet.to_string()],
-        0,
-        0,
-        1,
-    );
-    let owner = warm::owner(pool);
-    let offering = Offering {
-        instance_type: "t3.micro".into(),
-        subnet: subnet.into(),
-    };
-    ec2.run(&RunRequest {
-        launch: &spec.launch,
-        offering: &offering,
-        count,
-        token: &format!("bench-{pool}-{count}"),
-        user_data: "#!/bin/sh\n",
-        owner: &owner,
-    })
-    .await
-    .unwrap_or_else(|e| panic!("moto's RunInstances failed: {e}"))
 }
 
 async fn add_idle_rows(db: &orca_db::Db, pool: &str, ids: &[String]) {
@@ -225,7 +193,8 @@ async fn bench_steady_state(moto: &Moto, url: &str) {
     let ec2 = warm::ec2(&moto.endpoint()).await;
     let subnets = warm::subnets(&ec2).await;
     let pool = "bench/steady";
-    let ids = launch_by_hand(&ec2, pool, &subnets[0], 100).await;
+    let ids =
+        warm::launch_by_hand(&ec2, pool, &subnets[0], 100, &format!("bench-{pool}-100")).await;
     let db = pg::connect(url).await;
     add_idle_rows(&db, pool, &ids).await;
     // The agents' beat, once a second for all of them.
