@@ -216,6 +216,7 @@ async fn observe(
         jobs: jobs.items.iter().filter_map(jobs::job_view).collect(),
         instances,
         now: chrono::Utc::now(),
+        clock_offset: chrono::TimeDelta::zero(),
     };
     let observed = match db_now {
         Some(now) => observed.on_database_clock(now),

@@ -108,6 +108,7 @@ impl LocalScheduler {
             jobs: jobs.iter().map(|j| j.job_view()).collect(),
             instances,
             now: chrono::Utc::now(),
+            clock_offset: chrono::TimeDelta::zero(),
         };
         let observed = match db_now {
             Some(now) => observed.on_database_clock(now),

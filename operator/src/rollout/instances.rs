@@ -81,6 +81,7 @@ impl Observed {
             }
         }
         self.now = db_now;
+        self.clock_offset = offset;
         self
     }
 }

@@ -94,6 +94,9 @@ pub struct Observed {
     /// read (a missing Secret, an unreachable database).
     pub instances: Result<Vec<InstanceView>, Problem>,
     pub now: Time,
+    /// How far the pods' and Jobs' times were moved onto the database clock
+    /// (see [`Observed::on_database_clock`]); zero when they were not.
+    pub clock_offset: chrono::TimeDelta,
 }
 
 /// Why the database could not be observed; a `Degraded` reason.

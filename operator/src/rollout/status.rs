@@ -420,7 +420,10 @@ impl<'a> StatusDraft<'a> {
                         }
                     }),
                     runs: row.map(|i| i.runs).unwrap_or(0),
-                    since: Some(rfc3339(p.created)),
+                    // The pod's own creation time, as `kubectl` shows it:
+                    // moved by a clock offset that differs every pass, it
+                    // would rewrite the status every pass.
+                    since: Some(rfc3339(p.created - o.clock_offset)),
                 }
             })
             .collect();

@@ -130,6 +130,7 @@ fn observed(
         jobs,
         instances: Ok(rows),
         now: at(now),
+        clock_offset: chrono::TimeDelta::zero(),
     }
 }
 
@@ -657,4 +658,33 @@ fn conditions_keep_their_transition_time_while_unchanged() {
             .map(|c| c.last_transition_time.clone())
     };
     assert_eq!(since(&first), since(&second));
+}
+
+/// Each pass measures the offset to the database clock anew; a steady
+/// Scheduler must still come out with the very same status, or every pass
+/// would write it again.
+#[test]
+fn a_steady_status_does_not_move_with_the_clock_offset() {
+    let v1 = pod("v1", 1, 0, PodState::Running);
+    let pass = |status: SchedulerStatus, offset_ms: i64| {
+        let mut o = observed(
+            spec("v1"),
+            vec![v1.clone()],
+            vec![job("v1", JobState::Succeeded { at: at(5) })],
+            vec![row(1, &v1, "leading")],
+            10,
+        );
+        o.status = status;
+        let local = o.now;
+        o = o.on_database_clock(local + chrono::TimeDelta::milliseconds(offset_ms));
+        decide(&o).status
+    };
+    let first = pass(SchedulerStatus::default(), 3);
+    let second = pass(first.clone(), -4);
+    assert_eq!(first, second);
+    assert_eq!(
+        first.revisions[0].since.as_deref(),
+        Some("2027-01-15T08:00:00.000Z"),
+        "a revision shows its pod's own creation time"
+    );
 }
