@@ -232,6 +232,26 @@ spec:
     local.wait_for("v2's pod is gone", Duration::from_secs(10), |s| {
         s.revisions.len() == 1
     });
+
+    // v1 dies too: with nothing older left to lead, v2 is tried again (an
+    // old revision is never restarted), rather than no scheduler at all.
+    let pid: i32 = db
+        .query_one("select pid from orca.schedulers where id = $1", &[&v1])
+        .await
+        .unwrap()
+        .get(0);
+    // SAFETY: kill has no memory-safety preconditions.
+    unsafe { libc::kill(pid, libc::SIGKILL) };
+    let s = local.wait_for("v2 is tried again", Duration::from_secs(20), |s| {
+        s.revisions.iter().any(|r| r.image == "v2")
+    });
+    assert!(
+        s.revisions.iter().all(|r| r.image == "v2"),
+        "v1 is not restarted: {:?}",
+        s.revisions
+    );
+    let out = local.output().join("\n");
+    assert!(out.contains("RetryingAborted"), "{out}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

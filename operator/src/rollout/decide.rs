@@ -86,8 +86,29 @@ pub fn decide(o: &Observed) -> Decision {
 
     // 1. No current pod: start one (or wait for the way to be clear).
     if current.is_none() {
-        if d.aborted_revision() == Some(target.as_str()) {
-            d.degraded_keep();
+        // After an abort the old instance keeps leading; once nothing older
+        // is left to lead (its pod died, its row went stale), leaving the
+        // aborted revision alone would leave no scheduler at all, and an
+        // old revision is never restarted: the target is tried again.
+        let older_alive = instances.iter().any(|i| i.live)
+            || o.pods
+                .iter()
+                .any(|p| p.revision != target && !p.deleting && p.exited().is_none());
+        let aborted = d.aborted_revision() == Some(target.as_str());
+        if aborted && !older_alive {
+            d.retry_aborted();
+        }
+        if aborted && older_alive {
+            // A live row whose pod has exited goes stale without a watch
+            // noticing: look again soon then.
+            let orphaned = instances.iter().any(|i| {
+                i.live
+                    && !o
+                        .pods
+                        .iter()
+                        .any(|p| p.name == i.host && p.exited().is_none())
+            });
+            d.degraded_keep(orphaned);
         } else if !o.spec.overlap {
             let others: Vec<&PodView> = o.pods.iter().filter(|p| p.revision != target).collect();
             for p in others.iter().filter(|p| !p.deleting) {

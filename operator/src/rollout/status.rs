@@ -80,7 +80,21 @@ impl<'a> StatusDraft<'a> {
         self.status.aborted_revision = None;
     }
 
-    pub(super) fn degraded_keep(&mut self) {
+    pub(super) fn retry_aborted(&mut self) {
+        self.status.aborted_revision = None;
+        self.event(Event::warning(
+            "RetryingAborted",
+            format!(
+                "no older instance is left to lead; trying the aborted revision ({}) again",
+                self.o.spec.image
+            ),
+        ));
+    }
+
+    pub(super) fn degraded_keep(&mut self, look_soon: bool) {
+        if look_soon {
+            self.requeue = self.requeue.min(BUSY);
+        }
         let revision = self.status.aborted_revision.clone().unwrap_or_default();
         self.degrade(
             "JoinTimeout",
@@ -220,7 +234,7 @@ impl<'a> StatusDraft<'a> {
                 pod.name, pod.image
             ),
         ));
-        self.degraded_keep();
+        self.degraded_keep(false);
     }
 
     pub(super) fn join_late(&mut self, pod: &PodView, timeout: i64) {

@@ -212,6 +212,28 @@ fn cases() -> Vec<Case> {
     );
     aborted_then_v3.status.aborted_revision = Some(rev("v2"));
     aborted_then_v3.status.last_sequence = 2;
+    let v1_died = pod("v1", 1, 0, exited(1, 150));
+    let mut stale_v1 = row(1, &v1_died, "leading");
+    stale_v1.live = false;
+    stale_v1.holds_lock = false;
+    let mut aborted_old_gone = observed(
+        spec("v2"),
+        vec![v1_died.clone()],
+        vec![],
+        vec![stale_v1],
+        200,
+    );
+    aborted_old_gone.status.aborted_revision = Some(rev("v2"));
+    aborted_old_gone.status.last_sequence = 2;
+    let mut aborted_old_dying = observed(
+        spec("v2"),
+        vec![v1_died.clone()],
+        vec![],
+        vec![row(1, &v1_died, "leading")],
+        200,
+    );
+    aborted_old_dying.status.aborted_revision = Some(rev("v2"));
+    aborted_old_dying.status.last_sequence = 2;
 
     vec![
         Case {
@@ -297,6 +319,20 @@ fn cases() -> Vec<Case> {
             actions: vec![],
             phase: Phase::Degraded,
             degraded: Some("JoinTimeout"),
+        },
+        Case {
+            name: "after an abort, the old pod died but its row is live: wait",
+            observed: aborted_old_dying,
+            actions: vec![delete(&v1_died)],
+            phase: Phase::Degraded,
+            degraded: Some("JoinTimeout"),
+        },
+        Case {
+            name: "after an abort, nothing older is left: the target again",
+            observed: aborted_old_gone,
+            actions: vec![create("v2", 3), delete(&v1_died)],
+            phase: Phase::Starting,
+            degraded: None,
         },
         Case {
             name: "a new spec after an abort rolls again",
