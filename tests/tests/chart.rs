@@ -179,6 +179,7 @@ fn workload_grants() -> Grants {
         ("orca.dev", "warmpools", READ),
         ("orca.dev", "schedulers/status", &["patch"]),
         ("orca.dev", "warmpools/status", &["patch"]),
+        ("orca.dev", "schedulers/finalizers", &["update"]),
         ("", "pods", RUN),
         ("batch", "jobs", RUN),
         ("", "secrets", &["get"]),

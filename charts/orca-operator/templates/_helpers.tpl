@@ -73,6 +73,12 @@ watch every Secret); record events.
 - apiGroups: ["orca.dev"]
   resources: ["schedulers/status", "warmpools/status"]
   verbs: ["patch"]
+# The pods and Jobs it creates name their Scheduler as controller with
+# blockOwnerDeletion, which clusters enforcing owner-reference permissions
+# (OpenShift) allow only with update on the owner's finalizers.
+- apiGroups: ["orca.dev"]
+  resources: ["schedulers/finalizers"]
+  verbs: ["update"]
 - apiGroups: [""]
   resources: ["pods"]
   verbs: ["get", "list", "watch", "create", "delete"]
