@@ -238,7 +238,7 @@ async fn publish(scheduler: &Scheduler, ctx: &Context, decision: &Decision) {
             },
             reason: e.reason.clone(),
             note: Some(e.message.clone()),
-            action: action_of(e),
+            action: event_action(&e.reason, &e.message),
             secondary: None,
         };
         info!(scheduler = %scheduler.name_any(), reason = %e.reason, "{}", e.message);
@@ -250,12 +250,13 @@ async fn publish(scheduler: &Scheduler, ctx: &Context, decision: &Decision) {
 
 /// The Event's `action`. The Recorder folds Events of the same reason and
 /// action into one series that keeps the first note, so two different
-/// steps of one reason (two revisions' `Registering`) need two actions:
-/// the reason and a digest of the note. The same step repeated is a series.
-fn action_of(e: &crate::rollout::Event) -> String {
-    let digest = Sha256::digest(e.message.as_bytes());
+/// steps of one reason (two revisions' `Registering`, two `Launched` of
+/// other instances) need two actions: the reason and a digest of the note.
+/// The same step repeated is a series. The WarmPool controller's too.
+pub fn event_action(reason: &str, note: &str) -> String {
+    let digest = Sha256::digest(note.as_bytes());
     let short: String = digest.iter().take(4).map(|b| format!("{b:02x}")).collect();
-    format!("{}-{short}", e.reason)
+    format!("{reason}-{short}")
 }
 
 async fn patch_status(
@@ -283,9 +284,10 @@ async fn patch_status(
 
 /// A JSON merge patch (RFC 7386) that turns `before` into `after`: the whole
 /// of `after`, with `null` for each field `after` no longer has (a merge
-/// patch would otherwise keep it, a leader that is gone, say).
-pub fn status_patch(before: &SchedulerStatus, after: &SchedulerStatus) -> Value {
-    let as_json = |s: &SchedulerStatus| serde_json::to_value(s).unwrap_or(Value::Null);
+/// patch would otherwise keep it, a leader that is gone, say). The
+/// WarmPool controller's status patches too.
+pub fn status_patch<S: serde::Serialize>(before: &S, after: &S) -> Value {
+    let as_json = |s: &S| serde_json::to_value(s).unwrap_or(Value::Null);
     with_removals(&as_json(before), as_json(after))
 }
 

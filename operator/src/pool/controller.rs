@@ -1,9 +1,10 @@
 //! The Kubernetes wiring of the pool loop: a kube `Controller` on
 //! `WarmPool` keeps one [`PoolLoop`] task per pool, on the database of the
 //! Scheduler the pool names (the URL from that Scheduler's
-//! `spec.database.urlSecretRef`), restarted when the spec (generation) or
-//! the URL changes and stopped when the pool goes. Each pass's status is
-//! patched onto the WarmPool (when it changed) and its events published.
+//! `spec.database.urlSecretRef`), restarted when the spec (generation),
+//! the URL or the object (uid) changes, and stopped when the pool goes or
+//! its Scheduler or URL can't be read. Each pass's status is patched onto
+//! the WarmPool (when it changed) and its events published.
 //!
 //! Nothing here shows the URL: problems reading it are `Degraded`
 //! conditions with a reason (never the password), as in the Scheduler
@@ -31,7 +32,10 @@ use kube::{
     Api, Client, Resource, ResourceExt,
 };
 use sha2::{Digest, Sha256};
-use tokio::sync::{mpsc, oneshot};
+use tokio::{
+    sync::{mpsc, oneshot},
+    task::AbortHandle,
+};
 
 use super::{
     pass::{PassReport, PoolEvent, PoolLoop, Tuning},
@@ -39,7 +43,10 @@ use super::{
 };
 use crate::{
     crd::{Scheduler, WarmPool, WarmPoolStatus},
-    k8s::database::read_url,
+    k8s::{
+        database::read_url,
+        scheduler::{event_action, status_patch},
+    },
 };
 
 /// What the WarmPool controller needs besides the client.
@@ -67,16 +74,40 @@ pub enum ControllerError {
 }
 
 struct Running {
+    uid: Option<String>,
     generation: Option<i64>,
     url_hash: [u8; 32],
     _stop: oneshot::Sender<()>,
+    write_back: AbortHandle,
 }
 
-struct Ctx {
+impl Drop for Running {
+    /// A stopped loop's last pass must not be written back: it would undo
+    /// the `Degraded` that stopped it, or put back the previous generation
+    /// over its successor's status.
+    fn drop(&mut self) {
+        self.write_back.abort();
+    }
+}
+
+/// What every reconcile of the WarmPool controller shares: the client,
+/// the event recorder and the pool loops running, by `namespace/name`.
+pub struct PoolContext {
     client: Client,
     config: PoolControllerConfig,
     recorder: Recorder,
     loops: Mutex<HashMap<String, Running>>,
+}
+
+impl PoolContext {
+    pub fn new(client: Client, config: PoolControllerConfig) -> Self {
+        PoolContext {
+            recorder: Recorder::new(client.clone(), Reporter::from(config.reporter.as_str())),
+            client,
+            config,
+            loops: Mutex::new(HashMap::new()),
+        }
+    }
 }
 
 /// Runs the WarmPool controller over `namespace` (all when `None`) until its
@@ -86,12 +117,7 @@ pub async fn run(client: Client, namespace: Option<String>, config: PoolControll
         Some(ns) => Api::namespaced(client.clone(), ns),
         None => Api::all(client.clone()),
     };
-    let ctx = Arc::new(Ctx {
-        recorder: Recorder::new(client.clone(), Reporter::from(config.reporter.as_str())),
-        client,
-        config,
-        loops: Mutex::new(HashMap::new()),
-    });
+    let ctx = Arc::new(PoolContext::new(client, config));
     Controller::new(pools, watcher::Config::default())
         .run(reconcile, error_policy, ctx)
         .for_each(|result| async move {
@@ -103,7 +129,7 @@ pub async fn run(client: Client, namespace: Option<String>, config: PoolControll
         .await;
 }
 
-fn error_policy(_pool: Arc<WarmPool>, error: &ControllerError, _ctx: Arc<Ctx>) -> Action {
+fn error_policy(_pool: Arc<WarmPool>, error: &ControllerError, _ctx: Arc<PoolContext>) -> Action {
     tracing::warn!(error = %error, "warm pool reconcile failed");
     Action::requeue(Duration::from_secs(15))
 }
@@ -112,7 +138,13 @@ fn key(ns: &str, name: &str) -> String {
     format!("{ns}/{name}")
 }
 
-async fn reconcile(wp: Arc<WarmPool>, ctx: Arc<Ctx>) -> Result<Action, ControllerError> {
+/// Starts (or restarts, on a new generation or URL) the pool loop of `wp`
+/// on its Scheduler's database, or stops it when `wp` is being deleted;
+/// a missing Scheduler or a bad Secret is a `Degraded` status instead.
+pub async fn reconcile(
+    wp: Arc<WarmPool>,
+    ctx: Arc<PoolContext>,
+) -> Result<Action, ControllerError> {
     let ns = wp.namespace().unwrap_or_else(|| "default".into());
     let name = wp.name_any();
     let pool = key(&ns, &name);
@@ -130,6 +162,9 @@ async fn reconcile(wp: Arc<WarmPool>, ctx: Arc<Ctx>) -> Result<Action, Controlle
         .await
         .map_err(kube_err)?
     else {
+        // No Scheduler, no database to run the pool on: the loop stops, and
+        // starts afresh (clearing `Degraded`) once it is back.
+        stop(&ctx, &pool);
         degraded(
             &ctx,
             &wp,
@@ -149,17 +184,19 @@ async fn reconcile(wp: Arc<WarmPool>, ctx: Arc<Ctx>) -> Result<Action, Controlle
     let (url_text, _) = match read {
         Ok(url) => url,
         Err(problem) => {
+            stop(&ctx, &pool);
             degraded(&ctx, &wp, &problem.reason, problem.message).await?;
             return Ok(Action::requeue(Duration::from_secs(30)));
         }
     };
     let url_hash: [u8; 32] = Sha256::digest(url_text.as_bytes()).into();
     let generation = wp.metadata.generation;
+    let uid = wp.metadata.uid.clone();
     let current = {
         let loops = ctx.loops.lock().unwrap_or_else(|p| p.into_inner());
         loops
             .get(&pool)
-            .is_some_and(|r| r.generation == generation && r.url_hash == url_hash)
+            .is_some_and(|r| r.uid == uid && r.generation == generation && r.url_hash == url_hash)
     };
     if current {
         return Ok(Action::requeue(Duration::from_secs(300)));
@@ -182,7 +219,7 @@ async fn reconcile(wp: Arc<WarmPool>, ctx: Arc<Ctx>) -> Result<Action, Controlle
     }
     let (stop_tx, stop_rx) = oneshot::channel::<()>();
     let (tx, rx) = mpsc::unbounded_channel::<Outcome>();
-    tokio::spawn(write_back(ctx.clone(), (*wp).clone(), rx));
+    let writer = tokio::spawn(write_back(ctx.clone(), (*wp).clone(), rx));
     tokio::spawn(lp.run(
         move |r| {
             let _ = tx.send(match r {
@@ -198,15 +235,17 @@ async fn reconcile(wp: Arc<WarmPool>, ctx: Arc<Ctx>) -> Result<Action, Controlle
     ctx.loops.lock().unwrap_or_else(|p| p.into_inner()).insert(
         pool,
         Running {
+            uid,
             generation,
             url_hash,
             _stop: stop_tx,
+            write_back: writer.abort_handle(),
         },
     );
     Ok(Action::requeue(Duration::from_secs(300)))
 }
 
-fn stop(ctx: &Ctx, pool: &str) {
+fn stop(ctx: &PoolContext, pool: &str) {
     // Dropping the sender ends the loop's `stop` future.
     ctx.loops
         .lock()
@@ -220,7 +259,7 @@ enum Outcome {
 }
 
 /// Patches each pass's status (when it changed) and publishes its events.
-async fn write_back(ctx: Arc<Ctx>, wp: WarmPool, mut rx: mpsc::UnboundedReceiver<Outcome>) {
+async fn write_back(ctx: Arc<PoolContext>, wp: WarmPool, mut rx: mpsc::UnboundedReceiver<Outcome>) {
     let reference = wp.object_ref(&());
     let pool = key(
         &wp.namespace().unwrap_or_else(|| "default".into()),
@@ -230,6 +269,8 @@ async fn write_back(ctx: Arc<Ctx>, wp: WarmPool, mut rx: mpsc::UnboundedReceiver
         ctx.client.clone(),
         &wp.namespace().unwrap_or_else(|| "default".into()),
     );
+    // What the API server holds: `wp`'s status, then each one patched.
+    let mut written = wp.status.clone().unwrap_or_default();
     let mut last: Option<WarmPoolStatus> = None;
     let mut checked = std::time::Instant::now();
     while let Some(outcome) = rx.recv().await {
@@ -263,10 +304,16 @@ async fn write_back(ctx: Arc<Ctx>, wp: WarmPool, mut rx: mpsc::UnboundedReceiver
             publish(&ctx.recorder, &reference, e).await;
         }
         if last.as_ref() != Some(&status) {
-            if let Err(e) = patch_status(&ctx.client, &wp, &status).await {
-                tracing::warn!(pool = %wp.name_any(), error = %e, "cannot patch the WarmPool's status");
+            match patch_status(&ctx.client, &wp, &written, &status).await {
+                Ok(()) => {
+                    written = status.clone();
+                    last = Some(status);
+                }
+                // Not `last`: the next pass tries again.
+                Err(e) => {
+                    tracing::warn!(pool = %wp.name_any(), error = %e, "cannot patch the WarmPool's status")
+                }
             }
-            last = Some(status);
         }
     }
 }
@@ -280,7 +327,7 @@ async fn publish(recorder: &Recorder, reference: &ObjectReference, e: &PoolEvent
         },
         reason: e.reason.into(),
         note: Some(e.message.chars().take(1000).collect()),
-        action: "Reconcile".into(),
+        action: event_action(e.reason, &e.message),
         secondary: None,
     };
     if let Err(err) = recorder.publish(&event, reference).await {
@@ -288,16 +335,19 @@ async fn publish(recorder: &Recorder, reference: &ObjectReference, e: &PoolEvent
     }
 }
 
+/// Patches `before` (what the API server holds) into `status`; a field
+/// `status` no longer has (capacity errors that are over) is removed.
 async fn patch_status(
     client: &Client,
     wp: &WarmPool,
+    before: &WarmPoolStatus,
     status: &WarmPoolStatus,
 ) -> Result<(), kube::Error> {
     let api: Api<WarmPool> = Api::namespaced(
         client.clone(),
         &wp.namespace().unwrap_or_else(|| "default".into()),
     );
-    let patch = serde_json::json!({ "status": status });
+    let patch = serde_json::json!({ "status": status_patch(before, status) });
     api.patch_status(
         &wp.name_any(),
         &PatchParams::default(),
@@ -307,29 +357,39 @@ async fn patch_status(
     .map(|_| ())
 }
 
+/// `Degraded` True for `reason`; its transition time stays while it was
+/// True already (a pass failing again does not move it).
 fn set_degraded(status: &mut WarmPoolStatus, reason: &str, message: &str) {
+    let since = status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == "Degraded" && c.status == "True")
+        .map(|c| c.last_transition_time.clone());
     status.conditions.retain(|c| c.type_ != "Degraded");
     status.conditions.push(Condition {
         type_: "Degraded".into(),
         status: "True".into(),
         reason: reason.into(),
         message: message.into(),
-        last_transition_time: Time(
-            k8s_openapi::jiff::Timestamp::from_second(Utc::now().timestamp())
-                .unwrap_or(k8s_openapi::jiff::Timestamp::UNIX_EPOCH),
-        ),
+        last_transition_time: since.unwrap_or_else(|| {
+            Time(
+                k8s_openapi::jiff::Timestamp::from_second(Utc::now().timestamp())
+                    .unwrap_or(k8s_openapi::jiff::Timestamp::UNIX_EPOCH),
+            )
+        }),
         observed_generation: None,
     });
 }
 
 /// A problem before any pass (no Scheduler, no Secret): `Degraded`.
 async fn degraded(
-    ctx: &Ctx,
+    ctx: &PoolContext,
     wp: &WarmPool,
     reason: &str,
     message: String,
 ) -> Result<(), ControllerError> {
-    let mut status = wp.status.clone().unwrap_or_default();
+    let before = wp.status.clone().unwrap_or_default();
+    let mut status = before.clone();
     status.observed_generation = wp.metadata.generation;
     let changed = !status
         .conditions
@@ -337,7 +397,7 @@ async fn degraded(
         .any(|c| c.type_ == "Degraded" && c.status == "True" && c.reason == reason);
     if changed {
         set_degraded(&mut status, reason, &message);
-        patch_status(&ctx.client, wp, &status)
+        patch_status(&ctx.client, wp, &before, &status)
             .await
             .map_err(|source| ControllerError::Kube {
                 pool: key(&wp.namespace().unwrap_or_default(), &wp.name_any()),

@@ -3,6 +3,10 @@
 //! the reconcile makes, in order, asserting its method, path and body (the
 //! pattern of kube-rs's controller-rs). Every request body is kept, so a
 //! test can assert that no secret went out.
+//!
+//! Shared by `k8s_mode` and `warm_pool_k8s`, each of which uses a part.
+
+#![allow(dead_code)]
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -28,7 +32,8 @@ pub struct Call {
 }
 
 impl Call {
-    fn answer(self, code: StatusCode, body: &Value) {
+    /// Answers the call with `code` and `body` as JSON.
+    pub fn answer(self, code: StatusCode, body: &Value) {
         let bytes = serde_json::to_vec(body).unwrap();
         self.reply.send_response(
             Response::builder()
@@ -57,7 +62,9 @@ pub fn mock_client() -> (Client, ApiServerVerifier) {
     )
 }
 
-fn merge(target: &mut Value, patch: &Value) {
+/// Applies a JSON merge patch (RFC 7386) to `target`, as the API server
+/// does: `null` removes, an array replaces the whole array.
+pub fn merge(target: &mut Value, patch: &Value) {
     match (target.is_object(), patch) {
         (true, Value::Object(p)) => {
             let t = target.as_object_mut().unwrap();
@@ -274,6 +281,12 @@ impl ApiServerVerifier {
         call.answer(StatusCode::OK, &whole);
         status
     }
+}
+
+/// The API server's 404 for `resource` `name`.
+pub fn not_found(resource: &str, name: &str) -> Value {
+    json!({"apiVersion": "v1", "kind": "Status", "metadata": {}, "status": "Failure",
+           "message": format!("{resource} \"{name}\" not found"), "reason": "NotFound", "code": 404})
 }
 
 /// A Secret `orca-db` with `data`.

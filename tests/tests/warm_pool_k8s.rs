@@ -1,0 +1,674 @@
+//! The Kubernetes mode's WarmPool controller (SPEC §6): `reconcile` starts
+//! a pool loop on the database of the Scheduler the pool names, and the
+//! loop writes its status and Events back. kube's client runs against the
+//! HTTP-level mock of `k8s_mode`, answered by path (the loop's calls come
+//! whenever its passes do), with a real PostgreSQL and moto's EC2 server.
+//!
+//! Intervals are shortened through `warm::tuning` (a pass every second).
+
+#[path = "k8s_mode/fixtures.rs"]
+mod fixtures;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use fixtures::{merge, mock_client, not_found, secret, ApiServerVerifier, Call, NS};
+use http::{Method, StatusCode};
+use k8s_openapi::api::core::v1::Secret;
+use kube::runtime::controller::Action;
+use orca_operator::crd::{Scheduler, SchedulerSpec, WarmPool, WarmPoolSpec};
+use orca_operator::pool::controller::{reconcile, PoolContext, PoolControllerConfig};
+use orca_operator::pool::Ec2;
+use orca_tests::{
+    ec2_faults::{Ec2Faults, Fault},
+    moto::Moto,
+    pg, warm,
+};
+use serde_json::{json, Value};
+
+/// The WarmPool's name; `warm::owner` tags its instances as `default/warm`.
+const POOL: &str = "warm";
+const SCHEDULER: &str = "sched";
+const API: &str = "/apis/orca.dev/v1alpha1/namespaces/default";
+const EVENTS: &str = "/apis/events.k8s.io/v1/namespaces/default/events";
+
+fn warm_pool(spec: WarmPoolSpec, generation: i64) -> WarmPool {
+    let mut wp = WarmPool::new(POOL, spec);
+    wp.metadata.namespace = Some(NS.into());
+    wp.metadata.uid = Some("warmpool-uid".into());
+    wp.metadata.generation = Some(generation);
+    wp.metadata.resource_version = Some(generation.to_string());
+    wp
+}
+
+fn scheduler() -> Scheduler {
+    let spec: SchedulerSpec = serde_json::from_value(json!({
+        "image": "orca:v1",
+        "command": ["orca-sim", "scheduler"],
+        "database": {"urlSecretRef": {"name": "orca-db", "key": "url"}},
+    }))
+    .unwrap();
+    let mut s = Scheduler::new(SCHEDULER, spec);
+    s.metadata.namespace = Some(NS.into());
+    s.metadata.uid = Some("scheduler-uid".into());
+    s
+}
+
+fn context(client: kube::Client) -> Arc<PoolContext> {
+    Arc::new(PoolContext::new(
+        client,
+        PoolControllerConfig {
+            tuning: warm::tuning(Duration::from_secs(60)),
+            metrics: None,
+            reporter: "orca-operator".into(),
+        },
+    ))
+}
+
+/// moto, moto's default subnets, and a migrated database.
+struct Real {
+    moto: Moto,
+    ec2: Ec2,
+    subnets: Vec<String>,
+    url: String,
+}
+
+async fn real() -> Real {
+    let moto = Moto::start();
+    let url = pg::Cluster::shared().migrated_db().await;
+    let ec2 = warm::ec2(&moto.endpoint()).await;
+    let subnets = warm::subnets(&ec2).await;
+    Real {
+        moto,
+        ec2,
+        subnets,
+        url,
+    }
+}
+
+impl Real {
+    /// A pool of t3.micro on the first subnet, through `endpoint`.
+    fn spec(&self, endpoint: &str, min: i32, max: i32) -> WarmPoolSpec {
+        warm::spec(endpoint, &["t3.micro"], &self.subnets[..1], min, max, 4)
+    }
+
+    /// The pool's instances in EC2 that are not going away, by their
+    /// ownership tags as EC2 itself reports them.
+    async fn instances(&self) -> Vec<String> {
+        let out = self
+            .ec2
+            .client()
+            .describe_instances()
+            .send()
+            .await
+            .unwrap_or_else(|e| panic!("moto's DescribeInstances failed: {e}"));
+        let owner = warm::owner(&format!("{NS}/{POOL}"));
+        let mut ids = Vec::new();
+        for i in out.reservations().iter().flat_map(|r| r.instances()) {
+            let tag = |k: &str| {
+                i.tags()
+                    .iter()
+                    .find(|t| t.key() == Some(k))
+                    .and_then(|t| t.value())
+                    .map(String::from)
+            };
+            let state = i.state().and_then(|s| s.name()).map(|n| n.as_str());
+            let ours = owner
+                .tags()
+                .iter()
+                .all(|(k, v)| tag(k).as_deref() == Some(v));
+            if ours && matches!(state, Some("pending" | "running")) {
+                ids.push(i.instance_id().unwrap_or_default().to_string());
+            }
+        }
+        ids.sort();
+        ids
+    }
+}
+
+/// The API server as the WarmPool controller meets it: one WarmPool (its
+/// status merged from the patches, as the API server would), the Scheduler
+/// and the Secret when they exist, and a record of what was written.
+struct Cluster {
+    api: ApiServerVerifier,
+    pool: WarmPool,
+    deleted: bool,
+    scheduler: Option<Scheduler>,
+    secret: Option<Secret>,
+    /// The `status` of every status patch, in order.
+    statuses: Vec<Value>,
+    /// Every Event as posted, or as patched when it repeats (a series).
+    events: Vec<Value>,
+    /// The paths read (GET).
+    reads: Vec<String>,
+}
+
+impl Cluster {
+    fn new(
+        pool: WarmPool,
+        scheduler: Option<Scheduler>,
+        secret: Option<Secret>,
+    ) -> (Self, kube::Client) {
+        let (client, api) = mock_client();
+        let cluster = Cluster {
+            api,
+            pool,
+            deleted: false,
+            scheduler,
+            secret,
+            statuses: Vec::new(),
+            events: Vec::new(),
+            reads: Vec::new(),
+        };
+        (cluster, client)
+    }
+
+    /// The WarmPool's stored status (`{}` when it has none).
+    fn status(&self) -> Value {
+        serde_json::to_value(&self.pool.status)
+            .ok()
+            .filter(|s| !s.is_null())
+            .unwrap_or_else(|| json!({}))
+    }
+
+    fn events_of(&self, reason: &str) -> Vec<&Value> {
+        self.events
+            .iter()
+            .filter(|e| e["reason"] == reason)
+            .collect()
+    }
+
+    /// Answers `call` as the API server would.
+    fn answer(&mut self, call: Call) {
+        let path = call.path.clone();
+        let pool_path = format!("{API}/warmpools/{POOL}");
+        match (call.method.as_str(), path.as_str()) {
+            ("GET", p) if p.starts_with(&format!("{API}/schedulers/")) => {
+                self.reads.push(path.clone());
+                match &self.scheduler {
+                    Some(s)
+                        if p.ends_with(&format!("/{}", s.metadata.name.as_deref().unwrap())) =>
+                    {
+                        call.answer(StatusCode::OK, &serde_json::to_value(s).unwrap())
+                    }
+                    _ => call.answer(
+                        StatusCode::NOT_FOUND,
+                        &not_found("schedulers.orca.dev", p.rsplit('/').next().unwrap()),
+                    ),
+                }
+            }
+            ("GET", p) if p.starts_with("/api/v1/namespaces/default/secrets/") => {
+                self.reads.push(path.clone());
+                match &self.secret {
+                    Some(s) if p.ends_with("/orca-db") => {
+                        call.answer(StatusCode::OK, &serde_json::to_value(s).unwrap())
+                    }
+                    _ => call.answer(
+                        StatusCode::NOT_FOUND,
+                        &not_found("secrets", p.rsplit('/').next().unwrap()),
+                    ),
+                }
+            }
+            ("GET", p) if p == pool_path => {
+                self.reads.push(path.clone());
+                if self.deleted {
+                    call.answer(
+                        StatusCode::NOT_FOUND,
+                        &not_found("warmpools.orca.dev", POOL),
+                    )
+                } else {
+                    call.answer(StatusCode::OK, &serde_json::to_value(&self.pool).unwrap())
+                }
+            }
+            ("PATCH", p) if p == format!("{pool_path}/status") => {
+                let status = call.body["status"].clone();
+                assert!(
+                    status.is_object(),
+                    "a status patch without a status: {}",
+                    call.body
+                );
+                let mut whole = serde_json::to_value(&self.pool).unwrap();
+                if whole.get("status").is_none_or(Value::is_null) {
+                    whole["status"] = json!({});
+                }
+                merge(&mut whole["status"], &status);
+                self.pool = serde_json::from_value(whole.clone()).unwrap();
+                self.statuses.push(status);
+                call.answer(StatusCode::OK, &whole);
+            }
+            ("POST", EVENTS) => {
+                self.event(&call.body);
+                let body = call.body.clone();
+                call.answer(StatusCode::CREATED, &body);
+            }
+            ("PATCH", p) if p.starts_with(&format!("{EVENTS}/")) => {
+                self.event(&call.body);
+                let body = call.body.clone();
+                call.answer(StatusCode::OK, &body);
+            }
+            _ => panic!(
+                "a call the WarmPool controller should not make: {} {}?{} {}",
+                call.method, call.path, call.query, call.body
+            ),
+        }
+    }
+
+    fn event(&mut self, e: &Value) {
+        assert_eq!(e["regarding"]["kind"], "WarmPool", "{e}");
+        assert_eq!(e["regarding"]["name"], POOL, "{e}");
+        assert_eq!(e["reportingController"], "orca-operator", "{e}");
+        self.events.push(e.clone());
+    }
+
+    /// Runs `reconcile` of `wp`, answering its calls and the loops'
+    /// meanwhile; what it returned.
+    async fn reconcile(&mut self, ctx: &Arc<PoolContext>, wp: WarmPool) -> Action {
+        let mut task = tokio::spawn(reconcile(Arc::new(wp), ctx.clone()));
+        loop {
+            let call = tokio::select! {
+                biased;
+                call = self.api.next("the reconcile's calls") => call,
+                done = &mut task => {
+                    let result = done.expect("reconcile panicked");
+                    return result.unwrap_or_else(|e| panic!("reconcile failed: {e}"));
+                }
+            };
+            self.answer(call);
+        }
+    }
+
+    /// Answers calls until `done` holds; fails saying `what` if it does not
+    /// within 20 s, or when no call comes for 10 s.
+    async fn until(&mut self, what: &str, done: impl Fn(&Cluster) -> bool) {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while !done(self) {
+            assert!(
+                Instant::now() < deadline,
+                "not within 20 s: {what}; status {}; events {:#?}",
+                self.status(),
+                self.events
+            );
+            let call = self.api.next(what).await;
+            self.answer(call);
+        }
+    }
+
+    /// No call at all for `quiet`.
+    async fn quiet(&mut self, quiet: Duration, why: &str) {
+        if let Ok(call) = tokio::time::timeout(quiet, self.api.next(why)).await {
+            panic!(
+                "{why}, but the operator sent {} {}?{} {}",
+                call.method, call.path, call.query, call.body
+            );
+        }
+    }
+
+    /// Answers calls for `quiet`; none of them may write (PATCH, POST).
+    async fn no_writes(&mut self, quiet: Duration, why: &str) {
+        let end = tokio::time::Instant::now() + quiet;
+        while let Ok(call) = tokio::time::timeout_at(end, self.api.next(why)).await {
+            assert_eq!(
+                call.method,
+                Method::GET,
+                "{why}, but the operator sent {} {} {}",
+                call.method,
+                call.path,
+                call.body
+            );
+            self.answer(call);
+        }
+    }
+
+    /// No request body sent so far holds `secret`.
+    fn never_sent(&self, secret: &str) {
+        assert!(!self.api.bodies.is_empty());
+        for body in &self.api.bodies {
+            assert!(!body.contains(secret), "the password went out: {body}");
+        }
+    }
+}
+
+fn condition<'a>(status: &'a Value, type_: &str) -> &'a Value {
+    status["conditions"]
+        .as_array()
+        .and_then(|cs| cs.iter().find(|c| c["type"] == type_))
+        .unwrap_or_else(|| panic!("no {type_} condition in {status}"))
+}
+
+fn url_secret(url: &str) -> Secret {
+    secret(&[("url", url)])
+}
+
+/// A pool with `idle.min = 2`: the reconcile reads the Scheduler, then its
+/// Secret; the loop launches two instances tagged as the pool's, says so in
+/// an Event and shows them in the status, for the generation it saw.
+#[tokio::test]
+async fn a_pool_launches_idle_min_and_shows_them_in_its_status_and_events() {
+    let real = real().await;
+    let wp = warm_pool(real.spec(&real.moto.endpoint(), 2, 3), 1);
+    let (mut k8s, client) =
+        Cluster::new(wp.clone(), Some(scheduler()), Some(url_secret(&real.url)));
+    let ctx = context(client);
+
+    k8s.reconcile(&ctx, wp).await;
+    assert_eq!(
+        k8s.reads,
+        [
+            format!("{API}/schedulers/{SCHEDULER}"),
+            "/api/v1/namespaces/default/secrets/orca-db".to_string()
+        ]
+    );
+    k8s.until("a status with 2 launching and a Launched event", |k| {
+        k.status()["launching"] == 2 && !k.events_of("Launched").is_empty()
+    })
+    .await;
+
+    let ids = real.instances().await;
+    assert_eq!(ids.len(), 2, "{ids:?}");
+    let status = k8s.status();
+    assert_eq!(status["observedGeneration"], 1, "{status}");
+    assert_eq!(status["idle"], 0, "{status}");
+    assert_eq!(condition(&status, "Available")["status"], "False");
+    assert_eq!(condition(&status, "Available")["reason"], "BelowIdleMin");
+    assert_eq!(condition(&status, "Progressing")["status"], "True");
+    assert_eq!(condition(&status, "Degraded")["status"], "False");
+    let launched = k8s.events_of("Launched");
+    assert_eq!(launched.len(), 1, "{launched:#?}");
+    assert_eq!(launched[0]["type"], "Normal");
+    let note = launched[0]["note"].as_str().unwrap();
+    for id in &ids {
+        assert!(note.contains(id.as_str()), "{id} not in {note:?}");
+    }
+    // Later passes see the same two booting: nothing more is launched.
+    k8s.no_writes(Duration::from_secs(2), "the pool is steady")
+        .await;
+    assert_eq!(real.instances().await, ids);
+
+    // Deleted and applied again before the loop noticed (no finalizer: the
+    // controller is not told): the new WarmPool gets a loop of its own at
+    // once, which finds the two instances and launches none.
+    let mut again = warm_pool(real.spec(&real.moto.endpoint(), 2, 3), 1);
+    again.metadata.uid = Some("warmpool-uid-2".into());
+    k8s.pool = again.clone();
+    k8s.reconcile(&ctx, again).await;
+    k8s.until("the new WarmPool's status", |k| {
+        k.status()["launching"] == 2
+    })
+    .await;
+    assert_eq!(real.instances().await, ids);
+}
+
+/// A pool whose Scheduler does not exist is `Degraded` with the reason and
+/// a warning Event, and launches nothing; once the Scheduler is there the
+/// loop starts and `Degraded` is cleared. The same again when the Scheduler
+/// goes away under a running loop and comes back.
+#[tokio::test]
+async fn a_missing_scheduler_is_degraded_until_it_is_there() {
+    let real = real().await;
+    let wp = warm_pool(real.spec(&real.moto.endpoint(), 1, 1), 1);
+    let (mut k8s, client) = Cluster::new(wp.clone(), None, Some(url_secret(&real.url)));
+    let ctx = context(client);
+
+    k8s.reconcile(&ctx, wp).await;
+    assert_eq!(k8s.reads, [format!("{API}/schedulers/{SCHEDULER}")]);
+    let status = k8s.status();
+    assert_eq!(status["observedGeneration"], 1, "{status}");
+    let degraded = condition(&status, "Degraded");
+    assert_eq!(degraded["status"], "True", "{status}");
+    assert_eq!(degraded["reason"], "SchedulerMissing", "{status}");
+    assert!(
+        degraded["message"]
+            .as_str()
+            .unwrap()
+            .contains("default/sched"),
+        "{status}"
+    );
+    assert_eq!(k8s.events.len(), 1, "{:#?}", k8s.events);
+    assert_eq!(k8s.events[0]["type"], "Warning");
+    assert_eq!(k8s.events[0]["reason"], "Degraded");
+    k8s.quiet(Duration::from_secs(2), "no pool loop runs").await;
+    assert_eq!(real.instances().await, Vec::<String>::new());
+
+    // The Scheduler is created: the next reconcile starts the loop.
+    k8s.scheduler = Some(scheduler());
+    let stored = k8s.pool.clone();
+    k8s.reconcile(&ctx, stored).await;
+    k8s.until("Degraded cleared and an instance launching", |k| {
+        let s = k.status();
+        condition(&s, "Degraded")["status"] == "False" && s["launching"] == 1
+    })
+    .await;
+    assert_eq!(real.instances().await.len(), 1);
+
+    // Deleted under the running loop, then back.
+    k8s.scheduler = None;
+    let stored = k8s.pool.clone();
+    k8s.reconcile(&ctx, stored).await;
+    assert_eq!(
+        condition(&k8s.status(), "Degraded")["reason"],
+        "SchedulerMissing"
+    );
+    k8s.no_writes(Duration::from_secs(2), "the loop left the pool Degraded")
+        .await;
+    assert_eq!(
+        condition(&k8s.status(), "Degraded")["reason"],
+        "SchedulerMissing"
+    );
+    k8s.scheduler = Some(scheduler());
+    let stored = k8s.pool.clone();
+    k8s.reconcile(&ctx, stored).await;
+    k8s.until("Degraded cleared once the Scheduler is back", |k| {
+        condition(&k.status(), "Degraded")["status"] == "False"
+    })
+    .await;
+    assert_eq!(real.instances().await.len(), 1, "no second instance");
+}
+
+/// The database URL's password never reaches the API server: not in a
+/// status, not in an Event, whether the database answers or not.
+#[tokio::test]
+async fn the_database_password_is_never_in_a_status_or_an_event() {
+    let real = real().await;
+    // A pool on the database at `url`, its calls answered by a mock of its own.
+    let start = |url: String| {
+        let wp = warm_pool(real.spec(&real.moto.endpoint(), 1, 1), 1);
+        let (k8s, client) = Cluster::new(wp.clone(), Some(scheduler()), Some(url_secret(&url)));
+        (k8s, context(client), wp)
+    };
+
+    // The test cluster trusts every local connection: a password is
+    // accepted (and ignored), so the loop works on this URL.
+    let with_password =
+        real.url
+            .replacen("postgres://postgres@", "postgres://postgres:hunter2@", 1);
+    assert_ne!(with_password, real.url, "{}", real.url);
+    {
+        let (mut k8s, ctx, wp) = start(with_password);
+        k8s.reconcile(&ctx, wp).await;
+        k8s.until("a Launched event and a status", |k| {
+            k.status()["launching"] == 1 && !k.events_of("Launched").is_empty()
+        })
+        .await;
+        assert_eq!(condition(&k8s.status(), "Degraded")["status"], "False");
+        k8s.never_sent("hunter2");
+    }
+
+    // A database that does not answer: every pass fails, and says so.
+    let closed = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let (mut k8s, ctx, wp) = start(format!(
+        "postgres://orca:hunter2@127.0.0.1:{closed}/orca?sslmode=disable"
+    ));
+    k8s.reconcile(&ctx, wp).await;
+    // Failing for a few seconds (back-offs up to 1 s), each failure said.
+    let failing = Instant::now();
+    k8s.until("failed passes for 3 s", |k| {
+        k.events_of("PassFailed").len() >= 3 && failing.elapsed() > Duration::from_secs(3)
+    })
+    .await;
+    let status = k8s.status();
+    let degraded = condition(&status, "Degraded");
+    assert_eq!(degraded["status"], "True", "{status}");
+    assert_eq!(degraded["reason"], "PassFailed", "{status}");
+    assert!(
+        degraded["message"].as_str().unwrap().contains("127.0.0.1"),
+        "the message says which database: {status}"
+    );
+    assert!(k8s
+        .events_of("PassFailed")
+        .iter()
+        .all(|e| e["type"] == "Warning"));
+    // Failing again is not a new transition.
+    let since: Vec<&Value> = k8s
+        .statuses
+        .iter()
+        .map(|s| &condition(s, "Degraded")["lastTransitionTime"])
+        .collect();
+    assert!(since.iter().all(|t| *t == since[0]), "{since:?}");
+    k8s.never_sent("hunter2");
+    assert_eq!(real.instances().await.len(), 1, "nothing launched blind");
+}
+
+/// A reconcile of the same generation leaves the loop alone; a new one
+/// (idle.min 2 → 3) restarts it and the third instance is launched; a
+/// deleted pool's loop stops: no more calls, no more EC2 calls.
+#[tokio::test]
+async fn a_new_generation_restarts_the_loop_and_a_deleted_pool_stops_it() {
+    let real = real().await;
+    let faults = Ec2Faults::start(&real.moto.endpoint());
+    let wp = warm_pool(real.spec(&faults.endpoint(), 2, 3), 1);
+    let (mut k8s, client) =
+        Cluster::new(wp.clone(), Some(scheduler()), Some(url_secret(&real.url)));
+    let ctx = context(client);
+    k8s.reconcile(&ctx, wp).await;
+    k8s.until("two launching", |k| {
+        k.status()["launching"] == 2 && !k.events_of("Launched").is_empty()
+    })
+    .await;
+    k8s.no_writes(Duration::from_secs(2), "the pool is steady")
+        .await;
+
+    // The same generation again (the periodic requeue, a status change).
+    let stored = k8s.pool.clone();
+    let patches = k8s.statuses.len();
+    k8s.reconcile(&ctx, stored).await;
+    k8s.no_writes(
+        Duration::from_secs(2),
+        "the same generation does not restart the loop",
+    )
+    .await;
+    assert_eq!(k8s.statuses.len(), patches);
+    assert_eq!(real.instances().await.len(), 2);
+    assert_eq!(
+        faults.calls_of("RunInstances").len(),
+        1,
+        "one RunInstances for the two"
+    );
+
+    // Generation 2: idle.min 3.
+    let before = real.instances().await;
+    let mut next = k8s.pool.clone();
+    next.spec.idle.min = 3;
+    next.metadata.generation = Some(2);
+    k8s.pool = next.clone();
+    k8s.reconcile(&ctx, next).await;
+    k8s.until("generation 2 observed with three launching", |k| {
+        let s = k.status();
+        s["observedGeneration"] == 2 && s["launching"] == 3
+    })
+    .await;
+    let ids = real.instances().await;
+    assert_eq!(ids.len(), 3, "{ids:?}");
+    let third: Vec<&String> = ids.iter().filter(|i| !before.contains(i)).collect();
+    assert_eq!(third.len(), 1);
+    k8s.until("an Event names the third instance", |k| {
+        k.events_of("Launched")
+            .iter()
+            .any(|e| e["note"].as_str().unwrap_or("").contains(third[0].as_str()))
+    })
+    .await;
+
+    // Deleted: the loop stops.
+    let mut gone = k8s.pool.clone();
+    gone.metadata.deletion_timestamp = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+        k8s_openapi::jiff::Timestamp::now(),
+    ));
+    k8s.deleted = true;
+    let action = k8s.reconcile(&ctx, gone).await;
+    assert_eq!(action, Action::await_change());
+    // Nothing more reaches the API server. A pass already under way ends;
+    // then EC2 hears no more of the pool (a running loop lists its
+    // instances every second).
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        faults.forget_calls();
+        k8s.quiet(Duration::from_secs(2), "the pool was deleted")
+            .await;
+        let calls: Vec<String> = faults.calls().into_iter().map(|c| c.action).collect();
+        if calls.is_empty() {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "EC2 calls after the pool was deleted: {calls:?}"
+        );
+    }
+    assert_eq!(real.instances().await.len(), 3);
+}
+
+/// An instance type without capacity shows in `capacityErrors` while it is
+/// skipped, and is gone from the WarmPool's status once the hold is over.
+#[tokio::test]
+async fn capacity_errors_show_while_held_and_then_are_gone() {
+    let real = real().await;
+    let faults = Ec2Faults::start(&real.moto.endpoint());
+    faults.fail(
+        "RunInstances",
+        &["InstanceType=t3.small"],
+        Fault::error("InsufficientInstanceCapacity"),
+        usize::MAX,
+    );
+    let mut spec = real.spec(&faults.endpoint(), 1, 1);
+    spec.launch.instance_types = vec!["t3.small".into(), "t3.micro".into()];
+    let wp = warm_pool(spec, 1);
+    let (mut k8s, client) =
+        Cluster::new(wp.clone(), Some(scheduler()), Some(url_secret(&real.url)));
+    let ctx = Arc::new(PoolContext::new(
+        client,
+        PoolControllerConfig {
+            tuning: orca_operator::pool::Tuning {
+                capacity_hold: Duration::from_secs(2),
+                ..warm::tuning(Duration::from_secs(60))
+            },
+            metrics: None,
+            reporter: "orca-operator".into(),
+        },
+    ));
+    k8s.reconcile(&ctx, wp).await;
+    k8s.until("t3.small shown without capacity", |k| {
+        k.status()["capacityErrors"]
+            .as_array()
+            .is_some_and(|errors| errors.iter().any(|e| e["instanceType"] == "t3.small"))
+    })
+    .await;
+    let status = k8s.status();
+    assert_eq!(
+        status["capacityErrors"][0]["code"], "InsufficientInstanceCapacity",
+        "{status}"
+    );
+    assert_eq!(status["launching"], 1, "launched as t3.micro: {status}");
+    let warnings = k8s.events_of("CapacityUnavailable");
+    assert_eq!(warnings.len(), 1, "{warnings:#?}");
+    assert_eq!(warnings[0]["type"], "Warning");
+
+    k8s.until("no capacity errors once the hold is over", |k| {
+        k.status()["capacityErrors"]
+            .as_array()
+            .is_none_or(Vec::is_empty)
+    })
+    .await;
+    assert_eq!(condition(&k8s.status(), "Degraded")["status"], "False");
+    assert_eq!(real.instances().await.len(), 1);
+}
