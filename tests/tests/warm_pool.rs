@@ -95,6 +95,20 @@ impl Running {
     fn events(&self) -> Vec<PoolEvent> {
         self.events.lock().unwrap().clone()
     }
+
+    /// The events so far, once one that is `what` is among them, or after
+    /// 10 s without: a pass reports its events when it ends, after its EC2
+    /// calls, so EC2 may show a termination a moment before its event.
+    async fn events_once(&self, what: impl Fn(&PoolEvent) -> bool) -> Vec<PoolEvent> {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let events = self.events();
+            if events.iter().any(&what) || Instant::now() > deadline {
+                return events;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
 }
 
 async fn start(
@@ -279,10 +293,8 @@ async fn idle_max_trims_the_longest_idle_first() {
         .map(|i| i.id)
         .collect();
     assert_eq!(left, by_idle[2..].iter().cloned().collect::<HashSet<_>>());
-    assert!(running
-        .events()
-        .iter()
-        .any(|e| e.reason == "Terminated" && e.message.contains("IdleBeyondMax")));
+    let trimmed = |e: &PoolEvent| e.reason == "Terminated" && e.message.contains("IdleBeyondMax");
+    assert!(running.events_once(trimmed).await.iter().any(trimmed));
 }
 
 /// The pids of the local agents serving `instance` (started by this test).
@@ -397,16 +409,19 @@ async fn stale_max_uses_and_scheduler_ended_instances_are_terminated() {
     )
     .await;
     // The host killed the stopped agent's process group with the instance.
-    let events = running.events();
     for (instance, reason) in [
         (&used.instance, "MaxUses"),
         (&busy.instance, "NoLiveRow"),
         (&hung, "Stale"),
     ] {
-        assert!(
-            events.iter().any(|e| e.reason == "Terminated"
+        let terminated = |e: &PoolEvent| {
+            e.reason == "Terminated"
                 && e.message.contains(instance.as_str())
-                && e.message.contains(reason)),
+                && e.message.contains(reason)
+        };
+        let events = running.events_once(terminated).await;
+        assert!(
+            events.iter().any(terminated),
             "no Terminated event for {instance} ({reason}): {events:#?}"
         );
     }
