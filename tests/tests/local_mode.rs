@@ -235,13 +235,7 @@ spec:
 
     // v1 dies too: with nothing older left to lead, v2 is tried again (an
     // old revision is never restarted), rather than no scheduler at all.
-    let pid: i32 = db
-        .query_one("select pid from orca.schedulers where id = $1", &[&v1])
-        .await
-        .unwrap()
-        .get(0);
-    // SAFETY: kill has no memory-safety preconditions.
-    unsafe { libc::kill(pid, libc::SIGKILL) };
+    kill_instance(&db, v1).await;
     let s = local.wait_for("v2 is tried again", Duration::from_secs(20), |s| {
         s.revisions.iter().any(|r| r.image == "v2")
     });
@@ -328,13 +322,7 @@ async fn the_current_pod_killed_is_recreated_and_leads_again() {
     local.wait_for("v1 ready", Duration::from_secs(30), ready_with("v1"));
     let first = instance_of_image(&url, "v1").await;
     let db = pg::connect(&url).await;
-    let pid: i32 = db
-        .query_one("select pid from orca.schedulers where id = $1", &[&first])
-        .await
-        .unwrap()
-        .get(0);
-    // SAFETY: kill has no memory-safety preconditions.
-    unsafe { libc::kill(pid, libc::SIGKILL) };
+    kill_instance(&db, first).await;
     let s = local.wait_for("a new v1 pod leads", Duration::from_secs(40), |s| {
         s.restarts == 1 && s.leader.as_ref().is_some_and(|l| l.instance != first)
     });
@@ -417,4 +405,15 @@ async fn the_operator_killed_mid_rollout_carries_on_when_restarted() {
         .unwrap()
         .get(0);
     assert_eq!(live, 0, "every old instance ended its row");
+}
+
+/// SIGKILL to the scheduler process of instance `id`, as its row names it.
+async fn kill_instance(db: &orca_db::Db, id: i64) {
+    let pid: i32 = db
+        .query_one("select pid from orca.schedulers where id = $1", &[&id])
+        .await
+        .unwrap()
+        .get(0);
+    // SAFETY: kill has no memory-safety preconditions.
+    unsafe { libc::kill(pid, libc::SIGKILL) };
 }

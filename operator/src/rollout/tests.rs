@@ -672,16 +672,21 @@ fn pod_names_fit_a_host_name() {
     assert!(name.ends_with(&format!("-{}-123", rev("v1"))));
 }
 
-#[test]
-fn conditions_keep_their_transition_time_while_unchanged() {
+/// v1 registered and leading, at 10 s.
+fn v1_settled() -> Observed {
     let v1 = pod("v1", 1, 0, PodState::Running);
-    let mut o = observed(
+    observed(
         spec("v1"),
         vec![v1.clone()],
         vec![job("v1", JobState::Succeeded { at: at(5) })],
         vec![row(1, &v1, "leading")],
         10,
-    );
+    )
+}
+
+#[test]
+fn conditions_keep_their_transition_time_while_unchanged() {
+    let mut o = v1_settled();
     let first = decide(&o);
     o.status = first.status.clone();
     o.now = at(50);
@@ -701,15 +706,8 @@ fn conditions_keep_their_transition_time_while_unchanged() {
 /// would write it again.
 #[test]
 fn a_steady_status_does_not_move_with_the_clock_offset() {
-    let v1 = pod("v1", 1, 0, PodState::Running);
     let pass = |status: SchedulerStatus, offset_ms: i64| {
-        let mut o = observed(
-            spec("v1"),
-            vec![v1.clone()],
-            vec![job("v1", JobState::Succeeded { at: at(5) })],
-            vec![row(1, &v1, "leading")],
-            10,
-        );
+        let mut o = v1_settled();
         o.status = status;
         let local = o.now;
         o = o.on_database_clock(local + chrono::TimeDelta::milliseconds(offset_ms));
