@@ -14,7 +14,7 @@ use orca_operator::{
     },
 };
 
-use crate::bins;
+use crate::{bins, moto::Moto, pg};
 
 pub const REGION: &str = "us-east-1";
 /// An image id moto accepts.
@@ -34,6 +34,36 @@ pub fn aws_env() {
             std::env::set_var(k, v);
         }
     });
+}
+
+/// What the warm-pool tests stand on: a moto of their own, a migrated
+/// database on the shared throwaway cluster, an EC2 client for moto, and
+/// moto's default subnets.
+pub struct Stage {
+    pub moto: Moto,
+    pub url: String,
+    pub ec2: Ec2,
+    pub subnets: Vec<String>,
+}
+
+impl Stage {
+    pub async fn new() -> Stage {
+        let moto = Moto::start();
+        let url = pg::Cluster::shared().migrated_db().await;
+        let ec2 = ec2(&moto.endpoint()).await;
+        let subnets = subnets(&ec2).await;
+        Stage {
+            moto,
+            url,
+            ec2,
+            subnets,
+        }
+    }
+
+    /// Each of its parts as a variable of its own: `(moto, url, ec2, subnets)`.
+    pub fn parts(self) -> (Moto, String, Ec2, Vec<String>) {
+        (self.moto, self.url, self.ec2, self.subnets)
+    }
 }
 
 /// An EC2 client of the tests' own for `endpoint`.

@@ -21,7 +21,6 @@ use orca_operator::pool::{
 };
 use orca_tests::{
     ec2_faults::{Ec2Faults, Fault},
-    moto::Moto,
     pg, warm,
 };
 use tokio::sync::oneshot;
@@ -157,10 +156,7 @@ impl Drop for Running {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn idle_min_is_kept_and_a_burst_of_50_runs_never_passes_max_instances() {
-    let moto = Moto::start();
-    let url = pg::Cluster::shared().migrated_db().await;
-    let ec2 = warm::ec2(&moto.endpoint()).await;
-    let subnets = warm::subnets(&ec2).await;
+    let (moto, url, ec2, subnets) = warm::Stage::new().await.parts();
     let pool = "burst/pool";
     let dir = std::env::temp_dir().join(format!("orca-warm-burst-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
@@ -246,10 +242,7 @@ async fn idle_min_is_kept_and_a_burst_of_50_runs_never_passes_max_instances() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn idle_max_trims_the_longest_idle_first() {
-    let moto = Moto::start();
-    let url = pg::Cluster::shared().migrated_db().await;
-    let ec2 = warm::ec2(&moto.endpoint()).await;
-    let subnets = warm::subnets(&ec2).await;
+    let (moto, url, ec2, subnets) = warm::Stage::new().await.parts();
     let pool = "trim/pool";
     let db = pg::connect(&url).await;
     for run in 1..=4 {
@@ -317,10 +310,7 @@ fn agent_pids(instance: &str) -> Vec<i32> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn stale_max_uses_and_scheduler_ended_instances_are_terminated() {
-    let moto = Moto::start();
-    let url = pg::Cluster::shared().migrated_db().await;
-    let ec2 = warm::ec2(&moto.endpoint()).await;
-    let subnets = warm::subnets(&ec2).await;
+    let (moto, url, ec2, subnets) = warm::Stage::new().await.parts();
     let pool = "retire/pool";
     let mut spec = warm::spec(&moto.endpoint(), &["t3.micro"], &subnets[..1], 3, 3, 6);
     spec.max_uses = 1;
@@ -434,10 +424,7 @@ async fn stale_max_uses_and_scheduler_ended_instances_are_terminated() {
 /// Launches `count` instances with `pool`'s ownership tags by hand.
 #[tokio::test]
 async fn leaked_instances_older_than_the_grace_are_terminated_younger_ones_left() {
-    let moto = Moto::start();
-    let url = pg::Cluster::shared().migrated_db().await;
-    let ec2 = warm::ec2(&moto.endpoint()).await;
-    let subnets = warm::subnets(&ec2).await;
+    let (moto, url, ec2, subnets) = warm::Stage::new().await.parts();
     let pool = "leak/pool";
     let old = warm::launch_by_hand(&ec2, pool, &subnets[0], 1, "leak-old").await;
     let other = warm::launch_by_hand(&ec2, "leak/other", &subnets[0], 1, "leak-other").await;
@@ -486,11 +473,8 @@ async fn leaked_instances_older_than_the_grace_are_terminated_younger_ones_left(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_thousand_hand_outs_racing_retirements_never_terminate_a_handed_out_instance() {
-    let moto = Moto::start();
+    let (moto, url, ec2, subnets) = warm::Stage::new().await.parts();
     let faults = Arc::new(Ec2Faults::start(&moto.endpoint()));
-    let url = pg::Cluster::shared().migrated_db().await;
-    let ec2 = warm::ec2(&moto.endpoint()).await;
-    let subnets = warm::subnets(&ec2).await;
     let db = pg::connect(&url).await;
     let mut scheds = Vec::new();
     for _ in 0..5 {
@@ -659,11 +643,8 @@ async fn a_thousand_hand_outs_racing_retirements_never_terminate_a_handed_out_in
 
 #[tokio::test]
 async fn capacity_errors_move_launches_to_the_next_type_or_subnet() {
-    let moto = Moto::start();
+    let (moto, url, ec2, subnets) = warm::Stage::new().await.parts();
     let faults = Ec2Faults::start(&moto.endpoint());
-    let url = pg::Cluster::shared().migrated_db().await;
-    let ec2 = warm::ec2(&moto.endpoint()).await;
-    let subnets = warm::subnets(&ec2).await;
     let (s1, s2) = (&subnets[0], &subnets[1]);
     let pool = "ice/pool";
     let db = pg::connect(&url).await;
@@ -757,11 +738,8 @@ async fn capacity_errors_move_launches_to_the_next_type_or_subnet() {
 
 #[tokio::test]
 async fn request_limit_exceeded_backs_off_then_succeeds_with_the_same_token() {
-    let moto = Moto::start();
+    let (moto, url, ec2, subnets) = warm::Stage::new().await.parts();
     let faults = Ec2Faults::start(&moto.endpoint());
-    let url = pg::Cluster::shared().migrated_db().await;
-    let ec2 = warm::ec2(&moto.endpoint()).await;
-    let subnets = warm::subnets(&ec2).await;
     let pool = "throttle/pool";
     let db = pg::connect(&url).await;
     for run in 1..=2 {
@@ -812,11 +790,8 @@ async fn request_limit_exceeded_backs_off_then_succeeds_with_the_same_token() {
 
 #[tokio::test]
 async fn an_operator_restarted_in_the_middle_of_a_launch_launches_no_duplicates() {
-    let moto = Moto::start();
+    let (moto, url, ec2, subnets) = warm::Stage::new().await.parts();
     let faults = Ec2Faults::start(&moto.endpoint());
-    let url = pg::Cluster::shared().migrated_db().await;
-    let ec2 = warm::ec2(&moto.endpoint()).await;
-    let subnets = warm::subnets(&ec2).await;
     let db = pg::connect(&url).await;
 
     // EC2 launched, the operator never heard: the next one sees them.

@@ -18,11 +18,9 @@ use k8s_openapi::api::core::v1::Secret;
 use kube::runtime::controller::Action;
 use orca_operator::crd::{Scheduler, SchedulerSpec, WarmPool, WarmPoolSpec};
 use orca_operator::pool::controller::{reconcile, PoolContext, PoolControllerConfig};
-use orca_operator::pool::Ec2;
 use orca_tests::{
     ec2_faults::{Ec2Faults, Fault},
-    moto::Moto,
-    pg, warm,
+    warm,
 };
 use serde_json::{json, Value};
 
@@ -65,65 +63,42 @@ fn context(client: kube::Client) -> Arc<PoolContext> {
     ))
 }
 
-/// moto, moto's default subnets, and a migrated database.
-struct Real {
-    moto: Moto,
-    ec2: Ec2,
-    subnets: Vec<String>,
-    url: String,
+/// A pool of t3.micro on the first subnet, through `endpoint`.
+fn spec(stage: &warm::Stage, endpoint: &str, min: i32, max: i32) -> WarmPoolSpec {
+    warm::spec(endpoint, &["t3.micro"], &stage.subnets[..1], min, max, 4)
 }
 
-async fn real() -> Real {
-    let moto = Moto::start();
-    let url = pg::Cluster::shared().migrated_db().await;
-    let ec2 = warm::ec2(&moto.endpoint()).await;
-    let subnets = warm::subnets(&ec2).await;
-    Real {
-        moto,
-        ec2,
-        subnets,
-        url,
-    }
-}
-
-impl Real {
-    /// A pool of t3.micro on the first subnet, through `endpoint`.
-    fn spec(&self, endpoint: &str, min: i32, max: i32) -> WarmPoolSpec {
-        warm::spec(endpoint, &["t3.micro"], &self.subnets[..1], min, max, 4)
-    }
-
-    /// The pool's instances in EC2 that are not going away, by their
-    /// ownership tags as EC2 itself reports them.
-    async fn instances(&self) -> Vec<String> {
-        let out = self
-            .ec2
-            .client()
-            .describe_instances()
-            .send()
-            .await
-            .unwrap_or_else(|e| panic!("moto's DescribeInstances failed: {e}"));
-        let owner = warm::owner(&format!("{NS}/{POOL}"));
-        let mut ids = Vec::new();
-        for i in out.reservations().iter().flat_map(|r| r.instances()) {
-            let tag = |k: &str| {
-                i.tags()
-                    .iter()
-                    .find(|t| t.key() == Some(k))
-                    .and_then(|t| t.value())
-                    .map(String::from)
-            };
-            let state = i.state().and_then(|s| s.name()).map(|n| n.as_str());
-            let ours = owner
-                .tags()
+/// The pool's instances in EC2 that are not going away, by their
+/// ownership tags as EC2 itself reports them.
+async fn instances(stage: &warm::Stage) -> Vec<String> {
+    let out = stage
+        .ec2
+        .client()
+        .describe_instances()
+        .send()
+        .await
+        .unwrap_or_else(|e| panic!("moto's DescribeInstances failed: {e}"));
+    let owner = warm::owner(&format!("{NS}/{POOL}"));
+    let mut ids = Vec::new();
+    for i in out.reservations().iter().flat_map(|r| r.instances()) {
+        let tag = |k: &str| {
+            i.tags()
                 .iter()
-                .all(|(k, v)| tag(k).as_deref() == Some(v));
-            if ours && matches!(state, Some("pending" | "running")) {
-                ids.push(i.instance_id().unwrap_or_default().to_string());
-            }
+                .find(|t| t.key() == Some(k))
+                .and_then(|t| t.value())
+                .map(String::from)
+        };
+        let state = i.state().and_then(|s| s.name()).map(|n| n.as_str());
+        let ours = owner
+            .tags()
+            .iter()
+            .all(|(k, v)| tag(k).as_deref() == Some(v));
+        if ours && matches!(state, Some("pending" | "running")) {
+            ids.push(i.instance_id().unwrap_or_default().to_string());
         }
-        ids.sort();
-        ids
     }
+    ids.sort();
+    ids
 }
 
 /// The API server as the WarmPool controller meets it: one WarmPool (its
@@ -344,8 +319,8 @@ fn url_secret(url: &str) -> Secret {
 /// an Event and shows them in the status, for the generation it saw.
 #[tokio::test]
 async fn a_pool_launches_idle_min_and_shows_them_in_its_status_and_events() {
-    let real = real().await;
-    let wp = warm_pool(real.spec(&real.moto.endpoint(), 2, 3), 1);
+    let real = warm::Stage::new().await;
+    let wp = warm_pool(spec(&real, &real.moto.endpoint(), 2, 3), 1);
     let (mut k8s, client) =
         Cluster::new(wp.clone(), Some(scheduler()), Some(url_secret(&real.url)));
     let ctx = context(client);
@@ -363,7 +338,7 @@ async fn a_pool_launches_idle_min_and_shows_them_in_its_status_and_events() {
     })
     .await;
 
-    let ids = real.instances().await;
+    let ids = instances(&real).await;
     assert_eq!(ids.len(), 2, "{ids:?}");
     let status = k8s.status();
     assert_eq!(status["observedGeneration"], 1, "{status}");
@@ -382,12 +357,12 @@ async fn a_pool_launches_idle_min_and_shows_them_in_its_status_and_events() {
     // Later passes see the same two booting: nothing more is launched.
     k8s.no_writes(Duration::from_secs(2), "the pool is steady")
         .await;
-    assert_eq!(real.instances().await, ids);
+    assert_eq!(instances(&real).await, ids);
 
     // Deleted and applied again before the loop noticed (no finalizer: the
     // controller is not told): the new WarmPool gets a loop of its own at
     // once, which finds the two instances and launches none.
-    let mut again = warm_pool(real.spec(&real.moto.endpoint(), 2, 3), 1);
+    let mut again = warm_pool(spec(&real, &real.moto.endpoint(), 2, 3), 1);
     again.metadata.uid = Some("warmpool-uid-2".into());
     k8s.pool = again.clone();
     k8s.reconcile(&ctx, again).await;
@@ -395,7 +370,7 @@ async fn a_pool_launches_idle_min_and_shows_them_in_its_status_and_events() {
         k.status()["launching"] == 2
     })
     .await;
-    assert_eq!(real.instances().await, ids);
+    assert_eq!(instances(&real).await, ids);
 }
 
 /// A pool whose Scheduler does not exist is `Degraded` with the reason and
@@ -404,8 +379,8 @@ async fn a_pool_launches_idle_min_and_shows_them_in_its_status_and_events() {
 /// goes away under a running loop and comes back.
 #[tokio::test]
 async fn a_missing_scheduler_is_degraded_until_it_is_there() {
-    let real = real().await;
-    let wp = warm_pool(real.spec(&real.moto.endpoint(), 1, 1), 1);
+    let real = warm::Stage::new().await;
+    let wp = warm_pool(spec(&real, &real.moto.endpoint(), 1, 1), 1);
     let (mut k8s, client) = Cluster::new(wp.clone(), None, Some(url_secret(&real.url)));
     let ctx = context(client);
 
@@ -427,7 +402,7 @@ async fn a_missing_scheduler_is_degraded_until_it_is_there() {
     assert_eq!(k8s.events[0]["type"], "Warning");
     assert_eq!(k8s.events[0]["reason"], "Degraded");
     k8s.quiet(Duration::from_secs(2), "no pool loop runs").await;
-    assert_eq!(real.instances().await, Vec::<String>::new());
+    assert_eq!(instances(&real).await, Vec::<String>::new());
 
     // The Scheduler is created: the next reconcile starts the loop.
     k8s.scheduler = Some(scheduler());
@@ -438,7 +413,7 @@ async fn a_missing_scheduler_is_degraded_until_it_is_there() {
         condition(&s, "Degraded")["status"] == "False" && s["launching"] == 1
     })
     .await;
-    assert_eq!(real.instances().await.len(), 1);
+    assert_eq!(instances(&real).await.len(), 1);
 
     // Deleted under the running loop, then back.
     k8s.scheduler = None;
@@ -461,17 +436,17 @@ async fn a_missing_scheduler_is_degraded_until_it_is_there() {
         condition(&k.status(), "Degraded")["status"] == "False"
     })
     .await;
-    assert_eq!(real.instances().await.len(), 1, "no second instance");
+    assert_eq!(instances(&real).await.len(), 1, "no second instance");
 }
 
 /// The database URL's password never reaches the API server: not in a
 /// status, not in an Event, whether the database answers or not.
 #[tokio::test]
 async fn the_database_password_is_never_in_a_status_or_an_event() {
-    let real = real().await;
+    let real = warm::Stage::new().await;
     // A pool on the database at `url`, its calls answered by a mock of its own.
     let start = |url: String| {
-        let wp = warm_pool(real.spec(&real.moto.endpoint(), 1, 1), 1);
+        let wp = warm_pool(spec(&real, &real.moto.endpoint(), 1, 1), 1);
         let (k8s, client) = Cluster::new(wp.clone(), Some(scheduler()), Some(url_secret(&url)));
         (k8s, context(client), wp)
     };
@@ -528,7 +503,7 @@ async fn the_database_password_is_never_in_a_status_or_an_event() {
         .collect();
     assert!(since.iter().all(|t| *t == since[0]), "{since:?}");
     k8s.never_sent("hunter2");
-    assert_eq!(real.instances().await.len(), 1, "nothing launched blind");
+    assert_eq!(instances(&real).await.len(), 1, "nothing launched blind");
 }
 
 /// A reconcile of the same generation leaves the loop alone; a new one
@@ -536,9 +511,9 @@ async fn the_database_password_is_never_in_a_status_or_an_event() {
 /// deleted pool's loop stops: no more calls, no more EC2 calls.
 #[tokio::test]
 async fn a_new_generation_restarts_the_loop_and_a_deleted_pool_stops_it() {
-    let real = real().await;
+    let real = warm::Stage::new().await;
     let faults = Ec2Faults::start(&real.moto.endpoint());
-    let wp = warm_pool(real.spec(&faults.endpoint(), 2, 3), 1);
+    let wp = warm_pool(spec(&real, &faults.endpoint(), 2, 3), 1);
     let (mut k8s, client) =
         Cluster::new(wp.clone(), Some(scheduler()), Some(url_secret(&real.url)));
     let ctx = context(client);
@@ -560,7 +535,7 @@ async fn a_new_generation_restarts_the_loop_and_a_deleted_pool_stops_it() {
     )
     .await;
     assert_eq!(k8s.statuses.len(), patches);
-    assert_eq!(real.instances().await.len(), 2);
+    assert_eq!(instances(&real).await.len(), 2);
     assert_eq!(
         faults.calls_of("RunInstances").len(),
         1,
@@ -568,7 +543,7 @@ async fn a_new_generation_restarts_the_loop_and_a_deleted_pool_stops_it() {
     );
 
     // Generation 2: idle.min 3.
-    let before = real.instances().await;
+    let before = instances(&real).await;
     let mut next = k8s.pool.clone();
     next.spec.idle.min = 3;
     next.metadata.generation = Some(2);
@@ -579,7 +554,7 @@ async fn a_new_generation_restarts_the_loop_and_a_deleted_pool_stops_it() {
         s["observedGeneration"] == 2 && s["launching"] == 3
     })
     .await;
-    let ids = real.instances().await;
+    let ids = instances(&real).await;
     assert_eq!(ids.len(), 3, "{ids:?}");
     let third: Vec<&String> = ids.iter().filter(|i| !before.contains(i)).collect();
     assert_eq!(third.len(), 1);
@@ -615,14 +590,14 @@ async fn a_new_generation_restarts_the_loop_and_a_deleted_pool_stops_it() {
             "EC2 calls after the pool was deleted: {calls:?}"
         );
     }
-    assert_eq!(real.instances().await.len(), 3);
+    assert_eq!(instances(&real).await.len(), 3);
 }
 
 /// An instance type without capacity shows in `capacityErrors` while it is
 /// skipped, and is gone from the WarmPool's status once the hold is over.
 #[tokio::test]
 async fn capacity_errors_show_while_held_and_then_are_gone() {
-    let real = real().await;
+    let real = warm::Stage::new().await;
     let faults = Ec2Faults::start(&real.moto.endpoint());
     faults.fail(
         "RunInstances",
@@ -630,7 +605,7 @@ async fn capacity_errors_show_while_held_and_then_are_gone() {
         Fault::error("InsufficientInstanceCapacity"),
         usize::MAX,
     );
-    let mut spec = real.spec(&faults.endpoint(), 1, 1);
+    let mut spec = spec(&real, &faults.endpoint(), 1, 1);
     spec.launch.instance_types = vec!["t3.small".into(), "t3.micro".into()];
     let wp = warm_pool(spec, 1);
     let (mut k8s, client) =
@@ -670,5 +645,5 @@ async fn capacity_errors_show_while_held_and_then_are_gone() {
     })
     .await;
     assert_eq!(condition(&k8s.status(), "Degraded")["status"], "False");
-    assert_eq!(real.instances().await.len(), 1);
+    assert_eq!(instances(&real).await.len(), 1);
 }
