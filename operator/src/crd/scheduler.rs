@@ -121,6 +121,12 @@ pub struct Handover {
     #[serde(default = "default_stale")]
     #[schemars(range(min = 1))]
     pub stale_seconds: i64,
+    /// With overlap off the scheduler writes no instance row to wait for:
+    /// its pod is up once its container has run this many seconds without
+    /// exiting (then `Ready`, and the register Job).
+    #[serde(default = "default_settle")]
+    #[schemars(range(min = 0))]
+    pub settle_seconds: i64,
 }
 
 fn default_join() -> i64 {
@@ -138,6 +144,9 @@ fn default_progress() -> i64 {
 fn default_stale() -> i64 {
     10
 }
+fn default_settle() -> i64 {
+    10
+}
 
 impl Default for Handover {
     fn default() -> Self {
@@ -147,6 +156,7 @@ impl Default for Handover {
             drain_timeout_seconds: default_drain(),
             progress_deadline_seconds: default_progress(),
             stale_seconds: default_stale(),
+            settle_seconds: default_settle(),
         }
     }
 }
@@ -241,6 +251,8 @@ pub struct SchedulerStatus {
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct LeaderStatus {
+    /// Its row in `orca.schedulers`; 0 with overlap off, where the
+    /// scheduler writes no row and its one pod leads once settled.
     pub instance: i64,
     pub pod: String,
     pub image: String,

@@ -10,14 +10,14 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{
-    Container, EnvVar, EnvVarSource, Pod, PodSpec, SecretKeySelector,
+    Container, ContainerStatus, EnvVar, EnvVarSource, Pod, PodSpec, SecretKeySelector,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time as KubeTime};
 use kube::{Resource, ResourceExt};
 
 use super::{LABEL_REVISION, LABEL_SCHEDULER, LABEL_SEQUENCE};
 use crate::crd::{Scheduler, SchedulerSpec};
-use crate::rollout::{PodState, PodView, Time};
+use crate::rollout::{scheduler_label, PodState, PodView, Time};
 
 /// The scheduler container's name in every pod.
 pub const CONTAINER: &str = "scheduler";
@@ -65,7 +65,8 @@ fn literal(name: &str, value: &str) -> EnvVar {
 }
 
 /// The labels every object of `scheduler`'s revision carries, over the pod
-/// template's own (ours win).
+/// template's own (ours win). `orca.dev/scheduler` is the name, or for a
+/// name no label value can hold (over 63 characters) a short form of it.
 pub fn labels(scheduler: &Scheduler, revision: &str) -> BTreeMap<String, String> {
     let mut labels = scheduler
         .spec
@@ -73,7 +74,10 @@ pub fn labels(scheduler: &Scheduler, revision: &str) -> BTreeMap<String, String>
         .as_ref()
         .map(|t| t.labels.clone())
         .unwrap_or_default();
-    labels.insert(LABEL_SCHEDULER.into(), scheduler.name_any());
+    labels.insert(
+        LABEL_SCHEDULER.into(),
+        scheduler_label(&scheduler.name_any()),
+    );
     labels.insert(LABEL_REVISION.into(), revision.into());
     labels
 }
@@ -181,15 +185,29 @@ pub fn pod_view(pod: &Pod) -> Option<PodView> {
     let image = spec_container
         .and_then(|c| c.image.clone())
         .unwrap_or_default();
+    let started = container_status(pod)
+        .and_then(|c| c.state.as_ref())
+        .and_then(|s| s.running.as_ref())
+        .and_then(|r| r.started_at.as_ref())
+        .map(chrono_of);
     Some(PodView {
         name: pod.name_any(),
         revision,
         sequence,
         image,
         created,
+        started,
         state: pod_state(pod, created),
         deleting: pod.metadata.deletion_timestamp.is_some(),
     })
+}
+
+/// The scheduler container's status, once the kubelet has reported one.
+fn container_status(pod: &Pod) -> Option<&ContainerStatus> {
+    pod.status
+        .as_ref()
+        .and_then(|s| s.container_statuses.as_ref())
+        .and_then(|cs| cs.iter().find(|c| c.name == CONTAINER))
 }
 
 /// The scheduler container's state: its exit code and termination message
@@ -197,10 +215,7 @@ pub fn pod_view(pod: &Pod) -> Option<PodView> {
 /// too, with the pod's own reason.
 fn pod_state(pod: &Pod, created: Time) -> PodState {
     let status = pod.status.as_ref();
-    let container = status
-        .and_then(|s| s.container_statuses.as_ref())
-        .and_then(|cs| cs.iter().find(|c| c.name == CONTAINER));
-    let state = container.and_then(|c| c.state.as_ref());
+    let state = container_status(pod).and_then(|c| c.state.as_ref());
     if let Some(t) = state.and_then(|s| s.terminated.as_ref()) {
         let message = t
             .message
@@ -237,8 +252,7 @@ fn pod_state(pod: &Pod, created: Time) -> PodState {
 #[cfg(test)]
 pub(crate) mod tests {
     use k8s_openapi::api::core::v1::{
-        ContainerState, ContainerStateRunning, ContainerStateTerminated, ContainerStatus,
-        PodStatus, Toleration,
+        ContainerState, ContainerStateRunning, ContainerStateTerminated, PodStatus, Toleration,
     };
 
     use super::*;
@@ -321,6 +335,30 @@ pub(crate) mod tests {
         );
     }
 
+    /// A dotted or long name (valid for a Scheduler) gives a pod whose name
+    /// and host name are one DNS label, and a label value within 63.
+    #[test]
+    fn any_scheduler_name_gives_a_pod_the_api_server_takes() {
+        for name in [
+            "team.pipelines",
+            &format!("{}.{}", "a".repeat(100), "b".repeat(100)),
+        ] {
+            let mut s = scheduler();
+            s.metadata.name = Some(name.to_string());
+            let pod_name = crate::rollout::pod_name(name, "0123456789", 3);
+            let pod = scheduler_pod(&s, &pod_name, "0123456789", 3, "orca:v2");
+            let host = pod.spec.as_ref().and_then(|p| p.hostname.clone());
+            assert_eq!(host.as_deref(), Some(pod_name.as_str()), "host = pod name");
+            assert!(
+                pod_name.len() <= 63 && !pod_name.contains('.'),
+                "{pod_name}"
+            );
+            let label = &pod.metadata.labels.clone().unwrap()["orca.dev/scheduler"];
+            assert_eq!(label, &scheduler_label(name));
+            assert!(label.len() <= 63, "{label}");
+        }
+    }
+
     #[test]
     fn the_database_url_is_a_secret_reference_and_the_contract_wins() {
         let env = contract_env(&scheduler().spec, "orca:v2");
@@ -373,7 +411,21 @@ pub(crate) mod tests {
         assert_eq!(view.image, "orca:v2");
         assert_eq!(view.state, PodState::Running);
         assert_eq!(view.created.to_rfc3339(), "2026-01-01T00:00:00+00:00");
+        assert_eq!(view.started, None, "no startedAt reported yet");
         assert!(!view.deleting);
+
+        let started = ContainerState {
+            running: Some(ContainerStateRunning {
+                started_at: Some(KubeTime("2026-01-01T00:00:40Z".parse().unwrap())),
+            }),
+            ..Default::default()
+        };
+        let view = pod_view(&with_state(started, "Running")).unwrap();
+        assert_eq!(
+            view.started.map(|t| t.to_rfc3339()).as_deref(),
+            Some("2026-01-01T00:00:40+00:00"),
+            "running since the container started, not since the pod was created"
+        );
 
         let refused = ContainerState {
             terminated: Some(ContainerStateTerminated {

@@ -1,8 +1,9 @@
 //! Pods and Jobs as local processes. Each lives in a directory of
 //! `<dir>/.status/{pods,jobs}/<name>/`: `pod.json` (what it is), `pid` (its
-//! supervisor), `log`, `termination-log`, `exit.json` once it has ended,
-//! `deleting` once a delete was asked. The directory is the "cluster": a
-//! restarted operator reads it back, as a restarted controller lists pods.
+//! supervisor), `started` once its command runs, `log`, `termination-log`,
+//! `exit.json` once it has ended, `deleting` once a delete was asked. The
+//! directory is the "cluster": a restarted operator reads it back, as a
+//! restarted controller lists pods.
 
 use std::{
     collections::BTreeMap,
@@ -41,6 +42,14 @@ impl Exit {
     }
 }
 
+/// Records that the command runs, as the kubelet records `startedAt`.
+pub(super) fn write_started(dir: &Path) {
+    let tmp = dir.join("started.tmp");
+    if std::fs::write(&tmp, Utc::now().to_rfc3339()).is_ok() {
+        let _ = std::fs::rename(&tmp, dir.join("started"));
+    }
+}
+
 pub(super) fn write_exit(dir: &Path, exit: &Exit) {
     let tmp = dir.join("exit.json.tmp");
     if let Ok(text) = serde_json::to_string(exit) {
@@ -57,6 +66,8 @@ pub struct Local {
     pub dir: PathBuf,
     pub meta: PodMeta,
     pub pid: Option<i32>,
+    /// When the supervisor started the command (a container's `startedAt`).
+    pub started: Option<DateTime<Utc>>,
     pub exit: Option<Exit>,
     pub deleting: bool,
 }
@@ -85,6 +96,7 @@ impl Local {
             sequence: self.meta.sequence,
             image: self.meta.image.clone(),
             created: self.meta.created,
+            started: self.started,
             state: match exit {
                 Some(e) => PodState::Exited {
                     code: e.code,
@@ -174,6 +186,10 @@ impl Table {
             let pid = std::fs::read_to_string(dir.join("pid"))
                 .ok()
                 .and_then(|p| p.trim().parse().ok());
+            let started = std::fs::read_to_string(dir.join("started"))
+                .ok()
+                .and_then(|t| DateTime::parse_from_rfc3339(t.trim()).ok())
+                .map(|t| t.with_timezone(&Utc));
             let exit = std::fs::read_to_string(dir.join("exit.json"))
                 .ok()
                 .and_then(|t| serde_json::from_str(&t).ok());
@@ -183,6 +199,7 @@ impl Table {
                 dir,
                 meta,
                 pid,
+                started,
                 exit,
                 deleting,
             };

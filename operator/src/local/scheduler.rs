@@ -320,6 +320,8 @@ fn namespace(s: &Scheduler) -> String {
 
 fn summary(s: &SchedulerStatus) -> String {
     let leader = match &s.leader {
+        // Overlap off: the pod leads alone, with no row.
+        Some(l) if l.instance == 0 => format!("leader pod {} ({})", l.pod, l.image),
         Some(l) => format!("leader instance {} ({}, {})", l.instance, l.pod, l.image),
         None => "no leader".into(),
     };

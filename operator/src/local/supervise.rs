@@ -12,7 +12,7 @@ use std::{
 
 use tokio::{process::Command, signal::unix::SignalKind};
 
-use super::pods::{write_exit, Exit};
+use super::pods::{write_exit, write_started, Exit};
 
 /// As Kubernetes' default `terminationGracePeriodSeconds`.
 const GRACE: Duration = Duration::from_secs(30);
@@ -51,6 +51,7 @@ pub async fn supervise(dir: &Path, timeout: Option<u64>, command: &[String]) -> 
             return ExitCode::from(127);
         }
     };
+    write_started(dir);
     let mut term = tokio::signal::unix::signal(SignalKind::terminate())
         .expect("invariant: SIGTERM can be handled");
     let deadline = async {

@@ -7,8 +7,10 @@
 //! `Degraded`) → the register Job → each old pod deleted once its row has
 //! ended and it has exited (or past drainTimeout). Exit 75 from the new pod
 //! (overlap refused) → stop-the-world: the old drain and end first, then the
-//! new starts. Overlap off → recreate. Old revisions are never restarted:
-//! a restarted old image would be the newest instance and take the lead.
+//! new starts. Overlap off → recreate: the old pods go, and once they are
+//! gone the new one starts; it writes no row, so it is up (and registers)
+//! once it has run `settleSeconds`. Old revisions are never restarted: a
+//! restarted old image would be the newest instance and take the lead.
 
 use std::time::Duration;
 
@@ -183,8 +185,19 @@ pub fn decide(o: &Observed) -> Decision {
         }
     }
 
-    // 3. The current pod runs: join → drain the older → lead → register.
-    if let Some(pod) = current {
+    // 3. The current pod runs: join → drain the older → lead → register;
+    // with overlap off, settle → register.
+    if let Some(pod) = current.filter(|_| !o.spec.overlap) {
+        let since = pod.started.unwrap_or(pod.created);
+        let settled =
+            pod.state == PodState::Running && o.now - since >= secs(handover.settle_seconds);
+        if settled {
+            d.settled(pod, since, handover.settle_seconds);
+            register(&mut d, o, &target);
+        } else {
+            d.settling(pod);
+        }
+    } else if let Some(pod) = current {
         match instance_of(pod) {
             // It joined once and looks stale now: a database blip, or a hung
             // process. Never a join time-out: wait for it to beat again.
@@ -220,20 +233,7 @@ pub fn decide(o: &Observed) -> Decision {
                 let leads = me.holds_lock && newest_live == Some(me.id);
                 if leads {
                     d.leads(pod, me);
-                    if let Some(register) = &o.spec.register {
-                        match o.jobs.iter().find(|j| j.revision == target) {
-                            None => {
-                                let name = job_name(&o.name, &target);
-                                d.act(Action::CreateRegisterJob {
-                                    name: name.clone(),
-                                    revision: target.clone(),
-                                    image: o.spec.image.clone(),
-                                });
-                                d.registering(&name, &register.command);
-                            }
-                            Some(job) => d.register_state(job),
-                        }
-                    }
+                    register(&mut d, o, &target);
                 } else {
                     let asked = instances
                         .iter()
@@ -308,6 +308,26 @@ pub fn decide(o: &Observed) -> Decision {
     }
 
     d.finish(instances, &target, handover.progress_deadline_seconds)
+}
+
+/// The register Job of the `target` revision, once its pod leads: created
+/// if the spec has a register step and it is not there yet, else followed.
+fn register(d: &mut StatusDraft, o: &Observed, target: &str) {
+    let Some(register) = &o.spec.register else {
+        return;
+    };
+    match o.jobs.iter().find(|j| j.revision == target) {
+        None => {
+            let name = job_name(&o.name, target);
+            d.act(Action::CreateRegisterJob {
+                name: name.clone(),
+                revision: target.to_string(),
+                image: o.spec.image.clone(),
+            });
+            d.registering(&name, &register.command);
+        }
+        Some(job) => d.register_state(job),
+    }
 }
 
 /// A new pod, named for its revision and sequence.

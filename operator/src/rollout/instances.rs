@@ -70,6 +70,9 @@ impl Observed {
         let offset = db_now - self.now;
         for p in &mut self.pods {
             p.created += offset;
+            if let Some(started) = &mut p.started {
+                *started += offset;
+            }
             if let super::PodState::Exited { finished, .. } = &mut p.state {
                 *finished += offset;
             }

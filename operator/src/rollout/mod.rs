@@ -13,5 +13,5 @@ mod tests;
 
 pub use decide::{decide, Decision};
 pub use instances::{db_problem, observe_instances};
-pub use revision::{job_name, pod_name, revision_of, Revision};
+pub use revision::{job_name, pod_name, revision_of, scheduler_label, Revision};
 pub use snapshot::*;

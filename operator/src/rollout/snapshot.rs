@@ -18,6 +18,9 @@ pub struct PodView {
     pub sequence: u32,
     pub image: String,
     pub created: Time,
+    /// When its scheduler container started running, if known; with
+    /// overlap off it is up once it has run `settleSeconds` since then.
+    pub started: Option<Time>,
     pub state: PodState,
     /// Deletion asked, not finished.
     pub deleting: bool,

@@ -18,6 +18,8 @@ pub(super) struct StatusDraft<'a> {
     degraded: Option<(String, String)>,
     progress: Option<Phase>,
     stop_world: bool,
+    /// The leader is a settled pod with overlap off: it has no row.
+    alone: bool,
     requeue: Duration,
 }
 
@@ -38,6 +40,7 @@ impl<'a> StatusDraft<'a> {
             degraded: None,
             progress: None,
             stop_world: false,
+            alone: false,
             requeue: QUIET,
         }
     }
@@ -311,6 +314,41 @@ impl<'a> StatusDraft<'a> {
         }
     }
 
+    /// Overlap off: `pod` has run since `since` for the settle time, so it
+    /// is up and leads (alone: it has no row, and nothing else runs).
+    pub(super) fn settled(&mut self, pod: &PodView, since: Time, settle: i64) {
+        self.alone = true;
+        self.status.current_image = Some(pod.image.clone());
+        let known = self
+            .o
+            .status
+            .leader
+            .as_ref()
+            .is_some_and(|l| l.pod == pod.name);
+        if !known {
+            self.events.push(Event::normal(
+                "Running",
+                format!(
+                    "pod {} ({}) has run {settle}s: up (overlap is off, so there is no instance row to wait for)",
+                    pod.name, pod.image
+                ),
+            ));
+        }
+        self.status.leader = Some(LeaderStatus {
+            instance: 0,
+            pod: pod.name.clone(),
+            image: pod.image.clone(),
+            // Its own time, as for a revision: not moved by the clock
+            // offset, which differs every pass.
+            since: Some(rfc3339(since - self.o.clock_offset)),
+        });
+    }
+
+    /// Overlap off: `pod` is not up yet (pending, or not settled).
+    pub(super) fn settling(&mut self, _pod: &PodView) {
+        self.busy(Phase::Starting);
+    }
+
     pub(super) fn registering(&mut self, job: &str, command: &[String]) {
         self.event(Event::normal(
             "Registering",
@@ -445,7 +483,14 @@ impl<'a> StatusDraft<'a> {
             .iter()
             .filter(|i| i.live && i.role == "draining")
             .count() as i32;
-        if !rows.iter().any(|i| i.live && i.holds_lock) {
+        // With overlap on a leader holds the lock; with it off, only a pod
+        // settled in this pass leads (there are no rows to say so).
+        let leads = if o.spec.overlap {
+            rows.iter().any(|i| i.live && i.holds_lock)
+        } else {
+            self.alone
+        };
+        if !leads {
             self.status.leader = None;
         }
         let in_motion = self.progress.is_some() || !self.actions.is_empty();
@@ -505,6 +550,7 @@ impl<'a> StatusDraft<'a> {
         progressing: Option<(&str, String)>,
     ) {
         let leader = self.status.leader.clone();
+        let alone = self.alone;
         let now = self.o.now;
         let generation = self.o.generation;
         let previous = self.o.status.conditions.clone();
@@ -524,6 +570,12 @@ impl<'a> StatusDraft<'a> {
             }
         };
         let available = match &leader {
+            Some(l) if alone => make(
+                "Available",
+                true,
+                "Running",
+                format!("pod {} runs (overlap off: no instance row)", l.pod),
+            ),
             Some(l) => make(
                 "Available",
                 true,

@@ -36,6 +36,7 @@ fn spec(image: &str) -> SchedulerSpec {
             drain_timeout_seconds: 600,
             progress_deadline_seconds: 3600,
             stale_seconds: 10,
+            settle_seconds: 10,
         },
         pod_template: None,
         paused: false,
@@ -47,12 +48,20 @@ fn rev(image: &str) -> String {
 }
 
 fn pod(image: &str, seq: u32, created: i64, state: PodState) -> PodView {
+    pod_of(&spec(image), seq, created, state)
+}
+
+/// A pod of the revision of `spec`, created at `created`; its container's
+/// start is not known (the creation time stands for it).
+fn pod_of(spec: &SchedulerSpec, seq: u32, created: i64, state: PodState) -> PodView {
+    let revision = revision_of(spec);
     PodView {
-        name: pod_name("orca", &rev(image), seq),
-        revision: rev(image),
+        name: pod_name("orca", &revision, seq),
+        revision,
         sequence: seq,
-        image: image.into(),
+        image: spec.image.clone(),
         created: at(created),
+        started: None,
         state,
         deleting: false,
     }
@@ -188,6 +197,23 @@ fn cases() -> Vec<Case> {
     paused.paused = true;
     let mut deleting_v1 = v1.clone();
     deleting_v1.deleting = true;
+    // With overlap off, v2's pod (created at 102, once v1's was gone) has
+    // no row: it is up once it has run settleSeconds (10).
+    let v2_off = pod_of(&overlap_off, 2, 102, PodState::Running);
+    let rev_off = revision_of(&overlap_off);
+    let job_off = |state| JobView {
+        name: job_name("orca", &rev_off),
+        revision: rev_off.clone(),
+        created: at(112),
+        state,
+    };
+    let register_off = Action::CreateRegisterJob {
+        name: job_name("orca", &rev_off),
+        revision: rev_off.clone(),
+        image: "v2".into(),
+    };
+    let mut settle_zero = overlap_off.clone();
+    settle_zero.handover.settle_seconds = 0;
     let mut unobserved = observed(spec("v1"), vec![], vec![], vec![], 0);
     unobserved.instances = Err(Problem {
         reason: "SecretMissing".into(),
@@ -477,6 +503,90 @@ fn cases() -> Vec<Case> {
             degraded: None,
         },
         Case {
+            name: "overlap off: the old pod still runs while deleted: the new pod is not created",
+            observed: observed(overlap_off.clone(), vec![deleting_v1.clone()], vec![], vec![], 300),
+            actions: vec![],
+            phase: Phase::Starting,
+            degraded: None,
+        },
+        Case {
+            name: "overlap off: before settleSeconds the new pod is not up, and no register job",
+            observed: observed(overlap_off.clone(), vec![v2_off.clone()], vec![], vec![], 111),
+            actions: vec![],
+            phase: Phase::Starting,
+            degraded: None,
+        },
+        Case {
+            name: "overlap off: settled, it is up and the register job follows",
+            observed: observed(overlap_off.clone(), vec![v2_off.clone()], vec![], vec![], 112),
+            actions: vec![register_off.clone()],
+            phase: Phase::Registering,
+            degraded: None,
+        },
+        Case {
+            name: "overlap off: settled and registered is ready",
+            observed: observed(overlap_off.clone(), vec![v2_off.clone()], vec![job_off(JobState::Succeeded { at: at(114) })], vec![], 115),
+            actions: vec![],
+            phase: Phase::Ready,
+            degraded: None,
+        },
+        Case {
+            name: "overlap off: no row past the join time-out is no JoinTimeout",
+            observed: observed(overlap_off.clone(), vec![v2_off.clone()], vec![job_off(JobState::Succeeded { at: at(114) })], vec![], 500),
+            actions: vec![],
+            phase: Phase::Ready,
+            degraded: None,
+        },
+        Case {
+            name: "overlap off: without a register step, settled is ready",
+            observed: observed(
+                SchedulerSpec { register: None, ..overlap_off.clone() },
+                vec![v2_off.clone()],
+                vec![],
+                vec![],
+                112,
+            ),
+            actions: vec![],
+            phase: Phase::Ready,
+            degraded: None,
+        },
+        Case {
+            name: "overlap off: settling counts from the container's start, not the pod's creation",
+            observed: observed(overlap_off.clone(), vec![PodView { started: Some(at(110)), ..v2_off.clone() }], vec![], vec![], 115),
+            actions: vec![],
+            phase: Phase::Starting,
+            degraded: None,
+        },
+        Case {
+            name: "overlap off: a pod still pending is never up",
+            observed: observed(overlap_off.clone(), vec![PodView { state: PodState::Pending, ..v2_off.clone() }], vec![], vec![], 300),
+            actions: vec![],
+            phase: Phase::Starting,
+            degraded: None,
+        },
+        Case {
+            name: "overlap off: settleSeconds 0 is up as soon as it runs",
+            observed: observed(settle_zero, vec![v2_off.clone()], vec![], vec![], 102),
+            actions: vec![register_off.clone()],
+            phase: Phase::Registering,
+            degraded: None,
+        },
+        Case {
+            name: "overlap off: the new pod died: recreated after its back-off, never a stop-the-world",
+            observed: observed(overlap_off.clone(), vec![PodView { state: exited(75, 105), ..v2_off.clone() }], vec![], vec![], 116),
+            actions: vec![
+                delete(&v2_off),
+                Action::CreatePod {
+                    name: pod_name("orca", &rev_off, 3),
+                    revision: rev_off.clone(),
+                    sequence: 3,
+                    image: "v2".into(),
+                },
+            ],
+            phase: Phase::Starting,
+            degraded: None,
+        },
+        Case {
             name: "a newer image mid-rollout: the unjoined one goes, the newest starts",
             observed: observed(spec("v3"), vec![v1.clone(), v2.clone()], vec![], vec![v1_leads.clone()], 120),
             actions: vec![create("v3", 3), delete(&v2)],
@@ -721,4 +831,260 @@ fn a_steady_status_does_not_move_with_the_clock_offset() {
         Some("2027-01-15T08:00:00.000Z"),
         "a revision shows its pod's own creation time"
     );
+}
+
+fn condition(d: &Decision, type_: &str) -> Option<(String, String)> {
+    d.status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == type_)
+        .map(|c| (c.status.clone(), c.reason.clone()))
+}
+
+/// Overlap off, v1 → v2: the old pod goes, then the new one starts; it
+/// writes no row, and is up (leads, registers, `Available`) once it has run
+/// settleSeconds.
+#[test]
+fn overlap_off_recreates_then_settles_and_registers() {
+    let mut off = spec("v2");
+    off.overlap = false;
+    let v1 = pod("v1", 1, 0, PodState::Running);
+    let mut o = observed(off.clone(), vec![v1.clone()], vec![], vec![], 100);
+
+    let d = decide(&o);
+    assert_eq!(d.actions, vec![delete(&v1)], "the old pod goes first");
+    o.status = d.status;
+
+    // Deleted, still running (draining its runs): nothing new starts.
+    o.pods = vec![PodView {
+        deleting: true,
+        ..v1.clone()
+    }];
+    o.now = at(101);
+    let d = decide(&o);
+    assert_eq!(d.actions, vec![], "no new pod while the old one runs");
+    o.status = d.status;
+
+    // Gone: the new pod.
+    o.pods = vec![];
+    o.now = at(102);
+    let d = decide(&o);
+    let Some(Action::CreatePod { name, .. }) = d.actions.first().cloned() else {
+        panic!(
+            "the new pod is created once the old is gone: {:?}",
+            d.actions
+        )
+    };
+    o.status = d.status;
+
+    // Its container started at 104 (after an image pull, say).
+    let v2 = PodView {
+        started: Some(at(104)),
+        ..pod_of(&off, 2, 102, PodState::Running)
+    };
+    assert_eq!(v2.name, name);
+    o.pods = vec![v2.clone()];
+    o.now = at(113);
+    let d = decide(&o);
+    assert_eq!(d.actions, vec![], "9s since the start: not settled");
+    assert_ne!(d.status.phase, Phase::Ready);
+    assert_eq!(
+        condition(&d, "Available"),
+        Some(("False".into(), "NoLeader".into()))
+    );
+    assert_eq!(degraded_reason(&d), None);
+    o.status = d.status;
+
+    o.now = at(114);
+    let d = decide(&o);
+    let job = job_name("orca", &revision_of(&off));
+    assert_eq!(
+        d.actions,
+        vec![Action::CreateRegisterJob {
+            name: job.clone(),
+            revision: revision_of(&off),
+            image: "v2".into(),
+        }]
+    );
+    assert!(
+        d.events.iter().any(|e| e.reason == "Running"),
+        "{:?}",
+        d.events
+    );
+    assert_eq!(
+        condition(&d, "Available"),
+        Some(("True".into(), "Running".into()))
+    );
+    let leader = d.status.leader.clone().expect("the settled pod leads");
+    assert_eq!(
+        (leader.instance, leader.pod.as_str(), leader.image.as_str()),
+        (0, v2.name.as_str(), "v2")
+    );
+    assert_eq!(d.status.current_image.as_deref(), Some("v2"));
+    o.status = d.status;
+
+    o.jobs = vec![JobView {
+        name: job,
+        revision: revision_of(&off),
+        created: at(114),
+        state: JobState::Succeeded { at: at(116) },
+    }];
+    o.now = at(117);
+    let d = decide(&o);
+    assert_eq!(d.actions, vec![]);
+    assert_eq!(d.status.phase, Phase::Ready);
+    assert!(
+        !d.events.iter().any(|e| e.reason == "Running"),
+        "said once: {:?}",
+        d.events
+    );
+    assert_eq!(
+        condition(&d, "Available"),
+        Some(("True".into(), "Running".into()))
+    );
+    assert_eq!(
+        condition(&d, "Progressing"),
+        Some(("False".into(), "Settled".into()))
+    );
+
+    // Steady: the same status pass after pass, whatever the clock offset.
+    let pass = |status: SchedulerStatus, offset_ms: i64| {
+        let mut again = o.clone();
+        again.status = status;
+        let local = again.now;
+        again = again.on_database_clock(local + chrono::TimeDelta::milliseconds(offset_ms));
+        decide(&again).status
+    };
+    let first = pass(d.status.clone(), 3);
+    assert_eq!(pass(first.clone(), -4), first);
+    assert_eq!(first.phase, Phase::Ready);
+}
+
+/// A DNS-1123 label: 1–63 characters of a-z, 0-9 and '-', alphanumeric at
+/// both ends (a pod's host name; also a Job's name, which becomes a label).
+fn is_dns_label(s: &str) -> bool {
+    let alnum = |c: char| c.is_ascii_lowercase() || c.is_ascii_digit();
+    (1..=63).contains(&s.len())
+        && s.chars().all(|c| alnum(c) || c == '-')
+        && s.starts_with(alnum)
+        && s.ends_with(alnum)
+}
+
+/// A label value: at most 63 characters, empty or
+/// `([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]`.
+fn is_label_value(s: &str) -> bool {
+    let alnum = |c: char| c.is_ascii_alphanumeric();
+    s.len() <= 63
+        && (s.is_empty()
+            || (s.chars().all(|c| alnum(c) || matches!(c, '-' | '_' | '.'))
+                && s.starts_with(alnum)
+                && s.ends_with(alnum)))
+}
+
+/// Every name the CRD accepts (a DNS subdomain, up to 253 characters)
+/// gives valid pod, host and Job names and a valid label value, and
+/// distinct Schedulers never share one.
+#[test]
+fn every_scheduler_name_gives_valid_distinct_names() {
+    let long_dotted = format!(
+        "{}.{}.{}.{}",
+        "a".repeat(63),
+        "b".repeat(63),
+        "c".repeat(63),
+        "d".repeat(61)
+    );
+    assert_eq!(long_dotted.len(), 253);
+    let mut long_dotted_other = long_dotted.clone();
+    long_dotted_other.replace_range(252.., "e");
+    // The room a plain name has beside `-<revision>-<one digit>`.
+    let room = 63 - format!("-{}-1", rev("v1")).len();
+    let names: Vec<String> = vec![
+        "a".into(),
+        "orca".into(),
+        "team.pipelines".into(),
+        "team-pipelines".into(),
+        "team.pipelines.prod".into(),
+        long_dotted.clone(),
+        long_dotted_other.clone(),
+        format!("{}-one", "p".repeat(60)),
+        format!("{}-two", "p".repeat(60)),
+        format!("{}.x", "q".repeat(room)),
+        format!("{}.y", "q".repeat(room)),
+        "team--pipelines".into(),
+        "xn--bcher-kva".into(),
+        "a.-b".into(),
+        "1st".into(),
+        "0".into(),
+        "42.7".into(),
+        "l".repeat(63),
+        format!("{}.{}", "m".repeat(31), "n".repeat(31)),
+        "r".repeat(room),
+        "r".repeat(room + 1),
+        "s".repeat(64),
+    ];
+    let revision = rev("v1");
+    let mut pods = std::collections::BTreeMap::new();
+    let mut jobs = std::collections::BTreeMap::new();
+    let mut labels = std::collections::BTreeMap::new();
+    for name in &names {
+        for sequence in [1, 12, 4_000, u32::MAX] {
+            let pod = pod_name(name, &revision, sequence);
+            assert!(is_dns_label(&pod), "{name}: pod {pod}");
+            assert!(
+                pod.ends_with(&format!("-{revision}-{sequence}")),
+                "{name}: pod {pod}"
+            );
+            assert!(
+                pods.insert((pod.clone(), sequence), name).is_none(),
+                "{name}: pod {pod} is another Scheduler's too"
+            );
+        }
+        let job = job_name(name, &revision);
+        assert!(is_dns_label(&job), "{name}: job {job}");
+        assert!(
+            jobs.insert(job.clone(), name).is_none(),
+            "{name}: job {job} is another Scheduler's too"
+        );
+        let label = scheduler_label(name);
+        assert!(is_label_value(&label), "{name}: label {label}");
+        assert!(
+            labels.insert(label.clone(), name).is_none(),
+            "{name}: label {label} is another Scheduler's too"
+        );
+        // Readable: what the name starts with survives.
+        let head: String = name
+            .chars()
+            .take(5)
+            .map(|c| if c == '.' { '-' } else { c })
+            .collect();
+        let head = head.trim_end_matches('-');
+        assert!(pod_name(name, &revision, 1).starts_with(head), "{name}");
+    }
+
+    // A name that already fits is kept as it was: existing pods, Jobs and
+    // label selectors keep working.
+    assert_eq!(pod_name("orca", &revision, 7), format!("orca-{revision}-7"));
+    assert_eq!(
+        job_name("orca", &revision),
+        format!("orca-register-{revision}")
+    );
+    assert_eq!(scheduler_label("orca"), "orca");
+    let edge = "r".repeat(room);
+    assert_eq!(
+        pod_name(&edge, &revision, 1),
+        format!("{edge}-{revision}-1")
+    );
+    assert_eq!(scheduler_label("team.pipelines"), "team.pipelines");
+    assert_eq!(scheduler_label(&"l".repeat(63)), "l".repeat(63));
+    // One that had to change: dots to '-', and a short hash of the name.
+    let dotted = pod_name("team.pipelines", &revision, 1);
+    let hash = dotted
+        .strip_prefix("team-pipelines-")
+        .and_then(|rest| rest.strip_suffix(&format!("-{revision}-1")))
+        .unwrap_or_else(|| panic!("{dotted}"));
+    assert!(
+        hash.len() == 6 && hash.chars().all(|c| c.is_ascii_hexdigit()),
+        "{dotted}"
+    );
+    assert_eq!(pod_name("team.pipelines", &revision, 1), dotted, "stable");
 }
