@@ -188,8 +188,8 @@ fn workload_grants() -> Grants {
     ])
 }
 
-/// kube-lease-manager gets the Lease, creates it once, and takes and renews
-/// it with PATCH; it never updates (PUT) it.
+/// The operator's election gets the Lease, creates it once, and takes,
+/// renews and releases it with PATCH; it never updates (PUT) it.
 fn lease_grants() -> Grants {
     expected(&[("coordination.k8s.io", "leases", &["get", "create", "patch"])])
 }
@@ -530,7 +530,7 @@ fn the_service_account_carries_the_iam_role_annotation() {
 #[test]
 fn values_outside_the_schema_are_refused() {
     for (set, field) in [
-        ("replicaCount=0", "replicaCount"),
+        ("replicaCount=-1", "replicaCount"),
         ("watchNamespaces={Not_A_Namespace}", "watchNamespaces"),
         ("image.pullPolicy=Sometimes", "pullPolicy"),
         ("serviceMontor.enabled=true", "serviceMontor"),

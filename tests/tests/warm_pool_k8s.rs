@@ -12,12 +12,13 @@ mod fixtures;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use fixtures::{merge, mock_client, not_found, secret, ApiServerVerifier, Call, NS};
+use fixtures::{mock_client, not_found, secret, ApiServerVerifier, Call, NS};
 use http::{Method, StatusCode};
 use k8s_openapi::api::core::v1::Secret;
 use kube::runtime::controller::Action;
 use orca_operator::crd::{Scheduler, SchedulerSpec, WarmPool, WarmPoolSpec};
 use orca_operator::pool::controller::{reconcile, PoolContext, PoolControllerConfig};
+use orca_operator::pool::Fence;
 use orca_tests::{
     ec2_faults::{Ec2Faults, Fault},
     warm,
@@ -52,15 +53,17 @@ fn scheduler() -> Scheduler {
     s
 }
 
+fn config(fence: Fence) -> PoolControllerConfig {
+    PoolControllerConfig {
+        tuning: warm::tuning(Duration::from_secs(60)),
+        metrics: None,
+        reporter: "orca-operator".into(),
+        fence,
+    }
+}
+
 fn context(client: kube::Client) -> Arc<PoolContext> {
-    Arc::new(PoolContext::new(
-        client,
-        PoolControllerConfig {
-            tuning: warm::tuning(Duration::from_secs(60)),
-            metrics: None,
-            reporter: "orca-operator".into(),
-        },
-    ))
+    Arc::new(PoolContext::new(client, config(Fence::always())))
 }
 
 /// A pool of t3.micro on the first subnet, through `endpoint`.
@@ -116,6 +119,8 @@ struct Cluster {
     events: Vec<Value>,
     /// The paths read (GET).
     reads: Vec<String>,
+    /// Watches of WarmPools, never answered (nothing changes).
+    watches: Vec<Call>,
 }
 
 impl Cluster {
@@ -134,6 +139,7 @@ impl Cluster {
             statuses: Vec::new(),
             events: Vec::new(),
             reads: Vec::new(),
+            watches: Vec::new(),
         };
         (cluster, client)
     }
@@ -184,6 +190,22 @@ impl Cluster {
                     ),
                 }
             }
+            ("GET", p) if p == format!("{API}/warmpools") => {
+                if call.query.contains("watch=true") {
+                    self.watches.push(call);
+                } else {
+                    let items = if self.deleted {
+                        vec![]
+                    } else {
+                        vec![serde_json::to_value(&self.pool).unwrap()]
+                    };
+                    call.answer(
+                        StatusCode::OK,
+                        &json!({"apiVersion": "orca.dev/v1alpha1", "kind": "WarmPoolList",
+                                "metadata": {"resourceVersion": "1"}, "items": items}),
+                    );
+                }
+            }
             ("GET", p) if p == pool_path => {
                 self.reads.push(path.clone());
                 if self.deleted {
@@ -196,17 +218,11 @@ impl Cluster {
                 }
             }
             ("PATCH", p) if p == format!("{pool_path}/status") => {
-                let status = call.body["status"].clone();
-                assert!(
-                    status.is_object(),
-                    "a status patch without a status: {}",
-                    call.body
-                );
+                // Server-side apply of the whole status by the status's
+                // only manager: what it leaves out is gone.
+                let status = call.applied_status("WarmPool", POOL);
                 let mut whole = serde_json::to_value(&self.pool).unwrap();
-                if whole.get("status").is_none_or(Value::is_null) {
-                    whole["status"] = json!({});
-                }
-                merge(&mut whole["status"], &status);
+                whole["status"] = status.clone();
                 self.pool = serde_json::from_value(whole.clone()).unwrap();
                 self.statuses.push(status);
                 call.answer(StatusCode::OK, &whole);
@@ -617,8 +633,7 @@ async fn capacity_errors_show_while_held_and_then_are_gone() {
                 capacity_hold: Duration::from_secs(2),
                 ..warm::tuning(Duration::from_secs(60))
             },
-            metrics: None,
-            reporter: "orca-operator".into(),
+            ..config(Fence::always())
         },
     ));
     k8s.reconcile(&ctx, wp).await;
@@ -644,6 +659,96 @@ async fn capacity_errors_show_while_held_and_then_are_gone() {
             .is_none_or(Vec::is_empty)
     })
     .await;
+    // Left out of the applied status, not emptied or nulled: server-side
+    // apply removes the field.
+    let last = k8s.statuses.last().unwrap();
+    assert!(last.get("capacityErrors").is_none(), "{last}");
     assert_eq!(condition(&k8s.status(), "Degraded")["status"], "False");
     assert_eq!(instances(&real).await.len(), 1);
+}
+
+/// The shape of a lost lease: the WarmPool controller's `run` is aborted,
+/// as `lead` aborts the controllers — and with it every pool loop and its
+/// write-back: no more EC2 calls, no more API calls.
+#[tokio::test]
+async fn aborting_the_controller_stops_every_pool_loop() {
+    let real = warm::Stage::new().await;
+    let faults = Ec2Faults::start(&real.moto.endpoint());
+    let wp = warm_pool(spec(&real, &faults.endpoint(), 1, 2), 1);
+    let (mut k8s, client) =
+        Cluster::new(wp.clone(), Some(scheduler()), Some(url_secret(&real.url)));
+    let controller = tokio::spawn(orca_operator::pool::controller::run(
+        client,
+        Some(NS.into()),
+        config(Fence::always()),
+    ));
+    k8s.until("the pool launching", |k| {
+        k.status()["launching"] == 1 && !k.events_of("Launched").is_empty()
+    })
+    .await;
+    // Its passes go on (a pass every second lists the instances).
+    faults.forget_calls();
+    k8s.no_writes(Duration::from_secs(2), "the pool is steady")
+        .await;
+    assert!(
+        !faults.calls_of("DescribeInstances").is_empty(),
+        "the loop runs"
+    );
+
+    controller.abort();
+    let _ = controller.await;
+    // Nothing that holds the client is left: not the controller, not a
+    // pool loop, not a write-back.
+    k8s.api.client_dropped(Duration::from_secs(3)).await;
+    // An EC2 call already on its way may land; then nothing more.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    faults.forget_calls();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let calls: Vec<String> = faults.calls().into_iter().map(|c| c.action).collect();
+    assert!(calls.is_empty(), "EC2 calls after the abort: {calls:?}");
+    assert_eq!(instances(&real).await.len(), 1);
+}
+
+/// A fence that closes under a running loop (a replica frozen past its
+/// lease, thawed before it learns so): the loop calls EC2 no more, writes
+/// no status and posts no Event — it does not even report the fenced
+/// passes as failures.
+#[tokio::test]
+async fn a_closed_fence_stops_every_action_of_a_running_loop() {
+    let real = warm::Stage::new().await;
+    let faults = Ec2Faults::start(&real.moto.endpoint());
+    let wp = warm_pool(spec(&real, &faults.endpoint(), 1, 2), 1);
+    let (mut k8s, client) =
+        Cluster::new(wp.clone(), Some(scheduler()), Some(url_secret(&real.url)));
+    let fence = Fence::new();
+    fence.hold_until(tokio::time::Instant::now() + Duration::from_secs(3600));
+    let ctx = Arc::new(PoolContext::new(client, config(fence.clone())));
+    k8s.reconcile(&ctx, wp).await;
+    k8s.until("the pool launching", |k| {
+        k.status()["launching"] == 1 && !k.events_of("Launched").is_empty()
+    })
+    .await;
+
+    fence.close();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    faults.forget_calls();
+    let statuses = k8s.statuses.len();
+    k8s.quiet(Duration::from_secs(3), "the fence is closed")
+        .await;
+    let calls: Vec<String> = faults.calls().into_iter().map(|c| c.action).collect();
+    assert!(
+        calls.is_empty(),
+        "EC2 calls behind a closed fence: {calls:?}"
+    );
+    assert_eq!(k8s.statuses.len(), statuses);
+    assert!(k8s.events_of("PassFailed").is_empty(), "{:#?}", k8s.events);
+
+    // Open again (renewed): the loop carries on.
+    fence.hold_until(tokio::time::Instant::now() + Duration::from_secs(3600));
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while faults.calls_of("DescribeInstances").is_empty() {
+        assert!(Instant::now() < deadline, "the loop did not carry on");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    drop(ctx);
 }

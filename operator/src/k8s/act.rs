@@ -1,7 +1,8 @@
 //! The act stage of a Scheduler's reconcile: each action of the decision,
 //! in order, through the Kubernetes API (pods, Jobs) or the database
 //! (`ask_drain`). Every action is idempotent: a pod or Job already there,
-//! or already gone, is done.
+//! or already gone, is done. Each checks the Lease's fence just before it
+//! goes out: a replica that may no longer lead does nothing.
 
 use std::time::Duration;
 
@@ -13,7 +14,7 @@ use kube::{
 use orca_db::{schedulers, Db, DbError};
 use tracing::info;
 
-use super::{jobs, pods, scheduler::Context};
+use super::{jobs, leader::Fenced, pods, scheduler::Context};
 use crate::crd::Scheduler;
 use crate::rollout::{Action, Decision};
 
@@ -53,6 +54,19 @@ pub enum ActError {
     NoDatabase { action: String },
     #[error("Job {job}: the spec has no register step")]
     NoRegister { job: String },
+    #[error("{action}: {source}")]
+    Fenced {
+        action: String,
+        #[source]
+        source: Fenced,
+    },
+}
+
+impl ActError {
+    /// The fence closed: the controllers are being stopped, nothing to retry.
+    pub fn is_fenced(&self) -> bool {
+        matches!(self, ActError::Fenced { .. })
+    }
 }
 
 pub(super) async fn act(
@@ -69,6 +83,11 @@ pub(super) async fn act(
         propagation_policy: Some(PropagationPolicy::Background),
         ..Default::default()
     };
+    let fence = |action: String| {
+        ctx.fence
+            .check()
+            .map_err(|source| ActError::Fenced { action, source })
+    };
     for action in &decision.actions {
         match action {
             Action::CreatePod {
@@ -77,8 +96,9 @@ pub(super) async fn act(
                 sequence,
                 image,
             } => {
-                info!(scheduler = %name, revision = %revision, pod = %pod, image = %image, "creating pod");
                 let object = pods::scheduler_pod(scheduler, pod, revision, *sequence, image);
+                fence(format!("creating pod {pod}"))?;
+                info!(scheduler = %name, revision = %revision, pod = %pod, image = %image, "creating pod");
                 ignore(pod_api.create(&PostParams::default(), &object).await, 409).map_err(
                     |source| ActError::CreatePod {
                         pod: pod.clone(),
@@ -87,6 +107,7 @@ pub(super) async fn act(
                 )?;
             }
             Action::DeletePod { name: pod } => {
+                fence(format!("deleting pod {pod}"))?;
                 info!(scheduler = %name, pod = %pod, "deleting pod");
                 ignore(pod_api.delete(pod, &gone).await.map(|_| ()), 404).map_err(|source| {
                     ActError::DeletePod {
@@ -101,6 +122,7 @@ pub(super) async fn act(
                 })?;
                 let stale =
                     Duration::from_secs(scheduler.spec.handover.stale_seconds.max(1) as u64);
+                fence(format!("asking instance {instance} to drain"))?;
                 let asked =
                     schedulers::ask_drain(db, *instance, stale)
                         .await
@@ -120,8 +142,9 @@ pub(super) async fn act(
                     .register
                     .as_ref()
                     .ok_or_else(|| ActError::NoRegister { job: job.clone() })?;
-                info!(scheduler = %name, revision = %revision, job = %job, image = %image, "creating register job");
                 let object = jobs::register_job(scheduler, register, job, revision, image);
+                fence(format!("creating Job {job}"))?;
+                info!(scheduler = %name, revision = %revision, job = %job, image = %image, "creating register job");
                 ignore(job_api.create(&PostParams::default(), &object).await, 409).map_err(
                     |source| ActError::CreateJob {
                         job: job.clone(),
@@ -130,6 +153,7 @@ pub(super) async fn act(
                 )?;
             }
             Action::DeleteJob { name: job } => {
+                fence(format!("deleting Job {job}"))?;
                 info!(scheduler = %name, job = %job, "deleting superseded register job");
                 ignore(job_api.delete(job, &gone).await.map(|_| ()), 404).map_err(|source| {
                     ActError::DeleteJob {

@@ -1,8 +1,9 @@
 //! `orca-operator run`: the Kubernetes mode. A kube-rs `Controller` on
 //! Schedulers owning their Pods and Jobs, and the WarmPool controller
 //! beside it (one of each per watched namespace, or one for all), run only
-//! while this replica holds the Lease; the HTTP server for `/metrics`,
-//! `/healthz` and `/readyz` runs all along.
+//! while this replica holds the Lease, each action behind the Lease's
+//! fence; the HTTP server for `/metrics`, `/healthz` and `/readyz` runs all
+//! along.
 
 use std::{net::SocketAddr, sync::Arc, time::Duration};
 
@@ -16,7 +17,7 @@ use prometheus_client::registry::Registry;
 use tracing::{info, warn};
 
 use super::{
-    leader::{self, Election},
+    leader::{self, Election, Fence},
     scheduler::{error_policy, reconcile, Context},
     server::{self, Readiness},
     Metrics, LABEL_SCHEDULER, MANAGER,
@@ -24,7 +25,8 @@ use super::{
 use crate::crd::Scheduler;
 use crate::pool::{self, controller::PoolControllerConfig, PoolMetrics, Tuning};
 
-/// How long a call about the Lease may take (its grace is 5 s).
+/// How long a call about the Lease may take: well within the 12 s its
+/// fence stays open after a renewal starts.
 const LEASE_CALL_TIMEOUT: Duration = Duration::from_secs(3);
 
 /// The arguments of `orca-operator run` (the Helm chart passes them).
@@ -51,9 +53,8 @@ pub struct RunArgs {
 pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     let config = kube::Config::infer().await?;
     let client = Client::try_from(config.clone())?;
-    // The lease's own client gives up on a call well within the lease's
-    // grace: a renewal stuck on the network must stop the controllers
-    // before the lease expires and a standby takes over.
+    // The lease's own client gives up on a call well within the fence: a
+    // renewal stuck on the network must not hold up the next one.
     let mut lease_config = config;
     lease_config.connect_timeout = Some(LEASE_CALL_TIMEOUT);
     lease_config.read_timeout = Some(LEASE_CALL_TIMEOUT);
@@ -71,26 +72,30 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
 
     let mut registry = Registry::default();
     let metrics = Metrics::register(&mut registry);
-    let pools = PoolControllerConfig {
-        tuning: Tuning::default(),
-        metrics: Some(PoolMetrics::register(&mut registry)),
-        reporter: MANAGER.into(),
-    };
+    let pool_metrics = PoolMetrics::register(&mut registry);
     let registry = Arc::new(registry);
     let ready = Readiness::default();
     let server = tokio::spawn(server::serve(args.listen, registry, ready.clone()));
 
-    let ctx = Arc::new(Context::new(client.clone(), metrics, &identity));
     let namespaces = args.namespaces.clone();
+    // Each term of leadership gets contexts of its own, behind its fence.
     let work = {
         let client = client.clone();
-        move || {
-            controllers(
+        let identity = identity.clone();
+        move |fence: Fence| {
+            let ctx = Arc::new(Context::new(
                 client.clone(),
-                namespaces.clone(),
-                ctx.clone(),
-                pools.clone(),
-            )
+                metrics.clone(),
+                &identity,
+                fence.clone(),
+            ));
+            let pools = PoolControllerConfig {
+                tuning: Tuning::default(),
+                metrics: Some(pool_metrics.clone()),
+                reporter: MANAGER.into(),
+                fence,
+            };
+            controllers(client.clone(), namespaces.clone(), ctx, pools)
         }
     };
     let election = Election::new(&args.lease_name, &lease_namespace, &identity);

@@ -1,7 +1,9 @@
 //! The Scheduler controller's `reconcile` and `error_policy`: observe (the
 //! Scheduler's pods and Jobs by label, its Secret's database URL, the rows
 //! of `orca.schedulers`) → [`decide`] → act (each action, in order) → an
-//! Event per step → the status, patched only when it changed.
+//! Event per step → the status, applied (server-side apply) only when it
+//! changed. Every write, and the database read, checks the Lease's fence
+//! first.
 
 use std::{sync::Arc, time::Duration};
 
@@ -15,28 +17,33 @@ use kube::{
     Api, Client, Resource, ResourceExt,
 };
 use orca_db::Db;
-use serde_json::Value;
+use serde::{de::DeserializeOwned, Serialize};
+use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 use tracing::{info, warn, Instrument};
 
 use super::act::{act, ActError};
+use super::leader::{Fence, Fenced};
 use super::{database, jobs, metrics::Metrics, pods, LABEL_SCHEDULER, MANAGER};
 use crate::crd::{Scheduler, SchedulerStatus};
 use crate::rollout::{self, decide, Decision, Observed};
 
 /// What every reconcile shares: the client, the event recorder, the
-/// metrics and the database connections.
+/// metrics, the database connections and the fence.
 pub struct Context {
     pub client: Client,
     recorder: Recorder,
     metrics: Metrics,
     connections: database::Connections,
+    /// Until when this replica may act (see [`super::leader`]).
+    pub(super) fence: Fence,
 }
 
 impl Context {
     /// `instance` names this operator replica in the Events it posts (the
-    /// pod's name).
-    pub fn new(client: Client, metrics: Metrics, instance: &str) -> Self {
+    /// pod's name); `fence` is its election's ([`Fence::always`] without
+    /// one).
+    pub fn new(client: Client, metrics: Metrics, instance: &str, fence: Fence) -> Self {
         let reporter = Reporter {
             controller: MANAGER.into(),
             instance: Some(instance.into()),
@@ -46,6 +53,7 @@ impl Context {
             client,
             metrics,
             connections: database::Connections::default(),
+            fence,
         }
     }
 }
@@ -66,16 +74,27 @@ pub enum ObserveError {
     },
     #[error(transparent)]
     Secret(#[from] database::SecretError),
+    #[error(transparent)]
+    Fenced(#[from] Fenced),
 }
 
 #[derive(Debug, thiserror::Error)]
-pub enum StatusError {
-    #[error("patching the status of Scheduler {scheduler}: {source}")]
-    Patch {
-        scheduler: String,
-        #[source]
-        source: kube::Error,
-    },
+#[error("writing the status of Scheduler {scheduler}: {source}")]
+pub struct StatusError {
+    scheduler: String,
+    #[source]
+    source: StatusWriteError,
+}
+
+/// Why a status could not be written (both controllers).
+#[derive(Debug, thiserror::Error)]
+pub enum StatusWriteError {
+    #[error("applying it: {0}")]
+    Apply(#[source] kube::Error),
+    #[error("removing the fields an older writer left: {0}")]
+    Leftovers(#[source] kube::Error),
+    #[error(transparent)]
+    Fenced(#[from] Fenced),
 }
 
 /// Why a reconcile failed, by stage; `error_policy` retries it.
@@ -137,7 +156,7 @@ async fn pass(
     }
     publish(&scheduler, &ctx, &decision).await;
     if decision.status != observed.status {
-        patch_status(&scheduler, &ctx, &ns, &observed.status, &decision.status).await?;
+        apply_status(&scheduler, &ctx, &ns, &decision.status).await?;
         ctx.metrics
             .status(&ns, &name, &observed.status, &decision.status);
     }
@@ -162,8 +181,12 @@ async fn observe(
     ctx: &Context,
     ns: &str,
 ) -> Result<(Observed, Option<Arc<Db>>), ObserveError> {
+    ctx.fence.check()?;
     let name = scheduler.name_any();
-    let mine = ListParams::default().labels(&format!("{LABEL_SCHEDULER}={name}"));
+    let mine = ListParams::default().labels(&format!(
+        "{LABEL_SCHEDULER}={}",
+        rollout::scheduler_label(&name)
+    ));
     let pods = Api::<Pod>::namespaced(ctx.client.clone(), ns)
         .list(&mine)
         .await
@@ -188,6 +211,7 @@ async fn observe(
             Err(e) => Err(rollout::db_problem(&e)),
             Ok(conn) => {
                 let stale = Duration::from_secs(spec.handover.stale_seconds.max(1) as u64);
+                ctx.fence.check()?;
                 match rollout::observe_instances(&conn, stale).await {
                     Ok((rows, now)) => {
                         db = Some(conn);
@@ -226,7 +250,7 @@ async fn observe(
 }
 
 /// An Event per step, on the Scheduler. An Event that can't be posted is
-/// logged: the step happened all the same.
+/// logged: the step happened all the same. Behind the fence, none is.
 async fn publish(scheduler: &Scheduler, ctx: &Context, decision: &Decision) {
     let reference = scheduler.object_ref(&());
     for e in &decision.events {
@@ -242,6 +266,10 @@ async fn publish(scheduler: &Scheduler, ctx: &Context, decision: &Decision) {
             secondary: None,
         };
         info!(scheduler = %scheduler.name_any(), reason = %e.reason, "{}", e.message);
+        if let Err(fenced) = ctx.fence.check() {
+            warn!(scheduler = %scheduler.name_any(), reason = %e.reason, error = %fenced, "event not posted");
+            return;
+        }
         if let Err(err) = ctx.recorder.publish(&event, &reference).await {
             warn!(scheduler = %scheduler.name_any(), reason = %e.reason, "posting an event: {err}");
         }
@@ -259,86 +287,142 @@ pub fn event_action(reason: &str, note: &str) -> String {
     format!("{reason}-{short}")
 }
 
-async fn patch_status(
+/// Writes `status` whole (see [`write_status`]).
+async fn apply_status(
     scheduler: &Scheduler,
     ctx: &Context,
     ns: &str,
-    before: &SchedulerStatus,
-    after: &SchedulerStatus,
+    status: &SchedulerStatus,
 ) -> Result<(), StatusError> {
     let name = scheduler.name_any();
-    let body = serde_json::json!({ "status": status_patch(before, after) });
+    let api = Api::<Scheduler>::namespaced(ctx.client.clone(), ns);
+    write_status(&api, &name, status, &ctx.fence)
+        .await
+        .map_err(|source| StatusError {
+            scheduler: name,
+            source,
+        })
+}
+
+/// Writes `status` whole to the status of `K` `name` by server-side apply
+/// as [`MANAGER`], behind `fence`: a field the operator no longer sets (a
+/// leader that is gone, capacity errors that are over) is removed by the
+/// API server. Unless another field manager owns it too — the merge
+/// patches of an operator from before it applied statuses own what they
+/// set: what the apply's answer still shows of those is removed by a merge
+/// patch, once.
+pub async fn write_status<K, S>(
+    api: &Api<K>,
+    name: &str,
+    status: &S,
+    fence: &Fence,
+) -> Result<(), StatusWriteError>
+where
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Serialize + std::fmt::Debug,
+    S: Serialize,
+{
+    let body = status_apply::<K>(name, status);
+    fence.check()?;
+    let stored = api
+        .patch_status(name, &status_apply_params(), &Patch::Apply(&body))
+        .await
+        .map_err(StatusWriteError::Apply)?;
+    let stored = serde_json::to_value(&stored).unwrap_or(Value::Null);
+    let Some(left) = leftovers(&stored["status"], &body["status"]) else {
+        return Ok(());
+    };
+    info!(kind = %K::kind(&()), name = %name, fields = %left, "removing status fields an older writer left");
     let params = PatchParams {
         field_manager: Some(MANAGER.into()),
         ..Default::default()
     };
-    Api::<Scheduler>::namespaced(ctx.client.clone(), ns)
-        .patch_status(&name, &params, &Patch::Merge(&body))
+    fence.check()?;
+    api.patch_status(name, &params, &Patch::Merge(&json!({ "status": left })))
         .await
-        .map_err(|source| StatusError::Patch {
-            scheduler: name,
-            source,
-        })?;
+        .map_err(StatusWriteError::Leftovers)?;
     Ok(())
 }
 
-/// A JSON merge patch (RFC 7386) that turns `before` into `after`: the whole
-/// of `after`, with `null` for each field `after` no longer has (a merge
-/// patch would otherwise keep it, a leader that is gone, say). The
-/// WarmPool controller's status patches too.
-pub fn status_patch<S: serde::Serialize>(before: &S, after: &S) -> Value {
-    let as_json = |s: &S| serde_json::to_value(s).unwrap_or(Value::Null);
-    with_removals(&as_json(before), as_json(after))
-}
-
-fn with_removals(before: &Value, after: Value) -> Value {
-    match (before, after) {
-        (Value::Object(old), Value::Object(mut new)) => {
-            for (key, old_value) in old {
-                match new.remove(key) {
-                    None => {
-                        new.insert(key.clone(), Value::Null);
-                    }
-                    Some(v) => {
-                        new.insert(key.clone(), with_removals(old_value, v));
-                    }
+/// The merge patch that removes from `stored` each field `desired` does
+/// not have, objects field by field (anything else the apply replaced
+/// whole); `None` when nothing is left over.
+pub fn leftovers(stored: &Value, desired: &Value) -> Option<Value> {
+    let (Value::Object(stored), Value::Object(desired)) = (stored, desired) else {
+        return None;
+    };
+    let mut patch = serde_json::Map::new();
+    for (key, value) in stored {
+        match desired.get(key) {
+            None => {
+                patch.insert(key.clone(), Value::Null);
+            }
+            Some(wanted) => {
+                if let Some(inner) = leftovers(value, wanted) {
+                    patch.insert(key.clone(), inner);
                 }
             }
-            Value::Object(new)
         }
-        (_, after) => after,
     }
+    (!patch.is_empty()).then_some(Value::Object(patch))
+}
+
+/// The body of a server-side apply of `status` to the status of `K`
+/// `name`: the object's type and name, and the whole status the operator
+/// wants. The WarmPool controller's too.
+pub fn status_apply<K>(name: &str, status: &impl Serialize) -> Value
+where
+    K: Resource<DynamicType = ()>,
+{
+    json!({
+        "apiVersion": K::api_version(&()),
+        "kind": K::kind(&()),
+        "metadata": { "name": name },
+        "status": status,
+    })
+}
+
+/// Apply as [`MANAGER`], taking over any field another manager set.
+pub fn status_apply_params() -> PatchParams {
+    PatchParams::apply(MANAGER).force()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::crd::{LeaderStatus, Phase};
+    use crate::crd::Phase;
 
     #[test]
-    fn a_status_patch_removes_what_is_gone() {
-        let before = SchedulerStatus {
-            phase: Phase::Ready,
-            leader: Some(LeaderStatus {
-                instance: 1,
-                pod: "orca-a-1".into(),
-                image: "v1".into(),
-                since: Some("2026-01-01T00:00:00Z".into()),
-            }),
-            aborted_revision: Some("abc".into()),
+    fn a_status_is_applied_whole_and_what_is_gone_is_left_out() {
+        let status = SchedulerStatus {
+            phase: Phase::Degraded,
+            leader: None,
+            aborted_revision: None,
             ..Default::default()
         };
-        let mut after = before.clone();
-        after.phase = Phase::Degraded;
-        after.aborted_revision = None;
-        if let Some(l) = after.leader.as_mut() {
-            l.since = None;
-        }
-        let patch = status_patch(&before, &after);
-        assert_eq!(patch["phase"], "Degraded");
-        assert_eq!(patch["abortedRevision"], Value::Null);
-        assert_eq!(patch["leader"]["since"], Value::Null);
-        assert_eq!(patch["leader"]["instance"], 1);
-        assert!(patch.as_object().unwrap().contains_key("abortedRevision"));
+        let body = status_apply::<Scheduler>("orca", &status);
+        assert_eq!(body["apiVersion"], "orca.dev/v1alpha1");
+        assert_eq!(body["kind"], "Scheduler");
+        assert_eq!(body["metadata"]["name"], "orca");
+        assert_eq!(body["status"]["phase"], "Degraded");
+        // Not `null`: left out, so server-side apply removes them.
+        let fields = body["status"].as_object().unwrap();
+        assert!(!fields.contains_key("leader"), "{body}");
+        assert!(!fields.contains_key("abortedRevision"), "{body}");
+        let params = status_apply_params();
+        assert_eq!(params.field_manager.as_deref(), Some(MANAGER));
+        assert!(params.force);
+    }
+
+    #[test]
+    fn what_an_older_writer_left_is_found_field_by_field() {
+        let desired = json!({"phase": "Ready", "leader": {"instance": 2, "pod": "p"},
+                             "revisions": [{"revision": "b"}]});
+        assert_eq!(leftovers(&desired, &desired), None);
+        let stored = json!({"phase": "Ready", "leader": {"instance": 2, "pod": "p", "since": "x"},
+                            "abortedRevision": "a", "revisions": [{"revision": "a"}]});
+        assert_eq!(
+            leftovers(&stored, &desired),
+            Some(json!({"leader": {"since": null}, "abortedRevision": null}))
+        );
     }
 }

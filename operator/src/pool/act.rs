@@ -1,7 +1,8 @@
 //! The act step of a pass: retire (the race-free end or the claim first,
 //! then batched `TerminateInstances`), then launch (batched `RunInstances`
 //! with a `ClientToken` each, the next offering on a capacity error, and
-//! back-off on `RequestLimitExceeded`).
+//! back-off on `RequestLimitExceeded`). Each statement and EC2 call is
+//! fenced (`connected`, [`super::ec2::Ec2`]); a fenced one ends the pass.
 
 use std::{collections::BTreeMap, time::Instant};
 
@@ -87,6 +88,9 @@ impl PoolLoop {
         }
         let ids: Vec<String> = going.iter().map(|(i, _, _)| i.to_string()).collect();
         if let Err(e) = self.ec2.terminate(&ids).await {
+            if matches!(e, Ec2Error::Fenced { .. }) {
+                return Err(self.ec2_error(e));
+            }
             // Ended rows and claims stay: the next pass sees the instances
             // without a live row (or with the claim) and tries again.
             report.throttled |= matches!(e, Ec2Error::Throttled { .. });
@@ -226,6 +230,7 @@ impl PoolLoop {
                         self.capacity_codes.insert(offering.clone(), code);
                         at += 1;
                     }
+                    Err(e @ Ec2Error::Fenced { .. }) => return Err(self.ec2_error(e)),
                     Err(e @ Ec2Error::Throttled { .. }) => {
                         report.throttled = true;
                         report.events.push(event("Throttled", e.to_string(), true));

@@ -1,10 +1,16 @@
 //! The Kubernetes wiring of the pool loop: a kube `Controller` on
-//! `WarmPool` keeps one [`PoolLoop`] task per pool, on the database of the
-//! Scheduler the pool names (the URL from that Scheduler's
+//! `WarmPool` keeps one task per pool — its [`PoolLoop`] and the write-back
+//! of each pass's status (applied when it changed) and events — on the
+//! database of the Scheduler the pool names (the URL from that Scheduler's
 //! `spec.database.urlSecretRef`), restarted when the spec (generation),
 //! the URL or the object (uid) changes, and stopped when the pool goes or
-//! its Scheduler or URL can't be read. Each pass's status is patched onto
-//! the WarmPool (when it changed) and its events published.
+//! its Scheduler or URL can't be read.
+//!
+//! Every pool task belongs to [`run`]: they are spawned into the
+//! [`PoolContext`]'s task set, which `run` empties when it ends or is
+//! dropped (the Lease lost, SIGTERM), so no loop outlives the controller.
+//! The tasks hold no reference to the context. Each EC2 call, statement,
+//! status write and Event checks the fence first.
 //!
 //! Nothing here shows the URL: problems reading it are `Degraded`
 //! conditions with a reason (never the password), as in the Scheduler
@@ -12,7 +18,7 @@
 
 use std::{
     collections::HashMap,
-    sync::{Arc, Mutex},
+    sync::{Arc, Mutex, MutexGuard},
     time::Duration,
 };
 
@@ -23,7 +29,6 @@ use k8s_openapi::{
     apimachinery::pkg::apis::meta::v1::{Condition, Time},
 };
 use kube::{
-    api::{Patch, PatchParams},
     runtime::{
         controller::Action,
         events::{Event, EventType, Recorder, Reporter},
@@ -33,19 +38,20 @@ use kube::{
 };
 use sha2::{Digest, Sha256};
 use tokio::{
-    sync::{mpsc, oneshot},
-    task::AbortHandle,
+    sync::mpsc,
+    task::{AbortHandle, JoinSet},
 };
 
 use super::{
-    pass::{PassReport, PoolEvent, PoolLoop, Tuning},
+    pass::{PassReport, PoolError, PoolEvent, PoolLoop, Tuning},
     PoolMetrics,
 };
 use crate::{
     crd::{Scheduler, WarmPool, WarmPoolStatus},
     k8s::{
-        database::read_url,
-        scheduler::{event_action, status_patch},
+        database::{read_url, SecretError},
+        leader::{Fence, Fenced},
+        scheduler::{event_action, write_status, StatusWriteError},
     },
 };
 
@@ -57,6 +63,9 @@ pub struct PoolControllerConfig {
     pub metrics: Option<PoolMetrics>,
     /// The controller name in Events.
     pub reporter: String,
+    /// Until when this replica may act: its Lease's ([`Fence::always`]
+    /// without an election).
+    pub fence: Fence,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -67,36 +76,65 @@ pub enum ControllerError {
         #[source]
         source: kube::Error,
     },
-    #[error("WarmPool {pool}: {message}")]
-    Secret { pool: String, message: String },
-    #[error("WarmPool {pool}: {message}")]
-    Start { pool: String, message: String },
+    #[error("WarmPool {pool}: {source}")]
+    Secret {
+        pool: String,
+        #[source]
+        source: SecretError,
+    },
+    #[error("WarmPool {pool}: {source}")]
+    Start {
+        pool: String,
+        #[source]
+        source: PoolError,
+    },
+    #[error("WarmPool {pool}: writing its status: {source}")]
+    Status {
+        pool: String,
+        #[source]
+        source: StatusWriteError,
+    },
+    #[error("WarmPool {pool}: {source}")]
+    Fenced {
+        pool: String,
+        #[source]
+        source: Fenced,
+    },
 }
 
 struct Running {
     uid: Option<String>,
     generation: Option<i64>,
     url_hash: [u8; 32],
-    _stop: oneshot::Sender<()>,
-    write_back: AbortHandle,
+    /// The pool's task: its loop and write-back.
+    task: AbortHandle,
 }
 
 impl Drop for Running {
-    /// A stopped loop's last pass must not be written back: it would undo
-    /// the `Degraded` that stopped it, or put back the previous generation
-    /// over its successor's status.
+    /// A stopped loop's last pass must not be written back either (it
+    /// would undo the `Degraded` that stopped it, or put back the previous
+    /// generation over its successor's status): the loop and its write-back
+    /// are one task, aborted together.
     fn drop(&mut self) {
-        self.write_back.abort();
+        self.task.abort();
     }
 }
 
 /// What every reconcile of the WarmPool controller shares: the client,
-/// the event recorder and the pool loops running, by `namespace/name`.
+/// the event recorder, the pool tasks and which pool each one runs.
 pub struct PoolContext {
     client: Client,
     config: PoolControllerConfig,
     recorder: Recorder,
     loops: Mutex<HashMap<String, Running>>,
+    /// Every pool task; `None` once stopped, and then nothing more starts.
+    /// Dropping the set aborts them all.
+    tasks: Mutex<Option<JoinSet<()>>>,
+}
+
+fn locked<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    // A panic while holding these locks leaves a map or set still whole.
+    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 impl PoolContext {
@@ -106,24 +144,54 @@ impl PoolContext {
             client,
             config,
             loops: Mutex::new(HashMap::new()),
+            tasks: Mutex::new(Some(JoinSet::new())),
         }
+    }
+
+    /// Stops every pool task (each at its next await) and starts none
+    /// after.
+    pub fn stop_all(&self) {
+        let set = locked(&self.tasks).take();
+        locked(&self.loops).clear();
+        drop(set);
+    }
+
+    /// Spawns `task` into the set; `None` once stopped.
+    fn spawn(
+        &self,
+        task: impl std::future::Future<Output = ()> + Send + 'static,
+    ) -> Option<AbortHandle> {
+        let mut tasks = locked(&self.tasks);
+        let set = tasks.as_mut()?;
+        while set.try_join_next().is_some() {}
+        Some(set.spawn(task))
+    }
+}
+
+/// Stops the pool tasks when [`run`] ends, or is dropped.
+struct StopAll(Arc<PoolContext>);
+
+impl Drop for StopAll {
+    fn drop(&mut self) {
+        self.0.stop_all();
     }
 }
 
 /// Runs the WarmPool controller over `namespace` (all when `None`) until its
-/// watch ends.
+/// watch ends; its pool tasks end with it.
 pub async fn run(client: Client, namespace: Option<String>, config: PoolControllerConfig) {
     let pools: Api<WarmPool> = match &namespace {
         Some(ns) => Api::namespaced(client.clone(), ns),
         None => Api::all(client.clone()),
     };
     let ctx = Arc::new(PoolContext::new(client, config));
+    let _stop = StopAll(ctx.clone());
     Controller::new(pools, watcher::Config::default())
         .run(reconcile, error_policy, ctx)
         .for_each(|result| async move {
             match result {
                 Ok((object, _)) => tracing::debug!(pool = %object.name, "reconciled"),
-                Err(e) => tracing::warn!("warm pool controller: {e}"),
+                Err(e) => tracing::warn!(error = %e, "warm pool controller"),
             }
         })
         .await;
@@ -177,9 +245,9 @@ pub async fn reconcile(
     let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), &ns);
     let read = read_url(&secrets, &ns, &scheduler.spec.database.url_secret_ref)
         .await
-        .map_err(|e| ControllerError::Secret {
+        .map_err(|source| ControllerError::Secret {
             pool: pool.clone(),
-            message: e.to_string(),
+            source,
         })?;
     let (url_text, _) = match read {
         Ok(url) => url,
@@ -192,12 +260,12 @@ pub async fn reconcile(
     let url_hash: [u8; 32] = Sha256::digest(url_text.as_bytes()).into();
     let generation = wp.metadata.generation;
     let uid = wp.metadata.uid.clone();
-    let current = {
-        let loops = ctx.loops.lock().unwrap_or_else(|p| p.into_inner());
-        loops
-            .get(&pool)
-            .is_some_and(|r| r.uid == uid && r.generation == generation && r.url_hash == url_hash)
-    };
+    let current = locked(&ctx.loops).get(&pool).is_some_and(|r| {
+        r.uid == uid
+            && r.generation == generation
+            && r.url_hash == url_hash
+            && !r.task.is_finished()
+    });
     if current {
         return Ok(Action::requeue(Duration::from_secs(300)));
     }
@@ -210,47 +278,41 @@ pub async fn reconcile(
         ctx.config.tuning.clone(),
     )
     .await
-    .map_err(|e| ControllerError::Start {
+    .map_err(|source| ControllerError::Start {
         pool: pool.clone(),
-        message: e.to_string(),
-    })?;
+        source,
+    })?
+    .with_fence(ctx.config.fence.clone());
     if let Some(m) = &ctx.config.metrics {
         lp = lp.with_metrics(m.clone());
     }
-    let (stop_tx, stop_rx) = oneshot::channel::<()>();
-    let (tx, rx) = mpsc::unbounded_channel::<Outcome>();
-    let writer = tokio::spawn(write_back(ctx.clone(), (*wp).clone(), rx));
-    tokio::spawn(lp.run(
-        move |r| {
-            let _ = tx.send(match r {
-                Ok(report) => Outcome::Pass(Box::new(report.clone())),
-                Err(e) => Outcome::Failed(e.to_string()),
-            });
-        },
-        async move {
-            let _ = stop_rx.await;
-        },
-    ));
+    let sink = WriteBack {
+        client: ctx.client.clone(),
+        recorder: ctx.recorder.clone(),
+        fence: ctx.config.fence.clone(),
+        wp: (*wp).clone(),
+        pool: pool.clone(),
+    };
+    let Some(task) = ctx.spawn(pool_task(lp, sink)) else {
+        // The controller is stopping.
+        return Ok(Action::await_change());
+    };
     tracing::info!(pool = %pool, generation = ?generation, "pool loop started");
-    ctx.loops.lock().unwrap_or_else(|p| p.into_inner()).insert(
+    locked(&ctx.loops).insert(
         pool,
         Running {
             uid,
             generation,
             url_hash,
-            _stop: stop_tx,
-            write_back: writer.abort_handle(),
+            task,
         },
     );
     Ok(Action::requeue(Duration::from_secs(300)))
 }
 
 fn stop(ctx: &PoolContext, pool: &str) {
-    // Dropping the sender ends the loop's `stop` future.
-    ctx.loops
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .remove(pool);
+    // Dropping `Running` aborts the pool's task.
+    locked(&ctx.loops).remove(pool);
 }
 
 enum Outcome {
@@ -258,67 +320,93 @@ enum Outcome {
     Failed(String),
 }
 
-/// Patches each pass's status (when it changed) and publishes its events.
-async fn write_back(ctx: Arc<PoolContext>, wp: WarmPool, mut rx: mpsc::UnboundedReceiver<Outcome>) {
-    let reference = wp.object_ref(&());
-    let pool = key(
-        &wp.namespace().unwrap_or_else(|| "default".into()),
-        &wp.name_any(),
-    );
-    let api: Api<WarmPool> = Api::namespaced(
-        ctx.client.clone(),
-        &wp.namespace().unwrap_or_else(|| "default".into()),
-    );
-    // What the API server holds: `wp`'s status, then each one patched.
-    let mut written = wp.status.clone().unwrap_or_default();
-    let mut last: Option<WarmPoolStatus> = None;
-    let mut checked = std::time::Instant::now();
-    while let Some(outcome) = rx.recv().await {
-        // Without a finalizer the controller is not told of a deletion:
-        // look now and then whether this WarmPool is still there.
-        if checked.elapsed() > Duration::from_secs(10) {
-            checked = std::time::Instant::now();
-            if let Ok(now) = api.get_opt(&wp.name_any()).await {
-                if now.is_none_or(|p| p.metadata.uid != wp.metadata.uid) {
-                    tracing::info!(pool = %pool, "WarmPool deleted; its pool loop stops");
-                    stop(&ctx, &pool);
-                    return;
-                }
-            }
-        }
-        let (mut status, events) = match outcome {
-            Outcome::Pass(r) => (r.status, r.events),
-            Outcome::Failed(message) => {
-                let mut status = last.clone().unwrap_or_default();
-                set_degraded(&mut status, "PassFailed", &message);
-                let event = PoolEvent {
-                    reason: "PassFailed",
-                    message,
-                    warning: true,
-                };
-                (status, vec![event])
-            }
+/// One pool: its loop, and the write-back of each pass, in one task; it
+/// ends when the write-back finds the WarmPool gone.
+async fn pool_task(lp: PoolLoop, sink: WriteBack) {
+    let (tx, rx) = mpsc::unbounded_channel::<Outcome>();
+    let report = move |r: Result<&PassReport, &PoolError>| {
+        let outcome = match r {
+            Ok(report) => Outcome::Pass(Box::new(report.clone())),
+            // Not a failure to show: this replica may not write either.
+            Err(e) if e.is_fenced() => return,
+            Err(e) => Outcome::Failed(e.to_string()),
         };
-        status.observed_generation = wp.metadata.generation;
-        for e in &events {
-            publish(&ctx.recorder, &reference, e).await;
-        }
-        if last.as_ref() != Some(&status) {
-            match patch_status(&ctx.client, &wp, &written, &status).await {
-                Ok(()) => {
-                    written = status.clone();
-                    last = Some(status);
+        let _ = tx.send(outcome);
+    };
+    tokio::select! {
+        _ = lp.run(report, std::future::pending()) => {}
+        _ = sink.run(rx) => {}
+    }
+}
+
+/// Where a pool's passes are written back: its WarmPool's status and
+/// Events.
+struct WriteBack {
+    client: Client,
+    recorder: Recorder,
+    fence: Fence,
+    wp: WarmPool,
+    /// `namespace/name`.
+    pool: String,
+}
+
+impl WriteBack {
+    /// Applies each pass's status (when it changed) and publishes its
+    /// events, until the WarmPool is found deleted.
+    async fn run(self, mut rx: mpsc::UnboundedReceiver<Outcome>) {
+        let wp = &self.wp;
+        let reference = wp.object_ref(&());
+        let api: Api<WarmPool> = Api::namespaced(
+            self.client.clone(),
+            &wp.namespace().unwrap_or_else(|| "default".into()),
+        );
+        // What this task last wrote: only a change is written again.
+        let mut last: Option<WarmPoolStatus> = None;
+        let mut checked = std::time::Instant::now();
+        while let Some(outcome) = rx.recv().await {
+            // Without a finalizer the controller is not told of a deletion:
+            // look now and then whether this WarmPool is still there.
+            if checked.elapsed() > Duration::from_secs(10) {
+                checked = std::time::Instant::now();
+                if let Ok(now) = api.get_opt(&wp.name_any()).await {
+                    if now.is_none_or(|p| p.metadata.uid != wp.metadata.uid) {
+                        tracing::info!(pool = %self.pool, "WarmPool deleted; its pool loop stops");
+                        return;
+                    }
                 }
-                // Not `last`: the next pass tries again.
-                Err(e) => {
-                    tracing::warn!(pool = %wp.name_any(), error = %e, "cannot patch the WarmPool's status")
+            }
+            let (mut status, events) = match outcome {
+                Outcome::Pass(r) => (r.status, r.events),
+                Outcome::Failed(message) => {
+                    let mut status = last.clone().unwrap_or_default();
+                    set_degraded(&mut status, "PassFailed", &message);
+                    let event = PoolEvent {
+                        reason: "PassFailed",
+                        message,
+                        warning: true,
+                    };
+                    (status, vec![event])
+                }
+            };
+            status.observed_generation = wp.metadata.generation;
+            for e in &events {
+                publish(&self.recorder, &self.fence, &reference, e).await;
+            }
+            if last.as_ref() != Some(&status) {
+                match apply_status(&self.client, &self.fence, wp, &status).await {
+                    Ok(()) => last = Some(status),
+                    // Not `last`: the next pass tries again.
+                    Err(e) => {
+                        tracing::warn!(pool = %self.pool, error = %e, "cannot write the WarmPool's status")
+                    }
                 }
             }
         }
     }
 }
 
-async fn publish(recorder: &Recorder, reference: &ObjectReference, e: &PoolEvent) {
+/// Publishes `e` on the WarmPool, unless the fence is closed.
+async fn publish(recorder: &Recorder, fence: &Fence, reference: &ObjectReference, e: &PoolEvent) {
     let event = Event {
         type_: if e.warning {
             EventType::Warning
@@ -330,31 +418,28 @@ async fn publish(recorder: &Recorder, reference: &ObjectReference, e: &PoolEvent
         action: event_action(e.reason, &e.message),
         secondary: None,
     };
+    if let Err(fenced) = fence.check() {
+        tracing::warn!(reason = e.reason, error = %fenced, "event not published");
+        return;
+    }
     if let Err(err) = recorder.publish(&event, reference).await {
         tracing::warn!(reason = e.reason, error = %err, "cannot publish an event");
     }
 }
 
-/// Patches `before` (what the API server holds) into `status`; a field
-/// `status` no longer has (capacity errors that are over) is removed.
-async fn patch_status(
+/// Writes `status` whole (server-side apply, see [`write_status`]): a
+/// field it no longer has (capacity errors that are over) is removed.
+async fn apply_status(
     client: &Client,
+    fence: &Fence,
     wp: &WarmPool,
-    before: &WarmPoolStatus,
     status: &WarmPoolStatus,
-) -> Result<(), kube::Error> {
+) -> Result<(), StatusWriteError> {
     let api: Api<WarmPool> = Api::namespaced(
         client.clone(),
         &wp.namespace().unwrap_or_else(|| "default".into()),
     );
-    let patch = serde_json::json!({ "status": status_patch(before, status) });
-    api.patch_status(
-        &wp.name_any(),
-        &PatchParams::default(),
-        &Patch::Merge(&patch),
-    )
-    .await
-    .map(|_| ())
+    write_status(&api, &wp.name_any(), status, fence).await
 }
 
 /// `Degraded` True for `reason`; its transition time stays while it was
@@ -388,8 +473,7 @@ async fn degraded(
     reason: &str,
     message: String,
 ) -> Result<(), ControllerError> {
-    let before = wp.status.clone().unwrap_or_default();
-    let mut status = before.clone();
+    let mut status = wp.status.clone().unwrap_or_default();
     status.observed_generation = wp.metadata.generation;
     let changed = !status
         .conditions
@@ -397,18 +481,20 @@ async fn degraded(
         .any(|c| c.type_ == "Degraded" && c.status == "True" && c.reason == reason);
     if changed {
         set_degraded(&mut status, reason, &message);
-        patch_status(&ctx.client, wp, &before, &status)
+        let pool = key(&wp.namespace().unwrap_or_default(), &wp.name_any());
+        let fence = &ctx.config.fence;
+        apply_status(&ctx.client, fence, wp, &status)
             .await
-            .map_err(|source| ControllerError::Kube {
-                pool: key(&wp.namespace().unwrap_or_default(), &wp.name_any()),
-                source,
+            .map_err(|e| match e {
+                StatusWriteError::Fenced(source) => ControllerError::Fenced { pool, source },
+                source => ControllerError::Status { pool, source },
             })?;
         let event = PoolEvent {
             reason: "Degraded",
             message,
             warning: true,
         };
-        publish(&ctx.recorder, &wp.object_ref(&()), &event).await;
+        publish(&ctx.recorder, fence, &wp.object_ref(&()), &event).await;
     }
     Ok(())
 }

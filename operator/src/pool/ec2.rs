@@ -2,7 +2,9 @@
 //! instances by its ownership tags, launch a batch, terminate a batch. The
 //! SDK's own retries are off, so the controller sees every error code
 //! itself: capacity errors move the launch on to the next offering,
-//! `RequestLimitExceeded` backs off (see [`super::backoff`]).
+//! `RequestLimitExceeded` backs off (see [`super::backoff`]). Each call
+//! checks the client's [`Fence`] just before it is sent: a replica that may
+//! no longer lead calls nothing.
 
 use std::time::Duration;
 
@@ -23,6 +25,7 @@ use sha2::{Digest, Sha256};
 
 use super::plan::{Ec2Instance, Ec2State, Offering};
 use crate::crd::Launch;
+use crate::k8s::leader::{Fence, Fenced};
 
 /// The tag keys that say an instance belongs to a pool.
 pub const TAG_POOL: &str = "orca.dev/pool";
@@ -110,6 +113,12 @@ pub enum Ec2Error {
         action: &'static str,
         what: &'static str,
     },
+    #[error("{action} not sent: {source}")]
+    Fenced {
+        action: &'static str,
+        #[source]
+        source: Fenced,
+    },
 }
 
 /// Sorts an error code into capacity, throttling or any other refusal.
@@ -196,10 +205,11 @@ pub struct RunRequest<'a> {
     pub owner: &'a Ownership,
 }
 
-/// An EC2 client for one region and endpoint.
+/// An EC2 client for one region and endpoint, behind a fence.
 #[derive(Clone, Debug)]
 pub struct Ec2 {
     client: Client,
+    fence: Fence,
 }
 
 impl Ec2 {
@@ -224,11 +234,25 @@ impl Ec2 {
         }
         Ec2 {
             client: Client::new(&loader.load().await),
+            fence: Fence::always(),
         }
     }
 
+    /// The same client, each call checking `fence` first (it has
+    /// [`Fence::always`] until then).
+    pub fn with_fence(mut self, fence: Fence) -> Ec2 {
+        self.fence = fence;
+        self
+    }
+
+    fn check(&self, action: &'static str) -> Result<(), Ec2Error> {
+        self.fence
+            .check()
+            .map_err(|source| Ec2Error::Fenced { action, source })
+    }
+
     /// The SDK client, for what the pool loop does not need (the local
-    /// mode and the tests: subnets, instances made by hand).
+    /// mode and the tests: subnets, instances made by hand); not fenced.
     pub fn client(&self) -> &Client {
         &self.client
     }
@@ -243,6 +267,7 @@ impl Ec2 {
             for (k, v) in owner.tags() {
                 call = call.filters(Filter::builder().name(format!("tag:{k}")).values(v).build());
             }
+            self.check(ACTION)?;
             let page = call
                 .set_next_token(next.take())
                 .send()
@@ -320,6 +345,7 @@ impl Ec2 {
                 p.name(profile).build()
             });
         }
+        self.check(ACTION)?;
         let out = call
             .send()
             .await
@@ -333,13 +359,15 @@ impl Ec2 {
 
     /// Terminates `ids`, at most [`TERMINATE_BATCH`] a call.
     pub async fn terminate(&self, ids: &[String]) -> Result<(), Ec2Error> {
+        const ACTION: &str = "TerminateInstances";
         for chunk in ids.chunks(TERMINATE_BATCH) {
+            self.check(ACTION)?;
             self.client
                 .terminate_instances()
                 .set_instance_ids(Some(chunk.to_vec()))
                 .send()
                 .await
-                .map_err(|e| sdk_error("TerminateInstances", None, e))?;
+                .map_err(|e| sdk_error(ACTION, None, e))?;
         }
         Ok(())
     }
@@ -401,6 +429,54 @@ mod tests {
         assert!(matches!(
             classify("RunInstances", Some(&o), "InvalidAMIID.NotFound", ""),
             Ec2Error::Refused { .. }
+        ));
+    }
+
+    #[tokio::test]
+    async fn a_fenced_client_sends_nothing() {
+        // Nothing listens on port 9: a call that went out would fail as a
+        // transport error, not as fenced.
+        let ec2 = Ec2::new(&Ec2Config::new("us-east-1", Some("http://127.0.0.1:9")))
+            .await
+            .with_fence(Fence::new());
+        let owner = Ownership {
+            pool: "ns/p".into(),
+            scheduler: "ns/s".into(),
+            operator: "o".into(),
+        };
+        assert!(matches!(
+            ec2.describe(&owner).await,
+            Err(Ec2Error::Fenced {
+                action: "DescribeInstances",
+                ..
+            })
+        ));
+        assert!(matches!(
+            ec2.terminate(&["i-1".to_string()]).await,
+            Err(Ec2Error::Fenced {
+                action: "TerminateInstances",
+                ..
+            })
+        ));
+        let launch: Launch = serde_json::from_value(serde_json::json!({
+            "imageId": "ami-1", "instanceTypes": ["t3.micro"], "subnetIds": ["subnet-a"],
+            "runCommand": "true"
+        }))
+        .unwrap();
+        let req = RunRequest {
+            launch: &launch,
+            offering: &off(),
+            count: 1,
+            token: "t",
+            user_data: "",
+            owner: &owner,
+        };
+        assert!(matches!(
+            ec2.run(&req).await,
+            Err(Ec2Error::Fenced {
+                action: "RunInstances",
+                ..
+            })
         ));
     }
 

@@ -15,6 +15,10 @@
 //! [`PoolLoop::run`] drives passes on `LISTEN orca_pool` with a periodic
 //! resync; the Kubernetes mode ([`controller`]) and the local mode both
 //! drive a [`PoolLoop`]; [`host`] plays the EC2 hosts locally.
+//!
+//! In the Kubernetes mode every EC2 call, statement, status write and Event
+//! checks the Lease's [`Fence`] first ([`PoolLoop::with_fence`]); the local
+//! mode has no election, and its loops' fence is always open.
 
 mod act;
 pub mod backoff;
@@ -28,6 +32,7 @@ pub mod rows;
 mod status;
 pub mod userdata;
 
+pub use crate::k8s::leader::{Fence, Fenced};
 pub use ec2::{Ec2, Ec2Config, Ec2Error, Ownership};
 pub use metrics::PoolMetrics;
 pub use pass::{PassReport, PoolError, PoolEvent, PoolLoop, Tuning};

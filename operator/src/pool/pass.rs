@@ -1,5 +1,7 @@
 //! One pool, its loop and one pass of it: observe (EC2 first, then the
-//! database) → [`plan`] → act (see `act.rs`) → status and events.
+//! database) → [`plan`] → act (see `act.rs`) → status and events. Every
+//! EC2 call and every statement checks the loop's [`Fence`] just before it
+//! goes out; a fenced pass ends there, with [`PoolError::Fenced`].
 
 use std::{
     collections::{BTreeMap, HashMap},
@@ -19,6 +21,7 @@ use super::{
     rows,
 };
 use crate::crd::{WarmPoolSpec, WarmPoolStatus};
+use crate::k8s::leader::{Fence, Fenced};
 
 /// The loop's knobs that are not in the spec. The defaults are for
 /// production; tests shorten `resync`, `stale` and `leak_grace`.
@@ -100,6 +103,19 @@ pub enum PoolError {
         #[source]
         source: DbError,
     },
+    #[error("pool {pool}: {source}")]
+    Fenced {
+        pool: String,
+        #[source]
+        source: Fenced,
+    },
+}
+
+impl PoolError {
+    /// The fence closed: this replica may not act; nothing to report.
+    pub fn is_fenced(&self) -> bool {
+        matches!(self, PoolError::Fenced { .. })
+    }
 }
 
 /// The URL text as the user-data needs it; never shown.
@@ -133,6 +149,8 @@ pub struct PoolLoop {
     pub(super) metrics: Option<PoolMetrics>,
     served_mark: Option<f64>,
     pub(super) conditions: Vec<Condition>,
+    /// Until when the loop may act; always open unless set.
+    fence: Fence,
 }
 
 impl PoolLoop {
@@ -176,11 +194,21 @@ impl PoolLoop {
             metrics: None,
             served_mark: None,
             conditions: Vec::new(),
+            fence: Fence::always(),
         })
     }
 
     pub fn with_metrics(mut self, metrics: PoolMetrics) -> Self {
         self.metrics = Some(metrics);
+        self
+    }
+
+    /// Every EC2 call and statement of the loop checks `fence` first. A
+    /// loop is built with [`Fence::always`] (the local mode, which has no
+    /// election); the Kubernetes mode sets its Lease's.
+    pub fn with_fence(mut self, fence: Fence) -> Self {
+        self.ec2 = self.ec2.with_fence(fence.clone());
+        self.fence = fence;
         self
     }
 
@@ -202,7 +230,7 @@ impl PoolLoop {
     pub async fn set_spec(&mut self, spec: WarmPoolSpec) {
         let cfg = Ec2Config::new(&spec.region, spec.endpoint.as_deref());
         if cfg != self.ec2_config {
-            self.ec2 = Ec2::new(&cfg).await;
+            self.ec2 = Ec2::new(&cfg).await.with_fence(self.fence.clone());
             self.ec2_config = cfg;
         }
         self.owner.scheduler = match self.pool.split_once('/') {
@@ -236,13 +264,29 @@ impl PoolLoop {
     }
 
     pub(super) fn ec2_error(&self, source: Ec2Error) -> PoolError {
-        PoolError::Ec2 {
+        match source {
+            Ec2Error::Fenced { source, .. } => PoolError::Fenced {
+                pool: self.pool.clone(),
+                source,
+            },
+            source => PoolError::Ec2 {
+                pool: self.pool.clone(),
+                source,
+            },
+        }
+    }
+
+    fn fenced(&self, source: Fenced) -> PoolError {
+        PoolError::Fenced {
             pool: self.pool.clone(),
             source,
         }
     }
 
+    /// The connection for the next statement, once the fence is checked:
+    /// call it before each statement.
     pub(super) async fn connected(&mut self) -> Result<&mut Db, PoolError> {
+        self.fence.check().map_err(|e| self.fenced(e))?;
         if self.db.as_ref().is_none_or(Db::is_closed) {
             self.db = None;
             let db = self
@@ -251,6 +295,8 @@ impl PoolLoop {
                 .await
                 .map_err(|e| self.db_error(e))?;
             self.db = Some(db);
+            // Connecting took a while: the fence again.
+            self.fence.check().map_err(|e| self.fenced(e))?;
         }
         self.db.as_mut().ok_or_else(|| PoolError::Db {
             pool: self.pool.clone(),
@@ -273,20 +319,22 @@ impl PoolLoop {
         let count_uses = self.spec.max_uses > 0;
         let mark = self.served_mark;
         let db = self.connected().await?;
-        let read = async {
-            let live = rows::live_rows(db, &pool, count_uses).await?;
-            let without: Vec<String> = instances
-                .iter()
-                .filter(|i| i.state.is_present() && !live.iter().any(|r| r.instance == i.id))
-                .map(|i| i.id.clone())
-                .collect();
-            let known = rows::known(db, &without).await?;
-            let (demand, demand_mark) = rows::demand(db, &pool).await?;
-            let waits = rows::served_waits(db, &pool, mark).await?;
-            Ok::<_, DbError>((live, known, demand, demand_mark, waits))
-        };
-        let (live, known, demand, demand_mark, (waits, newest)) =
-            read.await.map_err(|e| self.db_error(e))?;
+        let read = rows::live_rows(db, &pool, count_uses).await;
+        let live = read.map_err(|e| self.db_error(e))?;
+        let without: Vec<String> = instances
+            .iter()
+            .filter(|i| i.state.is_present() && !live.iter().any(|r| r.instance == i.id))
+            .map(|i| i.id.clone())
+            .collect();
+        let db = self.connected().await?;
+        let read = rows::known(db, &without).await;
+        let known = read.map_err(|e| self.db_error(e))?;
+        let db = self.connected().await?;
+        let read = rows::demand(db, &pool).await;
+        let (demand, demand_mark) = read.map_err(|e| self.db_error(e))?;
+        let db = self.connected().await?;
+        let read = rows::served_waits(db, &pool, mark).await;
+        let (waits, newest) = read.map_err(|e| self.db_error(e))?;
         self.served_mark = newest;
         if let Some(m) = &self.metrics {
             for w in waits {
@@ -366,6 +414,11 @@ impl PoolLoop {
                         self.backoff.reset();
                         (self.tuning.resync, false)
                     }
+                }
+                Err(e) if e.is_fenced() => {
+                    tracing::debug!(pool = %self.pool, error = %e, "pool pass fenced");
+                    report(Err(&e));
+                    (self.backoff.next_wait(), true)
                 }
                 Err(e) => {
                     tracing::warn!(pool = %self.pool, error = %e, "pool pass failed");

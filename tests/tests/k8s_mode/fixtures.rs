@@ -8,7 +8,10 @@
 
 #![allow(dead_code)]
 
-use std::sync::{Arc, Mutex};
+use std::sync::{
+    atomic::{AtomicBool, Ordering},
+    Arc, Mutex,
+};
 use std::time::Duration;
 
 use http::{Method, Request, Response, StatusCode};
@@ -27,8 +30,52 @@ pub struct Call {
     pub method: Method,
     pub path: String,
     pub query: String,
+    pub content_type: String,
     pub body: Value,
     reply: SendResponse<Response<Body>>,
+}
+
+impl Call {
+    /// Asserts that this is a server-side apply of a status, as
+    /// `orca-operator`, forced, of a `kind` object named `name`; its
+    /// `status`, which is the whole status the operator wants.
+    pub fn applied_status(&self, kind: &str, name: &str) -> Value {
+        assert_eq!(
+            self.content_type, "application/apply-patch+yaml",
+            "a status write that is not a server-side apply: {} {}",
+            self.content_type, self.body
+        );
+        assert!(
+            self.query.contains("fieldManager=orca-operator"),
+            "{}",
+            self.query
+        );
+        assert!(self.query.contains("force=true"), "{}", self.query);
+        assert_eq!(
+            self.body["apiVersion"], "orca.dev/v1alpha1",
+            "{}",
+            self.body
+        );
+        assert_eq!(self.body["kind"], kind, "{}", self.body);
+        assert_eq!(self.body["metadata"]["name"], name, "{}", self.body);
+        let status = self.body["status"].clone();
+        assert!(status.is_object(), "{}", self.body);
+        assert!(
+            !has_null(&status),
+            "an applied status leaves fields out, it does not null them: {status}"
+        );
+        status
+    }
+}
+
+/// Whether `v` holds a `null` anywhere.
+fn has_null(v: &Value) -> bool {
+    match v {
+        Value::Null => true,
+        Value::Object(m) => m.values().any(has_null),
+        Value::Array(a) => a.iter().any(has_null),
+        _ => false,
+    }
 }
 
 impl Call {
@@ -107,6 +154,12 @@ impl ApiServerVerifier {
         let method = request.method().clone();
         let path = request.uri().path().to_string();
         let query = request.uri().query().unwrap_or("").to_string();
+        let content_type = request
+            .headers()
+            .get("content-type")
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("")
+            .to_string();
         let bytes = request.into_body().collect_bytes().await.unwrap();
         let text = String::from_utf8_lossy(&bytes).into_owned();
         let body = if bytes.is_empty() {
@@ -119,8 +172,24 @@ impl ApiServerVerifier {
             method,
             path,
             query,
+            content_type,
             body,
             reply,
+        }
+    }
+
+    /// Within `within`, every clone of the client is dropped — no task
+    /// that could call the API server is left — and no call came before.
+    pub async fn client_dropped(&mut self, within: Duration) {
+        let next = tokio::time::timeout(within, self.handle.next_request())
+            .await
+            .unwrap_or_else(|_| panic!("the client is still held after {within:?}"));
+        if let Some((request, _)) = next {
+            panic!(
+                "a call, where none was expected: {} {}",
+                request.method(),
+                request.uri()
+            );
         }
     }
 
@@ -142,6 +211,18 @@ impl ApiServerVerifier {
     /// The observe stage: the Scheduler's pods and Jobs (by its label), then
     /// its Secret (`None`: 404).
     pub async fn observe(&mut self, pods: &[Pod], jobs: &[Job], secret: Option<&Secret>) {
+        self.observe_until_secret(pods, jobs, secret, || {}).await
+    }
+
+    /// [`Self::observe`], with `before` run as the Secret is asked for,
+    /// before it is answered.
+    pub async fn observe_until_secret(
+        &mut self,
+        pods: &[Pod],
+        jobs: &[Job],
+        secret: Option<&Secret>,
+        before: impl FnOnce(),
+    ) {
         let selector = "labelSelector=orca.dev%2Fscheduler%3Dorca";
         let call = self
             .expect(Method::GET, "/api/v1/namespaces/default/pods")
@@ -162,6 +243,7 @@ impl ApiServerVerifier {
         let call = self
             .expect(Method::GET, "/api/v1/namespaces/default/secrets/orca-db")
             .await;
+        before();
         match secret {
             Some(s) => call.answer(StatusCode::OK, &serde_json::to_value(s).unwrap()),
             None => call.answer(
@@ -260,9 +342,10 @@ impl ApiServerVerifier {
         reasons
     }
 
-    /// A merge patch of the Scheduler's status: applied to `scheduler` (so
-    /// the next reconcile sees it, as it would from the API server); the
-    /// patch's `status`.
+    /// A server-side apply of the Scheduler's whole status, by
+    /// `orca-operator`: stored in `scheduler` as the API server would (the
+    /// operator is the status's only manager, so what it no longer sets is
+    /// gone), so the next reconcile sees it; the applied `status`.
     pub async fn patch_status(&mut self, scheduler: &mut Scheduler) -> Value {
         let call = self
             .expect(
@@ -270,16 +353,42 @@ impl ApiServerVerifier {
                 "/apis/orca.dev/v1alpha1/namespaces/default/schedulers/orca/status",
             )
             .await;
-        let status = call.body["status"].clone();
-        assert!(status.is_object(), "{}", call.body);
+        let status = call.applied_status("Scheduler", NAME);
+        let mut whole = serde_json::to_value(&*scheduler).unwrap();
+        whole["status"] = status.clone();
+        *scheduler = serde_json::from_value(whole.clone()).unwrap();
+        call.answer(StatusCode::OK, &whole);
+        status
+    }
+}
+
+impl ApiServerVerifier {
+    /// [`Self::patch_status`] on a Scheduler whose status an older
+    /// operator wrote by merge patches: the fields it set stay theirs too,
+    /// so the apply's answer still has what the operator left out; then
+    /// the operator's merge patch that removes exactly those. The applied
+    /// status, and that patch's.
+    pub async fn patch_status_over_legacy(&mut self, scheduler: &mut Scheduler) -> (Value, Value) {
+        let path = "/apis/orca.dev/v1alpha1/namespaces/default/schedulers/orca/status";
+        let call = self.expect(Method::PATCH, path).await;
+        let applied = call.applied_status("Scheduler", NAME);
         let mut whole = serde_json::to_value(&*scheduler).unwrap();
         if whole.get("status").is_none_or(Value::is_null) {
             whole["status"] = json!({});
         }
-        merge(&mut whole["status"], &status);
+        merge(&mut whole["status"], &applied);
+        call.answer(StatusCode::OK, &whole);
+        let call = self.expect(Method::PATCH, path).await;
+        assert_eq!(
+            call.content_type, "application/merge-patch+json",
+            "{}",
+            call.body
+        );
+        let removal = call.body["status"].clone();
+        merge(&mut whole["status"], &removal);
         *scheduler = serde_json::from_value(whole.clone()).unwrap();
         call.answer(StatusCode::OK, &whole);
-        status
+        (applied, removal)
     }
 }
 
@@ -306,14 +415,18 @@ pub fn secret(data: &[(&str, &str)]) -> Secret {
     }
 }
 
-/// The Lease part of an API server, for the leader-election test: one
-/// Lease, read (`GET`), created (`POST`) and patched (`PATCH`, apply or
-/// strategic, taken as a merge: `null` removes) as the API server would.
-/// Every call is logged as "METHOD content-type body".
+/// The Lease part of an API server, for the leader-election tests: one
+/// Lease, read (`GET`), created (`POST`) and merge-patched (`PATCH`, `null`
+/// removes) as the API server would — a patch naming a `resourceVersion`
+/// that is not the stored one is a 409, and each write gets a new one.
+/// Every call is logged as "METHOD content-type body"; while `failing`,
+/// every call is answered 503.
 #[derive(Clone, Default)]
 pub struct LeaseServer {
     pub lease: Arc<Mutex<Option<Value>>>,
     pub log: Arc<Mutex<Vec<String>>>,
+    pub failing: Arc<AtomicBool>,
+    version: Arc<Mutex<u64>>,
 }
 
 impl LeaseServer {
@@ -341,11 +454,20 @@ impl LeaseServer {
                     path.starts_with("/apis/coordination.k8s.io/v1/namespaces/ops/leases"),
                     "{path}"
                 );
-                let (code, answer) = me.answer(&method, body);
+                let (code, answer) = if me.failing.load(Ordering::SeqCst) {
+                    (
+                        StatusCode::SERVICE_UNAVAILABLE,
+                        json!({"apiVersion": "v1", "kind": "Status", "metadata": {}, "status": "Failure",
+                               "reason": "ServiceUnavailable", "code": 503}),
+                    )
+                } else {
+                    me.answer(&method, body)
+                };
                 let call = Call {
                     method,
                     path,
                     query: String::new(),
+                    content_type: String::new(),
                     body: Value::Null,
                     reply,
                 };
@@ -354,40 +476,67 @@ impl LeaseServer {
         })
     }
 
+    /// The next `resourceVersion`.
+    fn bump(&self, lease: &mut Value) {
+        let mut v = self.version.lock().unwrap();
+        *v += 1;
+        lease["metadata"]["resourceVersion"] = json!(v.to_string());
+    }
+
     fn answer(&self, method: &Method, body: Value) -> (StatusCode, Value) {
         let mut lease = self.lease.lock().unwrap();
         let missing = json!({"apiVersion": "v1", "kind": "Status", "metadata": {}, "status": "Failure",
                              "reason": "NotFound", "code": 404});
+        let conflict = |reason: &str| {
+            json!({"apiVersion": "v1", "kind": "Status", "metadata": {}, "status": "Failure",
+                   "reason": reason, "code": 409})
+        };
         match (method.as_str(), lease.as_mut()) {
             ("GET", Some(l)) => (StatusCode::OK, l.clone()),
             ("GET", None) | ("PATCH", None) => (StatusCode::NOT_FOUND, missing),
             ("POST", None) => {
-                let stored = stamp(body);
+                let mut stored = stamp(body);
+                self.bump(&mut stored);
                 *lease = Some(stored.clone());
                 (StatusCode::CREATED, stored)
             }
-            ("POST", Some(_)) => (
-                StatusCode::CONFLICT,
-                json!({"apiVersion": "v1", "kind": "Status", "metadata": {}, "status": "Failure",
-                       "reason": "AlreadyExists", "code": 409}),
-            ),
+            ("POST", Some(_)) => (StatusCode::CONFLICT, conflict("AlreadyExists")),
             ("PATCH", Some(l)) => {
+                let wanted = &body["metadata"]["resourceVersion"];
+                if !wanted.is_null() && *wanted != l["metadata"]["resourceVersion"] {
+                    return (StatusCode::CONFLICT, conflict("Conflict"));
+                }
                 merge(l, &json!({"spec": body["spec"]}));
+                self.bump(l);
                 (StatusCode::OK, l.clone())
             }
             (other, _) => panic!("a Lease call the operator should not make: {other}"),
         }
     }
 
-    /// Another replica takes the lease.
+    /// Another replica holds the lease (takes or renews it): a new record.
     pub fn taken_by(&self, identity: &str) {
         let mut lease = self.lease.lock().unwrap();
         let l = lease.as_mut().expect("the lease exists");
         merge(
             l,
             &json!({"spec": {"holderIdentity": identity, "renewTime": micro_now(),
-                             "acquireTime": micro_now(), "leaseDurationSeconds": 30}}),
+                             "acquireTime": micro_now(), "leaseDurationSeconds": 2}}),
         );
+        self.bump(l);
+    }
+
+    /// A Lease held by `identity`, renewed long ago by its own clock.
+    pub fn held_by(&self, identity: &str) {
+        let mut l = json!({
+            "apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+            "metadata": {"name": "orca-operator", "namespace": "ops"},
+            "spec": {"holderIdentity": identity, "leaseDurationSeconds": 2,
+                     "acquireTime": "2000-01-01T00:00:00.000000Z",
+                     "renewTime": "2000-01-01T00:00:00.000000Z", "leaseTransitions": 4},
+        });
+        self.bump(&mut l);
+        *self.lease.lock().unwrap() = Some(l);
     }
 
     pub fn holder(&self) -> Option<String> {
@@ -395,6 +544,12 @@ impl LeaseServer {
         lease.as_ref()?["spec"]["holderIdentity"]
             .as_str()
             .map(String::from)
+    }
+
+    /// The Lease's spec as stored.
+    pub fn spec(&self) -> Value {
+        let lease = self.lease.lock().unwrap();
+        lease.as_ref().map_or(Value::Null, |l| l["spec"].clone())
     }
 }
 
