@@ -95,3 +95,16 @@ PY
     ORCA_HELM="$dir/helm"
     export ORCA_HELM
 }
+
+# The test control plane: kube-apiserver, kube-controller-manager and etcd
+# built from Kubernetes' and etcd's Go modules (tests/kube/) by
+# scripts/build-kube, once per checkout; Go's own caches make a rebuild on
+# the same machine quick.
+ensure_kube() {
+    command -v go >/dev/null 2>&1 || {
+        echo "setup: Go is not installed; it builds the test control plane" >&2
+        return 1
+    }
+    ORCA_KUBE_BIN=$("$root/scripts/build-kube") || return 1
+    export ORCA_KUBE_BIN
+}

@@ -57,6 +57,9 @@ pub struct Call {
     /// When the answer went back (none for a lost one).
     pub answered: Option<Instant>,
     pub fault: Option<Fault>,
+    /// The access key id the call was signed with (SigV4's `Credential=`):
+    /// who called, when several processes share the proxy.
+    pub key_id: Option<String>,
 }
 
 impl Call {
@@ -231,6 +234,7 @@ fn serve(conn: TcpStream, upstream: &str, state: &Mutex<State>) {
                 at: Instant::now(),
                 answered: None,
                 fault: fault.clone(),
+                key_id: key_id(&req.head),
             });
             (fault, s.calls.len() - 1)
         };
@@ -258,6 +262,18 @@ fn serve(conn: TcpStream, upstream: &str, state: &Mutex<State>) {
             call.answered = Some(Instant::now());
         }
     }
+}
+
+/// The access key id of a SigV4 `Authorization` header.
+fn key_id(head: &[String]) -> Option<String> {
+    head.iter().find_map(|h| {
+        let (k, v) = h.split_once(':')?;
+        if !k.eq_ignore_ascii_case("authorization") {
+            return None;
+        }
+        let credential = v.split("Credential=").nth(1)?;
+        Some(credential.split('/').next()?.to_string())
+    })
 }
 
 fn error_response(code: &str, status: u16) -> Vec<u8> {

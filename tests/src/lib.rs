@@ -7,9 +7,14 @@
 //! missing; nothing here skips.
 
 pub mod bins;
+pub mod cluster;
 pub mod ec2_faults;
+pub mod eventually;
 pub mod local;
 pub mod moto;
+pub mod node;
+pub mod on_cluster;
 pub mod pg;
+pub mod release;
 pub mod sim;
 pub mod warm;

@@ -154,17 +154,23 @@ pub fn owner(pool: &str) -> Ownership {
 /// Local hosts for `pool`: the real agent, `run_command` per run, agents
 /// that give up 1 s after `idle_seconds`.
 pub async fn hosts(endpoint: &str, url: &str, pool: &str, run_command: &str) -> Hosts {
+    hosts_for(endpoint, url, owner(pool), run_command).await
+}
+
+/// Local hosts for the instances `owner` tags (a pool of another
+/// Scheduler than these tests' `sched`).
+pub async fn hosts_for(endpoint: &str, url: &str, owner: Ownership, run_command: &str) -> Hosts {
     let cfg = HostConfig {
         agent: bins::path("orca-pool-agent"),
         database_url: url.into(),
-        pool: pool.into(),
+        pool: owner.pool.clone(),
         idle_seconds: 600,
         run_command: run_command.into(),
         env: vec![("ORCA_POOL_AGENT_GRACE_MS".into(), "1000".into())],
         poll: Duration::from_millis(200),
         agent_stderr: std::env::var_os("ORCA_TEST_AGENT_STDERR").is_some(),
     };
-    Hosts::new(ec2(endpoint).await, owner(pool), cfg)
+    Hosts::new(ec2(endpoint).await, owner, cfg)
 }
 
 /// Launches `count` instances tagged as pool `pool`'s straight through

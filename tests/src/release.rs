@@ -1,0 +1,309 @@
+//! The operator as a user installs it, on the test control plane: `helm
+//! install` of the chart (CRDs, ServiceAccount, RBAC, the Lease's Role) with
+//! no replicas of its own — there is no image to run — and the operator's
+//! replicas as local processes, authenticated **as the chart's
+//! ServiceAccount** with a token from the TokenRequest API, so that the
+//! chart's RBAC is exactly what they may do. Their arguments are the ones
+//! the chart's Deployment gives its container.
+
+use std::{
+    path::{Path, PathBuf},
+    process::{Child, Command, Stdio},
+    time::Duration,
+};
+
+use k8s_openapi::api::{
+    apps::v1::Deployment,
+    authentication::v1::{TokenRequest, TokenRequestSpec},
+    core::v1::ServiceAccount,
+};
+use kube::{api::PostParams, Api, Client};
+
+use crate::{bins, cluster::ControlPlane};
+
+/// `helm` from `$ORCA_HELM` (scripts/lib/setup.sh's `ensure_helm`).
+pub fn helm() -> PathBuf {
+    let Some(path) = std::env::var_os("ORCA_HELM") else {
+        panic!(
+            "ORCA_HELM is not set: the real-cluster tests install the chart with helm; run \
+             `source scripts/lib/setup.sh && ensure_helm` first (scripts/test does)"
+        );
+    };
+    let path = repo().join(path);
+    assert!(path.is_file(), "ORCA_HELM={} is not a file", path.display());
+    path
+}
+
+/// The repository's root.
+pub fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+/// An installed release of the chart.
+#[derive(Clone, Debug)]
+pub struct Release {
+    pub name: String,
+    pub namespace: String,
+    /// The namespaces it watches.
+    pub watch: Vec<String>,
+}
+
+impl Release {
+    /// `helm install <name> charts/orca-operator` into `namespace`, watching
+    /// `watch`, with `sets` (`key=value`) added; no replicas of its own.
+    pub fn install(
+        cp: &ControlPlane,
+        name: &str,
+        namespace: &str,
+        watch: &[&str],
+        sets: &[&str],
+    ) -> Release {
+        let mut cmd = Command::new(helm());
+        cmd.arg("install")
+            .arg(name)
+            .arg(repo().join("charts/orca-operator"))
+            .args(["--namespace", namespace, "--kubeconfig"])
+            .arg(cp.admin_kubeconfig())
+            .args(["--set", "replicaCount=0"])
+            .args(["--set", &format!("watchNamespaces={{{}}}", watch.join(","))]);
+        for set in sets {
+            cmd.args(["--set", set]);
+        }
+        let out = cmd
+            .output()
+            .unwrap_or_else(|e| panic!("helm could not run: {e}"));
+        assert!(
+            out.status.success(),
+            "helm install {name} failed: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+        Release {
+            name: name.into(),
+            namespace: namespace.into(),
+            watch: watch.iter().map(|s| s.to_string()).collect(),
+        }
+    }
+
+    /// The chart's full name for this release (its ServiceAccount, Lease).
+    pub fn fullname(&self) -> String {
+        if self.name.contains("orca-operator") {
+            self.name.clone()
+        } else {
+            format!("{}-orca-operator", self.name)
+        }
+    }
+
+    /// The arguments the chart's Deployment gives the operator's container.
+    pub async fn container_args(&self, client: &Client) -> Vec<String> {
+        let deployment = Api::<Deployment>::namespaced(client.clone(), &self.namespace)
+            .get(&self.fullname())
+            .await
+            .unwrap_or_else(|e| panic!("the chart's Deployment {}: {e}", self.fullname()));
+        deployment
+            .spec
+            .and_then(|s| s.template.spec)
+            .and_then(|s| s.containers.into_iter().next())
+            .and_then(|c| c.args)
+            .unwrap_or_default()
+    }
+
+    /// A token of the chart's ServiceAccount, from the TokenRequest API.
+    pub async fn token(&self, client: &Client) -> String {
+        let request = TokenRequest {
+            spec: TokenRequestSpec {
+                audiences: vec![],
+                expiration_seconds: Some(3600),
+                bound_object_ref: None,
+            },
+            ..Default::default()
+        };
+        let answer: TokenRequest = Api::<ServiceAccount>::namespaced(client.clone(), &self.namespace)
+            .create_subresource(
+                "token",
+                &self.fullname(),
+                &PostParams::default(),
+                &request,
+            )
+            .await
+            .unwrap_or_else(|e| panic!("a token for ServiceAccount {}: {e}", self.fullname()));
+        answer
+            .status
+            .map(|s| s.token)
+            .expect("invariant: the API server answers a TokenRequest with a token")
+    }
+}
+
+/// The operator binary the replicas run: this workspace's, or
+/// `$ORCA_OPERATOR_UNDER_TEST` — to run the same scenarios against another
+/// build (an older one, to see a test fail against the bug it guards).
+fn operator_binary() -> PathBuf {
+    std::env::var_os("ORCA_OPERATOR_UNDER_TEST")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| bins::path("orca-operator"))
+}
+
+/// One replica of the operator: `orca-operator` with the chart's arguments,
+/// as the chart's ServiceAccount.
+pub struct Replica {
+    pub name: String,
+    /// The access key id its EC2 calls are signed with (moto takes any):
+    /// unique to the replica, so a proxy in front of EC2 tells who called.
+    pub aws_key_id: String,
+    /// The token's `jti`: the apiserver's audit log records it as the
+    /// `authentication.kubernetes.io/credential-id` of every write.
+    pub credential_id: String,
+    pub metrics: String,
+    log: PathBuf,
+    child: Option<Child>,
+}
+
+impl Replica {
+    /// Starts replica `name` of `release`.
+    pub async fn start(cp: &ControlPlane, client: &Client, release: &Release, name: &str) -> Replica {
+        let token = release.token(client).await;
+        let dir = std::env::temp_dir().join(format!(
+            "orca-replica-{}-{}-{name}",
+            std::process::id(),
+            release.name
+        ));
+        std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("creating {}: {e}", dir.display()));
+        let kubeconfig = dir.join("kubeconfig");
+        std::fs::write(&kubeconfig, cp.kubeconfig_text(&token, &release.namespace))
+            .unwrap_or_else(|e| panic!("writing {}: {e}", kubeconfig.display()));
+        let port = orca_operator::local::spawn::free_port();
+        let mut args = release.container_args(client).await;
+        // The chart listens on 0.0.0.0:8080 in its pod; here, a free port.
+        if let Some(i) = args.iter().position(|a| a == "--listen") {
+            args[i + 1] = format!("127.0.0.1:{port}");
+        }
+        let aws_key_id = format!("AKIA{}", name.to_uppercase().replace('-', ""));
+        let log = dir.join("log");
+        let out = std::fs::File::create(&log).unwrap_or_else(|e| panic!("creating {}: {e}", log.display()));
+        let mut cmd = Command::new(operator_binary());
+        cmd.args(&args)
+            .env("KUBECONFIG", &kubeconfig)
+            .env("POD_NAME", name)
+            .env("POD_NAMESPACE", &release.namespace)
+            .env("RUST_LOG", "info")
+            .env("AWS_ACCESS_KEY_ID", &aws_key_id)
+            .env("AWS_SECRET_ACCESS_KEY", "test-secret")
+            .env_remove("AWS_PROFILE")
+            .env_remove("ORCA_DATABASE_URL")
+            .stdin(Stdio::null())
+            .stdout(out.try_clone().expect("invariant: a new file can be cloned"))
+            .stderr(out);
+        let child = orca_operator::local::spawn::spawn_tied(cmd, None)
+            .unwrap_or_else(|e| panic!("orca-operator could not start: {e}"));
+        Replica {
+            name: name.into(),
+            aws_key_id,
+            credential_id: format!("JTI={}", jti(&token)),
+            metrics: format!("http://127.0.0.1:{port}/metrics"),
+            log,
+            child: Some(child),
+        }
+    }
+
+    /// What it logged so far.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    pub fn log_path(&self) -> &Path {
+        &self.log
+    }
+
+    fn signal(&self, signal: i32) {
+        if let Some(child) = &self.child {
+            // SAFETY: kill(2) on our own child's pid.
+            unsafe { libc::kill(child.id() as i32, signal) };
+        }
+    }
+
+    /// SIGSTOP: frozen, as a stuck node or a long GC pause would leave it.
+    pub fn freeze(&self) {
+        self.signal(libc::SIGSTOP);
+    }
+
+    /// SIGCONT.
+    pub fn thaw(&self) {
+        self.signal(libc::SIGCONT);
+    }
+
+    /// SIGTERM, then waits for it to exit (SIGKILL after 10 s).
+    pub fn stop(&mut self) {
+        self.signal(libc::SIGTERM);
+        if let Some(mut child) = self.child.take() {
+            let deadline = std::time::Instant::now() + Duration::from_secs(10);
+            while child.try_wait().ok().flatten().is_none() {
+                if std::time::Instant::now() > deadline {
+                    let _ = child.kill();
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            let _ = child.wait();
+        }
+    }
+
+    /// Whether it still runs.
+    pub fn running(&mut self) -> bool {
+        self.child
+            .as_mut()
+            .is_some_and(|c| c.try_wait().ok().flatten().is_none())
+    }
+}
+
+impl Drop for Replica {
+    fn drop(&mut self) {
+        self.thaw();
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+/// The `jti` claim of a service-account token (a JWT).
+fn jti(token: &str) -> String {
+    use base64::Engine;
+    let payload = token
+        .split('.')
+        .nth(1)
+        .and_then(|p| base64::engine::general_purpose::URL_SAFE_NO_PAD.decode(p).ok())
+        .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok());
+    payload
+        .and_then(|p| p.get("jti").and_then(|j| j.as_str()).map(String::from))
+        .expect("invariant: a service-account token carries a jti")
+}
+
+/// The writes that took effect (the API server answered below 400) which
+/// the audit log records for credential `credential_id`, as `verb resource
+/// namespace/name at time` lines, in order. A write the server refused — a
+/// Lease renewal that lost to the new holder's, say — changed nothing.
+pub fn writes_by(cp: &ControlPlane, credential_id: &str) -> Vec<String> {
+    let text = std::fs::read_to_string(cp.audit_log()).unwrap_or_default();
+    text.lines()
+        .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
+        .filter(|e| {
+            e["user"]["extra"]["authentication.kubernetes.io/credential-id"]
+                .as_array()
+                .is_some_and(|ids| ids.iter().any(|id| id == credential_id))
+                && e["responseStatus"]["code"].as_i64().is_some_and(|c| c < 400)
+        })
+        .map(|e| {
+            let o = &e["objectRef"];
+            format!(
+                "{} {}{} {}/{} at {}",
+                e["verb"].as_str().unwrap_or(""),
+                o["resource"].as_str().unwrap_or(""),
+                o["subresource"]
+                    .as_str()
+                    .map(|s| format!("/{s}"))
+                    .unwrap_or_default(),
+                o["namespace"].as_str().unwrap_or(""),
+                o["name"].as_str().unwrap_or(""),
+                e["requestReceivedTimestamp"].as_str().unwrap_or("")
+            )
+        })
+        .collect()
+}

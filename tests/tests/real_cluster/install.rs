@@ -1,0 +1,120 @@
+//! The chart and the CRDs as a user meets them: `helm install`, every
+//! example applied with `kubectl apply`, bad specs refused by the API
+//! server itself (OpenAPI schema and CEL rules evaluated) naming the field.
+
+use std::{io::Write, process::Stdio};
+
+use orca_tests::on_cluster::{example, kubectl, OnCluster};
+
+/// `kubectl apply -f -` of `yaml` in the stage's namespace, as the admin;
+/// (success, stdout + stderr).
+fn kubectl_apply(stage: &OnCluster, yaml: &str, dry_run: bool) -> (bool, String) {
+    let mut cmd = std::process::Command::new(kubectl());
+    cmd.arg("--kubeconfig")
+        .arg(stage.cp.admin_kubeconfig())
+        .args(["apply", "-n", &stage.ns, "-f", "-"]);
+    if dry_run {
+        cmd.arg("--dry-run=server");
+    }
+    let mut child = cmd
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("kubectl could not run: {e}"));
+    child
+        .stdin
+        .take()
+        .expect("invariant: stdin is piped")
+        .write_all(yaml.as_bytes())
+        .expect("writing to kubectl");
+    let out = child.wait_with_output().expect("kubectl ran");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out.status.success(), text)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_example_applies_with_kubectl_after_helm_install() {
+    let stage = OnCluster::without_operator("examples").await;
+    for file in ["secret.yaml", "scheduler.yaml", "warmpool.yaml"] {
+        let yaml = std::fs::read_to_string(example(file)).expect("reading an example");
+        let (ok, out) = kubectl_apply(&stage, &yaml, false);
+        assert!(ok, "kubectl apply -f examples/{file}: {out}");
+        assert!(out.contains("created"), "examples/{file}: {out}");
+    }
+    let scheduler = stage.schedulers().get("orca").await.expect("the example Scheduler");
+    assert_eq!(scheduler.spec.handover.join_timeout_seconds, 120);
+    let pool = stage.pools().get("runners").await.expect("the example WarmPool");
+    assert_eq!((pool.spec.idle.min, pool.spec.idle.max), (2, 4));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_specs_are_refused_by_the_api_server_naming_the_field() {
+    let stage = OnCluster::without_operator("refused").await;
+    let scheduler = std::fs::read_to_string(example("scheduler.yaml")).unwrap();
+    let pool = std::fs::read_to_string(example("warmpool.yaml")).unwrap();
+    let cases: Vec<(&str, String, &str)> = vec![
+        (
+            "a Scheduler without an image",
+            scheduler.replace("  image: registry.example.com/morca/orca:v1\n", ""),
+            "spec.image: Required value",
+        ),
+        (
+            "an empty image (CEL)",
+            scheduler.replace("registry.example.com/morca/orca:v1", "\"\""),
+            "image must not be empty",
+        ),
+        (
+            "a negative join timeout",
+            scheduler.replace("joinTimeoutSeconds: 120", "joinTimeoutSeconds: -30"),
+            "spec.handover.joinTimeoutSeconds",
+        ),
+        (
+            "a register timeout of zero",
+            scheduler.replace("timeoutSeconds: 300", "timeoutSeconds: 0"),
+            "spec.register.timeoutSeconds",
+        ),
+        (
+            "an unknown field in handover",
+            scheduler.replace("joinTimeoutSeconds: 120", "joinTimeout: 120"),
+            "joinTimeout",
+        ),
+        (
+            "an empty Secret name (CEL)",
+            scheduler.replace("name: orca-db", "name: \"\""),
+            "the Secret's name must not be empty",
+        ),
+        (
+            "idle.min above idle.max (CEL)",
+            pool.replace("min: 2", "min: 5"),
+            "spec.idle",
+        ),
+        (
+            "idle.max above maxInstances (CEL)",
+            pool.replace("maxInstances: 10", "maxInstances: 3"),
+            "maxInstances",
+        ),
+        (
+            "a negative idle.min",
+            pool.replace("min: 2", "min: -1"),
+            "spec.idle.min",
+        ),
+        (
+            "a misspelt launch field",
+            pool.replace("imageId:", "amiId:"),
+            "amiId",
+        ),
+    ];
+    for (what, yaml, naming) in cases {
+        let (ok, out) = kubectl_apply(&stage, &yaml, true);
+        assert!(!ok, "{what}: the API server accepted it: {out}");
+        assert!(
+            out.contains(naming),
+            "{what}: the refusal should name {naming:?}: {out}"
+        );
+    }
+}

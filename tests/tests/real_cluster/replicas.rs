@@ -1,0 +1,117 @@
+//! Two operator replicas on one Lease, on the real cluster: the leader is
+//! frozen (SIGSTOP) past its Lease, the standby takes over and converges,
+//! and the old leader, thawed, makes no Kubernetes write and no EC2 call
+//! from then on — counted in the apiserver's audit log and at the EC2
+//! proxy, by the credentials each replica alone holds.
+
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::coordination::v1::Lease;
+use kube::{
+    api::{Patch, PatchParams},
+    Api,
+};
+use orca_tests::{eventually::eventually, on_cluster::OnCluster, release::writes_by};
+
+use super::{ready_with, scheduler, warm_pool::Ec2Stage};
+
+async fn holder(stage: &OnCluster) -> Option<String> {
+    Api::<Lease>::namespaced(stage.client.clone(), &stage.ns)
+        .get_opt(&stage.release.fullname())
+        .await
+        .ok()
+        .flatten()
+        .and_then(|l| l.spec?.holder_identity)
+        .filter(|h| !h.is_empty())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_frozen_leader_that_lost_its_lease_never_acts_again() {
+    let stage = OnCluster::new("replicas").await.with_replica("b").await;
+    stage.apply_scheduler(&scheduler("orca", "v1", &[], "")).await;
+    let ec2 = Ec2Stage::new(&stage, "runners").await;
+    stage.create_pool(&ec2.pool("runners", 1, 3, 5)).await;
+    stage
+        .wait_scheduler("orca", "v1 Ready", Duration::from_secs(60), ready_with("v1"))
+        .await;
+    stage
+        .wait_pool("runners", "one idle instance", Duration::from_secs(90), |s| s.idle == 1)
+        .await;
+
+    let first = eventually("a replica holds the Lease", Duration::from_secs(30), || async {
+        holder(&stage).await.ok_or_else(|| "no holder".to_string())
+    })
+    .await;
+    let (old, new) = match first.as_str() {
+        "a" => (&stage.replicas[0], &stage.replicas[1]),
+        "b" => (&stage.replicas[1], &stage.replicas[0]),
+        other => panic!("the Lease is held by {other:?}, not a replica of this test"),
+    };
+    old.freeze();
+    eventually(
+        "the standby takes the Lease",
+        Duration::from_secs(60),
+        || async {
+            match holder(&stage).await {
+                Some(h) if h == new.name => Ok(()),
+                other => Err(format!("{other:?}")),
+            }
+        },
+    )
+    .await;
+
+    // Work for whoever leads now: a second idle instance and a new image.
+    let pools = stage.pools();
+    pools
+        .patch(
+            "runners",
+            &PatchParams::default(),
+            &Patch::Merge(serde_json::json!({"spec": {"idle": {"min": 2}}})),
+        )
+        .await
+        .expect("raising idle.min");
+    stage.apply_scheduler(&scheduler("orca", "v2", &[], "")).await;
+
+    let writes_before = writes_by(stage.cp, &old.credential_id);
+    let thawed = Instant::now();
+    old.thaw();
+
+    stage
+        .wait_scheduler("orca", "v2 Ready under the new leader", Duration::from_secs(90), |s| {
+            ready_with("v2")(s) && s.last_handover.as_ref().is_some_and(|h| h.drained.is_some())
+        })
+        .await;
+    stage
+        .wait_pool("runners", "two idle instances", Duration::from_secs(90), |s| s.idle == 2)
+        .await;
+    // Give a rogue replica every chance to act: several of its resyncs.
+    tokio::time::sleep(Duration::from_secs(25)).await;
+
+    let writes_after = writes_by(stage.cp, &old.credential_id);
+    assert_eq!(
+        writes_after[writes_before.len().min(writes_after.len())..],
+        [] as [String; 0],
+        "the old leader wrote to the API after it lost the Lease:\n{}",
+        stage.logs()
+    );
+    let rogue: Vec<_> = ec2
+        .proxy
+        .calls()
+        .into_iter()
+        .filter(|c| c.at >= thawed && c.key_id.as_deref() == Some(old.aws_key_id.as_str()))
+        .map(|c| c.action)
+        .collect();
+    assert!(
+        rogue.is_empty(),
+        "the old leader called EC2 after it lost the Lease: {rogue:?}\n{}",
+        stage.logs()
+    );
+    let launched: u32 = ec2
+        .proxy
+        .calls_of("RunInstances")
+        .iter()
+        .filter(|c| c.fault.is_none())
+        .map(|c| c.param("MinCount").and_then(|n| n.parse().ok()).unwrap_or(0))
+        .sum();
+    assert_eq!(launched, 2, "two instances are right for idle.min 2");
+}

@@ -1,0 +1,166 @@
+//! The other rollouts on the real cluster: recreate (`overlap: false`),
+//! stop-the-world after an exit 75, a join time-out's abort, and a
+//! Scheduler whose name has a dot.
+
+use std::time::Duration;
+
+use orca_operator::crd::Phase;
+use orca_tests::{on_cluster::OnCluster, pg};
+
+use super::{ready_with, scheduler};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn overlap_off_recreates_and_settles_ready_with_its_register_job() {
+    let stage = OnCluster::new("recreate").await;
+    let off = "  overlap: false\n";
+    stage.apply_scheduler(&scheduler("orca", "v1", &[], off)).await;
+    let s = stage
+        .wait_scheduler("orca", "v1 up and Ready", Duration::from_secs(60), |s| {
+            s.phase == Phase::Ready
+        })
+        .await;
+    assert_eq!(s.current_image.as_deref(), Some("v1"), "{s:?}");
+    stage.wait_event("orca", "Registering", Duration::from_secs(30)).await;
+    let v1_pods: Vec<String> = stage
+        .scheduler_pods("orca")
+        .await
+        .into_iter()
+        .filter_map(|p| p.metadata.name)
+        .collect();
+
+    stage.apply_scheduler(&scheduler("orca", "v2", &[], off)).await;
+    let s = stage
+        .wait_scheduler("orca", "v2 up and Ready", Duration::from_secs(90), |s| {
+            s.phase == Phase::Ready && s.current_image.as_deref() == Some("v2")
+        })
+        .await;
+    assert_eq!(s.revisions.len(), 1, "only v2 is left: {s:?}");
+    let pods = stage.scheduler_pods("orca").await;
+    assert!(
+        pods.iter().all(|p| !v1_pods.contains(p.metadata.name.as_ref().unwrap())),
+        "v1's pod is still there"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn exit_75_rolls_stop_the_world() {
+    let stage = OnCluster::new("exit75").await;
+    // v1 says it knows 1 migration; v2's floor is 2: it must not overlap.
+    stage
+        .apply_scheduler(&scheduler("orca", "v1", &["--migrations", "1"], ""))
+        .await;
+    stage
+        .wait_scheduler("orca", "v1 Ready", Duration::from_secs(60), ready_with("v1"))
+        .await;
+    stage
+        .apply_scheduler(&scheduler("orca", "v2", &["--floor", "2"], ""))
+        .await;
+    stage
+        .wait_scheduler(
+            "orca",
+            "v2 leads after stop-the-world",
+            Duration::from_secs(90),
+            ready_with("v2"),
+        )
+        .await;
+    let events = stage.events("orca").await;
+    assert!(
+        events.iter().any(|e| e.starts_with("OverlapRefused:")),
+        "{events:#?}"
+    );
+    let db = pg::connect(&stage.url).await;
+    let row = db
+        .query_one(
+            "select (select max(ended) from orca.schedulers where image = 'v1'), \
+                    (select min(joined) from orca.schedulers where image = 'v2')",
+            &[],
+        )
+        .await
+        .expect("the instances");
+    let v1_ended: Option<chrono::DateTime<chrono::Utc>> = row.get(0);
+    let v2_joined: Option<chrono::DateTime<chrono::Utc>> = row.get(1);
+    assert!(
+        v1_ended.expect("v1's row ended") <= v2_joined.expect("v2 joined"),
+        "v2 joined before v1's row ended"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_join_time_out_aborts_and_the_old_instance_keeps_leading() {
+    let stage = OnCluster::new("abort").await;
+    stage.apply_scheduler(&scheduler("orca", "v1", &[], "")).await;
+    stage
+        .wait_scheduler("orca", "v1 Ready", Duration::from_secs(60), ready_with("v1"))
+        .await;
+    // v2 never joins: it sleeps instead of scheduling.
+    let mut v2 = scheduler("orca", "v2", &[], "");
+    v2.spec.command = vec!["sleep".into()];
+    v2.spec.args = vec!["600".into()];
+    v2.spec.handover.join_timeout_seconds = 5;
+    stage.apply_scheduler(&v2).await;
+    let s = stage
+        .wait_scheduler("orca", "the rollout aborted", Duration::from_secs(60), |s| {
+            s.conditions
+                .iter()
+                .any(|c| c.type_ == "Degraded" && c.status == "True" && c.reason == "JoinTimeout")
+        })
+        .await;
+    assert_eq!(
+        s.leader.as_ref().map(|l| l.image.as_str()),
+        Some("v1"),
+        "v1 keeps leading: {s:?}"
+    );
+    stage
+        .wait_event("orca", "JoinTimeout", Duration::from_secs(10))
+        .await;
+    // The new pod goes; v1's stays, never asked to drain.
+    orca_tests::eventually::eventually("v2's pod is gone", Duration::from_secs(30), || async {
+        let pods = stage.scheduler_pods("orca").await;
+        let images: Vec<String> = pods
+            .iter()
+            .filter_map(|p| p.spec.as_ref()?.containers.first()?.image.clone())
+            .collect();
+        if images == ["v1"] {
+            Ok(())
+        } else {
+            Err(format!("{images:?}"))
+        }
+    })
+    .await;
+    let db = pg::connect(&stage.url).await;
+    let asked: i64 = db
+        .query_one(
+            "select count(*) from orca.schedulers where image = 'v1' and drain_asked is not null",
+            &[],
+        )
+        .await
+        .expect("v1's row")
+        .get(0);
+    assert_eq!(asked, 0, "v1 was asked to drain");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_scheduler_named_with_a_dot_gets_its_pod_and_leads() {
+    let stage = OnCluster::new("dotted").await;
+    stage
+        .apply_scheduler(&scheduler("team.pipelines", "v1", &[], ""))
+        .await;
+    let s = stage
+        .wait_scheduler(
+            "team.pipelines",
+            "team.pipelines Ready",
+            Duration::from_secs(60),
+            ready_with("v1"),
+        )
+        .await;
+    let leader = s.leader.expect("a leader");
+    let pods = stage.scheduler_pods("team.pipelines").await;
+    assert_eq!(pods.len(), 1, "{pods:?}");
+    let pod = &pods[0];
+    assert_eq!(pod.metadata.name.as_deref(), Some(leader.pod.as_str()));
+    assert!(
+        !leader.pod.contains('.'),
+        "a pod's host name is a DNS label: {}",
+        leader.pod
+    );
+}
