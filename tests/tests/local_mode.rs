@@ -121,7 +121,7 @@ async fn first_start_then_a_handover_with_runs_going() {
                 .is_some_and(|h| h.drained.is_some())
     });
     wait_runs_done(&url, &after, Duration::from_secs(30)).await;
-    watch.assert_never_two().await;
+    watch.assert_leaders_held_the_lock().await;
 
     let h = s.last_handover.expect("the handover is recorded");
     assert_eq!((h.from.as_str(), h.to.as_str()), ("v1", "v2"));
@@ -301,7 +301,7 @@ async fn a_third_image_while_the_second_hands_over() {
     local.wait_for("v3 ready, all drained", Duration::from_secs(60), |s| {
         ready_with("v3")(s) && s.revisions.len() == 1
     });
-    watch.assert_never_two().await;
+    watch.assert_leaders_held_the_lock().await;
     let db = pg::connect(&url).await;
     let live_old: i64 = db
         .query_one(
@@ -465,7 +465,7 @@ async fn the_operator_killed_mid_rollout_carries_on_when_restarted() {
         );
     }
     assert_eq!(kills, 20);
-    watch.assert_never_two().await;
+    watch.assert_leaders_held_the_lock().await;
     let db = pg::connect(&url).await;
     let live: i64 = db
         .query_one(
@@ -487,4 +487,207 @@ async fn kill_instance(db: &orca_db::Db, id: i64) {
         .get(0);
     // SAFETY: kill has no memory-safety preconditions.
     unsafe { libc::kill(pid, libc::SIGKILL) };
+}
+
+/// The status the local mode wrote for Scheduler `default/<name>`.
+fn status_of(local: &LocalMode, name: &str) -> orca_operator::crd::SchedulerStatus {
+    std::fs::read_to_string(
+        local
+            .dir()
+            .join(format!(".status/scheduler-default-{name}.yaml")),
+    )
+    .ok()
+    .and_then(|t| serde_yaml::from_str(&t).ok())
+    .unwrap_or_default()
+}
+
+/// The register Jobs (local processes) that exist now.
+fn register_jobs(local: &LocalMode) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(local.dir().join(".status/jobs"))
+        .map(|d| {
+            d.flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .collect()
+        })
+        .unwrap_or_default();
+    names.sort();
+    names
+}
+
+/// A register Job that fails is retried as a new Job after its back-off
+/// (10 s), the handover completes only once one succeeded, and a changed
+/// register step registers again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_register_job_is_retried_as_a_new_job() {
+    let url = pg::Cluster::shared().migrated_db().await;
+    let mut local = LocalMode::new(&url, &scheduler("v1", "", ""));
+    local.start();
+    local.wait_for("v1 ready", Duration::from_secs(30), ready_with("v1"));
+
+    // v2's register step fails the first time it runs.
+    let mark = local.dir().join("registered-once");
+    let once = format!(
+        r#"command: ["sh", "-c", "if [ -e {m} ]; then echo registered $ORCA_IMAGE; else touch {m}; echo no pipelines yet >&2; exit 3; fi"]"#,
+        m = mark.display()
+    );
+    let with_register = |image: &str, command: &str| {
+        scheduler(image, "", "").replace(
+            r#"command: ["sh", "-c", "echo registered $ORCA_IMAGE"]"#,
+            command,
+        )
+    };
+    local.apply(&with_register("v2", &once));
+    local.wait_for("the register job failed", Duration::from_secs(30), |s| {
+        s.conditions
+            .iter()
+            .any(|c| c.type_ == "Degraded" && c.status == "True" && c.reason == "RegisterFailed")
+    });
+    let s = local.wait_for(
+        "a second register job succeeded and the handover completed",
+        Duration::from_secs(60),
+        |s| {
+            ready_with("v2")(s)
+                && s.last_handover
+                    .as_ref()
+                    .is_some_and(|h| h.drained.is_some())
+        },
+    );
+    let rev2 = s.target_revision.clone().expect("the target revision");
+    let register = s.register.clone().expect("the register status");
+    assert_eq!(
+        (
+            register.revision.as_str(),
+            register.attempts,
+            register.failures
+        ),
+        (rev2.as_str(), 2, 0),
+        "{register:?}"
+    );
+    let jobs = register_jobs(&local);
+    assert!(
+        jobs.contains(&orca_operator::rollout::register_job_name("orca", &rev2, 2)),
+        "the retry is a new job: {jobs:?}"
+    );
+    let out = local.output().join("\n");
+    let failed = out
+        .find("Warning RegisterFailed")
+        .expect("a RegisterFailed warning");
+    let complete = out
+        .find("HandoverComplete")
+        .expect("a HandoverComplete event");
+    assert!(failed < complete, "{out}");
+    assert_eq!(
+        out.matches("Warning RegisterFailed").count(),
+        1,
+        "one failure, said once:\n{out}"
+    );
+
+    // A changed register step registers again, as a new Job.
+    local.apply(&with_register(
+        "v2",
+        r#"command: ["sh", "-c", "echo registered again $ORCA_IMAGE"]"#,
+    ));
+    local.wait_for("registered again", Duration::from_secs(30), |s| {
+        s.phase == Phase::Ready && s.register.as_ref().is_some_and(|r| r.attempts == 3)
+    });
+    let third = orca_operator::rollout::register_job_name("orca", &rev2, 3);
+    let log = std::fs::read_to_string(local.dir().join(".status/jobs").join(&third).join("log"))
+        .unwrap_or_default();
+    assert!(log.contains("registered again v2"), "{third}: {log:?}");
+}
+
+/// A second Scheduler on the database of the first touches none of its
+/// instances and starts nothing (`DatabaseShared`); once the first is gone,
+/// it starts.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_scheduler_on_the_same_database_touches_nothing() {
+    let url = pg::Cluster::shared().migrated_db().await;
+    let mut local = LocalMode::new(&url, &scheduler("v1", "", ""));
+    local.start();
+    let s = local.wait_for("orca ready", Duration::from_secs(30), ready_with("v1"));
+    let orca_pod = s.leader.clone().expect("orca leads").pod;
+    let v1 = instance_of_image(&url, "v1").await;
+
+    local.write(
+        "other.yaml",
+        &scheduler("w1", "", "").replace("metadata:\n  name: orca\n", "metadata:\n  name: other\n"),
+    );
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let held = loop {
+        let s = status_of(&local, "other");
+        if s.conditions
+            .iter()
+            .any(|c| c.type_ == "Degraded" && c.status == "True" && c.reason == "DatabaseShared")
+        {
+            break s;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "other is not DatabaseShared: {s:#?}\n{}",
+            local.output().join("\n")
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let message = held
+        .conditions
+        .iter()
+        .find(|c| c.type_ == "Degraded")
+        .map(|c| c.message.clone())
+        .unwrap_or_default();
+    assert!(message.contains(&orca_pod), "names the host: {message}");
+    // A few passes more: still nothing started, nothing asked.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert!(
+        !local.pods().iter().any(|p| p.starts_with("other-")),
+        "no pod of other: {:?}",
+        local.pods()
+    );
+    let db = pg::connect(&url).await;
+    let asked: Option<chrono::DateTime<chrono::Utc>> = db
+        .query_one(
+            "select drain_asked from orca.schedulers where id = $1",
+            &[&v1],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert!(asked.is_none(), "orca's instance was never asked to drain");
+    assert!(ready_with("v1")(&local.status()), "orca keeps leading");
+    let out = local.output().join("\n");
+    assert_eq!(
+        out.matches("scheduler default/other: Warning DatabaseShared")
+            .count(),
+        1,
+        "said once:\n{out}"
+    );
+
+    // orca goes (its file removed: its pods drain and end their rows);
+    // other starts.
+    std::fs::remove_file(local.dir().join("scheduler.yaml")).unwrap();
+    // The local mode notices a change by the newest modification time of
+    // the files, which a removal does not move: write the other again.
+    std::thread::sleep(Duration::from_millis(20));
+    local.write(
+        "other.yaml",
+        &scheduler("w1", "", "").replace("metadata:\n  name: orca\n", "metadata:\n  name: other\n"),
+    );
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let s = status_of(&local, "other");
+        if ready_with("w1")(&s) {
+            assert!(
+                !s.conditions
+                    .iter()
+                    .any(|c| c.type_ == "Degraded" && c.status == "True"),
+                "{s:#?}"
+            );
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "other did not start once orca was gone: {s:#?}\n{}",
+            local.output().join("\n")
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 }

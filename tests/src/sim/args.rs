@@ -1,5 +1,6 @@
-//! `orca-sim scheduler`'s flags and environment (SPEC §5, the image
-//! contract), resolved once into a [`Config`].
+//! `orca-sim scheduler`'s flags and environment (the image contract,
+//! docs/architecture.md#the-reference-scheduler-orca-sim), resolved once
+//! into a [`Config`].
 
 use std::{path::PathBuf, time::Duration};
 
@@ -71,6 +72,10 @@ pub struct SchedulerArgs {
         default_value = "/dev/termination-log"
     )]
     pub termination_log: PathBuf,
+    /// Tests only: acts as leader without the lock, to show the lock check
+    /// fails (tests/tests/lead_lock_check.rs). Never use it otherwise.
+    #[arg(long, hide = true)]
+    pub unsafe_skip_lead_lock: bool,
 }
 
 /// Everything the scheduler needs, resolved.
@@ -91,6 +96,9 @@ pub struct Config {
     /// `runs.owner` of the runs it starts.
     pub owner: String,
     pub termination_log: PathBuf,
+    /// Tests only: acts as leader without the lock, to show the lock check
+    /// fails (`--unsafe-skip-lead-lock`).
+    pub unsafe_skip_lead_lock: bool,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -146,6 +154,7 @@ impl SchedulerArgs {
             host,
             pid,
             termination_log: self.termination_log,
+            unsafe_skip_lead_lock: self.unsafe_skip_lead_lock,
         })
     }
 }

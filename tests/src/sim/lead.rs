@@ -1,4 +1,5 @@
-//! The instance's lead loop (seed 002), every tick on its dedicated lock
+//! The instance's lead loop (docs/protocol.md#the-instance-state-machine),
+//! every tick on its dedicated lock
 //! connection: the leader checks in `pg_locks` that it still holds the
 //! lock; the newest live instance that isn't draining takes the lead; an
 //! older one that sees a newer one, is asked, or gets SIGTERM steps down
@@ -16,6 +17,7 @@ use tokio::{
 
 use super::{
     args::Config,
+    decisions,
     link::Link,
     pooled::spawn_pooled,
     supervise::{spawn_pipeline, Runs},
@@ -184,7 +186,8 @@ impl State {
         id: i64,
         runs: &Runs,
     ) -> Result<Option<Exit>, DbError> {
-        if self.leading && !schedulers::holds_lead(db).await? {
+        // With --unsafe-skip-lead-lock (tests only) there is no lock to lose.
+        if self.leading && !config.unsafe_skip_lead_lock && !schedulers::holds_lead(db).await? {
             self.lost(Some(id), "not in pg_locks");
             schedulers::lost_lead(db, id).await?;
         }
@@ -204,9 +207,15 @@ impl State {
         }
         self.waiting = false;
         if self.draining.is_none() && !self.leading {
-            if schedulers::try_lead(db, id).await? {
+            if config.unsafe_skip_lead_lock {
+                // Tests only: a broken leader, for the lock check to catch.
+                self.leading = true;
+                tracing::warn!(id, "leading without the lock (--unsafe-skip-lead-lock)");
+                decisions::lead(db, id).await?;
+            } else if schedulers::try_lead(db, id).await? {
                 self.leading = true;
                 tracing::info!(id, "leading");
+                decisions::lead(db, id).await?;
             } else {
                 self.waiting = true;
             }

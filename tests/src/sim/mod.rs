@@ -1,14 +1,19 @@
-//! `orca-sim scheduler`, the reference scheduler (SPEC §5): it follows the
-//! instance half of the scheduler-instance protocol (seed 002) as morca's
+//! `orca-sim scheduler`, the reference scheduler
+//! (docs/architecture.md#the-reference-scheduler-orca-sim): it follows the
+//! instance half of the scheduler-instance protocol
+//! (docs/protocol.md#scheduler-instances) as morca's
 //! scheduler does, so that the tests, the local mode and the benchmarks run
 //! without morca. Its pipelines are `sleep:N` and `fail:N`.
 //!
 //! Start-up: [`overlap_refusal`](orca_db::schedulers::overlap_refusal) (a
-//! reason → the termination log, exit 75, nothing migrated), migrate, join,
-//! then the beat task ([`supervise`]) and the lead loop ([`lead`]).
+//! reason → the termination log, exit 75, nothing migrated), migrate, create
+//! `orca_sim.decisions` ([`decisions`]), join, then the beat task
+//! ([`supervise`]) and the lead loop ([`lead`]).
 
 pub mod args;
+pub mod decisions;
 mod lead;
+pub mod lead_check;
 mod link;
 mod pooled;
 pub mod probe;
@@ -27,7 +32,7 @@ use tokio::sync::watch;
 
 use self::{args::Config, lead::Lead, link::Link, supervise::Runs};
 
-/// The exit code of a refused overlap (SPEC §5).
+/// The exit code of a refused overlap (docs/protocol.md#stop-the-world).
 pub const EXIT_REFUSED: u8 = 75;
 
 /// Runs `$call` (a future using `$db`) until the database answers it, one
@@ -70,6 +75,12 @@ pub async fn scheduler(config: Config) -> u8 {
         tracing::error!(error = %e, "cannot migrate");
         return 1;
     }
+    if config.overlap {
+        if let Err(e) = prepare_decisions(&config, &mut link).await {
+            tracing::error!(error = %e, "cannot create orca_sim.decisions");
+            return 1;
+        }
+    }
     let id = if config.overlap {
         let me = Joining {
             host: &config.host,
@@ -97,6 +108,23 @@ pub async fn scheduler(config: Config) -> u8 {
     match exit {
         lead::Exit::Drained => 0,
         lead::Exit::EndedElsewhere => 1,
+    }
+}
+
+/// Creates the table its decisions as leader are recorded in
+/// ([`decisions`]), retrying while the database can't be reached.
+async fn prepare_decisions(config: &Config, link: &mut Link) -> Result<(), DbError> {
+    loop {
+        if let Some(db) = link.db().await {
+            match decisions::prepare(db).await {
+                Ok(()) => return Ok(()),
+                Err(e) if e.is_connection() => {
+                    link.failed(&e);
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        tokio::time::sleep(config.tick).await;
     }
 }
 

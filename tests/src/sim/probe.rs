@@ -1,21 +1,15 @@
 //! What the handover tests and the benchmark look at from outside: who
-//! holds LEAD_LOCK in `pg_locks` (sampled every 50 ms through a handover),
-//! the runs' rows, and the `finished` lines the schedulers print.
+//! holds LEAD_LOCK in `pg_locks` (sampled every 50 ms through a handover by
+//! [`LockSampler`], the lead-lock check of [`super::lead_check`]), the runs'
+//! rows, and the `finished` lines the schedulers print.
 
-use std::{
-    collections::BTreeMap,
-    sync::{
-        atomic::{AtomicBool, AtomicUsize, Ordering},
-        Arc,
-    },
-    time::Duration,
-};
+use std::collections::BTreeMap;
 
 use chrono::{DateTime, Utc};
 use orca_db::{schedulers::LEAD_LOCK, Db};
 
+pub use super::lead_check::LockSampler;
 use super::process::{field, Sim};
-use crate::pg;
 
 /// The backends holding LEAD_LOCK in this database, per `pg_locks`.
 pub async fn holders(db: &Db) -> Vec<i32> {
@@ -96,52 +90,6 @@ pub async fn runs(db: &Db, ids: &[i64]) -> BTreeMap<i64, RunRow> {
 
 pub async fn all_ended(db: &Db, ids: &[i64]) -> bool {
     runs(db, ids).await.values().all(RunRow::ended)
-}
-
-/// Samples `pg_locks` every 50 ms on its own connection; remembers the most
-/// holders of LEAD_LOCK it ever saw at once.
-pub struct LockSampler {
-    most: Arc<AtomicUsize>,
-    samples: Arc<AtomicUsize>,
-    stop: Arc<AtomicBool>,
-    task: tokio::task::JoinHandle<()>,
-}
-
-impl LockSampler {
-    pub async fn start(url: &str) -> Self {
-        let db = pg::connect(url).await;
-        let (most, samples, stop) = (
-            Arc::new(AtomicUsize::new(0)),
-            Arc::new(AtomicUsize::new(0)),
-            Arc::new(AtomicBool::new(false)),
-        );
-        let (m, n, s) = (most.clone(), samples.clone(), stop.clone());
-        let task = tokio::spawn(async move {
-            while !s.load(Ordering::Relaxed) {
-                m.fetch_max(holders(&db).await.len(), Ordering::Relaxed);
-                n.fetch_add(1, Ordering::Relaxed);
-                tokio::time::sleep(Duration::from_millis(50)).await;
-            }
-        });
-        LockSampler {
-            most,
-            samples,
-            stop,
-            task,
-        }
-    }
-
-    /// Stops; fails the test if any sample showed two holders.
-    pub async fn assert_never_two(self) {
-        self.stop.store(true, Ordering::Relaxed);
-        self.task.await.unwrap();
-        let n = self.samples.load(Ordering::Relaxed);
-        assert!(n > 0, "the pg_locks sampler took no sample");
-        assert!(
-            self.most.load(Ordering::Relaxed) <= 1,
-            "pg_locks showed two holders of LEAD_LOCK at once ({n} samples)"
-        );
-    }
 }
 
 /// A `finished run=R start=S status=X id=I` line.

@@ -1,14 +1,15 @@
-//! What only the leader does each tick (seed 002): requeue the runs of gone
+//! What only the leader does each tick: requeue the runs of gone
 //! instances once their heartbeats are stale too, and start queued runs.
 //! Both statements carry their own guard, so a leader that has just lost
 //! the lock, or an instance that a newer one has just joined beside, changes
-//! nothing.
+//! nothing. Each records what it decided in the same statement
+//! ([`decisions`]).
 
 use std::time::Duration;
 
 use orca_db::{schedulers, Db, DbError};
 
-use super::{args::Config, supervise::Run};
+use super::{args::Config, decisions, supervise::Run};
 
 /// A run the leader started, with its pipeline.
 pub struct Started {
@@ -21,15 +22,20 @@ fn ms(d: Duration) -> u128 {
 }
 
 /// With overlap on (`id` given): this session holds the lead, and no live
-/// instance newer than `id` is there to take it.
-fn lead_guard(id: Option<i64>, stale: Duration) -> String {
+/// instance newer than `id` is there to take it. With
+/// `--unsafe-skip-lead-lock` (tests only) the lock is not asked for.
+fn lead_guard(config: &Config, id: Option<i64>) -> String {
     match id {
         None => "true".into(),
         Some(id) => format!(
             "{held} and not exists (select 1 from orca.schedulers s
                  where s.id > {id} and s.role <> 'draining' and {live})",
-            held = schedulers::lead_held_cond(),
-            live = schedulers::live_cond(stale),
+            held = if config.unsafe_skip_lead_lock {
+                "true".into()
+            } else {
+                schedulers::lead_held_cond()
+            },
+            live = schedulers::live_cond(config.stale),
         ),
     }
 }
@@ -47,7 +53,8 @@ pub async fn requeue_orphans(
     let stale = ms(config.stale);
     let live = schedulers::live_cond(config.stale);
     let sql = format!(
-        "update orca.runs r
+        "with r as (
+         update orca.runs r
          set status = 'queued', owner = null, heartbeat = null, instance = null
          where r.status = 'running'
            and (r.heartbeat is null or r.heartbeat < now() - interval '{stale} milliseconds')
@@ -58,8 +65,14 @@ pub async fn requeue_orphans(
            and (select backend_start from pg_stat_activity where pid = pg_backend_pid())
                < now() - interval '{stale} milliseconds'
            and {guard}
-         returning r.id, r.start, (select instance from orca.runs o where o.id = r.id)",
-        guard = lead_guard(id, config.stale),
+         returning r.id, r.start, (select instance from orca.runs o where o.id = r.id) as instance
+         ){decided}
+         select id, start, instance from r",
+        guard = lead_guard(config, id),
+        decided = decisions::cte(
+            id,
+            "'requeue run=' || r.id || ' start=' || r.start || ' from=' || coalesce(r.instance::text, 'none')"
+        ),
     );
     let rows = db.query(&sql, &[&config.owner]).await?;
     Ok(rows
@@ -84,13 +97,17 @@ pub async fn start_queued(
     id: Option<i64>,
 ) -> Result<Vec<Started>, DbError> {
     let sql = format!(
-        "update orca.runs r
+        "with r as (
+         update orca.runs r
          set status = 'running', start = r.start + 1, instance = $1, owner = $2, heartbeat = now()
          where r.id in (select q.id from orca.runs q where q.status = 'queued'
                         order by q.id limit 100 for update skip locked)
            and {guard}
-         returning r.id, r.start, r.pipeline",
-        guard = lead_guard(id, config.stale),
+         returning r.id, r.start, r.pipeline
+         ){decided}
+         select id, start, pipeline from r",
+        guard = lead_guard(config, id),
+        decided = decisions::cte(id, "'start run=' || r.id || ' start=' || r.start"),
     );
     let rows = db.query(&sql, &[&id, &config.owner]).await?;
     let mut started: Vec<Started> = rows
