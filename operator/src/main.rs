@@ -56,6 +56,8 @@ enum Command {
     Run(orca_operator::k8s::RunArgs),
     /// Prints the CustomResourceDefinitions (what `crds/` holds).
     Crds,
+    /// Prints the API reference of the CRDs (what `docs/api.md` holds).
+    ApiDocs,
     /// Prints a line per scheduler instance not long gone, oldest first.
     Instances {
         #[command(flatten)]
@@ -165,6 +167,10 @@ async fn run(command: Command) -> anyhow::Result<ExitCode> {
             // A closed pipe (`| head`) is not an error worth a panic.
             use std::io::Write;
             let _ = std::io::stdout().write_all(crd::crds_yaml().as_bytes());
+        }
+        Command::ApiDocs => {
+            use std::io::Write;
+            let _ = std::io::stdout().write_all(crd::api_markdown().as_bytes());
         }
         Command::Instances { db, stale_seconds } => {
             return instances_cmd::instances(&db.url()?, secs(stale_seconds)?).await

@@ -1,11 +1,15 @@
 //! The custom resources, `orca.dev/v1alpha1` `Scheduler` and `WarmPool`
-//! (SPEC §6). The CRD YAML in `crds/` is generated from these types
+//! (docs/api.md). The CRD YAML in `crds/` is generated from these types
 //! (`orca-operator crds`), with the validation the API server applies:
 //! required fields, ranges, enums and CEL rules where fields relate.
 
+mod api_doc;
+mod condition;
 mod scheduler;
 mod warmpool;
 
+pub use api_doc::api_markdown;
+pub use condition::set_condition;
 pub use scheduler::*;
 pub use warmpool::*;
 

@@ -1,4 +1,5 @@
-//! The Kubernetes mode (`orca-operator run`, SPEC §6): the Scheduler
+//! The Kubernetes mode (`orca-operator run`,
+//! docs/architecture.md#the-scheduler-controller): the Scheduler
 //! controller around the pure [`crate::rollout::decide`].
 //!
 //! - [`pods`], [`jobs`] — the objects the rollout's actions create, and the
@@ -18,6 +19,7 @@ pub mod jobs;
 pub mod leader;
 pub mod metrics;
 pub mod pods;
+pub mod refusal;
 pub mod run;
 pub mod scheduler;
 pub mod server;
@@ -28,7 +30,8 @@ pub use scheduler::{error_policy, reconcile, Context, ReconcileError};
 
 /// Every pod and Job of a Scheduler carries its name.
 pub const LABEL_SCHEDULER: &str = "orca.dev/scheduler";
-/// The hash of the pod template (SPEC §6).
+/// The revision: a hash of what goes into the pod
+/// (docs/protocol.md#the-operators-rollout).
 pub const LABEL_REVISION: &str = "orca.dev/revision";
 /// The pod's sequence number: the highest is the newest.
 pub const LABEL_SEQUENCE: &str = "orca.dev/sequence";

@@ -143,7 +143,8 @@ async fn controllers(
             .for_each(|result| async move {
                 match result {
                     Ok((object, _)) => tracing::debug!(scheduler = %object.name, "reconciled"),
-                    Err(e) => warn!("scheduler controller: {e}"),
+                    // error_policy said it already: one line per failure.
+                    Err(e) => tracing::debug!("scheduler controller: {e}"),
                 }
             })
     });

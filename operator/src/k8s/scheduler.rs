@@ -24,7 +24,7 @@ use tracing::{info, warn, Instrument};
 
 use super::act::{act, ActError};
 use super::leader::{Fence, Fenced};
-use super::{database, jobs, metrics::Metrics, pods, LABEL_SCHEDULER, MANAGER};
+use super::{database, jobs, metrics::Metrics, pods, refusal, LABEL_SCHEDULER, MANAGER};
 use crate::crd::{Scheduler, SchedulerStatus};
 use crate::rollout::{self, decide, Decision, Observed};
 
@@ -37,6 +37,7 @@ pub struct Context {
     connections: database::Connections,
     /// Until when this replica may act (see [`super::leader`]).
     pub(super) fence: Fence,
+    backoff: refusal::Backoff,
 }
 
 impl Context {
@@ -54,6 +55,7 @@ impl Context {
             metrics,
             connections: database::Connections::default(),
             fence,
+            backoff: refusal::Backoff::default(),
         }
     }
 }
@@ -152,7 +154,10 @@ async fn pass(
         if matches!(&e, ActError::AskDrain { source, .. } if source.is_connection()) {
             ctx.connections.forget(&ns, &name);
         }
-        return Err(e.into());
+        let Some((reason, message)) = refusal::refusal(&e) else {
+            return Err(e.into());
+        };
+        return refused(&scheduler, &ctx, &observed, decision, reason, message).await;
     }
     publish(&scheduler, &ctx, &decision).await;
     if decision.status != observed.status {
@@ -160,7 +165,45 @@ async fn pass(
         ctx.metrics
             .status(&ns, &name, &observed.status, &decision.status);
     }
+    ctx.backoff.succeeded(&ns, &name);
     Ok(Requeue::requeue(decision.requeue))
+}
+
+/// The API server refused a write for good: `Degraded` with its message,
+/// a Warning Event when that is news, the status written all the same,
+/// and a long pause before the next try (see [`refusal`]).
+async fn refused(
+    scheduler: &Scheduler,
+    ctx: &Context,
+    observed: &Observed,
+    mut decision: Decision,
+    reason: &str,
+    message: String,
+) -> Result<Requeue, ReconcileError> {
+    let ns = namespace_of(scheduler);
+    let name = scheduler.name_any();
+    let now = k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+        k8s_openapi::jiff::Timestamp::now(),
+    );
+    let news = !observed.status.conditions.iter().any(|c| {
+        c.type_ == "Degraded" && c.status == "True" && c.reason == reason && c.message == message
+    });
+    refusal::degrade(&mut decision.status, reason, &message, now, observed.generation);
+    decision.actions.clear();
+    decision.events = if news {
+        warn!(scheduler = %name, namespace = %ns, reason, "{message}");
+        vec![rollout::Event::warning(reason, message)]
+    } else {
+        Vec::new()
+    };
+    publish(scheduler, ctx, &decision).await;
+    if decision.status != observed.status {
+        apply_status(scheduler, ctx, &ns, &decision.status).await?;
+        ctx.metrics
+            .status(&ns, &name, &observed.status, &decision.status);
+    }
+    ctx.metrics.failed(&ns, &name, "act");
+    Ok(Requeue::requeue(refusal::REFUSED_RETRY))
 }
 
 /// A failed reconcile is logged, counted and tried again shortly.
@@ -171,9 +214,10 @@ pub fn error_policy(
 ) -> Requeue {
     let ns = namespace_of(&scheduler);
     let name = scheduler.name_any();
-    warn!(scheduler = %name, namespace = %ns, stage = error.stage(), "reconcile failed: {error}");
+    let delay = ctx.backoff.failed(&ns, &name);
+    warn!(scheduler = %name, namespace = %ns, stage = error.stage(), retry_in = ?delay, "reconcile failed: {error}");
     ctx.metrics.failed(&ns, &name, error.stage());
-    Requeue::requeue(Duration::from_secs(5))
+    Requeue::requeue(delay)
 }
 
 async fn observe(

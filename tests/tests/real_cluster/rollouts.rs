@@ -164,3 +164,44 @@ async fn a_scheduler_named_with_a_dot_gets_its_pod_and_leads() {
         leader.pod
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pod_the_api_server_refuses_shows_as_degraded_with_its_message() {
+    let stage = OnCluster::new("refused").await;
+    // The CRD takes any toleration; the API server refuses the pod.
+    let extra = "  podTemplate:\n    tolerations:\n    - {key: ops, operator: Sometimes}\n";
+    stage
+        .apply_scheduler(&scheduler("orca", "v1", &[], extra))
+        .await;
+    let s = stage
+        .wait_scheduler(
+            "orca",
+            "Degraded with the server's reason",
+            Duration::from_secs(60),
+            |s| {
+                s.phase == Phase::Degraded
+                    && s.conditions.iter().any(|c| {
+                        c.type_ == "Degraded" && c.status == "True" && c.reason == "PodRefused"
+                    })
+            },
+        )
+        .await;
+    let degraded = s
+        .conditions
+        .iter()
+        .find(|c| c.type_ == "Degraded")
+        .expect("the Degraded condition");
+    assert!(
+        degraded.message.contains("tolerations") && degraded.message.contains("Sometimes"),
+        "the condition carries the server's own message: {}",
+        degraded.message
+    );
+    let events = stage
+        .wait_event("orca", "PodRefused", Duration::from_secs(10))
+        .await;
+    assert_eq!(
+        events.iter().filter(|e| e.starts_with("PodRefused:")).count(),
+        1,
+        "said once: {events:#?}"
+    );
+}

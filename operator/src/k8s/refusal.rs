@@ -1,0 +1,136 @@
+//! What the Scheduler controller does when the API server refuses one of
+//! its writes for good — a 4xx other than a conflict (409) or too many
+//! requests (429): a pod name it will not take, a forbidden verb, a spec it
+//! finds invalid. Retrying every few seconds changes nothing and shows the
+//! user nothing; instead the Scheduler goes `Degraded` with the server's
+//! own message (and a Warning Event), its status is still written, and the
+//! write is tried again after a long pause. Transient errors (5xx, 409,
+//! 429, the network) are retried with a growing back-off instead
+//! ([`Backoff`]).
+
+use std::{
+    collections::HashMap,
+    sync::Mutex,
+    time::Duration,
+};
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+
+use super::act::ActError;
+use crate::crd::{set_condition, Phase, SchedulerStatus};
+
+/// How long a refused write waits before it is tried again: the user has
+/// to change something first, and a change of the spec retriggers at once.
+pub const REFUSED_RETRY: Duration = Duration::from_secs(60);
+
+/// The condition reason and message for `error`, if it is a refusal.
+pub fn refusal(error: &ActError) -> Option<(&'static str, String)> {
+    let (reason, what, source) = match error {
+        ActError::CreatePod { pod, source } => ("PodRefused", format!("creating pod {pod}"), source),
+        ActError::DeletePod { pod, source } => ("PodRefused", format!("deleting pod {pod}"), source),
+        ActError::CreateJob { job, source } => ("JobRefused", format!("creating Job {job}"), source),
+        ActError::DeleteJob { job, source } => ("JobRefused", format!("deleting Job {job}"), source),
+        _ => return None,
+    };
+    match source {
+        kube::Error::Api(status) if is_permanent(status.code) => Some((
+            reason,
+            format!("the API server refused {what}: {}", status.message),
+        )),
+        _ => None,
+    }
+}
+
+/// 4xx, less the codes that say "try again".
+fn is_permanent(code: u16) -> bool {
+    (400..500).contains(&code) && code != 409 && code != 429
+}
+
+/// `status` as a refusal leaves it: `Degraded` with `reason` and the
+/// server's message.
+pub fn degrade(
+    status: &mut SchedulerStatus,
+    reason: &str,
+    message: &str,
+    now: Time,
+    generation: Option<i64>,
+) {
+    status.phase = Phase::Degraded;
+    set_condition(
+        &mut status.conditions,
+        "Degraded",
+        true,
+        reason,
+        message,
+        now,
+        generation,
+    );
+}
+
+/// Consecutive failed reconciles per Scheduler, for a back-off that grows
+/// (5 s, 10 s, … 5 min) and starts over after a success.
+#[derive(Default)]
+pub struct Backoff {
+    failures: Mutex<HashMap<(String, String), u32>>,
+}
+
+impl Backoff {
+    /// The delay before the next try of `namespace/name`, after one more
+    /// failure.
+    pub fn failed(&self, namespace: &str, name: &str) -> Duration {
+        let mut failures = self.failures.lock().unwrap_or_else(|p| p.into_inner());
+        let n = failures
+            .entry((namespace.to_string(), name.to_string()))
+            .or_insert(0);
+        *n = n.saturating_add(1);
+        let secs = 5u64.saturating_mul(1 << (*n - 1).min(6));
+        Duration::from_secs(secs.min(300))
+    }
+
+    /// `namespace/name` reconciled: the back-off starts over.
+    pub fn succeeded(&self, namespace: &str, name: &str) {
+        self.failures
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&(namespace.to_string(), name.to_string()));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn api_error(code: u16) -> kube::Error {
+        kube::Error::Api(
+            kube::core::Status::failure("Pod \"x\" is invalid: spec.hostname: Invalid value", "Invalid")
+                .with_code(code)
+                .boxed(),
+        )
+    }
+
+    #[test]
+    fn a_4xx_is_a_refusal_but_a_conflict_throttling_or_5xx_is_not() {
+        let pod = |code| ActError::CreatePod {
+            pod: "orca-x-1".into(),
+            source: api_error(code),
+        };
+        let (reason, message) = refusal(&pod(422)).expect("422 is a refusal");
+        assert_eq!(reason, "PodRefused");
+        assert!(message.contains("creating pod orca-x-1"), "{message}");
+        assert!(message.contains("spec.hostname"), "the server's own words: {message}");
+        assert!(refusal(&pod(403)).is_some());
+        for code in [409, 429, 500, 503] {
+            assert!(refusal(&pod(code)).is_none(), "{code}");
+        }
+    }
+
+    #[test]
+    fn the_back_off_grows_and_starts_over_after_a_success() {
+        let b = Backoff::default();
+        let delays: Vec<u64> = (0..9).map(|_| b.failed("ns", "a").as_secs()).collect();
+        assert_eq!(delays, [5, 10, 20, 40, 80, 160, 300, 300, 300]);
+        assert_eq!(b.failed("ns", "other").as_secs(), 5, "per Scheduler");
+        b.succeeded("ns", "a");
+        assert_eq!(b.failed("ns", "a").as_secs(), 5);
+    }
+}
