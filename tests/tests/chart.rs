@@ -171,12 +171,13 @@ fn expected(items: &[(&str, &str, &[&str])]) -> Grants {
 
 /// What the operator does in a namespace it watches, and nothing more.
 fn workload_grants() -> Grants {
-    const READ: &[&str] = &["get", "list", "watch"];
+    // patch: the finalizers of Schedulers and WarmPools.
+    const OWN: &[&str] = &["get", "list", "watch", "patch"];
     const RUN: &[&str] = &["get", "list", "watch", "create", "delete"];
     const RECORD: &[&str] = &["create", "patch"];
     expected(&[
-        ("orca.dev", "schedulers", READ),
-        ("orca.dev", "warmpools", READ),
+        ("orca.dev", "schedulers", OWN),
+        ("orca.dev", "warmpools", OWN),
         ("orca.dev", "schedulers/status", &["patch"]),
         ("orca.dev", "warmpools/status", &["patch"]),
         ("orca.dev", "schedulers/finalizers", &["update"]),

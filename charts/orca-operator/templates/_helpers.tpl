@@ -67,9 +67,11 @@ Jobs; read the database Secret a Scheduler names (get only: never list or
 watch every Secret); record events.
 */}}
 {{- define "orca-operator.rules" -}}
+# patch: the finalizers that hold a Scheduler until its instances have
+# drained, and a WarmPool until its instances are terminated.
 - apiGroups: ["orca.dev"]
   resources: ["schedulers", "warmpools"]
-  verbs: ["get", "list", "watch"]
+  verbs: ["get", "list", "watch", "patch"]
 - apiGroups: ["orca.dev"]
   resources: ["schedulers/status", "warmpools/status"]
   verbs: ["patch"]

@@ -15,6 +15,7 @@
 
 pub mod act;
 pub mod database;
+pub mod deletion;
 pub mod jobs;
 pub mod leader;
 pub mod metrics;

@@ -1,4 +1,5 @@
-//! The scheduler Pod of a revision (SPEC §5–§6), and what `decide` reads
+//! The scheduler Pod of a revision (docs/protocol.md#the-operators-rollout),
+//! and what `decide` reads
 //! back from a Pod ([`PodView`]).
 //!
 //! The operator manages these pods itself, as CloudNativePG does: one per
@@ -17,16 +18,17 @@ use kube::{Resource, ResourceExt};
 
 use super::{LABEL_REVISION, LABEL_SCHEDULER, LABEL_SEQUENCE};
 use crate::crd::{Scheduler, SchedulerSpec};
-use crate::rollout::{scheduler_label, PodState, PodView, Time};
+use crate::rollout::{scheduler_label, PodState, PodView, Time, Waiting};
 
 /// The scheduler container's name in every pod.
 pub const CONTAINER: &str = "scheduler";
 
-/// The variables of the image contract (SPEC §5); the operator sets them,
-/// `spec.env` can't.
+/// The variables of the image contract
+/// (docs/architecture.md#the-reference-scheduler-orca-sim); the operator sets
+/// them, `spec.env` can't.
 const CONTRACT: [&str; 3] = ["ORCA_DATABASE_URL", "ORCA_OVERLAP", "ORCA_IMAGE"];
 
-/// The environment of SPEC §5 for `image`: `ORCA_DATABASE_URL` from the
+/// The image contract's environment for `image`: `ORCA_DATABASE_URL` from the
 /// Secret (a `secretKeyRef`, never a literal), `ORCA_OVERLAP`, `ORCA_IMAGE`,
 /// then `spec.env` (less any of those three names).
 pub fn contract_env(spec: &SchedulerSpec, image: &str) -> Vec<EnvVar> {
@@ -115,15 +117,23 @@ pub fn scheduler_pod(
         },
         spec: Some(PodSpec {
             hostname: Some(name.into()),
+            termination_grace_period_seconds: Some(termination_grace(spec)),
             ..pod_spec(spec, CONTAINER, image, &spec.command, &spec.args)
         }),
         status: None,
     }
 }
 
+/// How long a scheduler pod told to stop (SIGTERM) has before SIGKILL: long
+/// enough for a leader to step down and its row to be seen gone (a few of
+/// its stale limits), rather than Kubernetes' 30 s default.
+pub fn termination_grace(spec: &SchedulerSpec) -> i64 {
+    (spec.handover.stale_seconds.max(1) * 3).max(60)
+}
+
 /// What a scheduler pod and a register Job's pod share: container
-/// `container` running `image` with `command`/`args`, the environment of
-/// SPEC §5 and the pod template, never restarted in place.
+/// `container` running `image` with `command`/`args`, the image contract's
+/// environment and the pod template, never restarted in place.
 pub fn pod_spec(
     spec: &SchedulerSpec,
     container: &str,
@@ -185,11 +195,23 @@ pub fn pod_view(pod: &Pod) -> Option<PodView> {
     let image = spec_container
         .and_then(|c| c.image.clone())
         .unwrap_or_default();
-    let started = container_status(pod)
-        .and_then(|c| c.state.as_ref())
-        .and_then(|s| s.running.as_ref())
-        .and_then(|r| r.started_at.as_ref())
+    let state = container_status(pod).and_then(|c| c.state.as_ref());
+    // A container that ended keeps its start: how long it ran decides
+    // whether it was crash-looping.
+    let started = state
+        .and_then(|s| {
+            s.running
+                .as_ref()
+                .and_then(|r| r.started_at.as_ref())
+                .or(s.terminated.as_ref().and_then(|t| t.started_at.as_ref()))
+        })
         .map(chrono_of);
+    let waiting = state.and_then(|s| s.waiting.as_ref()).and_then(|w| {
+        Some(Waiting {
+            reason: w.reason.clone()?,
+            message: w.message.clone().unwrap_or_default(),
+        })
+    });
     Some(PodView {
         name: pod.name_any(),
         revision,
@@ -198,6 +220,7 @@ pub fn pod_view(pod: &Pod) -> Option<PodView> {
         created,
         started,
         state: pod_state(pod, created),
+        waiting,
         deleting: pod.metadata.deletion_timestamp.is_some(),
     })
 }
@@ -252,7 +275,8 @@ fn pod_state(pod: &Pod, created: Time) -> PodState {
 #[cfg(test)]
 pub(crate) mod tests {
     use k8s_openapi::api::core::v1::{
-        ContainerState, ContainerStateRunning, ContainerStateTerminated, PodStatus, Toleration,
+        ContainerState, ContainerStateRunning, ContainerStateTerminated, ContainerStateWaiting,
+        PodStatus, Toleration,
     };
 
     use super::*;
@@ -302,7 +326,7 @@ pub(crate) mod tests {
     }
 
     #[test]
-    fn the_pod_follows_spec_section_6() {
+    fn the_pod_follows_the_image_contract() {
         let pod = scheduler_pod(&scheduler(), "orca-abc-3", "abc", 3, "orca:v2");
         let meta = &pod.metadata;
         assert_eq!(meta.namespace.as_deref(), Some("jobs"));
@@ -452,6 +476,46 @@ pub(crate) mod tests {
             other => panic!("{other:?}"),
         }
         assert!(view.deleting);
+    }
+
+    /// The kubelet's reason for a container that does not run yet (an image
+    /// it cannot pull) reaches `decide`, and an ended container keeps its
+    /// start, so its run time is known.
+    #[test]
+    fn a_waiting_container_says_why_and_an_ended_one_keeps_its_start() {
+        let pulling = ContainerState {
+            waiting: Some(ContainerStateWaiting {
+                reason: Some("ErrImagePull".into()),
+                message: Some("rpc error: manifest for orca:v9 not found".into()),
+            }),
+            ..Default::default()
+        };
+        let view = pod_view(&with_state(pulling, "Pending")).unwrap();
+        assert_eq!(view.state, PodState::Pending);
+        assert_eq!(
+            view.waiting,
+            Some(Waiting {
+                reason: "ErrImagePull".into(),
+                message: "rpc error: manifest for orca:v9 not found".into(),
+            })
+        );
+        assert_eq!(view.started, None);
+
+        let ended = ContainerState {
+            terminated: Some(ContainerStateTerminated {
+                exit_code: 1,
+                started_at: Some(KubeTime("2026-01-01T00:00:30Z".parse().unwrap())),
+                finished_at: Some(KubeTime("2026-01-01T00:01:00Z".parse().unwrap())),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let view = pod_view(&with_state(ended, "Failed")).unwrap();
+        assert_eq!(view.waiting, None);
+        assert_eq!(
+            view.started.map(|t| t.to_rfc3339()).as_deref(),
+            Some("2026-01-01T00:00:30+00:00")
+        );
     }
 
     #[test]

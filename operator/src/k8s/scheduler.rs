@@ -24,7 +24,7 @@ use tracing::{info, warn, Instrument};
 
 use super::act::{act, ActError};
 use super::leader::{Fence, Fenced};
-use super::{database, jobs, metrics::Metrics, pods, refusal, LABEL_SCHEDULER, MANAGER};
+use super::{database, deletion, jobs, metrics::Metrics, pods, refusal, LABEL_SCHEDULER, MANAGER};
 use crate::crd::{Scheduler, SchedulerStatus};
 use crate::rollout::{self, decide, Decision, Observed};
 
@@ -108,6 +108,8 @@ pub enum ReconcileError {
     Act(#[from] ActError),
     #[error("status: {0}")]
     Status(#[from] StatusError),
+    #[error("finalizer: {0}")]
+    Finalizer(#[from] super::deletion::FinalizerError),
 }
 
 impl ReconcileError {
@@ -116,6 +118,7 @@ impl ReconcileError {
             ReconcileError::Observe(_) => "observe",
             ReconcileError::Act(_) => "act",
             ReconcileError::Status(_) => "status",
+            ReconcileError::Finalizer(_) => "finalizer",
         }
     }
 }
@@ -144,9 +147,20 @@ async fn pass(
 ) -> Result<Requeue, ReconcileError> {
     ctx.metrics.reconciled(&ns, &name);
     if scheduler.metadata.deletion_timestamp.is_some() {
-        // Its pods and Jobs go with it (owner references); start nothing.
-        ctx.connections.forget(&ns, &name);
-        return Ok(Requeue::await_change());
+        if !deletion::has_finalizer(&scheduler) {
+            // Its pods and Jobs go with it (owner references).
+            ctx.connections.forget(&ns, &name);
+            return Ok(Requeue::await_change());
+        }
+        let (observed, db) = observe(&scheduler, &ctx, &ns).await?;
+        let requeue = deletion::pass(scheduler.clone(), &ctx, &ns, observed, db).await?;
+        if !deletion::has_finalizer(&scheduler) {
+            ctx.connections.forget(&ns, &name);
+        }
+        return Ok(requeue);
+    }
+    if !deletion::has_finalizer(&scheduler) && !scheduler.spec.paused {
+        deletion::add_finalizer(&ctx, &scheduler, &ns).await?;
     }
     let (observed, db) = observe(&scheduler, &ctx, &ns).await?;
     let decision = decide(&observed);
@@ -295,7 +309,7 @@ async fn observe(
 
 /// An Event per step, on the Scheduler. An Event that can't be posted is
 /// logged: the step happened all the same. Behind the fence, none is.
-async fn publish(scheduler: &Scheduler, ctx: &Context, decision: &Decision) {
+pub(super) async fn publish(scheduler: &Scheduler, ctx: &Context, decision: &Decision) {
     let reference = scheduler.object_ref(&());
     for e in &decision.events {
         let event = KubeEvent {
@@ -332,7 +346,7 @@ pub fn event_action(reason: &str, note: &str) -> String {
 }
 
 /// Writes `status` whole (see [`write_status`]).
-async fn apply_status(
+pub(super) async fn apply_status(
     scheduler: &Scheduler,
     ctx: &Context,
     ns: &str,
