@@ -202,6 +202,9 @@ async fn refused(
     let news = !observed.status.conditions.iter().any(|c| {
         c.type_ == "Degraded" && c.status == "True" && c.reason == reason && c.message == message
     });
+    // What was decided did not happen: the status stays what it was (the
+    // same pod is tried again, under the same name), only Degraded.
+    decision.status = observed.status.clone();
     refusal::degrade(&mut decision.status, reason, &message, now, observed.generation);
     decision.actions.clear();
     decision.events = if news {
