@@ -1,5 +1,6 @@
 //! Embeds every `migrations/NNNN_name.sql` file, in order, so each binary
-//! knows its migrations (seed 002: "migrations known") without reading disk.
+//! knows its migrations (the `migrations` count it records when it joins)
+//! without reading disk.
 use std::{env, fs, path::Path};
 
 fn main() {

@@ -1,6 +1,7 @@
 //! The `orca` schema and everything the orca components say to Postgres:
 //! the connection layer ([`connect`]), the migrator ([`migrate`]) and the
-//! protocols of SPEC §3 (scheduler instances and the warm pool's hand-out).
+//! protocols of docs/protocol.md (scheduler instances and the warm pool's
+//! hand-out).
 //!
 //! The operator, the pool agent and the reference scheduler all use this one
 //! implementation, so the protocol cannot drift between the two halves.

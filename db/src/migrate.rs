@@ -26,7 +26,8 @@ pub struct Migration {
 #[derive(Clone, Debug)]
 pub struct Migrations(Vec<Migration>);
 
-/// How many migrations this binary knows (seed 002's `migrations`).
+/// How many migrations this binary knows: what it records in
+/// `orca.schedulers.migrations` when it joins.
 pub fn known() -> i32 {
     EMBEDDED.len() as i32
 }

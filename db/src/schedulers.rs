@@ -1,5 +1,6 @@
-//! Scheduler instances (seed 002, `orca.instances`; SPEC §3): two schedulers
-//! of different images overlapping on one Postgres during a deploy.
+//! Scheduler instances (`orca.schedulers`;
+//! docs/protocol.md#scheduler-instances): two schedulers of different
+//! images overlapping on one Postgres during a deploy.
 //!
 //! The instance half ([`join`], [`beat`], [`newer`], [`try_lead`],
 //! [`holds_lead`], [`step_down`], [`end`], [`overlap_refusal`]) is what a
@@ -16,7 +17,8 @@ mod driving;
 
 pub use driving::{instances, lead_state, observe, wait_for_lead, LeadState, SchedulerRow};
 
-/// The session advisory lock the leading instance holds (seed 002).
+/// The session advisory lock the leading instance holds
+/// (docs/protocol.md#the-lead-lock).
 pub const LEAD_LOCK: i64 = 1869767525;
 
 /// The channel [`join`], [`try_lead`], [`step_down`], [`end`] and
@@ -25,7 +27,7 @@ pub const LEAD_LOCK: i64 = 1869767525;
 pub const CHANNEL: &str = "orca_schedulers";
 
 /// SQL true for a row of `orca.schedulers` that is live: not ended, and seen
-/// within `stale` (seed 002 `live_cond`).
+/// within `stale` (docs/protocol.md#liveness).
 pub fn live_cond(stale: Duration) -> String {
     live_of("", stale)
 }
@@ -84,7 +86,7 @@ impl fmt::Display for Role {
     }
 }
 
-/// The process that joins (seed 002 `join`).
+/// The process that joins (`join`).
 #[derive(Clone, Copy, Debug)]
 pub struct Joining<'a> {
     /// The host name (the pod's name in Kubernetes).
@@ -269,7 +271,7 @@ pub async fn ask_drain(db: &Db, id: i64, stale: Duration) -> Result<bool, DbErro
     Ok(db.query_opt(&sql, &[&id, &CHANNEL]).await?.is_some())
 }
 
-/// A live instance that knows fewer migrations than a floor (seed 003).
+/// A live instance that knows fewer migrations than a floor.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Older {
     pub id: i64,
@@ -278,7 +280,7 @@ pub struct Older {
 }
 
 /// The instances still going (live) that know fewer than `floor` migrations;
-/// none where `orca.schedulers` doesn't exist yet (seed 003 `live_older`).
+/// none where `orca.schedulers` doesn't exist yet.
 pub async fn live_older(db: &Db, floor: i32, stale: Duration) -> Result<Vec<Older>, DbError> {
     if !schedulers_exist(db).await? {
         return Ok(Vec::new());

@@ -1,5 +1,6 @@
-//! `orca-operator instances`, `drain <id>` and `wait-for-lead` (seed 002):
-//! the driving half of the scheduler-instance protocol, by hand.
+//! `orca-operator instances`, `drain <id>` and `wait-for-lead`
+//! (docs/protocol.md#the-calls): the driving half of the scheduler-instance
+//! protocol, by hand.
 
 use std::{process::ExitCode, time::Duration};
 

@@ -1,5 +1,6 @@
-//! The command line of seed 000 (`pool-wait`, `pool-next`) and the
-//! environment: anything wrong here is a one-line usage error, exit 2.
+//! The command line (`pool-wait`, `pool-next`;
+//! docs/protocol.md#the-agents-commands) and the environment: anything
+//! wrong here is a one-line usage error, exit 2.
 
 use std::{ffi::OsString, time::Duration};
 
@@ -8,7 +9,7 @@ use orca_db::{DatabaseUrl, DbError};
 pub const USAGE: &str = "usage: orca-pool-agent pool-wait <instance> <run> <start> | orca-pool-agent pool-next <instance> <run> <start> <seconds>";
 
 pub const HELP: &str = "\
-orca-pool-agent: an EC2 instance's side of the orca warm pool (seed 000)
+orca-pool-agent: an EC2 instance's side of the orca warm pool
 
 usage:
   orca-pool-agent pool-wait <instance> <run> <start>
@@ -18,7 +19,8 @@ usage:
       marks the row of the run served idle (run 0, start 0: the instance's
       warm row, created in ORCA_POOL) and waits for a hand-out: prints
       `next <run> <start> <head address> <0|1>` and exits 0; exits 1 when
-      its row ends with no other, or <seconds> and a minute more pass
+      its row ends with no other, the operator claims the instance, or
+      <seconds> and a minute more pass
 
 exit: 0 and 1 as above; 2 for bad arguments or a missing or malformed URL
 

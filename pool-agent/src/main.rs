@@ -1,6 +1,6 @@
 //! `orca-pool-agent`: what each EC2 instance of a warm pool runs between
-//! runs (seed 000, SPEC §4). stdout carries only the `next` line; logs go to
-//! stderr, a line per event.
+//! runs (docs/protocol.md#the-agents-commands). stdout carries only the
+//! `next` line; logs go to stderr, a line per event.
 
 mod cli;
 mod next;

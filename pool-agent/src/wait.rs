@@ -1,6 +1,7 @@
-//! `pool-wait <instance> <run> <start>` (seed 000): beside a worker's
-//! processes, until the run is over for the instance. Dista workers don't
-//! end with their head, so this is how a worker knows to stop.
+//! `pool-wait <instance> <run> <start>`
+//! (docs/protocol.md#the-agents-commands): beside a worker's processes,
+//! until the run is over for the instance. Dista workers don't end with
+//! their head, so this is how a worker knows to stop.
 
 use std::{process::ExitCode, time::Duration};
 

@@ -1,7 +1,7 @@
-//! The driving half of the scheduler-instance protocol (seed 002), the
-//! operator's: a snapshot of the rows with what only the database can say
-//! (live, holding the lead lock), the `instances` lines, and
-//! `wait_for_lead`.
+//! The driving half of the scheduler-instance protocol
+//! (docs/protocol.md#the-calls), the operator's: a snapshot of the rows
+//! with what only the database can say (live, holding the lead lock), the
+//! `instances` lines, and `wait_for_lead`.
 
 use std::{fmt, time::Duration};
 
@@ -12,7 +12,7 @@ use super::{lead_lock_granted, live_of, Role, CHANNEL};
 use crate::{Db, DbError};
 
 /// Instances last seen or ended longer ago than this are left out of
-/// [`instances`] (seed 002: "not long gone").
+/// [`instances`] (they are "long gone").
 const LONG_GONE: &str = "1 hour";
 
 /// One row of `orca.schedulers` as the operator sees it, with what only the
@@ -161,7 +161,7 @@ pub struct LeadState {
 
 impl LeadState {
     /// The handover is over: no instance is live, or the newest live one
-    /// holds the lock (seed 002 `wait_for_lead`).
+    /// holds the lock (what `wait_for_lead` waits for).
     pub fn is_over(&self) -> bool {
         match &self.newest {
             None => true,

@@ -1,6 +1,7 @@
-//! The register Job of a revision (SPEC §5: `spec.register.command` run
-//! with the new image, only once `wait_for_lead` is true), and what
-//! `decide` reads back from a Job ([`JobView`]).
+//! The register Job of a revision (`spec.register.command` run with the new
+//! image, only once `wait_for_lead` is true;
+//! docs/protocol.md#rollout-with-overlap-on), and what `decide` reads back
+//! from a Job ([`JobView`]).
 
 use k8s_openapi::api::batch::v1::{Job, JobSpec};
 use k8s_openapi::api::core::v1::PodTemplateSpec;
@@ -10,17 +11,21 @@ use kube::ResourceExt;
 use super::pods::{chrono_of, labels, non_empty, owner, pod_spec};
 use super::{LABEL_COMPONENT, LABEL_REVISION};
 use crate::crd::{Register, Scheduler};
-use crate::rollout::{JobState, JobView};
+use crate::rollout::{register_hash, JobState, JobView};
 
 /// The register container's name.
 pub const CONTAINER: &str = "register";
+/// The label holding the hash of the register step a Job runs
+/// ([`register_hash`]): a change of `spec.register` registers again.
+pub const LABEL_REGISTER: &str = "orca.dev/register";
 /// Retries of a failed register pod before the Job fails.
 const BACKOFF_LIMIT: i32 = 2;
 
 /// The Job of `Action::CreateRegisterJob`: `register.command`/`args` with
 /// `image` and the scheduler's environment, bounded by
-/// `register.timeoutSeconds`. It is kept once finished (no TTL): `decide`
-/// finds the revision's Job to know it has registered.
+/// `register.timeoutSeconds`, labelled with the register step's hash. It is
+/// kept once finished (no TTL): `decide` finds the revision's Job to know
+/// it has registered.
 pub fn register_job(
     scheduler: &Scheduler,
     register: &Register,
@@ -32,6 +37,7 @@ pub fn register_job(
     let template = spec.pod_template.clone().unwrap_or_default();
     let mut labels = labels(scheduler, revision);
     labels.insert(LABEL_COMPONENT.into(), "register".into());
+    labels.insert(LABEL_REGISTER.into(), register_hash(register));
     Job {
         metadata: ObjectMeta {
             name: Some(name.into()),
@@ -65,7 +71,9 @@ pub fn register_job(
 
 /// What `decide` sees of a register Job; `None` without the revision label.
 pub fn job_view(job: &Job) -> Option<JobView> {
-    let revision = job.metadata.labels.as_ref()?.get(LABEL_REVISION)?.clone();
+    let labels = job.metadata.labels.as_ref()?;
+    let revision = labels.get(LABEL_REVISION)?.clone();
+    let register = labels.get(LABEL_REGISTER).cloned();
     let created = job
         .metadata
         .creation_timestamp
@@ -97,13 +105,19 @@ pub fn job_view(job: &Job) -> Option<JobView> {
             .flatten()
             .collect::<Vec<_>>()
             .join(": ");
-        JobState::Failed { message: why }
+        let at = failed
+            .last_transition_time
+            .as_ref()
+            .map(chrono_of)
+            .unwrap_or(created);
+        JobState::Failed { message: why, at }
     } else {
         JobState::Running
     };
     Some(JobView {
         name: job.name_any(),
         revision,
+        register,
         created,
         state,
     })
@@ -138,6 +152,7 @@ mod tests {
         assert_eq!(labels["orca.dev/scheduler"], "orca");
         assert_eq!(labels["orca.dev/revision"], "abc");
         assert_eq!(labels["orca.dev/component"], "register");
+        assert_eq!(labels["orca.dev/register"], register_hash(&register()));
         let owner = &job.metadata.owner_references.as_ref().unwrap()[0];
         assert_eq!(
             (owner.kind.as_str(), owner.controller),
@@ -190,10 +205,18 @@ mod tests {
         assert!(
             matches!(done.state, JobState::Succeeded { at } if at.to_rfc3339() == "2026-01-01T00:03:00+00:00")
         );
+        assert_eq!(done.register, Some(register_hash(&register())));
         let failed = job_view(&with("Failed", Some("DeadlineExceeded"))).unwrap();
         assert!(
-            matches!(failed.state, JobState::Failed { ref message } if message.starts_with("DeadlineExceeded: Job was active"))
+            matches!(failed.state, JobState::Failed { ref message, at } if message.starts_with("DeadlineExceeded: Job was active") && at.to_rfc3339() == "2026-01-01T00:03:00+00:00"),
+            "{:?}",
+            failed.state
         );
+        let mut legacy = with("Complete", None);
+        if let Some(labels) = legacy.metadata.labels.as_mut() {
+            labels.remove(LABEL_REGISTER);
+        }
+        assert_eq!(job_view(&legacy).unwrap().register, None);
         assert_eq!(
             job_view(&with("SuccessCriteriaMet", None)).unwrap().state,
             JobState::Running

@@ -1,4 +1,5 @@
-//! The Scheduler controller's Prometheus metrics (SPEC §6): reconciles,
+//! The Scheduler controller's Prometheus metrics
+//! (docs/operations.md#scheduler-metrics): reconciles,
 //! reconcile errors by stage, handover durations (`lastHandover` started →
 //! drained) and the phase of each Scheduler. Registered into the registry
 //! the `/metrics` server owns, beside the pool's.

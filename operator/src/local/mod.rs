@@ -1,6 +1,7 @@
-//! The local mode (SPEC §7): the same reconcilers on the same YAML, with
-//! scheduler revisions as local processes instead of pods, a throwaway
-//! PostgreSQL unless a URL is given, and moto's EC2 server.
+//! The local mode (docs/architecture.md#the-local-mode): the same
+//! reconcilers on the same YAML, with scheduler revisions as local
+//! processes instead of pods, a throwaway PostgreSQL unless a URL is given,
+//! and moto's EC2 server.
 
 pub mod manifests;
 pub mod moto;

@@ -1,6 +1,7 @@
-//! Exponential back-off with jitter, for `RequestLimitExceeded` (SPEC §6)
-//! and any pass that failed: each wait doubles up to a cap and is drawn
-//! from its upper half, so many throttled callers spread out.
+//! Exponential back-off with jitter, for `RequestLimitExceeded`
+//! (docs/architecture.md#warmpool-controller-act) and any pass that failed:
+//! each wait doubles up to a cap and is drawn from its upper half, so many
+//! throttled callers spread out.
 
 use std::{
     collections::hash_map::RandomState,

@@ -1,4 +1,4 @@
-//! The thin EC2 adapter of the pool loop (SPEC §6): list the pool's
+//! The thin EC2 adapter of the pool loop (docs/architecture.md#warmpool-controller-act): list the pool's
 //! instances by its ownership tags, launch a batch, terminate a batch. The
 //! SDK's own retries are off, so the controller sees every error code
 //! itself: capacity errors move the launch on to the next offering,

@@ -1,12 +1,13 @@
-//! Local EC2 hosts (SPEC §7): for `orca-operator local` and the tests, the
-//! instances of an EC2 endpoint without machines behind it (moto's server)
-//! are played by local processes. For each instance of the pool EC2 lists
-//! as running, this runs what its user-data would (see [`super::userdata`]):
-//! the real `orca-pool-agent pool-next` with `ORCA_INSTANCE` = the
-//! instance id, the `runCommand` as `sh -c` for each run it is handed, and
-//! `pool-next` again; when `pool-next` exits non-zero it terminates the
-//! instance in EC2, as the power-off would. An instance EC2 no longer lists
-//! as running has its processes killed.
+//! Local EC2 hosts (docs/architecture.md#the-local-mode): for
+//! `orca-operator local` and the tests, the instances of an EC2 endpoint
+//! without machines behind it (moto's server) are played by local
+//! processes. For each instance of the pool EC2 lists as running, this runs
+//! what its user-data would (see [`super::userdata`]): the real
+//! `orca-pool-agent pool-next` with `ORCA_INSTANCE` = the instance id, the
+//! `runCommand` as `sh -c` for each run it is handed, and `pool-next`
+//! again; when `pool-next` exits non-zero it terminates the instance in
+//! EC2, as the power-off would. An instance EC2 no longer lists as running
+//! has its processes killed.
 
 use std::{collections::HashMap, fmt, path::PathBuf, process::Stdio, sync::Arc, time::Duration};
 

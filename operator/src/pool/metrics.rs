@@ -1,6 +1,7 @@
-//! The pool's Prometheus metrics (SPEC §6): launches, terminations by
-//! reason, idle instances, how long demand waited, capacity errors and
-//! throttling. Registered into the registry the `/metrics` server owns.
+//! The pool's Prometheus metrics (docs/operations.md#pool-metrics):
+//! launches, terminations by reason, idle instances, how long demand
+//! waited, capacity errors and throttling. Registered into the registry the
+//! `/metrics` server owns.
 
 use prometheus_client::{
     metrics::{

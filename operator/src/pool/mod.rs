@@ -1,4 +1,4 @@
-//! The WarmPool controller (SPEC §6, seed 000): keeps EC2 instances warm
+//! The WarmPool controller (docs/architecture.md#the-warmpool-controller): keeps EC2 instances warm
 //! for a Scheduler's runs, launches for demand, and terminates idle, stale
 //! and leaked instances — never one that was just handed a run.
 //!
@@ -35,5 +35,5 @@ pub mod userdata;
 pub use crate::k8s::leader::{Fence, Fenced};
 pub use ec2::{Ec2, Ec2Config, Ec2Error, Ownership};
 pub use metrics::PoolMetrics;
-pub use pass::{PassReport, PoolError, PoolEvent, PoolLoop, Tuning};
+pub use pass::{Deletion, PassReport, PoolError, PoolEvent, PoolLoop, Tuning};
 pub use plan::{plan, Ec2Instance, Ec2State, Limits, Offering, PoolPlan, Reason, Snapshot};

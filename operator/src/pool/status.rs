@@ -1,6 +1,7 @@
-//! A pass's status (SPEC §6): the counts, the offerings without capacity,
-//! and the conditions `Available`, `Progressing` and `Degraded`, each
-//! keeping its transition time while its status holds.
+//! A pass's status (docs/operations.md#warmpool-conditions): the counts,
+//! the offerings without capacity, and the conditions `Available`,
+//! `Progressing` and `Degraded` (and `Terminating` while the WarmPool is
+//! deleted), each keeping its transition time while its status holds.
 
 use chrono::{DateTime, Utc};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
@@ -29,8 +30,15 @@ impl PoolLoop {
         let launching = c.launching + report.launched.len() as u32;
         let degraded = report.events.iter().find(|e| e.warning);
         let min = self.spec.idle.min.max(0) as u32;
-        let conditions = [
-            if c.idle >= min {
+        let mut conditions = vec![
+            if report.deleting {
+                (
+                    "Available",
+                    false,
+                    "Deleting",
+                    "the WarmPool is being deleted".to_string(),
+                )
+            } else if c.idle >= min {
                 (
                     "Available",
                     true,
@@ -60,6 +68,18 @@ impl PoolLoop {
                 None => ("Degraded", false, "AsExpected", "no errors".into()),
             },
         ];
+        if report.deleting {
+            // What keeps the WarmPool (its finalizer) until EC2 lists none.
+            conditions.push((
+                "Terminating",
+                true,
+                "PoolDeleted",
+                format!(
+                    "onDelete Terminate: {} terminating, {} busy finishing their runs",
+                    c.terminating, c.busy
+                ),
+            ));
+        }
         let previous = std::mem::take(&mut self.conditions);
         self.conditions = conditions
             .into_iter()

@@ -1,4 +1,4 @@
-//! The user-data script of a pool instance (SPEC §6, seed 000's script):
+//! The user-data script of a pool instance (docs/protocol.md#row-life-cycle):
 //! learn the instance id from IMDSv2, then loop `pool-next` → `runCommand`
 //! → `pool-next`, and power off when `pool-next` exits non-zero (1: the
 //! instance was retired or waited `idleSeconds` and a minute for nothing).

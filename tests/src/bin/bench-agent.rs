@@ -1,8 +1,9 @@
-//! Figures of the pool agent (issue 4), as `| figure | value | target |`
-//! rows: hand-out latency (1 and 500 waiting agents), statements per idle
-//! agent per second, idle RSS, binary size, start-up time. It runs the
-//! static agent of `$ORCA_STATIC_AGENT` (scripts/build-agent) against a
-//! throwaway cluster of its own; scripts/bench runs it.
+//! Figures of the pool agent (docs/architecture.md#benchmarks), as
+//! `| figure | value | target |` rows: hand-out latency (1 and 500 waiting
+//! agents), statements per idle agent per second, idle RSS, binary size,
+//! start-up time. It runs the static agent of `$ORCA_STATIC_AGENT`
+//! (scripts/build-agent) against a throwaway cluster of its own;
+//! scripts/bench runs it.
 
 use std::{
     collections::HashMap,

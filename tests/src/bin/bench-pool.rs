@@ -1,4 +1,5 @@
-//! `bench-pool`: the WarmPool controller's figures (issue 6), printed as
+//! `bench-pool`: the WarmPool controller's figures
+//! (docs/architecture.md#benchmarks), printed as
 //! `| figure | value | target |` lines:
 //! - `plan` time for 10 000 instances;
 //! - a pool dropping below target (a hand-out takes its idle instance) →
