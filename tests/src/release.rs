@@ -204,6 +204,25 @@ impl Replica {
         }
     }
 
+    /// Its `/metrics`, as Prometheus would scrape it.
+    pub fn scrape(&self) -> String {
+        use std::io::{Read, Write};
+        let address = self
+            .metrics
+            .trim_start_matches("http://")
+            .trim_end_matches("/metrics");
+        let mut stream = std::net::TcpStream::connect(address)
+            .unwrap_or_else(|e| panic!("replica {}'s /metrics: {e}", self.name));
+        let _ = stream.set_read_timeout(Some(Duration::from_secs(10)));
+        write!(stream, "GET /metrics HTTP/1.0\r\nHost: {address}\r\n\r\n")
+            .unwrap_or_else(|e| panic!("replica {}'s /metrics: {e}", self.name));
+        let mut text = String::new();
+        let _ = stream.read_to_string(&mut text);
+        text.split_once("\r\n\r\n")
+            .map(|(_, body)| body.to_string())
+            .unwrap_or_default()
+    }
+
     /// What it logged so far.
     pub fn log(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()

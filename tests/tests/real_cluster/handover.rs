@@ -111,6 +111,18 @@ async fn v1_to_v2_hands_over_with_runs_going_and_no_run_lost() {
     assert!(!pods.contains(&v1_pod), "v1's pod {v1_pod} is still there: {pods:?}");
     assert_eq!(pods.len(), 1, "{pods:?}");
 
+    // Prometheus sees the handover and the phase.
+    let metrics = stage.replicas[0].scrape();
+    let scope = format!(r#"namespace="{}",scheduler="orca""#, stage.ns);
+    assert!(
+        metrics.contains(&format!("orca_scheduler_handover_duration_seconds_count{{{scope}}} 1")),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains(&format!(r#"orca_scheduler_phase{{{scope},phase="Ready"}} 1"#)),
+        "{metrics}"
+    );
+
     // The status is the operator's, by server-side apply.
     let object = stage.schedulers().get("orca").await.expect("the Scheduler");
     let managers: Vec<(String, String, String)> = object
