@@ -1,6 +1,6 @@
-//! The scheduler Pod of a revision (docs/protocol.md#the-operators-rollout),
-//! and what `decide` reads
-//! back from a Pod ([`PodView`]).
+//! The scheduler Pod of a revision
+//! (docs/protocol.md#the-operators-rollout), and what `decide` reads back
+//! from a Pod ([`PodView`]).
 //!
 //! The operator manages these pods itself, as CloudNativePG does: one per
 //! revision, `restartPolicy: Never`, owned by the Scheduler. A dead pod is

@@ -25,6 +25,10 @@ pub struct PodMeta {
     pub sequence: u32,
     pub image: String,
     pub created: DateTime<Utc>,
+    /// A register job's: the hash of the register step it runs (a Job's
+    /// label `orca.dev/register`); absent for pods and older jobs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub register: Option<String>,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -105,6 +109,8 @@ impl Local {
                 },
                 None => PodState::Running,
             },
+            // A process has no image to pull: it never waits.
+            waiting: None,
             deleting: self.deleting,
         }
     }
@@ -120,11 +126,13 @@ impl Local {
         JobView {
             name: self.name.clone(),
             revision: self.meta.revision.clone(),
+            register: self.meta.register.clone(),
             created: self.meta.created,
             state: match exit {
                 None => JobState::Running,
                 Some(e) if e.code == 0 => JobState::Succeeded { at: e.finished },
                 Some(e) => JobState::Failed {
+                    at: e.finished,
                     message: format!(
                         "exit code {}: {}",
                         e.code,

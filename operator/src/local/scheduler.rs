@@ -180,7 +180,10 @@ impl LocalScheduler {
             } => {
                 let url = url.ok_or("no database URL")?;
                 let register = s.spec.register.as_ref().ok_or("no register command")?;
-                let meta = self.meta(revision, 0, image);
+                let meta = PodMeta {
+                    register: Some(rollout::register_hash(register)),
+                    ..self.meta(revision, rollout::register_attempt(name, revision), image)
+                };
                 let mut command = register.command.clone();
                 command.extend(register.args.iter().cloned());
                 let env = self.env(s, manifests, url, image, name);
@@ -210,10 +213,11 @@ impl LocalScheduler {
             sequence,
             image: image.to_string(),
             created: chrono::Utc::now(),
+            register: None,
         }
     }
 
-    /// The environment of SPEC §5, as the pod would have it.
+    /// The image contract's environment, as the pod would have it.
     fn env(
         &self,
         s: &Scheduler,

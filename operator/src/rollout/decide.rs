@@ -1,21 +1,27 @@
-//! `decide`: one snapshot in, the next steps of the rollout out (SPEC §6).
+//! `decide`: one snapshot in, the next steps of the rollout out
+//! (docs/architecture.md#scheduler-controller-decide).
 //!
 //! With overlap on, a new revision goes: pod created → its instance joined
 //! and live (else, past joinTimeout, abort: delete it; the old instance,
 //! never asked to drain, keeps leading) → the older live instances asked to
 //! drain → `wait_for_lead`, verified in `pg_locks` (else, past leadTimeout,
-//! `Degraded`) → the register Job → each old pod deleted once its row has
-//! ended and it has exited (or past drainTimeout). Exit 75 from the new pod
+//! `Degraded`) → the register Job (a failed one retried as a new Job, in
+//! `register.rs`) → each old pod deleted once its row has ended and it has
+//! exited (or past drainTimeout). Exit 75 from the new pod
 //! (overlap refused) → stop-the-world: the old drain and end first, then the
 //! new starts. Overlap off → recreate: the old pods go, and once they are
 //! gone the new one starts; it writes no row, so it is up (and registers)
 //! once it has run `settleSeconds`. Old revisions are never restarted: a
 //! restarted old image would be the newest instance and take the lead.
+//! Rows of `orca.schedulers` that are not this Scheduler's (another
+//! Scheduler on the same database) are never touched: nothing starts while
+//! one is live (`DatabaseShared`).
 
 use std::time::Duration;
 
 use super::{
-    revision::{job_name, pod_name, revision_of},
+    register::register,
+    revision::{is_pod_of, pod_name, revision_of},
     snapshot::*,
     status::StatusDraft,
 };
@@ -34,17 +40,41 @@ pub struct Decision {
 const EXIT_GRACE: i64 = 30;
 /// A pod that ran this long before it died was not crash-looping.
 const STABLE_SECONDS: i64 = 600;
+/// The kubelet's reasons for a container that will not run until someone
+/// changes something (the image, a Secret): said at once as `Degraded`.
+const CANNOT_RUN: [&str; 4] = [
+    "ErrImagePull",
+    "ImagePullBackOff",
+    "InvalidImageName",
+    "CreateContainerConfigError",
+];
 
 pub fn decide(o: &Observed) -> Decision {
     let mut d = StatusDraft::new(o);
     if o.spec.paused {
         return d.finish_paused();
     }
-    let instances = match &o.instances {
+    let rows = match &o.instances {
         Ok(rows) => rows.as_slice(),
         Err(problem) => return d.finish_unobserved(problem),
     };
     let target = revision_of(&o.spec);
+    d.begin(&target);
+    // This Scheduler's rows: of its pods in the snapshot, or named as its
+    // pods are (a pod already gone). Any other row is another Scheduler's
+    // on the same database: not an old instance to drain or to fall back
+    // to, and while one is live no pod starts, as its instance would take
+    // the lead from theirs.
+    let (own, foreign): (Vec<InstanceView>, Vec<InstanceView>) = rows
+        .iter()
+        .cloned()
+        .partition(|i| o.pods.iter().any(|p| p.name == i.host) || is_pod_of(&o.name, &i.host));
+    let shared: Vec<&InstanceView> = foreign.iter().filter(|i| i.live).collect();
+    if !shared.is_empty() {
+        d.database_shared(&shared);
+    }
+    let may_start = shared.is_empty();
+    let instances = own.as_slice();
     let handover = &o.spec.handover;
     let secs = |n: i64| chrono::Duration::seconds(n);
     let instance_of = |pod: &PodView| {
@@ -87,7 +117,7 @@ pub fn decide(o: &Observed) -> Decision {
     let mut handled: Vec<&str> = Vec::new();
 
     // 1. No current pod: start one (or wait for the way to be clear).
-    if current.is_none() {
+    if current.is_none() && may_start {
         // After an abort the old instance keeps leading; once nothing older
         // is left to lead (its pod died, its row went stale), leaving the
         // aborted revision alone would leave no scheduler at all, and an
@@ -152,26 +182,29 @@ pub fn decide(o: &Observed) -> Decision {
                         "stop-the-world: the new image refused to start beside it",
                     );
                 }
-                if live.is_empty() {
+                if live.is_empty() && may_start {
                     d.act(Action::DeletePod {
                         name: pod.name.clone(),
                     });
                     d.create_pod(&o.name, &target, next_sequence, &o.spec.image, instances);
                 }
             } else {
-                let restarts = d.restarts();
-                let ran = *finished - pod.created;
-                let backoff = if ran > secs(STABLE_SECONDS) {
+                // The back-off doubles with each pod that died young, and
+                // starts again once one ran stably: counted from its
+                // container's start, so an image pull is not a run.
+                let ran = *finished - pod.started.unwrap_or(pod.created);
+                let stable = ran >= secs(STABLE_SECONDS);
+                let backoff = if stable {
                     10
                 } else {
-                    10 * 2i64.pow(restarts.clamp(0, 5) as u32)
+                    10 * 2i64.pow(d.recent_restarts().clamp(0, 5) as u32)
                 };
                 let due = *finished + secs(backoff);
-                if o.now >= due {
+                if o.now >= due && may_start {
                     d.act(Action::DeletePod {
                         name: pod.name.clone(),
                     });
-                    d.restart_pod(pod, *code, &o.name, &target, next_sequence, &o.spec.image);
+                    d.restart_pod(pod, *code, stable, &target, next_sequence);
                 } else {
                     d.crash_backoff(
                         pod,
@@ -186,7 +219,16 @@ pub fn decide(o: &Observed) -> Decision {
     }
 
     // 3. The current pod runs: join → drain the older → lead → register;
-    // with overlap off, settle → register.
+    // with overlap off, settle → register. A container that cannot start
+    // (its image, its config) is said at once, whatever the step.
+    if let Some((pod, waiting)) = current.and_then(|p| {
+        p.waiting
+            .as_ref()
+            .filter(|w| CANNOT_RUN.contains(&w.reason.as_str()))
+            .map(|w| (p, w))
+    }) {
+        d.cannot_run(pod, waiting);
+    }
     if let Some(pod) = current.filter(|_| !o.spec.overlap) {
         let since = pod.started.unwrap_or(pod.created);
         let settled =
@@ -203,9 +245,17 @@ pub fn decide(o: &Observed) -> Decision {
             // process. Never a join time-out: wait for it to beat again.
             Some(me) if !me.live => d.instance_stale(pod, me),
             None => {
-                let waited = o.now - pod.created;
+                // The join time-out counts from the container's start: an
+                // image pull is no time to join in. A pod not started yet
+                // (pulling, or waiting for a node) has not begun it; one
+                // running without a known start counts from its creation.
+                let since = match (pod.started, &pod.state) {
+                    (Some(t), _) => Some(t),
+                    (None, PodState::Running) => Some(pod.created),
+                    (None, _) => None,
+                };
                 let fallback = instances.iter().any(|i| i.live && i.host != pod.name);
-                if waited > secs(handover.join_timeout_seconds) {
+                if since.is_some_and(|t| o.now - t > secs(handover.join_timeout_seconds)) {
                     if fallback {
                         handled.push(&pod.name);
                         d.act(Action::DeletePod {
@@ -216,7 +266,7 @@ pub fn decide(o: &Observed) -> Decision {
                         d.join_late(pod, handover.join_timeout_seconds);
                     }
                 } else {
-                    d.waiting_for_join(pod);
+                    d.waiting_for_join(pod, instances);
                 }
             }
             Some(me) => {
@@ -245,7 +295,7 @@ pub fn decide(o: &Observed) -> Decision {
                     if o.now - asked > secs(handover.lead_timeout_seconds) {
                         d.lead_late(me, handover.lead_timeout_seconds);
                     } else {
-                        d.waiting_for_lead(me);
+                        d.waiting_for_lead(me, instances);
                     }
                 }
             }
@@ -308,26 +358,6 @@ pub fn decide(o: &Observed) -> Decision {
     }
 
     d.finish(instances, &target, handover.progress_deadline_seconds)
-}
-
-/// The register Job of the `target` revision, once its pod leads: created
-/// if the spec has a register step and it is not there yet, else followed.
-fn register(d: &mut StatusDraft, o: &Observed, target: &str) {
-    let Some(register) = &o.spec.register else {
-        return;
-    };
-    match o.jobs.iter().find(|j| j.revision == target) {
-        None => {
-            let name = job_name(&o.name, target);
-            d.act(Action::CreateRegisterJob {
-                name: name.clone(),
-                revision: target.to_string(),
-                image: o.spec.image.clone(),
-            });
-            d.registering(&name, &register.command);
-        }
-        Some(job) => d.register_state(job),
-    }
 }
 
 /// A new pod, named for its revision and sequence.

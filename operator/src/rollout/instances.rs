@@ -63,7 +63,8 @@ pub fn db_problem(e: &DbError) -> Problem {
 }
 
 impl Observed {
-    /// Only the database clock judges the rows' times (SPEC §2): `now`
+    /// Only the database clock judges the rows' times
+    /// (docs/architecture.md#time-and-clocks): `now`
     /// becomes the database's, and the pods' and jobs' times, taken on this
     /// side's clock, are moved onto it by the difference.
     pub fn on_database_clock(mut self, db_now: Time) -> Self {
@@ -79,8 +80,11 @@ impl Observed {
         }
         for j in &mut self.jobs {
             j.created += offset;
-            if let super::JobState::Succeeded { at } = &mut j.state {
-                *at += offset;
+            match &mut j.state {
+                super::JobState::Succeeded { at } | super::JobState::Failed { at, .. } => {
+                    *at += offset
+                }
+                super::JobState::Running => {}
             }
         }
         self.now = db_now;

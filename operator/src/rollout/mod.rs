@@ -1,9 +1,11 @@
-//! The Scheduler rollout (SPEC §6): what the operator observed, and the
-//! pure [`decide`] that turns it into actions. The Kubernetes mode and the
-//! local mode observe and act differently; they share this.
+//! The Scheduler rollout (docs/protocol.md#the-operators-rollout): what the
+//! operator observed, and the pure [`decide`] that turns it into actions.
+//! The Kubernetes mode and the local mode observe and act differently; they
+//! share this.
 
 mod decide;
 mod instances;
+mod register;
 mod revision;
 mod snapshot;
 mod status;
@@ -13,5 +15,8 @@ mod tests;
 
 pub use decide::{decide, Decision};
 pub use instances::{db_problem, observe_instances};
-pub use revision::{job_name, pod_name, revision_of, scheduler_label, Revision};
+pub use revision::{
+    is_pod_of, job_name, pod_name, register_attempt, register_hash, register_job_name, revision_of,
+    scheduler_label, Revision,
+};
 pub use snapshot::*;

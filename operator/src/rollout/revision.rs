@@ -6,7 +6,7 @@
 
 use sha2::{Digest, Sha256};
 
-use crate::crd::SchedulerSpec;
+use crate::crd::{Register, SchedulerSpec};
 
 /// The pod template's hash, 10 hex digits (label `orca.dev/revision`).
 pub type Revision = String;
@@ -39,9 +39,62 @@ pub fn pod_name(scheduler: &str, revision: &str, sequence: u32) -> String {
 }
 
 /// `<scheduler>-register-<revision>`, a DNS-1123 label like the pod's: the
-/// Job controller puts the Job's name in a label of its pods.
+/// Job controller puts the Job's name in a label of its pods. The name of
+/// a revision's first register Job.
 pub fn job_name(scheduler: &str, revision: &str) -> String {
     with_suffix(scheduler, &format!("-register-{revision}"))
+}
+
+/// The name of a revision's `attempt`-th register Job: [`job_name`] for the
+/// first, `<scheduler>-register-<revision>-<attempt>` after it. A retry is a
+/// new Job (a failed Job is never run again), so each attempt needs a name
+/// of its own.
+pub fn register_job_name(scheduler: &str, revision: &str, attempt: u32) -> String {
+    if attempt <= 1 {
+        job_name(scheduler, revision)
+    } else {
+        with_suffix(scheduler, &format!("-register-{revision}-{attempt}"))
+    }
+}
+
+/// Which attempt a register Job of `revision` named `name` is (see
+/// [`register_job_name`]): 1 for the first, or a name it did not make.
+pub fn register_attempt(name: &str, revision: &str) -> u32 {
+    let marker = format!("-register-{revision}-");
+    name.rfind(&marker)
+        .and_then(|at| name[at + marker.len()..].parse().ok())
+        .unwrap_or(1)
+}
+
+/// A hash of what a register Job runs (`spec.register`'s command and args),
+/// 10 hex digits (label `orca.dev/register`): a Job of another hash ran an
+/// older register step, and a change registers again.
+pub fn register_hash(register: &Register) -> String {
+    let what = serde_json::json!({
+        "command": register.command,
+        "args": register.args,
+    });
+    let digest = Sha256::digest(what.to_string().as_bytes());
+    digest.iter().take(5).map(|b| format!("{b:02x}")).collect()
+}
+
+/// Whether `host` is a pod name [`pod_name`] gives `scheduler`
+/// (`<scheduler>-<revision>-<sequence>`): an instance of one of its pods,
+/// even of a pod already gone.
+pub fn is_pod_of(scheduler: &str, host: &str) -> bool {
+    let mut parts = host.rsplitn(3, '-');
+    let (Some(sequence), Some(revision), Some(_)) = (parts.next(), parts.next(), parts.next())
+    else {
+        return false;
+    };
+    let Ok(sequence) = sequence.parse::<u32>() else {
+        return false;
+    };
+    revision.len() == 10
+        && revision
+            .chars()
+            .all(|c| c.is_ascii_digit() || ('a'..='f').contains(&c))
+        && pod_name(scheduler, revision, sequence) == host
 }
 
 /// The value of label `orca.dev/scheduler`, which selects a Scheduler's

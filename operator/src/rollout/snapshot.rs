@@ -22,8 +22,20 @@ pub struct PodView {
     /// overlap off it is up once it has run `settleSeconds` since then.
     pub started: Option<Time>,
     pub state: PodState,
+    /// Why its scheduler container is not running yet, as the kubelet
+    /// says (`state.waiting`); `None` when it is not waiting, and in the
+    /// local mode, where a process has no image to pull.
+    pub waiting: Option<Waiting>,
     /// Deletion asked, not finished.
     pub deleting: bool,
+}
+
+/// A container waiting to run: the kubelet's reason (`ErrImagePull`,
+/// `ContainerCreating`, …) and message.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Waiting {
+    pub reason: String,
+    pub message: String,
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -52,6 +64,10 @@ impl PodView {
 pub struct JobView {
     pub name: String,
     pub revision: String,
+    /// The hash of the `spec.register` it runs (label `orca.dev/register`;
+    /// see [`crate::rollout::register_hash`]); `None` for a Job made before
+    /// Jobs carried it.
+    pub register: Option<String>,
     pub created: Time,
     pub state: JobState,
 }
@@ -59,8 +75,15 @@ pub struct JobView {
 #[derive(Clone, Debug, PartialEq)]
 pub enum JobState {
     Running,
-    Succeeded { at: Time },
-    Failed { message: String },
+    Succeeded {
+        at: Time,
+    },
+    /// It failed (its reason and message), at `at`: when it was seen to
+    /// fail, else its creation.
+    Failed {
+        message: String,
+        at: Time,
+    },
 }
 
 /// A row of `orca.schedulers`, with what `pg_locks` says of it.
@@ -124,7 +147,7 @@ pub enum Action {
     DeletePod {
         name: String,
     },
-    /// `ask_drain` (seed 002).
+    /// `ask_drain` (docs/protocol.md#the-calls).
     AskDrain {
         instance: i64,
     },

@@ -6,8 +6,24 @@ use std::time::Duration;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time as KubeTime};
 
-use super::{decide::new_pod, snapshot::*, Decision};
-use crate::crd::{HandoverStatus, LeaderStatus, Phase, RevisionStatus, SchedulerStatus};
+use super::{
+    decide::new_pod, register::backoff, revision::register_attempt, snapshot::*, Decision,
+};
+use crate::crd::{
+    HandoverStatus, LeaderStatus, Phase, RegisterStatus, RevisionStatus, SchedulerStatus,
+};
+
+/// `Degraded` reasons that no step of their own says: each is posted as a
+/// Warning when the condition turns True with it.
+const SAID_WHEN_DEGRADED: [&str; 7] = [
+    "LeadTimeout",
+    "ProgressDeadlineExceeded",
+    "DatabaseShared",
+    "ErrImagePull",
+    "ImagePullBackOff",
+    "InvalidImageName",
+    "CreateContainerConfigError",
+];
 
 pub(super) struct StatusDraft<'a> {
     o: &'a Observed,
@@ -20,6 +36,9 @@ pub(super) struct StatusDraft<'a> {
     stop_world: bool,
     /// The leader is a settled pod with overlap off: it has no row.
     alone: bool,
+    /// The target revision is not the one the status was written for: a
+    /// new rollout.
+    target_changed: bool,
     requeue: Duration,
 }
 
@@ -41,6 +60,7 @@ impl<'a> StatusDraft<'a> {
             progress: None,
             stop_world: false,
             alone: false,
+            target_changed: false,
             requeue: QUIET,
         }
     }
@@ -71,8 +91,54 @@ impl<'a> StatusDraft<'a> {
         self.status.last_sequence.clamp(0, u32::MAX as i64) as u32
     }
 
-    pub(super) fn restarts(&self) -> i32 {
-        self.status.restarts
+    /// The pass rolls out `target`; a revision other than the last one
+    /// written starts a new rollout, whose pods owe nothing to the old
+    /// one's restarts.
+    pub(super) fn begin(&mut self, target: &str) {
+        if self.status.target_revision.as_deref() != Some(target) {
+            self.target_changed = true;
+            self.status.target_revision = Some(target.to_string());
+            self.status.recent_restarts = 0;
+        }
+    }
+
+    pub(super) fn recent_restarts(&self) -> i32 {
+        self.status.recent_restarts
+    }
+
+    /// Live instances of another Scheduler share this database: none is
+    /// touched, and no pod starts.
+    pub(super) fn database_shared(&mut self, foreign: &[&InstanceView]) {
+        let hosts: Vec<String> = foreign
+            .iter()
+            .map(|i| format!("{} (instance {}, {})", i.host, i.id, i.image))
+            .collect();
+        self.degrade(
+            "DatabaseShared",
+            format!(
+                "live instances that are not this Scheduler's share its database: {}; none is asked to drain, and no pod is started while they are live, as its instance would take the lead from theirs",
+                hosts.join(", ")
+            ),
+        );
+        // Their rows go stale without a watch noticing: look again soon.
+        self.requeue = self.requeue.min(Duration::from_secs(5));
+    }
+
+    /// `pod`'s container cannot start until something is changed (its
+    /// image, a Secret), as the kubelet says.
+    pub(super) fn cannot_run(&mut self, pod: &PodView, waiting: &Waiting) {
+        let why = if waiting.message.is_empty() {
+            String::new()
+        } else {
+            format!(": {}", first_line(&waiting.message))
+        };
+        self.degrade(
+            &waiting.reason,
+            format!(
+                "pod {} ({}) cannot start its container ({}){why}",
+                pod.name, pod.image, waiting.reason
+            ),
+        );
     }
 
     pub(super) fn aborted_revision(&self) -> Option<&str> {
@@ -147,16 +213,22 @@ impl<'a> StatusDraft<'a> {
         self.busy(Phase::Starting);
     }
 
+    /// Replaces the dead current `pod` by pod `sequence` of `revision`, the
+    /// spec's image; one that ran `stable` starts the back-off again.
     pub(super) fn restart_pod(
         &mut self,
         pod: &PodView,
         code: i32,
-        scheduler: &str,
+        stable: bool,
         revision: &str,
         sequence: u32,
-        image: &str,
     ) {
         self.status.restarts += 1;
+        self.status.recent_restarts = if stable {
+            1
+        } else {
+            self.status.recent_restarts.saturating_add(1)
+        };
         self.event(Event::warning(
             "PodRestarted",
             format!(
@@ -164,7 +236,7 @@ impl<'a> StatusDraft<'a> {
                 pod.name, self.status.restarts
             ),
         ));
-        let action = new_pod(scheduler, revision, sequence, image);
+        let action = new_pod(&self.o.name, revision, sequence, &self.o.spec.image);
         self.status.last_sequence = sequence as i64;
         self.act(action);
         self.busy(Phase::Starting);
@@ -251,21 +323,13 @@ impl<'a> StatusDraft<'a> {
         self.busy(Phase::Starting);
     }
 
-    pub(super) fn waiting_for_join(&mut self, pod: &PodView) {
-        let old_leads = self.live_others(&pod.name);
+    pub(super) fn waiting_for_join(&mut self, pod: &PodView, rows: &[InstanceView]) {
+        let old_leads = rows.iter().any(|i| i.live && i.host != pod.name);
         self.busy(if old_leads {
             Phase::HandingOver
         } else {
             Phase::Starting
         });
-    }
-
-    fn live_others(&self, pod: &str) -> bool {
-        self.o
-            .instances
-            .as_ref()
-            .map(|rows| rows.iter().any(|i| i.live && i.host != pod))
-            .unwrap_or(false)
     }
 
     pub(super) fn instance_stale(&mut self, pod: &PodView, me: &InstanceView) {
@@ -349,6 +413,38 @@ impl<'a> StatusDraft<'a> {
         self.busy(Phase::Starting);
     }
 
+    /// The register status of `revision` running the step of `hash`, with
+    /// `made` the highest attempt seen: started afresh for another
+    /// revision, its failures forgotten for another step.
+    pub(super) fn register_memory(&mut self, revision: &str, hash: &str, made: u32) {
+        let r = self.status.register.get_or_insert_with(Default::default);
+        if r.revision != revision {
+            *r = RegisterStatus {
+                revision: revision.to_string(),
+                hash: hash.to_string(),
+                ..Default::default()
+            };
+        } else if r.hash != hash {
+            r.hash = hash.to_string();
+            r.failures = 0;
+            r.failed_job = None;
+        }
+        r.attempts = r.attempts.max(made.min(i32::MAX as u32) as i32);
+    }
+
+    fn register_status(&mut self) -> &mut RegisterStatus {
+        self.status.register.get_or_insert_with(Default::default)
+    }
+
+    /// The number of the next register attempt, counted: names are never
+    /// reused, even for a Job someone deleted.
+    pub(super) fn next_register_attempt(&mut self, made: u32) -> u32 {
+        let r = self.register_status();
+        let next = (r.attempts.max(0) as u32).max(made).saturating_add(1);
+        r.attempts = next.min(i32::MAX as u32) as i32;
+        next
+    }
+
     pub(super) fn registering(&mut self, job: &str, command: &[String]) {
         self.event(Event::normal(
             "Registering",
@@ -358,27 +454,95 @@ impl<'a> StatusDraft<'a> {
             ),
         ));
         self.busy(Phase::Registering);
+        self.still_failing(job);
     }
 
-    pub(super) fn register_state(&mut self, job: &JobView) {
-        match &job.state {
-            JobState::Running => self.busy(Phase::Registering),
-            JobState::Succeeded { at } => {
-                if let Some(h) = self.status.last_handover.as_mut() {
-                    if h.registered.is_none() && h.led.is_some() {
-                        h.registered = Some(rfc3339(*at));
-                        self.events.push(Event::normal(
-                            "Registered",
-                            format!("job {} succeeded", job.name),
-                        ));
-                    }
-                }
-            }
-            JobState::Failed { message } => self.degrade(
+    /// While the attempt after a failure runs, the failure still stands.
+    fn still_failing(&mut self, next: &str) {
+        let r = self.register_status();
+        let (failures, failed) = (r.failures, r.failed_job.clone());
+        if let (true, Some(failed)) = (failures > 0, failed) {
+            let message = self
+                .o
+                .jobs
+                .iter()
+                .find(|j| j.name == failed)
+                .and_then(|j| match &j.state {
+                    JobState::Failed { message, .. } => Some(format!(": {}", first_line(message))),
+                    _ => None,
+                })
+                .unwrap_or_default();
+            self.degrade(
                 "RegisterFailed",
-                format!("job {} failed: {}", job.name, first_line(message)),
-            ),
+                format!(
+                    "job {failed} failed{message} ({failures} in a row); job {next} tries again"
+                ),
+            );
         }
+    }
+
+    pub(super) fn register_running(&mut self, job: &JobView) {
+        self.busy(Phase::Registering);
+        self.still_failing(&job.name);
+    }
+
+    pub(super) fn registered(&mut self, job: &JobView, at: Time) {
+        let r = self.register_status();
+        r.failures = 0;
+        r.failed_job = None;
+        if let Some(h) = self.status.last_handover.as_mut() {
+            if h.registered.is_none() && h.led.is_some() {
+                h.registered = Some(rfc3339(at));
+                self.events.push(Event::normal(
+                    "Registered",
+                    format!("job {} succeeded", job.name),
+                ));
+            }
+        }
+    }
+
+    /// `job` failed: counted and said once (a Warning), and `Degraded`
+    /// while no attempt after it has succeeded. The failures in a row.
+    pub(super) fn register_failed(&mut self, job: &JobView, message: &str) -> i32 {
+        let r = self.register_status();
+        // An attempt no later than the last one counted was counted with
+        // it (the later one was deleted, to run the next at once).
+        let attempt = |name: &str| register_attempt(name, &job.revision);
+        let counted = r
+            .failed_job
+            .as_deref()
+            .is_some_and(|f| attempt(f) >= attempt(&job.name));
+        if !counted {
+            r.failures = r.failures.saturating_add(1);
+            r.failed_job = Some(job.name.clone());
+            let failures = r.failures;
+            self.event(Event::warning(
+                "RegisterFailed",
+                format!(
+                    "job {} failed: {} ({failures} in a row); a new job tries again {}s after it failed",
+                    job.name,
+                    first_line(message),
+                    backoff(failures).as_secs()
+                ),
+            ));
+        }
+        let failures = self.register_status().failures;
+        self.degrade(
+            "RegisterFailed",
+            format!(
+                "job {} failed: {} ({failures} in a row); a new job tries again {}s after it failed",
+                job.name,
+                first_line(message),
+                backoff(failures).as_secs()
+            ),
+        );
+        failures
+    }
+
+    /// A failed register Job's back-off: the next attempt in `wait`.
+    pub(super) fn register_waits(&mut self, wait: Duration) {
+        self.busy(Phase::Registering);
+        self.requeue = self.requeue.min(wait.max(Duration::from_secs(1)));
     }
 
     pub(super) fn lead_late(&mut self, me: &InstanceView, timeout: i64) {
@@ -392,8 +556,8 @@ impl<'a> StatusDraft<'a> {
         self.busy(Phase::HandingOver);
     }
 
-    pub(super) fn waiting_for_lead(&mut self, me: &InstanceView) {
-        let old_leads = self.live_others(&me.host);
+    pub(super) fn waiting_for_lead(&mut self, me: &InstanceView, rows: &[InstanceView]) {
+        let old_leads = rows.iter().any(|i| i.live && i.host != me.host);
         self.busy(if old_leads {
             Phase::HandingOver
         } else {
@@ -494,9 +658,11 @@ impl<'a> StatusDraft<'a> {
             self.status.leader = None;
         }
         let in_motion = self.progress.is_some() || !self.actions.is_empty();
+        // A handover is complete once the pipelines are registered too.
+        let registered = |h: &HandoverStatus| h.registered.is_some() || o.spec.register.is_none();
         if !in_motion {
             if let Some(h) = self.status.last_handover.as_mut() {
-                if h.drained.is_none() && h.led.is_some() {
+                if h.drained.is_none() && h.led.is_some() && registered(h) {
                     h.drained = Some(rfc3339(o.now));
                     self.events.push(Event::normal(
                         "HandoverComplete",
@@ -508,23 +674,34 @@ impl<'a> StatusDraft<'a> {
                 }
             }
         }
-        let started = o
-            .pods
-            .iter()
-            .filter(|p| p.revision == target)
-            .map(|p| p.created)
-            .min();
-        if let (true, Some(started)) = (in_motion, started) {
+        // The progress deadline counts from the rollout's own start (the
+        // target changed, or a settled Scheduler began to move), never from
+        // a pod's age: a pod of the target may be much older (a rollback to
+        // an image whose pod still drains) or younger (a replaced pod).
+        if !in_motion {
+            self.status.rollout_started = None;
+        } else if self.target_changed || self.status.rollout_started.is_none() {
+            self.status.rollout_started = Some(rfc3339(o.now));
+        }
+        let started = self
+            .status
+            .rollout_started
+            .as_deref()
+            .and_then(|t| chrono::DateTime::parse_from_rfc3339(t).ok())
+            .map(|t| t.with_timezone(&chrono::Utc));
+        if let Some(started) = started {
             if o.now - started > chrono::Duration::seconds(progress_deadline) {
                 self.degrade(
                     "ProgressDeadlineExceeded",
                     format!(
-                        "the rollout to {} has run past {progress_deadline}s",
-                        o.spec.image
+                        "the rollout to {} (revision {target}) has run past {progress_deadline}s since {}",
+                        o.spec.image,
+                        rfc3339(started)
                     ),
                 );
             }
         }
+        self.say_degraded();
         self.status.phase = match (&self.degraded, self.progress) {
             (Some(_), _) => Phase::Degraded,
             (None, Some(p)) => p,
@@ -542,6 +719,23 @@ impl<'a> StatusDraft<'a> {
         });
         self.conditions(degraded, progressing);
         self.decision()
+    }
+
+    /// A `Degraded` condition turning True with a reason of
+    /// [`SAID_WHEN_DEGRADED`] is posted as a Warning, once.
+    fn say_degraded(&mut self) {
+        let Some((reason, message)) = self.degraded.clone() else {
+            return;
+        };
+        let already = self
+            .o
+            .status
+            .conditions
+            .iter()
+            .any(|c| c.type_ == "Degraded" && c.status == "True" && c.reason == reason);
+        if SAID_WHEN_DEGRADED.contains(&reason.as_str()) && !already {
+            self.events.push(Event::warning(&reason, message));
+        }
     }
 
     fn conditions(
