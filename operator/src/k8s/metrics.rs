@@ -66,7 +66,7 @@ impl Metrics {
         );
         r.register(
             "reconcile_errors",
-            "Reconciles that failed, by stage (observe, act, status)",
+            "Reconciles that failed, by stage (observe, act, status, finalizer)",
             m.errors.clone(),
         );
         r.register(
