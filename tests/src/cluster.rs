@@ -186,7 +186,10 @@ impl ControlPlane {
                 "--v=0",
             ]),
         );
-        write(&dir.join("admin.kubeconfig"), &cp.kubeconfig_text(&token, "default"));
+        write(
+            &dir.join("admin.kubeconfig"),
+            &cp.kubeconfig_text(&token, "default"),
+        );
         cp.wait_default_service_account();
         cp
     }
@@ -196,7 +199,10 @@ impl ControlPlane {
             .unwrap_or_else(|e| panic!("creating {name}'s log: {e}"));
         let mut cmd = std::mem::replace(cmd, Command::new(""));
         cmd.stdin(Stdio::null())
-            .stdout(log.try_clone().expect("invariant: a new file can be cloned"))
+            .stdout(
+                log.try_clone()
+                    .expect("invariant: a new file can be cloned"),
+            )
             .stderr(log);
         let child = spawn_tied(cmd, None).unwrap_or_else(|e| panic!("{name} could not start: {e}"));
         self.children
@@ -365,7 +371,8 @@ impl ControlPlane {
 
 /// A client from kubeconfig text.
 pub async fn client_from(kubeconfig: &str) -> Client {
-    let parsed = Kubeconfig::from_yaml(kubeconfig).expect("invariant: the fixture writes valid kubeconfigs");
+    let parsed =
+        Kubeconfig::from_yaml(kubeconfig).expect("invariant: the fixture writes valid kubeconfigs");
     let config = kube::Config::from_custom_kubeconfig(parsed, &KubeConfigOptions::default())
         .await
         .unwrap_or_else(|e| panic!("a kubeconfig for the test control plane: {e}"));
@@ -392,7 +399,9 @@ fn certificates(dir: &Path) -> String {
             .current_dir(dir)
             .stdin(Stdio::null())
             .output()
-            .unwrap_or_else(|e| panic!("openssl is missing (it makes the test control plane's certificates): {e}"));
+            .unwrap_or_else(|e| {
+                panic!("openssl is missing (it makes the test control plane's certificates): {e}")
+            });
         if !out.status.success() {
             panic!(
                 "openssl {} failed: {}",
@@ -401,8 +410,28 @@ fn certificates(dir: &Path) -> String {
             );
         }
     };
-    let ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"];
-    run(&[&["req", "-x509"], &ec[..], &["-keyout", "ca.key", "-out", "ca.crt", "-days", "7", "-subj", "/CN=orca-test-ca"]].concat());
+    let ec = [
+        "-newkey",
+        "ec",
+        "-pkeyopt",
+        "ec_paramgen_curve:prime256v1",
+        "-nodes",
+    ];
+    run(&[
+        &["req", "-x509"],
+        &ec[..],
+        &[
+            "-keyout",
+            "ca.key",
+            "-out",
+            "ca.crt",
+            "-days",
+            "7",
+            "-subj",
+            "/CN=orca-test-ca",
+        ],
+    ]
+    .concat());
     run(&[
         &["req", "-x509"],
         &ec[..],
@@ -415,7 +444,15 @@ fn certificates(dir: &Path) -> String {
         ],
     ]
     .concat());
-    run(&["genpkey", "-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:P-256", "-out", "sa.key"]);
+    run(&[
+        "genpkey",
+        "-algorithm",
+        "EC",
+        "-pkeyopt",
+        "ec_paramgen_curve:P-256",
+        "-out",
+        "sa.key",
+    ]);
     run(&["pkey", "-in", "sa.key", "-pubout", "-out", "sa.pub"]);
     std::fs::read_to_string(dir.join("ca.crt")).expect("invariant: openssl wrote ca.crt")
 }

@@ -77,24 +77,36 @@ impl OnCluster {
             string_data: Some([(key.to_string(), value.to_string())].into()),
             ..Default::default()
         };
-        self.apply(&Api::<Secret>::namespaced(self.client.clone(), &self.ns), name, &secret)
-            .await;
+        self.apply(
+            &Api::<Secret>::namespaced(self.client.clone(), &self.ns),
+            name,
+            &secret,
+        )
+        .await;
     }
 
     /// Server-side apply of `object` named `name`, as `kubectl apply
     /// --server-side` does.
     pub async fn apply<K>(&self, api: &Api<K>, name: &str, object: &K)
     where
-        K: kube::Resource + Clone + serde::Serialize + serde::de::DeserializeOwned + std::fmt::Debug,
+        K: kube::Resource
+            + Clone
+            + serde::Serialize
+            + serde::de::DeserializeOwned
+            + std::fmt::Debug,
         K::DynamicType: Default,
     {
         let mut value = serde_json::to_value(object).expect("invariant: objects serialise");
         let dt = K::DynamicType::default();
         value["apiVersion"] = K::api_version(&dt).into();
         value["kind"] = K::kind(&dt).into();
-        api.patch(name, &PatchParams::apply(TEST_MANAGER).force(), &Patch::Apply(&value))
-            .await
-            .unwrap_or_else(|e| panic!("applying {} {name}: {e}", K::kind(&dt)));
+        api.patch(
+            name,
+            &PatchParams::apply(TEST_MANAGER).force(),
+            &Patch::Apply(&value),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("applying {} {name}: {e}", K::kind(&dt)));
     }
 
     pub fn schedulers(&self) -> Api<Scheduler> {
@@ -111,7 +123,11 @@ impl OnCluster {
 
     /// Applies a Scheduler built by the test.
     pub async fn apply_scheduler(&self, scheduler: &Scheduler) {
-        let name = scheduler.metadata.name.clone().expect("a Scheduler has a name");
+        let name = scheduler
+            .metadata
+            .name
+            .clone()
+            .expect("a Scheduler has a name");
         self.apply(&self.schedulers(), &name, scheduler).await;
     }
 
@@ -160,7 +176,13 @@ impl OnCluster {
     /// what the test node's pods printed: what a failing test shows.
     pub async fn describe(&self) -> String {
         let mut out = String::from("pods:\n");
-        for pod in self.pods().list(&ListParams::default()).await.map(|l| l.items).unwrap_or_default() {
+        for pod in self
+            .pods()
+            .list(&ListParams::default())
+            .await
+            .map(|l| l.items)
+            .unwrap_or_default()
+        {
             let name = pod.metadata.name.clone().unwrap_or_default();
             let status = pod.status.clone().unwrap_or_default();
             let states: Vec<String> = status
@@ -174,12 +196,23 @@ impl OnCluster {
                 status.phase,
                 pod.metadata.deletion_timestamp.is_some(),
                 states.join(" "),
-                self.pod_log(&name).lines().rev().take(5).collect::<Vec<_>>().join(" | ")
+                self.pod_log(&name)
+                    .lines()
+                    .rev()
+                    .take(5)
+                    .collect::<Vec<_>>()
+                    .join(" | ")
             ));
         }
         out.push_str("jobs:\n");
-        let jobs = Api::<k8s_openapi::api::batch::v1::Job>::namespaced(self.client.clone(), &self.ns);
-        for job in jobs.list(&ListParams::default()).await.map(|l| l.items).unwrap_or_default() {
+        let jobs =
+            Api::<k8s_openapi::api::batch::v1::Job>::namespaced(self.client.clone(), &self.ns);
+        for job in jobs
+            .list(&ListParams::default())
+            .await
+            .map(|l| l.items)
+            .unwrap_or_default()
+        {
             out.push_str(&format!(
                 "  {} {:?}\n",
                 job.metadata.name.unwrap_or_default(),
@@ -262,7 +295,11 @@ impl OnCluster {
             .items
             .into_iter()
             .filter(|p| {
-                p.metadata.owner_references.iter().flatten().any(|o| o.kind == "Scheduler" && o.name == name)
+                p.metadata
+                    .owner_references
+                    .iter()
+                    .flatten()
+                    .any(|o| o.kind == "Scheduler" && o.name == name)
                     && p.metadata.deletion_timestamp.is_none()
             })
             .collect()

@@ -117,15 +117,11 @@ impl Release {
             },
             ..Default::default()
         };
-        let answer: TokenRequest = Api::<ServiceAccount>::namespaced(client.clone(), &self.namespace)
-            .create_subresource(
-                "token",
-                &self.fullname(),
-                &PostParams::default(),
-                &request,
-            )
-            .await
-            .unwrap_or_else(|e| panic!("a token for ServiceAccount {}: {e}", self.fullname()));
+        let answer: TokenRequest =
+            Api::<ServiceAccount>::namespaced(client.clone(), &self.namespace)
+                .create_subresource("token", &self.fullname(), &PostParams::default(), &request)
+                .await
+                .unwrap_or_else(|e| panic!("a token for ServiceAccount {}: {e}", self.fullname()));
         answer
             .status
             .map(|s| s.token)
@@ -159,7 +155,12 @@ pub struct Replica {
 
 impl Replica {
     /// Starts replica `name` of `release`.
-    pub async fn start(cp: &ControlPlane, client: &Client, release: &Release, name: &str) -> Replica {
+    pub async fn start(
+        cp: &ControlPlane,
+        client: &Client,
+        release: &Release,
+        name: &str,
+    ) -> Replica {
         let token = release.token(client).await;
         let dir = std::env::temp_dir().join(format!(
             "orca-replica-{}-{}-{name}",
@@ -178,7 +179,8 @@ impl Replica {
         }
         let aws_key_id = format!("AKIA{}", name.to_uppercase().replace('-', ""));
         let log = dir.join("log");
-        let out = std::fs::File::create(&log).unwrap_or_else(|e| panic!("creating {}: {e}", log.display()));
+        let out = std::fs::File::create(&log)
+            .unwrap_or_else(|e| panic!("creating {}: {e}", log.display()));
         let mut cmd = Command::new(operator_binary());
         cmd.args(&args)
             .env("KUBECONFIG", &kubeconfig)
@@ -190,7 +192,10 @@ impl Replica {
             .env_remove("AWS_PROFILE")
             .env_remove("ORCA_DATABASE_URL")
             .stdin(Stdio::null())
-            .stdout(out.try_clone().expect("invariant: a new file can be cloned"))
+            .stdout(
+                out.try_clone()
+                    .expect("invariant: a new file can be cloned"),
+            )
             .stderr(out);
         let child = orca_operator::local::spawn::spawn_tied(cmd, None)
             .unwrap_or_else(|e| panic!("orca-operator could not start: {e}"));
@@ -288,7 +293,11 @@ fn jti(token: &str) -> String {
     let payload = token
         .split('.')
         .nth(1)
-        .and_then(|p| base64::engine::general_purpose::URL_SAFE_NO_PAD.decode(p).ok())
+        .and_then(|p| {
+            base64::engine::general_purpose::URL_SAFE_NO_PAD
+                .decode(p)
+                .ok()
+        })
         .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok());
     payload
         .and_then(|p| p.get("jti").and_then(|j| j.as_str()).map(String::from))
@@ -307,7 +316,9 @@ pub fn writes_by(cp: &ControlPlane, credential_id: &str) -> Vec<String> {
             e["user"]["extra"]["authentication.kubernetes.io/credential-id"]
                 .as_array()
                 .is_some_and(|ids| ids.iter().any(|id| id == credential_id))
-                && e["responseStatus"]["code"].as_i64().is_some_and(|c| c < 400)
+                && e["responseStatus"]["code"]
+                    .as_i64()
+                    .is_some_and(|c| c < 400)
         })
         .map(|e| {
             let o = &e["objectRef"];

@@ -47,13 +47,37 @@ mod tests {
     #[test]
     fn the_transition_time_moves_only_when_the_status_does() {
         let mut c = Vec::new();
-        set_condition(&mut c, "Degraded", true, "A", "a", at("2026-01-01T00:00:00Z"), Some(1));
-        set_condition(&mut c, "Degraded", true, "B", "b", at("2026-01-01T00:01:00Z"), Some(2));
+        set_condition(
+            &mut c,
+            "Degraded",
+            true,
+            "A",
+            "a",
+            at("2026-01-01T00:00:00Z"),
+            Some(1),
+        );
+        set_condition(
+            &mut c,
+            "Degraded",
+            true,
+            "B",
+            "b",
+            at("2026-01-01T00:01:00Z"),
+            Some(2),
+        );
         assert_eq!(c.len(), 1);
         assert_eq!((c[0].reason.as_str(), c[0].message.as_str()), ("B", "b"));
         assert_eq!(c[0].last_transition_time, at("2026-01-01T00:00:00Z"));
         assert_eq!(c[0].observed_generation, Some(2));
-        set_condition(&mut c, "Degraded", false, "AsExpected", "", at("2026-01-01T00:02:00Z"), Some(2));
+        set_condition(
+            &mut c,
+            "Degraded",
+            false,
+            "AsExpected",
+            "",
+            at("2026-01-01T00:02:00Z"),
+            Some(2),
+        );
         assert_eq!(c[0].last_transition_time, at("2026-01-01T00:02:00Z"));
         assert_eq!(c[0].status, "False");
     }

@@ -69,7 +69,8 @@ async fn patch(
     what: &'static str,
 ) -> Result<(), ReconcileError> {
     ctx.fence.check().map_err(ObserveError::from)?;
-    let body = json!({"metadata": {"resourceVersion": s.resource_version(), "finalizers": finalizers}});
+    let body =
+        json!({"metadata": {"resourceVersion": s.resource_version(), "finalizers": finalizers}});
     Api::<Scheduler>::namespaced(ctx.client.clone(), ns)
         .patch(&s.name_any(), &PatchParams::default(), &Patch::Merge(&body))
         .await
@@ -142,7 +143,8 @@ pub async fn pass(
         .unwrap_or_default();
     let elapsed = Duration::from_secs((chrono::Utc::now().timestamp() - since).max(0) as u64);
     let mut status = observed.status.clone();
-    let now = k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(k8s_openapi::jiff::Timestamp::now());
+    let now =
+        k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(k8s_openapi::jiff::Timestamp::now());
     let mut events = Vec::new();
     let step = step(&observed, elapsed);
     match &step {
@@ -158,11 +160,16 @@ pub async fn pass(
                 })?;
                 schedulers::ask_drain(db, *id, stale)
                     .await
-                    .map_err(|source| ActError::AskDrain { instance: *id, source })?;
+                    .map_err(|source| ActError::AskDrain {
+                        instance: *id,
+                        source,
+                    })?;
                 info!(scheduler = %name, instance = id, "asked to drain: the Scheduler is being deleted");
                 events.push(Event::normal(
                     "Deleting",
-                    format!("instance {id} of pod {pod} asked to drain: the Scheduler is being deleted"),
+                    format!(
+                        "instance {id} of pod {pod} asked to drain: the Scheduler is being deleted"
+                    ),
                 ));
             }
         }
@@ -173,7 +180,9 @@ pub async fn pass(
                 "Progressing",
                 true,
                 "Deleting",
-                &format!("waiting for {live} instance(s) to finish {runs} run(s) before the pods go"),
+                &format!(
+                    "waiting for {live} instance(s) to finish {runs} run(s) before the pods go"
+                ),
                 now.clone(),
                 observed.generation,
             );
@@ -188,7 +197,10 @@ pub async fn pass(
                     ),
                 )
             } else {
-                Event::normal("Deleted", "every instance has drained: the pods go".to_string())
+                Event::normal(
+                    "Deleted",
+                    "every instance has drained: the pods go".to_string(),
+                )
             });
         }
     }

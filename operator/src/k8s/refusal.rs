@@ -8,11 +8,7 @@
 //! 429, the network) are retried with a growing back-off instead
 //! ([`Backoff`]).
 
-use std::{
-    collections::HashMap,
-    sync::Mutex,
-    time::Duration,
-};
+use std::{collections::HashMap, sync::Mutex, time::Duration};
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
@@ -26,10 +22,18 @@ pub const REFUSED_RETRY: Duration = Duration::from_secs(60);
 /// The condition reason and message for `error`, if it is a refusal.
 pub fn refusal(error: &ActError) -> Option<(&'static str, String)> {
     let (reason, what, source) = match error {
-        ActError::CreatePod { pod, source } => ("PodRefused", format!("creating pod {pod}"), source),
-        ActError::DeletePod { pod, source } => ("PodRefused", format!("deleting pod {pod}"), source),
-        ActError::CreateJob { job, source } => ("JobRefused", format!("creating Job {job}"), source),
-        ActError::DeleteJob { job, source } => ("JobRefused", format!("deleting Job {job}"), source),
+        ActError::CreatePod { pod, source } => {
+            ("PodRefused", format!("creating pod {pod}"), source)
+        }
+        ActError::DeletePod { pod, source } => {
+            ("PodRefused", format!("deleting pod {pod}"), source)
+        }
+        ActError::CreateJob { job, source } => {
+            ("JobRefused", format!("creating Job {job}"), source)
+        }
+        ActError::DeleteJob { job, source } => {
+            ("JobRefused", format!("deleting Job {job}"), source)
+        }
         _ => return None,
     };
     match source {
@@ -102,9 +106,12 @@ mod tests {
 
     fn api_error(code: u16) -> kube::Error {
         kube::Error::Api(
-            kube::core::Status::failure("Pod \"x\" is invalid: spec.hostname: Invalid value", "Invalid")
-                .with_code(code)
-                .boxed(),
+            kube::core::Status::failure(
+                "Pod \"x\" is invalid: spec.hostname: Invalid value",
+                "Invalid",
+            )
+            .with_code(code)
+            .boxed(),
         )
     }
 
@@ -117,7 +124,10 @@ mod tests {
         let (reason, message) = refusal(&pod(422)).expect("422 is a refusal");
         assert_eq!(reason, "PodRefused");
         assert!(message.contains("creating pod orca-x-1"), "{message}");
-        assert!(message.contains("spec.hostname"), "the server's own words: {message}");
+        assert!(
+            message.contains("spec.hostname"),
+            "the server's own words: {message}"
+        );
         assert!(refusal(&pod(403)).is_some());
         for code in [409, 429, 500, 503] {
             assert!(refusal(&pod(code)).is_none(), "{code}");

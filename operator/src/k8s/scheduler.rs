@@ -196,16 +196,21 @@ async fn refused(
 ) -> Result<Requeue, ReconcileError> {
     let ns = namespace_of(scheduler);
     let name = scheduler.name_any();
-    let now = k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
-        k8s_openapi::jiff::Timestamp::now(),
-    );
+    let now =
+        k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(k8s_openapi::jiff::Timestamp::now());
     let news = !observed.status.conditions.iter().any(|c| {
         c.type_ == "Degraded" && c.status == "True" && c.reason == reason && c.message == message
     });
     // What was decided did not happen: the status stays what it was (the
     // same pod is tried again, under the same name), only Degraded.
     decision.status = observed.status.clone();
-    refusal::degrade(&mut decision.status, reason, &message, now, observed.generation);
+    refusal::degrade(
+        &mut decision.status,
+        reason,
+        &message,
+        now,
+        observed.generation,
+    );
     decision.actions.clear();
     decision.events = if news {
         warn!(scheduler = %name, namespace = %ns, reason, "{message}");

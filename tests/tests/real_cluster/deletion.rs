@@ -12,9 +12,16 @@ use super::{ready_with, scheduler};
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn deleting_a_scheduler_drains_its_instance_before_the_pods_go() {
     let stage = OnCluster::new("delete").await;
-    stage.apply_scheduler(&scheduler("orca", "v1", &[], "")).await;
     stage
-        .wait_scheduler("orca", "v1 Ready", Duration::from_secs(60), ready_with("v1"))
+        .apply_scheduler(&scheduler("orca", "v1", &[], ""))
+        .await;
+    stage
+        .wait_scheduler(
+            "orca",
+            "v1 Ready",
+            Duration::from_secs(60),
+            ready_with("v1"),
+        )
         .await;
     let object = stage.schedulers().get("orca").await.expect("the Scheduler");
     assert!(
@@ -45,7 +52,12 @@ async fn deleting_a_scheduler_drains_its_instance_before_the_pods_go() {
     // Held while the run is in hand: the pod still runs.
     tokio::time::sleep(Duration::from_secs(2)).await;
     assert!(
-        stage.schedulers().get_opt("orca").await.expect("get").is_some(),
+        stage
+            .schedulers()
+            .get_opt("orca")
+            .await
+            .expect("get")
+            .is_some(),
         "the Scheduler went before its instance drained"
     );
     stage
@@ -55,15 +67,26 @@ async fn deleting_a_scheduler_drains_its_instance_before_the_pods_go() {
         "the Scheduler and its pods are gone",
         Duration::from_secs(60),
         || async {
-            let left = stage.schedulers().get_opt("orca").await.map_err(|e| e.to_string())?;
-            let pods = stage.pods().list(&Default::default()).await.map_err(|e| e.to_string())?;
+            let left = stage
+                .schedulers()
+                .get_opt("orca")
+                .await
+                .map_err(|e| e.to_string())?;
+            let pods = stage
+                .pods()
+                .list(&Default::default())
+                .await
+                .map_err(|e| e.to_string())?;
             if left.is_none() && pods.items.is_empty() {
                 Ok(())
             } else {
                 Err(format!(
                     "scheduler there: {}, pods: {:?}",
                     left.is_some(),
-                    pods.items.iter().map(|p| p.metadata.name.clone()).collect::<Vec<_>>()
+                    pods.items
+                        .iter()
+                        .map(|p| p.metadata.name.clone())
+                        .collect::<Vec<_>>()
                 ))
             }
         },

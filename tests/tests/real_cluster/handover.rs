@@ -13,16 +13,25 @@ use super::{ready_with, scheduler};
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn v1_to_v2_hands_over_with_runs_going_and_no_run_lost() {
     let stage = OnCluster::new("handover").await;
-    stage.apply_scheduler(&scheduler("orca", "v1", &[], "")).await;
+    stage
+        .apply_scheduler(&scheduler("orca", "v1", &[], ""))
+        .await;
     let s = stage
-        .wait_scheduler("orca", "v1 leads, Ready", Duration::from_secs(60), ready_with("v1"))
+        .wait_scheduler(
+            "orca",
+            "v1 leads, Ready",
+            Duration::from_secs(60),
+            ready_with("v1"),
+        )
         .await;
     assert_eq!(s.revisions.len(), 1, "{s:?}");
     let v1_pod = s.leader.clone().expect("a leader").pod;
 
     let db = pg::connect(&stage.url).await;
     let before = probe::queue(&db, "sleep:4", 4).await;
-    stage.apply_scheduler(&scheduler("orca", "v2", &[], "")).await;
+    stage
+        .apply_scheduler(&scheduler("orca", "v2", &[], ""))
+        .await;
     stage
         .wait_scheduler("orca", "v2 leads", Duration::from_secs(60), |s| {
             s.leader.as_ref().is_some_and(|l| l.image == "v2")
@@ -30,9 +39,17 @@ async fn v1_to_v2_hands_over_with_runs_going_and_no_run_lost() {
         .await;
     let after = probe::queue(&db, "sleep:1", 3).await;
     let s = stage
-        .wait_scheduler("orca", "the handover completes", Duration::from_secs(90), |s| {
-            ready_with("v2")(s) && s.last_handover.as_ref().is_some_and(|h| h.drained.is_some())
-        })
+        .wait_scheduler(
+            "orca",
+            "the handover completes",
+            Duration::from_secs(90),
+            |s| {
+                ready_with("v2")(s)
+                    && s.last_handover
+                        .as_ref()
+                        .is_some_and(|h| h.drained.is_some())
+            },
+        )
         .await;
 
     // Every run, from before and after the handover, finished once.
@@ -53,7 +70,9 @@ async fn v1_to_v2_hands_over_with_runs_going_and_no_run_lost() {
     }
 
     // The steps, in order, as Events a user sees with kubectl describe.
-    let events = stage.wait_event("orca", "HandoverComplete", Duration::from_secs(30)).await;
+    let events = stage
+        .wait_event("orca", "HandoverComplete", Duration::from_secs(30))
+        .await;
     let at = |reason: &str| {
         events
             .iter()
@@ -91,15 +110,32 @@ async fn v1_to_v2_hands_over_with_runs_going_and_no_run_lost() {
     let v2_job = jobs
         .iter()
         .find(|j| {
-            j.spec.as_ref().and_then(|s| s.template.spec.as_ref()).is_some_and(|p| {
-                p.containers.iter().any(|c| c.image.as_deref() == Some("v2"))
-            })
+            j.spec
+                .as_ref()
+                .and_then(|s| s.template.spec.as_ref())
+                .is_some_and(|p| {
+                    p.containers
+                        .iter()
+                        .any(|c| c.image.as_deref() == Some("v2"))
+                })
         })
         .unwrap_or_else(|| panic!("no register Job of v2 among {jobs:#?}"));
-    let job_created = v2_job.metadata.creation_timestamp.as_ref().expect("created").0;
-    let led: k8s_openapi::jiff::Timestamp =
-        h.led.as_deref().expect("led is recorded").parse().expect("led is a time");
-    assert!(job_created.as_second() >= led.as_second(), "Job {job_created} before the lead {led}");
+    let job_created = v2_job
+        .metadata
+        .creation_timestamp
+        .as_ref()
+        .expect("created")
+        .0;
+    let led: k8s_openapi::jiff::Timestamp = h
+        .led
+        .as_deref()
+        .expect("led is recorded")
+        .parse()
+        .expect("led is a time");
+    assert!(
+        job_created.as_second() >= led.as_second(),
+        "Job {job_created} before the lead {led}"
+    );
 
     // The old pod is gone.
     let pods: Vec<String> = stage
@@ -108,18 +144,25 @@ async fn v1_to_v2_hands_over_with_runs_going_and_no_run_lost() {
         .into_iter()
         .filter_map(|p| p.metadata.name)
         .collect();
-    assert!(!pods.contains(&v1_pod), "v1's pod {v1_pod} is still there: {pods:?}");
+    assert!(
+        !pods.contains(&v1_pod),
+        "v1's pod {v1_pod} is still there: {pods:?}"
+    );
     assert_eq!(pods.len(), 1, "{pods:?}");
 
     // Prometheus sees the handover and the phase.
     let metrics = stage.replicas[0].scrape();
     let scope = format!(r#"namespace="{}",scheduler="orca""#, stage.ns);
     assert!(
-        metrics.contains(&format!("orca_scheduler_handover_duration_seconds_count{{{scope}}} 1")),
+        metrics.contains(&format!(
+            "orca_scheduler_handover_duration_seconds_count{{{scope}}} 1"
+        )),
         "{metrics}"
     );
     assert!(
-        metrics.contains(&format!(r#"orca_scheduler_phase{{{scope},phase="Ready"}} 1"#)),
+        metrics.contains(&format!(
+            r#"orca_scheduler_phase{{{scope},phase="Ready"}} 1"#
+        )),
         "{metrics}"
     );
 

@@ -46,9 +46,17 @@ async fn every_example_applies_with_kubectl_after_helm_install() {
         assert!(ok, "kubectl apply -f examples/{file}: {out}");
         assert!(out.contains("created"), "examples/{file}: {out}");
     }
-    let scheduler = stage.schedulers().get("orca").await.expect("the example Scheduler");
+    let scheduler = stage
+        .schedulers()
+        .get("orca")
+        .await
+        .expect("the example Scheduler");
     assert_eq!(scheduler.spec.handover.join_timeout_seconds, 120);
-    let pool = stage.pools().get("runners").await.expect("the example WarmPool");
+    let pool = stage
+        .pools()
+        .get("runners")
+        .await
+        .expect("the example WarmPool");
     assert_eq!((pool.spec.idle.min, pool.spec.idle.max), (2, 4));
 }
 

@@ -28,19 +28,33 @@ async fn holder(stage: &OnCluster) -> Option<String> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_frozen_leader_that_lost_its_lease_never_acts_again() {
     let stage = OnCluster::new("replicas").await.with_replica("b").await;
-    stage.apply_scheduler(&scheduler("orca", "v1", &[], "")).await;
+    stage
+        .apply_scheduler(&scheduler("orca", "v1", &[], ""))
+        .await;
     let ec2 = Ec2Stage::new(&stage, "runners").await;
     stage.create_pool(&ec2.pool("runners", 1, 3, 5)).await;
     stage
-        .wait_scheduler("orca", "v1 Ready", Duration::from_secs(60), ready_with("v1"))
+        .wait_scheduler(
+            "orca",
+            "v1 Ready",
+            Duration::from_secs(60),
+            ready_with("v1"),
+        )
         .await;
     stage
-        .wait_pool("runners", "one idle instance", Duration::from_secs(90), |s| s.idle == 1)
+        .wait_pool(
+            "runners",
+            "one idle instance",
+            Duration::from_secs(90),
+            |s| s.idle == 1,
+        )
         .await;
 
-    let first = eventually("a replica holds the Lease", Duration::from_secs(30), || async {
-        holder(&stage).await.ok_or_else(|| "no holder".to_string())
-    })
+    let first = eventually(
+        "a replica holds the Lease",
+        Duration::from_secs(30),
+        || async { holder(&stage).await.ok_or_else(|| "no holder".to_string()) },
+    )
     .await;
     let (old, new) = match first.as_str() {
         "a" => (&stage.replicas[0], &stage.replicas[1]),
@@ -70,19 +84,34 @@ async fn a_frozen_leader_that_lost_its_lease_never_acts_again() {
         )
         .await
         .expect("raising idle.min");
-    stage.apply_scheduler(&scheduler("orca", "v2", &[], "")).await;
+    stage
+        .apply_scheduler(&scheduler("orca", "v2", &[], ""))
+        .await;
 
     let writes_before = writes_by(stage.cp, &old.credential_id);
     let thawed = Instant::now();
     old.thaw();
 
     stage
-        .wait_scheduler("orca", "v2 Ready under the new leader", Duration::from_secs(90), |s| {
-            ready_with("v2")(s) && s.last_handover.as_ref().is_some_and(|h| h.drained.is_some())
-        })
+        .wait_scheduler(
+            "orca",
+            "v2 Ready under the new leader",
+            Duration::from_secs(90),
+            |s| {
+                ready_with("v2")(s)
+                    && s.last_handover
+                        .as_ref()
+                        .is_some_and(|h| h.drained.is_some())
+            },
+        )
         .await;
     stage
-        .wait_pool("runners", "two idle instances", Duration::from_secs(90), |s| s.idle == 2)
+        .wait_pool(
+            "runners",
+            "two idle instances",
+            Duration::from_secs(90),
+            |s| s.idle == 2,
+        )
         .await;
     // Give a rogue replica every chance to act: several of its resyncs.
     tokio::time::sleep(Duration::from_secs(25)).await;
@@ -111,7 +140,11 @@ async fn a_frozen_leader_that_lost_its_lease_never_acts_again() {
         .calls_of("RunInstances")
         .iter()
         .filter(|c| c.fault.is_none())
-        .map(|c| c.param("MinCount").and_then(|n| n.parse().ok()).unwrap_or(0))
+        .map(|c| {
+            c.param("MinCount")
+                .and_then(|n| n.parse().ok())
+                .unwrap_or(0)
+        })
         .sum();
     assert_eq!(launched, 2, "two instances are right for idle.min 2");
 }

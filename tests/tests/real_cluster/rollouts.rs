@@ -13,14 +13,18 @@ use super::{ready_with, scheduler};
 async fn overlap_off_recreates_and_settles_ready_with_its_register_job() {
     let stage = OnCluster::new("recreate").await;
     let off = "  overlap: false\n";
-    stage.apply_scheduler(&scheduler("orca", "v1", &[], off)).await;
+    stage
+        .apply_scheduler(&scheduler("orca", "v1", &[], off))
+        .await;
     let s = stage
         .wait_scheduler("orca", "v1 up and Ready", Duration::from_secs(60), |s| {
             s.phase == Phase::Ready
         })
         .await;
     assert_eq!(s.current_image.as_deref(), Some("v1"), "{s:?}");
-    stage.wait_event("orca", "Registering", Duration::from_secs(30)).await;
+    stage
+        .wait_event("orca", "Registering", Duration::from_secs(30))
+        .await;
     let v1_pods: Vec<String> = stage
         .scheduler_pods("orca")
         .await
@@ -28,7 +32,9 @@ async fn overlap_off_recreates_and_settles_ready_with_its_register_job() {
         .filter_map(|p| p.metadata.name)
         .collect();
 
-    stage.apply_scheduler(&scheduler("orca", "v2", &[], off)).await;
+    stage
+        .apply_scheduler(&scheduler("orca", "v2", &[], off))
+        .await;
     let s = stage
         .wait_scheduler("orca", "v2 up and Ready", Duration::from_secs(90), |s| {
             s.phase == Phase::Ready && s.current_image.as_deref() == Some("v2")
@@ -37,7 +43,8 @@ async fn overlap_off_recreates_and_settles_ready_with_its_register_job() {
     assert_eq!(s.revisions.len(), 1, "only v2 is left: {s:?}");
     let pods = stage.scheduler_pods("orca").await;
     assert!(
-        pods.iter().all(|p| !v1_pods.contains(p.metadata.name.as_ref().unwrap())),
+        pods.iter()
+            .all(|p| !v1_pods.contains(p.metadata.name.as_ref().unwrap())),
         "v1's pod is still there"
     );
 }
@@ -50,7 +57,12 @@ async fn exit_75_rolls_stop_the_world() {
         .apply_scheduler(&scheduler("orca", "v1", &["--migrations", "1"], ""))
         .await;
     stage
-        .wait_scheduler("orca", "v1 Ready", Duration::from_secs(60), ready_with("v1"))
+        .wait_scheduler(
+            "orca",
+            "v1 Ready",
+            Duration::from_secs(60),
+            ready_with("v1"),
+        )
         .await;
     stage
         .apply_scheduler(&scheduler("orca", "v2", &["--floor", "2"], ""))
@@ -88,9 +100,16 @@ async fn exit_75_rolls_stop_the_world() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_join_time_out_aborts_and_the_old_instance_keeps_leading() {
     let stage = OnCluster::new("abort").await;
-    stage.apply_scheduler(&scheduler("orca", "v1", &[], "")).await;
     stage
-        .wait_scheduler("orca", "v1 Ready", Duration::from_secs(60), ready_with("v1"))
+        .apply_scheduler(&scheduler("orca", "v1", &[], ""))
+        .await;
+    stage
+        .wait_scheduler(
+            "orca",
+            "v1 Ready",
+            Duration::from_secs(60),
+            ready_with("v1"),
+        )
         .await;
     // v2 never joins: it sleeps instead of scheduling.
     let mut v2 = scheduler("orca", "v2", &[], "");
@@ -99,11 +118,16 @@ async fn a_join_time_out_aborts_and_the_old_instance_keeps_leading() {
     v2.spec.handover.join_timeout_seconds = 5;
     stage.apply_scheduler(&v2).await;
     let s = stage
-        .wait_scheduler("orca", "the rollout aborted", Duration::from_secs(60), |s| {
-            s.conditions
-                .iter()
-                .any(|c| c.type_ == "Degraded" && c.status == "True" && c.reason == "JoinTimeout")
-        })
+        .wait_scheduler(
+            "orca",
+            "the rollout aborted",
+            Duration::from_secs(60),
+            |s| {
+                s.conditions.iter().any(|c| {
+                    c.type_ == "Degraded" && c.status == "True" && c.reason == "JoinTimeout"
+                })
+            },
+        )
         .await;
     assert_eq!(
         s.leader.as_ref().map(|l| l.image.as_str()),
@@ -200,7 +224,10 @@ async fn a_pod_the_api_server_refuses_shows_as_degraded_with_its_message() {
         .wait_event("orca", "PodRefused", Duration::from_secs(10))
         .await;
     assert_eq!(
-        events.iter().filter(|e| e.starts_with("PodRefused:")).count(),
+        events
+            .iter()
+            .filter(|e| e.starts_with("PodRefused:"))
+            .count(),
         1,
         "said once: {events:#?}"
     );
