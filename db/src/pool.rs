@@ -1,10 +1,13 @@
-//! The warm pool's half of SPEC §3 (seed 000, `orca.pool`): the scheduler
-//! hands an idle instance to a run ([`hand_out`]) or asks for one
+//! The warm pool's hand-out (docs/protocol.md#the-warm-pool-hand-out): the
+//! scheduler hands an idle instance to a run ([`hand_out`]) or asks for one
 //! ([`ask_for_instance`]); whoever ends an idle row for another reason does
 //! it race-free ([`end_idle`]); and the instance's agent marks its row idle
 //! ([`mark_idle`]), beats and looks for a new row ([`beat_and_look`]),
 //! records that it joined ([`join`]), or watches a worker's run
-//! ([`run_is_over`]).
+//! ([`run_is_over`]). The operator's pool loop reads the demand that still
+//! counts ([`open_demand`]) and what it needs to know of each live row
+//! ([`clock`], [`check_rows`]), and ends the rows of instances EC2 no longer
+//! runs ([`end_rows_of_gone`]).
 //!
 //! Only the database clock judges time: every freshness and time-out test is
 //! `now()` against a row, never this process's clock.
@@ -42,8 +45,7 @@ async fn one_trip(
     }
 }
 
-/// A run asking the pool for an instance (seed 000: the row a hand-out
-/// inserts).
+/// A run asking the pool for an instance (the row a hand-out inserts).
 #[derive(Clone, Copy, Debug)]
 pub struct Request<'a> {
     /// `namespace/name` of the WarmPool.
@@ -151,7 +153,8 @@ pub async fn ask_for_instance(db: &Db, req: &Request<'_>) -> Result<(), DbError>
     Ok(())
 }
 
-/// The race-free end of an idle row (SPEC §3), `by` being `agent`,
+/// The race-free end of an idle row (docs/protocol.md#the-race-free-end),
+/// `by` being `agent`,
 /// `operator` or `scheduler`: true only if this call ended it. False means a
 /// hand-out (or another ender) got there first, and the caller must not act
 /// as if the instance were idle.
@@ -168,7 +171,7 @@ pub async fn end_idle(db: &Db, row: i64, by: &str) -> Result<bool, DbError> {
 }
 
 /// The row `pool-next` waits on. `run == 0 && start == 0` is a fresh
-/// instance (SPEC §4): its live `warm` row, created in `pool` if it has none.
+/// instance: its live `warm` row, created in `pool` if it has none.
 /// Otherwise the live row of the run it served. Either is marked idle (kept
 /// if it already was: an agent started again keeps its time-out) and
 /// polled. `None`: no such live row (ended, or the instance has another).
@@ -220,7 +223,8 @@ pub enum Look {
     Idle { left: Duration },
     /// Its own row is live, and `seconds` have passed since it went idle.
     Expired,
-    /// A live row that is not its own, handed out to the instance: take it.
+    /// A live row that is not its own, made by a hand-out (`pooled`, with a
+    /// run): take it.
     HandedOut { row: i64 },
     /// Its own row changed while the statement ran: look again at once.
     Changed,
@@ -229,6 +233,9 @@ pub enum Look {
     /// A live row that is neither its own idle row nor a hand-out (the
     /// agent was started for a run the instance no longer serves).
     Busy { row: i64 },
+    /// The operator's claim (a live `worker` row without a run, never
+    /// pooled): the instance is being retired, and no run comes.
+    Claimed { row: i64 },
 }
 
 /// The agent's one statement a second: beats `polled` of its own row
@@ -248,8 +255,9 @@ pub async fn beat_and_look(
              where id = $2 and ended is null
              returning extract(epoch from idle + make_interval(secs => $3) - now())::float8
                  as remaining)
-         select i.id, i.pooled and i.joined is null, i.idle is not null,
-                (select remaining from beat)
+         select i.id, i.pooled and i.run is not null, i.joined is not null,
+                i.role = 'worker' and i.run is null and not i.pooled,
+                i.idle is not null, (select remaining from beat)
          from orca.instances i
          where i.instance = $1 and i.ended is null",
         &[
@@ -262,19 +270,34 @@ pub async fn beat_and_look(
     let Some(live) = live else {
         return Ok(Look::Ended);
     };
-    Ok(look(
-        mine,
-        live.get(0),
-        live.get(1),
-        live.get(2),
-        live.get(3),
-    ))
+    let made = match (live.get(1), live.get(3)) {
+        (true, _) => Made::HandOut {
+            joined: live.get(2),
+        },
+        (false, true) => Made::Claim,
+        (false, false) => Made::Other,
+    };
+    Ok(look(mine, live.get(0), made, live.get(4), live.get(5)))
+}
+
+/// Who made an instance's live row, as the agent tells them apart.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Made {
+    /// A hand-out (`pooled`, with a run); `joined` once an agent took it.
+    HandOut { joined: bool },
+    /// The operator's claim on an instance it retires.
+    Claim,
+    /// Anything else: the agent's own rows, or a row of a run it was not
+    /// handed.
+    Other,
 }
 
 /// What the instance's live row `row` means to an agent whose own row is
-/// `mine`: `unjoined` is an unjoined hand-out, `idle` whether the row is
-/// idle, `left` the time left to its own row if the beat updated it.
-fn look(mine: Option<i64>, row: i64, unjoined: bool, idle: bool, left: Option<f64>) -> Look {
+/// `mine`: `made` says who made it, `idle` whether the row is idle, `left`
+/// the time left to its own row if the beat updated it. Only a hand-out's
+/// row is a run for the instance: anything else (the operator's claim
+/// above all) must never print a `next` line.
+fn look(mine: Option<i64>, row: i64, made: Made, idle: bool, left: Option<f64>) -> Look {
     match (mine, left) {
         (Some(m), Some(left)) if m == row && left > 0.0 => Look::Idle {
             left: Duration::try_from_secs_f64(left).unwrap_or(Duration::MAX),
@@ -285,13 +308,15 @@ fn look(mine: Option<i64>, row: i64, unjoined: bool, idle: bool, left: Option<f6
         (Some(m), None) if m == row && idle => Look::Changed,
         // Its own row, live but no longer idle: someone else took it over.
         (Some(m), None) if m == row => Look::Busy { row },
-        (Some(_), _) => Look::HandedOut { row },
-        (None, _) if unjoined => Look::HandedOut { row },
-        (None, _) => Look::Busy { row },
+        (Some(_), _) if matches!(made, Made::HandOut { .. }) => Look::HandedOut { row },
+        (None, _) if made == (Made::HandOut { joined: false }) => Look::HandedOut { row },
+        _ if made == Made::Claim => Look::Claimed { row },
+        _ => Look::Busy { row },
     }
 }
 
-/// The run a hand-out gave the instance: the `next` line of seed 000.
+/// The run a hand-out gave the instance: the `next` line
+/// (docs/protocol.md#the-next-line).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Next {
     pub run: i64,
@@ -315,13 +340,14 @@ impl fmt::Display for Next {
 
 /// Records that the instance `joined` its new row (the first time only:
 /// an agent started again keeps the first) and returns the run it was
-/// handed. `None`: the row does not exist.
+/// handed. `None`: the row does not exist, or no hand-out made it (only a
+/// `pooled` row with a run is a run for the instance).
 pub async fn join(db: &Db, row: i64) -> Result<Option<Next>, DbError> {
     let joined = one_trip(
         db,
         "update orca.instances set joined = coalesce(joined, now())
-             where id = $1
-             returning coalesce(run, 0), start, head_address, new_code",
+             where id = $1 and pooled and run is not null
+             returning run, start, head_address, new_code",
         &[(&row, Type::INT8)],
     )
     .await?;
@@ -355,6 +381,103 @@ pub async fn run_is_over(db: &Db, instance: &str, run: i64, start: i32) -> Resul
     Ok(over.is_some_and(|r| r.get(0)))
 }
 
+/// The database's clock, in seconds since the epoch. The operator's pool
+/// loop reads it just before it lists EC2, so that a row can be told made
+/// before the listing or after it by the database's clock alone
+/// ([`check_rows`]).
+pub async fn clock(db: &Db) -> Result<f64, DbError> {
+    let now = db
+        .query_one("select extract(epoch from now())::float8", &[])
+        .await?;
+    Ok(now.get(0))
+}
+
+/// The open demand of `pool` that still counts: how many rows, and the
+/// newest demand id of the pool (0 if none ever), which keys the launch's
+/// `ClientToken`. Only demand whose run still waits at that start — the run
+/// is `queued` or `running` with that `start` — counts; demand whose run
+/// was cancelled, finished, deferred, restarted (its `start` moved on) or
+/// is gone is dropped. `orca.pool_demand` has no column to record the drop,
+/// so such a row stays unserved and is counted no more.
+pub async fn open_demand(db: &Db, pool: &str) -> Result<(i64, i64), DbError> {
+    let r = db
+        .query_one(
+            "select (select count(*)
+                     from orca.pool_demand d join orca.runs r on r.id = d.run
+                     where d.pool = $1 and d.served is null
+                       and r.start = d.start and r.status in ('queued', 'running')),
+                    (select coalesce(max(id), 0) from orca.pool_demand where pool = $1)",
+            &[&pool],
+        )
+        .await?;
+    Ok((r.get(0), r.get(1)))
+}
+
+/// What [`check_rows`] says of a live row of the pool.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RowCheck {
+    pub row: i64,
+    /// Seconds the row was made before `listed` (negative: after), by the
+    /// database's clock.
+    pub made_before_listing: f64,
+    /// A busy row (with a run, not idle) whose run is not `running` at the
+    /// row's start any more (or is no more), or whose heartbeat — or the
+    /// row's `created`, if that is later — is older than `stale`.
+    pub hung: bool,
+}
+
+/// Checks each live row of `pool` against `listed` (the database's
+/// [`clock`] read just before EC2 was listed) and against its run.
+pub async fn check_rows(
+    db: &Db,
+    pool: &str,
+    listed: f64,
+    stale: Duration,
+) -> Result<Vec<RowCheck>, DbError> {
+    let rows = db
+        .query(
+            "select i.id, extract(epoch from to_timestamp($2) - i.created)::float8,
+                    i.idle is null and i.run is not null
+                    and not coalesce((select r.status = 'running' and r.start = i.start
+                                             and greatest(r.heartbeat, i.created)
+                                                 > now() - make_interval(secs => $3)
+                                      from orca.runs r where r.id = i.run), false)
+             from orca.instances i
+             where i.pool = $1 and i.ended is null",
+            &[&pool, &listed, &secs(stale)],
+        )
+        .await?;
+    Ok(rows
+        .iter()
+        .map(|r| RowCheck {
+            row: r.get(0),
+            made_before_listing: r.get(1),
+            hung: r.get(2),
+        })
+        .collect())
+}
+
+/// The operator's end of the live rows `rows` of instances EC2 no longer
+/// runs: by id and whatever the row (idle, busy, a claim), `ended_by =
+/// 'operator'`, so that no hand-out takes a dead instance. Each row is
+/// locked and rechecked on its own (`ended is null`): one a hand-out ended
+/// meanwhile is left alone, and the hand-out's new row is another id.
+/// Returns the ids it ended.
+pub async fn end_rows_of_gone(db: &Db, rows: &[i64]) -> Result<Vec<i64>, DbError> {
+    if rows.is_empty() {
+        return Ok(Vec::new());
+    }
+    let ended = db
+        .query(
+            "update orca.instances set ended = now(), ended_by = 'operator'
+             where id = any($1) and ended is null
+             returning id",
+            &[&rows],
+        )
+        .await?;
+    Ok(ended.iter().map(|r| r.get(0)).collect())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -364,25 +487,34 @@ mod tests {
         let idle = |ms| Look::Idle {
             left: Duration::from_millis(ms),
         };
-        for (mine, row, unjoined, is_idle, left, want) in [
-            (Some(5), 5, false, true, Some(0.25), idle(250)),
-            (Some(5), 5, false, true, Some(0.0), Look::Expired),
-            (Some(5), 5, false, true, Some(-3.0), Look::Expired),
+        let (own, claim, other) = (Made::Other, Made::Claim, Made::Other);
+        let fresh = Made::HandOut { joined: false };
+        let joined = Made::HandOut { joined: true };
+        for (mine, row, made, is_idle, left, want) in [
+            (Some(5), 5, own, true, Some(0.25), idle(250)),
+            (Some(5), 5, own, true, Some(0.0), Look::Expired),
+            (Some(5), 5, own, true, Some(-3.0), Look::Expired),
             // Ended by a hand-out that committed while the beat ran.
-            (Some(5), 5, false, true, None, Look::Changed),
-            (Some(5), 5, false, false, None, Look::Busy { row: 5 }),
-            // A new row, recognised by its id alone.
-            (Some(5), 9, true, false, None, Look::HandedOut { row: 9 }),
-            (Some(5), 9, false, false, None, Look::HandedOut { row: 9 }),
+            (Some(5), 5, own, true, None, Look::Changed),
+            (Some(5), 5, own, false, None, Look::Busy { row: 5 }),
+            // A new row, recognised by its id alone, and made by a hand-out.
+            (Some(5), 9, fresh, false, None, Look::HandedOut { row: 9 }),
+            (Some(5), 9, joined, false, None, Look::HandedOut { row: 9 }),
+            // The operator's claim, or any other row, is no run: never a
+            // `next` line.
+            (Some(5), 9, claim, false, None, Look::Claimed { row: 9 }),
+            (Some(5), 9, other, false, None, Look::Busy { row: 9 }),
             // An agent without a row of its own takes only an unjoined
             // hand-out.
-            (None, 9, true, false, None, Look::HandedOut { row: 9 }),
-            (None, 9, false, true, None, Look::Busy { row: 9 }),
+            (None, 9, fresh, false, None, Look::HandedOut { row: 9 }),
+            (None, 9, joined, false, None, Look::Busy { row: 9 }),
+            (None, 9, other, true, None, Look::Busy { row: 9 }),
+            (None, 9, claim, false, None, Look::Claimed { row: 9 }),
         ] {
             assert_eq!(
-                look(mine, row, unjoined, is_idle, left),
+                look(mine, row, made, is_idle, left),
                 want,
-                "{mine:?} {row} {left:?}"
+                "{mine:?} {row} {made:?} {left:?}"
             );
         }
     }

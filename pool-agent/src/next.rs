@@ -1,6 +1,8 @@
-//! `pool-next <instance> <run> <start> <seconds>` (seed 000): idle until a
-//! hand-out, then `next …` on stdout and exit 0; exit 1 when the instance's
-//! row ends with no other or the time is up.
+//! `pool-next <instance> <run> <start> <seconds>`
+//! (docs/protocol.md#the-agents-commands): idle until a hand-out, then
+//! `next …` on stdout and exit 0; exit 1 when the instance's row ends with
+//! no other, the operator claims the instance, or the time is up. Only a
+//! row a hand-out made (`pooled`, with a run) is a run.
 
 use std::{io::Write, process::ExitCode, time::Duration};
 
@@ -61,6 +63,11 @@ pub async fn pool_next(
                 tracing::info!(instance, "row ended with no other");
                 return ExitCode::from(1);
             }
+            // The operator is retiring the instance: no run comes.
+            Look::Claimed { row } => {
+                tracing::info!(instance, row, "claimed by the operator; no run comes");
+                return ExitCode::from(1);
+            }
             Look::Busy { row } => {
                 tracing::error!(
                     instance,
@@ -91,7 +98,11 @@ async fn take(s: &mut Session, instance: &str, row: i64) -> ExitCode {
             }
         }
         None => {
-            tracing::error!(instance, row, "the handed-out row has vanished");
+            tracing::error!(
+                instance,
+                row,
+                "the handed-out row has vanished or is no hand-out"
+            );
             ExitCode::from(1)
         }
     }

@@ -124,6 +124,8 @@ pub fn spec(
             database_url_file: None,
         },
         paused: false,
+        on_delete: Default::default(),
+        drain_timeout_seconds: 3600,
     }
 }
 

@@ -1,6 +1,7 @@
-//! The pool agent (issue 4, seed 000): the real `orca-pool-agent` binary as
-//! a child process against a real PostgreSQL, the scheduler's side played by
-//! `orca_db::pool`, the library the reference scheduler uses.
+//! The pool agent (docs/protocol.md#the-agents-commands): the real
+//! `orca-pool-agent` binary as a child process against a real PostgreSQL,
+//! the scheduler's side played by `orca_db::pool`, the library the
+//! reference scheduler uses.
 
 use std::{
     process::Stdio,
@@ -745,4 +746,36 @@ async fn hand_out_takes_only_fresh_idle_rows_and_serves_the_demand() {
     // The handed-out row is no longer idle: the race-free end leaves it be.
     assert!(!pool::end_idle(&db, idle, "operator").await.unwrap());
     assert_eq!(pool::hand_out(&mut db, &req, FRESH).await.unwrap(), None);
+}
+
+#[tokio::test]
+async fn the_operators_claim_is_no_hand_out_and_the_agent_gives_up() {
+    let url = pg::Cluster::shared().migrated_db().await;
+    let db = pg::connect(&url).await;
+    let agent = Agent::fresh(&url, "i-0claimed", "ns/claim", "600", "");
+    let warm = idle_row(&db, "i-0claimed").await;
+    // Let the agent settle into its wait, so the exit is the notification's.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    // Its row ended and the operator's claim (a live worker row without a
+    // run) in its place, in one transaction: the instance is being retired.
+    db.batch(&format!(
+        "begin;
+         update orca.instances set ended = now(), ended_by = 'operator' where id = {warm};
+         insert into orca.instances (instance, pool, role) values ('i-0claimed', 'ns/claim', 'worker');
+         commit;"
+    ))
+    .await
+    .unwrap();
+    let (code, out, _) = agent.exit_within(Duration::from_secs(5)).await;
+    assert_eq!((code, out.as_str()), (1, ""), "a claim is not a run");
+    let joined: bool = db
+        .query_one(
+            "select joined is not null from orca.instances
+             where instance = 'i-0claimed' and ended is null",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert!(!joined, "the agent joined the operator's claim");
 }

@@ -1,7 +1,7 @@
-//! The WarmPool controller (issue 6) against moto's EC2 server, a real
-//! PostgreSQL and real `orca-pool-agent` processes on local hosts: the
-//! scheduler's side is `orca_db::pool` (`hand_out`, `ask_for_instance`),
-//! as `orca-sim` uses it.
+//! The WarmPool controller (docs/architecture.md#the-warmpool-controller)
+//! against moto's EC2 server, a real PostgreSQL and real `orca-pool-agent`
+//! processes on local hosts: the scheduler's side is `orca_db::pool`
+//! (`hand_out`, `ask_for_instance`), as `orca-sim` uses it.
 //!
 //! Intervals are shortened through `warm::tuning` (resync 1 s, stale 5 s,
 //! leak grace per test); the production defaults are in `pool::Tuning`.
@@ -82,6 +82,20 @@ fn request(pool: &str, run: i64, head: &str) -> Request<'static> {
         head_address: Box::leak(head.to_string().into_boxed_str()),
         new_code: true,
     }
+}
+
+/// Asks for an instance for `req`'s run, the run first made `running` at
+/// that start in `orca.runs` as a scheduler's run is: demand of a run that
+/// does not wait at its start counts for nothing (docs/protocol.md#demand).
+async fn ask(db: &orca_db::Db, req: &Request<'_>) {
+    db.execute(
+        "insert into orca.runs (id, pipeline, status, start) values ($1, 'p', 'running', $2)
+         on conflict (id) do nothing",
+        &[&req.run, &req.start],
+    )
+    .await
+    .unwrap();
+    ask_for_instance(db, req).await.unwrap();
 }
 
 /// A pool loop running in the background; its events are collected.
@@ -203,7 +217,7 @@ async fn idle_min_is_kept_and_a_burst_of_50_runs_never_passes_max_instances() {
             {
                 Some(_) => {}
                 None => {
-                    ask_for_instance(&sched, &req).await.unwrap();
+                    ask(&sched, &req).await;
                     still.push(run);
                 }
             }
@@ -246,9 +260,7 @@ async fn idle_max_trims_the_longest_idle_first() {
     let pool = "trim/pool";
     let db = pg::connect(&url).await;
     for run in 1..=4 {
-        ask_for_instance(&db, &request(pool, run, ""))
-            .await
-            .unwrap();
+        ask(&db, &request(pool, run, "")).await;
     }
     let spec = warm::spec(&moto.endpoint(), &["t3.micro"], &subnets[..1], 0, 2, 8);
     let running = start(pool, spec, &url, &moto.endpoint(), "true").await;
@@ -649,9 +661,7 @@ async fn capacity_errors_move_launches_to_the_next_type_or_subnet() {
     let pool = "ice/pool";
     let db = pg::connect(&url).await;
     for run in 1..=3 {
-        ask_for_instance(&db, &request(pool, run, ""))
-            .await
-            .unwrap();
+        ask(&db, &request(pool, run, "")).await;
     }
     faults.fail(
         "RunInstances",
@@ -743,9 +753,7 @@ async fn request_limit_exceeded_backs_off_then_succeeds_with_the_same_token() {
     let pool = "throttle/pool";
     let db = pg::connect(&url).await;
     for run in 1..=2 {
-        ask_for_instance(&db, &request(pool, run, ""))
-            .await
-            .unwrap();
+        ask(&db, &request(pool, run, "")).await;
     }
     // Seven throttled answers: more than one pass retries (5 calls).
     faults.fail("RunInstances", &[], Fault::error("RequestLimitExceeded"), 7);
@@ -797,9 +805,7 @@ async fn an_operator_restarted_in_the_middle_of_a_launch_launches_no_duplicates(
     // EC2 launched, the operator never heard: the next one sees them.
     let pool = "restart/a";
     for run in 1..=2 {
-        ask_for_instance(&db, &request(pool, run, ""))
-            .await
-            .unwrap();
+        ask(&db, &request(pool, run, "")).await;
     }
     faults.fail("RunInstances", &[], Fault::DropResponse, 1);
     let spec = warm::spec(&faults.endpoint(), &["t3.micro"], &subnets[..1], 0, 0, 10);
@@ -841,9 +847,7 @@ async fn an_operator_restarted_in_the_middle_of_a_launch_launches_no_duplicates(
     // call's instances).
     let pool = "restart/b";
     for run in 1..=2 {
-        ask_for_instance(&db, &request(pool, run, ""))
-            .await
-            .unwrap();
+        ask(&db, &request(pool, run, "")).await;
     }
     faults.forget_calls();
     faults.fail("RunInstances", &[], Fault::DropRequest, 1);

@@ -1,6 +1,9 @@
-//! The Kubernetes mode's WarmPool controller (SPEC §6): `reconcile` starts
-//! a pool loop on the database of the Scheduler the pool names, and the
-//! loop writes its status and Events back. kube's client runs against the
+//! The Kubernetes mode's WarmPool controller
+//! (docs/architecture.md#the-warmpool-controller): `reconcile` puts the
+//! finalizer on the WarmPool and starts a pool loop on the database of the
+//! Scheduler the pool names; the loop writes its status and Events back,
+//! and on deletion terminates the instances (or leaves them) before the
+//! finalizer goes. kube's client runs against the
 //! HTTP-level mock of `k8s_mode`, answered by path (the loop's calls come
 //! whenever its passes do), with a real PostgreSQL and moto's EC2 server.
 //!
@@ -16,8 +19,11 @@ use fixtures::{mock_client, not_found, secret, ApiServerVerifier, Call, NS};
 use http::{Method, StatusCode};
 use k8s_openapi::api::core::v1::Secret;
 use kube::runtime::controller::Action;
-use orca_operator::crd::{Scheduler, SchedulerSpec, WarmPool, WarmPoolSpec};
-use orca_operator::pool::controller::{reconcile, PoolContext, PoolControllerConfig};
+use orca_db::pool::{hand_out, mark_idle, Request};
+use orca_operator::crd::{OnDelete, Scheduler, SchedulerSpec, WarmPool, WarmPoolSpec};
+use orca_operator::pool::controller::{
+    reconcile, ControllerError, PoolContext, PoolControllerConfig, FINALIZER,
+};
 use orca_operator::pool::Fence;
 use orca_tests::{
     ec2_faults::{Ec2Faults, Fault},
@@ -121,6 +127,8 @@ struct Cluster {
     reads: Vec<String>,
     /// Watches of WarmPools, never answered (nothing changes).
     watches: Vec<Call>,
+    /// Every JSON patch of the WarmPool (its finalizers), as sent.
+    patches: Vec<Value>,
 }
 
 impl Cluster {
@@ -140,8 +148,27 @@ impl Cluster {
             events: Vec::new(),
             reads: Vec::new(),
             watches: Vec::new(),
+            patches: Vec::new(),
         };
         (cluster, client)
+    }
+
+    /// The stored WarmPool, deleted as the API server marks it (a
+    /// deletion timestamp, the generation bumped) while finalizers hold it.
+    fn delete(&mut self) -> WarmPool {
+        let meta = &mut self.pool.metadata;
+        meta.deletion_timestamp = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+            k8s_openapi::jiff::Timestamp::now(),
+        ));
+        meta.generation = meta.generation.map(|g| g + 1);
+        if meta.finalizers.as_ref().is_none_or(Vec::is_empty) {
+            self.deleted = true;
+        }
+        self.pool.clone()
+    }
+
+    fn finalizers(&self) -> Vec<String> {
+        self.pool.metadata.finalizers.clone().unwrap_or_default()
     }
 
     /// The WarmPool's stored status (`{}` when it has none).
@@ -217,6 +244,41 @@ impl Cluster {
                     call.answer(StatusCode::OK, &serde_json::to_value(&self.pool).unwrap())
                 }
             }
+            ("PATCH", p) if p == pool_path && !self.deleted => {
+                assert_eq!(
+                    call.content_type, "application/json-patch+json",
+                    "{}",
+                    call.body
+                );
+                assert!(
+                    call.query.contains("fieldManager=orca-operator"),
+                    "{}",
+                    call.query
+                );
+                self.patches.push(call.body.clone());
+                let mut whole = serde_json::to_value(&self.pool).unwrap();
+                match json_patch(&mut whole, &call.body) {
+                    Ok(()) => {
+                        self.pool = serde_json::from_value(whole.clone()).unwrap();
+                        // The last finalizer of a deleted object gone: so is it.
+                        if self.pool.metadata.deletion_timestamp.is_some()
+                            && self.finalizers().is_empty()
+                        {
+                            self.deleted = true;
+                        }
+                        call.answer(StatusCode::OK, &whole)
+                    }
+                    Err(why) => call.answer(
+                        StatusCode::UNPROCESSABLE_ENTITY,
+                        &json!({"kind": "Status", "apiVersion": "v1", "status": "Failure",
+                                "reason": "Invalid", "code": 422, "message": why}),
+                    ),
+                }
+            }
+            ("PATCH", p) if p == pool_path => call.answer(
+                StatusCode::NOT_FOUND,
+                &not_found("warmpools.orca.dev", POOL),
+            ),
             ("PATCH", p) if p == format!("{pool_path}/status") => {
                 // Server-side apply of the whole status by the status's
                 // only manager: what it leaves out is gone.
@@ -330,6 +392,54 @@ fn url_secret(url: &str) -> Secret {
     secret(&[("url", url)])
 }
 
+/// Applies a JSON patch (RFC 6902) of `test`, `add` and `remove` as the API
+/// server does, all or nothing; why not.
+fn json_patch(doc: &mut Value, ops: &Value) -> Result<(), String> {
+    let mut out = doc.clone();
+    for op in ops.as_array().ok_or("a JSON patch is an array")? {
+        let path = op["path"].as_str().ok_or("an op without a path")?;
+        let (parent, last) = path.rsplit_once('/').ok_or("a path without /")?;
+        match op["op"].as_str() {
+            Some("test") => {
+                let at = out.pointer(path).cloned().unwrap_or(Value::Null);
+                if at != op["value"] {
+                    return Err(format!(
+                        "test of {path} failed: {at} is not {}",
+                        op["value"]
+                    ));
+                }
+            }
+            Some("add") => match out.pointer_mut(parent) {
+                Some(Value::Array(a)) if last == "-" => a.push(op["value"].clone()),
+                Some(Value::Array(a)) => {
+                    let i: usize = last.parse().map_err(|_| format!("bad index in {path}"))?;
+                    a.insert(i, op["value"].clone());
+                }
+                Some(Value::Object(m)) => {
+                    m.insert(last.to_string(), op["value"].clone());
+                }
+                _ => return Err(format!("no parent for {path}")),
+            },
+            Some("remove") => match out.pointer_mut(parent) {
+                Some(Value::Array(a)) => {
+                    let i: usize = last.parse().map_err(|_| format!("bad index in {path}"))?;
+                    if i >= a.len() {
+                        return Err(format!("no {path}"));
+                    }
+                    a.remove(i);
+                }
+                Some(Value::Object(m)) => {
+                    m.remove(last).ok_or(format!("no {path}"))?;
+                }
+                _ => return Err(format!("no parent for {path}")),
+            },
+            other => return Err(format!("an op the tests do not know: {other:?}")),
+        }
+    }
+    *doc = out;
+    Ok(())
+}
+
 /// A pool with `idle.min = 2`: the reconcile reads the Scheduler, then its
 /// Secret; the loop launches two instances tagged as the pool's, says so in
 /// an Event and shows them in the status, for the generation it saw.
@@ -375,9 +485,20 @@ async fn a_pool_launches_idle_min_and_shows_them_in_its_status_and_events() {
         .await;
     assert_eq!(instances(&real).await, ids);
 
-    // Deleted and applied again before the loop noticed (no finalizer: the
-    // controller is not told): the new WarmPool gets a loop of its own at
-    // once, which finds the two instances and launches none.
+    // The finalizer went on first, testing the uid and the empty list.
+    assert_eq!(k8s.finalizers(), [FINALIZER]);
+    assert_eq!(
+        k8s.patches[0],
+        json!([
+            {"op": "test", "path": "/metadata/uid", "value": "warmpool-uid"},
+            {"op": "test", "path": "/metadata/finalizers", "value": null},
+            {"op": "add", "path": "/metadata/finalizers", "value": [FINALIZER]},
+        ])
+    );
+
+    // Its finalizer removed by hand, deleted and applied again before the
+    // loop noticed: the new WarmPool gets the finalizer and a loop of its
+    // own at once, which finds the two instances and launches none.
     let mut again = warm_pool(spec(&real, &real.moto.endpoint(), 2, 3), 1);
     again.metadata.uid = Some("warmpool-uid-2".into());
     k8s.pool = again.clone();
@@ -386,6 +507,7 @@ async fn a_pool_launches_idle_min_and_shows_them_in_its_status_and_events() {
         k.status()["launching"] == 2
     })
     .await;
+    assert_eq!(k8s.finalizers(), [FINALIZER]);
     assert_eq!(instances(&real).await, ids);
 }
 
@@ -524,9 +646,10 @@ async fn the_database_password_is_never_in_a_status_or_an_event() {
 
 /// A reconcile of the same generation leaves the loop alone; a new one
 /// (idle.min 2 → 3) restarts it and the third instance is launched; a
-/// deleted pool's loop stops: no more calls, no more EC2 calls.
+/// deleted pool's loop terminates the instances, the finalizer goes, and
+/// then no more calls, no more EC2 calls.
 #[tokio::test]
-async fn a_new_generation_restarts_the_loop_and_a_deleted_pool_stops_it() {
+async fn a_new_generation_restarts_the_loop_and_a_deleted_pool_terminates_its_instances() {
     let real = warm::Stage::new().await;
     let faults = Ec2Faults::start(&real.moto.endpoint());
     let wp = warm_pool(spec(&real, &faults.endpoint(), 2, 3), 1);
@@ -581,32 +704,251 @@ async fn a_new_generation_restarts_the_loop_and_a_deleted_pool_stops_it() {
     })
     .await;
 
-    // Deleted: the loop stops.
-    let mut gone = k8s.pool.clone();
-    gone.metadata.deletion_timestamp = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
-        k8s_openapi::jiff::Timestamp::now(),
-    ));
-    k8s.deleted = true;
+    // Deleted (onDelete Terminate, the default): the running loop is told
+    // at once, launches nothing more and terminates the three booting
+    // instances (claimed first); once EC2 lists none the finalizer goes.
+    let ids = instances(&real).await;
+    faults.forget_calls();
+    let gone = k8s.delete();
     let action = k8s.reconcile(&ctx, gone).await;
-    assert_eq!(action, Action::await_change());
-    // Nothing more reaches the API server. A pass already under way ends;
-    // then EC2 hears no more of the pool (a running loop lists its
-    // instances every second).
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        faults.forget_calls();
-        k8s.quiet(Duration::from_secs(2), "the pool was deleted")
-            .await;
-        let calls: Vec<String> = faults.calls().into_iter().map(|c| c.action).collect();
-        if calls.is_empty() {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "EC2 calls after the pool was deleted: {calls:?}"
-        );
+    assert_eq!(action, Action::requeue(Duration::from_secs(60)));
+    k8s.until("the finalizer removed, and a Deleted event", |k| {
+        k.deleted && !k.events_of("Deleted").is_empty()
+    })
+    .await;
+    assert_eq!(instances(&real).await, Vec::<String>::new());
+    assert!(
+        faults.calls_of("RunInstances").is_empty(),
+        "a launch while deleting"
+    );
+    let reasons: Vec<&str> = k8s
+        .events
+        .iter()
+        .filter_map(|e| e["reason"].as_str())
+        .collect();
+    let at = |r: &str| {
+        reasons
+            .iter()
+            .position(|x| *x == r)
+            .unwrap_or_else(|| panic!("no {r}: {reasons:?}"))
+    };
+    assert!(
+        at("Deleting") < at("Terminated") && at("Terminated") < at("Deleted"),
+        "{reasons:?}"
+    );
+    let terminated = k8s.events_of("Terminated");
+    let notes: String = terminated
+        .iter()
+        .filter_map(|e| e["note"].as_str())
+        .collect();
+    for id in &ids {
+        assert!(notes.contains(id.as_str()), "{id} not terminated: {notes}");
     }
-    assert_eq!(instances(&real).await.len(), 3);
+    assert!(notes.contains("PoolDeleted"), "{notes}");
+    let terminating = k8s
+        .statuses
+        .iter()
+        .find(|s| {
+            s["conditions"]
+                .as_array()
+                .is_some_and(|c| c.iter().any(|c| c["type"] == "Terminating"))
+        })
+        .unwrap_or_else(|| panic!("no status showed the deletion: {:#?}", k8s.statuses));
+    assert_eq!(condition(terminating, "Terminating")["status"], "True");
+    assert_eq!(condition(terminating, "Available")["reason"], "Deleting");
+    assert_eq!(terminating["terminating"], 3, "{terminating}");
+    // The finalizer went by a patch that tests what it removes.
+    assert_eq!(
+        k8s.patches.last().unwrap(),
+        &json!([
+            {"op": "test", "path": "/metadata/uid", "value": "warmpool-uid"},
+            {"op": "test", "path": "/metadata/finalizers/0", "value": FINALIZER},
+            {"op": "remove", "path": "/metadata/finalizers/0"},
+        ])
+    );
+    // Then nothing more reaches the API server, nor EC2.
+    faults.forget_calls();
+    k8s.quiet(Duration::from_secs(3), "the pool is gone").await;
+    let calls: Vec<String> = faults.calls().into_iter().map(|c| c.action).collect();
+    assert!(
+        calls.is_empty(),
+        "EC2 calls after the pool was gone: {calls:?}"
+    );
+}
+
+/// Whether a `Terminated` event names `instance`.
+fn terminated(k: &Cluster, instance: &str) -> bool {
+    k.events_of("Terminated")
+        .iter()
+        .any(|e| e["note"].as_str().unwrap_or("").contains(instance))
+}
+
+/// A deleted pool's busy instances may finish their runs: the idle one is
+/// terminated at once, a busy one once its run is over (idle, it goes like
+/// the others), and the last once `drainTimeoutSeconds`, lowered during
+/// the deletion, is past — its busy row ended by the operator first.
+#[tokio::test]
+async fn a_deleted_pool_waits_for_busy_instances_until_the_drain_time_out() {
+    let real = warm::Stage::new().await;
+    let wp = warm_pool(spec(&real, &real.moto.endpoint(), 3, 3), 1);
+    let (mut k8s, client) =
+        Cluster::new(wp.clone(), Some(scheduler()), Some(url_secret(&real.url)));
+    let ctx = context(client);
+    k8s.reconcile(&ctx, wp).await;
+    k8s.until("three launching", |k| k.status()["launching"] == 3)
+        .await;
+    // Their agents report (as `pool-next 0 0` does), and two are handed
+    // runs; then the pool is deleted, before any idle row goes stale.
+    let pool = format!("{NS}/{POOL}");
+    let mut db = orca_tests::pg::connect(&real.url).await;
+    let ids = instances(&real).await;
+    for id in &ids {
+        mark_idle(&db, id, 0, 0, Some(&pool))
+            .await
+            .unwrap()
+            .expect("a warm row");
+    }
+    let mut busy = Vec::new();
+    for run in [1, 2] {
+        let req = Request {
+            pool: &pool,
+            run,
+            start: 1,
+            role: "head",
+            head_address: "",
+            new_code: true,
+        };
+        let got = hand_out(&mut db, &req, Duration::from_secs(60))
+            .await
+            .unwrap()
+            .unwrap_or_else(|| panic!("an idle instance for run {run}"));
+        busy.push(got);
+    }
+    let idle: Vec<&String> = ids
+        .iter()
+        .filter(|i| busy.iter().all(|b| &b.instance != *i))
+        .collect();
+    let gone = k8s.delete();
+    k8s.reconcile(&ctx, gone).await;
+    k8s.until("the idle instance terminated", |k| terminated(k, idle[0]))
+        .await;
+    k8s.until("a status of the deletion", |k| k.status()["busy"] == 2)
+        .await;
+    let status = k8s.status();
+    assert_eq!(
+        condition(&status, "Terminating")["status"],
+        "True",
+        "{status}"
+    );
+    let mut left: Vec<String> = busy.iter().map(|b| b.instance.clone()).collect();
+    left.sort();
+    assert_eq!(
+        instances(&real).await,
+        left,
+        "busy instances are left to their runs"
+    );
+
+    // Run 1 is over: its agent marks the run's row idle.
+    mark_idle(&db, &busy[0].instance, 1, 1, None)
+        .await
+        .unwrap()
+        .expect("run 1's row");
+    k8s.until("the instance of run 1 terminated", |k| {
+        terminated(k, &busy[0].instance)
+    })
+    .await;
+    assert_eq!(instances(&real).await, [busy[1].instance.clone()]);
+    assert!(!k8s.deleted);
+
+    // drainTimeoutSeconds lowered to 0 during the deletion: the last one
+    // goes too, and then the WarmPool.
+    k8s.pool.spec.drain_timeout_seconds = 0;
+    k8s.pool.metadata.generation = k8s.pool.metadata.generation.map(|g| g + 1);
+    let edited = k8s.pool.clone();
+    k8s.reconcile(&ctx, edited).await;
+    k8s.until("the finalizer removed, and a Deleted event", |k| {
+        k.deleted && !k.events_of("Deleted").is_empty()
+    })
+    .await;
+    assert_eq!(instances(&real).await, Vec::<String>::new());
+    assert!(terminated(&k8s, &busy[1].instance));
+    let ended_by: Option<String> = db
+        .query_one(
+            "select ended_by from orca.instances where id = $1",
+            &[&busy[1].row],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(ended_by.as_deref(), Some("operator"));
+    assert_eq!(k8s.events_of("Deleting").len(), 1, "{:#?}", k8s.events);
+    assert_eq!(k8s.events_of("Deleted").len(), 1, "{:#?}", k8s.events);
+}
+
+/// A deleted pool with no loop running (the operator restarted) whose
+/// Scheduler is gone too cannot reach its database: `Degraded`, saying how
+/// to let it go, and the finalizer stays. Set to `onDelete: Orphan`, the
+/// finalizer goes at once and the instance is left running.
+#[tokio::test]
+async fn orphan_lets_a_deleted_pool_go_at_once_and_leaves_its_instances() {
+    let real = warm::Stage::new().await;
+    let wp = warm_pool(spec(&real, &real.moto.endpoint(), 1, 1), 1);
+    let (mut k8s, client) =
+        Cluster::new(wp.clone(), Some(scheduler()), Some(url_secret(&real.url)));
+    let ctx = context(client.clone());
+    k8s.reconcile(&ctx, wp).await;
+    k8s.until("one launching", |k| k.status()["launching"] == 1)
+        .await;
+    let ids = instances(&real).await;
+    assert_eq!(ids.len(), 1);
+
+    ctx.stop_all();
+    let ctx = context(client);
+    k8s.scheduler = None;
+    let gone = k8s.delete();
+    k8s.reconcile(&ctx, gone).await;
+    let status = k8s.status();
+    let degraded = condition(&status, "Degraded");
+    assert_eq!(degraded["reason"], "SchedulerMissing", "{status}");
+    assert!(
+        degraded["message"]
+            .as_str()
+            .unwrap()
+            .contains("set spec.onDelete to Orphan"),
+        "{status}"
+    );
+    assert_eq!(k8s.finalizers(), [FINALIZER]);
+    assert!(!k8s.deleted);
+
+    k8s.pool.spec.on_delete = OnDelete::Orphan;
+    k8s.pool.metadata.generation = k8s.pool.metadata.generation.map(|g| g + 1);
+    let edited = k8s.pool.clone();
+    let action = k8s.reconcile(&ctx, edited).await;
+    assert_eq!(action, Action::await_change());
+    assert!(k8s.deleted, "the finalizer is gone");
+    let deleted = k8s.events_of("Deleted");
+    assert_eq!(deleted.len(), 1, "{:#?}", k8s.events);
+    assert!(deleted[0]["note"].as_str().unwrap().contains("Orphan"));
+    k8s.quiet(Duration::from_secs(2), "the pool is gone").await;
+    assert_eq!(instances(&real).await, ids, "the instance is left");
+}
+
+/// The finalizer is a write like any other: behind a closed fence the
+/// reconcile of a new WarmPool makes no call at all and starts no loop.
+#[tokio::test]
+async fn a_closed_fence_puts_no_finalizer_on() {
+    let subnets = ["subnet-a".to_string()];
+    let spec = warm::spec("http://127.0.0.1:9", &["t3.micro"], &subnets, 1, 1, 1);
+    let wp = warm_pool(spec, 1);
+    let url = url_secret("postgres://orca@127.0.0.1:9/orca");
+    let (mut k8s, client) = Cluster::new(wp.clone(), Some(scheduler()), Some(url));
+    let ctx = Arc::new(PoolContext::new(client, config(Fence::new())));
+    let err = reconcile(Arc::new(wp), ctx)
+        .await
+        .expect_err("a closed fence");
+    assert!(matches!(err, ControllerError::Fenced { .. }), "{err}");
+    // No call came, and no task holds the client: no loop started.
+    k8s.api.client_dropped(Duration::from_secs(1)).await;
 }
 
 /// An instance type without capacity shows in `capacityErrors` while it is

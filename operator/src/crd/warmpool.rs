@@ -1,5 +1,5 @@
 //! The `WarmPool`: EC2 instances kept warm for a Scheduler's runs
-//! (SPEC §6, seed 000).
+//! (docs/architecture.md#the-warmpool-controller).
 
 use std::collections::BTreeMap;
 
@@ -15,6 +15,7 @@ use serde::{Deserialize, Serialize};
     group = "orca.dev",
     version = "v1alpha1",
     kind = "WarmPool",
+    doc = "EC2 instances kept warm for a Scheduler's runs: the operator launches them, and terminates the idle, stale and leaked ones, never one that was just handed a run.",
     namespaced,
     status = "WarmPoolStatus",
     shortname = "wpool",
@@ -28,34 +29,62 @@ use serde::{Deserialize, Serialize};
 #[x_kube(validation = Rule::new("self.idle.max <= self.maxInstances").message("idle.max must not exceed maxInstances"))]
 #[serde(rename_all = "camelCase")]
 pub struct WarmPoolSpec {
-    /// The Scheduler (same namespace) whose database the pool uses.
+    /// The Scheduler, in the same namespace, whose database (its Secret's URL)
+    /// the pool and its instances use. Required, non-empty.
     #[x_kube(validation = Rule::new("self.size() > 0").message("scheduler must name a Scheduler"))]
     pub scheduler: String,
+    /// The EC2 region to launch in. Required, non-empty.
     #[x_kube(validation = Rule::new("self.size() > 0").message("region must not be empty"))]
     pub region: String,
-    /// Another EC2 endpoint (VPC endpoints; tests use moto's server).
+    /// Another EC2 endpoint URL, e.g. a VPC endpoint (the tests use moto's
+    /// server). Default: the region's.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub endpoint: Option<String>,
+    /// How many idle instances to keep warm, and at most. Required.
     pub idle: IdleRange,
     /// Never more instances than this, booting, idle and busy together.
+    /// Required, at least 1 and at least idle.max.
     #[schemars(range(min = 1))]
     pub max_instances: i32,
-    /// How long an idle agent waits for a run before it powers off
-    /// (`pool-next`'s `seconds`).
+    /// Seconds an idle instance waits for a run; a minute after that its agent
+    /// ends its row and powers the instance off (pool-next's seconds). Default
+    /// 600.
     #[serde(default = "default_idle_seconds")]
     #[schemars(range(min = 1))]
     pub idle_seconds: i64,
-    /// Runs an instance serves before it is retired; 0 is unlimited.
+    /// Runs an instance serves before it is retired, once idle. 0 (the
+    /// default): unlimited.
     #[serde(default)]
     #[schemars(range(min = 0))]
     pub max_uses: i32,
-    /// An instance whose agent has not reported by then is terminated.
+    /// Seconds after launch by which an instance's agent must have reported,
+    /// else the instance is terminated (BootTimeout). One without a row that
+    /// the running operator did not launch itself is terminated as Leaked after
+    /// the larger of this and 60 seconds. Default 300.
     #[serde(default = "default_boot_timeout")]
     #[schemars(range(min = 1))]
     pub boot_timeout_seconds: i64,
+    /// How instances are launched and what they run. Required.
     pub launch: Launch,
+    /// true: nothing is launched or terminated, except once the WarmPool is
+    /// deleted with onDelete Terminate; the status still counts the instances.
+    /// Default false.
     #[serde(default)]
     pub paused: bool,
+    /// What deleting the WarmPool does to its instances. Terminate (the
+    /// default): nothing more is launched, the idle and booting instances are
+    /// terminated at once and each busy one once its run is over (or
+    /// drainTimeoutSeconds after the deletion); the operator's finalizer
+    /// orca.dev/warm-pool keeps the WarmPool until EC2 lists none of its
+    /// instances pending or running. Orphan: the finalizer goes at once and
+    /// the instances are left running (their agents power them off once idle).
+    #[serde(default)]
+    pub on_delete: OnDelete,
+    /// With onDelete Terminate: seconds after the deletion a busy instance may
+    /// go on with its run before it is terminated anyway. Default 3600.
+    #[serde(default = "default_drain_timeout")]
+    #[schemars(range(min = 0))]
+    pub drain_timeout_seconds: i64,
 }
 
 fn default_idle_seconds() -> i64 {
@@ -64,13 +93,35 @@ fn default_idle_seconds() -> i64 {
 fn default_boot_timeout() -> i64 {
     300
 }
+fn default_drain_timeout() -> i64 {
+    3600
+}
+
+/// What deleting a WarmPool does to its instances.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Default, JsonSchema)]
+pub enum OnDelete {
+    /// Launch nothing more; terminate the idle and booting instances at once
+    /// (paused or not), and each busy one once its run is over or
+    /// drainTimeoutSeconds after the deletion. The WarmPool goes once EC2
+    /// lists none of its instances pending or running.
+    #[default]
+    Terminate,
+    /// The WarmPool goes at once and its instances are left running; their
+    /// agents power them off once idle for idleSeconds and a minute.
+    Orphan,
+}
 
 /// How many idle instances to keep.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, KubeSchema)]
 #[x_kube(validation = Rule::new("self.min <= self.max").message("idle.min must not exceed idle.max"))]
 pub struct IdleRange {
+    /// Idle instances to keep: the operator launches up to this many plus the
+    /// runs waiting for an instance, less those idle or booting. Required, at
+    /// least 0.
     #[schemars(range(min = 0))]
     pub min: i32,
+    /// Idle instances beyond this many plus the runs waiting are retired,
+    /// longest idle first. Required, at least idle.min.
     #[schemars(range(min = 0))]
     pub max: i32,
 }
@@ -81,32 +132,50 @@ pub struct IdleRange {
 #[x_kube(validation = Rule::new("has(self.launchTemplate) || (has(self.imageId) && size(self.instanceTypes) > 0 && size(self.subnetIds) > 0)").message("launch needs a launchTemplate, or an imageId with instanceTypes and subnetIds"))]
 #[serde(rename_all = "camelCase")]
 pub struct Launch {
+    /// The EC2 launch template to launch from; the fields below, where set,
+    /// override it. Required unless imageId, instanceTypes and subnetIds are
+    /// all set.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub launch_template: Option<LaunchTemplateRef>,
+    /// The AMI to launch, overriding the launch template's. Required without a
+    /// launchTemplate.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub image_id: Option<String>,
-    /// Tried in order when one has no capacity.
+    /// Instance types, tried in order when one has no capacity (each in every
+    /// subnet before the next type). Required without a launchTemplate; empty:
+    /// the template's.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub instance_types: Vec<String>,
+    /// Subnets to launch into, tried in order for each instance type. Required
+    /// without a launchTemplate; empty: the template's.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub subnet_ids: Vec<String>,
+    /// Security group ids for the instances, overriding the launch template's.
+    /// Empty: the template's, or else the VPC's default group.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub security_group_ids: Vec<String>,
+    /// The IAM instance profile for the instances, by name or by ARN (a value
+    /// starting arn:), overriding the launch template's.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub iam_instance_profile: Option<String>,
-    /// More tags for the instances (the ownership tags are added).
+    /// More tags for the instances. The ownership tags orca.dev/pool,
+    /// orca.dev/scheduler and orca.dev/operator are always set and win over
+    /// these.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub tags: BTreeMap<String, String>,
-    /// Where the image keeps `orca-pool-agent`.
+    /// Where the image keeps orca-pool-agent. Default
+    /// /usr/local/bin/orca-pool-agent.
     #[serde(default = "default_agent_path")]
     pub agent_path: String,
-    /// What runs a handed-out run on the instance, with ORCA_RUN, ORCA_START,
-    /// ORCA_HEAD, ORCA_NEW_CODE and ORCA_INSTANCE in its environment.
+    /// What runs a handed-out run on the instance: a shell command (sh -c) with
+    /// ORCA_RUN, ORCA_START, ORCA_HEAD, ORCA_NEW_CODE and ORCA_INSTANCE in its
+    /// environment, besides ORCA_DATABASE_URL and ORCA_POOL. Required,
+    /// non-empty.
     #[x_kube(validation = Rule::new("self.size() > 0").message("runCommand must not be empty"))]
     pub run_command: String,
-    /// A file on the image holding the database URL. Safer than the
-    /// default, which puts the URL in user-data, readable by anyone with
-    /// ec2:DescribeInstanceAttribute.
+    /// A file on the image holding the database URL, which the user-data script
+    /// reads. Unset (the default): the URL, password included, is written into
+    /// the user-data, readable by anyone allowed ec2:DescribeInstanceAttribute.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub database_url_file: Option<String>,
 }
@@ -115,42 +184,59 @@ fn default_agent_path() -> String {
     "/usr/local/bin/orca-pool-agent".into()
 }
 
+/// A launch template, by id or by name.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, KubeSchema)]
 #[x_kube(validation = Rule::new("has(self.id) != has(self.name)").message("launchTemplate needs exactly one of id and name"))]
 pub struct LaunchTemplateRef {
+    /// The launch template's id. Exactly one of id and name.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub id: Option<String>,
+    /// The launch template's name. Exactly one of id and name.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub name: Option<String>,
-    /// A version number, `$Latest` or `$Default` (the default).
+    /// A version number, $Latest or $Default. Default $Default.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub version: Option<String>,
 }
 
+/// What the last pass of the pool saw and did.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct WarmPoolStatus {
+    /// The metadata.generation of the spec this status was written for.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
+    /// Instances booting: launched, their agents not reported yet.
     #[serde(default)]
     pub launching: i32,
+    /// Instances idle, waiting for a run, after the last pass's retirements.
     #[serde(default)]
     pub idle: i32,
+    /// Instances serving a run.
     #[serde(default)]
     pub busy: i32,
+    /// Instances shutting down, or being retired by the last pass.
     #[serde(default)]
     pub terminating: i32,
-    /// Instance types and subnets without capacity just now.
+    /// Instance types and subnets without capacity just now, each skipped for
+    /// three minutes.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub capacity_errors: Vec<CapacityError>,
+    /// The conditions Available (at least idle.min instances idle), Progressing
+    /// (instances booting) and Degraded (the first warning of the last pass, or
+    /// why the pool cannot run); while the WarmPool is being deleted, Terminating
+    /// (how many instances are left).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,
 }
 
+/// An offering (instance type in a subnet) EC2 had no capacity for.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct CapacityError {
+    /// The instance type; empty for the launch template's.
     pub instance_type: String,
+    /// The subnet; empty for the launch template's.
     pub subnet: String,
     /// EC2's error code, e.g. InsufficientInstanceCapacity.
     pub code: String,

@@ -59,6 +59,12 @@ impl PoolLoop {
                         .map(|c| c.map(Some))
                 }
                 End::Claimed(row) => Ok(Some(Some(row))),
+                End::Busy(row) => {
+                    let db = self.connected().await?;
+                    rows::end_busy_row(db, row)
+                        .await
+                        .map(|ended| ended.then_some(None))
+                }
             };
             match outcome.map_err(|e| self.db_error(e))? {
                 Some(claim) => going.push((&r.instance, r.reason, claim)),
@@ -82,6 +88,16 @@ impl PoolLoop {
             let db = self.connected().await?;
             let ended = rows::end_claim(db, *row).await;
             ended.map_err(|e| self.db_error(e))?;
+        }
+        // Rows of instances EC2 no longer runs: nothing to terminate.
+        if !plan.gone.is_empty() {
+            let db = self.connected().await?;
+            let ended = orca_db::pool::end_rows_of_gone(db, &plan.gone).await;
+            let ended = ended.map_err(|e| self.db_error(e))?;
+            if !ended.is_empty() {
+                tracing::info!(pool = %pool, rows = ?ended,
+                    "ended the rows of instances EC2 no longer runs");
+            }
         }
         if going.is_empty() {
             return Ok(stayed);

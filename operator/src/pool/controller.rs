@@ -6,6 +6,14 @@
 //! the URL or the object (uid) changes, and stopped when the pool goes or
 //! its Scheduler or URL can't be read.
 //!
+//! Before anything is launched the WarmPool gets the finalizer
+//! [`FINALIZER`], so that its deletion waits for its instances
+//! (`spec.onDelete`): with `Terminate` the running loop is told of the
+//! deletion (it needs no Scheduler or Secret any more: they may be going
+//! too) and terminates the instances; the write-back removes the finalizer
+//! once a pass finds none left in EC2. With `Orphan` the finalizer goes at
+//! once and the instances are left.
+//!
 //! Every pool task belongs to [`run`]: they are spawned into the
 //! [`PoolContext`]'s task set, which `run` empties when it ends or is
 //! dropped (the Lease lost, SIGTERM), so no loop outlives the controller.
@@ -22,13 +30,14 @@ use std::{
     time::Duration,
 };
 
-use chrono::Utc;
+use chrono::{DateTime, Utc};
 use futures::StreamExt;
 use k8s_openapi::{
     api::core::v1::{ObjectReference, Secret},
     apimachinery::pkg::apis::meta::v1::{Condition, Time},
 };
 use kube::{
+    api::{Patch, PatchParams},
     runtime::{
         controller::Action,
         events::{Event, EventType, Recorder, Reporter},
@@ -36,24 +45,30 @@ use kube::{
     },
     Api, Client, Resource, ResourceExt,
 };
+use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 use tokio::{
-    sync::mpsc,
+    sync::{mpsc, watch},
     task::{AbortHandle, JoinSet},
 };
 
 use super::{
-    pass::{PassReport, PoolError, PoolEvent, PoolLoop, Tuning},
+    pass::{Deletion, PassReport, PoolError, PoolEvent, PoolLoop, Tuning},
     PoolMetrics,
 };
 use crate::{
-    crd::{Scheduler, WarmPool, WarmPoolStatus},
+    crd::{OnDelete, Scheduler, WarmPool, WarmPoolStatus},
     k8s::{
         database::{read_url, SecretError},
         leader::{Fence, Fenced},
         scheduler::{event_action, write_status, StatusWriteError},
+        MANAGER,
     },
 };
+
+/// The WarmPool controller's finalizer: the WarmPool stays until its
+/// instances are terminated (`onDelete: Terminate`) or let go (`Orphan`).
+pub const FINALIZER: &str = "orca.dev/warm-pool";
 
 /// What the WarmPool controller needs besides the client.
 #[derive(Clone)]
@@ -100,6 +115,35 @@ pub enum ControllerError {
         #[source]
         source: Fenced,
     },
+    #[error("WarmPool {pool}: {source}")]
+    Finalizer {
+        pool: String,
+        #[source]
+        source: FinalizerError,
+    },
+}
+
+impl ControllerError {
+    fn finalizer(pool: &str, e: FinalizerError) -> Self {
+        let pool = pool.to_string();
+        match e {
+            FinalizerError::Fenced(source) => ControllerError::Fenced { pool, source },
+            source => ControllerError::Finalizer { pool, source },
+        }
+    }
+}
+
+/// Why the finalizer could not be added or removed.
+#[derive(Debug, thiserror::Error)]
+pub enum FinalizerError {
+    #[error("reading it before removing its finalizer: {0}")]
+    Read(#[source] kube::Error),
+    #[error("patching its finalizers: {0}")]
+    Patch(#[source] kube::Error),
+    #[error("building the JSON patch of its finalizers: {0}")]
+    Build(#[source] serde_json::Error),
+    #[error(transparent)]
+    Fenced(#[from] Fenced),
 }
 
 struct Running {
@@ -108,6 +152,8 @@ struct Running {
     url_hash: [u8; 32],
     /// The pool's task: its loop and write-back.
     task: AbortHandle,
+    /// Tells the loop of the WarmPool's deletion.
+    deletion: watch::Sender<Option<Deletion>>,
 }
 
 impl Drop for Running {
@@ -207,8 +253,9 @@ fn key(ns: &str, name: &str) -> String {
 }
 
 /// Starts (or restarts, on a new generation or URL) the pool loop of `wp`
-/// on its Scheduler's database, or stops it when `wp` is being deleted;
-/// a missing Scheduler or a bad Secret is a `Degraded` status instead.
+/// on its Scheduler's database, once `wp` has the finalizer; a missing
+/// Scheduler or a bad Secret is a `Degraded` status instead. A WarmPool
+/// being deleted is dealt with as its `spec.onDelete` says.
 pub async fn reconcile(
     wp: Arc<WarmPool>,
     ctx: Arc<PoolContext>,
@@ -216,40 +263,18 @@ pub async fn reconcile(
     let ns = wp.namespace().unwrap_or_else(|| "default".into());
     let name = wp.name_any();
     let pool = key(&ns, &name);
-    if wp.meta().deletion_timestamp.is_some() {
-        stop(&ctx, &pool);
-        return Ok(Action::await_change());
+    if let Some(since) = &wp.meta().deletion_timestamp {
+        return deleting(&wp, &ctx, &pool, since).await;
     }
-    let kube_err = |source| ControllerError::Kube {
-        pool: pool.clone(),
-        source,
-    };
-    let schedulers: Api<Scheduler> = Api::namespaced(ctx.client.clone(), &ns);
-    let Some(scheduler) = schedulers
-        .get_opt(&wp.spec.scheduler)
-        .await
-        .map_err(kube_err)?
-    else {
-        // No Scheduler, no database to run the pool on: the loop stops, and
-        // starts afresh (clearing `Degraded`) once it is back.
-        stop(&ctx, &pool);
-        degraded(
-            &ctx,
-            &wp,
-            "SchedulerMissing",
-            format!("Scheduler {ns}/{} does not exist", wp.spec.scheduler),
-        )
-        .await?;
-        return Ok(Action::requeue(Duration::from_secs(30)));
-    };
-    let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), &ns);
-    let read = read_url(&secrets, &ns, &scheduler.spec.database.url_secret_ref)
-        .await
-        .map_err(|source| ControllerError::Secret {
-            pool: pool.clone(),
-            source,
-        })?;
-    let (url_text, _) = match read {
+    if !wp.finalizers().iter().any(|f| f == FINALIZER) {
+        // Before anything is launched: a deletion then waits for the
+        // instances.
+        add_finalizer(&ctx.client, &ctx.config.fence, &wp)
+            .await
+            .map_err(|e| ControllerError::finalizer(&pool, e))?;
+        tracing::info!(pool = %pool, finalizer = FINALIZER, "finalizer added");
+    }
+    let url_text = match database_url(&wp, &ctx, &pool).await? {
         Ok(url) => url,
         Err(problem) => {
             stop(&ctx, &pool);
@@ -258,31 +283,163 @@ pub async fn reconcile(
         }
     };
     let url_hash: [u8; 32] = Sha256::digest(url_text.as_bytes()).into();
-    let generation = wp.metadata.generation;
-    let uid = wp.metadata.uid.clone();
     let current = locked(&ctx.loops).get(&pool).is_some_and(|r| {
-        r.uid == uid
-            && r.generation == generation
+        r.uid == wp.metadata.uid
+            && r.generation == wp.metadata.generation
             && r.url_hash == url_hash
             && !r.task.is_finished()
     });
     if current {
         return Ok(Action::requeue(Duration::from_secs(300)));
     }
-    stop(&ctx, &pool);
+    start(&ctx, &wp, &pool, &url_text, None).await
+}
+
+/// `wp` is being deleted: with the finalizer still on it, `Orphan` removes
+/// it at once; `Terminate` tells the running loop, or starts one that
+/// terminates from its first pass (an operator that restarted meanwhile).
+async fn deleting(
+    wp: &WarmPool,
+    ctx: &PoolContext,
+    pool: &str,
+    since: &Time,
+) -> Result<Action, ControllerError> {
+    if !wp.finalizers().iter().any(|f| f == FINALIZER) {
+        // Nothing of this operator's left to hold it.
+        stop(ctx, pool);
+        return Ok(Action::await_change());
+    }
+    if wp.spec.on_delete == OnDelete::Orphan {
+        stop(ctx, pool);
+        let removed = remove_finalizer(&ctx.client, &ctx.config.fence, wp)
+            .await
+            .map_err(|e| ControllerError::finalizer(pool, e))?;
+        if removed {
+            tracing::info!(pool = %pool, "WarmPool deleted with onDelete Orphan: its instances are left");
+            let event = PoolEvent {
+                reason: "Deleted",
+                message: "onDelete Orphan: the instances are left running; their agents power \
+                          them off once idle for idleSeconds and a minute"
+                    .into(),
+                warning: false,
+            };
+            publish(
+                &ctx.recorder,
+                &ctx.config.fence,
+                &wp.object_ref(&()),
+                &event,
+            )
+            .await;
+        }
+        return Ok(Action::await_change());
+    }
+    let deletion = Deletion {
+        since: DateTime::from_timestamp(since.0.as_second(), 0).unwrap_or_else(Utc::now),
+        drain_timeout_seconds: wp.spec.drain_timeout_seconds,
+    };
+    let told = locked(&ctx.loops).get(pool).is_some_and(|r| {
+        let running = r.uid == wp.metadata.uid && !r.task.is_finished();
+        if running {
+            // No restart: the loop needs neither the Scheduler nor its
+            // Secret any more, and they may be going too (a namespace
+            // deleted whole).
+            r.deletion.send_if_modified(|d| {
+                let changed = *d != Some(deletion);
+                *d = Some(deletion);
+                changed
+            });
+        }
+        running
+    });
+    if told {
+        return Ok(Action::requeue(Duration::from_secs(60)));
+    }
+    match database_url(wp, ctx, pool).await? {
+        Ok(url) => start(ctx, wp, pool, &url, Some(deletion)).await,
+        Err(problem) => {
+            let message = format!(
+                "{}; the instances cannot be terminated without the pool's database: \
+                 set spec.onDelete to Orphan to delete the WarmPool without them",
+                problem.message
+            );
+            degraded(ctx, wp, &problem.reason, message).await?;
+            Ok(Action::requeue(Duration::from_secs(30)))
+        }
+    }
+}
+
+/// Why the database URL of a pool cannot be had: a `Degraded` reason and
+/// message (never the password).
+struct UrlProblem {
+    reason: String,
+    message: String,
+}
+
+/// The database URL of `wp`'s Scheduler, from its Secret.
+async fn database_url(
+    wp: &WarmPool,
+    ctx: &PoolContext,
+    pool: &str,
+) -> Result<Result<String, UrlProblem>, ControllerError> {
+    let ns = wp.namespace().unwrap_or_else(|| "default".into());
+    let schedulers: Api<Scheduler> = Api::namespaced(ctx.client.clone(), &ns);
+    let Some(scheduler) = schedulers
+        .get_opt(&wp.spec.scheduler)
+        .await
+        .map_err(|source| ControllerError::Kube {
+            pool: pool.to_string(),
+            source,
+        })?
+    else {
+        // No Scheduler, no database to run the pool on: the loop stops, and
+        // starts afresh (clearing `Degraded`) once it is back.
+        return Ok(Err(UrlProblem {
+            reason: "SchedulerMissing".into(),
+            message: format!("Scheduler {ns}/{} does not exist", wp.spec.scheduler),
+        }));
+    };
+    let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), &ns);
+    let read = read_url(&secrets, &ns, &scheduler.spec.database.url_secret_ref)
+        .await
+        .map_err(|source| ControllerError::Secret {
+            pool: pool.to_string(),
+            source,
+        })?;
+    Ok(match read {
+        Ok((url, _)) => Ok(url),
+        Err(problem) => Err(UrlProblem {
+            reason: problem.reason,
+            message: problem.message,
+        }),
+    })
+}
+
+/// (Re)starts the pool task of `wp` on the database at `url_text`; told of
+/// its deletion from the start when `deletion` is set.
+async fn start(
+    ctx: &PoolContext,
+    wp: &WarmPool,
+    pool: &str,
+    url_text: &str,
+    deletion: Option<Deletion>,
+) -> Result<Action, ControllerError> {
+    stop(ctx, pool);
+    let ns = wp.namespace().unwrap_or_else(|| "default".into());
+    let (deletion, told) = watch::channel(deletion);
     let mut lp = PoolLoop::new(
         &ns,
-        &name,
+        &wp.name_any(),
         wp.spec.clone(),
-        &url_text,
+        url_text,
         ctx.config.tuning.clone(),
     )
     .await
     .map_err(|source| ControllerError::Start {
-        pool: pool.clone(),
+        pool: pool.to_string(),
         source,
     })?
-    .with_fence(ctx.config.fence.clone());
+    .with_fence(ctx.config.fence.clone())
+    .with_deletion(told);
     if let Some(m) = &ctx.config.metrics {
         lp = lp.with_metrics(m.clone());
     }
@@ -290,24 +447,117 @@ pub async fn reconcile(
         client: ctx.client.clone(),
         recorder: ctx.recorder.clone(),
         fence: ctx.config.fence.clone(),
-        wp: (*wp).clone(),
-        pool: pool.clone(),
+        wp: wp.clone(),
+        pool: pool.to_string(),
     };
     let Some(task) = ctx.spawn(pool_task(lp, sink)) else {
         // The controller is stopping.
         return Ok(Action::await_change());
     };
-    tracing::info!(pool = %pool, generation = ?generation, "pool loop started");
-    locked(&ctx.loops).insert(
-        pool,
+    let generation = wp.metadata.generation;
+    tracing::info!(pool = %pool, generation = ?generation, deleting = deletion.borrow().is_some(),
+        "pool loop started");
+    let mut loops = locked(&ctx.loops);
+    // The entries of pools whose task ended (deleted WarmPools) go.
+    loops.retain(|_, r| !r.task.is_finished());
+    loops.insert(
+        pool.to_string(),
         Running {
-            uid,
+            uid: wp.metadata.uid.clone(),
             generation,
-            url_hash,
+            url_hash: Sha256::digest(url_text.as_bytes()).into(),
             task,
+            deletion,
         },
     );
     Ok(Action::requeue(Duration::from_secs(300)))
+}
+
+/// Adds [`FINALIZER`] to `wp`, as kube's finalizer helper does: a JSON
+/// patch that tests the list it read (and the uid), so another writer's
+/// finalizer added meanwhile is not lost; a conflict is retried by the
+/// next reconcile.
+async fn add_finalizer(
+    client: &Client,
+    fence: &Fence,
+    wp: &WarmPool,
+) -> Result<(), FinalizerError> {
+    let finalizers = wp.finalizers();
+    let add = if finalizers.is_empty() {
+        json!([
+            {"op": "test", "path": "/metadata/finalizers", "value": null},
+            {"op": "add", "path": "/metadata/finalizers", "value": [FINALIZER]},
+        ])
+    } else {
+        json!([
+            {"op": "test", "path": "/metadata/finalizers", "value": finalizers},
+            {"op": "add", "path": "/metadata/finalizers/-", "value": FINALIZER},
+        ])
+    };
+    patch_finalizers(client, fence, wp, add).await
+}
+
+/// Removes [`FINALIZER`] from the WarmPool `wp` is (its uid): read afresh,
+/// then a JSON patch that tests the entry it removes. Whether this call
+/// removed it (not when the WarmPool or its finalizer is gone already).
+async fn remove_finalizer(
+    client: &Client,
+    fence: &Fence,
+    wp: &WarmPool,
+) -> Result<bool, FinalizerError> {
+    let api = pools_api(client, wp);
+    fence.check()?;
+    let Some(now) = api
+        .get_opt(&wp.name_any())
+        .await
+        .map_err(FinalizerError::Read)?
+    else {
+        return Ok(false);
+    };
+    let Some(at) = now.finalizers().iter().position(|f| f == FINALIZER) else {
+        return Ok(false);
+    };
+    if now.metadata.uid != wp.metadata.uid {
+        return Ok(false);
+    }
+    let remove = json!([
+        {"op": "test", "path": format!("/metadata/finalizers/{at}"), "value": FINALIZER},
+        {"op": "remove", "path": format!("/metadata/finalizers/{at}")},
+    ]);
+    match patch_finalizers(client, fence, wp, remove).await {
+        Err(FinalizerError::Patch(kube::Error::Api(e))) if e.code == 404 => Ok(false),
+        other => other.map(|()| true),
+    }
+}
+
+/// Applies the JSON patch `ops` of `metadata.finalizers` to `wp`, testing
+/// its uid first (a WarmPool of the same name made since is another one).
+async fn patch_finalizers(
+    client: &Client,
+    fence: &Fence,
+    wp: &WarmPool,
+    ops: Value,
+) -> Result<(), FinalizerError> {
+    let mut all = vec![json!({"op": "test", "path": "/metadata/uid", "value": wp.metadata.uid})];
+    all.extend(ops.as_array().into_iter().flatten().cloned());
+    let patch = serde_json::from_value(Value::Array(all)).map_err(FinalizerError::Build)?;
+    let params = PatchParams {
+        field_manager: Some(MANAGER.into()),
+        ..PatchParams::default()
+    };
+    fence.check()?;
+    pools_api(client, wp)
+        .patch(&wp.name_any(), &params, &Patch::<()>::Json(patch))
+        .await
+        .map_err(FinalizerError::Patch)?;
+    Ok(())
+}
+
+fn pools_api(client: &Client, wp: &WarmPool) -> Api<WarmPool> {
+    Api::namespaced(
+        client.clone(),
+        &wp.namespace().unwrap_or_else(|| "default".into()),
+    )
 }
 
 fn stop(ctx: &PoolContext, pool: &str) {
@@ -352,7 +602,8 @@ struct WriteBack {
 
 impl WriteBack {
     /// Applies each pass's status (when it changed) and publishes its
-    /// events, until the WarmPool is found deleted.
+    /// events, until the WarmPool is found gone, or a pass of its deletion
+    /// found none of its instances left and the finalizer is removed.
     async fn run(self, mut rx: mpsc::UnboundedReceiver<Outcome>) {
         let wp = &self.wp;
         let reference = wp.object_ref(&());
@@ -364,8 +615,9 @@ impl WriteBack {
         let mut last: Option<WarmPoolStatus> = None;
         let mut checked = std::time::Instant::now();
         while let Some(outcome) = rx.recv().await {
-            // Without a finalizer the controller is not told of a deletion:
-            // look now and then whether this WarmPool is still there.
+            // A WarmPool whose finalizer was removed by hand, or replaced
+            // under the same name, is gone without this task being told:
+            // look now and then whether it is still there.
             if checked.elapsed() > Duration::from_secs(10) {
                 checked = std::time::Instant::now();
                 if let Ok(now) = api.get_opt(&wp.name_any()).await {
@@ -375,8 +627,8 @@ impl WriteBack {
                     }
                 }
             }
-            let (mut status, events) = match outcome {
-                Outcome::Pass(r) => (r.status, r.events),
+            let (mut status, events, deleted) = match outcome {
+                Outcome::Pass(r) => (r.status, r.events, r.deleted),
                 Outcome::Failed(message) => {
                     let mut status = last.clone().unwrap_or_default();
                     set_degraded(&mut status, "PassFailed", &message);
@@ -385,12 +637,35 @@ impl WriteBack {
                         message,
                         warning: true,
                     };
-                    (status, vec![event])
+                    (status, vec![event], false)
                 }
             };
             status.observed_generation = wp.metadata.generation;
             for e in &events {
                 publish(&self.recorder, &self.fence, &reference, e).await;
+            }
+            if deleted {
+                match remove_finalizer(&self.client, &self.fence, wp).await {
+                    Ok(removed) => {
+                        if removed {
+                            tracing::info!(pool = %self.pool, "every instance terminated; finalizer removed");
+                            let event = PoolEvent {
+                                reason: "Deleted",
+                                message: "onDelete Terminate: EC2 lists none of the pool's \
+                                          instances pending or running; the finalizer is removed"
+                                    .into(),
+                                warning: false,
+                            };
+                            publish(&self.recorder, &self.fence, &reference, &event).await;
+                        }
+                        return;
+                    }
+                    // The status still shows the deletion; the next pass
+                    // tries again.
+                    Err(e) => {
+                        tracing::warn!(pool = %self.pool, error = %e, "cannot remove the WarmPool's finalizer")
+                    }
+                }
             }
             if last.as_ref() != Some(&status) {
                 match apply_status(&self.client, &self.fence, wp, &status).await {
@@ -475,10 +750,10 @@ async fn degraded(
 ) -> Result<(), ControllerError> {
     let mut status = wp.status.clone().unwrap_or_default();
     status.observed_generation = wp.metadata.generation;
-    let changed = !status
-        .conditions
-        .iter()
-        .any(|c| c.type_ == "Degraded" && c.status == "True" && c.reason == reason);
+    // The message too: a deletion adds what to do about it.
+    let changed = !status.conditions.iter().any(|c| {
+        c.type_ == "Degraded" && c.status == "True" && c.reason == reason && c.message == message
+    });
     if changed {
         set_degraded(&mut status, reason, &message);
         let pool = key(&wp.namespace().unwrap_or_default(), &wp.name_any());

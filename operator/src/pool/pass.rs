@@ -4,7 +4,7 @@
 //! goes out; a fenced pass ends there, with [`PoolError::Fenced`].
 
 use std::{
-    collections::{BTreeMap, HashMap},
+    collections::{BTreeMap, HashMap, HashSet},
     fmt,
     time::{Duration, Instant},
 };
@@ -12,6 +12,7 @@ use std::{
 use chrono::{DateTime, Utc};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use orca_db::{ConnectOptions, DatabaseUrl, Db, DbError, Reconnect};
+use tokio::sync::watch;
 
 use super::{
     backoff::Backoff,
@@ -75,6 +76,16 @@ pub struct PoolEvent {
     pub warning: bool,
 }
 
+/// A WarmPool's deletion with `onDelete: Terminate`, as its loop is told.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Deletion {
+    /// Its `deletionTimestamp`.
+    pub since: DateTime<Utc>,
+    /// `spec.drainTimeoutSeconds` as it is now: an edit made during the
+    /// deletion (say, to 0 to stop waiting for busy instances) counts.
+    pub drain_timeout_seconds: i64,
+}
+
 /// What one pass saw and did.
 #[derive(Clone, Debug, Default)]
 pub struct PassReport {
@@ -87,6 +98,11 @@ pub struct PassReport {
     pub terminated: Vec<String>,
     /// A call was answered `RequestLimitExceeded` to the end: back off.
     pub throttled: bool,
+    /// The WarmPool is being deleted with `onDelete: Terminate`.
+    pub deleting: bool,
+    /// Being deleted, and EC2 listed none of its instances pending or
+    /// running, nor lacks one this loop launched: its finalizer may go.
+    pub deleted: bool,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -148,9 +164,17 @@ pub struct PoolLoop {
     pub(super) backoff: Backoff,
     pub(super) metrics: Option<PoolMetrics>,
     served_mark: Option<f64>,
+    /// Busy rows seen hung, and the database's clock at the listing of the
+    /// pass that first saw each so.
+    hung_since: HashMap<i64, f64>,
     pub(super) conditions: Vec<Condition>,
     /// Until when the loop may act; always open unless set.
     fence: Fence,
+    /// The WarmPool's deletion (`onDelete: Terminate`), once it began; the
+    /// sender is the controller's ([`PoolLoop::with_deletion`]).
+    deletion: watch::Receiver<Option<Deletion>>,
+    /// The `Deleting` event was posted.
+    deletion_announced: bool,
 }
 
 impl PoolLoop {
@@ -193,8 +217,11 @@ impl PoolLoop {
             ours: HashMap::new(),
             metrics: None,
             served_mark: None,
+            hung_since: HashMap::new(),
             conditions: Vec::new(),
             fence: Fence::always(),
+            deletion: watch::channel(None).1,
+            deletion_announced: false,
         })
     }
 
@@ -209,6 +236,16 @@ impl PoolLoop {
     pub fn with_fence(mut self, fence: Fence) -> Self {
         self.ec2 = self.ec2.with_fence(fence.clone());
         self.fence = fence;
+        self
+    }
+
+    /// The WarmPool's deletion with `onDelete: Terminate`, as `deletion`
+    /// tells it: from the first pass after it holds one, the loop launches
+    /// nothing and terminates the pool's instances (see [`super::plan`]),
+    /// and each pass says whether any is left ([`PassReport::deleted`]). A
+    /// change cuts the wait for the next pass short.
+    pub fn with_deletion(mut self, deletion: watch::Receiver<Option<Deletion>>) -> Self {
+        self.deletion = deletion;
         self
     }
 
@@ -250,6 +287,8 @@ impl PoolLoop {
             stale_secs: self.tuning.stale.as_secs_f64(),
             leak_grace_secs: grace.as_secs_f64(),
             max_batch: self.tuning.max_batch,
+            hung_grace_secs: 2.0 * self.tuning.stale.as_secs_f64(),
+            unlisted_grace_secs: 60.0,
         }
     }
 
@@ -309,6 +348,11 @@ impl PoolLoop {
 
     /// Observes: EC2 first, then the rows and the demand.
     async fn observe(&mut self) -> Result<(Snapshot, Vec<String>, i64), PoolError> {
+        // The database's clock just before the listing: a row made after it
+        // may be of an instance the listing does not show yet.
+        let db = self.connected().await?;
+        let read = orca_db::pool::clock(db).await;
+        let listed = read.map_err(|e| self.db_error(e))?;
         let instances = self
             .ec2
             .describe(&self.owner)
@@ -329,8 +373,22 @@ impl PoolLoop {
         let db = self.connected().await?;
         let read = rows::known(db, &without).await;
         let known = read.map_err(|e| self.db_error(e))?;
+        let (stale, db) = (self.tuning.stale, self.connected().await?);
+        let read = orca_db::pool::check_rows(db, &pool, listed, stale).await;
+        let checks = read.map_err(|e| self.db_error(e))?;
+        let mut made_before_listing = HashMap::with_capacity(checks.len());
+        let (mut hung, mut hung_since) = (HashMap::new(), HashMap::new());
+        for c in checks {
+            made_before_listing.insert(c.row, c.made_before_listing);
+            if c.hung {
+                let since = self.hung_since.get(&c.row).copied().unwrap_or(listed);
+                hung_since.insert(c.row, since);
+                hung.insert(c.row, listed - since);
+            }
+        }
+        self.hung_since = hung_since;
         let db = self.connected().await?;
-        let read = rows::demand(db, &pool).await;
+        let read = orca_db::pool::open_demand(db, &pool).await;
         let (demand, demand_mark) = read.map_err(|e| self.db_error(e))?;
         let db = self.connected().await?;
         let read = rows::served_waits(db, &pool, mark).await;
@@ -354,13 +412,23 @@ impl PoolLoop {
             known,
             ours: self.ours.keys().cloned().collect(),
             demand,
+            deleting: None,
+            made_before_listing,
+            hung,
         };
         Ok((snap, seen, demand_mark))
     }
 
     /// One pass at `now` (the operator's clock, for EC2's launch times).
     pub async fn pass(&mut self, now: DateTime<Utc>) -> Result<PassReport, PoolError> {
-        let (snap, seen, demand_mark) = self.observe().await?;
+        let (mut snap, seen, demand_mark) = self.observe().await?;
+        // Read after the observation: a deletion that began meanwhile
+        // launches nothing in this pass already.
+        let deletion = *self.deletion.borrow();
+        if let Some(d) = deletion {
+            self.spec.drain_timeout_seconds = d.drain_timeout_seconds;
+        }
+        snap.deleting = deletion.map(|d| d.since);
         self.unavailable.retain(|_, until| *until > now);
         let unavailable = &self.unavailable;
         self.capacity_codes
@@ -377,12 +445,18 @@ impl PoolLoop {
         );
         let mut report = PassReport {
             plan: decided.clone(),
+            deleting: snap.deleting.is_some(),
+            deleted: snap.deleting.is_some() && self.nothing_left(&snap),
             ..PassReport::default()
         };
+        if let Some(since) = snap.deleting {
+            self.announce_deletion(&decided, since, &mut report);
+        }
         let failed_ends = self.retire(&decided, &mut report).await?;
         self.launch(&decided, failed_ends, &seen, demand_mark, now, &mut report)
             .await?;
         report.status = self.status(&report, now);
+        self.deletion_announced |= report.deleting;
         if let Some(m) = &self.metrics {
             m.counts(
                 &self.pool,
@@ -391,6 +465,36 @@ impl PoolLoop {
             );
         }
         Ok(report)
+    }
+
+    /// Whether EC2 listed none of the pool's instances as present, and
+    /// every instance this loop launched at all (the listing may lag a
+    /// launch): nothing of the pool is left to terminate.
+    fn nothing_left(&self, snap: &Snapshot) -> bool {
+        let listed: HashSet<&str> = snap.instances.iter().map(|i| i.id.as_str()).collect();
+        snap.instances.iter().all(|i| !i.state.is_present())
+            && self.ours.keys().all(|id| listed.contains(id.as_str()))
+    }
+
+    /// The `Deleting` event, until a pass that posted it succeeded.
+    fn announce_deletion(&self, plan: &PoolPlan, since: DateTime<Utc>, report: &mut PassReport) {
+        if self.deletion_announced {
+            return;
+        }
+        let drain = chrono::Duration::seconds(self.spec.drain_timeout_seconds.max(0));
+        let until = (since + drain).to_rfc3339();
+        tracing::info!(pool = %self.pool, since = %since.to_rfc3339(), busy = plan.counts.busy,
+            retiring = plan.retirements.len(), "WarmPool deleted: terminating its instances");
+        report.events.push(PoolEvent {
+            reason: "Deleting",
+            message: format!(
+                "onDelete Terminate: launching no more; terminating {} idle or booting instances; \
+                 {} busy may finish their runs until {until}",
+                plan.retirements.len(),
+                plan.counts.busy
+            ),
+            warning: false,
+        });
     }
 
     /// Passes until `stop` resolves: on a notification for this pool
@@ -402,6 +506,7 @@ impl PoolLoop {
         S: std::future::Future<Output = ()>,
     {
         tokio::pin!(stop);
+        let mut deletion = self.deletion.clone();
         loop {
             // Back-off waits are slept in full: a notification must not
             // cut them short.
@@ -438,9 +543,11 @@ impl PoolLoop {
             if backing_off {
                 continue;
             }
+            // A deletion's first pass need not wait for the resync.
             tokio::select! {
                 _ = &mut stop => return,
                 _ = self.wake(wait) => {}
+                Ok(()) = deletion.changed() => {}
             }
         }
     }

@@ -1,11 +1,12 @@
-//! The pool's *decide* step (SPEC §6, seed 000): a pure function from one
-//! snapshot — the pool's EC2 instances (listed first), its live
-//! `orca.instances` rows and unserved demand (read after) — to the
-//! launches and retirements that bring the pool back to its spec.
+//! The pool's *decide* step
+//! (docs/architecture.md#warmpool-controller-decide): a pure function from
+//! one snapshot — the pool's EC2 instances (listed first), its live
+//! `orca.instances` rows and unserved demand (read after) — to the launches
+//! and retirements that bring the pool back to its spec.
 //!
 //! No I/O and no clock of its own: the caller passes `now` for EC2's launch
 //! times, and the rows carry ages the database computed (only the database
-//! clock judges a row's time, SPEC §2).
+//! clock judges a row's time, docs/architecture.md#time-and-clocks).
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
@@ -110,6 +111,17 @@ pub struct Snapshot {
     pub ours: HashSet<String>,
     /// Unserved `orca.pool_demand` rows of the pool.
     pub demand: i64,
+    /// When the WarmPool's deletion with `onDelete: Terminate` began (its
+    /// `deletionTimestamp`); `None` while it is not being deleted.
+    pub deleting: Option<DateTime<Utc>>,
+    /// By row id: how many seconds before EC2 was listed each live row was
+    /// made (negative: after), by the database's clock. A row without an
+    /// entry counts as made after the listing.
+    pub made_before_listing: HashMap<i64, f64>,
+    /// By row id: busy rows whose run is not running at the row's start any
+    /// more, or whose run's heartbeat is stale, and for how many seconds
+    /// they have been seen so.
+    pub hung: HashMap<i64, f64>,
 }
 
 /// The knobs of the policy that are not in the spec.
@@ -122,6 +134,13 @@ pub struct Limits {
     pub leak_grace_secs: f64,
     /// At most this many instances per `RunInstances` call.
     pub max_batch: u32,
+    /// A busy instance seen hung (see [`Snapshot::hung`]) this long is
+    /// retired.
+    pub hung_grace_secs: f64,
+    /// A live row of an instance EC2 did not list at all is ended once it
+    /// was made this long before the listing (an instance launched just
+    /// before may not be listed yet).
+    pub unlisted_grace_secs: f64,
 }
 
 impl Default for Limits {
@@ -130,6 +149,8 @@ impl Default for Limits {
             stale_secs: 30.0,
             leak_grace_secs: 300.0,
             max_batch: 100,
+            hung_grace_secs: 60.0,
+            unlisted_grace_secs: 60.0,
         }
     }
 }
@@ -144,16 +165,23 @@ pub enum Reason {
     NoLiveRow,
     BootTimeout,
     Leaked,
+    /// The WarmPool is being deleted with `onDelete: Terminate`.
+    PoolDeleted,
+    /// Busy, but its run is over at that start or its heartbeat is stale,
+    /// for longer than the grace: the agent never came back.
+    Hung,
 }
 
 impl Reason {
-    pub const ALL: [Reason; 6] = [
+    pub const ALL: [Reason; 8] = [
         Reason::IdleBeyondMax,
         Reason::Stale,
         Reason::MaxUses,
         Reason::NoLiveRow,
         Reason::BootTimeout,
         Reason::Leaked,
+        Reason::PoolDeleted,
+        Reason::Hung,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -164,6 +192,8 @@ impl Reason {
             Reason::NoLiveRow => "NoLiveRow",
             Reason::BootTimeout => "BootTimeout",
             Reason::Leaked => "Leaked",
+            Reason::PoolDeleted => "PoolDeleted",
+            Reason::Hung => "Hung",
         }
     }
 }
@@ -172,7 +202,8 @@ impl Reason {
 /// terminated.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum End {
-    /// End its idle row race-free first (SPEC §3); terminate only if that
+    /// End its idle row race-free first (docs/protocol.md#the-race-free-end);
+    /// terminate only if that
     /// ended it.
     Idle(i64),
     /// It has no live row: insert the operator's claim first; terminate only
@@ -181,6 +212,11 @@ pub enum End {
     /// The operator's claim is already its live row (an earlier pass did
     /// not finish): terminate, then end the claim.
     Claimed(i64),
+    /// A busy instance of a deleted pool past `drainTimeoutSeconds`, or a
+    /// hung one: end its busy row first, and terminate only if that row was
+    /// still busy (one whose run just ended goes idle, and is retired as
+    /// idle).
+    Busy(i64),
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -217,6 +253,9 @@ pub struct PoolPlan {
     pub retirements: Vec<Retirement>,
     /// Claim rows whose instance is gone: end them.
     pub ends: Vec<i64>,
+    /// Other live rows of instances EC2 lists as shutting down, terminated
+    /// or stopped, or no longer lists: end them, so no hand-out takes one.
+    pub gone: Vec<i64>,
     /// How many more instances `maxInstances` allows once the retirements
     /// are gone (each retirement that does not happen takes one back).
     pub room: u32,
@@ -260,9 +299,10 @@ fn age_secs(now: DateTime<Utc>, then: DateTime<Utc>) -> f64 {
     (now - then).num_milliseconds() as f64 / 1000.0
 }
 
-/// Decides one pass (SPEC §6): retire idle beyond `idle.max` (longest idle
+/// Decides one pass: retire idle beyond `idle.max` (longest idle
 /// first), stale, past `maxUses`, without a live row any more, booting past
-/// `bootTimeoutSeconds`, and leaked; launch up to `idle.min` plus unserved
+/// `bootTimeoutSeconds`, leaked, and busy but hung; end the rows of
+/// instances EC2 no longer runs; launch up to `idle.min` plus unserved
 /// demand, counting instances still booting, never past `maxInstances`.
 /// `unavailable` holds offerings without capacity until the time given.
 pub fn plan(
@@ -272,6 +312,9 @@ pub fn plan(
     limits: &Limits,
     now: DateTime<Utc>,
 ) -> PoolPlan {
+    if let Some(since) = snap.deleting {
+        return plan_deletion(spec, snap, since, now);
+    }
     let mut out = PoolPlan::default();
     let mut rows: HashMap<&str, &PoolRow, FnvBuild> =
         HashMap::with_capacity_and_hasher(snap.rows.len(), FnvBuild::default());
@@ -299,7 +342,17 @@ pub fn plan(
         present += 1;
         match rows.get(i.id.as_str()) {
             Some(row) if row.claim => retire(&mut out, i, Reason::NoLiveRow, End::Claimed(row.id)),
+            // Its agent cannot answer: end the row; without one, the next
+            // pass claims and terminates it (NoLiveRow).
+            Some(row) if i.state == Ec2State::Stopped => out.gone.push(row.id),
             Some(row) => match row.idle_secs {
+                None if snap
+                    .hung
+                    .get(&row.id)
+                    .is_some_and(|secs| *secs >= limits.hung_grace_secs) =>
+                {
+                    retire(&mut out, i, Reason::Hung, End::Busy(row.id))
+                }
                 None => out.counts.busy += 1,
                 Some(_) if row.polled_secs.is_none_or(|p| p > limits.stale_secs) => {
                     retire(&mut out, i, Reason::Stale, End::Idle(row.id))
@@ -339,11 +392,38 @@ pub fn plan(
             }
         }
     }
+    // The other rows of instances EC2 no longer runs. EC2 was listed before
+    // the rows were read, so a row of an instance it did not list may be
+    // newer than the listing: only one made a grace before it is ended. And
+    // an instance missing from the listing may still run (its tags changed
+    // under it): of those, only rows with no run are ended — no more
+    // hand-outs — never a busy one, whose run would be cut short.
+    let mut states: HashMap<&str, Ec2State, FnvBuild> =
+        HashMap::with_capacity_and_hasher(snap.instances.len(), FnvBuild::default());
+    for i in &snap.instances {
+        states.insert(i.id.as_str(), i.state);
+    }
+    for row in snap.rows.iter().filter(|r| !r.claim) {
+        let gone = match states.get(row.instance.as_str()) {
+            Some(state) => !state.is_present(),
+            None => {
+                row.run.is_none()
+                    && snap
+                        .made_before_listing
+                        .get(&row.id)
+                        .is_some_and(|secs| *secs >= limits.unlisted_grace_secs)
+            }
+        };
+        if gone {
+            out.gone.push(row.id);
+        }
+    }
 
     if spec.paused {
         // A paused pool changes nothing; it still reports what it sees.
         out.retirements.clear();
         out.ends.clear();
+        out.gone.clear();
         out.counts.idle = idle.len() as u32;
         out.counts.launching = booting;
         return out;
@@ -390,6 +470,59 @@ pub fn plan(
         });
         left -= n;
     }
+    out
+}
+
+/// The plan of a pool being deleted with `onDelete: Terminate` since
+/// `since`, paused or not: launch nothing; retire every idle and booting
+/// instance (`PoolDeleted`) by the same race-free end or claim as any
+/// retirement; leave each busy one to its run — idle after it, it goes like
+/// the others — until `drainTimeoutSeconds` after `since`, then end its
+/// busy row and terminate it; end the claims of instances gone.
+fn plan_deletion(
+    spec: &WarmPoolSpec,
+    snap: &Snapshot,
+    since: DateTime<Utc>,
+    now: DateTime<Utc>,
+) -> PoolPlan {
+    let mut out = PoolPlan::default();
+    let mut rows: HashMap<&str, &PoolRow, FnvBuild> =
+        HashMap::with_capacity_and_hasher(snap.rows.len(), FnvBuild::default());
+    for r in &snap.rows {
+        rows.insert(r.instance.as_str(), r);
+    }
+    let drained = age_secs(now, since) >= spec.drain_timeout_seconds.max(0) as f64;
+    let mut listed: HashSet<&str> = HashSet::new();
+    for i in &snap.instances {
+        if !i.state.is_present() {
+            if i.state == Ec2State::ShuttingDown {
+                out.counts.terminating += 1;
+            }
+            continue;
+        }
+        listed.insert(i.id.as_str());
+        let end = match rows.get(i.id.as_str()) {
+            Some(row) if row.claim => End::Claimed(row.id),
+            Some(row) if row.idle_secs.is_some() => End::Idle(row.id),
+            Some(row) if drained => End::Busy(row.id),
+            Some(_) => {
+                out.counts.busy += 1;
+                continue;
+            }
+            None => End::Claim,
+        };
+        out.retirements.push(Retirement {
+            instance: i.id.clone(),
+            reason: Reason::PoolDeleted,
+            end,
+        });
+    }
+    for row in &snap.rows {
+        if row.claim && !listed.contains(row.instance.as_str()) {
+            out.ends.push(row.id);
+        }
+    }
+    out.counts.terminating += out.retirements.len() as u32;
     out
 }
 

@@ -5,7 +5,7 @@ use std::collections::{BTreeMap, HashSet};
 use chrono::{DateTime, Duration, TimeZone, Utc};
 
 use super::*;
-use crate::crd::{IdleRange, Launch, WarmPoolSpec};
+use crate::crd::{IdleRange, Launch, OnDelete, WarmPoolSpec};
 
 fn now() -> DateTime<Utc> {
     Utc.with_ymd_and_hms(2026, 1, 1, 12, 0, 0).unwrap()
@@ -34,6 +34,8 @@ fn spec(min: i32, max: i32, max_instances: i32) -> WarmPoolSpec {
             database_url_file: None,
         },
         paused: false,
+        on_delete: OnDelete::Terminate,
+        drain_timeout_seconds: 3600,
     }
 }
 
@@ -402,6 +404,8 @@ fn retirement_table() {
             known: known.then(|| "i-x".to_string()).into_iter().collect(),
             ours: ours.then(|| "i-x".to_string()).into_iter().collect(),
             demand: 0,
+            deleting: None,
+            ..Default::default()
         };
         let p = run(&s, &sn);
         let got = p.retirements.first().map(|r| (r.reason, r.end));
@@ -541,4 +545,304 @@ fn ten_thousand_instances_plan_quickly_enough_to_matter_only_in_the_bench() {
         .retirements
         .iter()
         .all(|r| r.instance.as_str() >= "i-00000000000000190"));
+}
+
+/// A pool deleted `ago` seconds before `now()` (onDelete Terminate).
+fn deleted(instances: Vec<Ec2Instance>, rows: Vec<PoolRow>, ago: i64) -> Snapshot {
+    Snapshot {
+        deleting: Some(now() - Duration::seconds(ago)),
+        ..snap(instances, rows)
+    }
+}
+
+#[test]
+fn deletion_table() {
+    /// The one instance of the case: with a live row, or without one.
+    enum I {
+        Row(PoolRow),
+        /// Launched by this loop 5 s ago, its agent not reported yet.
+        Ours,
+        /// Not launched by this loop, 5 s old: younger than the leak grace.
+        Unknown,
+        /// No live row, but rows once.
+        Known,
+    }
+    let idle = idle_row(1, "i-x", 1.0);
+    let stale = PoolRow {
+        polled_secs: Some(99.0),
+        ..idle_row(1, "i-x", 40.0)
+    };
+    let busy = busy_row(1, "i-x");
+    let claim = PoolRow {
+        claim: true,
+        idle_secs: None,
+        ..idle_row(1, "i-x", 0.0)
+    };
+    // (description, the instance, paused, seconds since the deletion) →
+    // how it is retired (always PoolDeleted); None: left to its run.
+    let cases: Vec<(&str, I, bool, i64, Option<End>)> = vec![
+        ("idle", I::Row(idle.clone()), false, 0, Some(End::Idle(1))),
+        ("stale idle", I::Row(stale), false, 0, Some(End::Idle(1))),
+        ("ours booting", I::Ours, false, 0, Some(End::Claim)),
+        (
+            "younger than the leak grace",
+            I::Unknown,
+            false,
+            0,
+            Some(End::Claim),
+        ),
+        (
+            "row ended by the scheduler",
+            I::Known,
+            false,
+            0,
+            Some(End::Claim),
+        ),
+        (
+            "claimed earlier",
+            I::Row(claim),
+            false,
+            0,
+            Some(End::Claimed(1)),
+        ),
+        (
+            "busy, drain time left",
+            I::Row(busy.clone()),
+            false,
+            3599,
+            None,
+        ),
+        (
+            "busy past the drain time-out",
+            I::Row(busy),
+            false,
+            3600,
+            Some(End::Busy(1)),
+        ),
+        ("idle, paused", I::Row(idle), true, 0, Some(End::Idle(1))),
+        ("booting, paused", I::Ours, true, 0, Some(End::Claim)),
+    ];
+    for (what, instance, paused, ago, want) in cases {
+        let mut s = spec(3, 5, 10);
+        s.paused = paused;
+        let (age, rows, ours, known) = match instance {
+            I::Row(row) => (100, vec![row], false, false),
+            I::Ours => (5, vec![], true, false),
+            I::Unknown => (5, vec![], false, false),
+            I::Known => (100, vec![], false, true),
+        };
+        let sn = Snapshot {
+            ours: ours.then(|| "i-x".to_string()).into_iter().collect(),
+            known: known.then(|| "i-x".to_string()).into_iter().collect(),
+            demand: 2,
+            ..deleted(vec![inst("i-x", age)], rows, ago)
+        };
+        let p = run(&s, &sn);
+        let got: Vec<(Reason, End)> = p.retirements.iter().map(|r| (r.reason, r.end)).collect();
+        let want: Vec<(Reason, End)> = want.map(|e| (Reason::PoolDeleted, e)).into_iter().collect();
+        assert_eq!(got, want, "{what}");
+        assert_eq!(p.counts.busy, u32::from(want.is_empty()), "{what}");
+        assert!(
+            p.launches.is_empty() && p.room == 0 && p.short == 0,
+            "{what}: {p:?}"
+        );
+    }
+}
+
+#[test]
+fn a_deleted_pool_launches_nothing_and_counts_what_is_left() {
+    let s = spec(3, 5, 10);
+    let mut going = inst("i-going", 100);
+    going.state = Ec2State::ShuttingDown;
+    let mut gone = inst("i-gone", 100);
+    gone.state = Ec2State::Terminated;
+    let claim_of_gone = PoolRow {
+        claim: true,
+        idle_secs: None,
+        ..idle_row(9, "i-gone", 0.0)
+    };
+    let sn = Snapshot {
+        ours: ["i-boot".to_string()].into(),
+        demand: 4,
+        ..deleted(
+            vec![
+                inst("i-a", 100),
+                inst("i-b", 100),
+                inst("i-busy", 100),
+                inst("i-boot", 5),
+                going,
+                gone,
+            ],
+            vec![
+                idle_row(1, "i-a", 1.0),
+                idle_row(2, "i-b", 2.0),
+                busy_row(3, "i-busy"),
+                claim_of_gone,
+            ],
+            10,
+        )
+    };
+    let p = run(&s, &sn);
+    assert_eq!(
+        retired(&p),
+        [
+            ("i-a", Reason::PoolDeleted),
+            ("i-b", Reason::PoolDeleted),
+            ("i-boot", Reason::PoolDeleted)
+        ]
+    );
+    assert_eq!(p.ends, [9]);
+    assert!(p.launches.is_empty() && p.fallback.is_empty());
+    assert_eq!((p.room, p.short), (0, 0));
+    assert_eq!(
+        p.counts,
+        Counts {
+            launching: 0,
+            idle: 0,
+            busy: 1,
+            terminating: 4,
+        }
+    );
+    // Nothing left: an empty plan.
+    let p = run(&s, &deleted(vec![], vec![], 10));
+    assert_eq!(p, PoolPlan::default());
+}
+
+#[test]
+fn busy_instances_hung_past_the_grace_are_retired() {
+    // (seconds seen hung, or never) → retired as Hung
+    let limits = Limits::default();
+    for (hung, want) in [
+        (None, false),
+        (Some(0.0), false),
+        (Some(limits.hung_grace_secs - 0.5), false),
+        (Some(limits.hung_grace_secs), true),
+        (Some(limits.hung_grace_secs * 10.0), true),
+    ] {
+        let mut sn = snap(
+            vec![inst("i-x", 100), inst("i-y", 100)],
+            vec![busy_row(1, "i-x"), busy_row(2, "i-y")],
+        );
+        sn.hung.extend(hung.map(|secs| (1, secs)));
+        let p = run(&spec(0, 5, 10), &sn);
+        let got = p
+            .retirements
+            .iter()
+            .map(|r| (r.instance.as_str(), r.reason, r.end));
+        let want_retired = want.then_some(("i-x", Reason::Hung, End::Busy(1)));
+        assert_eq!(
+            got.collect::<Vec<_>>(),
+            want_retired.into_iter().collect::<Vec<_>>(),
+            "{hung:?}"
+        );
+        assert_eq!(p.counts.busy, if want { 1 } else { 2 }, "{hung:?}");
+    }
+    // An idle row is never hung, whatever the snapshot says of it.
+    let mut sn = snap(vec![inst("i-x", 100)], vec![idle_row(1, "i-x", 1.0)]);
+    sn.hung.insert(1, 1e6);
+    assert!(run(&spec(0, 5, 10), &sn).retirements.is_empty());
+}
+
+#[test]
+fn rows_of_instances_ec2_no_longer_runs_are_ended() {
+    let grace = Limits::default().unlisted_grace_secs;
+    let with_state = |state| Ec2Instance {
+        state,
+        ..inst("i-x", 100)
+    };
+    // (EC2's view of the row's instance, the row made how long before the
+    // listing (None: no entry), claim) → ended as gone
+    type Case = (&'static str, Option<Ec2Instance>, Option<f64>, bool, bool);
+    let cases: Vec<Case> = vec![
+        (
+            "running",
+            Some(with_state(Ec2State::Running)),
+            Some(999.0),
+            false,
+            false,
+        ),
+        (
+            "pending",
+            Some(with_state(Ec2State::Pending)),
+            Some(999.0),
+            false,
+            false,
+        ),
+        (
+            "stopping",
+            Some(with_state(Ec2State::Stopping)),
+            Some(999.0),
+            false,
+            false,
+        ),
+        (
+            "stopped",
+            Some(with_state(Ec2State::Stopped)),
+            Some(1.0),
+            false,
+            true,
+        ),
+        (
+            "shutting down",
+            Some(with_state(Ec2State::ShuttingDown)),
+            Some(1.0),
+            false,
+            true,
+        ),
+        (
+            "terminated",
+            Some(with_state(Ec2State::Terminated)),
+            Some(-5.0),
+            false,
+            true,
+        ),
+        (
+            "unlisted, made long before the listing",
+            None,
+            Some(grace),
+            false,
+            true,
+        ),
+        (
+            "unlisted, made just before the listing",
+            None,
+            Some(grace - 1.0),
+            false,
+            false,
+        ),
+        (
+            "unlisted, made after the listing",
+            None,
+            Some(-3.0),
+            false,
+            false,
+        ),
+        ("unlisted, unknown when made", None, None, false, false),
+        // Claims of instances gone are ended as claims, not here.
+        (
+            "claim, terminated",
+            Some(with_state(Ec2State::Terminated)),
+            Some(999.0),
+            true,
+            false,
+        ),
+        ("claim, unlisted", None, Some(999.0), true, false),
+    ];
+    for (what, instance, made, claim, want) in cases {
+        for row in [idle_row(1, "i-x", 1.0), busy_row(1, "i-x")] {
+            // An unlisted instance may still run: its busy row stays.
+            let want = want && !(instance.is_none() && row.run.is_some());
+            let row = PoolRow { claim, ..row };
+            let mut sn = snap(instance.clone().into_iter().collect(), vec![row]);
+            sn.made_before_listing.extend(made.map(|secs| (1, secs)));
+            let p = run(&spec(0, 5, 10), &sn);
+            assert_eq!(p.gone, if want { vec![1] } else { vec![] }, "{what}");
+            if want {
+                assert!(p.retirements.is_empty(), "{what}: {:?}", p.retirements);
+            }
+            let mut paused = spec(0, 5, 10);
+            paused.paused = true;
+            assert!(run(&paused, &sn).gone.is_empty(), "{what}: paused");
+        }
+    }
 }

@@ -1,8 +1,10 @@
 //! The pool loop's Postgres adapter: what it reads of `orca.instances` and
-//! `orca.pool_demand` (ages computed by the database clock, SPEC §2), and
+//! `orca.pool_demand` (ages computed by the database clock,
+//! docs/architecture.md#time-and-clocks), and
 //! the operator's claim on an instance it terminates that has no live row.
 //!
-//! The claim closes the race the race-free end (SPEC §3) closes for idle
+//! The claim closes the race the race-free end
+//! (docs/protocol.md#the-race-free-end) closes for idle
 //! rows: an instance without a live row may be booting late, and its agent
 //! may write its `warm` row (and a scheduler hand it out) between the
 //! observation and `TerminateInstances`. The claim is a live, never-idle
@@ -66,19 +68,6 @@ pub async fn known(db: &Db, ids: &[String]) -> Result<HashSet<String>, DbError> 
     Ok(rows.iter().map(|r| r.get(0)).collect())
 }
 
-/// Unserved demand of the pool: how many, and the newest id (0 if none
-/// ever), which keys the launch's `ClientToken`.
-pub async fn demand(db: &Db, pool: &str) -> Result<(i64, i64), DbError> {
-    let r = db
-        .query_one(
-            "select count(*) filter (where served is null), coalesce(max(id), 0)
-             from orca.pool_demand where pool = $1",
-            &[&pool],
-        )
-        .await?;
-    Ok((r.get(0), r.get(1)))
-}
-
 /// How long each demand served since `after` (the database's epoch
 /// seconds of a `served`, from an earlier call) waited, in seconds; and the
 /// newest `served` seen.
@@ -103,11 +92,11 @@ pub async fn served_waits(
     Ok((waits, newest))
 }
 
-/// The race-free end (SPEC §3) of many idle rows in one statement, by the
-/// operator: `orca_db::pool::end_idle`'s predicate over a set of ids. Each
-/// row is locked and rechecked on its own, so a hand-out holding one makes
-/// this skip it once the hand-out commits. Returns the ids it ended: only
-/// their instances may be terminated.
+/// The race-free end (docs/protocol.md#the-race-free-end) of many idle rows
+/// in one statement, by the operator: `orca_db::pool::end_idle`'s predicate
+/// over a set of ids. Each row is locked and rechecked on its own, so a
+/// hand-out holding one makes this skip it once the hand-out commits.
+/// Returns the ids it ended: only their instances may be terminated.
 pub async fn end_idle_rows(db: &Db, rows: &[i64]) -> Result<HashSet<i64>, DbError> {
     if rows.is_empty() {
         return Ok(HashSet::new());
@@ -146,4 +135,20 @@ pub async fn end_claim(db: &Db, row: i64) -> Result<(), DbError> {
     )
     .await?;
     Ok(())
+}
+
+/// Ends the busy row of an instance a deleted pool terminates past its
+/// drain time-out, only while it is still that busy row: a run that just
+/// ended made it idle (then it is retired as idle, by the race-free end).
+/// Whether it ended it: only then may the instance be terminated.
+pub async fn end_busy_row(db: &Db, row: i64) -> Result<bool, DbError> {
+    let ended = db
+        .query_opt(
+            "update orca.instances set ended = now(), ended_by = 'operator'
+             where id = $1 and ended is null and idle is null
+             returning id",
+            &[&row],
+        )
+        .await?;
+    Ok(ended.is_some())
 }

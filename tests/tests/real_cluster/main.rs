@@ -8,6 +8,7 @@
 mod deletion;
 mod handover;
 mod install;
+mod pool_deletion;
 mod replicas;
 mod rollouts;
 mod warm_pool;

@@ -4,17 +4,24 @@
 
 use std::time::Duration;
 
-use orca_operator::{crd::WarmPool, pool::Ownership};
+use orca_operator::{
+    crd::WarmPool,
+    pool::{Ec2, Ownership},
+};
 use orca_tests::{ec2_faults::Ec2Faults, on_cluster::OnCluster, warm};
 use tokio::sync::oneshot;
 
 use super::scheduler;
 
 /// What a WarmPool test stands on besides the cluster: moto, the proxy in
-/// front of it, and the local hosts of pool `name`, running until dropped.
+/// front of it, the test's own EC2 client (straight to moto), and the local
+/// hosts of pool `name` (its ownership tags `owner`), running until
+/// dropped.
 pub struct Ec2Stage {
     _moto: orca_tests::moto::Moto,
     pub proxy: Ec2Faults,
+    pub ec2: Ec2,
+    pub owner: Ownership,
     pub subnets: Vec<String>,
     _hosts: oneshot::Sender<()>,
 }
@@ -30,7 +37,7 @@ impl Ec2Stage {
             scheduler: format!("{}/orca", stage.ns),
             operator: "orca-operator".into(),
         };
-        let hosts = warm::hosts_for(&moto.endpoint(), &stage.url, owner, "true").await;
+        let hosts = warm::hosts_for(&moto.endpoint(), &stage.url, owner.clone(), "true").await;
         let (stop, stopped) = oneshot::channel::<()>();
         tokio::spawn(hosts.run(async move {
             let _ = stopped.await;
@@ -38,6 +45,8 @@ impl Ec2Stage {
         Ec2Stage {
             _moto: moto,
             proxy,
+            ec2,
+            owner,
             subnets,
             _hosts: stop,
         }
@@ -45,7 +54,14 @@ impl Ec2Stage {
 
     /// A WarmPool `name` of Scheduler `orca` on this EC2.
     pub fn pool(&self, name: &str, min: i32, max: i32, max_instances: i32) -> WarmPool {
-        let mut spec = warm::spec(&self.proxy.endpoint(), &["t3.micro"], &self.subnets, min, max, max_instances);
+        let mut spec = warm::spec(
+            &self.proxy.endpoint(),
+            &["t3.micro"],
+            &self.subnets,
+            min,
+            max,
+            max_instances,
+        );
         spec.scheduler = "orca".into();
         WarmPool::new(name, spec)
     }
@@ -54,19 +70,35 @@ impl Ec2Stage {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_warm_pool_on_moto_reaches_idle_min() {
     let stage = OnCluster::new("pool").await;
-    stage.apply_scheduler(&scheduler("orca", "v1", &[], "")).await;
+    stage
+        .apply_scheduler(&scheduler("orca", "v1", &[], ""))
+        .await;
     let ec2 = Ec2Stage::new(&stage, "runners").await;
     stage.create_pool(&ec2.pool("runners", 2, 3, 5)).await;
     let status = stage
-        .wait_pool("runners", "two idle instances", Duration::from_secs(90), |s| s.idle == 2)
+        .wait_pool(
+            "runners",
+            "two idle instances",
+            Duration::from_secs(90),
+            |s| s.idle == 2,
+        )
         .await;
     assert_eq!(status.busy, 0, "{status:?}");
     let launches = ec2.proxy.calls_of("RunInstances");
     let launched: u32 = launches
         .iter()
         .filter(|c| c.fault.is_none())
-        .map(|c| c.param("MinCount").and_then(|n| n.parse().ok()).unwrap_or(0))
+        .map(|c| {
+            c.param("MinCount")
+                .and_then(|n| n.parse().ok())
+                .unwrap_or(0)
+        })
         .sum();
-    assert_eq!(launched, 2, "launched {launched} for idle.min 2: {launches:?}");
-    stage.wait_event("runners", "Launched", Duration::from_secs(10)).await;
+    assert_eq!(
+        launched, 2,
+        "launched {launched} for idle.min 2: {launches:?}"
+    );
+    stage
+        .wait_event("runners", "Launched", Duration::from_secs(10))
+        .await;
 }
