@@ -1,8 +1,8 @@
 //! The scheduler-instance protocol (docs/protocol.md#scheduler-instances)
-//! with real `orca-sim` processes
-//! on a real PostgreSQL: lead, handover, 50 handovers, a killed leader, a
-//! killed lock session, a server outage, an ended row, overlap_refusal and
-//! the operator's instances / drain / wait-for-lead.
+//! with real `orca-sim` processes on a real PostgreSQL: lead, handover, 50
+//! handovers, a killed leader, a killed lock session, a server outage, an
+//! ended row, overlap_refusal and the operator's instances / drain /
+//! wait-for-lead.
 //!
 //! A short tick and stale limit keep it quick; the only timed assertions are
 //! the bounds, measured with the database's clock where it can.

@@ -1,10 +1,10 @@
 //! The instance's lead loop (docs/protocol.md#the-instance-state-machine),
-//! every tick on its dedicated lock
-//! connection: the leader checks in `pg_locks` that it still holds the
-//! lock; the newest live instance that isn't draining takes the lead; an
-//! older one that sees a newer one, is asked, or gets SIGTERM steps down
-//! and drains; once its runs have ended it ends its row. A notification on
-//! [`schedulers::CHANNEL`] or a lost connection wakes it before the tick.
+//! every tick on its dedicated lock connection: the leader checks in
+//! `pg_locks` that it still holds the lock; the newest live instance that
+//! isn't draining takes the lead; an older one that sees a newer one, is
+//! asked, or gets SIGTERM steps down and drains; once its runs have ended
+//! it ends its row. A notification on [`schedulers::CHANNEL`] or a lost
+//! connection wakes it before the tick.
 
 use orca_db::{
     schedulers::{self, Beat},

@@ -1,9 +1,9 @@
 //! `orca-sim scheduler`, the reference scheduler
 //! (docs/architecture.md#the-reference-scheduler-orca-sim): it follows the
 //! instance half of the scheduler-instance protocol
-//! (docs/protocol.md#scheduler-instances) as morca's
-//! scheduler does, so that the tests, the local mode and the benchmarks run
-//! without morca. Its pipelines are `sleep:N` and `fail:N`.
+//! (docs/protocol.md#scheduler-instances) as morca's scheduler does, so
+//! that the tests, the local mode and the benchmarks run without morca. Its
+//! pipelines are `sleep:N` and `fail:N`.
 //!
 //! Start-up: [`overlap_refusal`](orca_db::schedulers::overlap_refusal) (a
 //! reason → the termination log, exit 75, nothing migrated), migrate, create

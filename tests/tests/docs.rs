@@ -1,0 +1,206 @@
+//! The repository explains itself: `docs/api.md` is what the CRD types
+//! generate, and every description `kubectl explain` would show is there.
+
+use std::path::PathBuf;
+
+fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+#[test]
+fn docs_api_md_is_what_the_crd_types_generate() {
+    let path = repo().join("docs/api.md");
+    let on_disk =
+        std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    assert!(
+        on_disk == orca_operator::crd::api_markdown(),
+        "docs/api.md is stale: run `cargo run -p orca-operator -- api-docs > docs/api.md`"
+    );
+}
+
+/// The fields whose types are Kubernetes' own: they need a description of
+/// their own, but what lies inside keeps its upstream descriptions.
+const KUBERNETES_TYPED: [&str; 7] = [
+    "Scheduler.spec.env",
+    "Scheduler.spec.resources",
+    "Scheduler.spec.podTemplate.affinity",
+    "Scheduler.spec.podTemplate.tolerations",
+    "Scheduler.spec.podTemplate.imagePullSecrets",
+    "Scheduler.status.conditions",
+    "WarmPool.status.conditions",
+];
+
+#[test]
+fn every_crd_property_has_a_description() {
+    use serde::Deserialize;
+
+    let yaml = orca_operator::crd::crds_yaml();
+    let mut walk = Walk::default();
+    let mut kinds = Vec::new();
+    for doc in serde_yaml::Deserializer::from_str(&yaml) {
+        let crd = serde_yaml::Value::deserialize(doc).expect("a CRD parses as YAML");
+        let kind = crd["spec"]["names"]["kind"]
+            .as_str()
+            .expect("a CRD names its kind")
+            .to_string();
+        let versions = crd["spec"]["versions"]
+            .as_sequence()
+            .expect("a CRD has versions");
+        for version in versions {
+            let root = &version["schema"]["openAPIV3Schema"];
+            let description = root["description"].as_str().unwrap_or("");
+            assert!(
+                !description.trim().is_empty() && !description.starts_with("Auto-generated"),
+                "{kind}: the schema's own description is {description:?}"
+            );
+            walk.schema(root, &kind);
+        }
+        kinds.push(kind);
+    }
+    assert_eq!(kinds, ["Scheduler", "WarmPool"]);
+    assert!(
+        walk.properties > 50,
+        "only {} properties walked: is the schema where the test looks?",
+        walk.properties
+    );
+    for path in KUBERNETES_TYPED {
+        assert!(
+            walk.seen.iter().any(|p| p == path),
+            "{path} is not in the CRDs any more: update KUBERNETES_TYPED"
+        );
+    }
+    assert!(
+        walk.missing.is_empty(),
+        "properties without a description (a doc comment on the Rust field):\n{}",
+        walk.missing.join("\n")
+    );
+}
+
+#[derive(Default)]
+struct Walk {
+    properties: usize,
+    seen: Vec<String>,
+    missing: Vec<String>,
+}
+
+impl Walk {
+    /// Every property beneath `schema` (at `path`), at every depth: in
+    /// `properties`, array `items`, map values and `allOf`/`anyOf`/`oneOf`.
+    fn schema(&mut self, schema: &serde_yaml::Value, path: &str) {
+        if let Some(props) = schema.get("properties").and_then(|p| p.as_mapping()) {
+            for (name, child) in props {
+                let here = format!("{path}.{}", name.as_str().unwrap_or("?"));
+                self.properties += 1;
+                let described = child
+                    .get("description")
+                    .and_then(|d| d.as_str())
+                    .is_some_and(|d| !d.trim().is_empty());
+                if !described {
+                    self.missing.push(here.clone());
+                }
+                if !KUBERNETES_TYPED.contains(&here.as_str()) {
+                    self.schema(child, &here);
+                }
+                self.seen.push(here);
+            }
+        }
+        if let Some(items) = schema.get("items") {
+            self.schema(items, &format!("{path}[]"));
+        }
+        if let Some(values) = schema.get("additionalProperties") {
+            if values.is_mapping() {
+                self.schema(values, &format!("{path}{{}}"));
+            }
+        }
+        for key in ["allOf", "anyOf", "oneOf"] {
+            for sub in schema
+                .get(key)
+                .and_then(|s| s.as_sequence())
+                .into_iter()
+                .flatten()
+            {
+                self.schema(sub, path);
+            }
+        }
+    }
+}
+
+/// The directories checked for citations of documents that are not in the
+/// repository; `tests/kube` (Kubernetes' own `main` packages) is left out.
+const CHECKED: [&str; 7] = [
+    "db",
+    "operator",
+    "pool-agent",
+    "tests",
+    "scripts",
+    "charts",
+    "examples",
+];
+
+#[test]
+fn nothing_cites_documents_outside_the_repository() {
+    let root = repo();
+    let mut found = Vec::new();
+    let mut files = 0;
+    for dir in CHECKED {
+        scan(&root.join(dir), &root, &mut files, &mut found);
+    }
+    assert!(files > 50, "only {files} files scanned");
+    assert!(
+        found.is_empty(),
+        "point into docs/ instead, or drop the citation:\n{}",
+        found.join("\n")
+    );
+}
+
+fn scan(dir: &std::path::Path, root: &std::path::Path, files: &mut usize, found: &mut Vec<String>) {
+    if dir == root.join("tests/kube") {
+        return;
+    }
+    let entries = std::fs::read_dir(dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
+    let mut paths: Vec<PathBuf> = entries
+        .map(|e| e.expect("a directory entry").path())
+        .collect();
+    paths.sort();
+    for path in paths {
+        let meta =
+            std::fs::symlink_metadata(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        if meta.is_dir() {
+            scan(&path, root, files, found);
+        } else if meta.is_file() {
+            *files += 1;
+            let bytes = std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+            let text = String::from_utf8_lossy(&bytes);
+            for (n, line) in text.lines().enumerate() {
+                if let Some(what) = citation(line) {
+                    let shown = path.strip_prefix(root).unwrap_or(&path).display();
+                    found.push(format!("{shown}:{}: {what}: {}", n + 1, line.trim()));
+                }
+            }
+        }
+    }
+}
+
+/// What `line` cites that is not in the repository: a numbered section of
+/// the spec, a numbered seed or an issue number.
+fn citation(line: &str) -> Option<&'static str> {
+    if line.contains(concat!("SPEC", " §")) {
+        return Some("a section of the spec");
+    }
+    let lower = line.to_lowercase();
+    let followed_by_digit = |needle: &str| {
+        lower.match_indices(needle).any(|(at, _)| {
+            lower[at + needle.len()..]
+                .chars()
+                .next()
+                .is_some_and(|c| c.is_ascii_digit())
+        })
+    };
+    if followed_by_digit("seed 0") {
+        return Some("a seed");
+    }
+    if followed_by_digit("issue ") {
+        return Some("an issue");
+    }
+    None
+}
