@@ -18,6 +18,7 @@ pub mod database;
 pub mod deletion;
 pub mod jobs;
 pub mod leader;
+pub mod memory;
 pub mod metrics;
 pub mod pods;
 pub mod refusal;

@@ -24,7 +24,9 @@ use tracing::{info, warn, Instrument};
 
 use super::act::{act, ActError};
 use super::leader::{Fence, Fenced};
-use super::{database, deletion, jobs, metrics::Metrics, pods, refusal, LABEL_SCHEDULER, MANAGER};
+use super::{
+    database, deletion, jobs, memory, metrics::Metrics, pods, refusal, LABEL_SCHEDULER, MANAGER,
+};
 use crate::crd::{Scheduler, SchedulerStatus};
 use crate::rollout::{self, decide, Decision, Observed};
 
@@ -38,6 +40,7 @@ pub struct Context {
     /// Until when this replica may act (see [`super::leader`]).
     pub(super) fence: Fence,
     backoff: refusal::Backoff,
+    memory: memory::StatusMemory,
 }
 
 impl Context {
@@ -56,6 +59,7 @@ impl Context {
             connections: database::Connections::default(),
             fence,
             backoff: refusal::Backoff::default(),
+            memory: memory::StatusMemory::default(),
         }
     }
 }
@@ -150,6 +154,7 @@ async fn pass(
         if !deletion::has_finalizer(&scheduler) {
             // Its pods and Jobs go with it (owner references).
             ctx.connections.forget(&ns, &name);
+            ctx.memory.forget(&ns, &name);
             return Ok(Requeue::await_change());
         }
         let (observed, db) = observe(&scheduler, &ctx, &ns).await?;
@@ -301,7 +306,12 @@ async fn observe(
         name,
         generation: scheduler.metadata.generation,
         spec: spec.clone(),
-        status: scheduler.status.clone().unwrap_or_default(),
+        status: ctx.memory.status(
+            ns,
+            &scheduler.name_any(),
+            scheduler.metadata.resource_version.as_deref(),
+            &scheduler.status.clone().unwrap_or_default(),
+        ),
         pods: pods.items.iter().filter_map(pods::pod_view).collect(),
         jobs: jobs.items.iter().filter_map(jobs::job_view).collect(),
         instances,
@@ -362,12 +372,20 @@ pub(super) async fn apply_status(
 ) -> Result<(), StatusError> {
     let name = scheduler.name_any();
     let api = Api::<Scheduler>::namespaced(ctx.client.clone(), ns);
-    write_status(&api, &name, status, &ctx.fence)
+    let version = write_status(&api, &name, status, &ctx.fence)
         .await
         .map_err(|source| StatusError {
-            scheduler: name,
+            scheduler: name.clone(),
             source,
-        })
+        })?;
+    ctx.memory.wrote(
+        ns,
+        &name,
+        scheduler.metadata.resource_version.as_deref(),
+        version,
+        status,
+    );
+    Ok(())
 }
 
 /// Writes `status` whole to the status of `K` `name` by server-side apply
@@ -377,12 +395,13 @@ pub(super) async fn apply_status(
 /// patches of an operator from before it applied statuses own what they
 /// set: what the apply's answer still shows of those is removed by a merge
 /// patch, once.
+/// Returns the object's resourceVersion after the write.
 pub async fn write_status<K, S>(
     api: &Api<K>,
     name: &str,
     status: &S,
     fence: &Fence,
-) -> Result<(), StatusWriteError>
+) -> Result<Option<String>, StatusWriteError>
 where
     K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Serialize + std::fmt::Debug,
     S: Serialize,
@@ -394,8 +413,11 @@ where
         .await
         .map_err(StatusWriteError::Apply)?;
     let stored = serde_json::to_value(&stored).unwrap_or(Value::Null);
+    let version = stored["metadata"]["resourceVersion"]
+        .as_str()
+        .map(String::from);
     let Some(left) = leftovers(&stored["status"], &body["status"]) else {
-        return Ok(());
+        return Ok(version);
     };
     info!(kind = %K::kind(&()), name = %name, fields = %left, "removing status fields an older writer left");
     let params = PatchParams {
@@ -403,10 +425,11 @@ where
         ..Default::default()
     };
     fence.check()?;
-    api.patch_status(name, &params, &Patch::Merge(&json!({ "status": left })))
+    let stored = api
+        .patch_status(name, &params, &Patch::Merge(&json!({ "status": left })))
         .await
         .map_err(StatusWriteError::Leftovers)?;
-    Ok(())
+    Ok(stored.meta().resource_version.clone())
 }
 
 /// The merge patch that removes from `stored` each field `desired` does

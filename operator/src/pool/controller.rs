@@ -652,7 +652,8 @@ impl WriteBack {
                             let event = PoolEvent {
                                 reason: "Deleted",
                                 message: "onDelete Terminate: EC2 lists none of the pool's \
-                                          instances pending or running; the finalizer is removed"
+                                          instances pending, running, stopping or stopped; the \
+                                          finalizer is removed"
                                     .into(),
                                 warning: false,
                             };
@@ -714,7 +715,9 @@ async fn apply_status(
         client.clone(),
         &wp.namespace().unwrap_or_else(|| "default".into()),
     );
-    write_status(&api, &wp.name_any(), status, fence).await
+    write_status(&api, &wp.name_any(), status, fence)
+        .await
+        .map(|_| ())
 }
 
 /// `Degraded` True for `reason`; its transition time stays while it was

@@ -1,0 +1,158 @@
+//! What this replica last wrote into each Scheduler's status, for the
+//! passes that start before the watch shows it. The controller hands each
+//! pass the object from its watch cache; a pass triggered by a pod's change
+//! can start before the cache has the status the previous pass applied.
+//! Deciding on that older status would forget what the status remembers
+//! (the handover under way, the last pod sequence) and write the older
+//! view back. So each status write records the resourceVersions known to
+//! be older than it and the one it produced: a cached object at one of the
+//! older versions is read with the status written instead; at the version
+//! written, or at any other (someone else wrote since), the cache is
+//! believed and the memory dropped. No extra API call.
+
+use std::{
+    collections::{HashMap, HashSet},
+    sync::Mutex,
+};
+
+use crate::crd::SchedulerStatus;
+
+#[derive(Default)]
+pub struct StatusMemory {
+    written: Mutex<HashMap<(String, String), Written>>,
+}
+
+struct Written {
+    /// Versions of the object older than the write.
+    older: HashSet<String>,
+    /// The version the write produced.
+    version: String,
+    status: SchedulerStatus,
+}
+
+impl StatusMemory {
+    /// The status a pass should start from: `cached` (at `version`), or
+    /// what this replica wrote since, if the cache is older than that.
+    pub fn status(
+        &self,
+        namespace: &str,
+        name: &str,
+        version: Option<&str>,
+        cached: &SchedulerStatus,
+    ) -> SchedulerStatus {
+        let key = (namespace.to_string(), name.to_string());
+        let mut written = self.written.lock().unwrap_or_else(|p| p.into_inner());
+        match (written.get(&key), version) {
+            (Some(w), Some(v)) if w.older.contains(v) => w.status.clone(),
+            (Some(_), _) => {
+                written.remove(&key);
+                cached.clone()
+            }
+            (None, _) => cached.clone(),
+        }
+    }
+
+    /// A status write of an object seen at `seen` produced `version`.
+    pub fn wrote(
+        &self,
+        namespace: &str,
+        name: &str,
+        seen: Option<&str>,
+        version: Option<String>,
+        status: &SchedulerStatus,
+    ) {
+        let key = (namespace.to_string(), name.to_string());
+        let mut written = self.written.lock().unwrap_or_else(|p| p.into_inner());
+        let Some(version) = version else {
+            written.remove(&key);
+            return;
+        };
+        let mut older = written
+            .remove(&key)
+            .map(|w| {
+                let mut older = w.older;
+                older.insert(w.version);
+                older
+            })
+            .unwrap_or_default();
+        older.extend(seen.map(String::from));
+        written.insert(
+            key,
+            Written {
+                older,
+                version,
+                status: status.clone(),
+            },
+        );
+    }
+
+    /// The Scheduler is gone.
+    pub fn forget(&self, namespace: &str, name: &str) {
+        self.written
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&(namespace.to_string(), name.to_string()));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::crd::Phase;
+
+    fn status(phase: Phase, sequence: i64) -> SchedulerStatus {
+        SchedulerStatus {
+            phase,
+            last_sequence: sequence,
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn a_cache_behind_this_replicas_writes_is_read_with_the_last_one() {
+        let m = StatusMemory::default();
+        let old = status(Phase::Ready, 1);
+        m.wrote(
+            "ns",
+            "a",
+            Some("10"),
+            Some("11".into()),
+            &status(Phase::HandingOver, 2),
+        );
+        // The cache still at 10: the write is what the status is.
+        assert_eq!(m.status("ns", "a", Some("10"), &old).last_sequence, 2);
+        // A second write before the cache caught up: 10 and 11 are older.
+        m.wrote(
+            "ns",
+            "a",
+            Some("10"),
+            Some("12".into()),
+            &status(Phase::Draining, 2),
+        );
+        assert_eq!(m.status("ns", "a", Some("11"), &old).phase, Phase::Draining);
+        assert_eq!(m.status("ns", "a", Some("10"), &old).phase, Phase::Draining);
+        // Caught up: the cache is believed, and the memory dropped.
+        let fresh = status(Phase::Draining, 2);
+        assert_eq!(m.status("ns", "a", Some("12"), &fresh), fresh);
+        assert_eq!(m.status("ns", "a", Some("10"), &old), old, "dropped");
+    }
+
+    #[test]
+    fn someone_elses_write_is_believed() {
+        let m = StatusMemory::default();
+        m.wrote(
+            "ns",
+            "a",
+            Some("10"),
+            Some("11".into()),
+            &status(Phase::HandingOver, 2),
+        );
+        let theirs = status(Phase::Paused, 2);
+        assert_eq!(m.status("ns", "a", Some("13"), &theirs), theirs);
+        assert_eq!(
+            m.status("ns", "b", Some("10"), &theirs),
+            theirs,
+            "per Scheduler"
+        );
+    }
+}
