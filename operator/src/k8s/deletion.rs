@@ -101,7 +101,11 @@ pub fn step(o: &Observed, elapsed: Duration) -> Step {
             .iter()
             .filter(|i| i.live && o.pods.iter().any(|p| p.name == i.host))
             .collect(),
-        // The database can't be read: wait for it, up to the time-out.
+        // No database to ask (no Secret, no key, a bad URL): there is no
+        // instance the operator could drain; holding the Scheduler for the
+        // whole time-out would only surprise whoever deletes it.
+        Err(p) if p.reason != "DatabaseUnreachable" => return Step::Release { timed_out: false },
+        // The database can't be reached just now: wait, up to the time-out.
         Err(_) if elapsed < timeout => return Step::Wait { live: 0, runs: 0 },
         Err(_) => return Step::Release { timed_out: true },
     };
