@@ -76,7 +76,7 @@ pub struct WarmPoolSpec {
     /// terminated at once and each busy one once its run is over (or
     /// drainTimeoutSeconds after the deletion); the operator's finalizer
     /// orca.dev/warm-pool keeps the WarmPool until EC2 lists none of its
-    /// instances pending or running. Orphan: the finalizer goes at once and
+    /// instances pending, running, stopping or stopped. Orphan: the finalizer goes at once and
     /// the instances are left running (their agents power them off once idle).
     #[serde(default)]
     pub on_delete: OnDelete,
@@ -103,7 +103,7 @@ pub enum OnDelete {
     /// Launch nothing more; terminate the idle and booting instances at once
     /// (paused or not), and each busy one once its run is over or
     /// drainTimeoutSeconds after the deletion. The WarmPool goes once EC2
-    /// lists none of its instances pending or running.
+    /// lists none of its instances pending, running, stopping or stopped.
     #[default]
     Terminate,
     /// The WarmPool goes at once and its instances are left running; their
