@@ -7,22 +7,12 @@ use std::time::Duration;
 use kube::api::DeleteParams;
 use orca_tests::{eventually::eventually, on_cluster::OnCluster, pg, sim::probe};
 
-use super::{ready_with, scheduler};
+use super::v1_ready;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn deleting_a_scheduler_drains_its_instance_before_the_pods_go() {
     let stage = OnCluster::new("delete").await;
-    stage
-        .apply_scheduler(&scheduler("orca", "v1", &[], ""))
-        .await;
-    stage
-        .wait_scheduler(
-            "orca",
-            "v1 Ready",
-            Duration::from_secs(60),
-            ready_with("v1"),
-        )
-        .await;
+    v1_ready(&stage).await;
     let object = stage.schedulers().get("orca").await.expect("the Scheduler");
     assert!(
         object

@@ -45,6 +45,21 @@ spec:
     serde_yaml::from_str(&yaml).unwrap_or_else(|e| panic!("a test Scheduler: {e}\n{yaml}"))
 }
 
+/// Scheduler `orca` at `v1` applied, once it is Ready with v1 leading.
+pub async fn v1_ready(stage: &orca_tests::on_cluster::OnCluster) -> SchedulerStatus {
+    stage
+        .apply_scheduler(&scheduler("orca", "v1", &[], ""))
+        .await;
+    stage
+        .wait_scheduler(
+            "orca",
+            "v1 Ready",
+            std::time::Duration::from_secs(60),
+            ready_with("v1"),
+        )
+        .await
+}
+
 /// Ready, with `image` leading.
 pub fn ready_with(image: &'static str) -> impl Fn(&SchedulerStatus) -> bool {
     move |s| s.phase == Phase::Ready && s.leader.as_ref().is_some_and(|l| l.image == image)

@@ -135,16 +135,6 @@ async fn a_frozen_leader_that_lost_its_lease_never_acts_again() {
         "the old leader called EC2 after it lost the Lease: {rogue:?}\n{}",
         stage.logs()
     );
-    let launched: u32 = ec2
-        .proxy
-        .calls_of("RunInstances")
-        .iter()
-        .filter(|c| c.fault.is_none())
-        .map(|c| {
-            c.param("MinCount")
-                .and_then(|n| n.parse().ok())
-                .unwrap_or(0)
-        })
-        .sum();
+    let launched = ec2.launched();
     assert_eq!(launched, 2, "two instances are right for idle.min 2");
 }

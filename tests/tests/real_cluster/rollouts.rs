@@ -7,7 +7,7 @@ use std::time::Duration;
 use orca_operator::crd::Phase;
 use orca_tests::{on_cluster::OnCluster, pg};
 
-use super::{ready_with, scheduler};
+use super::{ready_with, scheduler, v1_ready};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn overlap_off_recreates_and_settles_ready_with_its_register_job() {
@@ -100,17 +100,7 @@ async fn exit_75_rolls_stop_the_world() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_join_time_out_aborts_and_the_old_instance_keeps_leading() {
     let stage = OnCluster::new("abort").await;
-    stage
-        .apply_scheduler(&scheduler("orca", "v1", &[], ""))
-        .await;
-    stage
-        .wait_scheduler(
-            "orca",
-            "v1 Ready",
-            Duration::from_secs(60),
-            ready_with("v1"),
-        )
-        .await;
+    v1_ready(&stage).await;
     // v2 never joins: it sleeps instead of scheduling.
     let mut v2 = scheduler("orca", "v2", &[], "");
     v2.spec.command = vec!["sleep".into()];

@@ -52,6 +52,21 @@ impl Ec2Stage {
         }
     }
 
+    /// How many instances the `RunInstances` calls that got through asked
+    /// for, all together.
+    pub fn launched(&self) -> u32 {
+        self.proxy
+            .calls_of("RunInstances")
+            .iter()
+            .filter(|c| c.fault.is_none())
+            .map(|c| {
+                c.param("MinCount")
+                    .and_then(|n| n.parse().ok())
+                    .unwrap_or(0)
+            })
+            .sum()
+    }
+
     /// A WarmPool `name` of Scheduler `orca` on this EC2.
     pub fn pool(&self, name: &str, min: i32, max: i32, max_instances: i32) -> WarmPool {
         let mut spec = warm::spec(
@@ -84,19 +99,12 @@ async fn a_warm_pool_on_moto_reaches_idle_min() {
         )
         .await;
     assert_eq!(status.busy, 0, "{status:?}");
-    let launches = ec2.proxy.calls_of("RunInstances");
-    let launched: u32 = launches
-        .iter()
-        .filter(|c| c.fault.is_none())
-        .map(|c| {
-            c.param("MinCount")
-                .and_then(|n| n.parse().ok())
-                .unwrap_or(0)
-        })
-        .sum();
+    let launched = ec2.launched();
     assert_eq!(
-        launched, 2,
-        "launched {launched} for idle.min 2: {launches:?}"
+        launched,
+        2,
+        "launched {launched} for idle.min 2: {:?}",
+        ec2.proxy.calls_of("RunInstances")
     );
     stage
         .wait_event("runners", "Launched", Duration::from_secs(10))
