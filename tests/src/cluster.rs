@@ -24,7 +24,7 @@ use kube::{
     config::{KubeConfigOptions, Kubeconfig},
     Api, Client,
 };
-use orca_operator::local::spawn::{free_port, spawn_tied};
+use orca_operator::local::spawn::{free_port, remove_stale_dirs, spawn_tied};
 
 use crate::node::{Node, NodeOptions};
 
@@ -86,7 +86,7 @@ impl ControlPlane {
 
     fn start() -> ControlPlane {
         let bin = bin_dir();
-        remove_stale_dirs();
+        remove_stale_dirs("orca-kube-");
         let dir = std::env::temp_dir().join(format!("orca-kube-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("creating {}: {e}", dir.display()));
@@ -475,24 +475,4 @@ pub fn random_hex(n: usize) -> String {
         .and_then(|mut f| f.read_exact(&mut bytes))
         .expect("invariant: /dev/urandom can be read");
     bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
-
-/// Control planes of test binaries that have ended (and so could not
-/// clean up).
-fn remove_stale_dirs() {
-    let Ok(entries) = std::fs::read_dir(std::env::temp_dir()) else {
-        return;
-    };
-    for entry in entries.flatten() {
-        let name = entry.file_name().to_string_lossy().into_owned();
-        let Some(pid) = name
-            .strip_prefix("orca-kube-")
-            .and_then(|p| p.parse::<u32>().ok())
-        else {
-            continue;
-        };
-        if !Path::new(&format!("/proc/{pid}")).exists() {
-            let _ = std::fs::remove_dir_all(entry.path());
-        }
-    }
 }

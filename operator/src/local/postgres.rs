@@ -16,7 +16,7 @@ use std::{
 
 use orca_db::{migrate, ConnectOptions, DatabaseUrl};
 
-use super::spawn::{drop_to, free_port, spawn_tied};
+use super::spawn::{drop_to, free_port, remove_stale_dirs, spawn_tied};
 
 /// A PostgreSQL server of the test's own.
 pub struct Cluster {
@@ -78,7 +78,7 @@ impl Cluster {
 
     fn start_new() -> Cluster {
         let bin = bin_dir();
-        remove_stale_dirs();
+        remove_stale_dirs("orca-pg-");
         let n = NEXT_DB.fetch_add(1, Ordering::Relaxed);
         let dir = std::env::temp_dir().join(format!("orca-pg-{}-{n}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
@@ -265,25 +265,5 @@ impl Drop for Cluster {
     fn drop(&mut self) {
         self.stop();
         let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
-
-/// Clusters of test binaries that have ended (and so could not clean up).
-fn remove_stale_dirs() {
-    let Ok(entries) = std::fs::read_dir(std::env::temp_dir()) else {
-        return;
-    };
-    for entry in entries.flatten() {
-        let name = entry.file_name().to_string_lossy().into_owned();
-        let Some(pid) = name
-            .strip_prefix("orca-pg-")
-            .and_then(|r| r.split('-').next())
-            .and_then(|p| p.parse::<u32>().ok())
-        else {
-            continue;
-        };
-        if !Path::new(&format!("/proc/{pid}")).exists() {
-            let _ = std::fs::remove_dir_all(entry.path());
-        }
     }
 }

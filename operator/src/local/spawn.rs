@@ -93,3 +93,24 @@ pub fn free_port() -> u16 {
         .map(|a| a.port())
         .expect("invariant: the loopback interface can bind a free port")
 }
+
+/// Removes the temporary directories `<prefix><pid>…` of processes that
+/// have ended (test binaries killed before they could clean up).
+pub fn remove_stale_dirs(prefix: &str) {
+    let Ok(entries) = std::fs::read_dir(std::env::temp_dir()) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let Some(pid) = name
+            .strip_prefix(prefix)
+            .and_then(|r| r.split('-').next())
+            .and_then(|p| p.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        if !std::path::Path::new(&format!("/proc/{pid}")).exists() {
+            let _ = std::fs::remove_dir_all(entry.path());
+        }
+    }
+}
