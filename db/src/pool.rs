@@ -392,25 +392,23 @@ pub async fn clock(db: &Db) -> Result<f64, DbError> {
     Ok(now.get(0))
 }
 
-/// The open demand of `pool` that still counts: how many rows, and the
-/// newest demand id of the pool (0 if none ever), which keys the launch's
-/// `ClientToken`. Only demand whose run still waits at that start — the run
-/// is `queued` or `running` with that `start` — counts; demand whose run
-/// was cancelled, finished, deferred, restarted (its `start` moved on) or
-/// is gone is dropped. `orca.pool_demand` has no column to record the drop,
-/// so such a row stays unserved and is counted no more.
-pub async fn open_demand(db: &Db, pool: &str) -> Result<(i64, i64), DbError> {
+/// The open demand of `pool` that still counts: how many rows. Only demand
+/// whose run still waits at that start — the run is `queued` or `running`
+/// with that `start` — counts; demand whose run was cancelled, finished,
+/// deferred, restarted (its `start` moved on) or is gone is dropped.
+/// `orca.pool_demand` has no column to record the drop, so such a row stays
+/// unserved and is counted no more.
+pub async fn open_demand(db: &Db, pool: &str) -> Result<i64, DbError> {
     let r = db
         .query_one(
-            "select (select count(*)
-                     from orca.pool_demand d join orca.runs r on r.id = d.run
-                     where d.pool = $1 and d.served is null
-                       and r.start = d.start and r.status in ('queued', 'running')),
-                    (select coalesce(max(id), 0) from orca.pool_demand where pool = $1)",
+            "select count(*)
+             from orca.pool_demand d join orca.runs r on r.id = d.run
+             where d.pool = $1 and d.served is null
+               and r.start = d.start and r.status in ('queued', 'running')",
             &[&pool],
         )
         .await?;
-    Ok((r.get(0), r.get(1)))
+    Ok(r.get(0))
 }
 
 /// What [`check_rows`] says of a live row of the pool.

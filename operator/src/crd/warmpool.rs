@@ -218,8 +218,15 @@ pub struct WarmPoolStatus {
     /// Instances shutting down, or being retired by the last pass.
     #[serde(default)]
     pub terminating: i32,
+    /// How many RunInstances batches the pool has had answered. Each batch's
+    /// ClientToken is made from the pool's uid and this count, so a call retried
+    /// after a lost answer (or by the next operator replica) repeats its token
+    /// and a new batch never does.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub launch_batches: i64,
     /// Instance types and subnets without capacity just now, each skipped for
-    /// three minutes.
+    /// three minutes. Kept here, so an operator restarted meanwhile skips them
+    /// too.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub capacity_errors: Vec<CapacityError>,
     /// The conditions Available (at least idle.min instances idle), Progressing
@@ -228,6 +235,10 @@ pub struct WarmPoolStatus {
     /// (how many instances are left).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,
+}
+
+fn is_zero(n: &i64) -> bool {
+    *n == 0
 }
 
 /// An offering (instance type in a subnet) EC2 had no capacity for.

@@ -151,8 +151,6 @@ impl PoolLoop {
         &mut self,
         plan: &PoolPlan,
         stayed: u32,
-        seen: &[String],
-        demand_mark: i64,
         now: DateTime<Utc>,
         report: &mut PassReport,
     ) -> Result<(), PoolError> {
@@ -188,7 +186,7 @@ impl PoolLoop {
             .chain(plan.fallback.iter().cloned())
             .collect();
         let mut at = 0usize;
-        for (b, batch) in plan.launches.iter().enumerate() {
+        for batch in &plan.launches {
             let count = batch.count.min(budget);
             if count == 0 {
                 break;
@@ -202,8 +200,19 @@ impl PoolLoop {
                     ));
                     return Ok(());
                 };
-                let token = client_token(&self.pool, offering, count, b, seen, demand_mark);
-                match self.run_batch(offering, count, &token, &user_data).await {
+                let token = client_token(&self.launch_id, self.launch_batches);
+                let answer = self.run_batch(offering, count, &token, &user_data).await;
+                // A token EC2 answered is used up; one whose answer was lost
+                // (or throttled to the end) is retried by the next pass.
+                if !matches!(
+                    answer,
+                    Err(Ec2Error::Transport { .. }
+                        | Ec2Error::Throttled { .. }
+                        | Ec2Error::Fenced { .. })
+                ) {
+                    self.launch_batches += 1;
+                }
+                match answer {
                     Ok(ids) => {
                         tracing::info!(pool = %self.pool, offering = %offering, count, token = %token,
                             instances = ?ids, "launched");

@@ -439,7 +439,11 @@ async fn start(
         source,
     })?
     .with_fence(ctx.config.fence.clone())
-    .with_deletion(told);
+    .with_deletion(told)
+    .remember(
+        wp.metadata.uid.as_deref().unwrap_or_default(),
+        &wp.status.clone().unwrap_or_default(),
+    );
     if let Some(m) = &ctx.config.metrics {
         lp = lp.with_metrics(m.clone());
     }

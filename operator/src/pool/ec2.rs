@@ -161,33 +161,17 @@ where
     }
 }
 
-/// The `ClientToken` of a batch: derived from what the pool looked like
-/// when it decided to launch (every instance EC2 listed, in any state, and
-/// the newest demand), so an operator restarted before it saw the answer
-/// derives the same token for the same launch, and EC2 returns the
-/// instances of the first call instead of launching again.
-pub fn client_token(
-    pool: &str,
-    offering: &Offering,
-    count: u32,
-    batch: usize,
-    seen: &[String],
-    demand_mark: i64,
-) -> String {
-    let mut ids: Vec<&str> = seen.iter().map(String::as_str).collect();
-    ids.sort_unstable();
+/// The `ClientToken` of launch batch number `batch` of the pool whose
+/// launches are named `launch_id` (its uid in the Kubernetes mode): unique
+/// to that batch for all time, since the count only grows and is kept in
+/// the pool's status. A call retried (throttled, or its answer lost) keeps
+/// its batch number, so EC2 answers the retry with the first call's
+/// instances instead of launching again.
+pub fn client_token(launch_id: &str, batch: u64) -> String {
     let mut h = Sha256::new();
-    for part in [pool, &offering.instance_type, &offering.subnet] {
-        h.update(part.as_bytes());
-        h.update([0]);
-    }
-    h.update(count.to_be_bytes());
-    h.update((batch as u64).to_be_bytes());
-    h.update(demand_mark.to_be_bytes());
-    for id in ids {
-        h.update(id.as_bytes());
-        h.update([0]);
-    }
+    h.update(launch_id.as_bytes());
+    h.update([0]);
+    h.update(batch.to_be_bytes());
     let digest = h.finalize();
     let hex: String = digest.iter().take(24).map(|b| format!("{b:02x}")).collect();
     format!("orca-{hex}")

@@ -144,6 +144,17 @@ impl fmt::Debug for SecretUrl {
     }
 }
 
+/// A loop's own name for its launches, when it has no uid to remember:
+/// the pool, this process and when the loop was made, so no two loops share
+/// one.
+fn own_launch_id(pool: &str) -> String {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or_default();
+    format!("{pool}/{}/{nanos}", std::process::id())
+}
+
 /// The controller of one WarmPool.
 pub struct PoolLoop {
     pub(super) pool: String,
@@ -175,6 +186,12 @@ pub struct PoolLoop {
     deletion: watch::Receiver<Option<Deletion>>,
     /// The `Deleting` event was posted.
     deletion_announced: bool,
+    /// What names this pool's launches in their `ClientToken`s: its uid
+    /// once [`PoolLoop::remember`]ed, else one of this loop's own.
+    pub(super) launch_id: String,
+    /// Launch batches EC2 answered (`status.launchBatches`): the number of
+    /// the next one.
+    pub(super) launch_batches: u64,
 }
 
 impl PoolLoop {
@@ -204,7 +221,6 @@ impl PoolLoop {
             reconnect: Reconnect::new(url, ConnectOptions::named("orca-operator-pool"))
                 .listen("orca_pool"),
             backoff: Backoff::new(tuning.backoff_base, tuning.backoff_cap),
-            pool,
             spec,
             owner,
             ec2,
@@ -222,7 +238,36 @@ impl PoolLoop {
             fence: Fence::always(),
             deletion: watch::channel(None).1,
             deletion_announced: false,
+            launch_id: own_launch_id(&pool),
+            launch_batches: 0,
+            pool,
         })
+    }
+
+    /// Takes up where the pool's last writer left off, from its observed
+    /// `status` (the Kubernetes mode: a restarted or newly elected operator):
+    /// the offerings still held for want of capacity, each condition's
+    /// transition time, and the launch batch count; `uid` (the WarmPool's)
+    /// names its launches, so their tokens are unique to the pool.
+    pub fn remember(mut self, uid: &str, status: &WarmPoolStatus) -> Self {
+        self.launch_id = uid.to_string();
+        self.launch_batches = status.launch_batches.max(0) as u64;
+        self.conditions = status.conditions.clone();
+        for held in &status.capacity_errors {
+            let Ok(until) = DateTime::parse_from_rfc3339(&held.until) else {
+                tracing::warn!(pool = %self.pool, until = %held.until,
+                    "a capacity hold in the status has no valid time; dropped");
+                continue;
+            };
+            let offering = Offering {
+                instance_type: held.instance_type.clone(),
+                subnet: held.subnet.clone(),
+            };
+            self.unavailable
+                .insert(offering.clone(), until.with_timezone(&Utc));
+            self.capacity_codes.insert(offering, held.code.clone());
+        }
+        self
     }
 
     pub fn with_metrics(mut self, metrics: PoolMetrics) -> Self {
@@ -347,7 +392,7 @@ impl PoolLoop {
     }
 
     /// Observes: EC2 first, then the rows and the demand.
-    async fn observe(&mut self) -> Result<(Snapshot, Vec<String>, i64), PoolError> {
+    async fn observe(&mut self) -> Result<Snapshot, PoolError> {
         // The database's clock just before the listing: a row made after it
         // may be of an instance the listing does not show yet.
         let db = self.connected().await?;
@@ -358,7 +403,6 @@ impl PoolLoop {
             .describe(&self.owner)
             .await
             .map_err(|e| self.ec2_error(e))?;
-        let seen: Vec<String> = instances.iter().map(|i| i.id.clone()).collect();
         let pool = self.pool.clone();
         let count_uses = self.spec.max_uses > 0;
         let mark = self.served_mark;
@@ -389,7 +433,7 @@ impl PoolLoop {
         self.hung_since = hung_since;
         let db = self.connected().await?;
         let read = orca_db::pool::open_demand(db, &pool).await;
-        let (demand, demand_mark) = read.map_err(|e| self.db_error(e))?;
+        let demand = read.map_err(|e| self.db_error(e))?;
         let db = self.connected().await?;
         let read = rows::served_waits(db, &pool, mark).await;
         let (waits, newest) = read.map_err(|e| self.db_error(e))?;
@@ -416,12 +460,12 @@ impl PoolLoop {
             made_before_listing,
             hung,
         };
-        Ok((snap, seen, demand_mark))
+        Ok(snap)
     }
 
     /// One pass at `now` (the operator's clock, for EC2's launch times).
     pub async fn pass(&mut self, now: DateTime<Utc>) -> Result<PassReport, PoolError> {
-        let (mut snap, seen, demand_mark) = self.observe().await?;
+        let mut snap = self.observe().await?;
         // Read after the observation: a deletion that began meanwhile
         // launches nothing in this pass already.
         let deletion = *self.deletion.borrow();
@@ -453,8 +497,7 @@ impl PoolLoop {
             self.announce_deletion(&decided, since, &mut report);
         }
         let failed_ends = self.retire(&decided, &mut report).await?;
-        self.launch(&decided, failed_ends, &seen, demand_mark, now, &mut report)
-            .await?;
+        self.launch(&decided, failed_ends, now, &mut report).await?;
         report.status = self.status(&report, now);
         self.deletion_announced |= report.deleting;
         if let Some(m) = &self.metrics {

@@ -106,6 +106,7 @@ impl PoolLoop {
             idle: c.idle as i32,
             busy: c.busy as i32,
             terminating: c.terminating as i32,
+            launch_batches: self.launch_batches as i64,
             capacity_errors,
             conditions: self.conditions.clone(),
         }

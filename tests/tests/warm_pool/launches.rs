@@ -1,0 +1,317 @@
+//! Launches: capacity fall-back, throttling, and restarts that neither
+//! duplicate a launch nor reuse a batch's token.
+
+use orca_operator::crd::WarmPoolStatus;
+
+use super::*;
+
+#[tokio::test]
+async fn capacity_errors_move_launches_to_the_next_type_or_subnet() {
+    let (moto, url, ec2, subnets) = warm::Stage::new().await.parts();
+    let faults = Ec2Faults::start(&moto.endpoint());
+    let (s1, s2) = (&subnets[0], &subnets[1]);
+    let pool = "ice/pool";
+    let db = pg::connect(&url).await;
+    for run in 1..=3 {
+        ask(&db, &request(pool, run, "")).await;
+    }
+    faults.fail(
+        "RunInstances",
+        &["InstanceType=t3.small"],
+        Fault::error("InsufficientInstanceCapacity"),
+        usize::MAX,
+    );
+    faults.fail(
+        "RunInstances",
+        &["InstanceType=t3.medium", &format!("SubnetId={s1}")],
+        Fault::error("InsufficientFreeAddressesInSubnet"),
+        usize::MAX,
+    );
+    let spec = warm::spec(
+        &faults.endpoint(),
+        &["t3.small", "t3.medium"],
+        &[s1.clone(), s2.clone()],
+        0,
+        0,
+        10,
+    );
+    let mut lp = PoolLoop::new(
+        "ice",
+        "pool",
+        spec,
+        &url,
+        warm::tuning(Duration::from_secs(60)),
+    )
+    .await
+    .unwrap();
+    let report = lp.pass(Utc::now()).await.unwrap();
+    let launched = present(&ec2, pool).await;
+    assert_eq!(launched.len(), 3, "one instance per unserved demand");
+    for i in &launched {
+        assert_eq!(
+            (
+                i.offering.instance_type.as_str(),
+                i.offering.subnet.as_str()
+            ),
+            ("t3.medium", s2.as_str())
+        );
+    }
+    let errors: Vec<(String, String, String)> = report
+        .status
+        .capacity_errors
+        .iter()
+        .map(|c| (c.instance_type.clone(), c.subnet.clone(), c.code.clone()))
+        .collect();
+    let ice = "InsufficientInstanceCapacity".to_string();
+    assert_eq!(
+        errors,
+        [
+            (
+                "t3.medium".to_string(),
+                s1.clone(),
+                "InsufficientFreeAddressesInSubnet".to_string()
+            ),
+            ("t3.small".to_string(), s1.clone(), ice.clone()),
+            ("t3.small".to_string(), s2.clone(), ice),
+        ]
+    );
+    assert_eq!(
+        report
+            .events
+            .iter()
+            .filter(|e| e.reason == "CapacityUnavailable" && e.warning)
+            .count(),
+        3
+    );
+    let degraded = report
+        .status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == "Degraded")
+        .unwrap();
+    assert_eq!(degraded.status, "True");
+    // Nothing is launched again for the same demand, and the offerings
+    // without capacity are not tried while they are held.
+    let calls = faults.calls_of("RunInstances").len();
+    lp.pass(Utc::now()).await.unwrap();
+    assert_eq!(faults.calls_of("RunInstances").len(), calls);
+    assert_eq!(present(&ec2, pool).await.len(), 3);
+}
+
+#[tokio::test]
+async fn request_limit_exceeded_backs_off_then_succeeds_with_the_same_token() {
+    let (moto, url, ec2, subnets) = warm::Stage::new().await.parts();
+    let faults = Ec2Faults::start(&moto.endpoint());
+    let pool = "throttle/pool";
+    let db = pg::connect(&url).await;
+    for run in 1..=2 {
+        ask(&db, &request(pool, run, "")).await;
+    }
+    // Seven throttled answers: more than one pass retries (5 calls).
+    faults.fail("RunInstances", &[], Fault::error("RequestLimitExceeded"), 7);
+    let spec = warm::spec(&faults.endpoint(), &["t3.micro"], &subnets[..1], 0, 0, 10);
+    let mut lp = PoolLoop::new(
+        "throttle",
+        "pool",
+        spec,
+        &url,
+        warm::tuning(Duration::from_secs(60)),
+    )
+    .await
+    .unwrap();
+    let first = lp.pass(Utc::now()).await.unwrap();
+    assert!(first.throttled && first.launched.is_empty());
+    assert!(first
+        .events
+        .iter()
+        .any(|e| e.reason == "Throttled" && e.warning));
+    let second = lp.pass(Utc::now()).await.unwrap();
+    assert!(!second.throttled);
+    assert_eq!(second.launched.len(), 2);
+    assert_eq!(
+        present(&ec2, pool).await.len(),
+        2,
+        "no demand lost, none doubled"
+    );
+    let calls = faults.calls_of("RunInstances");
+    assert_eq!(calls.len(), 8);
+    assert!(calls[..7].iter().all(|c| c.fault.is_some()) && calls[7].fault.is_none());
+    let token = calls[0].param("ClientToken").unwrap();
+    assert!(calls.iter().all(|c| c.param("ClientToken") == Some(token)));
+    // Within a pass the waits grow: each at least the one before.
+    let gaps: Vec<Duration> = calls[..5].windows(2).map(|w| w[1].at - w[0].at).collect();
+    for w in gaps.windows(2) {
+        assert!(
+            w[1] + Duration::from_millis(5) >= w[0],
+            "back-off shrank: {gaps:?}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn an_operator_restarted_in_the_middle_of_a_launch_launches_no_duplicates() {
+    let (moto, url, ec2, subnets) = warm::Stage::new().await.parts();
+    let faults = Ec2Faults::start(&moto.endpoint());
+    let db = pg::connect(&url).await;
+
+    // EC2 launched, the operator never heard: the next one sees them.
+    let pool = "restart/a";
+    for run in 1..=2 {
+        ask(&db, &request(pool, run, "")).await;
+    }
+    faults.fail("RunInstances", &[], Fault::DropResponse, 1);
+    let spec = warm::spec(&faults.endpoint(), &["t3.micro"], &subnets[..1], 0, 0, 10);
+    let mut first = PoolLoop::new(
+        "restart",
+        "a",
+        spec.clone(),
+        &url,
+        warm::tuning(Duration::from_secs(60)),
+    )
+    .await
+    .unwrap();
+    let report = first.pass(Utc::now()).await.unwrap();
+    assert!(report.launched.is_empty());
+    assert!(report.events.iter().any(|e| e.reason == "LaunchFailed"));
+    drop(first);
+    assert_eq!(
+        present(&ec2, pool).await.len(),
+        2,
+        "moto launched the lost call"
+    );
+    let mut second = PoolLoop::new(
+        "restart",
+        "a",
+        spec,
+        &url,
+        warm::tuning(Duration::from_secs(60)),
+    )
+    .await
+    .unwrap();
+    let report = second.pass(Utc::now()).await.unwrap();
+    assert!(report.launched.is_empty());
+    assert_eq!(report.status.launching, 2);
+    assert_eq!(present(&ec2, pool).await.len(), 2, "no duplicate instances");
+    assert_eq!(faults.calls_of("RunInstances").len(), 1);
+
+    // The call never reached EC2: the restarted operator retries it with
+    // the same ClientToken (EC2 would answer a repeat with the first
+    // call's instances).
+    let pool = "restart/b";
+    for run in 1..=2 {
+        ask(&db, &request(pool, run, "")).await;
+    }
+    faults.forget_calls();
+    faults.fail("RunInstances", &[], Fault::DropRequest, 1);
+    let spec = warm::spec(&faults.endpoint(), &["t3.micro"], &subnets[..1], 0, 0, 10);
+    // Both remember the WarmPool's uid and its status (no batch answered
+    // yet), as a restarted operator reads them back.
+    let remembered = WarmPoolStatus::default();
+    let mut third = PoolLoop::new(
+        "restart",
+        "b",
+        spec.clone(),
+        &url,
+        warm::tuning(Duration::from_secs(60)),
+    )
+    .await
+    .unwrap()
+    .remember("uid-b", &remembered);
+    assert!(third.pass(Utc::now()).await.unwrap().launched.is_empty());
+    drop(third);
+    let mut fourth = PoolLoop::new(
+        "restart",
+        "b",
+        spec,
+        &url,
+        warm::tuning(Duration::from_secs(60)),
+    )
+    .await
+    .unwrap()
+    .remember("uid-b", &remembered);
+    let report = fourth.pass(Utc::now()).await.unwrap();
+    assert_eq!(report.launched.len(), 2);
+    assert_eq!(report.status.launch_batches, 1);
+    assert_eq!(present(&ec2, pool).await.len(), 2);
+    let calls = faults.calls_of("RunInstances");
+    assert_eq!(calls.len(), 2);
+    assert_eq!(calls[0].param("ClientToken"), calls[1].param("ClientToken"));
+    assert_eq!(
+        calls[0].param("ClientToken"),
+        Some(client_token("uid-b", 0).as_str())
+    );
+}
+
+/// An operator that takes over a pool (restarted, or newly elected) reads
+/// back what the last one knew from the status: the offerings held for
+/// want of capacity, the conditions' transition times, and how many launch
+/// batches EC2 answered — so its first batch does not repeat a token.
+#[tokio::test]
+async fn a_restarted_operator_keeps_capacity_holds_transition_times_and_tokens() {
+    let (moto, url, ec2, subnets) = warm::Stage::new().await.parts();
+    let faults = Ec2Faults::start(&moto.endpoint());
+    let pool = "memory/pool";
+    let db = pg::connect(&url).await;
+    faults.fail(
+        "RunInstances",
+        &["InstanceType=t3.small"],
+        Fault::error("InsufficientInstanceCapacity"),
+        usize::MAX,
+    );
+    let spec = warm::spec(
+        &faults.endpoint(),
+        &["t3.small", "t3.medium"],
+        &subnets[..1],
+        0,
+        0,
+        10,
+    );
+    let new_loop = || async {
+        PoolLoop::new(
+            "memory",
+            "pool",
+            spec.clone(),
+            &url,
+            warm::tuning(Duration::from_secs(60)),
+        )
+        .await
+        .unwrap()
+    };
+    ask(&db, &request(pool, 1, "")).await;
+    let mut first = new_loop()
+        .await
+        .remember("uid-m", &WarmPoolStatus::default());
+    let before = first.pass(Utc::now()).await.unwrap().status;
+    drop(first);
+    assert_eq!(before.capacity_errors.len(), 1, "{before:?}");
+    assert_eq!(
+        before.launch_batches, 2,
+        "t3.small refused, t3.medium launched"
+    );
+    let progressing = |s: &WarmPoolStatus| {
+        let c = s.conditions.iter().find(|c| c.type_ == "Progressing");
+        c.map(|c| (c.status.clone(), c.last_transition_time.clone()))
+    };
+
+    // A second later (transition times are in seconds), another run waits.
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    ask(&db, &request(pool, 2, "")).await;
+    let mut second = new_loop().await.remember("uid-m", &before);
+    let after = second.pass(Utc::now()).await.unwrap().status;
+    assert_eq!(present(&ec2, pool).await.len(), 2);
+    assert_eq!(
+        after.capacity_errors, before.capacity_errors,
+        "the hold held"
+    );
+    assert_eq!(progressing(&after), progressing(&before));
+    assert_eq!(after.launch_batches, 3);
+    let calls = faults.calls_of("RunInstances");
+    let types: Vec<_> = calls.iter().map(|c| c.param("InstanceType")).collect();
+    assert_eq!(
+        types,
+        [Some("t3.small"), Some("t3.medium"), Some("t3.medium")],
+        "the held t3.small was not tried again"
+    );
+    let tokens: HashSet<_> = calls.iter().map(|c| c.param("ClientToken")).collect();
+    assert_eq!(tokens.len(), 3, "three batches, three tokens: {calls:#?}");
+}

@@ -1,0 +1,174 @@
+//! The WarmPool controller (docs/architecture.md#the-warmpool-controller)
+//! against moto's EC2 server, a real PostgreSQL and real `orca-pool-agent`
+//! processes on local hosts: the scheduler's side is `orca_db::pool`
+//! (`hand_out`, `ask_for_instance`), as `orca-sim` uses it.
+//!
+//! Intervals are shortened through `warm::tuning` (resync 1 s, stale 5 s,
+//! leak grace per test); the production defaults are in `pool::Tuning`.
+
+use std::{
+    collections::HashSet,
+    sync::{Arc, Mutex},
+    time::{Duration, Instant},
+};
+
+use chrono::Utc;
+use orca_db::pool::{ask_for_instance, hand_out, Request};
+use orca_operator::pool::{
+    ec2::client_token,
+    userdata::{self, DatabaseSource},
+    Ec2, Ec2State, PoolEvent, PoolLoop,
+};
+use orca_tests::{
+    ec2_faults::{Ec2Faults, Fault},
+    pg, warm,
+};
+use tokio::sync::oneshot;
+
+/// Polls `check` every 100 ms until it is true; fails saying `what` after
+/// `within`.
+async fn wait_for<F, Fut>(what: &str, within: Duration, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = Instant::now() + within;
+    while !check().await {
+        assert!(Instant::now() < deadline, "not within {within:?}: {what}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+async fn present(ec2: &Ec2, pool: &str) -> Vec<orca_operator::pool::Ec2Instance> {
+    ec2.describe(&warm::owner(pool))
+        .await
+        .unwrap()
+        .into_iter()
+        .filter(|i| i.state.is_present())
+        .collect()
+}
+
+async fn state_of(ec2: &Ec2, pool: &str, id: &str) -> Option<Ec2State> {
+    ec2.describe(&warm::owner(pool))
+        .await
+        .unwrap()
+        .into_iter()
+        .find(|i| i.id == id)
+        .map(|i| i.state)
+}
+
+/// Idle rows of `pool` whose agent polled within 3 s.
+async fn idle_fresh(db: &orca_db::Db, pool: &str) -> Vec<String> {
+    db.query(
+        "select instance from orca.instances
+         where pool = $1 and ended is null and idle is not null
+           and polled > now() - interval '3 seconds'
+         order by idle, id",
+        &[&pool],
+    )
+    .await
+    .unwrap()
+    .iter()
+    .map(|r| r.get(0))
+    .collect()
+}
+
+fn request(pool: &str, run: i64, head: &str) -> Request<'static> {
+    Request {
+        pool: Box::leak(pool.to_string().into_boxed_str()),
+        run,
+        start: 1,
+        role: "head",
+        head_address: Box::leak(head.to_string().into_boxed_str()),
+        new_code: true,
+    }
+}
+
+/// Asks for an instance for `req`'s run, the run first made `running` at
+/// that start in `orca.runs` as a scheduler's run is: demand of a run that
+/// does not wait at its start counts for nothing (docs/protocol.md#demand).
+async fn ask(db: &orca_db::Db, req: &Request<'_>) {
+    db.execute(
+        "insert into orca.runs (id, pipeline, status, start) values ($1, 'p', 'running', $2)
+         on conflict (id) do nothing",
+        &[&req.run, &req.start],
+    )
+    .await
+    .unwrap();
+    ask_for_instance(db, req).await.unwrap();
+}
+
+/// A pool loop running in the background; its events are collected.
+struct Running {
+    stop: Vec<oneshot::Sender<()>>,
+    events: Arc<Mutex<Vec<PoolEvent>>>,
+}
+
+impl Running {
+    fn events(&self) -> Vec<PoolEvent> {
+        self.events.lock().unwrap().clone()
+    }
+
+    /// The events so far, once one that is `what` is among them, or after
+    /// 10 s without: a pass reports its events when it ends, after its EC2
+    /// calls, so EC2 may show a termination a moment before its event.
+    async fn events_once(&self, what: impl Fn(&PoolEvent) -> bool) -> Vec<PoolEvent> {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let events = self.events();
+            if events.iter().any(&what) || Instant::now() > deadline {
+                return events;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+}
+
+async fn start(
+    pool: &str,
+    spec: orca_operator::crd::WarmPoolSpec,
+    url: &str,
+    endpoint: &str,
+    run_command: &str,
+) -> Running {
+    let (ns, name) = pool.split_once('/').unwrap();
+    warm::aws_env();
+    let lp = PoolLoop::new(ns, name, spec, url, warm::tuning(Duration::from_secs(60)))
+        .await
+        .unwrap();
+    let events = Arc::new(Mutex::new(Vec::new()));
+    let sink = events.clone();
+    let (stop_loop, stopped_loop) = oneshot::channel::<()>();
+    tokio::spawn(lp.run(
+        move |r| {
+            if let Ok(r) = r {
+                sink.lock().unwrap().extend(r.events.iter().cloned());
+            }
+        },
+        async move {
+            let _ = stopped_loop.await;
+        },
+    ));
+    let hosts = warm::hosts(endpoint, url, pool, run_command).await;
+    let (stop_hosts, stopped_hosts) = oneshot::channel::<()>();
+    tokio::spawn(hosts.run(async move {
+        let _ = stopped_hosts.await;
+    }));
+    Running {
+        stop: vec![stop_loop, stop_hosts],
+        events,
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        for s in self.stop.drain(..) {
+            let _ = s.send(());
+        }
+    }
+}
+
+mod launches;
+mod retirement;
+mod sizing;
+mod user_data;

@@ -1,0 +1,115 @@
+//! The user-data script the instances boot with.
+
+use super::*;
+
+#[test]
+fn user_data_passes_sh_n_and_holds_no_password_with_a_url_file() {
+    let secret = "postgres://orca:s3cr3t-pw@db.internal:5432/orca";
+    let mut spec = warm::spec(
+        "http://unused",
+        &["t3.micro"],
+        &["subnet-1".into()],
+        0,
+        0,
+        1,
+    );
+    let with_url = userdata::render(&spec, "ns/pool", DatabaseSource::for_spec(&spec, secret));
+    assert!(
+        with_url.contains(secret),
+        "the default puts the URL in user-data"
+    );
+    spec.launch.database_url_file = Some("/etc/orca/database-url".into());
+    let with_file = userdata::render(&spec, "ns/pool", DatabaseSource::for_spec(&spec, secret));
+    assert!(!with_file.contains("s3cr3t-pw"), "{with_file}");
+    assert!(with_file.contains("/etc/orca/database-url"));
+    for script in [&with_url, &with_file] {
+        let out = std::process::Command::new("sh")
+            .args(["-n", "-c", script])
+            .output()
+            .expect("sh is needed to check the user-data");
+        assert!(
+            out.status.success(),
+            "sh -n: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}
+
+/// The script itself, run with stand-ins for IMDS (curl), the agent and
+/// the power-off: it serves one run with the seed's environment, calls
+/// `pool-next` for that run, and powers off when it exits 1.
+#[test]
+fn user_data_serves_a_run_then_powers_off() {
+    let dir = std::env::temp_dir().join(format!("orca-userdata-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let d = dir.display();
+    let stub = |name: &str, body: &str| {
+        let p = dir.join(name);
+        std::fs::write(&p, format!("#!/bin/sh\n{body}\n")).unwrap();
+        std::process::Command::new("chmod")
+            .arg("+x")
+            .arg(&p)
+            .status()
+            .unwrap();
+    };
+    stub(
+        "curl",
+        r#"case "$*" in *api/token*) echo tok ;; *) echo i-0stub ;; esac"#,
+    );
+    stub(
+        "agent",
+        &format!(
+            r#"echo "$*" >> {d}/agent.calls
+if [ ! -e {d}/served ]; then touch {d}/served; echo "next 42 1 10.0.0.1:7077 1"; exit 0; fi
+exit 1"#
+        ),
+    );
+    stub("shutdown", &format!("touch {d}/halted"));
+    std::fs::write(dir.join("url"), "postgres://u:p@h/db\n").unwrap();
+    let mut spec = warm::spec(
+        "http://unused",
+        &["t3.micro"],
+        &["subnet-1".into()],
+        0,
+        0,
+        1,
+    );
+    spec.launch.agent_path = dir.join("agent").display().to_string();
+    spec.launch.database_url_file = Some(dir.join("url").display().to_string());
+    spec.launch.run_command = format!("env | grep ^ORCA_ | sort > {d}/env");
+    let script = userdata::render(&spec, "ns/pool", DatabaseSource::for_spec(&spec, "unused"));
+    let out = std::process::Command::new("sh")
+        .arg("-c")
+        .arg(&script)
+        .env(
+            "PATH",
+            format!("{d}:{}", std::env::var("PATH").unwrap_or_default()),
+        )
+        .output()
+        .unwrap();
+    assert!(
+        out.status.code() == Some(1),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let env = std::fs::read_to_string(dir.join("env")).unwrap();
+    for want in [
+        "ORCA_RUN=42",
+        "ORCA_START=1",
+        "ORCA_HEAD=10.0.0.1:7077",
+        "ORCA_NEW_CODE=1",
+        "ORCA_INSTANCE=i-0stub",
+        "ORCA_POOL=ns/pool",
+        "ORCA_DATABASE_URL=postgres://u:p@h/db",
+    ] {
+        assert!(env.lines().any(|l| l == want), "{want} not in\n{env}");
+    }
+    let calls = std::fs::read_to_string(dir.join("agent.calls")).unwrap();
+    assert_eq!(
+        calls.lines().collect::<Vec<_>>(),
+        ["pool-next i-0stub 0 0 600", "pool-next i-0stub 42 1 600"]
+    );
+    assert!(dir.join("halted").exists(), "no power-off");
+    let _ = std::fs::remove_dir_all(&dir);
+}
