@@ -8,10 +8,8 @@ use std::{sync::Once, time::Duration};
 
 use orca_operator::{
     crd::{IdleRange, Launch, WarmPoolSpec},
-    pool::{
-        host::{HostConfig, Hosts},
-        Ec2, Ec2Config, Ownership, Tuning,
-    },
+    local::host::{HostConfig, Hosts},
+    pool::{Ec2, Ec2Config, Ownership, Tuning},
 };
 
 use crate::{bins, moto::Moto, pg};

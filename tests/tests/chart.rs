@@ -183,7 +183,7 @@ fn workload_grants() -> Grants {
         ("orca.dev", "schedulers/finalizers", &["update"]),
         ("", "pods", RUN),
         ("batch", "jobs", RUN),
-        ("", "secrets", &["get"]),
+        ("", "secrets", &["get", "list", "watch"]),
         ("events.k8s.io", "events", RECORD),
         ("", "events", RECORD),
     ])
@@ -269,10 +269,11 @@ fn default_values_grant_a_role_in_the_release_namespace_only() {
     );
     let role = object(&docs, "Role", RELEASE_NAMESPACE, FULLNAME);
     let granted = grants(role);
-    // Secrets: read the one a Scheduler names; never list or watch them all.
+    // Secrets: read the one a Scheduler names, watch their metadata;
+    // never create, change or delete one.
     assert_eq!(
         granted.get(&(String::new(), "secrets".to_string())),
-        Some(&BTreeSet::from(["get".to_string()]))
+        Some(&BTreeSet::from(["get", "list", "watch"].map(String::from)))
     );
     assert_eq!(granted, workload_grants());
     let binding = object(&docs, "RoleBinding", RELEASE_NAMESPACE, FULLNAME);

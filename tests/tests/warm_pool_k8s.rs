@@ -1,13 +1,13 @@
 //! The Kubernetes mode's WarmPool controller
 //! (docs/architecture.md#the-warmpool-controller): `reconcile` puts the
-//! finalizer on the WarmPool and starts a pool loop on the database of the
-//! Scheduler the pool names; the loop writes its status and Events back,
-//! and on deletion terminates the instances (or leaves them) before the
-//! finalizer goes. kube's client runs against the
-//! HTTP-level mock of `k8s_mode`, answered by path (the loop's calls come
-//! whenever its passes do), with a real PostgreSQL and moto's EC2 server.
-//!
-//! Intervals are shortened through `warm::tuning` (a pass every second).
+//! finalizer on the WarmPool and runs a pass of its pool on the database of
+//! the Scheduler the pool names, writing its status and Events back; on
+//! deletion the passes terminate the instances (or leave them) before the
+//! finalizer goes. kube's client runs against the HTTP-level mock of
+//! `k8s_mode`, answered by path, with a real PostgreSQL and moto's EC2
+//! server. The harness reconciles again as the controller's requeue would;
+//! the whole controller, with its watches, runs on a real API server in
+//! `real_cluster`.
 
 #[path = "k8s_mode/fixtures.rs"]
 mod fixtures;
@@ -21,7 +21,7 @@ use k8s_openapi::api::core::v1::Secret;
 use kube::runtime::controller::Action;
 use orca_db::pool::{hand_out, mark_idle, Request};
 use orca_operator::crd::{OnDelete, Scheduler, SchedulerSpec, WarmPool, WarmPoolSpec};
-use orca_operator::pool::controller::{
+use orca_operator::k8s::warmpool::{
     reconcile, ControllerError, PoolContext, PoolControllerConfig, FINALIZER,
 };
 use orca_operator::pool::Fence;
@@ -129,6 +129,11 @@ struct Cluster {
     watches: Vec<Call>,
     /// Every JSON patch of the WarmPool (its finalizers), as sent.
     patches: Vec<Value>,
+    /// The context of the last [`Cluster::reconcile`]: reconciled again, as
+    /// the controller's requeue would, while the harness waits.
+    ctx: Option<Arc<PoolContext>>,
+    /// Why no call may write now, if none may.
+    no_writes: Option<String>,
 }
 
 impl Cluster {
@@ -149,6 +154,8 @@ impl Cluster {
             reads: Vec::new(),
             watches: Vec::new(),
             patches: Vec::new(),
+            ctx: None,
+            no_writes: None,
         };
         (cluster, client)
     }
@@ -188,6 +195,16 @@ impl Cluster {
 
     /// Answers `call` as the API server would.
     fn answer(&mut self, call: Call) {
+        if let Some(why) = &self.no_writes {
+            assert_eq!(
+                call.method,
+                Method::GET,
+                "{why}, but the operator sent {} {} {}",
+                call.method,
+                call.path,
+                call.body
+            );
+        }
         let path = call.path.clone();
         let pool_path = format!("{API}/warmpools/{POOL}");
         match (call.method.as_str(), path.as_str()) {
@@ -215,6 +232,38 @@ impl Cluster {
                         StatusCode::NOT_FOUND,
                         &not_found("secrets", p.rsplit('/').next().unwrap()),
                     ),
+                }
+            }
+            ("GET", p) if p == format!("{API}/schedulers") => {
+                if call.query.contains("watch=true") {
+                    self.watches.push(call);
+                } else {
+                    let items: Vec<Value> = self.scheduler.iter().map(|s| json!(s)).collect();
+                    call.answer(
+                        StatusCode::OK,
+                        &json!({"apiVersion": "orca.dev/v1alpha1", "kind": "SchedulerList",
+                                "metadata": {"resourceVersion": "1"}, "items": items}),
+                    );
+                }
+            }
+            ("GET", "/api/v1/namespaces/default/secrets") => {
+                if call.query.contains("watch=true") {
+                    self.watches.push(call);
+                } else {
+                    // Metadata only, as the operator asks.
+                    let items: Vec<Value> = self
+                        .secret
+                        .iter()
+                        .map(|s| {
+                            json!({"apiVersion": "meta.k8s.io/v1", "kind": "PartialObjectMetadata",
+                                   "metadata": s.metadata})
+                        })
+                        .collect();
+                    call.answer(
+                        StatusCode::OK,
+                        &json!({"apiVersion": "meta.k8s.io/v1", "kind": "PartialObjectMetadataList",
+                                "metadata": {"resourceVersion": "1"}, "items": items}),
+                    );
                 }
             }
             ("GET", p) if p == format!("{API}/warmpools") => {
@@ -313,25 +362,53 @@ impl Cluster {
         self.events.push(e.clone());
     }
 
-    /// Runs `reconcile` of `wp`, answering its calls and the loops'
-    /// meanwhile; what it returned.
+    /// Runs `reconcile` of `wp`, answering its calls; what it returned.
     async fn reconcile(&mut self, ctx: &Arc<PoolContext>, wp: WarmPool) -> Action {
+        self.try_reconcile(ctx, wp)
+            .await
+            .unwrap_or_else(|e| panic!("reconcile failed: {e}"))
+    }
+
+    /// Runs `reconcile` of `wp`, answering its calls; what it returned.
+    async fn try_reconcile(
+        &mut self,
+        ctx: &Arc<PoolContext>,
+        wp: WarmPool,
+    ) -> Result<Action, ControllerError> {
+        self.ctx = Some(ctx.clone());
         let mut task = tokio::spawn(reconcile(Arc::new(wp), ctx.clone()));
         loop {
             let call = tokio::select! {
                 biased;
                 call = self.api.next("the reconcile's calls") => call,
-                done = &mut task => {
-                    let result = done.expect("reconcile panicked");
-                    return result.unwrap_or_else(|e| panic!("reconcile failed: {e}"));
-                }
+                done = &mut task => return done.expect("reconcile panicked"),
             };
             self.answer(call);
         }
     }
 
-    /// Answers calls until `done` holds; fails saying `what` if it does not
-    /// within 20 s, or when no call comes for 10 s.
+    /// What the controller does between the harness's checks: reconcile the
+    /// stored WarmPool again (unless it is gone) a moment later, or, with no
+    /// context (the whole controller runs), answer its next call.
+    async fn step(&mut self, what: &str) {
+        match self.ctx.clone() {
+            Some(ctx) => {
+                tokio::time::sleep(Duration::from_millis(200)).await;
+                if !self.deleted {
+                    let stored = self.pool.clone();
+                    // A failed pass shows in the status and Events.
+                    let _ = self.try_reconcile(&ctx, stored).await;
+                }
+            }
+            None => {
+                let call = self.api.next(what).await;
+                self.answer(call);
+            }
+        }
+    }
+
+    /// Reconciles (or answers calls) until `done` holds; fails saying
+    /// `what` if it does not within 20 s.
     async fn until(&mut self, what: &str, done: impl Fn(&Cluster) -> bool) {
         let deadline = Instant::now() + Duration::from_secs(20);
         while !done(self) {
@@ -341,12 +418,11 @@ impl Cluster {
                 self.status(),
                 self.events
             );
-            let call = self.api.next(what).await;
-            self.answer(call);
+            self.step(what).await;
         }
     }
 
-    /// No call at all for `quiet`.
+    /// No call at all for `quiet`, nothing reconciled.
     async fn quiet(&mut self, quiet: Duration, why: &str) {
         if let Ok(call) = tokio::time::timeout(quiet, self.api.next(why)).await {
             panic!(
@@ -356,20 +432,19 @@ impl Cluster {
         }
     }
 
-    /// Answers calls for `quiet`; none of them may write (PATCH, POST).
+    /// Reconciles (or answers calls) for `quiet`; no call may write
+    /// (PATCH, POST).
     async fn no_writes(&mut self, quiet: Duration, why: &str) {
+        self.no_writes = Some(why.to_string());
         let end = tokio::time::Instant::now() + quiet;
-        while let Ok(call) = tokio::time::timeout_at(end, self.api.next(why)).await {
-            assert_eq!(
-                call.method,
-                Method::GET,
-                "{why}, but the operator sent {} {} {}",
-                call.method,
-                call.path,
-                call.body
-            );
-            self.answer(call);
+        while tokio::time::Instant::now() < end {
+            if self.ctx.is_some() {
+                self.step(why).await;
+            } else if let Ok(call) = tokio::time::timeout_at(end, self.api.next(why)).await {
+                self.answer(call);
+            }
         }
+        self.no_writes = None;
     }
 
     /// No request body sent so far holds `secret`.
@@ -710,8 +785,7 @@ async fn a_new_generation_restarts_the_loop_and_a_deleted_pool_terminates_its_in
     let ids = instances(&real).await;
     faults.forget_calls();
     let gone = k8s.delete();
-    let action = k8s.reconcile(&ctx, gone).await;
-    assert_eq!(action, Action::requeue(Duration::from_secs(60)));
+    k8s.reconcile(&ctx, gone).await;
     k8s.until("the finalizer removed, and a Deleted event", |k| {
         k.deleted && !k.events_of("Deleted").is_empty()
     })
@@ -1016,10 +1090,13 @@ async fn capacity_errors_show_while_held_and_then_are_gone() {
 async fn aborting_the_controller_stops_every_pool_loop() {
     let real = warm::Stage::new().await;
     let faults = Ec2Faults::start(&real.moto.endpoint());
-    let wp = warm_pool(spec(&real, &faults.endpoint(), 1, 2), 1);
+    let mut wp = warm_pool(spec(&real, &faults.endpoint(), 1, 2), 1);
+    // With its finalizer already: the mock's watches never tell the
+    // controller of a change.
+    wp.metadata.finalizers = Some(vec![FINALIZER.into()]);
     let (mut k8s, client) =
         Cluster::new(wp.clone(), Some(scheduler()), Some(url_secret(&real.url)));
-    let controller = tokio::spawn(orca_operator::pool::controller::run(
+    let controller = tokio::spawn(orca_operator::k8s::warmpool::run(
         client,
         Some(NS.into()),
         config(Fence::always()),
@@ -1075,7 +1152,15 @@ async fn a_closed_fence_stops_every_action_of_a_running_loop() {
     tokio::time::sleep(Duration::from_millis(300)).await;
     faults.forget_calls();
     let statuses = k8s.statuses.len();
-    k8s.quiet(Duration::from_secs(3), "the fence is closed")
+    for _ in 0..3 {
+        let stored = k8s.pool.clone();
+        let err = k8s
+            .try_reconcile(&ctx, stored)
+            .await
+            .expect_err("a closed fence");
+        assert!(matches!(err, ControllerError::Fenced { .. }), "{err}");
+    }
+    k8s.quiet(Duration::from_secs(1), "the fence is closed")
         .await;
     let calls: Vec<String> = faults.calls().into_iter().map(|c| c.action).collect();
     assert!(
@@ -1089,8 +1174,8 @@ async fn a_closed_fence_stops_every_action_of_a_running_loop() {
     fence.hold_until(tokio::time::Instant::now() + Duration::from_secs(3600));
     let deadline = Instant::now() + Duration::from_secs(10);
     while faults.calls_of("DescribeInstances").is_empty() {
-        assert!(Instant::now() < deadline, "the loop did not carry on");
-        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert!(Instant::now() < deadline, "the pool did not carry on");
+        k8s.step("the pool carrying on").await;
     }
     drop(ctx);
 }

@@ -87,9 +87,13 @@ watch every Secret); record events.
 - apiGroups: ["batch"]
   resources: ["jobs"]
   verbs: ["get", "list", "watch", "create", "delete"]
+# Secrets: get reads the database URL in the one a Scheduler names; list
+# and watch are of metadata only (the operator asks for PartialObjectMetadata
+# and keeps no Secret's data), so a changed URL reaches the WarmPools within
+# seconds.
 - apiGroups: [""]
   resources: ["secrets"]
-  verbs: ["get"]
+  verbs: ["get", "list", "watch"]
 - apiGroups: ["events.k8s.io"]
   resources: ["events"]
   verbs: ["create", "patch"]

@@ -25,6 +25,7 @@ pub mod refusal;
 pub mod run;
 pub mod scheduler;
 pub mod server;
+pub mod warmpool;
 
 pub use metrics::Metrics;
 pub use run::{run, RunArgs};

@@ -23,7 +23,8 @@ use super::{
     Metrics, LABEL_SCHEDULER, MANAGER,
 };
 use crate::crd::Scheduler;
-use crate::pool::{self, controller::PoolControllerConfig, PoolMetrics, Tuning};
+use crate::k8s::warmpool::{self, PoolControllerConfig};
+use crate::pool::{PoolMetrics, Tuning};
 
 /// How long a call about the Lease may take: well within the 12 s its
 /// fence stays open after a renewal starts.
@@ -120,7 +121,7 @@ async fn controllers(
     };
     let pool_runs = scopes
         .iter()
-        .map(|ns| pool::controller::run(client.clone(), ns.clone(), pools.clone()));
+        .map(|ns| warmpool::run(client.clone(), ns.clone(), pools.clone()));
     let runs = scopes.iter().map(|ns| {
         let api = |c: &Client| match &ns {
             Some(ns) => (

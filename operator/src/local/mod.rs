@@ -3,6 +3,7 @@
 //! processes instead of pods, a throwaway PostgreSQL unless a URL is given,
 //! and moto's EC2 server.
 
+pub mod host;
 pub mod manifests;
 pub mod moto;
 pub mod pods;

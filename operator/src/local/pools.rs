@@ -1,6 +1,6 @@
 //! WarmPools in the local mode: the same pool loop as in a cluster, on the
 //! pool's `endpoint` or on a moto server of the local mode's own, with the
-//! local mode playing each instance's host (`pool::host`): a running moto
+//! local mode playing each instance's host (`local::host`): a running moto
 //! instance is an `orca-pool-agent` loop on this machine.
 
 use std::{collections::BTreeMap, path::PathBuf, time::Duration};
@@ -10,9 +10,9 @@ use tokio::{sync::watch, task::JoinHandle};
 use super::moto::Moto;
 use crate::{
     crd::{WarmPool, WarmPoolSpec, WarmPoolStatus},
+    local::host::{HostConfig, Hosts},
     pool::{
         ec2::{Ec2, Ec2Config},
-        host::{HostConfig, Hosts},
         PoolLoop, Tuning,
     },
 };

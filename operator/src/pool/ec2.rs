@@ -465,15 +465,13 @@ mod tests {
     }
 
     #[test]
-    fn a_token_depends_on_what_was_seen_but_not_on_its_order() {
-        let seen = vec!["i-b".to_string(), "i-a".to_string()];
-        let again = vec!["i-a".to_string(), "i-b".to_string()];
-        let t = client_token("ns/p", &off(), 3, 0, &seen, 7);
-        assert_eq!(t, client_token("ns/p", &off(), 3, 0, &again, 7));
+    fn a_token_is_one_batch_of_one_pool() {
+        let t = client_token("uid-1", 3);
+        assert_eq!(t, client_token("uid-1", 3), "a retry repeats it");
         assert!(t.len() <= 64 && t.is_ascii());
-        assert_ne!(t, client_token("ns/p", &off(), 3, 1, &seen, 7));
-        assert_ne!(t, client_token("ns/p", &off(), 3, 0, &seen, 8));
-        assert_ne!(t, client_token("ns/p", &off(), 3, 0, &seen[..1], 7));
-        assert_ne!(t, client_token("ns/q", &off(), 3, 0, &seen, 7));
+        assert_ne!(t, client_token("uid-1", 4));
+        assert_ne!(t, client_token("uid-2", 3));
+        // The parts are kept apart: no two (id, batch) pairs run together.
+        assert_ne!(client_token("uid-1", 0), client_token("uid-", 0));
     }
 }

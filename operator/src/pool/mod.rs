@@ -13,8 +13,8 @@
 //!   status, events and metrics.
 //!
 //! [`PoolLoop::run`] drives passes on `LISTEN orca_pool` with a periodic
-//! resync; the Kubernetes mode ([`controller`]) and the local mode both
-//! drive a [`PoolLoop`]; [`host`] plays the EC2 hosts locally.
+//! resync (the local mode); the Kubernetes mode's controller
+//! (`k8s::warmpool`) runs one [`PoolLoop::pass`] per reconcile instead.
 //!
 //! In the Kubernetes mode every EC2 call, statement, status write and Event
 //! checks the Lease's [`Fence`] first ([`PoolLoop::with_fence`]); the local
@@ -22,9 +22,7 @@
 
 mod act;
 pub mod backoff;
-pub mod controller;
 pub mod ec2;
-pub mod host;
 pub mod metrics;
 mod pass;
 pub mod plan;

@@ -270,6 +270,14 @@ impl PoolLoop {
         self
     }
 
+    /// No `LISTEN` on the loop's connection: whoever drives its passes
+    /// listens for it (the Kubernetes mode, one connection per database).
+    pub fn not_listening(mut self) -> Self {
+        let url = self.reconnect.url().clone();
+        self.reconnect = Reconnect::new(url, ConnectOptions::named("orca-operator-pool"));
+        self
+    }
+
     pub fn with_metrics(mut self, metrics: PoolMetrics) -> Self {
         self.metrics = Some(metrics);
         self

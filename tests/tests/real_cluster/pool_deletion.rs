@@ -7,10 +7,7 @@
 use std::time::Duration;
 
 use kube::{api::DeleteParams, ResourceExt};
-use orca_operator::{
-    crd::OnDelete,
-    pool::{controller::FINALIZER, Ec2State},
-};
+use orca_operator::{crd::OnDelete, k8s::warmpool::FINALIZER, pool::Ec2State};
 use orca_tests::{eventually::eventually, on_cluster::OnCluster};
 
 use super::{scheduler, warm_pool::Ec2Stage};

@@ -1,14 +1,16 @@
 //! A WarmPool on the real cluster: moto behind the logging proxy for EC2,
 //! local hosts playing its instances with the real agent; the pool reaches
-//! `idle.min` and says so in its status.
+//! `idle.min` and says so in its status, and follows its Scheduler's
+//! Secret to another database.
 
 use std::time::Duration;
 
+use orca_db::pool::{ask_for_instance, Request};
 use orca_operator::{
     crd::WarmPool,
     pool::{Ec2, Ownership},
 };
-use orca_tests::{ec2_faults::Ec2Faults, on_cluster::OnCluster, warm};
+use orca_tests::{ec2_faults::Ec2Faults, eventually::eventually, on_cluster::OnCluster, pg, warm};
 use tokio::sync::oneshot;
 
 use super::scheduler;
@@ -109,4 +111,57 @@ async fn a_warm_pool_on_moto_reaches_idle_min() {
     stage
         .wait_event("runners", "Launched", Duration::from_secs(10))
         .await;
+}
+
+/// The Scheduler's Secret is changed to another database: the pool runs on
+/// that one within seconds — well inside the 20 s resync — and launches for
+/// the run waiting there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_changed_database_secret_reaches_the_pool_within_seconds() {
+    let stage = OnCluster::new("pool-url").await;
+    stage
+        .apply_scheduler(&scheduler("orca", "v1", &[], ""))
+        .await;
+    let ec2 = Ec2Stage::new(&stage, "runners").await;
+    stage.create_pool(&ec2.pool("runners", 0, 0, 5)).await;
+    stage
+        .wait_pool("runners", "a first pass", Duration::from_secs(60), |s| {
+            s.conditions.iter().any(|c| c.type_ == "Available")
+        })
+        .await;
+    assert_eq!(ec2.launched(), 0);
+
+    let other = pg::Cluster::shared().migrated_db().await;
+    stage.secret("orca-db", "url", &other).await;
+    let db = pg::connect(&other).await;
+    db.execute(
+        "insert into orca.runs (id, pipeline, status, start) values (1, 'p', 'running', 1)",
+        &[],
+    )
+    .await
+    .unwrap();
+    let pool = format!("{}/runners", stage.ns);
+    let request = Request {
+        pool: &pool,
+        run: 1,
+        start: 1,
+        role: "head",
+        head_address: "",
+        new_code: true,
+    };
+    ask_for_instance(&db, &request).await.unwrap();
+    eventually(
+        "a launch for the run waiting in the Secret's new database",
+        Duration::from_secs(10),
+        || async {
+            match ec2.launched() {
+                0 => Err(format!(
+                    "nothing launched; events {:?}",
+                    stage.events("runners").await
+                )),
+                n => Ok(n),
+            }
+        },
+    )
+    .await;
 }

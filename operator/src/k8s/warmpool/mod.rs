@@ -1,0 +1,847 @@
+//! The WarmPool controller (docs/architecture.md#the-warmpool-controller):
+//! one kube `Controller` over WarmPools, whose reconcile of a pool is one
+//! pass of its [`PoolLoop`] — observe (EC2 first, then the rows and the
+//! demand) → the pure `plan` → act — followed by the write-back of the
+//! pass's status (server-side apply, when it changed) and its Events.
+//!
+//! A pool is reconciled when
+//! - its WarmPool changes (the controller's own watch);
+//! - its Scheduler changes, or the Secret that Scheduler names for its
+//!   database (a watch of Schedulers, and one of Secrets' metadata only,
+//!   each mapped to the pools it concerns);
+//! - its database notifies `orca_pool` with its name (demand, a hand-out,
+//!   an agent's report): one `LISTEN` connection per database
+//!   ([`listen`]), fed to the controller as a trigger stream;
+//! - its requeue falls due: the resync, or a back-off after a failed or
+//!   throttled pass.
+//!
+//! Each pool keeps its loop (the EC2 client, the database connection, what
+//! it launched) between reconciles, made again when the WarmPool is
+//! another one (uid) or its database URL changed, and given a changed spec
+//! in place. What must survive a restart or a failover is in the status
+//! and read back when a loop is made ([`PoolLoop::remember`]).
+//!
+//! Everything belongs to [`run`]: when it ends or is dropped (the Lease
+//! lost, SIGTERM), the controller's reconciles, the loops and the
+//! listeners go with it. Every EC2 call, statement, status write and Event
+//! checks the fence first.
+//!
+//! Before anything is launched the WarmPool gets the finalizer
+//! [`FINALIZER`], so that its deletion waits for its instances
+//! (`spec.onDelete`): with `Terminate` the pool's loop terminates them (it
+//! needs no Scheduler or Secret any more: they may be going too) and the
+//! finalizer goes once a pass finds none left in EC2; with `Orphan` it
+//! goes at once and the instances are left.
+//!
+//! Nothing here shows the URL: problems reading it are `Degraded`
+//! conditions with a reason (never the password).
+
+mod finalizer;
+mod listen;
+
+use std::{
+    collections::HashMap,
+    sync::{Arc, Mutex, MutexGuard},
+    time::Duration,
+};
+
+use chrono::{DateTime, Utc};
+use futures::{channel::mpsc, StreamExt};
+use k8s_openapi::{
+    api::core::v1::{ObjectReference, Secret},
+    apimachinery::pkg::apis::meta::v1::{Condition, Time},
+};
+use kube::{
+    core::PartialObjectMeta,
+    runtime::{
+        controller::{self, Action},
+        events::{Event, EventType, Recorder, Reporter},
+        reflector::{self, ObjectRef, Store},
+        watcher, Controller, WatchStreamExt,
+    },
+    Api, Client, Resource, ResourceExt,
+};
+use orca_db::DatabaseUrl;
+use sha2::{Digest, Sha256};
+use tokio::sync::watch;
+
+pub use finalizer::{FinalizerError, FINALIZER};
+use listen::{DatabaseKey, Listeners};
+
+use crate::{
+    crd::{OnDelete, Scheduler, WarmPool, WarmPoolStatus},
+    k8s::{
+        database::{read_url, SecretError},
+        leader::{Fence, Fenced},
+        scheduler::{event_action, write_status, StatusWriteError},
+    },
+    pool::{
+        backoff::Backoff, Deletion, PassReport, PoolError, PoolEvent, PoolLoop, PoolMetrics, Tuning,
+    },
+};
+
+/// What the WarmPool controller needs besides the client.
+#[derive(Clone)]
+pub struct PoolControllerConfig {
+    pub tuning: Tuning,
+    /// Registered by the caller into the `/metrics` registry.
+    pub metrics: Option<PoolMetrics>,
+    /// The controller name in Events.
+    pub reporter: String,
+    /// Until when this replica may act: its Lease's ([`Fence::always`]
+    /// without an election).
+    pub fence: Fence,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ControllerError {
+    #[error("WarmPool {pool}: {source}")]
+    Kube {
+        pool: String,
+        #[source]
+        source: kube::Error,
+    },
+    #[error("WarmPool {pool}: {source}")]
+    Secret {
+        pool: String,
+        #[source]
+        source: SecretError,
+    },
+    #[error("WarmPool {pool}: {source}")]
+    Start {
+        pool: String,
+        #[source]
+        source: PoolError,
+    },
+    #[error("WarmPool {pool}: writing its status: {source}")]
+    Status {
+        pool: String,
+        #[source]
+        source: StatusWriteError,
+    },
+    #[error("WarmPool {pool}: {source}")]
+    Fenced {
+        pool: String,
+        #[source]
+        source: Fenced,
+    },
+    #[error("WarmPool {pool}: {source}")]
+    Finalizer {
+        pool: String,
+        #[source]
+        source: FinalizerError,
+    },
+}
+
+impl ControllerError {
+    fn finalizer(pool: &str, e: FinalizerError) -> Self {
+        let pool = pool.to_string();
+        match e {
+            FinalizerError::Fenced(source) => ControllerError::Fenced { pool, source },
+            source => ControllerError::Finalizer { pool, source },
+        }
+    }
+
+    fn status(pool: &str, e: StatusWriteError) -> Self {
+        let pool = pool.to_string();
+        match e {
+            StatusWriteError::Fenced(source) => ControllerError::Fenced { pool, source },
+            source => ControllerError::Status { pool, source },
+        }
+    }
+}
+
+/// Where a pool's database URL was read from: the Secret, its key and the
+/// Secret's `resourceVersion` (unknown without the watch of Secrets).
+#[derive(Clone, Debug, PartialEq)]
+struct UrlSource {
+    secret: String,
+    key: String,
+    version: Option<String>,
+}
+
+/// A pool between reconciles.
+struct PoolState {
+    uid: Option<String>,
+    generation: Option<i64>,
+    source: UrlSource,
+    database: DatabaseKey,
+    lp: PoolLoop,
+    /// Tells the loop of the WarmPool's deletion.
+    deletion: watch::Sender<Option<Deletion>>,
+    /// The status this replica last wrote (or found written): only a change
+    /// is written.
+    last: Option<WarmPoolStatus>,
+    /// Between failed or throttled passes.
+    backoff: Backoff,
+}
+
+/// One pool's state; the controller never reconciles one pool twice at
+/// once, the lock only makes that plain.
+type Slot = Arc<tokio::sync::Mutex<Option<PoolState>>>;
+
+/// The Schedulers, the Secrets' metadata and the WarmPools, as the
+/// controller's watches keep them.
+#[derive(Clone)]
+struct Caches {
+    schedulers: Store<Scheduler>,
+    secrets: Store<PartialObjectMeta<Secret>>,
+    pools: Store<WarmPool>,
+}
+
+/// What every reconcile of the WarmPool controller shares.
+pub struct PoolContext {
+    client: Client,
+    config: PoolControllerConfig,
+    recorder: Recorder,
+    /// `None` outside [`run`] (a reconcile called on its own, in tests):
+    /// then the Scheduler and the Secret are read from the API.
+    caches: Option<Caches>,
+    pools: Mutex<HashMap<String, Slot>>,
+    /// The database each pool's loop runs on, for the listeners.
+    databases: Mutex<HashMap<String, DatabaseKey>>,
+    listeners: Listeners,
+}
+
+fn locked<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    // A panic while holding these locks leaves a map still whole.
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl PoolContext {
+    /// A context whose reconciles read Schedulers and Secrets from the API,
+    /// and whose listeners' notifications go nowhere.
+    pub fn new(client: Client, config: PoolControllerConfig) -> Self {
+        let (triggers, _) = mpsc::unbounded();
+        Self::with(client, config, None, triggers)
+    }
+
+    fn with(
+        client: Client,
+        config: PoolControllerConfig,
+        caches: Option<Caches>,
+        triggers: mpsc::UnboundedSender<ObjectRef<WarmPool>>,
+    ) -> Self {
+        PoolContext {
+            recorder: Recorder::new(client.clone(), Reporter::from(config.reporter.as_str())),
+            listeners: Listeners::new(triggers, config.fence.clone()),
+            client,
+            config,
+            caches,
+            pools: Mutex::new(HashMap::new()),
+            databases: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// Drops every pool's loop and stops every listener; none starts after.
+    pub fn stop_all(&self) {
+        self.listeners.stop();
+        locked(&self.pools).clear();
+        locked(&self.databases).clear();
+    }
+
+    fn slot(&self, pool: &str) -> Slot {
+        locked(&self.pools)
+            .entry(pool.to_string())
+            .or_default()
+            .clone()
+    }
+
+    /// Forgets `pool`: its loop and connection go, and the listener of its
+    /// database if no other pool uses it.
+    fn forget(&self, pool: &str) {
+        locked(&self.pools).remove(pool);
+        self.set_database(pool, None);
+    }
+
+    fn set_database(&self, pool: &str, database: Option<(DatabaseKey, &DatabaseUrl)>) {
+        let mut databases = locked(&self.databases);
+        match database {
+            Some((key, url)) => {
+                databases.insert(pool.to_string(), key);
+                self.listeners.ensure(key, url);
+            }
+            None => {
+                databases.remove(pool);
+            }
+        }
+        let used: Vec<DatabaseKey> = databases.values().copied().collect();
+        self.listeners.retain(&used);
+    }
+
+    /// Forgets the pools whose WarmPool the watch no longer holds (deleted
+    /// with its finalizer removed by hand, say).
+    fn forget_gone(&self) {
+        let Some(caches) = &self.caches else {
+            return;
+        };
+        let keys: Vec<String> = locked(&self.pools).keys().cloned().collect();
+        for pool in keys {
+            let (ns, name) = pool.split_once('/').unwrap_or(("", &pool));
+            if caches.pools.get(&ObjectRef::new(name).within(ns)).is_none() {
+                tracing::info!(pool = %pool, "WarmPool gone; its loop stops");
+                self.forget(&pool);
+            }
+        }
+    }
+}
+
+/// Stops the pools and listeners when [`run`] ends, or is dropped.
+struct StopAll(Arc<PoolContext>);
+
+impl Drop for StopAll {
+    fn drop(&mut self) {
+        self.0.stop_all();
+    }
+}
+
+fn namespaced<K>(client: &Client, namespace: &Option<String>) -> Api<K>
+where
+    K: Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>,
+{
+    match namespace {
+        Some(ns) => Api::namespaced(client.clone(), ns),
+        None => Api::all(client.clone()),
+    }
+}
+
+/// Runs the WarmPool controller over `namespace` (all when `None`) until its
+/// watch ends; its pools' loops and listeners end with it.
+pub async fn run(client: Client, namespace: Option<String>, config: PoolControllerConfig) {
+    let pools: Api<WarmPool> = namespaced(&client, &namespace);
+    let (scheduler_store, writer) = reflector::store::<Scheduler>();
+    let schedulers = reflector::reflector(
+        writer,
+        watcher(namespaced(&client, &namespace), watcher::Config::default()),
+    )
+    .default_backoff()
+    .touched_objects();
+    let (secret_store, writer) = reflector::store::<PartialObjectMeta<Secret>>();
+    let secrets = reflector::reflector(
+        writer,
+        // Metadata only: the operator keeps no Secret's data.
+        watcher(
+            namespaced::<PartialObjectMeta<Secret>>(&client, &namespace),
+            watcher::Config::default(),
+        ),
+    )
+    .default_backoff()
+    .touched_objects();
+    let (triggers, notified) = mpsc::unbounded();
+    let controller = Controller::new(pools, watcher::Config::default())
+        .with_config(controller::Config::default().debounce(config.tuning.min_gap));
+    let caches = Caches {
+        schedulers: scheduler_store.clone(),
+        secrets: secret_store,
+        pools: controller.store(),
+    };
+    let ctx = Arc::new(PoolContext::with(
+        client,
+        config,
+        Some(caches.clone()),
+        triggers,
+    ));
+    let _stop = StopAll(ctx.clone());
+    let by_scheduler = caches.pools.clone();
+    let (by_secret, secret_schedulers) = (caches.pools.clone(), scheduler_store);
+    controller
+        .watches_stream(schedulers, move |s: Scheduler| {
+            pools_of(&by_scheduler, s.namespace(), |name| name == s.name_any())
+        })
+        .watches_stream(secrets, move |m: PartialObjectMeta<Secret>| {
+            let ns = m.namespace();
+            let names: Vec<String> = secret_schedulers
+                .state()
+                .iter()
+                .filter(|s| {
+                    s.namespace() == ns && s.spec.database.url_secret_ref.name == m.name_any()
+                })
+                .map(|s| s.name_any())
+                .collect();
+            pools_of(&by_secret, ns, |name| names.iter().any(|n| n == name))
+        })
+        .reconcile_on(notified)
+        .run(reconcile, error_policy, ctx)
+        .for_each(|result| async move {
+            match result {
+                Ok((object, _)) => tracing::debug!(pool = %object.name, "reconciled"),
+                Err(controller::Error::ReconcilerFailed(e, _)) => {
+                    tracing::debug!(error = %e, "warm pool reconcile failed")
+                }
+                Err(e) => tracing::warn!(error = %e, "warm pool controller"),
+            }
+        })
+        .await;
+}
+
+/// The WarmPools of `namespace` whose `spec.scheduler` passes `named`.
+fn pools_of(
+    pools: &Store<WarmPool>,
+    namespace: Option<String>,
+    named: impl Fn(&str) -> bool,
+) -> Vec<ObjectRef<WarmPool>> {
+    pools
+        .state()
+        .iter()
+        .filter(|p| p.namespace() == namespace && named(&p.spec.scheduler))
+        .map(|p| ObjectRef::from_obj(p.as_ref()))
+        .collect()
+}
+
+fn error_policy(_pool: Arc<WarmPool>, error: &ControllerError, _ctx: Arc<PoolContext>) -> Action {
+    match error {
+        // Not a failure of the pool: this replica may not act.
+        ControllerError::Fenced { .. } => tracing::debug!(error = %error, "fenced"),
+        _ => tracing::warn!(error = %error, "warm pool reconcile failed"),
+    }
+    Action::requeue(Duration::from_secs(15))
+}
+
+fn key(ns: &str, name: &str) -> String {
+    format!("{ns}/{name}")
+}
+
+pub(super) fn pools_api(client: &Client, wp: &WarmPool) -> Api<WarmPool> {
+    Api::namespaced(
+        client.clone(),
+        &wp.namespace().unwrap_or_else(|| "default".into()),
+    )
+}
+
+/// One pass of `wp`'s pool on its Scheduler's database, once `wp` has the
+/// finalizer; a missing Scheduler or a bad Secret is a `Degraded` status
+/// instead. A WarmPool being deleted is dealt with as its `spec.onDelete`
+/// says.
+pub async fn reconcile(
+    wp: Arc<WarmPool>,
+    ctx: Arc<PoolContext>,
+) -> Result<Action, ControllerError> {
+    let ns = wp.namespace().unwrap_or_else(|| "default".into());
+    let pool = key(&ns, &wp.name_any());
+    ctx.config
+        .fence
+        .check()
+        .map_err(|source| ControllerError::Fenced {
+            pool: pool.clone(),
+            source,
+        })?;
+    ctx.forget_gone();
+    let deletion = match &wp.meta().deletion_timestamp {
+        None => None,
+        Some(_) if !finalizer::has(&wp) => {
+            // Nothing of this operator's left to hold it.
+            ctx.forget(&pool);
+            return Ok(Action::await_change());
+        }
+        Some(_) if wp.spec.on_delete == OnDelete::Orphan => {
+            return orphan(&wp, &ctx, &pool).await;
+        }
+        Some(since) => Some(Deletion {
+            since: DateTime::from_timestamp(since.0.as_second(), 0).unwrap_or_else(Utc::now),
+            drain_timeout_seconds: wp.spec.drain_timeout_seconds,
+        }),
+    };
+    if deletion.is_none() && !finalizer::has(&wp) {
+        // Before anything is launched: a deletion then waits for the
+        // instances.
+        finalizer::add(&ctx.client, &ctx.config.fence, &wp)
+            .await
+            .map_err(|e| ControllerError::finalizer(&pool, e))?;
+        tracing::info!(pool = %pool, finalizer = FINALIZER, "finalizer added");
+    }
+    let slot = ctx.slot(&pool);
+    let mut guard = slot.lock().await;
+    if let Some(problem) = prepare(&wp, &ctx, &pool, &mut guard, deletion.is_some()).await? {
+        let message = if deletion.is_some() {
+            format!(
+                "{}; the instances cannot be terminated without the pool's database: \
+                 set spec.onDelete to Orphan to delete the WarmPool without them",
+                problem.message
+            )
+        } else {
+            problem.message
+        };
+        *guard = None;
+        drop(guard);
+        ctx.forget(&pool);
+        degraded(&ctx, &wp, &problem.reason, message).await?;
+        return Ok(Action::requeue(Duration::from_secs(30)));
+    }
+    let Some(state) = guard.as_mut() else {
+        return Ok(Action::requeue(Duration::from_secs(30)));
+    };
+    state.deletion.send_replace(deletion);
+    let outcome = state.lp.pass(Utc::now()).await;
+    write_back(&wp, &ctx, &pool, state, outcome).await
+}
+
+/// `wp` is being deleted with `onDelete: Orphan`: its loop goes and the
+/// finalizer is removed at once.
+async fn orphan(wp: &WarmPool, ctx: &PoolContext, pool: &str) -> Result<Action, ControllerError> {
+    let_go(
+        wp,
+        ctx,
+        pool,
+        "onDelete Orphan: the instances are left running; their agents power them off \
+         once idle for idleSeconds and a minute",
+    )
+    .await
+}
+
+/// Drops `wp`'s loop and removes the finalizer; if this call removed it,
+/// says so in a `Deleted` Event with `message`.
+async fn let_go(
+    wp: &WarmPool,
+    ctx: &PoolContext,
+    pool: &str,
+    message: &str,
+) -> Result<Action, ControllerError> {
+    ctx.forget(pool);
+    let removed = finalizer::remove(&ctx.client, &ctx.config.fence, wp)
+        .await
+        .map_err(|e| ControllerError::finalizer(pool, e))?;
+    if removed {
+        tracing::info!(pool = %pool, on_delete = ?wp.spec.on_delete, "finalizer removed");
+        let event = PoolEvent {
+            reason: "Deleted",
+            message: message.into(),
+            warning: false,
+        };
+        publish(
+            &ctx.recorder,
+            &ctx.config.fence,
+            &wp.object_ref(&()),
+            &event,
+        )
+        .await;
+    }
+    Ok(Action::await_change())
+}
+
+/// Why the database URL of a pool cannot be had: a `Degraded` reason and
+/// message (never the password).
+struct UrlProblem {
+    reason: String,
+    message: String,
+}
+
+/// Makes `slot` hold a loop for `wp` on its current database: kept when
+/// the WarmPool is the same (uid) and its URL's Secret unchanged (a new
+/// generation's spec is given to it), made afresh otherwise. A WarmPool
+/// being deleted keeps its loop without looking at the Scheduler or the
+/// Secret. What stops the pool from running, if anything.
+async fn prepare(
+    wp: &WarmPool,
+    ctx: &PoolContext,
+    pool: &str,
+    slot: &mut Option<PoolState>,
+    deleting: bool,
+) -> Result<Option<UrlProblem>, ControllerError> {
+    let same = slot.as_ref().is_some_and(|s| s.uid == wp.metadata.uid);
+    if same && deleting {
+        return Ok(None);
+    }
+    let ns = wp.namespace().unwrap_or_else(|| "default".into());
+    let scheduler = match scheduler_of(wp, ctx, pool).await? {
+        Some(s) => s,
+        None => {
+            // No Scheduler, no database to run the pool on: the loop stops,
+            // and starts afresh (clearing `Degraded`) once it is back.
+            return Ok(Some(UrlProblem {
+                reason: "SchedulerMissing".into(),
+                message: format!("Scheduler {ns}/{} does not exist", wp.spec.scheduler),
+            }));
+        }
+    };
+    let secret_ref = &scheduler.spec.database.url_secret_ref;
+    let version = ctx.caches.as_ref().and_then(|c| {
+        c.secrets
+            .get(&ObjectRef::new(&secret_ref.name).within(&ns))
+            .and_then(|m| m.resource_version())
+    });
+    let source = UrlSource {
+        secret: secret_ref.name.clone(),
+        key: secret_ref.key.clone(),
+        version,
+    };
+    if same {
+        let state = slot.as_mut().expect("invariant: `same` holds a state");
+        let unchanged = state.source == source && source.version.is_some();
+        if unchanged {
+            if state.generation != wp.metadata.generation {
+                state.lp.set_spec(wp.spec.clone()).await;
+                state.generation = wp.metadata.generation;
+                tracing::info!(pool = %pool, generation = ?wp.metadata.generation, "new spec");
+            }
+            return Ok(None);
+        }
+    }
+    let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), &ns);
+    let read = read_url(&secrets, &ns, secret_ref)
+        .await
+        .map_err(|source| ControllerError::Secret {
+            pool: pool.to_string(),
+            source,
+        })?;
+    let (url_text, url) = match read {
+        Ok(read) => read,
+        Err(problem) => {
+            return Ok(Some(UrlProblem {
+                reason: problem.reason,
+                message: problem.message,
+            }))
+        }
+    };
+    let database: DatabaseKey = Sha256::digest(url_text.as_bytes()).into();
+    if same {
+        let state = slot.as_mut().expect("invariant: `same` holds a state");
+        if state.database == database {
+            state.source = source;
+            if state.generation != wp.metadata.generation {
+                state.lp.set_spec(wp.spec.clone()).await;
+                state.generation = wp.metadata.generation;
+                tracing::info!(pool = %pool, generation = ?wp.metadata.generation, "new spec");
+            }
+            return Ok(None);
+        }
+        tracing::info!(pool = %pool, "the database URL changed; the pool's loop starts again on it");
+    }
+    // What the last writer knew: this replica's last status, or the one
+    // read back from the WarmPool.
+    let remembered = slot
+        .as_ref()
+        .filter(|_| same)
+        .and_then(|s| s.last.clone())
+        .or_else(|| wp.status.clone())
+        .unwrap_or_default();
+    let (deletion, told) = watch::channel(None);
+    let mut lp = PoolLoop::new(
+        &ns,
+        &wp.name_any(),
+        wp.spec.clone(),
+        &url_text,
+        ctx.config.tuning.clone(),
+    )
+    .await
+    .map_err(|source| ControllerError::Start {
+        pool: pool.to_string(),
+        source,
+    })?
+    .not_listening()
+    .with_fence(ctx.config.fence.clone())
+    .with_deletion(told)
+    .remember(wp.metadata.uid.as_deref().unwrap_or_default(), &remembered);
+    if let Some(m) = &ctx.config.metrics {
+        lp = lp.with_metrics(m.clone());
+    }
+    tracing::info!(pool = %pool, generation = ?wp.metadata.generation, "pool loop made");
+    *slot = Some(PoolState {
+        uid: wp.metadata.uid.clone(),
+        generation: wp.metadata.generation,
+        source,
+        database,
+        lp,
+        deletion,
+        last: wp.status.clone(),
+        backoff: Backoff::new(
+            ctx.config.tuning.backoff_base,
+            ctx.config.tuning.backoff_cap,
+        ),
+    });
+    ctx.set_database(pool, Some((database, &url)));
+    Ok(None)
+}
+
+/// `wp`'s Scheduler: from the watch's store in [`run`], else from the API.
+async fn scheduler_of(
+    wp: &WarmPool,
+    ctx: &PoolContext,
+    pool: &str,
+) -> Result<Option<Arc<Scheduler>>, ControllerError> {
+    let ns = wp.namespace().unwrap_or_else(|| "default".into());
+    if let Some(caches) = &ctx.caches {
+        // Both stores: the Secret's version is read next.
+        let _ = caches.schedulers.wait_until_ready().await;
+        let _ = caches.secrets.wait_until_ready().await;
+        return Ok(caches
+            .schedulers
+            .get(&ObjectRef::new(&wp.spec.scheduler).within(&ns)));
+    }
+    let schedulers: Api<Scheduler> = Api::namespaced(ctx.client.clone(), &ns);
+    ctx.config
+        .fence
+        .check()
+        .map_err(|source| ControllerError::Fenced {
+            pool: pool.to_string(),
+            source,
+        })?;
+    schedulers
+        .get_opt(&wp.spec.scheduler)
+        .await
+        .map(|s| s.map(Arc::new))
+        .map_err(|source| ControllerError::Kube {
+            pool: pool.to_string(),
+            source,
+        })
+}
+
+/// Writes a pass back: its Events, its status (when it changed), and the
+/// finalizer's removal once a deleted pool's instances are all gone; when
+/// to look again.
+async fn write_back(
+    wp: &WarmPool,
+    ctx: &PoolContext,
+    pool: &str,
+    state: &mut PoolState,
+    outcome: Result<PassReport, PoolError>,
+) -> Result<Action, ControllerError> {
+    let fence = &ctx.config.fence;
+    let reference = wp.object_ref(&());
+    let (mut status, events, wait) = match outcome {
+        Ok(report) => {
+            let wait = if report.throttled {
+                state.backoff.next_wait()
+            } else {
+                state.backoff.reset();
+                ctx.config.tuning.resync
+            };
+            if report.deleted {
+                for e in &report.events {
+                    publish(&ctx.recorder, fence, &reference, e).await;
+                }
+                // None of its instances left: the finalizer goes.
+                return let_go(
+                    wp,
+                    ctx,
+                    pool,
+                    "onDelete Terminate: EC2 lists none of the pool's instances pending, \
+                     running, stopping or stopped; the finalizer is removed",
+                )
+                .await;
+            }
+            (report.status, report.events, wait)
+        }
+        Err(e) if e.is_fenced() => {
+            // Not a failure to show: this replica may not write either.
+            return Err(match e {
+                PoolError::Fenced { pool, source } => ControllerError::Fenced { pool, source },
+                other => ControllerError::Start {
+                    pool: pool.to_string(),
+                    source: other,
+                },
+            });
+        }
+        Err(e) => {
+            tracing::warn!(pool = %pool, error = %e, "pool pass failed");
+            let message = e.to_string();
+            let mut status = state.last.clone().unwrap_or_default();
+            set_degraded(&mut status, "PassFailed", &message);
+            let event = PoolEvent {
+                reason: "PassFailed",
+                message,
+                warning: true,
+            };
+            (status, vec![event], state.backoff.next_wait())
+        }
+    };
+    status.observed_generation = wp.metadata.generation;
+    for e in &events {
+        publish(&ctx.recorder, fence, &reference, e).await;
+    }
+    if state.last.as_ref() != Some(&status) {
+        apply_status(&ctx.client, fence, wp, &status)
+            .await
+            .map_err(|e| ControllerError::status(pool, e))?;
+        state.last = Some(status);
+    }
+    Ok(Action::requeue(wait))
+}
+
+/// Publishes `e` on the WarmPool, unless the fence is closed.
+async fn publish(recorder: &Recorder, fence: &Fence, reference: &ObjectReference, e: &PoolEvent) {
+    let event = Event {
+        type_: if e.warning {
+            EventType::Warning
+        } else {
+            EventType::Normal
+        },
+        reason: e.reason.into(),
+        note: Some(e.message.chars().take(1000).collect()),
+        action: event_action(e.reason, &e.message),
+        secondary: None,
+    };
+    if let Err(fenced) = fence.check() {
+        tracing::debug!(reason = e.reason, error = %fenced, "event not published");
+        return;
+    }
+    if let Err(err) = recorder.publish(&event, reference).await {
+        tracing::warn!(reason = e.reason, error = %err, "cannot publish an event");
+    }
+}
+
+/// Writes `status` whole (server-side apply, see [`write_status`]): a
+/// field it no longer has (capacity errors that are over) is removed.
+async fn apply_status(
+    client: &Client,
+    fence: &Fence,
+    wp: &WarmPool,
+    status: &WarmPoolStatus,
+) -> Result<(), StatusWriteError> {
+    write_status(&pools_api(client, wp), &wp.name_any(), status, fence)
+        .await
+        .map(|_| ())
+}
+
+/// `Degraded` True for `reason`; its transition time stays while it was
+/// True already (a pass failing again does not move it).
+fn set_degraded(status: &mut WarmPoolStatus, reason: &str, message: &str) {
+    let since = status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == "Degraded" && c.status == "True")
+        .map(|c| c.last_transition_time.clone());
+    status.conditions.retain(|c| c.type_ != "Degraded");
+    status.conditions.push(Condition {
+        type_: "Degraded".into(),
+        status: "True".into(),
+        reason: reason.into(),
+        message: message.into(),
+        last_transition_time: since.unwrap_or_else(|| {
+            Time(
+                k8s_openapi::jiff::Timestamp::from_second(Utc::now().timestamp())
+                    .unwrap_or(k8s_openapi::jiff::Timestamp::UNIX_EPOCH),
+            )
+        }),
+        observed_generation: None,
+    });
+}
+
+/// A problem before any pass (no Scheduler, no Secret): `Degraded`.
+async fn degraded(
+    ctx: &PoolContext,
+    wp: &WarmPool,
+    reason: &str,
+    message: String,
+) -> Result<(), ControllerError> {
+    let mut status = wp.status.clone().unwrap_or_default();
+    status.observed_generation = wp.metadata.generation;
+    // The message too: a deletion adds what to do about it.
+    let changed = !status.conditions.iter().any(|c| {
+        c.type_ == "Degraded" && c.status == "True" && c.reason == reason && c.message == message
+    });
+    if changed {
+        set_degraded(&mut status, reason, &message);
+        let pool = key(&wp.namespace().unwrap_or_default(), &wp.name_any());
+        let fence = &ctx.config.fence;
+        apply_status(&ctx.client, fence, wp, &status)
+            .await
+            .map_err(|e| ControllerError::status(&pool, e))?;
+        let event = PoolEvent {
+            reason: "Degraded",
+            message,
+            warning: true,
+        };
+        publish(&ctx.recorder, fence, &wp.object_ref(&()), &event).await;
+    }
+    Ok(())
+}
