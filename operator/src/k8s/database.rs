@@ -117,6 +117,9 @@ fn scrub(message: &str, secret: &str) -> String {
 #[derive(Default)]
 pub struct Connections {
     open: Mutex<Open>,
+    /// The operator replica (its pod's name): part of the connections'
+    /// `application_name`, so the database tells the replicas apart.
+    replica: Option<String>,
 }
 
 /// (namespace, name) → (a digest of the URL text, the connection).
@@ -127,6 +130,13 @@ fn fingerprint(url_text: &str) -> Vec<u8> {
 }
 
 impl Connections {
+    pub fn of_replica(replica: &str) -> Self {
+        Connections {
+            replica: Some(replica.to_string()),
+            ..Connections::default()
+        }
+    }
+
     /// The connection of Scheduler `namespace/name` to `url`: the one kept
     /// if it is to the same URL and still open, else a new one.
     pub async fn get(
@@ -143,7 +153,11 @@ impl Connections {
                 return Ok(db.clone());
             }
         }
-        let db = Arc::new(orca_db::connect(url, &ConnectOptions::named("orca-operator")).await?);
+        let name = match &self.replica {
+            Some(replica) => format!("orca-operator/{replica}"),
+            None => "orca-operator".to_string(),
+        };
+        let db = Arc::new(orca_db::connect(url, &ConnectOptions::named(&name)).await?);
         self.lock().insert(key, (print, db.clone()));
         Ok(db)
     }

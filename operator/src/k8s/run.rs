@@ -91,7 +91,10 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
                 fence.clone(),
             ));
             let pools = PoolControllerConfig {
-                tuning: Tuning::default(),
+                tuning: Tuning {
+                    replica: Some(identity.clone()),
+                    ..Tuning::default()
+                },
                 metrics: Some(pool_metrics.clone()),
                 reporter: MANAGER.into(),
                 fence,

@@ -56,7 +56,7 @@ impl Context {
             recorder: Recorder::new(client.clone(), reporter),
             client,
             metrics,
-            connections: database::Connections::default(),
+            connections: database::Connections::of_replica(instance),
             fence,
             backoff: refusal::Backoff::default(),
             memory: memory::StatusMemory::default(),

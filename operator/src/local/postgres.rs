@@ -158,6 +158,10 @@ impl Cluster {
                 "shared_buffers=64MB",
                 "-c",
                 "log_min_messages=warning",
+                // Which client each line is of: the operator's connections
+                // name their replica.
+                "-c",
+                "log_line_prefix=%m [%p] %a ",
             ])
             .stdin(Stdio::null())
             .stdout(Stdio::null())
@@ -254,6 +258,11 @@ impl Cluster {
             .await
             .unwrap_or_else(|e| panic!("migrating a fresh test database: {e}"));
         url
+    }
+
+    /// The server's log (`stderr`).
+    pub fn log_path(&self) -> PathBuf {
+        self.dir.join("server.log")
     }
 
     pub fn data_dir(&self) -> &Path {

@@ -45,10 +45,25 @@ pub struct Tuning {
     pub max_batch: u32,
     /// The value of the `orca.dev/operator` tag.
     pub operator: String,
+    /// The operator replica (its pod's name) the loop runs in, if there are
+    /// several: part of its connections' `application_name`, so the
+    /// database tells the replicas apart (`pg_stat_activity`, the logs).
+    pub replica: Option<String>,
     /// `RunInstances` calls per batch when throttled, same `ClientToken`.
     pub throttle_attempts: u32,
     pub backoff_base: Duration,
     pub backoff_cap: Duration,
+}
+
+impl Tuning {
+    /// The `application_name` of the loop's `kind` of connection:
+    /// `orca-operator-<kind>`, and `/<replica>` when there is one.
+    pub fn application_name(&self, kind: &str) -> String {
+        match &self.replica {
+            Some(replica) => format!("orca-operator-{kind}/{replica}"),
+            None => format!("orca-operator-{kind}"),
+        }
+    }
 }
 
 impl Default for Tuning {
@@ -61,6 +76,7 @@ impl Default for Tuning {
             capacity_hold: Duration::from_secs(180),
             max_batch: 100,
             operator: "orca-operator".into(),
+            replica: None,
             throttle_attempts: 5,
             backoff_base: Duration::from_millis(200),
             backoff_cap: Duration::from_secs(30),
@@ -218,7 +234,7 @@ impl PoolLoop {
             operator: tuning.operator.clone(),
         };
         Ok(PoolLoop {
-            reconnect: Reconnect::new(url, ConnectOptions::named("orca-operator-pool"))
+            reconnect: Reconnect::new(url, ConnectOptions::named(&tuning.application_name("pool")))
                 .listen("orca_pool"),
             backoff: Backoff::new(tuning.backoff_base, tuning.backoff_cap),
             spec,
@@ -274,7 +290,8 @@ impl PoolLoop {
     /// listens for it (the Kubernetes mode, one connection per database).
     pub fn not_listening(mut self) -> Self {
         let url = self.reconnect.url().clone();
-        self.reconnect = Reconnect::new(url, ConnectOptions::named("orca-operator-pool"));
+        let name = self.tuning.application_name("pool");
+        self.reconnect = Reconnect::new(url, ConnectOptions::named(&name));
         self
     }
 

@@ -1,8 +1,9 @@
 //! Two operator replicas on one Lease, on the real cluster: the leader is
 //! frozen (SIGSTOP) past its Lease, the standby takes over and converges,
-//! and the old leader, thawed, makes no Kubernetes write and no EC2 call
-//! from then on — counted in the apiserver's audit log and at the EC2
-//! proxy, by the credentials each replica alone holds.
+//! and the old leader, thawed, makes no Kubernetes write, no EC2 call and
+//! no database statement from then on — counted in the apiserver's audit
+//! log, at the EC2 proxy and in PostgreSQL's log, by the credentials or the
+//! `application_name` each replica alone has.
 
 use std::time::{Duration, Instant};
 
@@ -11,7 +12,7 @@ use kube::{
     api::{Patch, PatchParams},
     Api,
 };
-use orca_tests::{eventually::eventually, on_cluster::OnCluster, release::writes_by};
+use orca_tests::{eventually::eventually, on_cluster::OnCluster, pg, release::writes_by};
 
 use super::{ready_with, scheduler, warm_pool::Ec2Stage};
 
@@ -28,6 +29,20 @@ async fn holder(stage: &OnCluster) -> Option<String> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_frozen_leader_that_lost_its_lease_never_acts_again() {
     let stage = OnCluster::new("replicas").await.with_replica("b").await;
+    // Every statement on the stage's database is logged, with the
+    // connection's application_name (`orca-operator…/<replica>`).
+    let db = pg::connect(&stage.url).await;
+    let name: String = db
+        .query_one("select current_database()", &[])
+        .await
+        .unwrap()
+        .get(0);
+    db.batch(&format!(
+        "alter database \"{name}\" set log_statement = 'all'"
+    ))
+    .await
+    .unwrap();
+    let log = pg::Cluster::shared().log_path();
     stage
         .apply_scheduler(&scheduler("orca", "v1", &[], ""))
         .await;
@@ -89,6 +104,7 @@ async fn a_frozen_leader_that_lost_its_lease_never_acts_again() {
         .await;
 
     let writes_before = writes_by(stage.cp, &old.credential_id);
+    let log_before = std::fs::metadata(&log).map(|m| m.len()).unwrap_or(0);
     let thawed = Instant::now();
     old.thaw();
 
@@ -134,6 +150,25 @@ async fn a_frozen_leader_that_lost_its_lease_never_acts_again() {
         rogue.is_empty(),
         "the old leader called EC2 after it lost the Lease: {rogue:?}\n{}",
         stage.logs()
+    );
+    let logged = std::fs::read(&log).expect("PostgreSQL's log");
+    let since = String::from_utf8_lossy(&logged[log_before as usize..]);
+    // A statement of replica `name`'s connections: a simple query
+    // (`statement:`) or an extended one (`execute …:`).
+    let sent_by = |l: &str, name: &str| {
+        let by = format!("/{name} LOG:  ");
+        l.contains("] orca-operator")
+            && (l.contains(&format!("{by}statement: ")) || l.contains(&format!("{by}execute ")))
+    };
+    let statements: Vec<&str> = since.lines().filter(|l| sent_by(l, &old.name)).collect();
+    assert!(
+        statements.is_empty(),
+        "the old leader sent statements after it lost the Lease:\n{}",
+        statements.join("\n")
+    );
+    assert!(
+        since.lines().any(|l| sent_by(l, &new.name)),
+        "the log shows the new leader's statements (else it shows nothing)"
     );
     let launched = ec2.launched();
     assert_eq!(launched, 2, "two instances are right for idle.min 2");

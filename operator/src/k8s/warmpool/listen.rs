@@ -27,16 +27,23 @@ pub(super) type DatabaseKey = [u8; 32];
 pub(super) struct Listeners {
     triggers: UnboundedSender<ObjectRef<WarmPool>>,
     fence: Fence,
+    /// The listeners' connections' `application_name`.
+    name: String,
     running: Mutex<HashMap<DatabaseKey, AbortHandle>>,
     /// `None` once stopped: nothing starts after.
     tasks: Mutex<Option<JoinSet<()>>>,
 }
 
 impl Listeners {
-    pub(super) fn new(triggers: UnboundedSender<ObjectRef<WarmPool>>, fence: Fence) -> Self {
+    pub(super) fn new(
+        triggers: UnboundedSender<ObjectRef<WarmPool>>,
+        fence: Fence,
+        name: String,
+    ) -> Self {
         Listeners {
             triggers,
             fence,
+            name,
             running: Mutex::new(HashMap::new()),
             tasks: Mutex::new(Some(JoinSet::new())),
         }
@@ -53,7 +60,12 @@ impl Listeners {
             return;
         };
         while set.try_join_next().is_some() {}
-        let task = listen(url.clone(), self.fence.clone(), self.triggers.clone());
+        let task = listen(
+            url.clone(),
+            ConnectOptions::named(&self.name),
+            self.fence.clone(),
+            self.triggers.clone(),
+        );
         running.insert(key, set.spawn(task));
     }
 
@@ -79,10 +91,14 @@ impl Listeners {
 /// Turns the notifications of the database at `url` into reconcile
 /// requests, connecting again (with back-off) whenever the connection
 /// ends.
-async fn listen(url: DatabaseUrl, fence: Fence, triggers: UnboundedSender<ObjectRef<WarmPool>>) {
+async fn listen(
+    url: DatabaseUrl,
+    options: ConnectOptions,
+    fence: Fence,
+    triggers: UnboundedSender<ObjectRef<WarmPool>>,
+) {
     let target = url.target();
-    let reconnect =
-        Reconnect::new(url, ConnectOptions::named("orca-operator-listen")).listen("orca_pool");
+    let reconnect = Reconnect::new(url, options).listen("orca_pool");
     let mut backoff = Backoff::new(Duration::from_secs(1), Duration::from_secs(30));
     let mut down = false;
     loop {

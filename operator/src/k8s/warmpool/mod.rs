@@ -224,7 +224,11 @@ impl PoolContext {
     ) -> Self {
         PoolContext {
             recorder: Recorder::new(client.clone(), Reporter::from(config.reporter.as_str())),
-            listeners: Listeners::new(triggers, config.fence.clone()),
+            listeners: Listeners::new(
+                triggers,
+                config.fence.clone(),
+                config.tuning.application_name("listen"),
+            ),
             client,
             config,
             caches,
