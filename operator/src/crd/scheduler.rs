@@ -4,7 +4,8 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{
-    Affinity, EnvVar, LocalObjectReference, ResourceRequirements, Toleration,
+    Affinity, EnvVar, LocalObjectReference, PodSecurityContext, ResourceRequirements,
+    SecurityContext, Toleration,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::{CustomResource, KubeSchema};
@@ -232,6 +233,20 @@ pub struct PodTemplate {
     /// Secrets, in the Scheduler's namespace, for pulling the images.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub image_pull_secrets: Vec<LocalObjectReference>,
+    /// The pods' securityContext (runAsNonRoot, runAsUser, fsGroup,
+    /// seccompProfile…), e.g. to meet the namespace's Pod Security Standard.
+    /// Default: none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub security_context: Option<PodSecurityContext>,
+    /// The scheduler container's securityContext (allowPrivilegeEscalation,
+    /// capabilities, readOnlyRootFilesystem…); the register Job's container
+    /// gets it too. Default: none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub container_security_context: Option<SecurityContext>,
+    /// The pods' PriorityClass, so a scheduler is not the first pod evicted
+    /// from a full node. Default: the cluster's default priority.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub priority_class_name: Option<String>,
 }
 
 /// Where a Scheduler is, for the eye.

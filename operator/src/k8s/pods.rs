@@ -152,6 +152,7 @@ pub fn pod_spec(
             env: Some(contract_env(spec, image)),
             resources: spec.resources.clone(),
             termination_message_policy: Some("FallbackToLogsOnError".into()),
+            security_context: template.container_security_context,
             ..Default::default()
         }],
         node_selector: non_empty(template.node_selector),
@@ -159,6 +160,8 @@ pub fn pod_spec(
         affinity: template.affinity,
         service_account_name: template.service_account_name,
         image_pull_secrets: non_empty_vec(template.image_pull_secrets),
+        security_context: template.security_context,
+        priority_class_name: template.priority_class_name,
         ..Default::default()
     }
 }
@@ -276,7 +279,7 @@ fn pod_state(pod: &Pod, created: Time) -> PodState {
 pub(crate) mod tests {
     use k8s_openapi::api::core::v1::{
         ContainerState, ContainerStateRunning, ContainerStateTerminated, ContainerStateWaiting,
-        PodStatus, Toleration,
+        PodSecurityContext, PodStatus, SecurityContext, Toleration,
     };
 
     use super::*;
@@ -316,6 +319,15 @@ pub(crate) mod tests {
                     affinity: None,
                     service_account_name: Some("orca".into()),
                     image_pull_secrets: vec![],
+                    security_context: Some(PodSecurityContext {
+                        run_as_non_root: Some(true),
+                        ..Default::default()
+                    }),
+                    container_security_context: Some(SecurityContext {
+                        allow_privilege_escalation: Some(false),
+                        ..Default::default()
+                    }),
+                    priority_class_name: Some("orca-critical".into()),
                 }),
                 paused: false,
             },
@@ -349,7 +361,11 @@ pub(crate) mod tests {
         assert_eq!(spec.service_account_name.as_deref(), Some("orca"));
         assert_eq!(spec.node_selector.unwrap()["pool"], "ops");
         assert_eq!(spec.tolerations.unwrap().len(), 1);
+        assert_eq!(spec.security_context.unwrap().run_as_non_root, Some(true));
+        assert_eq!(spec.priority_class_name.as_deref(), Some("orca-critical"));
         let c = &spec.containers[0];
+        let sc = c.security_context.as_ref().unwrap();
+        assert_eq!(sc.allow_privilege_escalation, Some(false));
         assert_eq!(c.image.as_deref(), Some("orca:v2"));
         assert_eq!(c.command.clone().unwrap(), ["orca", "scheduler"]);
         assert_eq!(c.args.clone().unwrap(), ["--tick", "1"]);

@@ -1,11 +1,18 @@
 //! The other rollouts on the real cluster: recreate (`overlap: false`),
-//! stop-the-world after an exit 75, a join time-out's abort, and a
-//! Scheduler whose name has a dot.
+//! stop-the-world after an exit 75, a join time-out's abort, a Scheduler
+//! whose name has a dot, and one in a namespace enforcing the `restricted`
+//! Pod Security Standard.
 
 use std::time::Duration;
 
-use orca_operator::crd::Phase;
-use orca_tests::{on_cluster::OnCluster, pg};
+use k8s_openapi::api::{core::v1::Namespace, scheduling::v1::PriorityClass};
+use kube::{
+    api::{ListParams, Patch, PatchParams, PostParams},
+    Api, ResourceExt,
+};
+use orca_operator::{crd::Phase, k8s::LABEL_COMPONENT};
+use orca_tests::{eventually::eventually, on_cluster::OnCluster, pg};
+use serde_json::json;
 
 use super::{ready_with, scheduler, v1_ready};
 
@@ -221,4 +228,87 @@ async fn a_pod_the_api_server_refuses_shows_as_degraded_with_its_message() {
         1,
         "said once: {events:#?}"
     );
+}
+
+/// A namespace that enforces the `restricted` Pod Security Standard admits
+/// a Scheduler's pods — scheduler and register Job — once its podTemplate
+/// sets the pod's and the container's securityContext; the pods also get
+/// the podTemplate's PriorityClass.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restricted_namespace_admits_pods_with_the_templates_security_context() {
+    let stage = OnCluster::new("restricted").await;
+    let namespaces: Api<Namespace> = Api::all(stage.client.clone());
+    namespaces
+        .patch(
+            &stage.ns,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"labels": {
+                "pod-security.kubernetes.io/enforce": "restricted"
+            }}})),
+        )
+        .await
+        .expect("labelling the namespace restricted");
+    let class = format!("orca-{}", stage.ns);
+    let classes: Api<PriorityClass> = Api::all(stage.client.clone());
+    let priority: PriorityClass = serde_json::from_value(json!({
+        "metadata": {"name": class},
+        "value": 100000,
+    }))
+    .unwrap();
+    classes
+        .create(&PostParams::default(), &priority)
+        .await
+        .expect("creating the PriorityClass");
+    let template = format!(
+        r#"  podTemplate:
+    priorityClassName: {class}
+    securityContext:
+      runAsNonRoot: true
+      runAsUser: 1000
+      seccompProfile: {{type: RuntimeDefault}}
+    containerSecurityContext:
+      allowPrivilegeEscalation: false
+      capabilities: {{drop: [ALL]}}
+"#
+    );
+    stage
+        .apply_scheduler(&scheduler("orca", "v1", &[], &template))
+        .await;
+    stage
+        .wait_scheduler(
+            "orca",
+            "v1 Ready",
+            Duration::from_secs(60),
+            ready_with("v1"),
+        )
+        .await;
+    let pods = eventually(
+        "a scheduler pod and a register Job's pod",
+        Duration::from_secs(30),
+        || async {
+            let pods = stage.pods().list(&ListParams::default()).await;
+            let pods = pods.map_err(|e| e.to_string())?.items;
+            let register = pods
+                .iter()
+                .any(|p| p.labels().get(LABEL_COMPONENT).map(String::as_str) == Some("register"));
+            if register && pods.len() >= 2 {
+                Ok(pods)
+            } else {
+                Err(format!("{} pods, a register pod: {register}", pods.len()))
+            }
+        },
+    )
+    .await;
+    for pod in &pods {
+        let spec = pod.spec.as_ref().unwrap();
+        assert_eq!(spec.priority_class_name.as_deref(), Some(class.as_str()));
+        assert_eq!(spec.priority, Some(100000), "admission resolved the class");
+        let container = &spec.containers[0];
+        let sc = container.security_context.as_ref().unwrap();
+        assert_eq!(sc.allow_privilege_escalation, Some(false));
+    }
+    classes
+        .delete(&class, &Default::default())
+        .await
+        .expect("deleting the PriorityClass");
 }
