@@ -24,3 +24,22 @@ where
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
+
+/// [`eventually`] for a check that only says yes or no.
+pub async fn eventually_true<F, Fut>(what: &str, within: Duration, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = bool>,
+{
+    let check = || {
+        let answer = check();
+        async move {
+            if answer.await {
+                Ok(())
+            } else {
+                Err("not yet".to_string())
+            }
+        }
+    };
+    eventually(what, within, check).await
+}

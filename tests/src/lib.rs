@@ -11,6 +11,7 @@ pub mod cluster;
 pub mod ec2_faults;
 pub mod eventually;
 pub mod local;
+pub mod mock_api;
 pub mod moto;
 pub mod node;
 pub mod on_cluster;

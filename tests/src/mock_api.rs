@@ -4,9 +4,10 @@
 //! pattern of kube-rs's controller-rs). Every request body is kept, so a
 //! test can assert that no secret went out.
 //!
-//! Shared by `k8s_mode` and `warm_pool_k8s`, each of which uses a part.
-
-#![allow(dead_code)]
+//! Used by the `k8s_mode` and `warm_pool_k8s` tests, for what a real API
+//! server cannot show quickly (a fence closing mid-reconcile, the election
+//! under a paused clock, fields an older writer left); what a user does on a
+//! cluster is tested on a real one (`real_cluster`).
 
 use std::sync::{
     atomic::{AtomicBool, Ordering},

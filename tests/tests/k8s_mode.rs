@@ -6,17 +6,14 @@
 //! clock. The handover itself is tested on a real control plane
 //! (tests/tests/real_cluster/).
 
-#[path = "k8s_mode/fixtures.rs"]
-mod fixtures;
-
 use std::sync::Arc;
 use std::time::Duration;
 
-use fixtures::{mock_client, secret, ApiServerVerifier, NAME, NS};
 use kube::runtime::controller::Action;
 use orca_operator::crd::{Scheduler, SchedulerSpec};
 use orca_operator::k8s::leader::Fence;
 use orca_operator::k8s::{reconcile, Context, Metrics};
+use orca_tests::mock_api::{self as fixtures, mock_client, secret, ApiServerVerifier, NAME, NS};
 use orca_tests::pg;
 use prometheus_client::registry::Registry;
 use serde_json::{json, Value};

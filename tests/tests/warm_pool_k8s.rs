@@ -9,13 +9,9 @@
 //! the whole controller, with its watches, runs on a real API server in
 //! `real_cluster`.
 
-#[path = "k8s_mode/fixtures.rs"]
-mod fixtures;
-
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use fixtures::{mock_client, not_found, secret, ApiServerVerifier, Call, NS};
 use http::{Method, StatusCode};
 use k8s_openapi::api::core::v1::Secret;
 use kube::runtime::controller::Action;
@@ -25,6 +21,7 @@ use orca_operator::k8s::warmpool::{
     reconcile, ControllerError, PoolContext, PoolControllerConfig, FINALIZER,
 };
 use orca_operator::pool::Fence;
+use orca_tests::mock_api::{mock_client, not_found, secret, ApiServerVerifier, Call, NS};
 use orca_tests::{
     ec2_faults::{Ec2Faults, Fault},
     warm,

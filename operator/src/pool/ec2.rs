@@ -103,10 +103,13 @@ pub enum Ec2Error {
         code: String,
         message: String,
     },
-    #[error("{action} failed: {message}")]
+    /// No answer from EC2 (connection, time-out, a body it could not read):
+    /// the call may or may not have been carried out.
+    #[error("{action} failed: {}", DisplayErrorContext(source.as_ref()))]
     Transport {
         action: &'static str,
-        message: String,
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
     },
     #[error("{action}: answer without {what}")]
     Malformed {
@@ -150,13 +153,13 @@ fn sdk_error<E>(
     e: aws_sdk_ec2::error::SdkError<E>,
 ) -> Ec2Error
 where
-    E: ProvideErrorMetadata + std::error::Error + 'static,
+    E: ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,
 {
     match e.code() {
         Some(code) => classify(action, offering, code, e.message().unwrap_or("")),
         None => Ec2Error::Transport {
             action,
-            message: DisplayErrorContext(&e).to_string(),
+            source: Box::new(e),
         },
     }
 }

@@ -21,23 +21,10 @@ use orca_operator::pool::{
 };
 use orca_tests::{
     ec2_faults::{Ec2Faults, Fault},
+    eventually::eventually_true,
     pg, warm,
 };
 use tokio::sync::oneshot;
-
-/// Polls `check` every 100 ms until it is true; fails saying `what` after
-/// `within`.
-async fn wait_for<F, Fut>(what: &str, within: Duration, mut check: F)
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = bool>,
-{
-    let deadline = Instant::now() + within;
-    while !check().await {
-        assert!(Instant::now() < deadline, "not within {within:?}: {what}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
 
 async fn present(ec2: &Ec2, pool: &str) -> Vec<orca_operator::pool::Ec2Instance> {
     ec2.describe(&warm::owner(pool))

@@ -30,7 +30,7 @@ async fn stale_max_uses_and_scheduler_ended_instances_are_terminated() {
     // ORCA_HEAD carries how long the run lasts.
     let running = start(pool, spec, &url, &moto.endpoint(), "sleep \"$ORCA_HEAD\"").await;
     let mut db = pg::connect(&url).await;
-    wait_for("3 idle instances", Duration::from_secs(30), || async {
+    eventually_true("3 idle instances", Duration::from_secs(30), || async {
         idle_fresh(&db, pool).await.len() == 3
     })
     .await;
@@ -40,7 +40,7 @@ async fn stale_max_uses_and_scheduler_ended_instances_are_terminated() {
         .await
         .unwrap()
         .expect("an idle instance for run 1");
-    wait_for(
+    eventually_true(
         "the used instance terminated",
         Duration::from_secs(20),
         || async { state_of(&ec2, pool, &used.instance).await != Some(Ec2State::Running) },
@@ -58,7 +58,7 @@ async fn stale_max_uses_and_scheduler_ended_instances_are_terminated() {
 
     // A row the scheduler ends (say the run was cancelled) while the
     // instance works: terminated.
-    wait_for(
+    eventually_true(
         "3 idle instances again",
         Duration::from_secs(30),
         || async { idle_fresh(&db, pool).await.len() == 3 },
@@ -68,7 +68,7 @@ async fn stale_max_uses_and_scheduler_ended_instances_are_terminated() {
         .await
         .unwrap()
         .expect("an idle instance for run 2");
-    wait_for("run 2 joined", Duration::from_secs(20), || async {
+    eventually_true("run 2 joined", Duration::from_secs(20), || async {
         db.query_one(
             "select joined is not null from orca.instances where id = $1",
             &[&busy.row],
@@ -84,7 +84,7 @@ async fn stale_max_uses_and_scheduler_ended_instances_are_terminated() {
     )
     .await
     .unwrap();
-    wait_for(
+    eventually_true(
         "the instance whose row the scheduler ended terminated",
         Duration::from_secs(20),
         || async { state_of(&ec2, pool, &busy.instance).await != Some(Ec2State::Running) },
@@ -92,7 +92,7 @@ async fn stale_max_uses_and_scheduler_ended_instances_are_terminated() {
     .await;
 
     // An agent that stops polling (hung): stale, terminated.
-    wait_for(
+    eventually_true(
         "3 idle instances once more",
         Duration::from_secs(30),
         || async { idle_fresh(&db, pool).await.len() == 3 },
@@ -105,7 +105,7 @@ async fn stale_max_uses_and_scheduler_ended_instances_are_terminated() {
         // SAFETY: a plain signal to a child process this test started.
         unsafe { libc::kill(*pid, libc::SIGSTOP) };
     }
-    wait_for(
+    eventually_true(
         "the hung instance terminated",
         Duration::from_secs(20),
         || async { state_of(&ec2, pool, &hung).await != Some(Ec2State::Running) },
@@ -128,7 +128,7 @@ async fn stale_max_uses_and_scheduler_ended_instances_are_terminated() {
             "no Terminated event for {instance} ({reason}): {events:#?}"
         );
     }
-    wait_for("idle.min kept", Duration::from_secs(30), || async {
+    eventually_true("idle.min kept", Duration::from_secs(30), || async {
         idle_fresh(&db, pool).await.len() == 3
     })
     .await;

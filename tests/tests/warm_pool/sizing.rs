@@ -13,7 +13,7 @@ async fn idle_min_is_kept_and_a_burst_of_50_runs_never_passes_max_instances() {
     let _running = start(pool, spec, &url, &moto.endpoint(), &run_command).await;
     let db = pg::connect(&url).await;
 
-    wait_for(
+    eventually_true(
         "idle.min (2) idle instances",
         Duration::from_secs(30),
         || async { idle_fresh(&db, pool).await.len() >= 2 },
@@ -59,7 +59,7 @@ async fn idle_min_is_kept_and_a_burst_of_50_runs_never_passes_max_instances() {
         waiting = still;
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    wait_for(
+    eventually_true(
         "every run of the burst served",
         Duration::from_secs(30),
         || async { (1..=50).all(|r| dir.join(r.to_string()).exists()) },
@@ -73,7 +73,7 @@ async fn idle_min_is_kept_and_a_burst_of_50_runs_never_passes_max_instances() {
     );
 
     // Demand served: back to between idle.min and idle.max.
-    wait_for(
+    eventually_true(
         "the pool back within idle.max",
         Duration::from_secs(30),
         || async {
@@ -98,7 +98,7 @@ async fn idle_max_trims_the_longest_idle_first() {
     }
     let spec = warm::spec(&moto.endpoint(), &["t3.micro"], &subnets[..1], 0, 2, 8);
     let running = start(pool, spec, &url, &moto.endpoint(), "true").await;
-    wait_for(
+    eventually_true(
         "4 idle instances for 4 runs' demand",
         Duration::from_secs(30),
         || async { idle_fresh(&db, pool).await.len() == 4 },
@@ -111,7 +111,7 @@ async fn idle_max_trims_the_longest_idle_first() {
     )
     .await
     .unwrap();
-    wait_for("two instances trimmed", Duration::from_secs(20), || async {
+    eventually_true("two instances trimmed", Duration::from_secs(20), || async {
         present(&ec2, pool).await.len() == 2
     })
     .await;
