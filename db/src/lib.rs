@@ -1,5 +1,5 @@
 //! The `orca` schema and everything the orca components say to Postgres:
-//! the connection layer ([`connect`]), the migrator ([`migrate`]) and the
+//! the connection layer ([`connect()`]), the migrator ([`migrate`]) and the
 //! protocols of docs/protocol.md (scheduler instances and the warm pool's
 //! hand-out).
 //!

@@ -2,6 +2,7 @@
 //! these modules; the end-to-end tests drive them directly.
 
 pub mod crd;
+pub mod fence;
 pub mod k8s;
 pub mod local;
 pub mod pool;

@@ -33,7 +33,9 @@ fn scheduler(image: &str) -> Scheduler {
     s.metadata.uid = Some("scheduler-uid".into());
     s.metadata.generation = Some(1);
     // As an earlier pass left it: these tests are about what comes after.
-    s.metadata.finalizers = Some(vec![orca_operator::k8s::deletion::FINALIZER.into()]);
+    s.metadata.finalizers = Some(vec![
+        orca_operator::k8s::scheduler::deletion::FINALIZER.into()
+    ]);
     s
 }
 

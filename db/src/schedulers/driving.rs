@@ -37,7 +37,7 @@ pub struct SchedulerRow {
     pub ended: Option<DateTime<Utc>>,
     /// Not ended and seen within the stale limit.
     pub live: bool,
-    /// Its `backend_pid` holds [`LEAD_LOCK`] (`pg_locks`).
+    /// Its `backend_pid` holds [`LEAD_LOCK`](super::LEAD_LOCK) (`pg_locks`).
     pub holds_lock: bool,
     /// Seconds since it was last seen, by the database clock.
     pub seen_ago: f64,
@@ -150,7 +150,7 @@ fn instance_line(r: &SchedulerRow) -> String {
 }
 
 /// Who leads and who should: the newest live instance, and the instance
-/// whose backend holds [`LEAD_LOCK`] in `pg_locks`.
+/// whose backend holds [`LEAD_LOCK`](super::LEAD_LOCK) in `pg_locks`.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct LeadState {
     /// The newest live instance, none with no instance live.

@@ -1,7 +1,7 @@
 //! The Scheduler's database as the Kubernetes mode reaches it: the URL from
 //! the Secret `spec.database.urlSecretRef` names, a connection kept per
 //! Scheduler (so a reconcile does not reconnect), and the rows of
-//! `orca.schedulers` as [`InstanceView`]s.
+//! `orca.schedulers` as [`InstanceView`](crate::rollout::InstanceView)s.
 //!
 //! Whatever goes wrong here that a user can fix (no Secret, no key, a bad
 //! URL, a database that can't be reached) is a [`Problem`]: a `Degraded`

@@ -1,30 +1,28 @@
-//! The Kubernetes mode (`orca-operator run`,
-//! docs/architecture.md#the-scheduler-controller): the Scheduler
-//! controller around the pure [`crate::rollout::decide`].
+//! The Kubernetes mode (`orca-operator run`, docs/architecture.md): the
+//! two controllers side by side, and what they share.
 //!
-//! - [`pods`], [`jobs`] — the objects the rollout's actions create, and the
-//!   views `decide` reads back from them;
-//! - [`database`] — the Scheduler's Secret → its database URL → the rows of
-//!   `orca.schedulers`, with a connection kept per Scheduler;
-//! - [`scheduler`] — `reconcile` (observe → decide → act → events → status)
-//!   and `error_policy`; [`act`] — the act stage;
+//! - [`scheduler`] — the Scheduler controller around the pure
+//!   [`crate::rollout::decide`]: `reconcile` (observe → decide → act →
+//!   events → status), `error_policy`, and the pods, Jobs, finalizer and
+//!   memory of its status it works with;
+//! - [`warmpool`] — the WarmPool controller around a pool's pass
+//!   ([`crate::pool`]): its watches and triggers, finalizer and write-back;
+//! - shared: [`database`] (a Scheduler's Secret → its database URL, a
+//!   connection kept per Scheduler), [`status`] (status by server-side
+//!   apply, the Events' action), the labels below and [`MANAGER`];
 //! - [`metrics`], [`server`] — the Prometheus registry and `/metrics`,
 //!   `/healthz`, `/readyz`;
-//! - [`leader`] — only the holder of a `Lease` runs the controllers;
-//! - [`run`] — wires it all.
+//! - [`leader`] — only the holder of a `Lease` runs the controllers,
+//!   behind its [`crate::fence::Fence`];
+//! - [`run()`] — wires it all.
 
-pub mod act;
 pub mod database;
-pub mod deletion;
-pub mod jobs;
 pub mod leader;
-pub mod memory;
 pub mod metrics;
-pub mod pods;
-pub mod refusal;
 pub mod run;
 pub mod scheduler;
 pub mod server;
+pub mod status;
 pub mod warmpool;
 
 pub use metrics::Metrics;

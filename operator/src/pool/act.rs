@@ -13,7 +13,6 @@ use super::{
     ec2::{client_token, Ec2Error, RunRequest},
     pass::{PassReport, PoolError, PoolEvent, PoolLoop},
     plan::{End, Offering, PoolPlan, Reason},
-    rows,
     userdata::{self, DatabaseSource},
 };
 
@@ -47,21 +46,21 @@ impl PoolLoop {
             .collect();
         let pool = self.pool.clone();
         let db = self.connected().await?;
-        let ended = rows::end_idle_rows(db, &idle).await;
+        let ended = orca_db::pool::end_idle_rows(db, &idle).await;
         let ended = ended.map_err(|e| self.db_error(e))?;
         for r in &plan.retirements {
             let outcome = match r.end {
                 End::Idle(row) => Ok(ended.contains(&row).then_some(None)),
                 End::Claim => {
                     let db = self.connected().await?;
-                    rows::claim(db, &r.instance, &pool)
+                    orca_db::pool::claim(db, &r.instance, &pool)
                         .await
                         .map(|c| c.map(Some))
                 }
                 End::Claimed(row) => Ok(Some(Some(row))),
                 End::Busy(row) => {
                     let db = self.connected().await?;
-                    rows::end_busy_row(db, row)
+                    orca_db::pool::end_busy_row(db, row)
                         .await
                         .map(|ended| ended.then_some(None))
                 }
@@ -86,7 +85,7 @@ impl PoolLoop {
         }
         for row in &plan.ends {
             let db = self.connected().await?;
-            let ended = rows::end_claim(db, *row).await;
+            let ended = orca_db::pool::end_claim(db, *row).await;
             ended.map_err(|e| self.db_error(e))?;
         }
         // Rows of instances EC2 no longer runs: nothing to terminate.
@@ -126,7 +125,7 @@ impl PoolLoop {
             by_reason.entry(*reason).or_default().push(instance);
             if let Some(row) = claim {
                 let db = self.connected().await?;
-                let ended = rows::end_claim(db, *row).await;
+                let ended = orca_db::pool::end_claim(db, *row).await;
                 ended.map_err(|e| self.db_error(e))?;
             }
         }

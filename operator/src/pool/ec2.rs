@@ -25,7 +25,7 @@ use sha2::{Digest, Sha256};
 
 use super::plan::{Ec2Instance, Ec2State, Offering};
 use crate::crd::Launch;
-use crate::k8s::leader::{Fence, Fenced};
+use crate::fence::{Fence, Fenced};
 
 /// The tag keys that say an instance belongs to a pool.
 pub const TAG_POOL: &str = "orca.dev/pool";

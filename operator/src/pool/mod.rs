@@ -5,7 +5,7 @@
 //! Every pass is observe → decide → act:
 //! - observe: `DescribeInstances` by the ownership tags *first* ([`ec2`]),
 //!   then the pool's live `orca.instances` rows and unserved demand
-//!   ([`rows`]), so anything seen in the database is at least as new;
+//!   (`orca_db::pool`), so anything seen in the database is at least as new;
 //! - decide: the pure [`plan::plan`];
 //! - act ([`PoolLoop::pass`]): the race-free end (or the claim) of each
 //!   instance to retire, then batched `TerminateInstances`; batched
@@ -26,11 +26,10 @@ pub mod ec2;
 pub mod metrics;
 mod pass;
 pub mod plan;
-pub mod rows;
 mod status;
 pub mod userdata;
 
-pub use crate::k8s::leader::{Fence, Fenced};
+pub use crate::fence::{Fence, Fenced};
 pub use ec2::{Ec2, Ec2Config, Ec2Error, Ownership};
 pub use metrics::PoolMetrics;
 pub use pass::{Deletion, PassReport, PoolError, PoolEvent, PoolLoop, Tuning};

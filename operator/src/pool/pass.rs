@@ -19,10 +19,9 @@ use super::{
     ec2::{Ec2, Ec2Config, Ec2Error, Ownership},
     metrics::PoolMetrics,
     plan::{plan, Limits, Offering, PoolPlan, Snapshot},
-    rows,
 };
 use crate::crd::{WarmPoolSpec, WarmPoolStatus};
-use crate::k8s::leader::{Fence, Fenced};
+use crate::fence::{Fence, Fenced};
 
 /// The loop's knobs that are not in the spec. The defaults are for
 /// production; tests shorten `resync`, `stale` and `leak_grace`.
@@ -311,7 +310,7 @@ impl PoolLoop {
 
     /// The WarmPool's deletion with `onDelete: Terminate`, as `deletion`
     /// tells it: from the first pass after it holds one, the loop launches
-    /// nothing and terminates the pool's instances (see [`super::plan`]),
+    /// nothing and terminates the pool's instances (see [`super::plan()`]),
     /// and each pass says whether any is left ([`PassReport::deleted`]). A
     /// change cuts the wait for the next pass short.
     pub fn with_deletion(mut self, deletion: watch::Receiver<Option<Deletion>>) -> Self {
@@ -432,7 +431,7 @@ impl PoolLoop {
         let count_uses = self.spec.max_uses > 0;
         let mark = self.served_mark;
         let db = self.connected().await?;
-        let read = rows::live_rows(db, &pool, count_uses).await;
+        let read = orca_db::pool::live_rows(db, &pool, count_uses).await;
         let live = read.map_err(|e| self.db_error(e))?;
         let without: Vec<String> = instances
             .iter()
@@ -440,7 +439,7 @@ impl PoolLoop {
             .map(|i| i.id.clone())
             .collect();
         let db = self.connected().await?;
-        let read = rows::known(db, &without).await;
+        let read = orca_db::pool::known(db, &without).await;
         let known = read.map_err(|e| self.db_error(e))?;
         let (stale, db) = (self.tuning.stale, self.connected().await?);
         let read = orca_db::pool::check_rows(db, &pool, listed, stale).await;
@@ -460,7 +459,7 @@ impl PoolLoop {
         let read = orca_db::pool::open_demand(db, &pool).await;
         let demand = read.map_err(|e| self.db_error(e))?;
         let db = self.connected().await?;
-        let read = rows::served_waits(db, &pool, mark).await;
+        let read = orca_db::pool::served_waits(db, &pool, mark).await;
         let (waits, newest) = read.map_err(|e| self.db_error(e))?;
         self.served_mark = newest;
         if let Some(m) = &self.metrics {

@@ -79,23 +79,7 @@ pub struct Ec2Instance {
     pub offering: Offering,
 }
 
-/// A live `orca.instances` row of the pool, with the ages the database
-/// computed when it was read.
-#[derive(Clone, Debug, PartialEq)]
-pub struct PoolRow {
-    pub id: i64,
-    pub instance: String,
-    pub run: Option<i64>,
-    /// Seconds since the row went `idle`; `None` while the instance is busy.
-    pub idle_secs: Option<f64>,
-    /// Seconds since the agent last `polled`; `None` if it never did.
-    pub polled_secs: Option<f64>,
-    /// Runs the instance has been handed (its rows with a run).
-    pub uses: i64,
-    /// The operator's own claim on an instance it is terminating (see
-    /// [`super::claim`]): live, never idle, so never handed out.
-    pub claim: bool,
-}
+pub use orca_db::pool::PoolRow;
 
 /// Everything the plan looks at, gathered by one observation.
 #[derive(Clone, Debug, Default)]

@@ -8,7 +8,7 @@
 //! Start-up: [`overlap_refusal`](orca_db::schedulers::overlap_refusal) (a
 //! reason → the termination log, exit 75, nothing migrated), migrate, create
 //! `orca_sim.decisions` ([`decisions`]), join, then the beat task
-//! ([`supervise`]) and the lead loop ([`lead`]).
+//! (`supervise`) and the lead loop (`lead`).
 
 pub mod args;
 pub mod decisions;

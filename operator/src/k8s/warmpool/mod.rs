@@ -10,8 +10,8 @@
 //!   database (a watch of Schedulers, and one of Secrets' metadata only,
 //!   each mapped to the pools it concerns);
 //! - its database notifies `orca_pool` with its name (demand, a hand-out,
-//!   an agent's report): one `LISTEN` connection per database
-//!   ([`listen`]), fed to the controller as a trigger stream;
+//!   an agent's report): one `LISTEN` connection per database, fed to the
+//!   controller as a trigger stream;
 //! - its requeue falls due: the resync, or a back-off after a failed or
 //!   throttled pass.
 //!
@@ -73,7 +73,7 @@ use crate::{
     k8s::{
         database::{read_url, SecretError},
         leader::{Fence, Fenced},
-        scheduler::{event_action, write_status, StatusWriteError},
+        status::{event_action, write_status, StatusWriteError},
     },
     pool::{
         backoff::Backoff, Deletion, PassReport, PoolError, PoolEvent, PoolLoop, PoolMetrics, Tuning,

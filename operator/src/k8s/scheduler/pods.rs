@@ -16,8 +16,8 @@ use k8s_openapi::api::core::v1::{
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time as KubeTime};
 use kube::{Resource, ResourceExt};
 
-use super::{LABEL_REVISION, LABEL_SCHEDULER, LABEL_SEQUENCE};
 use crate::crd::{Scheduler, SchedulerSpec};
+use crate::k8s::{LABEL_REVISION, LABEL_SCHEDULER, LABEL_SEQUENCE};
 use crate::rollout::{scheduler_label, PodState, PodView, Time, Waiting};
 
 /// The scheduler container's name in every pod.

@@ -7,7 +7,9 @@
 //! ([`run_is_over`]). The operator's pool loop reads the demand that still
 //! counts ([`open_demand`]) and what it needs to know of each live row
 //! ([`clock`], [`check_rows`]), and ends the rows of instances EC2 no longer
-//! runs ([`end_rows_of_gone`]).
+//! runs ([`end_rows_of_gone`]); it lists the pool's live rows
+//! ([`live_rows`]), ends idle rows race-free in bulk ([`end_idle_rows`]),
+//! and claims an instance it terminates that has no live row ([`claim`]).
 //!
 //! Only the database clock judges time: every freshness and time-out test is
 //! `now()` against a row, never this process's clock.
@@ -20,6 +22,25 @@ use tokio_postgres::{
 };
 
 use crate::{Db, DbError};
+
+/// The race-free end's statement (docs/protocol.md#the-race-free-end): the
+/// rows `$rows` selects are ended by `$2` only while they are live and idle,
+/// so a hand-out that took one first wins; `returning id` says which.
+macro_rules! end_idle {
+    ($rows:literal) => {
+        concat!(
+            "update orca.instances set ended = now(), ended_by = $2 where ",
+            $rows,
+            " and ended is null and idle is not null returning id"
+        )
+    };
+}
+
+mod operator;
+
+pub use operator::{
+    claim, end_busy_row, end_claim, end_idle_rows, known, live_rows, served_waits, PoolRow,
+};
 
 /// The client's bound on one of the agent's statements, a little beyond the
 /// server's `statement_timeout` that the agent connects with: a connection
@@ -161,9 +182,7 @@ pub async fn ask_for_instance(db: &Db, req: &Request<'_>) -> Result<(), DbError>
 pub async fn end_idle(db: &Db, row: i64, by: &str) -> Result<bool, DbError> {
     let ended = one_trip(
         db,
-        "update orca.instances set ended = now(), ended_by = $2
-         where id = $1 and ended is null and idle is not null
-         returning id",
+        end_idle!("id = $1"),
         &[(&row, Type::INT8), (&by, Type::TEXT)],
     )
     .await?;

@@ -14,8 +14,9 @@ use kube::{
 use orca_db::{schedulers, Db, DbError};
 use tracing::info;
 
-use super::{jobs, leader::Fenced, pods, scheduler::Context};
+use super::{jobs, pods, Context};
 use crate::crd::Scheduler;
+use crate::fence::Fenced;
 use crate::rollout::{Action, Decision};
 
 #[derive(Debug, thiserror::Error)]

@@ -9,8 +9,8 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::ResourceExt;
 
 use super::pods::{chrono_of, labels, non_empty, owner, pod_spec};
-use super::{LABEL_COMPONENT, LABEL_REVISION};
 use crate::crd::{Register, Scheduler};
+use crate::k8s::{LABEL_COMPONENT, LABEL_REVISION};
 use crate::rollout::{register_hash, JobState, JobView};
 
 /// The register container's name.
@@ -129,7 +129,7 @@ mod tests {
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time as KubeTime;
 
     use super::*;
-    use crate::k8s::pods::tests::scheduler;
+    use crate::k8s::scheduler::pods::tests::scheduler;
 
     fn register() -> Register {
         Register {

@@ -1,4 +1,5 @@
-//! The pool loop's Postgres adapter: what it reads of `orca.instances` and
+//! The operator's side of the pool protocol: what its pool loop reads of
+//! `orca.instances` and
 //! `orca.pool_demand` (ages computed by the database clock,
 //! docs/architecture.md#time-and-clocks), and
 //! the operator's claim on an instance it terminates that has no live row.
@@ -14,9 +15,25 @@
 
 use std::collections::HashSet;
 
-use orca_db::{Db, DbError};
+use crate::{Db, DbError};
 
-use super::plan::PoolRow;
+/// A live `orca.instances` row of the pool, with the ages the database
+/// computed when it was read.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PoolRow {
+    pub id: i64,
+    pub instance: String,
+    pub run: Option<i64>,
+    /// Seconds since the row went `idle`; `None` while the instance is busy.
+    pub idle_secs: Option<f64>,
+    /// Seconds since the agent last `polled`; `None` if it never did.
+    pub polled_secs: Option<f64>,
+    /// Runs the instance has been handed (its rows with a run).
+    pub uses: i64,
+    /// The operator's own claim on an instance it is terminating (see
+    /// [`claim`]): live, never idle, so never handed out.
+    pub claim: bool,
+}
 
 /// The pool's live rows. A claim is a `worker` row without a run, which no
 /// scheduler or agent writes. `uses` is counted (one scan of the pool's
@@ -93,21 +110,16 @@ pub async fn served_waits(
 }
 
 /// The race-free end (docs/protocol.md#the-race-free-end) of many idle rows
-/// in one statement, by the operator: `orca_db::pool::end_idle`'s predicate
-/// over a set of ids. Each row is locked and rechecked on its own, so a
-/// hand-out holding one makes this skip it once the hand-out commits.
-/// Returns the ids it ended: only their instances may be terminated.
+/// in one statement, by the operator: [`super::end_idle`]'s statement over a
+/// set of ids. Each row is locked and rechecked on its own, so a hand-out
+/// holding one makes this skip it once the hand-out commits. Returns the
+/// ids it ended: only their instances may be terminated.
 pub async fn end_idle_rows(db: &Db, rows: &[i64]) -> Result<HashSet<i64>, DbError> {
     if rows.is_empty() {
         return Ok(HashSet::new());
     }
     let ended = db
-        .query(
-            "update orca.instances set ended = now(), ended_by = 'operator'
-             where id = any($1) and ended is null and idle is not null
-             returning id",
-            &[&rows],
-        )
+        .query(end_idle!("id = any($1)"), &[&rows, &"operator"])
         .await?;
     Ok(ended.iter().map(|r| r.get(0)).collect())
 }

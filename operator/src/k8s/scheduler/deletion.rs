@@ -18,7 +18,7 @@ use serde_json::json;
 use tracing::info;
 
 use super::act::ActError;
-use super::scheduler::{publish, Context, ObserveError, ReconcileError};
+use super::{publish, Context, ObserveError, ReconcileError};
 use crate::crd::{set_condition, Phase, Scheduler};
 use crate::rollout::{Decision, Event, Observed};
 
@@ -221,7 +221,7 @@ pub async fn pass(
         return Ok(Requeue::await_change());
     }
     if decision.status != observed.status {
-        super::scheduler::apply_status(&scheduler, ctx, ns, &decision.status).await?;
+        super::apply_status(&scheduler, ctx, ns, &decision.status).await?;
     }
     Ok(Requeue::requeue(POLL))
 }

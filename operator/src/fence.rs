@@ -1,0 +1,90 @@
+//! The fence: until when this replica may act. The Kubernetes mode's
+//! election ([`crate::k8s::leader`]) opens it after each successful write of
+//! its Lease and it closes on its own when the Lease would run out; every
+//! EC2 call, statement, pod, Job, status and Event write of the controllers
+//! checks it first. The local mode, which has no election, uses
+//! [`Fence::always`]. Neither `pool/` nor `rollout/` needs Kubernetes to
+//! know of it.
+
+use std::sync::{
+    atomic::{AtomicU64, Ordering},
+    Arc,
+};
+
+use tokio::time::Instant;
+
+/// Until when this replica may act as the leader: cheap to clone and to
+/// check, shared by every task of the controllers. Times are tokio's
+/// monotonic [`Instant`]s (a paused clock in tests).
+#[derive(Clone, Debug)]
+pub struct Fence(Option<Arc<Until>>);
+
+#[derive(Debug)]
+struct Until {
+    base: Instant,
+    /// Nanoseconds after `base` the fence closes; 0: closed.
+    nanos: AtomicU64,
+}
+
+/// The fence is closed: this replica does not hold the Lease, or cannot
+/// tell that it still does. Whatever was about to happen must not.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("fenced: this replica does not hold the leader lease, or cannot tell that it still does")]
+pub struct Fenced;
+
+impl Fence {
+    /// A fence closed until [`Fence::hold_until`] opens it.
+    pub fn new() -> Fence {
+        Fence(Some(Arc::new(Until {
+            base: Instant::now(),
+            nanos: AtomicU64::new(0),
+        })))
+    }
+
+    /// A fence that is always open: where there is no election (the local
+    /// mode, tests).
+    pub fn always() -> Fence {
+        Fence(None)
+    }
+
+    /// Ok only while now is before the end of the lease last renewed.
+    pub fn check(&self) -> Result<(), Fenced> {
+        self.check_at(Instant::now())
+    }
+
+    /// [`Fence::check`] at `now`.
+    pub fn check_at(&self, now: Instant) -> Result<(), Fenced> {
+        let Some(until) = &self.0 else {
+            return Ok(());
+        };
+        let at = now.saturating_duration_since(until.base).as_nanos();
+        if at < u128::from(until.nanos.load(Ordering::Acquire)) {
+            Ok(())
+        } else {
+            Err(Fenced)
+        }
+    }
+
+    /// Opens the fence until `until` (the election, after each successful
+    /// write of the Lease). No effect on [`Fence::always`].
+    pub fn hold_until(&self, until: Instant) {
+        if let Some(u) = &self.0 {
+            let nanos = until.saturating_duration_since(u.base).as_nanos();
+            let nanos = u64::try_from(nanos).unwrap_or(u64::MAX);
+            u.nanos.store(nanos, Ordering::Release);
+        }
+    }
+
+    /// Closes the fence now.
+    pub fn close(&self) {
+        if let Some(u) = &self.0 {
+            u.nanos.store(0, Ordering::Release);
+        }
+    }
+}
+
+impl Default for Fence {
+    fn default() -> Self {
+        Fence::new()
+    }
+}
