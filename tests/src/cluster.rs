@@ -319,6 +319,12 @@ impl ControlPlane {
         client_from(&self.kubeconfig_text(&self.token, "default")).await
     }
 
+    /// The admin's client configuration, for a client of one's own making
+    /// (the benchmarks count its requests).
+    pub async fn admin_config(&self) -> kube::Config {
+        config_from(&self.kubeconfig_text(&self.token, "default")).await
+    }
+
     /// A new namespace for a test, once its `default` ServiceAccount exists
     /// (pods are refused before).
     pub async fn namespace(&self, client: &Client, prefix: &str) -> String {
@@ -371,12 +377,16 @@ impl ControlPlane {
 
 /// A client from kubeconfig text.
 pub async fn client_from(kubeconfig: &str) -> Client {
+    let config = config_from(kubeconfig).await;
+    Client::try_from(config).unwrap_or_else(|e| panic!("a client for the test control plane: {e}"))
+}
+
+async fn config_from(kubeconfig: &str) -> kube::Config {
     let parsed =
         Kubeconfig::from_yaml(kubeconfig).expect("invariant: the fixture writes valid kubeconfigs");
-    let config = kube::Config::from_custom_kubeconfig(parsed, &KubeConfigOptions::default())
+    kube::Config::from_custom_kubeconfig(parsed, &KubeConfigOptions::default())
         .await
-        .unwrap_or_else(|e| panic!("a kubeconfig for the test control plane: {e}"));
-    Client::try_from(config).unwrap_or_else(|e| panic!("a client for the test control plane: {e}"))
+        .unwrap_or_else(|e| panic!("a kubeconfig for the test control plane: {e}"))
 }
 
 /// Every write, at Metadata level (who, what, when): the tests count the

@@ -69,7 +69,7 @@ impl Default for Tuning {
     fn default() -> Self {
         Tuning {
             resync: Duration::from_secs(20),
-            min_gap: Duration::from_millis(100),
+            min_gap: Duration::from_millis(25),
             stale: Duration::from_secs(30),
             leak_grace: None,
             capacity_hold: Duration::from_secs(180),

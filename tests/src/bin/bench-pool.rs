@@ -171,7 +171,7 @@ async fn bench_below_target(moto: &Moto, url: &str) {
             ms(percentile(&samples, 0.5)),
             ms(percentile(&samples, 0.99))
         ),
-        "p99 ≤ 1 s",
+        "p99 ≤ 250 ms",
     );
 }
 

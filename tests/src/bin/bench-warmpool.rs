@@ -1,0 +1,334 @@
+//! `bench-warmpool`: the WarmPool controller of the Kubernetes mode
+//! (docs/architecture.md#benchmarks), in this process against the test
+//! control plane (kube-apiserver, etcd), moto behind a counting proxy and a
+//! real PostgreSQL, printed as `| figure | value | target |` lines:
+//! - a pool dropping below target (a hand-out takes its idle instance) →
+//!   its `RunInstances` call, p50/p99: LISTEN, the trigger, the pass;
+//! - what a steady idle pool of 100 asks of EC2 and of the Kubernetes API
+//!   in a minute (the requests of the controller's own client, counted by a
+//!   layer of it; the watches' long-running GETs apart).
+
+use std::{
+    collections::BTreeMap,
+    sync::{Arc, Mutex},
+    task::{Context, Poll},
+    time::{Duration, Instant},
+};
+
+use k8s_openapi::api::core::v1::Secret;
+use kube::{
+    api::{ObjectMeta, PostParams},
+    client::ClientBuilder,
+    Api, Client,
+};
+use orca_db::pool::{hand_out, Request};
+use orca_operator::{
+    crd::{Scheduler, WarmPool},
+    fence::Fence,
+    k8s::warmpool::{self, PoolControllerConfig},
+    pool::{Ownership, Tuning},
+};
+use orca_tests::{
+    cluster::ControlPlane, ec2_faults::Ec2Faults, moto::Moto, pg, release::Release, warm,
+};
+
+fn row(line: &str, value: String, target: &str) {
+    println!("| {line} | {value} | {target} |");
+}
+
+fn ms(d: Duration) -> String {
+    format!("{:.2} ms", d.as_secs_f64() * 1000.0)
+}
+
+/// Every request a client sent, as `METHOD path?query`.
+#[derive(Clone, Default)]
+struct Requests(Arc<Mutex<Vec<String>>>);
+
+impl Requests {
+    fn take(&self) -> Vec<String> {
+        std::mem::take(&mut self.0.lock().unwrap_or_else(|p| p.into_inner()))
+    }
+}
+
+impl<S> tower::Layer<S> for Requests {
+    type Service = Counted<S>;
+    fn layer(&self, inner: S) -> Counted<S> {
+        Counted {
+            inner,
+            seen: self.clone(),
+        }
+    }
+}
+
+#[derive(Clone)]
+struct Counted<S> {
+    inner: S,
+    seen: Requests,
+}
+
+impl<S, B> tower::Service<http::Request<B>> for Counted<S>
+where
+    S: tower::Service<http::Request<B>>,
+{
+    type Response = S::Response;
+    type Error = S::Error;
+    type Future = S::Future;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, req: http::Request<B>) -> Self::Future {
+        let line = format!("{} {}", req.method(), req.uri());
+        self.seen
+            .0
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(line);
+        self.inner.call(req)
+    }
+}
+
+/// A namespace with the CRDs installed (the chart), the Secret `orca-db`
+/// and Scheduler `orca` naming it; the controller runs over it with a
+/// client whose requests are counted.
+struct Stage {
+    admin: Client,
+    ns: String,
+    url: String,
+    requests: Requests,
+    controller: tokio::task::JoinHandle<()>,
+}
+
+impl Stage {
+    async fn new(cp: &'static ControlPlane, prefix: &str) -> Stage {
+        let admin = cp.client().await;
+        let ns = cp.namespace(&admin, prefix).await;
+        let _release = Release::install(cp, &ns, &ns, &[ns.as_str()], &[]);
+        let url = pg::Cluster::shared().migrated_db().await;
+        let secret = Secret {
+            metadata: ObjectMeta {
+                name: Some("orca-db".into()),
+                ..Default::default()
+            },
+            string_data: Some([("url".to_string(), url.clone())].into()),
+            ..Default::default()
+        };
+        Api::<Secret>::namespaced(admin.clone(), &ns)
+            .create(&PostParams::default(), &secret)
+            .await
+            .unwrap_or_else(|e| panic!("the Secret: {e}"));
+        let scheduler: Scheduler = serde_json::from_value(serde_json::json!({
+            "apiVersion": "orca.dev/v1alpha1", "kind": "Scheduler",
+            "metadata": {"name": "orca"},
+            "spec": {"image": "orca:bench", "command": ["true"],
+                     "database": {"urlSecretRef": {"name": "orca-db", "key": "url"}}},
+        }))
+        .expect("invariant: a valid Scheduler");
+        Api::<Scheduler>::namespaced(admin.clone(), &ns)
+            .create(&PostParams::default(), &scheduler)
+            .await
+            .unwrap_or_else(|e| panic!("the Scheduler: {e}"));
+        let requests = Requests::default();
+        let client = ClientBuilder::try_from(cp.admin_config().await)
+            .unwrap_or_else(|e| panic!("a client: {e}"))
+            .with_layer(&requests)
+            .build();
+        let config = PoolControllerConfig {
+            tuning: Tuning {
+                leak_grace: Some(Duration::from_secs(600)),
+                ..Tuning::default()
+            },
+            metrics: None,
+            reporter: "orca-operator".into(),
+            fence: Fence::always(),
+        };
+        let controller = tokio::spawn(warmpool::run(client, Some(ns.clone()), config));
+        Stage {
+            admin,
+            ns,
+            url,
+            requests,
+            controller,
+        }
+    }
+
+    async fn pool(&self, name: &str, endpoint: &str, subnets: &[String], min: i32) {
+        let mut spec = warm::spec(endpoint, &["t3.micro"], &subnets[..1], min, min, 1000);
+        spec.scheduler = "orca".into();
+        Api::<WarmPool>::namespaced(self.admin.clone(), &self.ns)
+            .create(&PostParams::default(), &WarmPool::new(name, spec))
+            .await
+            .unwrap_or_else(|e| panic!("the WarmPool: {e}"));
+    }
+
+    fn owner(&self, pool: &str) -> Ownership {
+        Ownership {
+            pool: format!("{}/{pool}", self.ns),
+            scheduler: format!("{}/orca", self.ns),
+            operator: "orca-operator".into(),
+        }
+    }
+}
+
+/// Plays the agents of `owner`'s instances that have no row yet: a warm
+/// row each, idle. How many it added.
+async fn report_idle(db: &orca_db::Db, ec2: &orca_operator::pool::Ec2, owner: &Ownership) -> usize {
+    let ids: Vec<String> = ec2
+        .describe(owner)
+        .await
+        .unwrap_or_else(|e| panic!("DescribeInstances: {e}"))
+        .into_iter()
+        .filter(|i| i.state.is_present())
+        .map(|i| i.id)
+        .collect();
+    db.query(
+        "insert into orca.instances (instance, pool, role, idle, polled)
+         select i, $2, 'warm', now(), now() from unnest($1::text[]) i
+         where not exists (select 1 from orca.instances where instance = i)
+         returning id",
+        &[&ids, &owner.pool],
+    )
+    .await
+    .unwrap_or_else(|e| panic!("inserting idle rows: {e}"))
+    .len()
+}
+
+async fn bench_below_target(cp: &'static ControlPlane, moto: &Moto) {
+    let stage = Stage::new(cp, "bench-latency").await;
+    let faults = Ec2Faults::start(&moto.endpoint());
+    let ec2 = warm::ec2(&moto.endpoint()).await;
+    let subnets = warm::subnets(&ec2).await;
+    stage.pool("latency", &faults.endpoint(), &subnets, 1).await;
+    let owner = stage.owner("latency");
+    let db = pg::connect(&stage.url).await;
+    let mut sched = pg::connect(&stage.url).await;
+    let mut samples = Vec::new();
+    for run in 1..=40i64 {
+        // The agent of what was launched reports idle.
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while report_idle(&db, &ec2, &owner).await == 0 {
+            assert!(Instant::now() < deadline, "nothing launched within 60 s");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        faults.forget_calls();
+        let req = Request {
+            pool: &owner.pool,
+            run,
+            start: 1,
+            role: "head",
+            head_address: "",
+            new_code: true,
+        };
+        let handed = Instant::now();
+        hand_out(&mut sched, &req, Duration::from_secs(60))
+            .await
+            .unwrap_or_else(|e| panic!("hand-out: {e}"))
+            .unwrap_or_else(|| panic!("no idle instance to hand out for run {run}"));
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let call = loop {
+            if let Some(c) = faults.calls_of("RunInstances").first() {
+                break c.at;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "no RunInstances within 30 s of a hand-out"
+            );
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        };
+        samples.push(call.saturating_duration_since(handed));
+    }
+    stage.controller.abort();
+    samples.sort();
+    let at = |p: f64| samples[((samples.len() - 1) as f64 * p).round() as usize];
+    row(
+        "Kubernetes mode: pool below target → RunInstances, p50 / p99 (40 hand-outs)",
+        format!("{} / {}", ms(at(0.5)), ms(at(0.99))),
+        "p99 ≤ 250 ms",
+    );
+}
+
+async fn bench_steady_state(cp: &'static ControlPlane, moto: &Moto) {
+    let stage = Stage::new(cp, "bench-steady").await;
+    let faults = Ec2Faults::start(&moto.endpoint());
+    let ec2 = warm::ec2(&moto.endpoint()).await;
+    let subnets = warm::subnets(&ec2).await;
+    let owner = stage.owner("steady");
+    let db = pg::connect(&stage.url).await;
+    warm::launch_by_hand(&ec2, &owner.pool, &subnets[0], 100, "bench-k8s-steady-100").await;
+    report_idle(&db, &ec2, &owner).await;
+    // The agents' beat, once a second for all of them.
+    let beat_url = stage.url.clone();
+    let pool = owner.pool.clone();
+    let beat = tokio::spawn(async move {
+        let db = pg::connect(&beat_url).await;
+        loop {
+            let _ = db
+                .execute(
+                    "update orca.instances set polled = now() where pool = $1 and ended is null",
+                    &[&pool],
+                )
+                .await;
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        }
+    });
+    stage
+        .pool("steady", &faults.endpoint(), &subnets, 100)
+        .await;
+    // Past the first passes (the status written once), count a minute.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    faults.forget_calls();
+    stage.requests.take();
+    tokio::time::sleep(Duration::from_secs(60)).await;
+    let calls = faults.calls();
+    let requests = stage.requests.take();
+    beat.abort();
+    stage.controller.abort();
+    let mut ec2_calls: BTreeMap<String, usize> = BTreeMap::new();
+    for c in &calls {
+        *ec2_calls.entry(c.action.clone()).or_default() += 1;
+    }
+    let count = |m: &BTreeMap<String, usize>| {
+        if m.is_empty() {
+            "none".to_string()
+        } else {
+            m.iter()
+                .map(|(a, n)| format!("{n} {a}"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        }
+    };
+    row(
+        "Kubernetes mode: EC2 calls per steady-state minute, idle pool of 100 (resync 20 s)",
+        count(&ec2_calls),
+        "a few Describe calls, nothing else",
+    );
+    let mut api: BTreeMap<String, usize> = BTreeMap::new();
+    for r in requests.iter().filter(|r| !r.contains("watch=true")) {
+        let (method, rest) = r.split_once(' ').unwrap_or((r, ""));
+        let path = rest.split('?').next().unwrap_or(rest);
+        *api.entry(format!("{method} {path}")).or_default() += 1;
+    }
+    row(
+        "Kubernetes mode: API requests per steady-state minute, idle pool of 100 (watches apart)",
+        count(&api),
+        "none",
+    );
+}
+
+fn main() {
+    warm::aws_env();
+    println!("| figure | value | target |");
+    println!("|---|---|---|");
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("invariant: a runtime can be built");
+    let cp = ControlPlane::shared();
+    runtime.block_on(async {
+        let moto = Moto::start();
+        bench_below_target(cp, &moto).await;
+        bench_steady_state(cp, &moto).await;
+    });
+}
