@@ -162,6 +162,8 @@ impl Cluster {
                 // name their replica.
                 "-c",
                 "log_line_prefix=%m [%p] %a ",
+                "-c",
+                "log_timezone=UTC",
             ])
             .stdin(Stdio::null())
             .stdout(Stdio::null())

@@ -1,9 +1,9 @@
 //! Two operator replicas on one Lease, on the real cluster: the leader is
-//! frozen (SIGSTOP) past its Lease, the standby takes over and converges,
-//! and the old leader, thawed, makes no Kubernetes write, no EC2 call and
-//! no database statement from then on — counted in the apiserver's audit
-//! log, at the EC2 proxy and in PostgreSQL's log, by the credentials or the
-//! `application_name` each replica alone has.
+//! frozen (SIGSTOP) past its Lease, or stopped by SIGTERM; the standby takes
+//! over and converges, and the old leader makes no Kubernetes write, no EC2
+//! call and no database statement from then on — counted in the
+//! apiserver's audit log, at the EC2 proxy and in PostgreSQL's log, by the
+//! credentials or the `application_name` each replica alone has.
 
 use std::time::{Duration, Instant};
 
@@ -26,11 +26,11 @@ async fn holder(stage: &OnCluster) -> Option<String> {
         .filter(|h| !h.is_empty())
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_frozen_leader_that_lost_its_lease_never_acts_again() {
-    let stage = OnCluster::new("replicas").await.with_replica("b").await;
-    // Every statement on the stage's database is logged, with the
-    // connection's application_name (`orca-operator…/<replica>`).
+/// Two replicas, v1 Ready and one idle instance, every statement on the
+/// stage's database logged with its connection's application_name
+/// (`orca-operator…/<replica>`); which replica leads (its index).
+async fn two_replicas(prefix: &str) -> (OnCluster, Ec2Stage, usize) {
+    let stage = OnCluster::new(prefix).await.with_replica("b").await;
     let db = pg::connect(&stage.url).await;
     let name: String = db
         .query_one("select current_database()", &[])
@@ -42,7 +42,6 @@ async fn a_frozen_leader_that_lost_its_lease_never_acts_again() {
     ))
     .await
     .unwrap();
-    let log = pg::Cluster::shared().log_path();
     stage
         .apply_scheduler(&scheduler("orca", "v1", &[], ""))
         .await;
@@ -64,18 +63,49 @@ async fn a_frozen_leader_that_lost_its_lease_never_acts_again() {
             |s| s.idle == 1,
         )
         .await;
-
     let first = eventually(
         "a replica holds the Lease",
         Duration::from_secs(30),
         || async { holder(&stage).await.ok_or_else(|| "no holder".to_string()) },
     )
     .await;
-    let (old, new) = match first.as_str() {
-        "a" => (&stage.replicas[0], &stage.replicas[1]),
-        "b" => (&stage.replicas[1], &stage.replicas[0]),
+    let leader = match first.as_str() {
+        "a" => 0,
+        "b" => 1,
         other => panic!("the Lease is held by {other:?}, not a replica of this test"),
     };
+    (stage, ec2, leader)
+}
+
+/// The end of PostgreSQL's log now: what is logged from here on is read
+/// by [`statements_since`].
+fn log_mark() -> u64 {
+    std::fs::metadata(pg::Cluster::shared().log_path())
+        .map(|m| m.len())
+        .unwrap_or(0)
+}
+
+/// The statements logged since `mark` that replica `name`'s connections
+/// sent: a simple query (`statement:`) or an extended one (`execute …:`).
+/// Each line starts with its time (`%m`, in UTC).
+fn statements_since(mark: u64, name: &str) -> Vec<String> {
+    let logged = std::fs::read(pg::Cluster::shared().log_path()).expect("PostgreSQL's log");
+    let since = String::from_utf8_lossy(&logged[mark as usize..]).to_string();
+    let by = format!("/{name} LOG:  ");
+    since
+        .lines()
+        .filter(|l| {
+            l.contains("] orca-operator")
+                && (l.contains(&format!("{by}statement: ")) || l.contains(&format!("{by}execute ")))
+        })
+        .map(String::from)
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_frozen_leader_that_lost_its_lease_never_acts_again() {
+    let (stage, ec2, leader) = two_replicas("replicas").await;
+    let (old, new) = (&stage.replicas[leader], &stage.replicas[1 - leader]);
     old.freeze();
     eventually(
         "the standby takes the Lease",
@@ -104,7 +134,7 @@ async fn a_frozen_leader_that_lost_its_lease_never_acts_again() {
         .await;
 
     let writes_before = writes_by(stage.cp, &old.credential_id);
-    let log_before = std::fs::metadata(&log).map(|m| m.len()).unwrap_or(0);
+    let log_before = log_mark();
     let thawed = Instant::now();
     old.thaw();
 
@@ -151,25 +181,115 @@ async fn a_frozen_leader_that_lost_its_lease_never_acts_again() {
         "the old leader called EC2 after it lost the Lease: {rogue:?}\n{}",
         stage.logs()
     );
-    let logged = std::fs::read(&log).expect("PostgreSQL's log");
-    let since = String::from_utf8_lossy(&logged[log_before as usize..]);
-    // A statement of replica `name`'s connections: a simple query
-    // (`statement:`) or an extended one (`execute …:`).
-    let sent_by = |l: &str, name: &str| {
-        let by = format!("/{name} LOG:  ");
-        l.contains("] orca-operator")
-            && (l.contains(&format!("{by}statement: ")) || l.contains(&format!("{by}execute ")))
-    };
-    let statements: Vec<&str> = since.lines().filter(|l| sent_by(l, &old.name)).collect();
+    let statements = statements_since(log_before, &old.name);
     assert!(
         statements.is_empty(),
         "the old leader sent statements after it lost the Lease:\n{}",
         statements.join("\n")
     );
     assert!(
-        since.lines().any(|l| sent_by(l, &new.name)),
+        !statements_since(log_before, &new.name).is_empty(),
         "the log shows the new leader's statements (else it shows nothing)"
     );
     let launched = ec2.launched();
     assert_eq!(launched, 2, "two instances are right for idle.min 2");
+}
+
+/// SIGTERM to the leader (a rolling update, a drained node): it closes its
+/// fence, stops its controllers and releases the Lease, so the standby
+/// leads within a few seconds rather than a lease duration; from the signal
+/// on the old leader writes nothing but that release, and calls neither EC2
+/// nor the database — a call already under way when the signal came may
+/// land within 100 ms.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leader_stopped_by_sigterm_hands_over_at_once_and_acts_no_more() {
+    let (mut stage, ec2, leader) = two_replicas("sigterm").await;
+    let new_name = stage.replicas[1 - leader].name.clone();
+    let (old_name, old_key, old_credential) = {
+        let old = &stage.replicas[leader];
+        (
+            old.name.clone(),
+            old.aws_key_id.clone(),
+            old.credential_id.clone(),
+        )
+    };
+    let writes_before = writes_by(stage.cp, &old_credential);
+    let log_before = log_mark();
+    let (signalled, signalled_at) = (Instant::now(), chrono::Utc::now());
+    stage.replicas[leader].stop();
+    assert!(!stage.replicas[leader].running(), "the old leader exited");
+    eventually(
+        "the standby leads, well within the 15 s lease duration",
+        Duration::from_secs(8),
+        || async {
+            match holder(&stage).await {
+                Some(h) if h == new_name => Ok(()),
+                other => Err(format!("{other:?}")),
+            }
+        },
+    )
+    .await;
+    assert!(signalled.elapsed() < Duration::from_secs(10));
+
+    // Work for the new leader: a second idle instance.
+    stage
+        .pools()
+        .patch(
+            "runners",
+            &PatchParams::default(),
+            &Patch::Merge(serde_json::json!({"spec": {"idle": {"min": 2}}})),
+        )
+        .await
+        .expect("raising idle.min");
+    stage
+        .wait_pool(
+            "runners",
+            "two idle instances under the new leader",
+            Duration::from_secs(90),
+            |s| s.idle == 2,
+        )
+        .await;
+
+    let writes_after = writes_by(stage.cp, &old_credential);
+    let writes: Vec<&String> = writes_after[writes_before.len().min(writes_after.len())..]
+        .iter()
+        // The Lease's release is the one write expected.
+        .filter(|w| w.split(' ').nth(1) != Some("leases"))
+        .collect();
+    assert!(
+        writes.is_empty(),
+        "the old leader wrote after SIGTERM: {writes:?}\n{}",
+        stage.logs()
+    );
+    let grace = signalled + Duration::from_millis(100);
+    let calls: Vec<String> = ec2
+        .proxy
+        .calls()
+        .into_iter()
+        .filter(|c| c.at >= grace && c.key_id.as_deref() == Some(old_key.as_str()))
+        .map(|c| c.action)
+        .collect();
+    assert!(
+        calls.is_empty(),
+        "the old leader called EC2 after SIGTERM: {calls:?}"
+    );
+    let grace = signalled_at + chrono::Duration::milliseconds(100);
+    let statements: Vec<String> = statements_since(log_before, &old_name)
+        .into_iter()
+        .filter(|l| {
+            let at = chrono::NaiveDateTime::parse_from_str(&l[..23], "%Y-%m-%d %H:%M:%S%.3f")
+                .unwrap_or_else(|e| panic!("a log line without its time ({e}): {l}"));
+            at.and_utc() >= grace
+        })
+        .collect();
+    assert!(
+        statements.is_empty(),
+        "the old leader sent statements after SIGTERM:\n{}",
+        statements.join("\n")
+    );
+    assert!(
+        !statements_since(log_before, &new_name).is_empty(),
+        "the log shows the new leader's statements (else it shows nothing)"
+    );
+    assert_eq!(ec2.launched(), 2, "two instances are right for idle.min 2");
 }
