@@ -1,20 +1,97 @@
 //! The act step of a pass: retire (the race-free end or the claim first,
 //! then batched `TerminateInstances`), then launch (batched `RunInstances`
 //! with a `ClientToken` each, the next offering on a capacity error, and
-//! back-off on `RequestLimitExceeded`). Each statement and EC2 call is
-//! fenced (`connected`, [`super::ec2::Ec2`]); a fenced one ends the pass.
+//! back-off on `RequestLimitExceeded`).
+//!
+//! What it does to the world goes through [`World`]: the loop's [`Live`]
+//! world fences each statement and EC2 call (a fenced one ends the pass);
+//! the act step's tests answer from a table (`act_tests.rs`).
 
-use std::{collections::BTreeMap, time::Instant};
+use std::{
+    collections::{BTreeMap, HashSet},
+    future::Future,
+    time::Instant,
+};
 
 use chrono::{DateTime, Utc};
 
 use super::{
     backoff::Backoff,
     ec2::{client_token, Ec2Error, RunRequest},
-    pass::{PassReport, PoolError, PoolEvent, PoolLoop},
+    pass::{Live, PassReport, PoolError, PoolEvent, PoolLoop},
     plan::{End, Offering, PoolPlan, Reason},
     userdata::{self, DatabaseSource},
 };
+
+/// Everything the act step does to the pool's rows and to EC2.
+pub trait World {
+    /// The race-free end of idle rows: those it ended.
+    fn end_idle_rows(
+        &mut self,
+        rows: &[i64],
+    ) -> impl Future<Output = Result<HashSet<i64>, PoolError>> + Send;
+    /// The operator's claim on `instance` of `pool`, which has no live row;
+    /// `None` if it has one now.
+    fn claim(
+        &mut self,
+        instance: &str,
+        pool: &str,
+    ) -> impl Future<Output = Result<Option<i64>, PoolError>> + Send;
+    /// Ends busy row `row`, only while it is busy: whether it did.
+    fn end_busy_row(&mut self, row: i64) -> impl Future<Output = Result<bool, PoolError>> + Send;
+    fn end_claim(&mut self, row: i64) -> impl Future<Output = Result<(), PoolError>> + Send;
+    /// Ends the live rows of instances EC2 no longer runs: those it ended.
+    fn end_rows_of_gone(
+        &mut self,
+        rows: &[i64],
+    ) -> impl Future<Output = Result<Vec<i64>, PoolError>> + Send;
+    fn terminate(&mut self, ids: &[String]) -> impl Future<Output = Result<(), Ec2Error>> + Send;
+    /// `RunInstances`: the ids launched.
+    fn run(
+        &mut self,
+        req: &RunRequest<'_>,
+    ) -> impl Future<Output = Result<Vec<String>, Ec2Error>> + Send;
+}
+
+impl World for Live {
+    async fn end_idle_rows(&mut self, rows: &[i64]) -> Result<HashSet<i64>, PoolError> {
+        let db = self.connected().await?;
+        let ended = orca_db::pool::end_idle_rows(db, rows).await;
+        ended.map_err(|e| self.db_error(e))
+    }
+
+    async fn claim(&mut self, instance: &str, pool: &str) -> Result<Option<i64>, PoolError> {
+        let db = self.connected().await?;
+        let claimed = orca_db::pool::claim(db, instance, pool).await;
+        claimed.map_err(|e| self.db_error(e))
+    }
+
+    async fn end_busy_row(&mut self, row: i64) -> Result<bool, PoolError> {
+        let db = self.connected().await?;
+        let ended = orca_db::pool::end_busy_row(db, row).await;
+        ended.map_err(|e| self.db_error(e))
+    }
+
+    async fn end_claim(&mut self, row: i64) -> Result<(), PoolError> {
+        let db = self.connected().await?;
+        let ended = orca_db::pool::end_claim(db, row).await;
+        ended.map_err(|e| self.db_error(e))
+    }
+
+    async fn end_rows_of_gone(&mut self, rows: &[i64]) -> Result<Vec<i64>, PoolError> {
+        let db = self.connected().await?;
+        let ended = orca_db::pool::end_rows_of_gone(db, rows).await;
+        ended.map_err(|e| self.db_error(e))
+    }
+
+    async fn terminate(&mut self, ids: &[String]) -> Result<(), Ec2Error> {
+        self.ec2.terminate(ids).await
+    }
+
+    async fn run(&mut self, req: &RunRequest<'_>) -> Result<Vec<String>, Ec2Error> {
+        self.ec2.run(req).await
+    }
+}
 
 fn event(reason: &'static str, message: String, warning: bool) -> PoolEvent {
     PoolEvent {
@@ -24,7 +101,7 @@ fn event(reason: &'static str, message: String, warning: bool) -> PoolEvent {
     }
 }
 
-impl PoolLoop {
+impl<W: World> PoolLoop<W> {
     /// Ends or claims each instance to retire, terminates those it got;
     /// returns how many stay (a hand-out or an agent came first, or EC2
     /// refused), each of which takes back a place the plan counted free.
@@ -45,27 +122,15 @@ impl PoolLoop {
             })
             .collect();
         let pool = self.pool.clone();
-        let db = self.connected().await?;
-        let ended = orca_db::pool::end_idle_rows(db, &idle).await;
-        let ended = ended.map_err(|e| self.db_error(e))?;
+        let ended = self.world.end_idle_rows(&idle).await?;
         for r in &plan.retirements {
             let outcome = match r.end {
-                End::Idle(row) => Ok(ended.contains(&row).then_some(None)),
-                End::Claim => {
-                    let db = self.connected().await?;
-                    orca_db::pool::claim(db, &r.instance, &pool)
-                        .await
-                        .map(|c| c.map(Some))
-                }
-                End::Claimed(row) => Ok(Some(Some(row))),
-                End::Busy(row) => {
-                    let db = self.connected().await?;
-                    orca_db::pool::end_busy_row(db, row)
-                        .await
-                        .map(|ended| ended.then_some(None))
-                }
+                End::Idle(row) => ended.contains(&row).then_some(None),
+                End::Claim => self.world.claim(&r.instance, &pool).await?.map(Some),
+                End::Claimed(row) => Some(Some(row)),
+                End::Busy(row) => self.world.end_busy_row(row).await?.then_some(None),
             };
-            match outcome.map_err(|e| self.db_error(e))? {
+            match outcome {
                 Some(claim) => going.push((&r.instance, r.reason, claim)),
                 None => {
                     stayed += 1;
@@ -84,15 +149,11 @@ impl PoolLoop {
             }
         }
         for row in &plan.ends {
-            let db = self.connected().await?;
-            let ended = orca_db::pool::end_claim(db, *row).await;
-            ended.map_err(|e| self.db_error(e))?;
+            self.world.end_claim(*row).await?;
         }
         // Rows of instances EC2 no longer runs: nothing to terminate.
         if !plan.gone.is_empty() {
-            let db = self.connected().await?;
-            let ended = orca_db::pool::end_rows_of_gone(db, &plan.gone).await;
-            let ended = ended.map_err(|e| self.db_error(e))?;
+            let ended = self.world.end_rows_of_gone(&plan.gone).await?;
             if !ended.is_empty() {
                 tracing::info!(pool = %pool, rows = ?ended,
                     "ended the rows of instances EC2 no longer runs");
@@ -102,7 +163,7 @@ impl PoolLoop {
             return Ok(stayed);
         }
         let ids: Vec<String> = going.iter().map(|(i, _, _)| i.to_string()).collect();
-        if let Err(e) = self.ec2.terminate(&ids).await {
+        if let Err(e) = self.world.terminate(&ids).await {
             if matches!(e, Ec2Error::Fenced { .. }) {
                 return Err(self.ec2_error(e));
             }
@@ -124,9 +185,7 @@ impl PoolLoop {
         for (instance, reason, claim) in &going {
             by_reason.entry(*reason).or_default().push(instance);
             if let Some(row) = claim {
-                let db = self.connected().await?;
-                let ended = orca_db::pool::end_claim(db, *row).await;
-                ended.map_err(|e| self.db_error(e))?;
+                self.world.end_claim(*row).await?;
             }
         }
         for (reason, instances) in by_reason {
@@ -291,7 +350,7 @@ impl PoolLoop {
                 user_data,
                 owner: &self.owner,
             };
-            match self.ec2.run(&req).await {
+            match self.world.run(&req).await {
                 Err(Ec2Error::Throttled { action })
                     if backoff.attempts() + 1 < self.tuning.throttle_attempts =>
                 {

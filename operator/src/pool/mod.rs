@@ -21,6 +21,8 @@
 //! mode has no election, and its loops' fence is always open.
 
 mod act;
+#[cfg(test)]
+mod act_tests;
 pub mod backoff;
 pub mod ec2;
 pub mod metrics;

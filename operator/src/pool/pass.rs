@@ -170,197 +170,19 @@ fn own_launch_id(pool: &str) -> String {
     format!("{pool}/{}/{nanos}", std::process::id())
 }
 
-/// The controller of one WarmPool.
-pub struct PoolLoop {
-    pub(super) pool: String,
-    pub(super) spec: WarmPoolSpec,
-    pub(super) owner: Ownership,
+/// The world a loop acts on for real: its database connection and its EC2
+/// client, both behind its fence.
+pub struct Live {
+    pool: String,
     pub(super) ec2: Ec2,
     ec2_config: Ec2Config,
-    pub(super) url: SecretUrl,
     reconnect: Reconnect,
-    pub(super) db: Option<Db>,
-    pub(super) tuning: Tuning,
-    /// Offerings without capacity, until when.
-    pub(super) unavailable: BTreeMap<Offering, DateTime<Utc>>,
-    /// The error code that made each of them unavailable.
-    pub(super) capacity_codes: HashMap<Offering, String>,
-    /// Instances this loop launched, and when it learnt their ids.
-    pub(super) ours: HashMap<String, Instant>,
-    pub(super) backoff: Backoff,
-    pub(super) metrics: Option<PoolMetrics>,
-    served_mark: Option<f64>,
-    /// Busy rows seen hung, and the database's clock at the listing of the
-    /// pass that first saw each so.
-    hung_since: HashMap<i64, f64>,
-    pub(super) conditions: Vec<Condition>,
+    db: Option<Db>,
     /// Until when the loop may act; always open unless set.
     fence: Fence,
-    /// The WarmPool's deletion (`onDelete: Terminate`), once it began; the
-    /// sender is the controller's ([`PoolLoop::with_deletion`]).
-    deletion: watch::Receiver<Option<Deletion>>,
-    /// The `Deleting` event was posted.
-    deletion_announced: bool,
-    /// What names this pool's launches in their `ClientToken`s: its uid
-    /// once [`PoolLoop::remember`]ed, else one of this loop's own.
-    pub(super) launch_id: String,
-    /// Launch batches EC2 answered (`status.launchBatches`): the number of
-    /// the next one.
-    pub(super) launch_batches: u64,
 }
 
-impl PoolLoop {
-    /// The loop of WarmPool `namespace/name`, over the database at
-    /// `database_url` (libpq-style; it reaches the instances' user-data
-    /// unless `launch.databaseUrlFile` is set).
-    pub async fn new(
-        namespace: &str,
-        name: &str,
-        spec: WarmPoolSpec,
-        database_url: &str,
-        tuning: Tuning,
-    ) -> Result<PoolLoop, PoolError> {
-        let pool = format!("{namespace}/{name}");
-        let url = DatabaseUrl::parse(database_url).map_err(|source| PoolError::Db {
-            pool: pool.clone(),
-            source,
-        })?;
-        let ec2_config = Ec2Config::new(&spec.region, spec.endpoint.as_deref());
-        let ec2 = Ec2::new(&ec2_config).await;
-        let owner = Ownership {
-            pool: pool.clone(),
-            scheduler: format!("{namespace}/{}", spec.scheduler),
-            operator: tuning.operator.clone(),
-        };
-        Ok(PoolLoop {
-            reconnect: Reconnect::new(url, ConnectOptions::named(&tuning.application_name("pool")))
-                .listen("orca_pool"),
-            backoff: Backoff::new(tuning.backoff_base, tuning.backoff_cap),
-            spec,
-            owner,
-            ec2,
-            ec2_config,
-            url: SecretUrl(database_url.to_string()),
-            db: None,
-            tuning,
-            unavailable: BTreeMap::new(),
-            capacity_codes: HashMap::new(),
-            ours: HashMap::new(),
-            metrics: None,
-            served_mark: None,
-            hung_since: HashMap::new(),
-            conditions: Vec::new(),
-            fence: Fence::always(),
-            deletion: watch::channel(None).1,
-            deletion_announced: false,
-            launch_id: own_launch_id(&pool),
-            launch_batches: 0,
-            pool,
-        })
-    }
-
-    /// Takes up where the pool's last writer left off, from its observed
-    /// `status` (the Kubernetes mode: a restarted or newly elected operator):
-    /// the offerings still held for want of capacity, each condition's
-    /// transition time, and the launch batch count; `uid` (the WarmPool's)
-    /// names its launches, so their tokens are unique to the pool.
-    pub fn remember(mut self, uid: &str, status: &WarmPoolStatus) -> Self {
-        self.launch_id = uid.to_string();
-        self.launch_batches = status.launch_batches.max(0) as u64;
-        self.conditions = status.conditions.clone();
-        for held in &status.capacity_errors {
-            let Ok(until) = DateTime::parse_from_rfc3339(&held.until) else {
-                tracing::warn!(pool = %self.pool, until = %held.until,
-                    "a capacity hold in the status has no valid time; dropped");
-                continue;
-            };
-            let offering = Offering {
-                instance_type: held.instance_type.clone(),
-                subnet: held.subnet.clone(),
-            };
-            self.unavailable
-                .insert(offering.clone(), until.with_timezone(&Utc));
-            self.capacity_codes.insert(offering, held.code.clone());
-        }
-        self
-    }
-
-    /// No `LISTEN` on the loop's connection: whoever drives its passes
-    /// listens for it (the Kubernetes mode, one connection per database).
-    pub fn not_listening(mut self) -> Self {
-        let url = self.reconnect.url().clone();
-        let name = self.tuning.application_name("pool");
-        self.reconnect = Reconnect::new(url, ConnectOptions::named(&name));
-        self
-    }
-
-    pub fn with_metrics(mut self, metrics: PoolMetrics) -> Self {
-        self.metrics = Some(metrics);
-        self
-    }
-
-    /// Every EC2 call and statement of the loop checks `fence` first. A
-    /// loop is built with [`Fence::always`] (the local mode, which has no
-    /// election); the Kubernetes mode sets its Lease's.
-    pub fn with_fence(mut self, fence: Fence) -> Self {
-        self.ec2 = self.ec2.with_fence(fence.clone());
-        self.fence = fence;
-        self
-    }
-
-    /// The WarmPool's deletion with `onDelete: Terminate`, as `deletion`
-    /// tells it: from the first pass after it holds one, the loop launches
-    /// nothing and terminates the pool's instances (see [`super::plan()`]),
-    /// and each pass says whether any is left ([`PassReport::deleted`]). A
-    /// change cuts the wait for the next pass short.
-    pub fn with_deletion(mut self, deletion: watch::Receiver<Option<Deletion>>) -> Self {
-        self.deletion = deletion;
-        self
-    }
-
-    /// `namespace/name`.
-    pub fn pool(&self) -> &str {
-        &self.pool
-    }
-
-    pub fn ownership(&self) -> &Ownership {
-        &self.owner
-    }
-
-    pub fn spec(&self) -> &WarmPoolSpec {
-        &self.spec
-    }
-
-    /// A changed spec (Kubernetes: a new generation); a changed region or
-    /// endpoint gets a new EC2 client.
-    pub async fn set_spec(&mut self, spec: WarmPoolSpec) {
-        let cfg = Ec2Config::new(&spec.region, spec.endpoint.as_deref());
-        if cfg != self.ec2_config {
-            self.ec2 = Ec2::new(&cfg).await.with_fence(self.fence.clone());
-            self.ec2_config = cfg;
-        }
-        self.owner.scheduler = match self.pool.split_once('/') {
-            Some((ns, _)) => format!("{ns}/{}", spec.scheduler),
-            None => spec.scheduler.clone(),
-        };
-        self.spec = spec;
-    }
-
-    fn limits(&self) -> Limits {
-        let grace = self.tuning.leak_grace.unwrap_or_else(|| {
-            Duration::from_secs(60).max(Duration::from_secs(
-                self.spec.boot_timeout_seconds.max(0) as u64
-            ))
-        });
-        Limits {
-            stale_secs: self.tuning.stale.as_secs_f64(),
-            leak_grace_secs: grace.as_secs_f64(),
-            max_batch: self.tuning.max_batch,
-            hung_grace_secs: 2.0 * self.tuning.stale.as_secs_f64(),
-            unlisted_grace_secs: 60.0,
-        }
-    }
-
+impl Live {
     pub(super) fn db_error(&mut self, source: DbError) -> PoolError {
         if source.is_connection() {
             self.db = None;
@@ -368,19 +190,6 @@ impl PoolLoop {
         PoolError::Db {
             pool: self.pool.clone(),
             source,
-        }
-    }
-
-    pub(super) fn ec2_error(&self, source: Ec2Error) -> PoolError {
-        match source {
-            Ec2Error::Fenced { source, .. } => PoolError::Fenced {
-                pool: self.pool.clone(),
-                source,
-            },
-            source => PoolError::Ec2 {
-                pool: self.pool.clone(),
-                source,
-            },
         }
     }
 
@@ -414,15 +223,243 @@ impl PoolLoop {
             },
         })
     }
+}
+
+/// The controller of one WarmPool, acting on `W`: the [`Live`] world, or
+/// a table of answers in the act step's tests.
+pub struct PoolLoop<W = Live> {
+    pub(super) pool: String,
+    pub(super) spec: WarmPoolSpec,
+    pub(super) owner: Ownership,
+    pub(super) world: W,
+    pub(super) url: SecretUrl,
+    pub(super) tuning: Tuning,
+    /// Offerings without capacity, until when.
+    pub(super) unavailable: BTreeMap<Offering, DateTime<Utc>>,
+    /// The error code that made each of them unavailable.
+    pub(super) capacity_codes: HashMap<Offering, String>,
+    /// Instances this loop launched, and when it learnt their ids.
+    pub(super) ours: HashMap<String, Instant>,
+    pub(super) backoff: Backoff,
+    pub(super) metrics: Option<PoolMetrics>,
+    served_mark: Option<f64>,
+    /// Busy rows seen hung, and the database's clock at the listing of the
+    /// pass that first saw each so.
+    hung_since: HashMap<i64, f64>,
+    pub(super) conditions: Vec<Condition>,
+    /// The WarmPool's deletion (`onDelete: Terminate`), once it began; the
+    /// sender is the controller's ([`PoolLoop::with_deletion`]).
+    deletion: watch::Receiver<Option<Deletion>>,
+    /// The `Deleting` event was posted.
+    deletion_announced: bool,
+    /// What names this pool's launches in their `ClientToken`s: its uid
+    /// once [`PoolLoop::remember`]ed, else one of this loop's own.
+    pub(super) launch_id: String,
+    /// Launch batches EC2 answered (`status.launchBatches`): the number of
+    /// the next one.
+    pub(super) launch_batches: u64,
+}
+
+impl<W> PoolLoop<W> {
+    /// A loop acting on `world`, for the pool `owner` names: what
+    /// [`PoolLoop::new`] makes with the [`Live`] world, and the act step's
+    /// tests with a table of answers.
+    pub(super) fn with_world(
+        owner: Ownership,
+        spec: WarmPoolSpec,
+        database_url: &str,
+        tuning: Tuning,
+        world: W,
+    ) -> PoolLoop<W> {
+        let pool = owner.pool.clone();
+        PoolLoop {
+            backoff: Backoff::new(tuning.backoff_base, tuning.backoff_cap),
+            spec,
+            owner,
+            world,
+            url: SecretUrl(database_url.to_string()),
+            tuning,
+            unavailable: BTreeMap::new(),
+            capacity_codes: HashMap::new(),
+            ours: HashMap::new(),
+            metrics: None,
+            served_mark: None,
+            hung_since: HashMap::new(),
+            conditions: Vec::new(),
+            deletion: watch::channel(None).1,
+            deletion_announced: false,
+            launch_id: own_launch_id(&pool),
+            launch_batches: 0,
+            pool,
+        }
+    }
+
+    /// Takes up where the pool's last writer left off, from its observed
+    /// `status` (the Kubernetes mode: a restarted or newly elected operator):
+    /// the offerings still held for want of capacity, each condition's
+    /// transition time, and the launch batch count; `uid` (the WarmPool's)
+    /// names its launches, so their tokens are unique to the pool.
+    pub fn remember(mut self, uid: &str, status: &WarmPoolStatus) -> Self {
+        self.launch_id = uid.to_string();
+        self.launch_batches = status.launch_batches.max(0) as u64;
+        self.conditions = status.conditions.clone();
+        for held in &status.capacity_errors {
+            let Ok(until) = DateTime::parse_from_rfc3339(&held.until) else {
+                tracing::warn!(pool = %self.pool, until = %held.until,
+                    "a capacity hold in the status has no valid time; dropped");
+                continue;
+            };
+            let offering = Offering {
+                instance_type: held.instance_type.clone(),
+                subnet: held.subnet.clone(),
+            };
+            self.unavailable
+                .insert(offering.clone(), until.with_timezone(&Utc));
+            self.capacity_codes.insert(offering, held.code.clone());
+        }
+        self
+    }
+
+    pub fn with_metrics(mut self, metrics: PoolMetrics) -> Self {
+        self.metrics = Some(metrics);
+        self
+    }
+
+    pub(super) fn ec2_error(&self, source: Ec2Error) -> PoolError {
+        match source {
+            Ec2Error::Fenced { source, .. } => PoolError::Fenced {
+                pool: self.pool.clone(),
+                source,
+            },
+            source => PoolError::Ec2 {
+                pool: self.pool.clone(),
+                source,
+            },
+        }
+    }
+}
+
+impl PoolLoop {
+    /// The loop of WarmPool `namespace/name`, over the database at
+    /// `database_url` (libpq-style; it reaches the instances' user-data
+    /// unless `launch.databaseUrlFile` is set).
+    pub async fn new(
+        namespace: &str,
+        name: &str,
+        spec: WarmPoolSpec,
+        database_url: &str,
+        tuning: Tuning,
+    ) -> Result<PoolLoop, PoolError> {
+        let pool = format!("{namespace}/{name}");
+        let url = DatabaseUrl::parse(database_url).map_err(|source| PoolError::Db {
+            pool: pool.clone(),
+            source,
+        })?;
+        let ec2_config = Ec2Config::new(&spec.region, spec.endpoint.as_deref());
+        let ec2 = Ec2::new(&ec2_config).await;
+        let owner = Ownership {
+            pool: pool.clone(),
+            scheduler: format!("{namespace}/{}", spec.scheduler),
+            operator: tuning.operator.clone(),
+        };
+        let world = Live {
+            pool: pool.clone(),
+            ec2,
+            ec2_config,
+            reconnect: Reconnect::new(url, ConnectOptions::named(&tuning.application_name("pool")))
+                .listen("orca_pool"),
+            db: None,
+            fence: Fence::always(),
+        };
+        Ok(PoolLoop::with_world(
+            owner,
+            spec,
+            database_url,
+            tuning,
+            world,
+        ))
+    }
+
+    /// No `LISTEN` on the loop's connection: whoever drives its passes
+    /// listens for it (the Kubernetes mode, one connection per database).
+    pub fn not_listening(mut self) -> Self {
+        let url = self.world.reconnect.url().clone();
+        let name = self.tuning.application_name("pool");
+        self.world.reconnect = Reconnect::new(url, ConnectOptions::named(&name));
+        self
+    }
+
+    /// Every EC2 call and statement of the loop checks `fence` first. A
+    /// loop is built with [`Fence::always`] (the local mode, which has no
+    /// election); the Kubernetes mode sets its Lease's.
+    pub fn with_fence(mut self, fence: Fence) -> Self {
+        self.world.ec2 = self.world.ec2.with_fence(fence.clone());
+        self.world.fence = fence;
+        self
+    }
+
+    /// The WarmPool's deletion with `onDelete: Terminate`, as `deletion`
+    /// tells it: from the first pass after it holds one, the loop launches
+    /// nothing and terminates the pool's instances (see [`super::plan()`]),
+    /// and each pass says whether any is left ([`PassReport::deleted`]). A
+    /// change cuts the wait for the next pass short.
+    pub fn with_deletion(mut self, deletion: watch::Receiver<Option<Deletion>>) -> Self {
+        self.deletion = deletion;
+        self
+    }
+
+    /// `namespace/name`.
+    pub fn pool(&self) -> &str {
+        &self.pool
+    }
+
+    pub fn ownership(&self) -> &Ownership {
+        &self.owner
+    }
+
+    pub fn spec(&self) -> &WarmPoolSpec {
+        &self.spec
+    }
+
+    /// A changed spec (Kubernetes: a new generation); a changed region or
+    /// endpoint gets a new EC2 client.
+    pub async fn set_spec(&mut self, spec: WarmPoolSpec) {
+        let cfg = Ec2Config::new(&spec.region, spec.endpoint.as_deref());
+        if cfg != self.world.ec2_config {
+            self.world.ec2 = Ec2::new(&cfg).await.with_fence(self.world.fence.clone());
+            self.world.ec2_config = cfg;
+        }
+        self.owner.scheduler = match self.pool.split_once('/') {
+            Some((ns, _)) => format!("{ns}/{}", spec.scheduler),
+            None => spec.scheduler.clone(),
+        };
+        self.spec = spec;
+    }
+
+    fn limits(&self) -> Limits {
+        let grace = self.tuning.leak_grace.unwrap_or_else(|| {
+            Duration::from_secs(60).max(Duration::from_secs(
+                self.spec.boot_timeout_seconds.max(0) as u64
+            ))
+        });
+        Limits {
+            stale_secs: self.tuning.stale.as_secs_f64(),
+            leak_grace_secs: grace.as_secs_f64(),
+            max_batch: self.tuning.max_batch,
+            hung_grace_secs: 2.0 * self.tuning.stale.as_secs_f64(),
+            unlisted_grace_secs: 60.0,
+        }
+    }
 
     /// Observes: EC2 first, then the rows and the demand.
     async fn observe(&mut self) -> Result<Snapshot, PoolError> {
         // The database's clock just before the listing: a row made after it
         // may be of an instance the listing does not show yet.
-        let db = self.connected().await?;
+        let db = self.world.connected().await?;
         let read = orca_db::pool::clock(db).await;
-        let listed = read.map_err(|e| self.db_error(e))?;
+        let listed = read.map_err(|e| self.world.db_error(e))?;
         let instances = self
+            .world
             .ec2
             .describe(&self.owner)
             .await
@@ -430,20 +467,20 @@ impl PoolLoop {
         let pool = self.pool.clone();
         let count_uses = self.spec.max_uses > 0;
         let mark = self.served_mark;
-        let db = self.connected().await?;
+        let db = self.world.connected().await?;
         let read = orca_db::pool::live_rows(db, &pool, count_uses).await;
-        let live = read.map_err(|e| self.db_error(e))?;
+        let live = read.map_err(|e| self.world.db_error(e))?;
         let without: Vec<String> = instances
             .iter()
             .filter(|i| i.state.is_present() && !live.iter().any(|r| r.instance == i.id))
             .map(|i| i.id.clone())
             .collect();
-        let db = self.connected().await?;
+        let db = self.world.connected().await?;
         let read = orca_db::pool::known(db, &without).await;
-        let known = read.map_err(|e| self.db_error(e))?;
-        let (stale, db) = (self.tuning.stale, self.connected().await?);
+        let known = read.map_err(|e| self.world.db_error(e))?;
+        let (stale, db) = (self.tuning.stale, self.world.connected().await?);
         let read = orca_db::pool::check_rows(db, &pool, listed, stale).await;
-        let checks = read.map_err(|e| self.db_error(e))?;
+        let checks = read.map_err(|e| self.world.db_error(e))?;
         let mut made_before_listing = HashMap::with_capacity(checks.len());
         let (mut hung, mut hung_since) = (HashMap::new(), HashMap::new());
         for c in checks {
@@ -455,12 +492,12 @@ impl PoolLoop {
             }
         }
         self.hung_since = hung_since;
-        let db = self.connected().await?;
+        let db = self.world.connected().await?;
         let read = orca_db::pool::open_demand(db, &pool).await;
-        let demand = read.map_err(|e| self.db_error(e))?;
-        let db = self.connected().await?;
+        let demand = read.map_err(|e| self.world.db_error(e))?;
+        let db = self.world.connected().await?;
         let read = orca_db::pool::served_waits(db, &pool, mark).await;
-        let (waits, newest) = read.map_err(|e| self.db_error(e))?;
+        let (waits, newest) = read.map_err(|e| self.world.db_error(e))?;
         self.served_mark = newest;
         if let Some(m) = &self.metrics {
             for w in waits {
@@ -623,7 +660,7 @@ impl PoolLoop {
     async fn wake(&mut self, wait: Duration) {
         let deadline = tokio::time::Instant::now() + wait;
         let pool = self.pool.clone();
-        let Some(db) = self.db.as_mut() else {
+        let Some(db) = self.world.db.as_mut() else {
             tokio::time::sleep(wait.min(Duration::from_secs(1))).await;
             return;
         };
@@ -631,7 +668,7 @@ impl PoolLoop {
             match tokio::time::timeout_at(deadline, db.notification()).await {
                 Err(_) => return,
                 Ok(None) => {
-                    self.db = None;
+                    self.world.db = None;
                     return;
                 }
                 Ok(Some(n)) if n.payload() == pool => {

@@ -4,12 +4,12 @@
 //! deleted), each keeping its transition time while its status holds.
 
 use chrono::{DateTime, Utc};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 use super::pass::{PassReport, PoolLoop};
-use crate::crd::{CapacityError, WarmPoolStatus};
+use crate::crd::{set_condition, CapacityError, WarmPoolStatus};
 
-impl PoolLoop {
+impl<W> PoolLoop<W> {
     pub(super) fn status(&mut self, report: &PassReport, now: DateTime<Utc>) -> WarmPoolStatus {
         let c = report.plan.counts;
         let capacity_errors: Vec<CapacityError> = self
@@ -84,20 +84,11 @@ impl PoolLoop {
         self.conditions = conditions
             .into_iter()
             .map(|(kind, ok, reason, message)| {
-                let status = if ok { "True" } else { "False" }.to_string();
-                let since = previous
-                    .iter()
-                    .find(|p| p.type_ == kind && p.status == status)
-                    .map(|p| p.last_transition_time.clone())
-                    .unwrap_or_else(|| time(now));
-                Condition {
-                    type_: kind.into(),
-                    status,
-                    reason: reason.into(),
-                    message,
-                    last_transition_time: since,
-                    observed_generation: None,
-                }
+                let mut set = previous.clone();
+                set_condition(&mut set, kind, ok, reason, &message, time(now), None);
+                set.into_iter()
+                    .find(|c| c.type_ == kind)
+                    .expect("invariant: set_condition leaves the condition it set")
             })
             .collect();
         WarmPoolStatus {

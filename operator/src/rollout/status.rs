@@ -4,13 +4,14 @@
 
 use std::time::Duration;
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time as KubeTime};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time as KubeTime;
 
 use super::{
     decide::new_pod, register::backoff, revision::register_attempt, snapshot::*, Decision,
 };
 use crate::crd::{
-    HandoverStatus, LeaderStatus, Phase, RegisterStatus, RevisionStatus, SchedulerStatus,
+    set_condition, HandoverStatus, LeaderStatus, Phase, RegisterStatus, RevisionStatus,
+    SchedulerStatus,
 };
 
 /// `Degraded` reasons that no step of their own says: each is posted as a
@@ -749,19 +750,12 @@ impl<'a> StatusDraft<'a> {
         let generation = self.o.generation;
         let previous = self.o.status.conditions.clone();
         let make = |type_: &str, on: bool, reason: &str, message: String| {
-            let old = previous.iter().find(|c| c.type_ == type_);
-            let since = match old {
-                Some(c) if (c.status == "True") == on => c.last_transition_time.clone(),
-                _ => KubeTime(to_jiff(now)),
-            };
-            Condition {
-                type_: type_.into(),
-                status: if on { "True" } else { "False" }.into(),
-                reason: reason.into(),
-                message,
-                last_transition_time: since,
-                observed_generation: generation,
-            }
+            let mut set = previous.clone();
+            let now = KubeTime(to_jiff(now));
+            set_condition(&mut set, type_, on, reason, &message, now, generation);
+            set.into_iter()
+                .find(|c| c.type_ == type_)
+                .expect("invariant: set_condition leaves the condition it set")
         };
         let available = match &leader {
             Some(l) if alone => make(

@@ -1,0 +1,343 @@
+//! Tables of (plan, what the world answers) → what the act step did:
+//! launch, capacity fall-back, throttling, lost answers and retirement,
+//! in-process against a table of answers (moto and a real PostgreSQL take
+//! the same paths end to end in `tests/tests/warm_pool/`).
+
+use std::collections::{HashSet, VecDeque};
+use std::time::Duration;
+
+use chrono::{TimeZone, Utc};
+
+use super::act::World;
+use super::ec2::{client_token, Ec2Error, Ownership, RunRequest};
+use super::pass::{PassReport, PoolError, PoolLoop, Tuning};
+use super::plan::{Counts, End, LaunchBatch, Offering, PoolPlan, Reason, Retirement};
+use crate::crd::{IdleRange, Launch, OnDelete, WarmPoolSpec};
+
+/// How EC2 answers one `RunInstances` call.
+#[derive(Clone, Copy, Debug)]
+enum Answer {
+    Launch,
+    NoCapacity,
+    Throttled,
+    Refused,
+    Lost,
+}
+
+/// The world as a table: EC2's answers in order (then `Launch`), the idle
+/// rows a hand-out took first, the instances whose agent wrote a row
+/// first; and what was asked of it.
+#[derive(Default)]
+struct Table {
+    run: VecDeque<Answer>,
+    terminate: VecDeque<Answer>,
+    handed_out: HashSet<i64>,
+    agent_first: HashSet<String>,
+    launched: u32,
+    /// `(instance type, count, token)` of each `RunInstances`.
+    runs: Vec<(String, u32, String)>,
+    terminated: Vec<String>,
+    ended_claims: Vec<i64>,
+}
+
+fn refusal(answer: Answer, action: &'static str, offering: Option<&Offering>) -> Ec2Error {
+    match answer {
+        Answer::NoCapacity => Ec2Error::Capacity {
+            action,
+            offering: offering
+                .cloned()
+                .expect("invariant: only RunInstances answers no capacity"),
+            code: "InsufficientInstanceCapacity".into(),
+            message: "none left".into(),
+        },
+        Answer::Throttled => Ec2Error::Throttled { action },
+        Answer::Refused => Ec2Error::Refused {
+            action,
+            code: "InvalidParameterValue".into(),
+            message: "no such image".into(),
+        },
+        Answer::Lost | Answer::Launch => Ec2Error::Transport {
+            action,
+            source: "connection reset".into(),
+        },
+    }
+}
+
+impl World for Table {
+    async fn end_idle_rows(&mut self, rows: &[i64]) -> Result<HashSet<i64>, PoolError> {
+        Ok(rows
+            .iter()
+            .copied()
+            .filter(|r| !self.handed_out.contains(r))
+            .collect())
+    }
+
+    async fn claim(&mut self, instance: &str, _pool: &str) -> Result<Option<i64>, PoolError> {
+        Ok((!self.agent_first.contains(instance)).then_some(900))
+    }
+
+    async fn end_busy_row(&mut self, row: i64) -> Result<bool, PoolError> {
+        Ok(!self.handed_out.contains(&row))
+    }
+
+    async fn end_claim(&mut self, row: i64) -> Result<(), PoolError> {
+        self.ended_claims.push(row);
+        Ok(())
+    }
+
+    async fn end_rows_of_gone(&mut self, rows: &[i64]) -> Result<Vec<i64>, PoolError> {
+        Ok(rows.to_vec())
+    }
+
+    async fn terminate(&mut self, ids: &[String]) -> Result<(), Ec2Error> {
+        match self.terminate.pop_front().unwrap_or(Answer::Launch) {
+            Answer::Launch => {
+                self.terminated.extend(ids.iter().cloned());
+                Ok(())
+            }
+            other => Err(refusal(other, "TerminateInstances", None)),
+        }
+    }
+
+    async fn run(&mut self, req: &RunRequest<'_>) -> Result<Vec<String>, Ec2Error> {
+        let t = req.offering.instance_type.clone();
+        self.runs.push((t, req.count, req.token.to_string()));
+        match self.run.pop_front().unwrap_or(Answer::Launch) {
+            Answer::Launch => Ok((0..req.count)
+                .map(|_| {
+                    self.launched += 1;
+                    format!("i-{:04}", self.launched)
+                })
+                .collect()),
+            other => Err(refusal(other, "RunInstances", Some(req.offering))),
+        }
+    }
+}
+
+fn offering(t: &str) -> Offering {
+    Offering {
+        instance_type: t.into(),
+        subnet: "subnet-a".into(),
+    }
+}
+
+fn spec() -> WarmPoolSpec {
+    WarmPoolSpec {
+        scheduler: "sched".into(),
+        region: "us-east-1".into(),
+        endpoint: None,
+        idle: IdleRange { min: 0, max: 0 },
+        max_instances: 100,
+        idle_seconds: 600,
+        max_uses: 0,
+        boot_timeout_seconds: 300,
+        launch: Launch {
+            launch_template: None,
+            image_id: Some("ami-1".into()),
+            instance_types: vec!["t3.small".into(), "t3.medium".into()],
+            subnet_ids: vec!["subnet-a".into()],
+            security_group_ids: vec![],
+            iam_instance_profile: None,
+            tags: Default::default(),
+            agent_path: "/usr/local/bin/orca-pool-agent".into(),
+            run_command: "run".into(),
+            database_url_file: None,
+        },
+        paused: false,
+        on_delete: OnDelete::Terminate,
+        drain_timeout_seconds: 3600,
+    }
+}
+
+fn pool(table: Table) -> PoolLoop<Table> {
+    let tuning = Tuning {
+        backoff_base: Duration::from_millis(1),
+        backoff_cap: Duration::from_millis(2),
+        ..Tuning::default()
+    };
+    let owner = Ownership {
+        pool: "ns/p".into(),
+        scheduler: "ns/sched".into(),
+        operator: "orca-operator".into(),
+    };
+    PoolLoop::with_world(owner, spec(), "postgres://orca@db/orca", tuning, table)
+        .remember("uid-1", &Default::default())
+}
+
+/// A plan that launches `count` on t3.small, t3.medium after it.
+fn launching(count: u32) -> PoolPlan {
+    PoolPlan {
+        launches: vec![LaunchBatch {
+            offering: offering("t3.small"),
+            count,
+        }],
+        fallback: vec![offering("t3.medium")],
+        room: 100,
+        counts: Counts::default(),
+        ..PoolPlan::default()
+    }
+}
+
+async fn launch(lp: &mut PoolLoop<Table>, plan: &PoolPlan, stayed: u32) -> PassReport {
+    let mut report = PassReport::default();
+    let now = Utc.with_ymd_and_hms(2026, 1, 1, 12, 0, 0).unwrap();
+    lp.launch(plan, stayed, now, &mut report)
+        .await
+        .expect("the table never fails a statement");
+    report
+}
+
+fn reasons(report: &PassReport) -> Vec<&'static str> {
+    report.events.iter().map(|e| e.reason).collect()
+}
+
+#[tokio::test]
+async fn launches_go_to_the_next_offering_on_a_capacity_error_and_hold_the_first() {
+    let mut lp = pool(Table {
+        run: [Answer::NoCapacity].into(),
+        ..Table::default()
+    });
+    let report = launch(&mut lp, &launching(3), 0).await;
+    let runs: Vec<(&str, u32)> = lp
+        .world
+        .runs
+        .iter()
+        .map(|(t, n, _)| (t.as_str(), *n))
+        .collect();
+    assert_eq!(runs, [("t3.small", 3), ("t3.medium", 3)]);
+    assert_eq!(report.launched.len(), 3);
+    assert_eq!(reasons(&report), ["CapacityUnavailable", "Launched"]);
+    let until = lp.unavailable[&offering("t3.small")];
+    assert_eq!(
+        until,
+        Utc.with_ymd_and_hms(2026, 1, 1, 12, 3, 0).unwrap(),
+        "held for the capacity hold, 180 s"
+    );
+    // Two answered calls, two tokens, both used up.
+    assert_eq!(lp.launch_batches, 2);
+    assert_eq!(lp.world.runs[0].2, client_token("uid-1", 0));
+    assert_eq!(lp.world.runs[1].2, client_token("uid-1", 1));
+}
+
+#[tokio::test]
+async fn a_throttled_call_is_retried_with_its_token_and_throttled_to_the_end_keeps_it() {
+    let mut lp = pool(Table {
+        run: [Answer::Throttled, Answer::Throttled].into(),
+        ..Table::default()
+    });
+    let report = launch(&mut lp, &launching(2), 0).await;
+    assert_eq!(report.launched.len(), 2);
+    assert!(!report.throttled);
+    let tokens: HashSet<&str> = lp.world.runs.iter().map(|r| r.2.as_str()).collect();
+    assert_eq!(
+        (lp.world.runs.len(), tokens.len()),
+        (3, 1),
+        "one token, three calls"
+    );
+    assert_eq!(lp.launch_batches, 1);
+
+    // Five throttled answers: the pass gives up, throttled; the token is
+    // kept for the next pass's retry.
+    let mut lp = pool(Table {
+        run: [Answer::Throttled; 5].into(),
+        ..Table::default()
+    });
+    let report = launch(&mut lp, &launching(2), 0).await;
+    assert!(report.throttled && report.launched.is_empty());
+    assert_eq!(reasons(&report), ["Throttled"]);
+    assert_eq!(lp.world.runs.len(), 5);
+    assert_eq!(lp.launch_batches, 0);
+    let report = launch(&mut lp, &launching(2), 0).await;
+    assert_eq!(report.launched.len(), 2);
+    assert_eq!(
+        lp.world.runs[5].2, lp.world.runs[0].2,
+        "the retry repeats it"
+    );
+}
+
+#[tokio::test]
+async fn a_lost_answer_keeps_its_token_and_a_refusal_uses_it_up() {
+    let mut lp = pool(Table {
+        run: [Answer::Lost].into(),
+        ..Table::default()
+    });
+    let report = launch(&mut lp, &launching(1), 0).await;
+    assert_eq!(reasons(&report), ["LaunchFailed"]);
+    assert_eq!(lp.launch_batches, 0, "the next pass asks again with it");
+
+    let mut lp = pool(Table {
+        run: [Answer::Refused].into(),
+        ..Table::default()
+    });
+    let report = launch(&mut lp, &launching(1), 0).await;
+    assert_eq!(reasons(&report), ["LaunchFailed"]);
+    assert!(report.events[0].warning);
+    assert_eq!(lp.launch_batches, 1);
+    assert!(
+        lp.unavailable.is_empty(),
+        "a refusal is not a capacity error"
+    );
+}
+
+#[tokio::test]
+async fn only_what_was_ended_or_claimed_is_terminated_and_each_miss_takes_back_a_launch() {
+    let mut lp = pool(Table {
+        handed_out: [2].into(),
+        agent_first: ["i-late".to_string()].into(),
+        ..Table::default()
+    });
+    let retire = |instance: &str, end| Retirement {
+        instance: instance.into(),
+        reason: Reason::IdleBeyondMax,
+        end,
+    };
+    let mut plan = launching(2);
+    plan.room = 2;
+    plan.retirements = vec![
+        retire("i-idle", End::Idle(1)),
+        retire("i-handed", End::Idle(2)),
+        retire("i-bare", End::Claim),
+        retire("i-late", End::Claim),
+    ];
+    let mut report = PassReport::default();
+    let stayed = lp.retire(&plan, &mut report).await.unwrap();
+    assert_eq!(stayed, 2, "the handed-out one and the late agent's");
+    assert_eq!(lp.world.terminated, ["i-idle", "i-bare"]);
+    assert_eq!(
+        lp.world.ended_claims,
+        [900],
+        "the claim, after the termination"
+    );
+    assert_eq!(
+        reasons(&report),
+        ["RetirementLost", "RetirementLost", "Terminated"]
+    );
+    // Two places the plan counted free are taken back: nothing launches.
+    let report = launch(&mut lp, &plan, stayed).await;
+    assert!(report.launched.is_empty() && lp.world.runs.is_empty());
+}
+
+#[tokio::test]
+async fn a_throttled_termination_leaves_the_claims_for_the_next_pass() {
+    let mut lp = pool(Table {
+        terminate: [Answer::Throttled].into(),
+        ..Table::default()
+    });
+    let plan = PoolPlan {
+        retirements: vec![Retirement {
+            instance: "i-bare".into(),
+            reason: Reason::Leaked,
+            end: End::Claim,
+        }],
+        ..PoolPlan::default()
+    };
+    let mut report = PassReport::default();
+    let stayed = lp.retire(&plan, &mut report).await.unwrap();
+    assert_eq!(stayed, 1);
+    assert!(report.throttled);
+    assert_eq!(reasons(&report), ["TerminateFailed"]);
+    assert!(
+        lp.world.ended_claims.is_empty(),
+        "the claim stays for the retry"
+    );
+}
