@@ -158,10 +158,10 @@ impl Cluster {
                 "shared_buffers=64MB",
                 "-c",
                 "log_min_messages=warning",
-                // Which client each line is of: the operator's connections
-                // name their replica.
+                // Which database and client each line is of: the
+                // operator's connections name their replica.
                 "-c",
-                "log_line_prefix=%m [%p] %a ",
+                "log_line_prefix=%m [%p] %d %a ",
                 "-c",
                 "log_timezone=UTC",
             ])

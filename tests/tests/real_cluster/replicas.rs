@@ -28,8 +28,9 @@ async fn holder(stage: &OnCluster) -> Option<String> {
 
 /// Two replicas, v1 Ready and one idle instance, every statement on the
 /// stage's database logged with its connection's application_name
-/// (`orca-operator…/<replica>`); which replica leads (its index).
-async fn two_replicas(prefix: &str) -> (OnCluster, Ec2Stage, usize) {
+/// (`orca-operator…/<replica>`); which replica leads (its index), and the
+/// database's name.
+async fn two_replicas(prefix: &str) -> (OnCluster, Ec2Stage, usize, String) {
     let stage = OnCluster::new(prefix).await.with_replica("b").await;
     let db = pg::connect(&stage.url).await;
     let name: String = db
@@ -74,7 +75,7 @@ async fn two_replicas(prefix: &str) -> (OnCluster, Ec2Stage, usize) {
         "b" => 1,
         other => panic!("the Lease is held by {other:?}, not a replica of this test"),
     };
-    (stage, ec2, leader)
+    (stage, ec2, leader, name)
 }
 
 /// The end of PostgreSQL's log now: what is logged from here on is read
@@ -85,17 +86,20 @@ fn log_mark() -> u64 {
         .unwrap_or(0)
 }
 
-/// The statements logged since `mark` that replica `name`'s connections
-/// sent: a simple query (`statement:`) or an extended one (`execute …:`).
-/// Each line starts with its time (`%m`, in UTC).
-fn statements_since(mark: u64, name: &str) -> Vec<String> {
+/// The statements logged since `mark` on database `db` that replica
+/// `name`'s connections sent: a simple query (`statement:`) or an extended
+/// one (`execute …:`). Each line starts with its time (`%m`, in UTC), then
+/// `[pid] database application_name`. (Other tests' replicas have the same
+/// names, on databases of their own.)
+fn statements_since(mark: u64, db: &str, name: &str) -> Vec<String> {
     let logged = std::fs::read(pg::Cluster::shared().log_path()).expect("PostgreSQL's log");
     let since = String::from_utf8_lossy(&logged[mark as usize..]).to_string();
+    let on = format!("] {db} orca-operator");
     let by = format!("/{name} LOG:  ");
     since
         .lines()
         .filter(|l| {
-            l.contains("] orca-operator")
+            l.contains(&on)
                 && (l.contains(&format!("{by}statement: ")) || l.contains(&format!("{by}execute ")))
         })
         .map(String::from)
@@ -104,7 +108,7 @@ fn statements_since(mark: u64, name: &str) -> Vec<String> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_frozen_leader_that_lost_its_lease_never_acts_again() {
-    let (stage, ec2, leader) = two_replicas("replicas").await;
+    let (stage, ec2, leader, db) = two_replicas("replicas").await;
     let (old, new) = (&stage.replicas[leader], &stage.replicas[1 - leader]);
     old.freeze();
     eventually(
@@ -181,14 +185,14 @@ async fn a_frozen_leader_that_lost_its_lease_never_acts_again() {
         "the old leader called EC2 after it lost the Lease: {rogue:?}\n{}",
         stage.logs()
     );
-    let statements = statements_since(log_before, &old.name);
+    let statements = statements_since(log_before, &db, &old.name);
     assert!(
         statements.is_empty(),
         "the old leader sent statements after it lost the Lease:\n{}",
         statements.join("\n")
     );
     assert!(
-        !statements_since(log_before, &new.name).is_empty(),
+        !statements_since(log_before, &db, &new.name).is_empty(),
         "the log shows the new leader's statements (else it shows nothing)"
     );
     let launched = ec2.launched();
@@ -203,7 +207,7 @@ async fn a_frozen_leader_that_lost_its_lease_never_acts_again() {
 /// land within 100 ms.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_leader_stopped_by_sigterm_hands_over_at_once_and_acts_no_more() {
-    let (mut stage, ec2, leader) = two_replicas("sigterm").await;
+    let (mut stage, ec2, leader, db) = two_replicas("sigterm").await;
     let new_name = stage.replicas[1 - leader].name.clone();
     let (old_name, old_key, old_credential) = {
         let old = &stage.replicas[leader];
@@ -274,7 +278,7 @@ async fn a_leader_stopped_by_sigterm_hands_over_at_once_and_acts_no_more() {
         "the old leader called EC2 after SIGTERM: {calls:?}"
     );
     let grace = signalled_at + chrono::Duration::milliseconds(100);
-    let statements: Vec<String> = statements_since(log_before, &old_name)
+    let statements: Vec<String> = statements_since(log_before, &db, &old_name)
         .into_iter()
         .filter(|l| {
             let at = chrono::NaiveDateTime::parse_from_str(&l[..23], "%Y-%m-%d %H:%M:%S%.3f")
@@ -288,7 +292,7 @@ async fn a_leader_stopped_by_sigterm_hands_over_at_once_and_acts_no_more() {
         statements.join("\n")
     );
     assert!(
-        !statements_since(log_before, &new_name).is_empty(),
+        !statements_since(log_before, &db, &new_name).is_empty(),
         "the log shows the new leader's statements (else it shows nothing)"
     );
     assert_eq!(ec2.launched(), 2, "two instances are right for idle.min 2");

@@ -1,16 +1,25 @@
 //! A WarmPool on the real cluster: moto behind the logging proxy for EC2,
 //! local hosts playing its instances with the real agent; the pool reaches
-//! `idle.min` and says so in its status, and follows its Scheduler's
-//! Secret to another database.
+//! `idle.min` and says so in its status, follows its Scheduler's Secret to
+//! another database, and keeps a capacity hold across an operator restart.
 
 use std::time::Duration;
 
+use kube::api::{Patch, PatchParams};
 use orca_db::pool::{ask_for_instance, Request};
 use orca_operator::{
     crd::WarmPool,
     pool::{Ec2, Ownership},
 };
-use orca_tests::{ec2_faults::Ec2Faults, eventually::eventually, on_cluster::OnCluster, pg, warm};
+use orca_tests::{
+    ec2_faults::{Ec2Faults, Fault},
+    eventually::eventually,
+    on_cluster::OnCluster,
+    pg,
+    release::Replica,
+    warm,
+};
+use serde_json::json;
 use tokio::sync::oneshot;
 
 use super::scheduler;
@@ -164,4 +173,99 @@ async fn a_changed_database_secret_reaches_the_pool_within_seconds() {
         },
     )
     .await;
+}
+
+/// The operator restarted while an instance type is held for want of
+/// capacity: the new replica reads the hold and the conditions' transition
+/// times back from the status — it writes no new times, and tries the held
+/// type no more until the hold is over.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restarted_operator_keeps_the_capacity_hold_and_transition_times() {
+    let mut stage = OnCluster::new("pool-hold").await;
+    stage
+        .apply_scheduler(&scheduler("orca", "v1", &[], ""))
+        .await;
+    let ec2 = Ec2Stage::new(&stage, "runners").await;
+    ec2.proxy.fail(
+        "RunInstances",
+        &["InstanceType=t3.small"],
+        Fault::error("InsufficientInstanceCapacity"),
+        usize::MAX,
+    );
+    let mut pool = ec2.pool("runners", 1, 3, 5);
+    pool.spec.launch.instance_types = vec!["t3.small".into(), "t3.medium".into()];
+    stage.create_pool(&pool).await;
+    let before = stage
+        .wait_pool(
+            "runners",
+            "one idle instance, t3.small held",
+            Duration::from_secs(90),
+            |s| s.idle == 1 && !s.capacity_errors.is_empty(),
+        )
+        .await;
+    let held = before.capacity_errors.clone();
+    assert_eq!(held[0].instance_type, "t3.small", "{before:?}");
+
+    // Restarted: replica a stops (SIGTERM), replica c starts.
+    stage.replicas[0].stop();
+    let c = Replica::start(stage.cp, &stage.client, &stage.release, "c").await;
+    let c_key = c.aws_key_id.clone();
+    stage.replicas.push(c);
+    eventually(
+        "the new replica's first passes",
+        Duration::from_secs(60),
+        || async {
+            let n = ec2
+                .proxy
+                .calls_of("DescribeInstances")
+                .iter()
+                .filter(|call| call.key_id.as_deref() == Some(c_key.as_str()))
+                .count();
+            if n >= 2 {
+                Ok(())
+            } else {
+                Err(format!("{n} DescribeInstances by replica c"))
+            }
+        },
+    )
+    .await;
+    let after = stage
+        .wait_pool("runners", "the status", Duration::from_secs(5), |_| true)
+        .await;
+    assert_eq!(after.capacity_errors, held, "the hold is kept as it was");
+    assert_eq!(
+        after.conditions, before.conditions,
+        "the same conditions, transition times and all"
+    );
+
+    // More wanted: launched on t3.medium, t3.small not tried while held.
+    stage
+        .pools()
+        .patch(
+            "runners",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"idle": {"min": 2}}})),
+        )
+        .await
+        .expect("raising idle.min");
+    stage
+        .wait_pool(
+            "runners",
+            "two idle instances",
+            Duration::from_secs(90),
+            |s| s.idle == 2,
+        )
+        .await;
+    let tried: Vec<_> = ec2
+        .proxy
+        .calls_of("RunInstances")
+        .into_iter()
+        .filter(|call| call.key_id.as_deref() == Some(c_key.as_str()))
+        .map(|call| call.param("InstanceType").map(String::from))
+        .collect();
+    assert_eq!(
+        tried,
+        [Some("t3.medium".to_string())],
+        "replica c's launches"
+    );
 }

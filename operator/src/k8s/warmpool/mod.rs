@@ -40,7 +40,7 @@ mod finalizer;
 mod listen;
 
 use std::{
-    collections::HashMap,
+    collections::{HashMap, HashSet},
     sync::{Arc, Mutex, MutexGuard},
     time::Duration,
 };
@@ -49,13 +49,14 @@ use chrono::{DateTime, Utc};
 use futures::{channel::mpsc, StreamExt};
 use k8s_openapi::{
     api::core::v1::{ObjectReference, Secret},
-    apimachinery::pkg::apis::meta::v1::{Condition, Time},
+    apimachinery::pkg::apis::meta::v1::Time,
 };
 use kube::{
     core::PartialObjectMeta,
     runtime::{
         controller::{self, Action},
         events::{Event, EventType, Recorder, Reporter},
+        predicates,
         reflector::{self, ObjectRef, Store},
         watcher, Controller, WatchStreamExt,
     },
@@ -69,7 +70,7 @@ pub use finalizer::{FinalizerError, FINALIZER};
 use listen::{DatabaseKey, Listeners};
 
 use crate::{
-    crd::{OnDelete, Scheduler, WarmPool, WarmPoolStatus},
+    crd::{set_condition, OnDelete, Scheduler, WarmPool, WarmPoolStatus},
     k8s::{
         database::{read_url, SecretError},
         leader::{Fence, Fenced},
@@ -201,6 +202,8 @@ pub struct PoolContext {
     /// The database each pool's loop runs on, for the listeners.
     databases: Mutex<HashMap<String, DatabaseKey>>,
     listeners: Listeners,
+    /// The uids of the WarmPools this replica put the finalizer on.
+    finalized: Mutex<HashSet<String>>,
 }
 
 fn locked<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -234,6 +237,7 @@ impl PoolContext {
             caches,
             pools: Mutex::new(HashMap::new()),
             databases: Mutex::new(HashMap::new()),
+            finalized: Mutex::new(HashSet::new()),
         }
     }
 
@@ -242,6 +246,39 @@ impl PoolContext {
         self.listeners.stop();
         locked(&self.pools).clear();
         locked(&self.databases).clear();
+    }
+
+    /// The watches' stores once they have listed, waiting a few seconds
+    /// for that; `None` if they have not (a watch refused — say, RBAC
+    /// without `list` on Secrets): then the Scheduler and the Secret are
+    /// read from the API, as without the watches.
+    async fn ready_caches(&self) -> Option<&Caches> {
+        let caches = self.caches.as_ref()?;
+        let ready = async {
+            let _ = caches.schedulers.wait_until_ready().await;
+            let _ = caches.secrets.wait_until_ready().await;
+        };
+        match tokio::time::timeout(Duration::from_secs(5), ready).await {
+            Ok(()) => Some(caches),
+            Err(_) => {
+                tracing::warn!(
+                    "the watches of Schedulers and Secrets have not listed yet; \
+                     reading them from the API (check the operator's RBAC)"
+                );
+                None
+            }
+        }
+    }
+
+    /// Whether `wp` has the finalizer: on it, or added by this replica
+    /// already (the watch may not have brought that change back yet).
+    fn has_finalizer(&self, wp: &WarmPool) -> bool {
+        finalizer::has(wp)
+            || wp
+                .metadata
+                .uid
+                .as_ref()
+                .is_some_and(|uid| locked(&self.finalized).contains(uid))
     }
 
     fn slot(&self, pool: &str) -> Slot {
@@ -314,12 +351,15 @@ where
 pub async fn run(client: Client, namespace: Option<String>, config: PoolControllerConfig) {
     let pools: Api<WarmPool> = namespaced(&client, &namespace);
     let (scheduler_store, writer) = reflector::store::<Scheduler>();
+    // The store keeps every change; a pool cares only for a new spec (its
+    // Secret, say), not for the Scheduler controller's status writes.
     let schedulers = reflector::reflector(
         writer,
         watcher(namespaced(&client, &namespace), watcher::Config::default()),
     )
     .default_backoff()
-    .touched_objects();
+    .touched_objects()
+    .predicate_filter(predicates::generation, Default::default());
     let (secret_store, writer) = reflector::store::<PartialObjectMeta<Secret>>();
     let secrets = reflector::reflector(
         writer,
@@ -332,7 +372,16 @@ pub async fn run(client: Client, namespace: Option<String>, config: PoolControll
     .default_backoff()
     .touched_objects();
     let (triggers, notified) = mpsc::unbounded();
-    let controller = Controller::new(pools, watcher::Config::default())
+    // A new generation (a spec change, or the deletion: the API server
+    // bumps it with deletionTimestamp) is reconciled; the controller's own
+    // status writes and finalizer patches are not, or each pass would call
+    // for another.
+    let (pool_store, writer) = reflector::store::<WarmPool>();
+    let changed = reflector::reflector(writer, watcher(pools, watcher::Config::default()))
+        .default_backoff()
+        .applied_objects()
+        .predicate_filter(predicates::generation, Default::default());
+    let controller = Controller::for_stream(changed, pool_store)
         .with_config(controller::Config::default().debounce(config.tuning.min_gap));
     let caches = Caches {
         schedulers: scheduler_store.clone(),
@@ -445,12 +494,15 @@ pub async fn reconcile(
             drain_timeout_seconds: wp.spec.drain_timeout_seconds,
         }),
     };
-    if deletion.is_none() && !finalizer::has(&wp) {
+    if deletion.is_none() && !ctx.has_finalizer(&wp) {
         // Before anything is launched: a deletion then waits for the
         // instances.
         finalizer::add(&ctx.client, &ctx.config.fence, &wp)
             .await
             .map_err(|e| ControllerError::finalizer(&pool, e))?;
+        if let Some(uid) = &wp.metadata.uid {
+            locked(&ctx.finalized).insert(uid.clone());
+        }
         tracing::info!(pool = %pool, finalizer = FINALIZER, "finalizer added");
     }
     let slot = ctx.slot(&pool);
@@ -558,7 +610,7 @@ async fn prepare(
         }
     };
     let secret_ref = &scheduler.spec.database.url_secret_ref;
-    let version = ctx.caches.as_ref().and_then(|c| {
+    let version = ctx.ready_caches().await.and_then(|c| {
         c.secrets
             .get(&ObjectRef::new(&secret_ref.name).within(&ns))
             .and_then(|m| m.resource_version())
@@ -663,10 +715,7 @@ async fn scheduler_of(
     pool: &str,
 ) -> Result<Option<Arc<Scheduler>>, ControllerError> {
     let ns = wp.namespace().unwrap_or_else(|| "default".into());
-    if let Some(caches) = &ctx.caches {
-        // Both stores: the Secret's version is read next.
-        let _ = caches.schedulers.wait_until_ready().await;
-        let _ = caches.secrets.wait_until_ready().await;
+    if let Some(caches) = ctx.ready_caches().await {
         return Ok(caches
             .schedulers
             .get(&ObjectRef::new(&wp.spec.scheduler).within(&ns)));
@@ -799,25 +848,19 @@ async fn apply_status(
 /// `Degraded` True for `reason`; its transition time stays while it was
 /// True already (a pass failing again does not move it).
 fn set_degraded(status: &mut WarmPoolStatus, reason: &str, message: &str) {
-    let since = status
-        .conditions
-        .iter()
-        .find(|c| c.type_ == "Degraded" && c.status == "True")
-        .map(|c| c.last_transition_time.clone());
-    status.conditions.retain(|c| c.type_ != "Degraded");
-    status.conditions.push(Condition {
-        type_: "Degraded".into(),
-        status: "True".into(),
-        reason: reason.into(),
-        message: message.into(),
-        last_transition_time: since.unwrap_or_else(|| {
-            Time(
-                k8s_openapi::jiff::Timestamp::from_second(Utc::now().timestamp())
-                    .unwrap_or(k8s_openapi::jiff::Timestamp::UNIX_EPOCH),
-            )
-        }),
-        observed_generation: None,
-    });
+    let now = Time(
+        k8s_openapi::jiff::Timestamp::from_second(Utc::now().timestamp())
+            .unwrap_or(k8s_openapi::jiff::Timestamp::UNIX_EPOCH),
+    );
+    set_condition(
+        &mut status.conditions,
+        "Degraded",
+        true,
+        reason,
+        message,
+        now,
+        None,
+    );
 }
 
 /// A problem before any pass (no Scheduler, no Secret): `Degraded`.
