@@ -90,7 +90,7 @@ where
 }
 
 /// A namespace with the CRDs installed (the chart), the Secret `orca-db`
-/// and Scheduler `orca` naming it; the controller runs over it with a
+/// and Scheduler `sched` naming it (as `warm::owner` tags instances); the controller runs over it with a
 /// client whose requests are counted.
 struct Stage {
     admin: Client,
@@ -120,7 +120,7 @@ impl Stage {
             .unwrap_or_else(|e| panic!("the Secret: {e}"));
         let scheduler: Scheduler = serde_json::from_value(serde_json::json!({
             "apiVersion": "orca.dev/v1alpha1", "kind": "Scheduler",
-            "metadata": {"name": "orca"},
+            "metadata": {"name": "sched"},
             "spec": {"image": "orca:bench", "command": ["true"],
                      "database": {"urlSecretRef": {"name": "orca-db", "key": "url"}}},
         }))
@@ -155,7 +155,7 @@ impl Stage {
 
     async fn pool(&self, name: &str, endpoint: &str, subnets: &[String], min: i32) {
         let mut spec = warm::spec(endpoint, &["t3.micro"], &subnets[..1], min, min, 1000);
-        spec.scheduler = "orca".into();
+        spec.scheduler = "sched".into();
         Api::<WarmPool>::namespaced(self.admin.clone(), &self.ns)
             .create(&PostParams::default(), &WarmPool::new(name, spec))
             .await
@@ -163,11 +163,7 @@ impl Stage {
     }
 
     fn owner(&self, pool: &str) -> Ownership {
-        Ownership {
-            pool: format!("{}/{pool}", self.ns),
-            scheduler: format!("{}/orca", self.ns),
-            operator: "orca-operator".into(),
-        }
+        warm::owner(&format!("{}/{pool}", self.ns))
     }
 }
 
