@@ -60,80 +60,155 @@ pub fn decide(o: &Observed) -> Decision {
     };
     let target = revision_of(&o.spec);
     d.begin(&target);
-    // This Scheduler's rows: of its pods in the snapshot, or named as its
-    // pods are (a pod already gone). Any other row is another Scheduler's
-    // on the same database: not an old instance to drain or to fall back
-    // to, and while one is live no pod starts, as its instance would take
-    // the lead from theirs.
-    let (own, foreign): (Vec<InstanceView>, Vec<InstanceView>) = rows
-        .iter()
-        .cloned()
-        .partition(|i| o.pods.iter().any(|p| p.name == i.host) || is_pod_of(&o.name, &i.host));
-    let shared: Vec<&InstanceView> = foreign.iter().filter(|i| i.live).collect();
-    if !shared.is_empty() {
-        d.database_shared(&shared);
+    let mut pass = Pass::new(o, rows, &target, &mut d);
+    pass.start(&mut d);
+    pass.current_exited(&mut d);
+    pass.cannot_run(&mut d);
+    if o.spec.overlap {
+        pass.join_drain_lead(&mut d);
+    } else {
+        pass.settle(&mut d);
     }
-    let may_start = shared.is_empty();
-    let instances = own.as_slice();
-    let handover = &o.spec.handover;
-    let secs = |n: i64| chrono::Duration::seconds(n);
-    let instance_of = |pod: &PodView| {
-        instances
+    pass.remove_old(&mut d);
+    pass.supersede_jobs(&mut d);
+    d.finish(
+        &pass.instances,
+        &target,
+        o.spec.handover.progress_deadline_seconds,
+    )
+}
+
+fn secs(n: i64) -> chrono::Duration {
+    chrono::Duration::seconds(n)
+}
+
+/// What every phase of one [`decide`] looks at: the snapshot, the target
+/// revision, this Scheduler's instances, the current pod, and the pods a
+/// phase has already replaced or removed. Each phase records what it
+/// decided in the [`StatusDraft`]; none does I/O.
+struct Pass<'a> {
+    o: &'a Observed,
+    target: &'a str,
+    /// This Scheduler's rows: of its pods in the snapshot, or named as its
+    /// pods are (a pod already gone).
+    instances: Vec<InstanceView>,
+    newest_live: Option<i64>,
+    next_sequence: u32,
+    /// No other Scheduler's instance is live on the database.
+    may_start: bool,
+    /// The newest pod of the target revision that can still lead.
+    current: Option<&'a PodView>,
+    /// Pods this pass replaces or removes, so the old-pod sweep leaves them.
+    handled: Vec<&'a str>,
+}
+
+impl<'a> Pass<'a> {
+    fn new(
+        o: &'a Observed,
+        rows: &[InstanceView],
+        target: &'a str,
+        d: &mut StatusDraft,
+    ) -> Pass<'a> {
+        // Any row not this Scheduler's is another Scheduler's on the same
+        // database: not an old instance to drain or to fall back to, and
+        // while one is live no pod starts, as its instance would take the
+        // lead from theirs.
+        let (own, foreign): (Vec<InstanceView>, Vec<InstanceView>) = rows
+            .iter()
+            .cloned()
+            .partition(|i| o.pods.iter().any(|p| p.name == i.host) || is_pod_of(&o.name, &i.host));
+        let shared: Vec<&InstanceView> = foreign.iter().filter(|i| i.live).collect();
+        if !shared.is_empty() {
+            d.database_shared(&shared);
+        }
+        let newest_live = own.iter().filter(|i| i.live).map(|i| i.id).max();
+        let next_sequence = o
+            .pods
+            .iter()
+            .map(|p| p.sequence)
+            .max()
+            .unwrap_or(0)
+            .max(d.last_sequence())
+            + 1;
+        if d.aborted_revision().is_some_and(|r| r != target) {
+            d.clear_aborted();
+        }
+        let mut pass = Pass {
+            o,
+            target,
+            instances: own,
+            newest_live,
+            next_sequence,
+            may_start: shared.is_empty(),
+            current: None,
+            handled: Vec::new(),
+        };
+        // The current pod: the newest of the target revision that can still
+        // lead — not being deleted, and its instance neither draining nor
+        // superseded by a newer live one.
+        pass.current = o
+            .pods
+            .iter()
+            .filter(|p| {
+                !p.deleting
+                    && p.revision == target
+                    && match pass.instance_of(p) {
+                        None => true,
+                        Some(i) => {
+                            i.ended.is_none()
+                                && i.drain_asked.is_none()
+                                && i.role != "draining"
+                                && newest_live.is_none_or(|n| n <= i.id)
+                        }
+                    }
+            })
+            .max_by_key(|p| p.sequence);
+        pass
+    }
+
+    /// The newest row of `pod`'s instance.
+    fn instance_of(&self, pod: &PodView) -> Option<&InstanceView> {
+        self.instances
             .iter()
             .filter(|i| i.host == pod.name)
             .max_by_key(|i| i.id)
-    };
-    let newest_live = instances.iter().filter(|i| i.live).map(|i| i.id).max();
-    let next_sequence = o
-        .pods
-        .iter()
-        .map(|p| p.sequence)
-        .max()
-        .unwrap_or(0)
-        .max(d.last_sequence())
-        + 1;
-    if d.aborted_revision().is_some_and(|r| r != target) {
-        d.clear_aborted();
     }
 
-    // The current pod: the newest of the target revision that can still
-    // lead — not being deleted, and its instance neither draining nor
-    // superseded by a newer live one.
-    let viable = |p: &&PodView| {
-        !p.deleting
-            && p.revision == target
-            && match instance_of(p) {
-                None => true,
-                Some(i) => {
-                    i.ended.is_none()
-                        && i.drain_asked.is_none()
-                        && i.role != "draining"
-                        && newest_live.is_none_or(|n| n <= i.id)
-                }
-            }
-    };
-    let mut current = o.pods.iter().filter(viable).max_by_key(|p| p.sequence);
-    // Pods this pass replaces or removes, so the old-pod sweep leaves them.
-    let mut handled: Vec<&str> = Vec::new();
+    fn create_pod(&self, d: &mut StatusDraft) {
+        let o = self.o;
+        d.create_pod(
+            &o.name,
+            self.target,
+            self.next_sequence,
+            &o.spec.image,
+            &self.instances,
+        );
+    }
 
-    // 1. No current pod: start one (or wait for the way to be clear).
-    if current.is_none() && may_start {
+    /// Start: no current pod, so start one — or wait for the way to be
+    /// clear (an aborted revision while the old one still leads; with
+    /// overlap off, the old pods gone first).
+    fn start(&mut self, d: &mut StatusDraft) {
+        let o = self.o;
+        if self.current.is_some() || !self.may_start {
+            return;
+        }
         // After an abort the old instance keeps leading; once nothing older
         // is left to lead (its pod died, its row went stale), leaving the
         // aborted revision alone would leave no scheduler at all, and an
         // old revision is never restarted: the target is tried again.
-        let older_alive = instances.iter().any(|i| i.live)
+        let older_alive = self.instances.iter().any(|i| i.live)
             || o.pods
                 .iter()
-                .any(|p| p.revision != target && !p.deleting && p.exited().is_none());
-        let aborted = d.aborted_revision() == Some(target.as_str());
+                .any(|p| p.revision != self.target && !p.deleting && p.exited().is_none());
+        let aborted = d.aborted_revision() == Some(self.target);
         if aborted && !older_alive {
             d.retry_aborted();
         }
         if aborted && older_alive {
             // A live row whose pod has exited goes stale without a watch
             // noticing: look again soon then.
-            let orphaned = instances.iter().any(|i| {
+            let orphaned = self.instances.iter().any(|i| {
                 i.live
                     && !o
                         .pods
@@ -142,7 +217,11 @@ pub fn decide(o: &Observed) -> Decision {
             });
             d.degraded_keep(orphaned);
         } else if !o.spec.overlap {
-            let others: Vec<&PodView> = o.pods.iter().filter(|p| p.revision != target).collect();
+            let others: Vec<&PodView> = o
+                .pods
+                .iter()
+                .filter(|p| p.revision != self.target)
+                .collect();
             for p in others.iter().filter(|p| !p.deleting) {
                 d.act(Action::DeletePod {
                     name: p.name.clone(),
@@ -154,210 +233,252 @@ pub fn decide(o: &Observed) -> Decision {
                         p.name, p.image
                     ),
                 ));
-                handled.push(&p.name);
+                self.handled.push(&p.name);
             }
             if others.is_empty() {
-                d.create_pod(&o.name, &target, next_sequence, &o.spec.image, instances);
+                self.create_pod(d);
             }
         } else {
-            d.create_pod(&o.name, &target, next_sequence, &o.spec.image, instances);
+            self.create_pod(d);
         }
     }
 
-    // 2. The current pod exited: stop-the-world on 75, else recreate it.
-    if let Some(pod) = current {
-        if let PodState::Exited {
+    /// The current pod exited: stop-the-world on 75 (overlap refused),
+    /// else recreate it after a back-off. Either way it is current no more.
+    fn current_exited(&mut self, d: &mut StatusDraft) {
+        let o = self.o;
+        let Some(pod) = self.current else {
+            return;
+        };
+        let PodState::Exited {
             code,
             message,
             finished,
         } = &pod.state
-        {
-            handled.push(&pod.name);
-            if *code == 75 && o.spec.overlap {
-                let live: Vec<&InstanceView> = instances.iter().filter(|i| i.live).collect();
-                d.stop_the_world(pod, message);
-                for i in live.iter().filter(|i| i.drain_asked.is_none()) {
-                    d.ask_drain(
-                        i,
-                        "stop-the-world: the new image refused to start beside it",
-                    );
-                }
-                if live.is_empty() && may_start {
-                    d.act(Action::DeletePod {
-                        name: pod.name.clone(),
-                    });
-                    d.create_pod(&o.name, &target, next_sequence, &o.spec.image, instances);
-                }
-            } else {
-                // The back-off doubles with each pod that died young, and
-                // starts again once one ran stably: counted from its
-                // container's start, so an image pull is not a run.
-                let ran = *finished - pod.started.unwrap_or(pod.created);
-                let stable = ran >= secs(STABLE_SECONDS);
-                let backoff = if stable {
-                    10
-                } else {
-                    10 * 2i64.pow(d.recent_restarts().clamp(0, 5) as u32)
-                };
-                let due = *finished + secs(backoff);
-                if o.now >= due && may_start {
-                    d.act(Action::DeletePod {
-                        name: pod.name.clone(),
-                    });
-                    d.restart_pod(pod, *code, stable, &target, next_sequence);
-                } else {
-                    d.crash_backoff(
-                        pod,
-                        *code,
-                        message,
-                        (due - o.now).to_std().unwrap_or(Duration::from_secs(1)),
-                    );
-                }
+        else {
+            return;
+        };
+        self.handled.push(&pod.name);
+        self.current = None;
+        if *code == 75 && o.spec.overlap {
+            let live: Vec<&InstanceView> = self.instances.iter().filter(|i| i.live).collect();
+            d.stop_the_world(pod, message);
+            for i in live.iter().filter(|i| i.drain_asked.is_none()) {
+                d.ask_drain(
+                    i,
+                    "stop-the-world: the new image refused to start beside it",
+                );
             }
-            current = None;
+            if live.is_empty() && self.may_start {
+                d.act(Action::DeletePod {
+                    name: pod.name.clone(),
+                });
+                self.create_pod(d);
+            }
+            return;
+        }
+        // The back-off doubles with each pod that died young, and starts
+        // again once one ran stably: counted from its container's start, so
+        // an image pull is not a run.
+        let ran = *finished - pod.started.unwrap_or(pod.created);
+        let stable = ran >= secs(STABLE_SECONDS);
+        let backoff = if stable {
+            10
+        } else {
+            10 * 2i64.pow(d.recent_restarts().clamp(0, 5) as u32)
+        };
+        let due = *finished + secs(backoff);
+        if o.now >= due && self.may_start {
+            d.act(Action::DeletePod {
+                name: pod.name.clone(),
+            });
+            d.restart_pod(pod, *code, stable, self.target, self.next_sequence);
+        } else {
+            d.crash_backoff(
+                pod,
+                *code,
+                message,
+                (due - o.now).to_std().unwrap_or(Duration::from_secs(1)),
+            );
         }
     }
 
-    // 3. The current pod runs: join → drain the older → lead → register;
-    // with overlap off, settle → register. A container that cannot start
-    // (its image, its config) is said at once, whatever the step.
-    if let Some((pod, waiting)) = current.and_then(|p| {
-        p.waiting
+    /// A current container that cannot start (its image, its config) is
+    /// said at once, whatever the phase.
+    fn cannot_run(&self, d: &mut StatusDraft) {
+        let Some(pod) = self.current else {
+            return;
+        };
+        if let Some(waiting) = pod
+            .waiting
             .as_ref()
             .filter(|w| CANNOT_RUN.contains(&w.reason.as_str()))
-            .map(|w| (p, w))
-    }) {
-        d.cannot_run(pod, waiting);
+        {
+            d.cannot_run(pod, waiting);
+        }
     }
-    if let Some(pod) = current.filter(|_| !o.spec.overlap) {
+
+    /// Overlap off: the current pod is up once it has run `settleSeconds`
+    /// (it writes no row); then it registers.
+    fn settle(&self, d: &mut StatusDraft) {
+        let (o, handover) = (self.o, &self.o.spec.handover);
+        let Some(pod) = self.current else {
+            return;
+        };
         let since = pod.started.unwrap_or(pod.created);
         let settled =
             pod.state == PodState::Running && o.now - since >= secs(handover.settle_seconds);
         if settled {
             d.settled(pod, since, handover.settle_seconds);
-            register(&mut d, o, &target);
+            register(d, o, self.target);
         } else {
             d.settling(pod);
         }
-    } else if let Some(pod) = current {
-        match instance_of(pod) {
+    }
+
+    /// Overlap on, the current pod runs: its instance joins (else, past
+    /// the join time-out, the rollout aborts), the older live instances are
+    /// asked to drain, it leads (else, past the lead time-out, `Degraded`),
+    /// then it registers.
+    fn join_drain_lead(&mut self, d: &mut StatusDraft) {
+        let Some(pod) = self.current else {
+            return;
+        };
+        match self.instance_of(pod) {
             // It joined once and looks stale now: a database blip, or a hung
             // process. Never a join time-out: wait for it to beat again.
             Some(me) if !me.live => d.instance_stale(pod, me),
-            None => {
-                // The join time-out counts from the container's start: an
-                // image pull is no time to join in. A pod not started yet
-                // (pulling, or waiting for a node) has not begun it; one
-                // running without a known start counts from its creation.
-                let since = match (pod.started, &pod.state) {
-                    (Some(t), _) => Some(t),
-                    (None, PodState::Running) => Some(pod.created),
-                    (None, _) => None,
-                };
-                let fallback = instances.iter().any(|i| i.live && i.host != pod.name);
-                if since.is_some_and(|t| o.now - t > secs(handover.join_timeout_seconds)) {
-                    if fallback {
-                        handled.push(&pod.name);
-                        d.act(Action::DeletePod {
-                            name: pod.name.clone(),
-                        });
-                        d.abort_join(pod, &target, handover.join_timeout_seconds);
-                    } else {
-                        d.join_late(pod, handover.join_timeout_seconds);
-                    }
-                } else {
-                    d.waiting_for_join(pod, instances);
-                }
-            }
+            None => self.join(pod, d),
             Some(me) => {
-                d.joined(pod, me);
-                for older in instances
-                    .iter()
-                    .filter(|i| i.live && i.id < me.id && i.drain_asked.is_none())
-                {
-                    d.ask_drain(
-                        older,
-                        &format!("instance {} ({}) has joined", me.id, pod.image),
-                    );
-                }
-                let leads = me.holds_lock && newest_live == Some(me.id);
-                if leads {
-                    d.leads(pod, me);
-                    register(&mut d, o, &target);
-                } else {
-                    let asked = instances
-                        .iter()
-                        .filter(|i| i.id < me.id)
-                        .filter_map(|i| i.drain_asked)
-                        .max()
-                        .unwrap_or(me.joined)
-                        .max(me.joined);
-                    if o.now - asked > secs(handover.lead_timeout_seconds) {
-                        d.lead_late(me, handover.lead_timeout_seconds);
-                    } else {
-                        d.waiting_for_lead(me, instances);
-                    }
-                }
+                let me = me.clone();
+                self.drain_and_lead(pod, &me, d);
             }
         }
     }
 
-    // 4. Old pods: gone once their rows have ended and they have exited.
-    for pod in &o.pods {
-        if pod.deleting
-            || handled.contains(&pod.name.as_str())
-            || current.is_some_and(|c| c.name == pod.name)
+    /// The current pod's instance has not joined yet.
+    fn join(&mut self, pod: &'a PodView, d: &mut StatusDraft) {
+        let (o, handover) = (self.o, &self.o.spec.handover);
+        // The join time-out counts from the container's start: an image
+        // pull is no time to join in. A pod not started yet (pulling, or
+        // waiting for a node) has not begun it; one running without a known
+        // start counts from its creation.
+        let since = match (pod.started, &pod.state) {
+            (Some(t), _) => Some(t),
+            (None, PodState::Running) => Some(pod.created),
+            (None, _) => None,
+        };
+        let fallback = self.instances.iter().any(|i| i.live && i.host != pod.name);
+        if since.is_some_and(|t| o.now - t > secs(handover.join_timeout_seconds)) {
+            if fallback {
+                self.handled.push(&pod.name);
+                d.act(Action::DeletePod {
+                    name: pod.name.clone(),
+                });
+                d.abort_join(pod, self.target, handover.join_timeout_seconds);
+            } else {
+                d.join_late(pod, handover.join_timeout_seconds);
+            }
+        } else {
+            d.waiting_for_join(pod, &self.instances);
+        }
+    }
+
+    /// The current pod's instance `me` joined: the older are asked to
+    /// drain, and once it leads it registers.
+    fn drain_and_lead(&self, pod: &PodView, me: &InstanceView, d: &mut StatusDraft) {
+        let (o, handover) = (self.o, &self.o.spec.handover);
+        d.joined(pod, me);
+        for older in self
+            .instances
+            .iter()
+            .filter(|i| i.live && i.id < me.id && i.drain_asked.is_none())
         {
-            continue;
+            d.ask_drain(
+                older,
+                &format!("instance {} ({}) has joined", me.id, pod.image),
+            );
         }
-        let exited = pod.exited().is_some();
-        match instance_of(pod) {
-            None => d.remove_old(pod, "it never joined"),
-            Some(i) if exited => {
-                let why = match i.ended {
-                    Some(_) => format!("instance {} has ended", i.id),
-                    None => format!("it exited while instance {} had not ended its row", i.id),
-                };
-                d.remove_old(pod, &why)
+        if me.holds_lock && self.newest_live == Some(me.id) {
+            d.leads(pod, me);
+            register(d, o, self.target);
+            return;
+        }
+        let asked = self
+            .instances
+            .iter()
+            .filter(|i| i.id < me.id)
+            .filter_map(|i| i.drain_asked)
+            .max()
+            .unwrap_or(me.joined)
+            .max(me.joined);
+        if o.now - asked > secs(handover.lead_timeout_seconds) {
+            d.lead_late(me, handover.lead_timeout_seconds);
+        } else {
+            d.waiting_for_lead(me, &self.instances);
+        }
+    }
+
+    /// Old pods go once their rows have ended and they have exited; one
+    /// that drains in its own time waits, up to the drain time-out.
+    fn remove_old(&self, d: &mut StatusDraft) {
+        let (o, handover) = (self.o, &self.o.spec.handover);
+        for pod in &o.pods {
+            if pod.deleting
+                || self.handled.contains(&pod.name.as_str())
+                || self.current.is_some_and(|c| c.name == pod.name)
+            {
+                continue;
             }
-            Some(i) if i.ended.is_some() => {
-                if i.ended.is_some_and(|e| o.now - e > secs(EXIT_GRACE)) {
-                    d.remove_old(pod, &format!("instance {} has ended", i.id));
-                } else {
-                    d.old_pod_waits(pod, i);
+            let exited = pod.exited().is_some();
+            match self.instance_of(pod) {
+                None => d.remove_old(pod, "it never joined"),
+                Some(i) if exited => {
+                    let why = match i.ended {
+                        Some(_) => format!("instance {} has ended", i.id),
+                        None => format!("it exited while instance {} had not ended its row", i.id),
+                    };
+                    d.remove_old(pod, &why)
                 }
-            }
-            // Running, its row not ended: it drains in its own time. A row
-            // that only looks stale (a blip) is no reason to cut its runs
-            // short; the drain time-out bounds the wait, counted from the
-            // drain asked or, for one never asked (it was not live then),
-            // from the start of the rollout that made it old.
-            Some(i) => {
-                let superseded = o
-                    .pods
-                    .iter()
-                    .filter(|q| q.sequence > pod.sequence)
-                    .map(|q| q.created)
-                    .min();
-                let since = i.drain_asked.or(superseded);
-                match since {
-                    Some(t) if o.now - t > secs(handover.drain_timeout_seconds) => {
-                        d.drain_timeout(pod, i, handover.drain_timeout_seconds)
+                Some(i) if i.ended.is_some() => {
+                    if i.ended.is_some_and(|e| o.now - e > secs(EXIT_GRACE)) {
+                        d.remove_old(pod, &format!("instance {} has ended", i.id));
+                    } else {
+                        d.old_pod_waits(pod, i);
                     }
-                    _ => d.old_pod_waits(pod, i),
+                }
+                // Running, its row not ended: it drains in its own time. A
+                // row that only looks stale (a blip) is no reason to cut its
+                // runs short; the drain time-out bounds the wait, counted
+                // from the drain asked or, for one never asked (it was not
+                // live then), from the start of the rollout that made it old.
+                Some(i) => {
+                    let superseded = o
+                        .pods
+                        .iter()
+                        .filter(|q| q.sequence > pod.sequence)
+                        .map(|q| q.created)
+                        .min();
+                    let since = i.drain_asked.or(superseded);
+                    match since {
+                        Some(t) if o.now - t > secs(handover.drain_timeout_seconds) => {
+                            d.drain_timeout(pod, i, handover.drain_timeout_seconds)
+                        }
+                        _ => d.old_pod_waits(pod, i),
+                    }
                 }
             }
         }
     }
 
-    // 5. Register Jobs of other revisions are superseded.
-    for job in o.jobs.iter().filter(|j| j.revision != target) {
-        d.act(Action::DeleteJob {
-            name: job.name.clone(),
-        });
+    /// Register Jobs of other revisions are superseded.
+    fn supersede_jobs(&self, d: &mut StatusDraft) {
+        for job in self.o.jobs.iter().filter(|j| j.revision != self.target) {
+            d.act(Action::DeleteJob {
+                name: job.name.clone(),
+            });
+        }
     }
-
-    d.finish(instances, &target, handover.progress_deadline_seconds)
 }
 
 /// A new pod, named for its revision and sequence.
