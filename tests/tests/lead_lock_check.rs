@@ -2,7 +2,7 @@
 //! handover that falls inside one sampling gap, and it fails — naming the
 //! instance — a scheduler that acts as leader without the lock, both on
 //! made-up samples and against a real `orca-sim --unsafe-skip-lead-lock`.
-//! The handover tests (handover.rs, local_mode.rs) run it on correct
+//! The handover tests (`handover`, `local_mode`) run it on correct
 //! schedulers.
 
 use std::time::Duration;

@@ -1,0 +1,134 @@
+//! Status: the containers' states and the pod's status, as a kubelet
+//! reports them.
+
+use super::*;
+
+#[derive(Clone, Debug, PartialEq)]
+pub(super) enum State {
+    Waiting {
+        reason: String,
+        message: String,
+    },
+    Running {
+        started: String,
+    },
+    Terminated {
+        code: i32,
+        reason: String,
+        message: String,
+        started: Option<String>,
+        finished: String,
+    },
+}
+
+impl State {
+    pub(super) fn code(&self) -> Option<i32> {
+        match self {
+            State::Terminated { code, .. } => Some(*code),
+            _ => None,
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub(super) struct ContainerStatus {
+    pub(super) name: String,
+    pub(super) image: String,
+    pub(super) pid: Option<u32>,
+    pub(super) state: State,
+}
+
+impl ContainerStatus {
+    pub(super) fn running(&self) -> bool {
+        matches!(self.state, State::Running { .. })
+    }
+
+    fn to_json(&self) -> Value {
+        let with_message = |mut v: Value, message: &str| {
+            if !message.is_empty() {
+                v["message"] = json!(message);
+            }
+            v
+        };
+        let state = match &self.state {
+            State::Waiting { reason, message } => {
+                json!({"waiting": with_message(json!({"reason": reason}), message)})
+            }
+            State::Running { started } => json!({"running": {"startedAt": started}}),
+            State::Terminated {
+                code,
+                reason,
+                message,
+                started,
+                finished,
+            } => {
+                let mut t = with_message(
+                    json!({"exitCode": code, "reason": reason, "finishedAt": finished}),
+                    message,
+                );
+                if let Some(started) = started {
+                    t["startedAt"] = json!(started);
+                }
+                json!({ "terminated": t })
+            }
+        };
+        let mut status = json!({
+            "name": self.name,
+            "image": self.image,
+            "imageID": self.image,
+            "restartCount": 0,
+            "ready": self.running(),
+            "started": self.running(),
+            "state": state,
+        });
+        if let Some(pid) = self.pid {
+            status["containerID"] = json!(format!("orca-test://{pid}"));
+        }
+        status
+    }
+}
+
+/// A status patch for the pod: `phase`, its addresses, conditions and
+/// containers.
+pub(super) fn pod_status(phase: &str, start: &str, containers: &[ContainerStatus]) -> Value {
+    let ready = !containers.is_empty() && containers.iter().all(ContainerStatus::running);
+    let changed = now();
+    let condition = |kind: &str, since: &str| {
+        let mut c = json!({"type": kind, "status": "True", "lastTransitionTime": since});
+        if !ready && matches!(kind, "ContainersReady" | "Ready") {
+            c["status"] = json!("False");
+            if matches!(phase, "Succeeded" | "Failed") {
+                c["reason"] = json!("PodCompleted");
+            } else {
+                let unready: Vec<&str> = containers
+                    .iter()
+                    .filter(|c| !c.running())
+                    .map(|c| c.name.as_str())
+                    .collect();
+                c["reason"] = json!("ContainersNotReady");
+                c["message"] = json!(format!(
+                    "containers with unready status: [{}]",
+                    unready.join(" ")
+                ));
+            }
+        }
+        c
+    };
+    json!({
+        "status": {
+            "phase": phase,
+            "hostIP": LOOPBACK,
+            "hostIPs": [{"ip": LOOPBACK}],
+            "podIP": LOOPBACK,
+            "podIPs": [{"ip": LOOPBACK}],
+            "startTime": start,
+            "conditions": [
+                condition("PodScheduled", start),
+                condition("Initialized", start),
+                condition("ContainersReady", &changed),
+                condition("Ready", &changed),
+            ],
+            "containerStatuses": containers.iter().map(ContainerStatus::to_json).collect::<Vec<_>>(),
+        }
+    })
+}
