@@ -207,3 +207,41 @@ pub async fn launch_by_hand(
     .await
     .unwrap_or_else(|e| panic!("moto's RunInstances failed: {e}"))
 }
+
+/// Hands run `run` of `pool` an idle instance (as a scheduler would,
+/// through `sched`), then waits for the pool's next `RunInstances` at
+/// `faults` (calls forgotten before): when the hand-out began, and when that
+/// call came. The benchmarks' "pool below target → RunInstances".
+pub async fn hand_out_until_launch(
+    sched: &mut orca_db::Db,
+    faults: &crate::ec2_faults::Ec2Faults,
+    pool: &str,
+    run: i64,
+) -> (std::time::Instant, std::time::Instant) {
+    use std::time::Instant;
+    faults.forget_calls();
+    let req = orca_db::pool::Request {
+        pool,
+        run,
+        start: 1,
+        role: "head",
+        head_address: "",
+        new_code: true,
+    };
+    let handed = Instant::now();
+    orca_db::pool::hand_out(sched, &req, Duration::from_secs(60))
+        .await
+        .unwrap_or_else(|e| panic!("hand-out: {e}"))
+        .unwrap_or_else(|| panic!("no idle instance to hand out for run {run}"));
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        if let Some(c) = faults.calls_of("RunInstances").first() {
+            return (handed, c.at);
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no RunInstances within 30 s of a hand-out"
+        );
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+}

@@ -14,7 +14,6 @@ use std::{
 };
 
 use chrono::Utc;
-use orca_db::pool::{hand_out, Request};
 use orca_operator::pool::{
     plan::{plan, Ec2Instance, Ec2State, Limits, Offering, PoolRow, Snapshot},
     PoolLoop, Tuning,
@@ -135,31 +134,7 @@ async fn bench_below_target(moto: &Moto, url: &str) {
         let ids = recv(&launched_rx).await;
         add_idle_rows(&db, pool, &ids).await;
         tokio::time::sleep(Duration::from_millis(50)).await;
-        faults.forget_calls();
-        let req = Request {
-            pool,
-            run,
-            start: 1,
-            role: "head",
-            head_address: "",
-            new_code: true,
-        };
-        let handed = Instant::now();
-        hand_out(&mut sched, &req, Duration::from_secs(60))
-            .await
-            .unwrap_or_else(|e| panic!("hand-out: {e}"))
-            .unwrap_or_else(|| panic!("no idle instance to hand out for run {run}"));
-        let deadline = Instant::now() + Duration::from_secs(30);
-        let call = loop {
-            if let Some(c) = faults.calls_of("RunInstances").first() {
-                break c.at;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "no RunInstances within 30 s of a hand-out"
-            );
-            tokio::time::sleep(Duration::from_millis(2)).await;
-        };
+        let (handed, call) = warm::hand_out_until_launch(&mut sched, &faults, pool, run).await;
         samples.push(call.saturating_duration_since(handed));
     }
     let _ = stop_tx.send(());

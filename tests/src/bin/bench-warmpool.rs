@@ -21,7 +21,6 @@ use kube::{
     client::ClientBuilder,
     Api, Client,
 };
-use orca_db::pool::{hand_out, Request};
 use orca_operator::{
     crd::{Scheduler, WarmPool},
     fence::Fence,
@@ -208,31 +207,8 @@ async fn bench_below_target(cp: &'static ControlPlane, moto: &Moto) {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
-        faults.forget_calls();
-        let req = Request {
-            pool: &owner.pool,
-            run,
-            start: 1,
-            role: "head",
-            head_address: "",
-            new_code: true,
-        };
-        let handed = Instant::now();
-        hand_out(&mut sched, &req, Duration::from_secs(60))
-            .await
-            .unwrap_or_else(|e| panic!("hand-out: {e}"))
-            .unwrap_or_else(|| panic!("no idle instance to hand out for run {run}"));
-        let deadline = Instant::now() + Duration::from_secs(30);
-        let call = loop {
-            if let Some(c) = faults.calls_of("RunInstances").first() {
-                break c.at;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "no RunInstances within 30 s of a hand-out"
-            );
-            tokio::time::sleep(Duration::from_millis(2)).await;
-        };
+        let (handed, call) =
+            warm::hand_out_until_launch(&mut sched, &faults, &owner.pool, run).await;
         samples.push(call.saturating_duration_since(handed));
         // How long moto took to answer the listing of the pass that
         // launched: the floor under the figure.

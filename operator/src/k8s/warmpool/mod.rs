@@ -41,7 +41,10 @@ mod listen;
 
 use std::{
     collections::{HashMap, HashSet},
-    sync::{Arc, Mutex, MutexGuard},
+    sync::{
+        atomic::{AtomicBool, Ordering},
+        Arc, Mutex, MutexGuard,
+    },
     time::Duration,
 };
 
@@ -204,6 +207,10 @@ pub struct PoolContext {
     listeners: Listeners,
     /// The uids of the WarmPools this replica put the finalizer on.
     finalized: Mutex<HashSet<String>>,
+    /// Whether a reconcile waited for the watches to list, and whether it
+    /// said that they had not.
+    waited: AtomicBool,
+    warned: AtomicBool,
 }
 
 fn locked<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -238,6 +245,8 @@ impl PoolContext {
             pools: Mutex::new(HashMap::new()),
             databases: Mutex::new(HashMap::new()),
             finalized: Mutex::new(HashSet::new()),
+            waited: AtomicBool::new(false),
+            warned: AtomicBool::new(false),
         }
     }
 
@@ -258,13 +267,22 @@ impl PoolContext {
             let _ = caches.schedulers.wait_until_ready().await;
             let _ = caches.secrets.wait_until_ready().await;
         };
-        match tokio::time::timeout(Duration::from_secs(5), ready).await {
+        // Waited once already: look, but do not hold the pass up again.
+        let wait = if self.waited.swap(true, Ordering::Relaxed) {
+            Duration::ZERO
+        } else {
+            Duration::from_secs(5)
+        };
+        match tokio::time::timeout(wait, ready).await {
             Ok(()) => Some(caches),
             Err(_) => {
-                tracing::warn!(
-                    "the watches of Schedulers and Secrets have not listed yet; \
-                     reading them from the API (check the operator's RBAC)"
-                );
+                if !self.warned.swap(true, Ordering::Relaxed) {
+                    tracing::warn!(
+                        "the watches of Schedulers and Secrets have not listed yet; \
+                         reading them from the API until they have (check the \
+                         operator's RBAC: list and watch on secrets)"
+                    );
+                }
                 None
             }
         }
