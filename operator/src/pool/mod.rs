@@ -32,7 +32,8 @@ mod status;
 pub mod userdata;
 
 pub use crate::fence::{Fence, Fenced};
+pub use act::World;
 pub use ec2::{Ec2, Ec2Config, Ec2Error, Ownership};
 pub use metrics::PoolMetrics;
-pub use pass::{Deletion, PassReport, PoolError, PoolEvent, PoolLoop, Tuning};
+pub use pass::{Deletion, Live, PassReport, PoolError, PoolEvent, PoolLoop, Tuning};
 pub use plan::{plan, Ec2Instance, Ec2State, Limits, Offering, PoolPlan, Reason, Snapshot};
