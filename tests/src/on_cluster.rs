@@ -139,6 +139,18 @@ impl OnCluster {
             .unwrap_or_else(|e| panic!("creating a WarmPool: {e}"));
     }
 
+    /// Sets WarmPool `name`'s `idle.min`, as `kubectl patch` would.
+    pub async fn set_idle_min(&self, name: &str, min: i32) {
+        self.pools()
+            .patch(
+                name,
+                &PatchParams::default(),
+                &Patch::Merge(serde_json::json!({"spec": {"idle": {"min": min}}})),
+            )
+            .await
+            .unwrap_or_else(|e| panic!("setting {name}'s idle.min: {e}"));
+    }
+
     /// Scheduler `name`'s status once `ready` holds of it; past `within`,
     /// a panic with the status, the pods and Jobs, and the operator's log.
     pub async fn wait_scheduler(

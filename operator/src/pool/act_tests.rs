@@ -12,7 +12,6 @@ use super::act::World;
 use super::ec2::{client_token, Ec2Error, Ownership, RunRequest};
 use super::pass::{PassReport, PoolError, PoolLoop, Tuning};
 use super::plan::{Counts, End, LaunchBatch, Offering, PoolPlan, Reason, Retirement};
-use crate::crd::{IdleRange, Launch, OnDelete, WarmPoolSpec};
 
 /// How EC2 answers one `RunInstances` call.
 #[derive(Clone, Copy, Debug)]
@@ -121,34 +120,6 @@ fn offering(t: &str) -> Offering {
     }
 }
 
-fn spec() -> WarmPoolSpec {
-    WarmPoolSpec {
-        scheduler: "sched".into(),
-        region: "us-east-1".into(),
-        endpoint: None,
-        idle: IdleRange { min: 0, max: 0 },
-        max_instances: 100,
-        idle_seconds: 600,
-        max_uses: 0,
-        boot_timeout_seconds: 300,
-        launch: Launch {
-            launch_template: None,
-            image_id: Some("ami-1".into()),
-            instance_types: vec!["t3.small".into(), "t3.medium".into()],
-            subnet_ids: vec!["subnet-a".into()],
-            security_group_ids: vec![],
-            iam_instance_profile: None,
-            tags: Default::default(),
-            agent_path: "/usr/local/bin/orca-pool-agent".into(),
-            run_command: "run".into(),
-            database_url_file: None,
-        },
-        paused: false,
-        on_delete: OnDelete::Terminate,
-        drain_timeout_seconds: 3600,
-    }
-}
-
 fn pool(table: Table) -> PoolLoop<Table> {
     let tuning = Tuning {
         backoff_base: Duration::from_millis(1),
@@ -160,7 +131,8 @@ fn pool(table: Table) -> PoolLoop<Table> {
         scheduler: "ns/sched".into(),
         operator: "orca-operator".into(),
     };
-    PoolLoop::with_world(owner, spec(), "postgres://orca@db/orca", tuning, table)
+    let spec = super::plan::tests::spec(0, 0, 100);
+    PoolLoop::with_world(owner, spec, "postgres://orca@db/orca", tuning, table)
         .remember("uid-1", &Default::default())
 }
 

@@ -512,4 +512,4 @@ fn plan_deletion(
 
 #[cfg(test)]
 #[path = "plan_tests.rs"]
-mod tests;
+pub(super) mod tests;

@@ -11,7 +11,7 @@ fn now() -> DateTime<Utc> {
     Utc.with_ymd_and_hms(2026, 1, 1, 12, 0, 0).unwrap()
 }
 
-fn spec(min: i32, max: i32, max_instances: i32) -> WarmPoolSpec {
+pub(in crate::pool) fn spec(min: i32, max: i32, max_instances: i32) -> WarmPoolSpec {
     WarmPoolSpec {
         scheduler: "sched".into(),
         region: "us-east-1".into(),

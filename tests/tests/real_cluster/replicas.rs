@@ -8,10 +8,7 @@
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::coordination::v1::Lease;
-use kube::{
-    api::{Patch, PatchParams},
-    Api,
-};
+use kube::Api;
 use orca_tests::{eventually::eventually, on_cluster::OnCluster, pg, release::writes_by};
 
 use super::{ready_with, scheduler, warm_pool::Ec2Stage};
@@ -124,15 +121,7 @@ async fn a_frozen_leader_that_lost_its_lease_never_acts_again() {
     .await;
 
     // Work for whoever leads now: a second idle instance and a new image.
-    let pools = stage.pools();
-    pools
-        .patch(
-            "runners",
-            &PatchParams::default(),
-            &Patch::Merge(serde_json::json!({"spec": {"idle": {"min": 2}}})),
-        )
-        .await
-        .expect("raising idle.min");
+    stage.set_idle_min("runners", 2).await;
     stage
         .apply_scheduler(&scheduler("orca", "v2", &[], ""))
         .await;
@@ -236,15 +225,7 @@ async fn a_leader_stopped_by_sigterm_hands_over_at_once_and_acts_no_more() {
     assert!(signalled.elapsed() < Duration::from_secs(10));
 
     // Work for the new leader: a second idle instance.
-    stage
-        .pools()
-        .patch(
-            "runners",
-            &PatchParams::default(),
-            &Patch::Merge(serde_json::json!({"spec": {"idle": {"min": 2}}})),
-        )
-        .await
-        .expect("raising idle.min");
+    stage.set_idle_min("runners", 2).await;
     stage
         .wait_pool(
             "runners",

@@ -5,7 +5,6 @@
 
 use std::time::Duration;
 
-use kube::api::{Patch, PatchParams};
 use orca_db::pool::{ask_for_instance, Request};
 use orca_operator::{
     crd::WarmPool,
@@ -19,7 +18,6 @@ use orca_tests::{
     release::Replica,
     warm,
 };
-use serde_json::json;
 use tokio::sync::oneshot;
 
 use super::scheduler;
@@ -239,15 +237,7 @@ async fn a_restarted_operator_keeps_the_capacity_hold_and_transition_times() {
     );
 
     // More wanted: launched on t3.medium, t3.small not tried while held.
-    stage
-        .pools()
-        .patch(
-            "runners",
-            &PatchParams::default(),
-            &Patch::Merge(json!({"spec": {"idle": {"min": 2}}})),
-        )
-        .await
-        .expect("raising idle.min");
+    stage.set_idle_min("runners", 2).await;
     stage
         .wait_pool(
             "runners",
