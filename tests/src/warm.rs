@@ -137,6 +137,8 @@ pub fn tuning(leak_grace: Duration) -> Tuning {
         leak_grace: Some(leak_grace),
         backoff_base: Duration::from_millis(50),
         backoff_cap: Duration::from_secs(1),
+        // Below the resync, as in production: a resync lists afresh.
+        listing_reuse: Duration::from_millis(500),
         ..Tuning::default()
     }
 }

@@ -136,6 +136,34 @@ async fn the_database_refuses_a_second_live_row_for_one_instance() {
     db.execute(insert, &[]).await.unwrap();
 }
 
+#[tokio::test]
+async fn known_instances_are_those_whose_every_row_ended() {
+    let url = pg::Cluster::shared().migrated_db().await;
+    let db = pg::connect(&url).await;
+    for (instance, ended) in [
+        ("i-ended", true),
+        ("i-back", true),
+        ("i-back", false),
+        ("i-live", false),
+    ] {
+        db.execute(
+            "insert into orca.instances (instance, pool, role, ended, ended_by)
+             values ($1, 'default/p', 'warm',
+                     case when $2 then now() end, case when $2 then 'agent' end)",
+            &[&instance, &ended],
+        )
+        .await
+        .unwrap();
+    }
+    let ids: Vec<String> = ["i-ended", "i-back", "i-live", "i-never"]
+        .map(String::from)
+        .to_vec();
+    // An instance whose agent reported again after its row ended (after
+    // the pool's rows were read, say) is not one without a row.
+    let known = orca_db::pool::known(&db, &ids).await.unwrap();
+    assert_eq!(known, ["i-ended".to_string()].into());
+}
+
 async fn next_notification(db: &mut orca_db::Db) -> tokio_postgres::Notification {
     tokio::time::timeout(Duration::from_secs(5), db.notification())
         .await

@@ -71,14 +71,17 @@ pub async fn live_rows(db: &Db, pool: &str, count_uses: bool) -> Result<Vec<Pool
         .collect())
 }
 
-/// Of `ids` (instances without a live row), those that had a row once.
+/// Of `ids` (instances without a live row when the rows were read), those
+/// that had a row once and still have no live one: an agent that reported
+/// since is not taken for one whose row ended.
 pub async fn known(db: &Db, ids: &[String]) -> Result<HashSet<String>, DbError> {
     if ids.is_empty() {
         return Ok(HashSet::new());
     }
     let rows = db
         .query(
-            "select distinct instance from orca.instances where instance = any($1)",
+            "select instance from orca.instances where instance = any($1)
+             group by instance having bool_and(ended is not null)",
             &[&ids],
         )
         .await?;

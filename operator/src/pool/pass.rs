@@ -18,7 +18,7 @@ use super::{
     backoff::Backoff,
     ec2::{Ec2, Ec2Config, Ec2Error, Ownership},
     metrics::PoolMetrics,
-    plan::{plan, Limits, Offering, PoolPlan, Snapshot},
+    plan::{plan, Ec2Instance, Limits, Offering, PoolPlan, Snapshot},
 };
 use crate::crd::{WarmPoolSpec, WarmPoolStatus};
 use crate::fence::{Fence, Fenced};
@@ -48,6 +48,12 @@ pub struct Tuning {
     /// several: part of its connections' `application_name`, so the
     /// database tells the replicas apart (`pg_stat_activity`, the logs).
     pub replica: Option<String>,
+    /// A pass within this long of the last EC2 listing reuses it, unless a
+    /// pass since terminated or ended something, failed, or the pool is
+    /// being deleted: a hand-out's launch then waits for no listing. What
+    /// the loop launched since is counted from what EC2 answered. Zero:
+    /// every pass lists.
+    pub listing_reuse: Duration,
     /// `RunInstances` calls per batch when throttled, same `ClientToken`.
     pub throttle_attempts: u32,
     pub backoff_base: Duration,
@@ -70,6 +76,7 @@ impl Default for Tuning {
         Tuning {
             resync: Duration::from_secs(20),
             min_gap: Duration::from_millis(25),
+            listing_reuse: Duration::from_secs(5),
             stale: Duration::from_secs(30),
             leak_grace: None,
             capacity_hold: Duration::from_secs(180),
@@ -81,6 +88,16 @@ impl Default for Tuning {
             backoff_cap: Duration::from_secs(30),
         }
     }
+}
+
+/// An EC2 listing of the pool, kept for the passes that follow it closely.
+#[derive(Clone, Debug)]
+struct Listing {
+    /// When the listing was asked for.
+    taken: Instant,
+    /// The database's clock just before.
+    clock: f64,
+    instances: Vec<Ec2Instance>,
 }
 
 /// Something worth a Kubernetes Event; `reason` is CamelCase.
@@ -243,6 +260,8 @@ pub struct PoolLoop<W = Live> {
     pub(super) backoff: Backoff,
     pub(super) metrics: Option<PoolMetrics>,
     served_mark: Option<f64>,
+    /// The last EC2 listing, while a pass may reuse it.
+    listing: Option<Listing>,
     /// Busy rows seen hung, and the database's clock at the listing of the
     /// pass that first saw each so.
     hung_since: HashMap<i64, f64>,
@@ -284,6 +303,7 @@ impl<W> PoolLoop<W> {
             ours: HashMap::new(),
             metrics: None,
             served_mark: None,
+            listing: None,
             hung_since: HashMap::new(),
             conditions: Vec::new(),
             deletion: watch::channel(None).1,
@@ -451,29 +471,49 @@ impl PoolLoop {
         }
     }
 
-    /// Observes: EC2 first, then the rows and the demand.
-    async fn observe(&mut self) -> Result<Snapshot, PoolError> {
-        // The database's clock just before the listing: a row made after it
-        // may be of an instance the listing does not show yet.
-        let db = self.world.connected().await?;
-        let read = orca_db::pool::clock(db).await;
-        let listed = read.map_err(|e| self.world.db_error(e))?;
-        let instances = self
-            .world
-            .ec2
-            .describe(&self.owner)
-            .await
-            .map_err(|e| self.ec2_error(e))?;
+    /// Observes: EC2 first (or the last listing, see
+    /// [`Tuning::listing_reuse`]), then the rows and the demand.
+    async fn observe(&mut self) -> Result<(Snapshot, Listing), PoolError> {
+        let reusable = self.listing.take().filter(|l| {
+            l.taken.elapsed() < self.tuning.listing_reuse && self.deletion.borrow().is_none()
+        });
+        let (taken, listed, instances) = match reusable {
+            Some(l) => (l.taken, l.clock, l.instances),
+            None => {
+                // The database's clock just before the listing: a row made
+                // after it may be of an instance the listing does not show.
+                let db = self.world.connected().await?;
+                let read = orca_db::pool::clock(db).await;
+                let clock = read.map_err(|e| self.world.db_error(e))?;
+                let taken = Instant::now();
+                let instances = self
+                    .world
+                    .ec2
+                    .describe(&self.owner)
+                    .await
+                    .map_err(|e| self.ec2_error(e))?;
+                (taken, clock, instances)
+            }
+        };
         let pool = self.pool.clone();
         let count_uses = self.spec.max_uses > 0;
         let mark = self.served_mark;
         let db = self.world.connected().await?;
         let read = orca_db::pool::live_rows(db, &pool, count_uses).await;
         let live = read.map_err(|e| self.world.db_error(e))?;
+        // Present, or launched by this loop and not listed yet, without a
+        // live row: had it rows once?
+        let unlisted = self
+            .ours
+            .keys()
+            .filter(|id| !instances.iter().any(|i| &i.id == *id));
         let without: Vec<String> = instances
             .iter()
-            .filter(|i| i.state.is_present() && !live.iter().any(|r| r.instance == i.id))
-            .map(|i| i.id.clone())
+            .filter(|i| i.state.is_present())
+            .map(|i| &i.id)
+            .chain(unlisted)
+            .filter(|id| !live.iter().any(|r| &r.instance == *id))
+            .cloned()
             .collect();
         let db = self.world.connected().await?;
         let read = orca_db::pool::known(db, &without).await;
@@ -511,6 +551,11 @@ impl PoolLoop {
                 .any(|i| &i.id == id && i.state.is_present())
                 || at.elapsed() < Duration::from_secs(300)
         });
+        let listing = Listing {
+            taken,
+            clock: listed,
+            instances: instances.clone(),
+        };
         let snap = Snapshot {
             instances,
             rows: live,
@@ -521,12 +566,12 @@ impl PoolLoop {
             made_before_listing,
             hung,
         };
-        Ok(snap)
+        Ok((snap, listing))
     }
 
     /// One pass at `now` (the operator's clock, for EC2's launch times).
     pub async fn pass(&mut self, now: DateTime<Utc>) -> Result<PassReport, PoolError> {
-        let mut snap = self.observe().await?;
+        let (mut snap, listing) = self.observe().await?;
         // Read after the observation: a deletion that began meanwhile
         // launches nothing in this pass already.
         let deletion = *self.deletion.borrow();
@@ -559,6 +604,11 @@ impl PoolLoop {
         }
         let failed_ends = self.retire(&decided, &mut report).await?;
         self.launch(&decided, failed_ends, now, &mut report).await?;
+        // What this pass terminated or ended would look alive in a reused
+        // listing; what it launched is counted as the loop's own.
+        if decided.retirements.is_empty() && decided.ends.is_empty() && decided.gone.is_empty() {
+            self.listing = Some(listing);
+        }
         report.status = self.status(&report, now);
         self.deletion_announced |= report.deleting;
         if let Some(m) = &self.metrics {

@@ -16,7 +16,7 @@ use crate::crd::{Launch, WarmPoolSpec};
 
 /// Where an instance can be launched: an instance type in a subnet. An empty
 /// field means "as the launch template says".
-#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Offering {
     pub instance_type: String,
     pub subnet: String,
@@ -88,10 +88,11 @@ pub struct Snapshot {
     pub instances: Vec<Ec2Instance>,
     /// The pool's live rows.
     pub rows: Vec<PoolRow>,
-    /// Instances listed in EC2, without a live row, that had rows once.
+    /// Instances listed in EC2 (or launched by this loop and not listed
+    /// yet), without a live row, that had rows once.
     pub known: HashSet<String>,
     /// Instances this loop launched itself (so a missing row means a slow
-    /// boot, not a leak).
+    /// boot, not a leak; and one the listing does not show yet is booting).
     pub ours: HashSet<String>,
     /// Unserved `orca.pool_demand` rows of the pool.
     pub demand: i64,
@@ -316,7 +317,31 @@ pub fn plan(
         })
     };
 
-    for i in &snap.instances {
+    // What this loop launched that the listing does not show (EC2's listing
+    // lags a launch, or is older than it) is pending, launched just now:
+    // counted, it is not launched twice. Unless it had a row that ended
+    // since (its agent powered it off): the next listing tells.
+    let mut listed: HashSet<&str, FnvBuild> =
+        HashSet::with_capacity_and_hasher(snap.instances.len(), FnvBuild::default());
+    listed.extend(snap.instances.iter().map(|i| i.id.as_str()));
+    let unlisted: Vec<Ec2Instance> = snap
+        .ours
+        .iter()
+        .filter(|id| !listed.contains(id.as_str()) && !snap.known.contains(*id))
+        .map(|id| Ec2Instance {
+            id: id.clone(),
+            state: Ec2State::Pending,
+            launched: now,
+            offering: Offering::default(),
+        })
+        .collect();
+    let instances = || snap.instances.iter().chain(&unlisted);
+    let mut states: HashMap<&str, Ec2State, FnvBuild> =
+        HashMap::with_capacity_and_hasher(snap.instances.len(), FnvBuild::default());
+    for i in instances() {
+        states.insert(i.id.as_str(), i.state);
+    }
+    for i in instances() {
         if !i.state.is_present() {
             if i.state == Ec2State::ShuttingDown {
                 out.counts.terminating += 1;
@@ -382,11 +407,6 @@ pub fn plan(
     // an instance missing from the listing may still run (its tags changed
     // under it): of those, only rows with no run are ended — no more
     // hand-outs — never a busy one, whose run would be cut short.
-    let mut states: HashMap<&str, Ec2State, FnvBuild> =
-        HashMap::with_capacity_and_hasher(snap.instances.len(), FnvBuild::default());
-    for i in &snap.instances {
-        states.insert(i.id.as_str(), i.state);
-    }
     for row in snap.rows.iter().filter(|r| !r.claim) {
         let gone = match states.get(row.instance.as_str()) {
             Some(state) => !state.is_present(),

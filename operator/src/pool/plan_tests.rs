@@ -846,3 +846,33 @@ fn rows_of_instances_ec2_no_longer_runs_are_ended() {
         }
     }
 }
+
+#[test]
+fn what_this_loop_launched_and_the_listing_lacks_yet_is_booting_and_takes_room() {
+    let mut s = spec(2, 2, 3);
+    let mut sn = snap(vec![inst("i-1", 100)], vec![idle_row(1, "i-1", 5.0)]);
+    sn.ours = HashSet::from(["i-2".to_string()]);
+    let p = run(&s, &sn);
+    assert_eq!((p.launch_count(), p.counts.launching), (0, 1));
+    // Two of ours unlisted and one listed fill maxInstances.
+    sn.ours.insert("i-3".into());
+    s.idle.min = 4;
+    s.idle.max = 4;
+    let p = run(&s, &sn);
+    assert_eq!((p.launch_count(), p.room, p.short), (0, 0, 1));
+    // Once listed, an instance of ours is counted once.
+    sn.instances.push(inst("i-2", 1));
+    let p = run(&s, &sn);
+    assert_eq!((p.counts.launching, p.room), (2, 0));
+    // One the listing lacks that was handed a run is busy, not booting.
+    sn.rows.push(busy_row(3, "i-3"));
+    let p = run(&s, &sn);
+    assert_eq!((p.counts.launching, p.counts.busy, p.room), (1, 1, 0));
+    // Its run over, its row ended (the agent powered it off): neither
+    // booting nor retired until a listing shows it.
+    sn.rows.pop();
+    sn.known.insert("i-3".into());
+    let p = run(&s, &sn);
+    assert_eq!((p.counts.launching, p.counts.busy, p.room), (1, 0, 1));
+    assert!(p.retirements.is_empty(), "{p:?}");
+}

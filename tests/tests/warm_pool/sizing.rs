@@ -135,3 +135,69 @@ async fn idle_max_trims_the_longest_idle_first() {
     let trimmed = |e: &PoolEvent| e.reason == "Terminated" && e.message.contains("IdleBeyondMax");
     assert!(running.events_once(trimmed).await.iter().any(trimmed));
 }
+
+/// Plays the agent of `instance`: an idle warm row.
+async fn report_idle(db: &orca_db::Db, pool: &str, instance: &str) {
+    db.execute(
+        "insert into orca.instances (instance, pool, role, idle, polled)
+         values ($1, $2, 'warm', now(), now())",
+        &[&instance, &pool],
+    )
+    .await
+    .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hand_out_launches_without_a_new_listing_and_nothing_is_launched_twice() {
+    let (moto, url, _ec2, subnets) = warm::Stage::new().await.parts();
+    let faults = Ec2Faults::start(&moto.endpoint());
+    let pool = "relist/pool";
+    let spec = warm::spec(&faults.endpoint(), &["t3.micro"], &subnets[..1], 1, 1, 3);
+    let tuning = orca_operator::pool::Tuning {
+        listing_reuse: Duration::from_secs(3),
+        ..warm::tuning(Duration::from_secs(60))
+    };
+    warm::aws_env();
+    let mut lp = PoolLoop::new("relist", "pool", spec.clone(), &url, tuning)
+        .await
+        .unwrap();
+    let db = pg::connect(&url).await;
+    let lists = || faults.calls_of("DescribeInstances").len();
+
+    let first = lp.pass(Utc::now()).await.unwrap();
+    assert_eq!((lists(), first.launched.len()), (1, 1), "{first:?}");
+    // The agent reports idle; the listing (older than the launch) lacks
+    // the instance, the loop knows it launched it: nothing more launched.
+    report_idle(&db, pool, &first.launched[0]).await;
+    let quiet = lp.pass(Utc::now()).await.unwrap();
+    assert_eq!((lists(), quiet.launched.len()), (1, 0), "{quiet:?}");
+    // A hand-out takes it: its replacement without waiting for a listing.
+    let mut sched = pg::connect(&url).await;
+    hand_out(&mut sched, &request(pool, 1, ""), Duration::from_secs(3))
+        .await
+        .unwrap()
+        .expect("the idle instance handed out");
+    let refill = lp.pass(Utc::now()).await.unwrap();
+    assert_eq!((lists(), refill.launched.len()), (1, 1), "{refill:?}");
+    assert_eq!(refill.status.busy, 1, "{:?}", refill.status);
+
+    // A termination: the next pass lists afresh.
+    report_idle(&db, pool, &refill.launched[0]).await;
+    lp.set_spec(warm::spec(
+        &faults.endpoint(),
+        &["t3.micro"],
+        &subnets[..1],
+        0,
+        0,
+        3,
+    ))
+    .await;
+    let trim = lp.pass(Utc::now()).await.unwrap();
+    assert_eq!(trim.terminated, refill.launched, "{trim:?}");
+    lp.pass(Utc::now()).await.unwrap();
+    assert_eq!(lists(), 2, "a pass after a termination lists EC2");
+    // And a listing older than `listing_reuse` is not reused.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    lp.pass(Utc::now()).await.unwrap();
+    assert_eq!(lists(), 3, "a listing past listing_reuse is taken afresh");
+}
