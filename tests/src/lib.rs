@@ -8,6 +8,7 @@
 
 pub mod bins;
 pub mod cluster;
+pub mod counting;
 pub mod ec2_faults;
 pub mod eventually;
 pub mod local;

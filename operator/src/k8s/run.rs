@@ -7,22 +7,17 @@
 
 use std::{net::SocketAddr, sync::Arc, time::Duration};
 
-use futures::{future, StreamExt};
-use k8s_openapi::api::{batch::v1::Job, core::v1::Pod};
-use kube::{
-    runtime::{watcher, Controller},
-    Api, Client,
-};
+use futures::future;
+use kube::Client;
 use prometheus_client::registry::Registry;
 use tracing::{info, warn};
 
 use super::{
     leader::{self, Election, Fence},
-    scheduler::{error_policy, reconcile, Context},
+    scheduler::{self, Context},
     server::{self, Readiness},
-    Metrics, LABEL_SCHEDULER, MANAGER,
+    Metrics, MANAGER,
 };
-use crate::crd::Scheduler;
 use crate::k8s::warmpool::{self, PoolControllerConfig};
 use crate::pool::{PoolMetrics, Tuning};
 
@@ -125,33 +120,9 @@ async fn controllers(
     let pool_runs = scopes
         .iter()
         .map(|ns| warmpool::run(client.clone(), ns.clone(), pools.clone()));
-    let runs = scopes.iter().map(|ns| {
-        let api = |c: &Client| match &ns {
-            Some(ns) => (
-                Api::<Scheduler>::namespaced(c.clone(), ns),
-                Api::<Pod>::namespaced(c.clone(), ns),
-                Api::<Job>::namespaced(c.clone(), ns),
-            ),
-            None => (
-                Api::all(c.clone()),
-                Api::all(c.clone()),
-                Api::all(c.clone()),
-            ),
-        };
-        let (schedulers, pods, jobs) = api(&client);
-        let ours = watcher::Config::default().labels(LABEL_SCHEDULER);
-        Controller::new(schedulers, watcher::Config::default())
-            .owns(pods, ours.clone())
-            .owns(jobs, ours)
-            .run(reconcile, error_policy, ctx.clone())
-            .for_each(|result| async move {
-                match result {
-                    Ok((object, _)) => tracing::debug!(scheduler = %object.name, "reconciled"),
-                    // error_policy said it already: one line per failure.
-                    Err(e) => tracing::debug!("scheduler controller: {e}"),
-                }
-            })
-    });
+    let runs = scopes
+        .iter()
+        .map(|ns| scheduler::run(client.clone(), ns.clone(), ctx.clone()));
     future::join(future::join_all(runs), future::join_all(pool_runs)).await;
     anyhow::bail!("the controllers' watches ended")
 }

@@ -10,8 +10,6 @@
 
 use std::{
     collections::BTreeMap,
-    sync::{Arc, Mutex},
-    task::{Context, Poll},
     time::{Duration, Instant},
 };
 
@@ -28,7 +26,13 @@ use orca_operator::{
     pool::{Ownership, Tuning},
 };
 use orca_tests::{
-    cluster::ControlPlane, ec2_faults::Ec2Faults, moto::Moto, pg, release::Release, warm,
+    cluster::ControlPlane,
+    counting::{per_minute, Requests},
+    ec2_faults::Ec2Faults,
+    moto::Moto,
+    pg,
+    release::Release,
+    warm,
 };
 
 fn row(line: &str, value: String, target: &str) {
@@ -37,55 +41,6 @@ fn row(line: &str, value: String, target: &str) {
 
 fn ms(d: Duration) -> String {
     format!("{:.2} ms", d.as_secs_f64() * 1000.0)
-}
-
-/// Every request a client sent, as `METHOD path?query`.
-#[derive(Clone, Default)]
-struct Requests(Arc<Mutex<Vec<String>>>);
-
-impl Requests {
-    fn take(&self) -> Vec<String> {
-        std::mem::take(&mut self.0.lock().unwrap_or_else(|p| p.into_inner()))
-    }
-}
-
-impl<S> tower::Layer<S> for Requests {
-    type Service = Counted<S>;
-    fn layer(&self, inner: S) -> Counted<S> {
-        Counted {
-            inner,
-            seen: self.clone(),
-        }
-    }
-}
-
-#[derive(Clone)]
-struct Counted<S> {
-    inner: S,
-    seen: Requests,
-}
-
-impl<S, B> tower::Service<http::Request<B>> for Counted<S>
-where
-    S: tower::Service<http::Request<B>>,
-{
-    type Response = S::Response;
-    type Error = S::Error;
-    type Future = S::Future;
-
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
-        self.inner.poll_ready(cx)
-    }
-
-    fn call(&mut self, req: http::Request<B>) -> Self::Future {
-        let line = format!("{} {}", req.method(), req.uri());
-        self.seen
-            .0
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .push(line);
-        self.inner.call(req)
-    }
 }
 
 /// A namespace with the CRDs installed (the chart), the Secret `orca-db`
@@ -325,15 +280,9 @@ async fn bench_steady_state(cp: &'static ControlPlane, moto: &Moto) {
         count(&ec2_calls),
         "a few Describe calls, nothing else",
     );
-    let mut api: BTreeMap<String, usize> = BTreeMap::new();
-    for r in requests.iter().filter(|r| !r.contains("watch=true")) {
-        let (method, rest) = r.split_once(' ').unwrap_or((r, ""));
-        let path = rest.split('?').next().unwrap_or(rest);
-        *api.entry(format!("{method} {path}")).or_default() += 1;
-    }
     row(
         "Kubernetes mode: API requests per steady-state minute, idle pool of 100 (watches apart)",
-        count(&api),
+        per_minute(&requests, 1),
         "none",
     );
 }

@@ -2,7 +2,9 @@
 //! in order, through the Kubernetes API (pods, Jobs) or the database
 //! (`ask_drain`). Every action is idempotent: a pod or Job already there,
 //! or already gone, is done. Each checks the Lease's fence just before it
-//! goes out: a replica that may no longer lead does nothing.
+//! goes out: a replica that may no longer lead does nothing. Each write
+//! done is an expectation the watches' stores must meet before a later
+//! pass reads them (see [`super::watched`]).
 
 use std::time::Duration;
 
@@ -14,7 +16,7 @@ use kube::{
 use orca_db::{schedulers, Db, DbError};
 use tracing::info;
 
-use super::{jobs, pods, Context};
+use super::{jobs, pods, watched::Expect, Context};
 use crate::crd::Scheduler;
 use crate::fence::Fenced;
 use crate::rollout::{Action, Decision};
@@ -106,6 +108,8 @@ pub(super) async fn act(
                         source,
                     },
                 )?;
+                ctx.watched
+                    .expect(ns, &name, Expect::PodCreated(pod.clone()));
             }
             Action::DeletePod { name: pod } => {
                 fence(format!("deleting pod {pod}"))?;
@@ -116,6 +120,8 @@ pub(super) async fn act(
                         source,
                     }
                 })?;
+                ctx.watched
+                    .expect(ns, &name, Expect::PodDeleted(pod.clone()));
             }
             Action::AskDrain { instance } => {
                 let db = db.ok_or_else(|| ActError::NoDatabase {
@@ -152,6 +158,8 @@ pub(super) async fn act(
                         source,
                     },
                 )?;
+                ctx.watched
+                    .expect(ns, &name, Expect::JobCreated(job.clone()));
             }
             Action::DeleteJob { name: job } => {
                 fence(format!("deleting Job {job}"))?;
@@ -162,6 +170,8 @@ pub(super) async fn act(
                         source,
                     }
                 })?;
+                ctx.watched
+                    .expect(ns, &name, Expect::JobDeleted(job.clone()));
             }
         }
     }

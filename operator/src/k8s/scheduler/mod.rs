@@ -11,25 +11,30 @@ pub mod jobs;
 pub mod memory;
 pub mod pods;
 pub mod refusal;
+pub mod watched;
 
 use std::{sync::Arc, time::Duration};
 
+use futures::StreamExt;
 use k8s_openapi::api::{batch::v1::Job, core::v1::Pod, core::v1::Secret};
 use kube::{
     api::ListParams,
+    core::PartialObjectMeta,
     runtime::{
         controller::Action as Requeue,
         events::{Event as KubeEvent, EventType, Recorder, Reporter},
+        reflector::{self, ObjectRef},
+        watcher, Controller, WatchStreamExt,
     },
     Api, Client, Resource, ResourceExt,
 };
-use orca_db::Db;
+use orca_db::{DatabaseUrl, Db};
 use tracing::{info, warn, Instrument};
 
 use self::act::{act, ActError};
 use super::status::{event_action, write_status, StatusWriteError};
 use super::{database, metrics::Metrics, LABEL_SCHEDULER, MANAGER};
-use crate::crd::{Scheduler, SchedulerStatus};
+use crate::crd::{Scheduler, SchedulerStatus, SecretKeyRef};
 use crate::fence::{Fence, Fenced};
 use crate::rollout::{self, decide, Decision, Observed};
 
@@ -44,6 +49,9 @@ pub struct Context {
     pub(super) fence: Fence,
     backoff: refusal::Backoff,
     memory: memory::StatusMemory,
+    /// The stores of the controller's watches, and what this replica's
+    /// writes make them owe (see [`watched`]).
+    pub watched: watched::Watched,
 }
 
 impl Context {
@@ -63,6 +71,7 @@ impl Context {
             fence,
             backoff: refusal::Backoff::default(),
             memory: memory::StatusMemory::default(),
+            watched: watched::Watched::default(),
         }
     }
 }
@@ -119,6 +128,74 @@ impl ReconcileError {
     }
 }
 
+/// Runs the Scheduler controller over `scope` (a namespace; `None`: all)
+/// until its watches end: the Schedulers, and — each pass reading them from
+/// the watches' stores (see [`watched`]) — their pods and Jobs by label and
+/// the Secrets' metadata (no data kept), which tells a pass when to read its
+/// Secret again and triggers the Schedulers naming a Secret that changed.
+pub async fn run(client: Client, scope: Option<String>, ctx: Arc<Context>) {
+    let (schedulers, pods, jobs, secrets) = match &scope {
+        Some(ns) => (
+            Api::<Scheduler>::namespaced(client.clone(), ns),
+            Api::<Pod>::namespaced(client.clone(), ns),
+            Api::<Job>::namespaced(client.clone(), ns),
+            Api::<PartialObjectMeta<Secret>>::namespaced(client.clone(), ns),
+        ),
+        None => (
+            Api::all(client.clone()),
+            Api::all(client.clone()),
+            Api::all(client.clone()),
+            Api::all(client.clone()),
+        ),
+    };
+    let ours = watcher::Config::default().labels(LABEL_SCHEDULER);
+    let (pod_store, writer) = reflector::store::<Pod>();
+    let pods = reflector::reflector(writer, watcher(pods, ours.clone()))
+        .default_backoff()
+        .touched_objects();
+    let (job_store, writer) = reflector::store::<Job>();
+    let jobs = reflector::reflector(writer, watcher(jobs, ours))
+        .default_backoff()
+        .touched_objects();
+    let (secret_store, writer) = reflector::store::<PartialObjectMeta<Secret>>();
+    let secrets = reflector::reflector(writer, watcher(secrets, watcher::Config::default()))
+        .default_backoff()
+        .touched_objects();
+    ctx.watched.register(
+        scope,
+        watched::Stores {
+            pods: pod_store,
+            jobs: job_store,
+            secrets: secret_store,
+        },
+    );
+    let controller = Controller::new(schedulers, watcher::Config::default());
+    let named = controller.store();
+    controller
+        .owns_stream(pods)
+        .owns_stream(jobs)
+        .watches_stream(secrets, move |m: PartialObjectMeta<Secret>| {
+            let ns = m.namespace();
+            named
+                .state()
+                .iter()
+                .filter(|s| {
+                    s.namespace() == ns && s.spec.database.url_secret_ref.name == m.name_any()
+                })
+                .map(|s| ObjectRef::from_obj(&**s))
+                .collect::<Vec<_>>()
+        })
+        .run(reconcile, error_policy, ctx)
+        .for_each(|result| async move {
+            match result {
+                Ok((object, _)) => tracing::debug!(scheduler = %object.name, "reconciled"),
+                // error_policy said it already: one line per failure.
+                Err(e) => tracing::debug!("scheduler controller: {e}"),
+            }
+        })
+        .await;
+}
+
 /// Where a Scheduler is; namespaced, so it always has one.
 fn namespace_of(s: &Scheduler) -> String {
     s.namespace().unwrap_or_else(|| "default".into())
@@ -147,6 +224,7 @@ async fn pass(
             // Its pods and Jobs go with it (owner references).
             ctx.connections.forget(&ns, &name);
             ctx.memory.forget(&ns, &name);
+            ctx.watched.forget(&ns, &name);
             return Ok(Requeue::await_change());
         }
         let (observed, db) = observe(&scheduler, &ctx, &ns).await?;
@@ -246,29 +324,14 @@ async fn observe(
 ) -> Result<(Observed, Option<Arc<Db>>), ObserveError> {
     ctx.fence.check()?;
     let name = scheduler.name_any();
-    let mine = ListParams::default().labels(&format!(
-        "{LABEL_SCHEDULER}={}",
-        rollout::scheduler_label(&name)
-    ));
-    let pods = Api::<Pod>::namespaced(ctx.client.clone(), ns)
-        .list(&mine)
-        .await
-        .map_err(|source| ObserveError::Pods {
-            scheduler: name.clone(),
-            source,
-        })?;
-    let jobs = Api::<Job>::namespaced(ctx.client.clone(), ns)
-        .list(&mine)
-        .await
-        .map_err(|source| ObserveError::Jobs {
-            scheduler: name.clone(),
-            source,
-        })?;
+    let (pods, jobs) = match ctx.watched.owned(ns, &name).await {
+        Some(owned) => owned,
+        None => list_owned(ctx, ns, &name).await?,
+    };
     let spec = &scheduler.spec;
     let mut db = None;
     let mut db_now = None;
-    let secrets = Api::<Secret>::namespaced(ctx.client.clone(), ns);
-    let instances = match database::read_url(&secrets, ns, &spec.database.url_secret_ref).await? {
+    let instances = match database_url(ctx, ns, &name, &spec.database.url_secret_ref).await? {
         Err(problem) => Err(problem),
         Ok((text, url)) => match ctx.connections.get(ns, &name, &text, &url).await {
             Err(e) => Err(rollout::db_problem(&e)),
@@ -304,8 +367,8 @@ async fn observe(
             scheduler.metadata.resource_version.as_deref(),
             &scheduler.status.clone().unwrap_or_default(),
         ),
-        pods: pods.items.iter().filter_map(pods::pod_view).collect(),
-        jobs: jobs.items.iter().filter_map(jobs::job_view).collect(),
+        pods: pods.iter().filter_map(pods::pod_view).collect(),
+        jobs: jobs.iter().filter_map(jobs::job_view).collect(),
         instances,
         now: chrono::Utc::now(),
         clock_offset: chrono::TimeDelta::zero(),
@@ -315,6 +378,67 @@ async fn observe(
         None => observed,
     };
     Ok((observed, db))
+}
+
+/// The pods and Jobs of Scheduler `name`, listed from the API (by its
+/// label), when the watches' stores cannot be believed.
+async fn list_owned(
+    ctx: &Context,
+    ns: &str,
+    name: &str,
+) -> Result<(Vec<Pod>, Vec<Job>), ObserveError> {
+    let mine = ListParams::default().labels(&format!(
+        "{LABEL_SCHEDULER}={}",
+        rollout::scheduler_label(name)
+    ));
+    let pods = Api::<Pod>::namespaced(ctx.client.clone(), ns)
+        .list(&mine)
+        .await
+        .map_err(|source| ObserveError::Pods {
+            scheduler: name.to_string(),
+            source,
+        })?;
+    let jobs = Api::<Job>::namespaced(ctx.client.clone(), ns)
+        .list(&mine)
+        .await
+        .map_err(|source| ObserveError::Jobs {
+            scheduler: name.to_string(),
+            source,
+        })?;
+    Ok((pods.items, jobs.items))
+}
+
+/// The database URL in Scheduler `name`'s Secret: read again only when the
+/// watch of Secrets shows its `resourceVersion` moved (or without the
+/// watch, or when the watch holds no such Secret — it may lag a new one).
+async fn database_url(
+    ctx: &Context,
+    ns: &str,
+    name: &str,
+    secret_ref: &SecretKeyRef,
+) -> Result<Result<(String, DatabaseUrl), rollout::Problem>, database::SecretError> {
+    let secrets = Api::<Secret>::namespaced(ctx.client.clone(), ns);
+    let Some(Some(version)) = ctx.watched.secret_version(ns, &secret_ref.name).await else {
+        return database::read_url(&secrets, ns, secret_ref).await;
+    };
+    if let Some(known) = ctx
+        .watched
+        .url(ns, name, &secret_ref.name, &secret_ref.key, &version)
+    {
+        return Ok(known.read);
+    }
+    let read = database::read_url(&secrets, ns, secret_ref).await?;
+    ctx.watched.remember_url(
+        ns,
+        name,
+        watched::ReadUrl {
+            secret: secret_ref.name.clone(),
+            key: secret_ref.key.clone(),
+            version,
+            read: read.clone(),
+        },
+    );
+    Ok(read)
 }
 
 /// An Event per step, on the Scheduler. An Event that can't be posted is

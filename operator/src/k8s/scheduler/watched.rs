@@ -1,0 +1,329 @@
+//! What a Scheduler's pass reads from the controller's watches rather than
+//! from the API: its pods and Jobs (the stores of the watches that trigger
+//! it), and whether its Secret changed (a watch of Secrets' metadata, so
+//! the Secret is read again only when its `resourceVersion` moved). In the
+//! steady state a pass makes no API request.
+//!
+//! A store can lag this replica's own writes: a pass that follows the one
+//! that created a pod may start before the watch brings the pod back, and
+//! would create it again (or, with a new sequence, another one). So each
+//! create and delete is recorded as an *expectation* of the Scheduler; a
+//! pass reads the stores only once they show every expectation met — the
+//! object there, or gone (or going) — waiting briefly for that, and lists
+//! from the API if they do not. Without the stores (a pass called on its
+//! own, in tests, or a watch that cannot list), it lists from the API.
+
+use std::{
+    collections::HashMap,
+    sync::{
+        atomic::{AtomicBool, Ordering},
+        Mutex, MutexGuard,
+    },
+    time::{Duration, Instant},
+};
+
+use k8s_openapi::api::{batch::v1::Job, core::v1::Pod, core::v1::Secret};
+use kube::{
+    core::PartialObjectMeta,
+    runtime::reflector::{ObjectRef, Store},
+    ResourceExt,
+};
+
+use crate::k8s::LABEL_SCHEDULER;
+use crate::rollout;
+
+/// How long a pass waits for the stores to show its Scheduler's last
+/// writes before it lists from the API instead.
+const EXPECTATION_WAIT: Duration = Duration::from_secs(2);
+
+/// The stores of one scope's watches (a namespace, or all).
+#[derive(Clone)]
+pub struct Stores {
+    pub pods: Store<Pod>,
+    pub jobs: Store<Job>,
+    pub secrets: Store<PartialObjectMeta<Secret>>,
+}
+
+/// A write the stores must show before a pass may believe them.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Expect {
+    PodCreated(String),
+    PodDeleted(String),
+    JobCreated(String),
+    JobDeleted(String),
+}
+
+/// The database URL as last read from a Secret, at its `resourceVersion`.
+#[derive(Clone)]
+pub struct ReadUrl {
+    pub secret: String,
+    pub key: String,
+    pub version: String,
+    pub read: Result<(String, orca_db::DatabaseUrl), rollout::Problem>,
+}
+
+#[derive(Default)]
+pub struct Watched {
+    scopes: Mutex<Vec<(Option<String>, Stores)>>,
+    expected: Mutex<HashMap<(String, String), Vec<Expect>>>,
+    urls: Mutex<HashMap<(String, String), ReadUrl>>,
+    /// Whether a pass waited for the watches to list, and whether it said
+    /// that they had not.
+    waited: AtomicBool,
+    warned: AtomicBool,
+}
+
+fn locked<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    // A panic while holding these locks leaves a map still whole.
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+fn key(ns: &str, name: &str) -> (String, String) {
+    (ns.to_string(), name.to_string())
+}
+
+impl Watched {
+    /// The watches of `scope` (a namespace; `None`: all) keep `stores`.
+    pub fn register(&self, scope: Option<String>, stores: Stores) {
+        locked(&self.scopes).push((scope, stores));
+    }
+
+    /// The stores covering `ns` once they have listed, waiting a few
+    /// seconds for that the first time; `None` without them.
+    pub async fn ready(&self, ns: &str) -> Option<Stores> {
+        let stores = locked(&self.scopes)
+            .iter()
+            .find(|(scope, _)| scope.as_deref().is_none_or(|s| s == ns))
+            .map(|(_, s)| s.clone())?;
+        let ready = async {
+            let _ = stores.pods.wait_until_ready().await;
+            let _ = stores.jobs.wait_until_ready().await;
+            let _ = stores.secrets.wait_until_ready().await;
+        };
+        let wait = if self.waited.swap(true, Ordering::Relaxed) {
+            Duration::ZERO
+        } else {
+            Duration::from_secs(5)
+        };
+        match tokio::time::timeout(wait, ready).await {
+            Ok(()) => Some(stores),
+            Err(_) => {
+                if !self.warned.swap(true, Ordering::Relaxed) {
+                    tracing::warn!(
+                        "the watches of pods, Jobs and Secrets have not listed yet; \
+                         the Scheduler controller lists from the API until they have \
+                         (check the operator's RBAC: list and watch on pods, jobs and \
+                         secrets)"
+                    );
+                }
+                None
+            }
+        }
+    }
+
+    /// A pass of Scheduler `ns/name` made `write`.
+    pub fn expect(&self, ns: &str, name: &str, write: Expect) {
+        locked(&self.expected)
+            .entry(key(ns, name))
+            .or_default()
+            .push(write);
+    }
+
+    /// The pods and Jobs of Scheduler `ns/name` from the stores, once they
+    /// show its writes (waiting up to [`EXPECTATION_WAIT`]); `None` if they
+    /// do not by then, or there are no stores: list from the API.
+    pub async fn owned(&self, ns: &str, name: &str) -> Option<(Vec<Pod>, Vec<Job>)> {
+        let stores = self.ready(ns).await?;
+        let expected = locked(&self.expected)
+            .get(&key(ns, name))
+            .cloned()
+            .unwrap_or_default();
+        let deadline = Instant::now() + EXPECTATION_WAIT;
+        while !expected.iter().all(|e| met(&stores, ns, e)) {
+            if Instant::now() >= deadline {
+                tracing::debug!(scheduler = %name, namespace = %ns, ?expected,
+                    "the watches do not show this replica's writes yet; listing");
+                locked(&self.expected).remove(&key(ns, name));
+                return None;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        // Met: a later pass needs them no more (the stores never go back).
+        if !expected.is_empty() {
+            let mut all = locked(&self.expected);
+            if let Some(left) = all.get_mut(&key(ns, name)) {
+                left.retain(|e| !expected.contains(e));
+                if left.is_empty() {
+                    all.remove(&key(ns, name));
+                }
+            }
+        }
+        let label = rollout::scheduler_label(name);
+        let ours = |labels: &std::collections::BTreeMap<String, String>| {
+            labels.get(LABEL_SCHEDULER) == Some(&label)
+        };
+        let pods = stores
+            .pods
+            .state()
+            .iter()
+            .filter(|p| p.namespace().as_deref() == Some(ns) && ours(p.labels()))
+            .map(|p| (**p).clone())
+            .collect();
+        let jobs = stores
+            .jobs
+            .state()
+            .iter()
+            .filter(|j| j.namespace().as_deref() == Some(ns) && ours(j.labels()))
+            .map(|j| (**j).clone())
+            .collect();
+        Some((pods, jobs))
+    }
+
+    /// The `resourceVersion` of Secret `ns/secret` as its watch has it:
+    /// `Some(None)` when the watch has listed and holds no such Secret,
+    /// `None` without a ready watch.
+    pub async fn secret_version(&self, ns: &str, secret: &str) -> Option<Option<String>> {
+        let stores = self.ready(ns).await?;
+        let meta = stores.secrets.get(&ObjectRef::new(secret).within(ns));
+        Some(meta.map(|m| m.resource_version().unwrap_or_default()))
+    }
+
+    /// The URL Scheduler `ns/name` last read, if from `secret`'s `key` at
+    /// `version`.
+    pub fn url(
+        &self,
+        ns: &str,
+        name: &str,
+        secret: &str,
+        key_: &str,
+        version: &str,
+    ) -> Option<ReadUrl> {
+        locked(&self.urls)
+            .get(&key(ns, name))
+            .filter(|u| u.secret == secret && u.key == key_ && u.version == version)
+            .cloned()
+    }
+
+    pub fn remember_url(&self, ns: &str, name: &str, read: ReadUrl) {
+        locked(&self.urls).insert(key(ns, name), read);
+    }
+
+    /// Scheduler `ns/name` is gone: nothing of it is kept.
+    pub fn forget(&self, ns: &str, name: &str) {
+        locked(&self.expected).remove(&key(ns, name));
+        locked(&self.urls).remove(&key(ns, name));
+    }
+}
+
+fn met(stores: &Stores, ns: &str, e: &Expect) -> bool {
+    let pod = |n: &str| stores.pods.get(&ObjectRef::new(n).within(ns));
+    let job = |n: &str| stores.jobs.get(&ObjectRef::new(n).within(ns));
+    match e {
+        Expect::PodCreated(n) => pod(n).is_some(),
+        Expect::JobCreated(n) => job(n).is_some(),
+        Expect::PodDeleted(n) => pod(n).is_none_or(|p| p.metadata.deletion_timestamp.is_some()),
+        Expect::JobDeleted(n) => job(n).is_none_or(|j| j.metadata.deletion_timestamp.is_some()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
+    use kube::runtime::{reflector, watcher::Event};
+
+    fn pod(name: &str, scheduler: &str) -> Pod {
+        Pod {
+            metadata: ObjectMeta {
+                name: Some(name.into()),
+                namespace: Some("ns".into()),
+                labels: Some(
+                    [(
+                        LABEL_SCHEDULER.to_string(),
+                        rollout::scheduler_label(scheduler),
+                    )]
+                    .into(),
+                ),
+                ..Default::default()
+            },
+            ..Default::default()
+        }
+    }
+
+    /// Watched stores over `pods` (listed), no Jobs, no Secrets; the pods'
+    /// writer, to play the watch.
+    fn watched(pods: Vec<Pod>) -> (Watched, reflector::store::Writer<Pod>) {
+        let (pod_store, mut pod_writer) = reflector::store::<Pod>();
+        let (jobs, mut job_writer) = reflector::store::<Job>();
+        let (secrets, mut secret_writer) = reflector::store::<PartialObjectMeta<Secret>>();
+        pod_writer.apply_watcher_event(&Event::Init);
+        for p in pods {
+            pod_writer.apply_watcher_event(&Event::InitApply(p));
+        }
+        pod_writer.apply_watcher_event(&Event::InitDone);
+        job_writer.apply_watcher_event(&Event::Init);
+        job_writer.apply_watcher_event(&Event::InitDone);
+        secret_writer.apply_watcher_event(&Event::Init);
+        secret_writer.apply_watcher_event(&Event::InitDone);
+        let w = Watched::default();
+        w.register(
+            Some("ns".into()),
+            Stores {
+                pods: pod_store,
+                jobs,
+                secrets,
+            },
+        );
+        (w, pod_writer)
+    }
+
+    fn names(owned: &Option<(Vec<Pod>, Vec<Job>)>) -> Option<Vec<String>> {
+        owned
+            .as_ref()
+            .map(|(pods, _)| pods.iter().map(|p| p.name_any()).collect())
+    }
+
+    #[tokio::test]
+    async fn a_pass_reads_only_its_schedulers_pods_from_the_store() {
+        let (w, _writer) = watched(vec![pod("a-1", "a"), pod("b-1", "b")]);
+        assert_eq!(names(&w.owned("ns", "a").await), Some(vec!["a-1".into()]));
+        // No stores for another namespace: list from the API.
+        assert_eq!(names(&w.owned("other", "a").await), None);
+    }
+
+    #[tokio::test]
+    async fn a_store_that_lags_a_create_is_waited_for_not_believed() {
+        let (w, mut writer) = watched(vec![pod("a-1", "a")]);
+        w.expect("ns", "a", Expect::PodCreated("a-2".into()));
+        let late = pod("a-2", "a");
+        let watch = async move {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            writer.apply_watcher_event(&Event::Apply(late));
+            writer
+        };
+        let (owned, _writer) = tokio::join!(w.owned("ns", "a"), watch);
+        let mut got = names(&owned).expect("the store, once it shows the pod");
+        got.sort();
+        assert_eq!(got, ["a-1", "a-2"]);
+        // Met once, it holds no later pass up.
+        assert!(locked(&w.expected).is_empty());
+    }
+
+    #[tokio::test]
+    async fn a_store_that_never_shows_a_write_is_listed_past() {
+        let (w, _writer) = watched(vec![pod("a-1", "a")]);
+        w.expect("ns", "a", Expect::PodCreated("a-2".into()));
+        assert_eq!(names(&w.owned("ns", "a").await), None);
+        // The list was believed instead: the next pass uses the store.
+        assert_eq!(names(&w.owned("ns", "a").await), Some(vec!["a-1".into()]));
+    }
+
+    #[tokio::test]
+    async fn a_deleted_pod_still_in_the_store_is_met_once_it_is_going() {
+        let mut going = pod("a-1", "a");
+        going.metadata.deletion_timestamp = Some(Time(k8s_openapi::jiff::Timestamp::now()));
+        let (w, _writer) = watched(vec![going]);
+        w.expect("ns", "a", Expect::PodDeleted("a-1".into()));
+        assert!(w.owned("ns", "a").await.is_some());
+    }
+}
