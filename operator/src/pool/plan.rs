@@ -531,5 +531,5 @@ fn plan_deletion(
 }
 
 #[cfg(test)]
-#[path = "plan_tests.rs"]
+#[path = "plan_tests/mod.rs"]
 pub(super) mod tests;

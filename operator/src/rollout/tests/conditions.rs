@@ -1,0 +1,139 @@
+//! The status conditions: stable while unchanged, Degraded said once.
+
+use super::*;
+
+/// v1 registered and leading, at 10 s.
+fn v1_settled() -> Observed {
+    let v1 = pod("v1", 1, 0, PodState::Running);
+    observed(
+        spec("v1"),
+        vec![v1.clone()],
+        vec![job("v1", JobState::Succeeded { at: at(5) })],
+        vec![row(1, &v1, "leading")],
+        10,
+    )
+}
+
+#[test]
+fn conditions_keep_their_transition_time_while_unchanged() {
+    let mut o = v1_settled();
+    let first = decide(&o);
+    o.status = first.status.clone();
+    o.now = at(50);
+    let second = decide(&o);
+    let since = |d: &Decision| {
+        d.status
+            .conditions
+            .iter()
+            .find(|c| c.type_ == "Available")
+            .map(|c| c.last_transition_time.clone())
+    };
+    assert_eq!(since(&first), since(&second));
+}
+
+/// Each pass measures the offset to the database clock anew; a steady
+/// Scheduler must still come out with the very same status, or every pass
+/// would write it again.
+#[test]
+fn a_steady_status_does_not_move_with_the_clock_offset() {
+    let pass = |status: SchedulerStatus, offset_ms: i64| {
+        let mut o = v1_settled();
+        o.status = status;
+        let local = o.now;
+        o = o.on_database_clock(local + chrono::TimeDelta::milliseconds(offset_ms));
+        decide(&o).status
+    };
+    let first = pass(SchedulerStatus::default(), 3);
+    let second = pass(first.clone(), -4);
+    assert_eq!(first, second);
+    assert_eq!(
+        first.revisions[0].since.as_deref(),
+        Some("2027-01-15T08:00:00.000Z"),
+        "a revision shows its pod's own creation time"
+    );
+}
+
+/// A `Degraded` reason that has no step of its own to say it is posted as a
+/// Warning when the condition turns True with it — once, not every pass.
+#[test]
+fn a_condition_turning_degraded_is_said_once_as_a_warning() {
+    let v1 = pod("v1", 1, 0, PodState::Running);
+    let v2 = pod("v2", 2, 100, PodState::Running);
+    let v1_leads = row(1, &v1, "leading");
+    let v2_late = pod("v2", 3, 3000, PodState::Running);
+    let cases: Vec<(&str, Observed)> = vec![
+        (
+            "LeadTimeout",
+            observed(
+                spec("v2"),
+                vec![v1.clone(), v2.clone()],
+                vec![],
+                vec![draining(v1_leads.clone(), 105), row(2, &v2, "waiting")],
+                136,
+            ),
+        ),
+        (
+            "ProgressDeadlineExceeded",
+            with_status(
+                observed(
+                    spec("v2"),
+                    vec![v1.clone(), v2_late.clone()],
+                    vec![job("v2", JobState::Succeeded { at: at(3010) })],
+                    vec![
+                        draining(v1_leads.clone(), 3650),
+                        row(2, &v2_late, "leading"),
+                    ],
+                    3701,
+                ),
+                |s| {
+                    s.target_revision = Some(rev("v2"));
+                    s.rollout_started = Some(rfc3339(at(100)));
+                },
+            ),
+        ),
+        (
+            "ErrImagePull",
+            observed(
+                spec("v2"),
+                vec![
+                    v1.clone(),
+                    PodView {
+                        state: PodState::Pending,
+                        waiting: Some(Waiting {
+                            reason: "ErrImagePull".into(),
+                            message: "manifest for v2 not found".into(),
+                        }),
+                        ..v2.clone()
+                    },
+                ],
+                vec![],
+                vec![v1_leads.clone()],
+                105,
+            ),
+        ),
+        (
+            "DatabaseShared",
+            observed(spec("v1"), vec![], vec![], vec![foreign(1, "leading")], 0),
+        ),
+    ];
+    for (reason, mut o) in cases {
+        let first = decide(&o);
+        assert_eq!(degraded_reason(&first).as_deref(), Some(reason));
+        assert_eq!(
+            warnings(&first, reason),
+            1,
+            "{reason}: said when it turns True: {:?}",
+            first.events
+        );
+        o.status = first.status;
+        o.now += chrono::TimeDelta::seconds(1);
+        let second = decide(&o);
+        assert_eq!(degraded_reason(&second).as_deref(), Some(reason));
+        assert_eq!(
+            warnings(&second, reason),
+            0,
+            "{reason}: said once: {:?}",
+            second.events
+        );
+    }
+}

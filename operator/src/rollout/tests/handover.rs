@@ -1,0 +1,314 @@
+//! An overlapping handover: join, drain, lead, register, the old pod goes.
+
+use super::*;
+
+/// Overlap on, v1 → v2, step by step; and the stop-the-world of exit 75.
+pub(super) fn handover_cases() -> Vec<Case> {
+    let v1 = pod("v1", 1, 0, PodState::Running);
+    let v2 = pod("v2", 2, 100, PodState::Running);
+    let v1_leads = row(1, &v1, "leading");
+    let v2_joined = row(2, &v2, "waiting");
+    let v2_leads = row(2, &v2, "leading");
+
+    vec![
+        Case {
+            name: "a new image starts a pod beside the leader",
+            observed: observed(
+                spec("v2"),
+                vec![v1.clone()],
+                vec![job("v1", JobState::Succeeded { at: at(20) })],
+                vec![v1_leads.clone()],
+                100,
+            ),
+            actions: vec![
+                create("v2", 2),
+                Action::DeleteJob {
+                    name: job_name("orca", &rev("v1")),
+                },
+            ],
+            phase: Phase::Starting,
+            degraded: None,
+        },
+        Case {
+            name: "the new pod has not joined yet: nobody is asked to drain",
+            observed: observed(
+                spec("v2"),
+                vec![v1.clone(), v2.clone()],
+                vec![],
+                vec![v1_leads.clone()],
+                120,
+            ),
+            actions: vec![],
+            phase: Phase::HandingOver,
+            degraded: None,
+        },
+        Case {
+            name: "the new instance joined: the old is asked to drain",
+            observed: observed(
+                spec("v2"),
+                vec![v1.clone(), v2.clone()],
+                vec![],
+                vec![v1_leads.clone(), v2_joined.clone()],
+                105,
+            ),
+            actions: vec![Action::AskDrain { instance: 1 }],
+            phase: Phase::HandingOver,
+            degraded: None,
+        },
+        Case {
+            name: "drain asked, the new one does not lead yet",
+            observed: observed(
+                spec("v2"),
+                vec![v1.clone(), v2.clone()],
+                vec![],
+                vec![draining(v1_leads.clone(), 105), v2_joined.clone()],
+                110,
+            ),
+            actions: vec![],
+            phase: Phase::HandingOver,
+            degraded: None,
+        },
+        Case {
+            name: "lead time-out is degraded, and it keeps waiting",
+            observed: observed(
+                spec("v2"),
+                vec![v1.clone(), v2.clone()],
+                vec![],
+                vec![draining(v1_leads.clone(), 105), v2_joined.clone()],
+                136,
+            ),
+            actions: vec![],
+            phase: Phase::Degraded,
+            degraded: Some("LeadTimeout"),
+        },
+        Case {
+            name: "a role that says leading without the lock in pg_locks is not a lead",
+            observed: observed(
+                spec("v2"),
+                vec![v1.clone(), v2.clone()],
+                vec![],
+                vec![
+                    draining(v1_leads.clone(), 105),
+                    InstanceView {
+                        holds_lock: false,
+                        ..v2_leads.clone()
+                    },
+                ],
+                110,
+            ),
+            actions: vec![],
+            phase: Phase::HandingOver,
+            degraded: None,
+        },
+        Case {
+            name: "the new one leads: register, only now",
+            observed: observed(
+                spec("v2"),
+                vec![v1.clone(), v2.clone()],
+                vec![],
+                vec![draining(v1_leads.clone(), 105), v2_leads.clone()],
+                110,
+            ),
+            actions: vec![register("v2")],
+            phase: Phase::Registering,
+            degraded: None,
+        },
+        Case {
+            name: "registered; the old drains its runs",
+            observed: observed(
+                spec("v2"),
+                vec![v1.clone(), v2.clone()],
+                vec![job("v2", JobState::Succeeded { at: at(112) })],
+                vec![draining(v1_leads.clone(), 105), v2_leads.clone()],
+                120,
+            ),
+            actions: vec![],
+            phase: Phase::Draining,
+            degraded: None,
+        },
+        Case {
+            name: "the old row ended and its pod exited: the pod is deleted",
+            observed: observed(
+                spec("v2"),
+                vec![pod("v1", 1, 0, exited(0, 130)), v2.clone()],
+                vec![job("v2", JobState::Succeeded { at: at(112) })],
+                vec![ended(v1_leads.clone(), 129), v2_leads.clone()],
+                131,
+            ),
+            actions: vec![delete(&v1)],
+            phase: Phase::Draining,
+            degraded: None,
+        },
+        Case {
+            name: "the old row ended, its pod still exiting: wait",
+            observed: observed(
+                spec("v2"),
+                vec![v1.clone(), v2.clone()],
+                vec![job("v2", JobState::Succeeded { at: at(112) })],
+                vec![ended(v1_leads.clone(), 129), v2_leads.clone()],
+                140,
+            ),
+            actions: vec![],
+            phase: Phase::Draining,
+            degraded: None,
+        },
+        Case {
+            name: "the old row ended long ago, the pod lingers: deleted",
+            observed: observed(
+                spec("v2"),
+                vec![v1.clone(), v2.clone()],
+                vec![job("v2", JobState::Succeeded { at: at(112) })],
+                vec![ended(v1_leads.clone(), 129), v2_leads.clone()],
+                170,
+            ),
+            actions: vec![delete(&v1)],
+            phase: Phase::Draining,
+            degraded: None,
+        },
+        Case {
+            name: "drain time-out deletes the old pod",
+            observed: observed(
+                spec("v2"),
+                vec![v1.clone(), v2.clone()],
+                vec![job("v2", JobState::Succeeded { at: at(112) })],
+                vec![draining(v1_leads.clone(), 105), v2_leads.clone()],
+                706,
+            ),
+            actions: vec![delete(&v1)],
+            phase: Phase::Ready,
+            degraded: None,
+        },
+        Case {
+            name: "an old pod that exited while its row is live (a crash) is deleted",
+            observed: observed(
+                spec("v2"),
+                vec![pod("v1", 1, 0, exited(137, 108)), v2.clone()],
+                vec![job("v2", JobState::Succeeded { at: at(112) })],
+                vec![draining(v1_leads.clone(), 105), v2_leads.clone()],
+                110,
+            ),
+            actions: vec![delete(&v1)],
+            phase: Phase::Draining,
+            degraded: None,
+        },
+        Case {
+            name: "exit 75: stop-the-world asks the old to drain first",
+            observed: observed(
+                spec("v2"),
+                vec![v1.clone(), pod("v2", 2, 100, exited(75, 101))],
+                vec![],
+                vec![v1_leads.clone()],
+                102,
+            ),
+            actions: vec![Action::AskDrain { instance: 1 }],
+            phase: Phase::HandingOver,
+            degraded: None,
+        },
+        Case {
+            name: "exit 75: the new waits while the old still has a live row",
+            observed: observed(
+                spec("v2"),
+                vec![v1.clone(), pod("v2", 2, 100, exited(75, 101))],
+                vec![],
+                vec![draining(v1_leads.clone(), 102)],
+                110,
+            ),
+            actions: vec![],
+            phase: Phase::HandingOver,
+            degraded: None,
+        },
+        Case {
+            name: "exit 75: the old row ended, the new starts again",
+            observed: observed(
+                spec("v2"),
+                vec![
+                    pod("v1", 1, 0, exited(0, 120)),
+                    pod("v2", 2, 100, exited(75, 101)),
+                ],
+                vec![],
+                vec![ended(v1_leads.clone(), 119)],
+                121,
+            ),
+            actions: vec![delete(&v2), create("v2", 3), delete(&v1)],
+            phase: Phase::HandingOver,
+            degraded: None,
+        },
+    ]
+}
+
+#[test]
+fn a_handover_records_each_step_and_says_so() {
+    let v1 = pod("v1", 1, 0, PodState::Running);
+    let v2 = pod("v2", 2, 100, PodState::Running);
+    let v1_leads = row(1, &v1, "leading");
+    let mut o = observed(
+        spec("v2"),
+        vec![v1.clone()],
+        vec![],
+        vec![v1_leads.clone()],
+        100,
+    );
+    type Step<'a> = (Vec<PodView>, Vec<JobView>, Vec<InstanceView>, i64, &'a str);
+    let steps: Vec<Step> = vec![
+        (
+            vec![v1.clone()],
+            vec![],
+            vec![v1_leads.clone()],
+            100,
+            "HandoverStarted",
+        ),
+        (
+            vec![v1.clone(), v2.clone()],
+            vec![],
+            vec![v1_leads.clone(), row(2, &v2, "waiting")],
+            102,
+            "Joined",
+        ),
+        (
+            vec![v1.clone(), v2.clone()],
+            vec![],
+            vec![draining(v1_leads.clone(), 102), row(2, &v2, "leading")],
+            104,
+            "Leading",
+        ),
+        (
+            vec![v1.clone(), v2.clone()],
+            vec![job("v2", JobState::Succeeded { at: at(106) })],
+            vec![draining(v1_leads.clone(), 102), row(2, &v2, "leading")],
+            107,
+            "Registered",
+        ),
+        (
+            vec![v2.clone()],
+            vec![job("v2", JobState::Succeeded { at: at(106) })],
+            vec![ended(v1_leads.clone(), 120), row(2, &v2, "leading")],
+            125,
+            "HandoverComplete",
+        ),
+    ];
+    for (pods, jobs, rows, now, reason) in steps {
+        o.pods = pods;
+        o.jobs = jobs;
+        o.instances = Ok(rows);
+        o.now = at(now);
+        let d = decide(&o);
+        assert!(
+            d.events.iter().any(|e| e.reason == reason),
+            "{reason} expected at {now}, got {:?}",
+            d.events
+        );
+        o.status = d.status;
+    }
+    let h = o.status.last_handover.expect("a handover is recorded");
+    assert_eq!((h.from.as_str(), h.to.as_str()), ("v1", "v2"));
+    assert!(
+        h.started.is_some()
+            && h.joined.is_some()
+            && h.led.is_some()
+            && h.registered.is_some()
+            && h.drained.is_some(),
+        "{h:?}"
+    );
+    assert_eq!(o.status.phase, Phase::Ready);
+    assert_eq!(o.status.leader.map(|l| l.instance), Some(2));
+}

@@ -1,0 +1,277 @@
+//! `decide` as a table: a snapshot in, the actions, phase and reason out.
+
+use chrono::{TimeZone, Utc};
+
+use super::*;
+use crate::crd::{
+    Database, Handover, Phase, Register, SchedulerSpec, SchedulerStatus, SecretKeyRef,
+};
+
+mod conditions;
+mod database;
+mod deadlines;
+mod handover;
+mod names;
+mod recreate;
+mod registration;
+mod restarts;
+mod start;
+mod supersede;
+
+fn at(s: i64) -> Time {
+    Utc.timestamp_opt(1_800_000_000 + s, 0).unwrap()
+}
+
+fn spec(image: &str) -> SchedulerSpec {
+    SchedulerSpec {
+        image: image.into(),
+        command: vec!["orca-sim".into(), "scheduler".into()],
+        args: vec![],
+        env: vec![],
+        resources: None,
+        database: Database {
+            url_secret_ref: SecretKeyRef {
+                name: "orca-db".into(),
+                key: "url".into(),
+            },
+        },
+        overlap: true,
+        register: Some(Register {
+            command: vec!["orca".into(), "register".into()],
+            args: vec![],
+            timeout_seconds: 600,
+        }),
+        handover: Handover {
+            join_timeout_seconds: 60,
+            lead_timeout_seconds: 30,
+            drain_timeout_seconds: 600,
+            progress_deadline_seconds: 3600,
+            stale_seconds: 10,
+            settle_seconds: 10,
+        },
+        pod_template: None,
+        paused: false,
+    }
+}
+
+fn rev(image: &str) -> String {
+    revision_of(&spec(image))
+}
+
+fn pod(image: &str, seq: u32, created: i64, state: PodState) -> PodView {
+    pod_of(&spec(image), seq, created, state)
+}
+
+/// A pod of the revision of `spec`, created at `created`; its container's
+/// start is not known (the creation time stands for it).
+fn pod_of(spec: &SchedulerSpec, seq: u32, created: i64, state: PodState) -> PodView {
+    let revision = revision_of(spec);
+    PodView {
+        name: pod_name("orca", &revision, seq),
+        revision,
+        sequence: seq,
+        image: spec.image.clone(),
+        created: at(created),
+        started: None,
+        state,
+        waiting: None,
+        deleting: false,
+    }
+}
+
+fn exited(code: i32, finished: i64) -> PodState {
+    PodState::Exited {
+        code,
+        message: if code == 75 {
+            "a live instance knows 3 migrations, below floor 4".into()
+        } else {
+            String::new()
+        },
+        finished: at(finished),
+    }
+}
+
+/// An instance row of pod `p`.
+fn row(id: i64, p: &PodView, role: &str) -> InstanceView {
+    InstanceView {
+        id,
+        host: p.name.clone(),
+        image: p.image.clone(),
+        role: role.into(),
+        live: true,
+        ended: None,
+        holds_lock: role == "leading",
+        joined: at(p.created.timestamp() - 1_800_000_000 + 2),
+        led: (role == "leading").then(|| at(p.created.timestamp() - 1_800_000_000 + 3)),
+        drain_asked: None,
+        runs: 0,
+    }
+}
+
+fn draining(mut r: InstanceView, asked: i64) -> InstanceView {
+    r.role = "draining".into();
+    r.holds_lock = false;
+    r.drain_asked = Some(at(asked));
+    r
+}
+
+fn ended(mut r: InstanceView, when: i64) -> InstanceView {
+    r = draining(r, when - 5);
+    r.live = false;
+    r.ended = Some(at(when));
+    r
+}
+
+fn job(image: &str, state: JobState) -> JobView {
+    JobView {
+        name: job_name("orca", &rev(image)),
+        revision: rev(image),
+        register: spec(image).register.as_ref().map(register_hash),
+        created: at(0),
+        state,
+    }
+}
+
+fn observed(
+    spec: SchedulerSpec,
+    pods: Vec<PodView>,
+    jobs: Vec<JobView>,
+    rows: Vec<InstanceView>,
+    now: i64,
+) -> Observed {
+    let last = pods.iter().map(|p| p.sequence).max().unwrap_or(0) as i64;
+    Observed {
+        name: "orca".into(),
+        generation: Some(1),
+        spec,
+        status: SchedulerStatus {
+            last_sequence: last,
+            ..Default::default()
+        },
+        pods,
+        jobs,
+        instances: Ok(rows),
+        now: at(now),
+        clock_offset: chrono::TimeDelta::zero(),
+    }
+}
+
+fn create(image: &str, seq: u32) -> Action {
+    Action::CreatePod {
+        name: pod_name("orca", &rev(image), seq),
+        revision: rev(image),
+        sequence: seq,
+        image: image.into(),
+    }
+}
+
+fn delete(p: &PodView) -> Action {
+    Action::DeletePod {
+        name: p.name.clone(),
+    }
+}
+
+fn register(image: &str) -> Action {
+    Action::CreateRegisterJob {
+        name: job_name("orca", &rev(image)),
+        revision: rev(image),
+        image: image.into(),
+    }
+}
+
+fn degraded_reason(d: &Decision) -> Option<String> {
+    d.status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == "Degraded" && c.status == "True")
+        .map(|c| c.reason.clone())
+}
+
+fn condition(d: &Decision, type_: &str) -> Option<(String, String)> {
+    d.status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == type_)
+        .map(|c| (c.status.clone(), c.reason.clone()))
+}
+
+fn warnings(d: &Decision, reason: &str) -> usize {
+    d.events
+        .iter()
+        .filter(|e| e.reason == reason && e.warning)
+        .count()
+}
+
+/// `o` with its status changed by `f`.
+fn with_status(mut o: Observed, f: impl FnOnce(&mut SchedulerStatus)) -> Observed {
+    f(&mut o.status);
+    o
+}
+
+fn rfc3339(t: Time) -> String {
+    t.to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
+}
+
+/// A live instance of Scheduler `other` on this Scheduler's database.
+fn foreign(id: i64, role: &str) -> InstanceView {
+    InstanceView {
+        id,
+        host: pod_name("other", &rev("v1"), 1),
+        image: "v1".into(),
+        role: role.into(),
+        live: true,
+        ended: None,
+        holds_lock: role == "leading",
+        joined: at(0),
+        led: None,
+        drain_asked: None,
+        runs: 0,
+    }
+}
+
+struct Case {
+    name: &'static str,
+    observed: Observed,
+    actions: Vec<Action>,
+    phase: Phase,
+    degraded: Option<&'static str>,
+}
+
+/// Every case of every phase, as one table.
+fn cases() -> Vec<Case> {
+    start::first_start_cases()
+        .into_iter()
+        .chain(handover::handover_cases())
+        .chain(supersede::supersede_cases())
+        .chain(recreate::overlap_off_cases())
+        .chain(restarts::died_cases())
+        .chain(restarts::restart_cases())
+        .chain(database::stale_cases())
+        .chain(database::shared_database_cases())
+        .chain(deadlines::deadline_cases())
+        .chain(registration::register_cases())
+        .collect()
+}
+
+/// Every case is run, and every case that does not hold is named.
+#[test]
+fn decide_table() {
+    let all = cases();
+    assert!(all.len() >= 30, "the table keeps at least 30 cases");
+    let mut wrong = Vec::new();
+    for case in all {
+        let d = decide(&case.observed);
+        let reason = degraded_reason(&d);
+        let got = (d.actions, d.status.phase, reason);
+        let want = (case.actions, case.phase, case.degraded.map(String::from));
+        if got != want {
+            wrong.push(format!("{}:\n  want {want:?}\n  got  {got:?}", case.name));
+        }
+    }
+    assert!(
+        wrong.is_empty(),
+        "{} case(s):\n{}",
+        wrong.len(),
+        wrong.join("\n")
+    );
+}

@@ -1,0 +1,267 @@
+//! Overlap off: the old pod goes first; the new one is up once settled.
+
+use super::*;
+
+/// Overlap off, v1 → v2, step by step.
+pub(super) fn overlap_off_cases() -> Vec<Case> {
+    let v1 = pod("v1", 1, 0, PodState::Running);
+    let mut overlap_off = spec("v2");
+    overlap_off.overlap = false;
+    let mut deleting_v1 = v1.clone();
+    deleting_v1.deleting = true;
+    // With overlap off, v2's pod (created at 102, once v1's was gone) has
+    // no row: it is up once it has run settleSeconds (10).
+    let v2_off = pod_of(&overlap_off, 2, 102, PodState::Running);
+    let rev_off = revision_of(&overlap_off);
+    let job_off = |state| JobView {
+        name: job_name("orca", &rev_off),
+        revision: rev_off.clone(),
+        register: overlap_off.register.as_ref().map(register_hash),
+        created: at(112),
+        state,
+    };
+    let register_off = Action::CreateRegisterJob {
+        name: job_name("orca", &rev_off),
+        revision: rev_off.clone(),
+        image: "v2".into(),
+    };
+    let mut settle_zero = overlap_off.clone();
+    settle_zero.handover.settle_seconds = 0;
+
+    vec![
+        Case {
+            name: "overlap off: the old pod goes first",
+            observed: observed(overlap_off.clone(), vec![v1.clone()], vec![], vec![], 100),
+            actions: vec![delete(&v1)],
+            phase: Phase::Starting,
+            degraded: None,
+        },
+        Case {
+            name: "overlap off: wait until the old pod is gone",
+            observed: observed(overlap_off.clone(), vec![deleting_v1.clone()], vec![], vec![], 101),
+            actions: vec![],
+            phase: Phase::Starting,
+            degraded: None,
+        },
+        Case {
+            name: "overlap off: then the new one starts",
+            observed: {
+                let mut o = observed(overlap_off.clone(), vec![], vec![], vec![], 102);
+                o.status.last_sequence = 1;
+                o
+            },
+            actions: vec![Action::CreatePod {
+                name: pod_name("orca", &revision_of(&overlap_off), 2),
+                revision: revision_of(&overlap_off),
+                sequence: 2,
+                image: "v2".into(),
+            }],
+            phase: Phase::Starting,
+            degraded: None,
+        },
+        Case {
+            name: "overlap off: the old pod still runs while deleted: the new pod is not created",
+            observed: observed(overlap_off.clone(), vec![deleting_v1.clone()], vec![], vec![], 300),
+            actions: vec![],
+            phase: Phase::Starting,
+            degraded: None,
+        },
+        Case {
+            name: "overlap off: before settleSeconds the new pod is not up, and no register job",
+            observed: observed(overlap_off.clone(), vec![v2_off.clone()], vec![], vec![], 111),
+            actions: vec![],
+            phase: Phase::Starting,
+            degraded: None,
+        },
+        Case {
+            name: "overlap off: settled, it is up and the register job follows",
+            observed: observed(overlap_off.clone(), vec![v2_off.clone()], vec![], vec![], 112),
+            actions: vec![register_off.clone()],
+            phase: Phase::Registering,
+            degraded: None,
+        },
+        Case {
+            name: "overlap off: settled and registered is ready",
+            observed: observed(overlap_off.clone(), vec![v2_off.clone()], vec![job_off(JobState::Succeeded { at: at(114) })], vec![], 115),
+            actions: vec![],
+            phase: Phase::Ready,
+            degraded: None,
+        },
+        Case {
+            name: "overlap off: no row past the join time-out is no JoinTimeout",
+            observed: observed(overlap_off.clone(), vec![v2_off.clone()], vec![job_off(JobState::Succeeded { at: at(114) })], vec![], 500),
+            actions: vec![],
+            phase: Phase::Ready,
+            degraded: None,
+        },
+        Case {
+            name: "overlap off: without a register step, settled is ready",
+            observed: observed(
+                SchedulerSpec { register: None, ..overlap_off.clone() },
+                vec![v2_off.clone()],
+                vec![],
+                vec![],
+                112,
+            ),
+            actions: vec![],
+            phase: Phase::Ready,
+            degraded: None,
+        },
+        Case {
+            name: "overlap off: settling counts from the container's start, not the pod's creation",
+            observed: observed(overlap_off.clone(), vec![PodView { started: Some(at(110)), ..v2_off.clone() }], vec![], vec![], 115),
+            actions: vec![],
+            phase: Phase::Starting,
+            degraded: None,
+        },
+        Case {
+            name: "overlap off: a pod still pending is never up",
+            observed: observed(overlap_off.clone(), vec![PodView { state: PodState::Pending, ..v2_off.clone() }], vec![], vec![], 300),
+            actions: vec![],
+            phase: Phase::Starting,
+            degraded: None,
+        },
+        Case {
+            name: "overlap off: settleSeconds 0 is up as soon as it runs",
+            observed: observed(settle_zero, vec![v2_off.clone()], vec![], vec![], 102),
+            actions: vec![register_off.clone()],
+            phase: Phase::Registering,
+            degraded: None,
+        },
+        Case {
+            name: "overlap off: the new pod died: recreated after its back-off, never a stop-the-world",
+            observed: observed(overlap_off.clone(), vec![PodView { state: exited(75, 105), ..v2_off.clone() }], vec![], vec![], 116),
+            actions: vec![
+                delete(&v2_off),
+                Action::CreatePod {
+                    name: pod_name("orca", &rev_off, 3),
+                    revision: rev_off.clone(),
+                    sequence: 3,
+                    image: "v2".into(),
+                },
+            ],
+            phase: Phase::Starting,
+            degraded: None,
+        },
+    ]
+}
+
+/// Overlap off, v1 → v2: the old pod goes, then the new one starts; it
+/// writes no row, and is up (leads, registers, `Available`) once it has run
+/// settleSeconds.
+#[test]
+fn overlap_off_recreates_then_settles_and_registers() {
+    let mut off = spec("v2");
+    off.overlap = false;
+    let v1 = pod("v1", 1, 0, PodState::Running);
+    let mut o = observed(off.clone(), vec![v1.clone()], vec![], vec![], 100);
+
+    let d = decide(&o);
+    assert_eq!(d.actions, vec![delete(&v1)], "the old pod goes first");
+    o.status = d.status;
+
+    // Deleted, still running (draining its runs): nothing new starts.
+    o.pods = vec![PodView {
+        deleting: true,
+        ..v1.clone()
+    }];
+    o.now = at(101);
+    let d = decide(&o);
+    assert_eq!(d.actions, vec![], "no new pod while the old one runs");
+    o.status = d.status;
+
+    // Gone: the new pod.
+    o.pods = vec![];
+    o.now = at(102);
+    let d = decide(&o);
+    let Some(Action::CreatePod { name, .. }) = d.actions.first().cloned() else {
+        panic!(
+            "the new pod is created once the old is gone: {:?}",
+            d.actions
+        )
+    };
+    o.status = d.status;
+
+    // Its container started at 104 (after an image pull, say).
+    let v2 = PodView {
+        started: Some(at(104)),
+        ..pod_of(&off, 2, 102, PodState::Running)
+    };
+    assert_eq!(v2.name, name);
+    o.pods = vec![v2.clone()];
+    o.now = at(113);
+    let d = decide(&o);
+    assert_eq!(d.actions, vec![], "9s since the start: not settled");
+    assert_ne!(d.status.phase, Phase::Ready);
+    assert_eq!(
+        condition(&d, "Available"),
+        Some(("False".into(), "NoLeader".into()))
+    );
+    assert_eq!(degraded_reason(&d), None);
+    o.status = d.status;
+
+    o.now = at(114);
+    let d = decide(&o);
+    let job = job_name("orca", &revision_of(&off));
+    assert_eq!(
+        d.actions,
+        vec![Action::CreateRegisterJob {
+            name: job.clone(),
+            revision: revision_of(&off),
+            image: "v2".into(),
+        }]
+    );
+    assert!(
+        d.events.iter().any(|e| e.reason == "Running"),
+        "{:?}",
+        d.events
+    );
+    assert_eq!(
+        condition(&d, "Available"),
+        Some(("True".into(), "Running".into()))
+    );
+    let leader = d.status.leader.clone().expect("the settled pod leads");
+    assert_eq!(
+        (leader.instance, leader.pod.as_str(), leader.image.as_str()),
+        (0, v2.name.as_str(), "v2")
+    );
+    assert_eq!(d.status.current_image.as_deref(), Some("v2"));
+    o.status = d.status;
+
+    o.jobs = vec![JobView {
+        name: job,
+        revision: revision_of(&off),
+        register: off.register.as_ref().map(register_hash),
+        created: at(114),
+        state: JobState::Succeeded { at: at(116) },
+    }];
+    o.now = at(117);
+    let d = decide(&o);
+    assert_eq!(d.actions, vec![]);
+    assert_eq!(d.status.phase, Phase::Ready);
+    assert!(
+        !d.events.iter().any(|e| e.reason == "Running"),
+        "said once: {:?}",
+        d.events
+    );
+    assert_eq!(
+        condition(&d, "Available"),
+        Some(("True".into(), "Running".into()))
+    );
+    assert_eq!(
+        condition(&d, "Progressing"),
+        Some(("False".into(), "Settled".into()))
+    );
+
+    // Steady: the same status pass after pass, whatever the clock offset.
+    let pass = |status: SchedulerStatus, offset_ms: i64| {
+        let mut again = o.clone();
+        again.status = status;
+        let local = again.now;
+        again = again.on_database_clock(local + chrono::TimeDelta::milliseconds(offset_ms));
+        decide(&again).status
+    };
+    let first = pass(d.status.clone(), 3);
+    assert_eq!(pass(first.clone(), -4), first);
+    assert_eq!(first.phase, Phase::Ready);
+}

@@ -1,0 +1,373 @@
+//! The register Job: retried with a back-off, each failure said once, awaited by a handover.
+
+use super::*;
+
+/// A register Job of attempt `attempt` for `image`, running `register`.
+fn register_job(image: &str, attempt: u32, register: &Register, state: JobState) -> JobView {
+    JobView {
+        name: register_job_name("orca", &rev(image), attempt),
+        revision: rev(image),
+        register: Some(register_hash(register)),
+        created: at(10),
+        state,
+    }
+}
+
+fn register_attempt_action(image: &str, attempt: u32) -> Action {
+    Action::CreateRegisterJob {
+        name: register_job_name("orca", &rev(image), attempt),
+        revision: rev(image),
+        image: image.into(),
+    }
+}
+
+fn failed(at_: i64) -> JobState {
+    JobState::Failed {
+        message: "BackoffLimitExceeded: Job has reached the specified backoff limit".into(),
+        at: at(at_),
+    }
+}
+
+/// A failed register Job is retried as a new Job, with a back-off; a new
+/// register step registers again.
+pub(super) fn register_cases() -> Vec<Case> {
+    let v1 = pod("v1", 1, 0, PodState::Running);
+    let v1_leads = row(1, &v1, "leading");
+    let reg = spec("v1").register.unwrap_or_else(|| unreachable!());
+    let mut again = spec("v1");
+    if let Some(r) = again.register.as_mut() {
+        r.args = vec!["--again".into()];
+    }
+    let mut legacy = job("v1", JobState::Succeeded { at: at(20) });
+    legacy.register = None;
+    let fourth_failed = |now: i64| {
+        with_status(
+            observed(
+                spec("v1"),
+                vec![v1.clone()],
+                vec![
+                    register_job("v1", 3, &reg, failed(10)),
+                    register_job("v1", 4, &reg, failed(100)),
+                ],
+                vec![v1_leads.clone()],
+                now,
+            ),
+            |s| {
+                s.register = Some(crate::crd::RegisterStatus {
+                    revision: rev("v1"),
+                    hash: register_hash(&reg),
+                    attempts: 4,
+                    failures: 4,
+                    failed_job: Some(register_job_name("orca", &rev("v1"), 4)),
+                })
+            },
+        )
+    };
+    vec![
+        Case {
+            name: "a failed register job is retried as a new job after its back-off",
+            observed: observed(
+                spec("v1"),
+                vec![v1.clone()],
+                vec![job("v1", failed(20))],
+                vec![v1_leads.clone()],
+                31,
+            ),
+            actions: vec![register_attempt_action("v1", 2)],
+            phase: Phase::Degraded,
+            degraded: Some("RegisterFailed"),
+        },
+        Case {
+            name: "a failed register job: not before its back-off",
+            observed: observed(
+                spec("v1"),
+                vec![v1.clone()],
+                vec![job("v1", failed(20))],
+                vec![v1_leads.clone()],
+                29,
+            ),
+            actions: vec![],
+            phase: Phase::Degraded,
+            degraded: Some("RegisterFailed"),
+        },
+        Case {
+            name: "the fourth failure in a row waits 80 s",
+            observed: fourth_failed(179),
+            actions: vec![],
+            phase: Phase::Degraded,
+            degraded: Some("RegisterFailed"),
+        },
+        Case {
+            name: "after 80 s the fifth attempt",
+            observed: fourth_failed(181),
+            actions: vec![register_attempt_action("v1", 5)],
+            phase: Phase::Degraded,
+            degraded: Some("RegisterFailed"),
+        },
+        Case {
+            name: "while the fifth runs, the third goes: the last two attempts are kept",
+            observed: {
+                let mut o = fourth_failed(185);
+                o.jobs.push(register_job("v1", 5, &reg, JobState::Running));
+                o
+            },
+            actions: vec![Action::DeleteJob {
+                name: register_job_name("orca", &rev("v1"), 3),
+            }],
+            phase: Phase::Degraded,
+            degraded: Some("RegisterFailed"),
+        },
+        Case {
+            name: "a retry that runs is still Degraded: the last attempt failed",
+            observed: with_status(
+                observed(
+                    spec("v1"),
+                    vec![v1.clone()],
+                    vec![
+                        job("v1", failed(20)),
+                        register_job("v1", 2, &reg, JobState::Running),
+                    ],
+                    vec![v1_leads.clone()],
+                    35,
+                ),
+                |s| {
+                    s.register = Some(crate::crd::RegisterStatus {
+                        revision: rev("v1"),
+                        hash: register_hash(&reg),
+                        attempts: 2,
+                        failures: 1,
+                        failed_job: Some(job_name("orca", &rev("v1"))),
+                    })
+                },
+            ),
+            actions: vec![],
+            phase: Phase::Degraded,
+            degraded: Some("RegisterFailed"),
+        },
+        Case {
+            name: "a retry that succeeded is ready",
+            observed: observed(
+                spec("v1"),
+                vec![v1.clone()],
+                vec![
+                    job("v1", failed(20)),
+                    register_job("v1", 2, &reg, JobState::Succeeded { at: at(40) }),
+                ],
+                vec![v1_leads.clone()],
+                45,
+            ),
+            actions: vec![],
+            phase: Phase::Ready,
+            degraded: None,
+        },
+        Case {
+            name: "a changed register step registers again, as a new job",
+            observed: observed(
+                again.clone(),
+                vec![PodView { ..v1.clone() }],
+                vec![job("v1", JobState::Succeeded { at: at(20) })],
+                vec![v1_leads.clone()],
+                500,
+            ),
+            actions: vec![
+                Action::DeleteJob {
+                    name: job_name("orca", &rev("v1")),
+                },
+                register_attempt_action("v1", 2),
+            ],
+            phase: Phase::Registering,
+            degraded: None,
+        },
+        Case {
+            name: "a job from before register hashes counts as the current step",
+            observed: observed(
+                spec("v1"),
+                vec![v1.clone()],
+                vec![legacy],
+                vec![v1_leads.clone()],
+                500,
+            ),
+            actions: vec![],
+            phase: Phase::Ready,
+            degraded: None,
+        },
+    ]
+}
+
+/// Each failed register Job is said once (a Warning and the condition),
+/// and counted in the status; the retries are new Jobs.
+#[test]
+fn each_register_failure_is_said_once_and_counted() {
+    let v1 = pod("v1", 1, 0, PodState::Running);
+    let reg = spec("v1").register.unwrap_or_else(|| unreachable!());
+    let mut o = observed(
+        spec("v1"),
+        vec![v1.clone()],
+        vec![job("v1", failed(20))],
+        vec![row(1, &v1, "leading")],
+        25,
+    );
+    let d = decide(&o);
+    assert_eq!(warnings(&d, "RegisterFailed"), 1, "{:?}", d.events);
+    assert_eq!(d.actions, vec![], "10 s of back-off first");
+    assert!(
+        d.requeue <= std::time::Duration::from_secs(5),
+        "{:?}",
+        d.requeue
+    );
+    let r = d.status.register.clone().expect("the register status");
+    assert_eq!((r.failures, r.attempts), (1, 1), "{r:?}");
+    o.status = d.status;
+
+    o.now = at(27);
+    let d = decide(&o);
+    assert_eq!(
+        warnings(&d, "RegisterFailed"),
+        0,
+        "said once: {:?}",
+        d.events
+    );
+    assert_eq!(degraded_reason(&d).as_deref(), Some("RegisterFailed"));
+    o.status = d.status;
+
+    o.now = at(30);
+    let d = decide(&o);
+    assert_eq!(d.actions, vec![register_attempt_action("v1", 2)]);
+    assert_eq!(warnings(&d, "RegisterFailed"), 0, "{:?}", d.events);
+    assert_eq!(d.status.register.as_ref().map(|r| r.attempts), Some(2));
+    o.status = d.status;
+
+    // The second attempt fails too: said again; 20 s of back-off now.
+    o.jobs.push(register_job("v1", 2, &reg, failed(40)));
+    o.now = at(41);
+    let d = decide(&o);
+    assert_eq!(warnings(&d, "RegisterFailed"), 1, "{:?}", d.events);
+    assert_eq!(d.actions, vec![]);
+    assert_eq!(d.status.register.as_ref().map(|r| r.failures), Some(2));
+    o.status = d.status;
+    o.now = at(60);
+    let d = decide(&o);
+    assert_eq!(d.actions, vec![register_attempt_action("v1", 3)]);
+    o.status = d.status;
+
+    // The third succeeds: ready, the failures forgotten.
+    o.jobs.push(register_job(
+        "v1",
+        3,
+        &reg,
+        JobState::Succeeded { at: at(70) },
+    ));
+    o.now = at(71);
+    let d = decide(&o);
+    assert_eq!(d.status.phase, Phase::Ready);
+    assert_eq!(degraded_reason(&d), None);
+    assert_eq!(d.status.register.as_ref().map(|r| r.failures), Some(0));
+    assert_eq!(
+        d.actions,
+        vec![Action::DeleteJob {
+            name: job_name("orca", &rev("v1"))
+        }],
+        "only the last two attempts are kept"
+    );
+}
+
+/// `HandoverComplete` waits for the registration: a failed register Job is
+/// no complete handover.
+#[test]
+fn a_handover_completes_only_once_registered() {
+    let v1 = pod("v1", 1, 0, PodState::Running);
+    let v2 = pod("v2", 2, 100, PodState::Running);
+    let v1_leads = row(1, &v1, "leading");
+    let reg = spec("v2").register.unwrap_or_else(|| unreachable!());
+    let mut o = observed(
+        spec("v2"),
+        vec![v1.clone()],
+        vec![],
+        vec![v1_leads.clone()],
+        100,
+    );
+    let d = decide(&o);
+    o.status = d.status;
+    o.pods = vec![v1.clone(), v2.clone()];
+    o.instances = Ok(vec![
+        draining(v1_leads.clone(), 102),
+        row(2, &v2, "leading"),
+    ]);
+    o.now = at(104);
+    let d = decide(&o);
+    assert_eq!(d.actions, vec![register("v2")]);
+    o.status = d.status;
+
+    // The register Job failed; v1 has ended and its pod is gone.
+    o.pods = vec![v2.clone()];
+    o.jobs = vec![job("v2", failed(110))];
+    o.instances = Ok(vec![ended(v1_leads.clone(), 112), row(2, &v2, "leading")]);
+    for now in [115, 118] {
+        o.now = at(now);
+        let d = decide(&o);
+        assert!(
+            !d.events.iter().any(|e| e.reason == "HandoverComplete"),
+            "at {now}: {:?}",
+            d.events
+        );
+        assert_eq!(degraded_reason(&d).as_deref(), Some("RegisterFailed"));
+        o.status = d.status;
+    }
+    assert_eq!(
+        o.status
+            .last_handover
+            .as_ref()
+            .and_then(|h| h.drained.clone()),
+        None
+    );
+
+    o.now = at(121);
+    let d = decide(&o);
+    assert_eq!(d.actions, vec![register_attempt_action("v2", 2)]);
+    o.status = d.status;
+    o.jobs.push(register_job(
+        "v2",
+        2,
+        &reg,
+        JobState::Succeeded { at: at(125) },
+    ));
+    o.now = at(126);
+    let d = decide(&o);
+    let reasons: Vec<&str> = d.events.iter().map(|e| e.reason.as_str()).collect();
+    assert!(
+        reasons.contains(&"Registered") && reasons.contains(&"HandoverComplete"),
+        "{reasons:?}"
+    );
+    assert_eq!(d.status.phase, Phase::Ready);
+}
+
+/// Deleting the last failed register Job runs the next attempt at once; the
+/// failure before it, already said, is not said again.
+#[test]
+fn deleting_the_failed_register_job_runs_the_next_at_once() {
+    let v1 = pod("v1", 1, 0, PodState::Running);
+    let reg = spec("v1").register.unwrap_or_else(|| unreachable!());
+    let o = with_status(
+        observed(
+            spec("v1"),
+            vec![v1.clone()],
+            // Attempt 2 failed at 40 and was deleted; attempt 1 is left.
+            vec![job("v1", failed(20))],
+            vec![row(1, &v1, "leading")],
+            45,
+        ),
+        |s| {
+            s.register = Some(crate::crd::RegisterStatus {
+                revision: rev("v1"),
+                hash: register_hash(&reg),
+                attempts: 2,
+                failures: 2,
+                failed_job: Some(register_job_name("orca", &rev("v1"), 2)),
+            })
+        },
+    );
+    let d = decide(&o);
+    assert_eq!(d.actions, vec![register_attempt_action("v1", 3)]);
+    assert_eq!(warnings(&d, "RegisterFailed"), 0, "{:?}", d.events);
+    assert_eq!(d.status.register.as_ref().map(|r| r.failures), Some(2));
+}

@@ -1,0 +1,172 @@
+//! The Deployment, its ServiceAccount, and the metrics Service and ServiceMonitor.
+
+use super::*;
+
+fn strings(items: &[&str]) -> Vec<String> {
+    items.iter().map(|s| s.to_string()).collect()
+}
+
+#[test]
+fn the_deployment_runs_two_locked_down_replicas_with_leader_election() {
+    let docs = render(&[]);
+    let deploy = deployment(&docs);
+    assert_eq!(at(deploy, &["spec", "replicas"]), Some(&Value::from(2)));
+    assert_eq!(
+        args(&docs),
+        strings(&[
+            "--log-json",
+            "run",
+            "--namespace",
+            RELEASE_NAMESPACE,
+            "--listen",
+            "0.0.0.0:8080",
+            "--lease-name",
+            FULLNAME,
+            "--lease-namespace",
+            RELEASE_NAMESPACE,
+        ])
+    );
+    let c = container(&docs);
+    assert_eq!(str_at(c, &["image"]), Some("orca-operator:0.1.0"));
+
+    let pod = at(deploy, &["spec", "template", "spec"]).expect("a pod spec");
+    assert_eq!(str_at(pod, &["serviceAccountName"]), Some(FULLNAME));
+    assert_eq!(
+        at(pod, &["securityContext", "runAsNonRoot"]),
+        Some(&Value::from(true))
+    );
+    assert_eq!(
+        str_at(pod, &["securityContext", "seccompProfile", "type"]),
+        Some("RuntimeDefault")
+    );
+    let sc = at(c, &["securityContext"]).expect("a container securityContext");
+    assert_eq!(at(sc, &["runAsNonRoot"]), Some(&Value::from(true)));
+    assert_eq!(
+        at(sc, &["readOnlyRootFilesystem"]),
+        Some(&Value::from(true))
+    );
+    assert_eq!(
+        at(sc, &["allowPrivilegeEscalation"]),
+        Some(&Value::from(false))
+    );
+    assert_eq!(
+        at(sc, &["capabilities", "drop"]),
+        Some(&Value::Sequence(vec![Value::from("ALL")]))
+    );
+    assert!(at(sc, &["capabilities", "add"]).is_none(), "{sc:?}");
+    assert!(at(sc, &["privileged"]).is_none(), "{sc:?}");
+    assert_eq!(
+        str_at(sc, &["seccompProfile", "type"]),
+        Some("RuntimeDefault")
+    );
+
+    for (probe, path) in [("livenessProbe", "/healthz"), ("readinessProbe", "/readyz")] {
+        assert_eq!(
+            str_at(c, &[probe, "httpGet", "path"]),
+            Some(path),
+            "{probe}"
+        );
+        assert_eq!(
+            str_at(c, &[probe, "httpGet", "port"]),
+            Some("http"),
+            "{probe}"
+        );
+    }
+    assert_eq!(str_at(c, &["ports", "0", "name"]), Some("http"));
+    assert_eq!(
+        at(c, &["ports", "0", "containerPort"]),
+        Some(&Value::from(8080))
+    );
+
+    // Leader election needs each replica's identity from the downward API.
+    let env = at(c, &["env"])
+        .and_then(Value::as_sequence)
+        .expect("the container has env");
+    for (name, field) in [
+        ("POD_NAME", "metadata.name"),
+        ("POD_NAMESPACE", "metadata.namespace"),
+    ] {
+        let var = env
+            .iter()
+            .find(|e| str_at(e, &["name"]) == Some(name))
+            .unwrap_or_else(|| panic!("no {name} in {env:?}"));
+        assert_eq!(
+            str_at(var, &["valueFrom", "fieldRef", "fieldPath"]),
+            Some(field),
+            "{name}"
+        );
+    }
+    assert!(
+        at(c, &["resources", "requests"]).is_some(),
+        "resource requests by default"
+    );
+}
+
+#[test]
+fn the_metrics_service_and_the_optional_service_monitor_select_the_operator() {
+    let docs = render(&[]);
+    assert!(
+        !inventory(&docs)
+            .iter()
+            .any(|(k, _, _)| k == "ServiceMonitor"),
+        "no ServiceMonitor unless enabled"
+    );
+
+    let docs = render(&["serviceMonitor.enabled=true"]);
+    let metrics = format!("{FULLNAME}-metrics");
+    let service = object(&docs, "Service", RELEASE_NAMESPACE, &metrics);
+    assert_eq!(
+        str_at(service, &["spec", "ports", "0", "name"]),
+        Some("http")
+    );
+    assert_eq!(
+        str_at(service, &["spec", "ports", "0", "targetPort"]),
+        Some("http")
+    );
+    let pod_labels = at(
+        deployment(&docs),
+        &["spec", "template", "metadata", "labels"],
+    )
+    .and_then(Value::as_mapping)
+    .expect("pod labels");
+    let selector = at(service, &["spec", "selector"])
+        .and_then(Value::as_mapping)
+        .expect("a Service selector");
+    for (k, v) in selector {
+        assert_eq!(pod_labels.get(k), Some(v), "the Service selects {k:?}");
+    }
+
+    let monitor = object(&docs, "ServiceMonitor", RELEASE_NAMESPACE, FULLNAME);
+    let service_labels = at(service, &["metadata", "labels"])
+        .and_then(Value::as_mapping)
+        .expect("Service labels");
+    let wanted = at(monitor, &["spec", "selector", "matchLabels"])
+        .and_then(Value::as_mapping)
+        .expect("a ServiceMonitor selector");
+    for (k, v) in wanted {
+        assert_eq!(service_labels.get(k), Some(v), "the monitor selects {k:?}");
+    }
+    assert_eq!(
+        str_at(monitor, &["spec", "endpoints", "0", "port"]),
+        Some("http")
+    );
+    assert_eq!(
+        str_at(monitor, &["spec", "endpoints", "0", "path"]),
+        Some("/metrics")
+    );
+}
+
+#[test]
+fn the_service_account_carries_the_iam_role_annotation() {
+    let arn = "arn:aws:iam::111122223333:role/orca-operator";
+    let set = format!("serviceAccount.annotations.eks\\.amazonaws\\.com/role-arn={arn}");
+    let docs = render(&[&set]);
+    let sa = object(&docs, "ServiceAccount", RELEASE_NAMESPACE, FULLNAME);
+    assert_eq!(
+        str_at(
+            sa,
+            &["metadata", "annotations", "eks.amazonaws.com/role-arn"]
+        ),
+        Some(arn)
+    );
+}

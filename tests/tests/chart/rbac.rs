@@ -1,0 +1,213 @@
+//! RBAC: the Roles or ClusterRole of the watched namespaces, and the Lease's Role.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use super::*;
+
+type Grants = BTreeMap<(String, String), BTreeSet<String>>;
+
+/// Every (apiGroup, resource) a Role or ClusterRole grants, with its verbs;
+/// a wildcard anywhere fails the test.
+fn grants(role: &Value) -> Grants {
+    let mut out = Grants::new();
+    let rules = at(role, &["rules"])
+        .and_then(Value::as_sequence)
+        .expect("a role has rules");
+    for rule in rules {
+        let list = |key: &str| -> Vec<String> {
+            at(rule, &[key])
+                .and_then(Value::as_sequence)
+                .unwrap_or_else(|| panic!("a rule without {key}: {rule:?}"))
+                .iter()
+                .map(|v| v.as_str().expect("RBAC lists hold strings").to_string())
+                .collect()
+        };
+        let (groups, resources, verbs) = (list("apiGroups"), list("resources"), list("verbs"));
+        for word in groups.iter().chain(&resources).chain(&verbs) {
+            assert!(!word.contains('*'), "a wildcard in {rule:?}");
+        }
+        assert!(
+            at(rule, &["nonResourceURLs"]).is_none(),
+            "a non-resource URL in {rule:?}"
+        );
+        for group in &groups {
+            for resource in &resources {
+                out.entry((group.clone(), resource.clone()))
+                    .or_default()
+                    .extend(verbs.iter().cloned());
+            }
+        }
+    }
+    out
+}
+
+fn expected(items: &[(&str, &str, &[&str])]) -> Grants {
+    items
+        .iter()
+        .map(|(group, resource, verbs)| {
+            (
+                (group.to_string(), resource.to_string()),
+                verbs.iter().map(|v| v.to_string()).collect(),
+            )
+        })
+        .collect()
+}
+
+/// What the operator does in a namespace it watches, and nothing more.
+fn workload_grants() -> Grants {
+    // patch: the finalizers of Schedulers and WarmPools.
+    const OWN: &[&str] = &["get", "list", "watch", "patch"];
+    const RUN: &[&str] = &["get", "list", "watch", "create", "delete"];
+    const RECORD: &[&str] = &["create", "patch"];
+    expected(&[
+        ("orca.dev", "schedulers", OWN),
+        ("orca.dev", "warmpools", OWN),
+        ("orca.dev", "schedulers/status", &["patch"]),
+        ("orca.dev", "warmpools/status", &["patch"]),
+        ("orca.dev", "schedulers/finalizers", &["update"]),
+        ("", "pods", RUN),
+        ("batch", "jobs", RUN),
+        ("", "secrets", &["get", "list", "watch"]),
+        ("events.k8s.io", "events", RECORD),
+        ("", "events", RECORD),
+    ])
+}
+
+/// The operator's election gets the Lease, creates it once, and takes,
+/// renews and releases it with PATCH; it never updates (PUT) it.
+fn lease_grants() -> Grants {
+    expected(&[("coordination.k8s.io", "leases", &["get", "create", "patch"])])
+}
+
+fn assert_binds_operator(binding: &Value, role_kind: &str, role_name: &str) {
+    assert_eq!(str_at(binding, &["roleRef", "kind"]), Some(role_kind));
+    assert_eq!(str_at(binding, &["roleRef", "name"]), Some(role_name));
+    let subjects = at(binding, &["subjects"])
+        .and_then(Value::as_sequence)
+        .expect("a binding has subjects");
+    assert_eq!(subjects.len(), 1, "{subjects:?}");
+    assert_eq!(str_at(&subjects[0], &["kind"]), Some("ServiceAccount"));
+    assert_eq!(str_at(&subjects[0], &["name"]), Some(FULLNAME));
+    assert_eq!(
+        str_at(&subjects[0], &["namespace"]),
+        Some(RELEASE_NAMESPACE)
+    );
+}
+
+fn lease_role_name() -> String {
+    format!("{FULLNAME}-leader-election")
+}
+
+fn assert_lease_rbac(docs: &[Value]) {
+    let lease = lease_role_name();
+    let role = object(docs, "Role", RELEASE_NAMESPACE, &lease);
+    assert_eq!(grants(role), lease_grants(), "the leader-election Role");
+    let binding = object(docs, "RoleBinding", RELEASE_NAMESPACE, &lease);
+    assert_binds_operator(binding, "Role", &lease);
+}
+
+#[test]
+fn default_values_grant_a_role_in_the_release_namespace_only() {
+    let docs = render(&[]);
+    let lease = lease_role_name();
+    let metrics = format!("{FULLNAME}-metrics");
+    assert_eq!(
+        inventory(&docs),
+        owned(&[
+            ("ServiceAccount", RELEASE_NAMESPACE, FULLNAME),
+            ("Role", RELEASE_NAMESPACE, FULLNAME),
+            ("RoleBinding", RELEASE_NAMESPACE, FULLNAME),
+            ("Role", RELEASE_NAMESPACE, &lease),
+            ("RoleBinding", RELEASE_NAMESPACE, &lease),
+            ("Service", RELEASE_NAMESPACE, &metrics),
+            ("Deployment", RELEASE_NAMESPACE, FULLNAME),
+        ])
+    );
+    let role = object(&docs, "Role", RELEASE_NAMESPACE, FULLNAME);
+    let granted = grants(role);
+    // Secrets: read the one a Scheduler names, watch their metadata;
+    // never create, change or delete one.
+    assert_eq!(
+        granted.get(&(String::new(), "secrets".to_string())),
+        Some(&BTreeSet::from(["get", "list", "watch"].map(String::from)))
+    );
+    assert_eq!(granted, workload_grants());
+    let binding = object(&docs, "RoleBinding", RELEASE_NAMESPACE, FULLNAME);
+    assert_binds_operator(binding, "Role", FULLNAME);
+    assert_lease_rbac(&docs);
+    assert!(
+        args(&docs)
+            .windows(2)
+            .any(|w| w == ["--namespace", RELEASE_NAMESPACE]),
+        "the operator watches the release namespace: {:?}",
+        args(&docs)
+    );
+}
+
+#[test]
+fn a_watch_namespaces_list_gets_a_role_and_binding_in_each() {
+    let docs = render(&["watchNamespaces={team-a,team-b}"]);
+    let lease = lease_role_name();
+    let metrics = format!("{FULLNAME}-metrics");
+    assert_eq!(
+        inventory(&docs),
+        owned(&[
+            ("ServiceAccount", RELEASE_NAMESPACE, FULLNAME),
+            ("Role", "team-a", FULLNAME),
+            ("RoleBinding", "team-a", FULLNAME),
+            ("Role", "team-b", FULLNAME),
+            ("RoleBinding", "team-b", FULLNAME),
+            ("Role", RELEASE_NAMESPACE, &lease),
+            ("RoleBinding", RELEASE_NAMESPACE, &lease),
+            ("Service", RELEASE_NAMESPACE, &metrics),
+            ("Deployment", RELEASE_NAMESPACE, FULLNAME),
+        ]),
+        "no workload Role in the release namespace, which is not watched"
+    );
+    for ns in ["team-a", "team-b"] {
+        assert_eq!(
+            grants(object(&docs, "Role", ns, FULLNAME)),
+            workload_grants(),
+            "the Role in {ns}"
+        );
+        assert_binds_operator(object(&docs, "RoleBinding", ns, FULLNAME), "Role", FULLNAME);
+    }
+    assert_lease_rbac(&docs);
+    let args = args(&docs);
+    let namespaces: Vec<_> = args
+        .windows(2)
+        .filter(|w| w[0] == "--namespace")
+        .map(|w| w[1].as_str())
+        .collect();
+    assert_eq!(namespaces, ["team-a", "team-b"], "{args:?}");
+}
+
+#[test]
+fn watching_all_namespaces_uses_a_cluster_role() {
+    let docs = render(&["watchAllNamespaces=true"]);
+    let lease = lease_role_name();
+    let metrics = format!("{FULLNAME}-metrics");
+    assert_eq!(
+        inventory(&docs),
+        owned(&[
+            ("ServiceAccount", RELEASE_NAMESPACE, FULLNAME),
+            ("ClusterRole", "", FULLNAME),
+            ("ClusterRoleBinding", "", FULLNAME),
+            ("Role", RELEASE_NAMESPACE, &lease),
+            ("RoleBinding", RELEASE_NAMESPACE, &lease),
+            ("Service", RELEASE_NAMESPACE, &metrics),
+            ("Deployment", RELEASE_NAMESPACE, FULLNAME),
+        ])
+    );
+    let role = object(&docs, "ClusterRole", "", FULLNAME);
+    assert_eq!(grants(role), workload_grants());
+    let binding = object(&docs, "ClusterRoleBinding", "", FULLNAME);
+    assert_binds_operator(binding, "ClusterRole", FULLNAME);
+    // Leases stay namespaced even then: no cluster-wide lease rights.
+    assert_lease_rbac(&docs);
+    assert!(
+        !args(&docs).iter().any(|a| a == "--namespace"),
+        "no --namespace: every namespace is watched: {:?}",
+        args(&docs)
+    );
+}

@@ -1,0 +1,26 @@
+//! Values the chart refuses: outside its schema, or at odds with each other.
+
+use super::*;
+
+#[test]
+fn a_watch_list_beside_watch_all_is_refused() {
+    let out = helm_template(&["watchAllNamespaces=true", "watchNamespaces={team-a}"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "helm template accepted both");
+    assert!(stderr.contains("watchNamespaces"), "{stderr}");
+}
+
+#[test]
+fn values_outside_the_schema_are_refused() {
+    for (set, field) in [
+        ("replicaCount=-1", "replicaCount"),
+        ("watchNamespaces={Not_A_Namespace}", "watchNamespaces"),
+        ("image.pullPolicy=Sometimes", "pullPolicy"),
+        ("serviceMontor.enabled=true", "serviceMontor"),
+    ] {
+        let out = helm_template(&[set]);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "helm template accepted {set}");
+        assert!(stderr.contains(field), "{set}: {stderr}");
+    }
+}
