@@ -49,8 +49,8 @@ pub struct Tuning {
     /// database tells the replicas apart (`pg_stat_activity`, the logs).
     pub replica: Option<String>,
     /// A pass within this long of the last EC2 listing reuses it, unless a
-    /// pass since terminated or ended something, failed, or the pool is
-    /// being deleted: a hand-out's launch then waits for no listing. What
+    /// pass since terminated or ended something or failed, the spec
+    /// changed, or the pool is being deleted: a hand-out's launch then waits for no listing. What
     /// the loop launched since is counted from what EC2 answered. Zero:
     /// every pass lists.
     pub listing_reuse: Duration,
@@ -442,8 +442,9 @@ impl PoolLoop {
     }
 
     /// A changed spec (Kubernetes: a new generation); a changed region or
-    /// endpoint gets a new EC2 client.
+    /// endpoint gets a new EC2 client, and the next pass lists afresh.
     pub async fn set_spec(&mut self, spec: WarmPoolSpec) {
+        self.listing = None;
         let cfg = Ec2Config::new(&spec.region, spec.endpoint.as_deref());
         if cfg != self.world.ec2_config {
             self.world.ec2 = Ec2::new(&cfg).await.with_fence(self.world.fence.clone());

@@ -181,7 +181,7 @@ async fn a_hand_out_launches_without_a_new_listing_and_nothing_is_launched_twice
     assert_eq!((lists(), refill.launched.len()), (1, 1), "{refill:?}");
     assert_eq!(refill.status.busy, 1, "{:?}", refill.status);
 
-    // A termination: the next pass lists afresh.
+    // A new spec lists afresh; so does the pass after a termination.
     report_idle(&db, pool, &refill.launched[0]).await;
     lp.set_spec(warm::spec(
         &faults.endpoint(),
@@ -194,10 +194,13 @@ async fn a_hand_out_launches_without_a_new_listing_and_nothing_is_launched_twice
     .await;
     let trim = lp.pass(Utc::now()).await.unwrap();
     assert_eq!(trim.terminated, refill.launched, "{trim:?}");
+    assert_eq!(lists(), 2, "a pass on a new spec lists EC2");
     lp.pass(Utc::now()).await.unwrap();
-    assert_eq!(lists(), 2, "a pass after a termination lists EC2");
+    assert_eq!(lists(), 3, "a pass after a termination lists EC2");
+    lp.pass(Utc::now()).await.unwrap();
+    assert_eq!(lists(), 3, "a quiet pass reuses the listing");
     // And a listing older than `listing_reuse` is not reused.
     tokio::time::sleep(Duration::from_secs(3)).await;
     lp.pass(Utc::now()).await.unwrap();
-    assert_eq!(lists(), 3, "a listing past listing_reuse is taken afresh");
+    assert_eq!(lists(), 4, "a listing past listing_reuse is taken afresh");
 }
