@@ -130,7 +130,7 @@ impl Watched {
     }
 
     /// The pods and Jobs of Scheduler `ns/name` from the stores, once they
-    /// show its writes (waiting up to [`EXPECTATION_WAIT`]); `None` if they
+    /// show its writes (waiting up to `EXPECTATION_WAIT`, 2 s); `None` if they
     /// do not by then, or there are no stores: list from the API.
     pub async fn owned(&self, ns: &str, name: &str) -> Option<(Vec<Pod>, Vec<Job>)> {
         let stores = self.ready(ns).await?;
