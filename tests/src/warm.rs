@@ -105,6 +105,7 @@ pub fn spec(
         region: REGION.into(),
         endpoint: Some(endpoint.into()),
         idle: IdleRange { min, max },
+        schedules: vec![],
         max_instances,
         idle_seconds: 600,
         max_uses: 0,

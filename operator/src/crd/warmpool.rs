@@ -27,6 +27,7 @@ use serde::{Deserialize, Serialize};
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
 )]
 #[x_kube(validation = Rule::new("self.idle.max <= self.maxInstances").message("idle.max must not exceed maxInstances"))]
+#[x_kube(validation = Rule::new("!has(self.schedules) || self.schedules.all(s, s.idle.max <= self.maxInstances)").message("schedules[].idle.max must not exceed maxInstances"))]
 #[serde(rename_all = "camelCase")]
 pub struct WarmPoolSpec {
     /// The Scheduler, in the same namespace, whose database (its Secret's URL)
@@ -42,6 +43,13 @@ pub struct WarmPoolSpec {
     pub endpoint: Option<String>,
     /// How many idle instances to keep warm, and at most. Required.
     pub idle: IdleRange,
+    /// Periods with an idle range of their own, e.g. more warm instances in
+    /// working hours. While a period is under way its idle range replaces
+    /// idle; of several, the first (in this list) wins. status.activeSchedule
+    /// says which. Default none; at most 20.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 20))]
+    pub schedules: Vec<IdleSchedule>,
     /// Never more instances than this, booting, idle and busy together.
     /// Required, at least 1 and at least idle.max.
     #[schemars(range(min = 1))]
@@ -124,6 +132,34 @@ pub struct IdleRange {
     /// longest idle first. Required, at least idle.min.
     #[schemars(range(min = 0))]
     pub max: i32,
+}
+
+/// A period of the day or week with an idle range of its own.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, KubeSchema)]
+pub struct IdleSchedule {
+    /// When each period starts: a cron expression of five fields (minute, hour,
+    /// day of month, month, day of week), e.g. "0 8 * * 1-5" for 08:00 on
+    /// workdays. Required.
+    #[x_kube(validation = Rule::new(r"self.matches('^\\S+( +\\S+){4}$')").message("cron must be a cron expression of five fields, e.g. 0 8 * * 1-5"))]
+    #[schemars(length(max = 100))]
+    pub cron: String,
+    /// The IANA time zone the cron expression is read in, e.g. Europe/Berlin.
+    /// Default UTC.
+    #[serde(default = "default_timezone")]
+    #[x_kube(validation = Rule::new(r"self.matches('^[A-Za-z0-9_+-]+(/[A-Za-z0-9_+-]+)*$')").message("timezone must be an IANA time zone name, e.g. Europe/Berlin"))]
+    #[schemars(length(max = 64))]
+    pub timezone: String,
+    /// How long each period lasts from its start, e.g. 10h, 30m or 1h30m.
+    /// Required.
+    #[x_kube(validation = Rule::new(r"self.matches('^( *[0-9]+ *[a-z]+)+ *$')").message("duration must be a duration, e.g. 10h, 30m or 1h30m"))]
+    #[schemars(length(max = 32))]
+    pub duration: String,
+    /// The idle range while a period is under way. Required.
+    pub idle: IdleRange,
+}
+
+fn default_timezone() -> String {
+    "UTC".into()
 }
 
 /// How instances are launched: a launch template, or an image with types,
@@ -229,6 +265,11 @@ pub struct WarmPoolStatus {
     /// too.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub capacity_errors: Vec<CapacityError>,
+    /// The schedule whose period is under way (its place in spec.schedules, its
+    /// cron expression, the idle range and when the period ends); none while
+    /// spec.idle holds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub active_schedule: Option<String>,
     /// The conditions Available (at least idle.min instances idle), Progressing
     /// (instances booting) and Degraded (the first warning of the last pass, or
     /// why the pool cannot run); while the WarmPool is being deleted, Terminating

@@ -93,7 +93,7 @@ impl World for Live {
     }
 }
 
-fn event(reason: &'static str, message: String, warning: bool) -> PoolEvent {
+pub(super) fn event(reason: &'static str, message: String, warning: bool) -> PoolEvent {
     PoolEvent {
         reason,
         message,

@@ -28,6 +28,7 @@ pub mod ec2;
 pub mod metrics;
 mod pass;
 pub mod plan;
+pub mod schedule;
 mod status;
 pub mod userdata;
 

@@ -19,6 +19,7 @@ use super::{
     ec2::{Ec2, Ec2Config, Ec2Error, Ownership},
     metrics::PoolMetrics,
     plan::{plan, Ec2Instance, Limits, Offering, PoolPlan, Snapshot},
+    schedule,
 };
 use crate::crd::{WarmPoolSpec, WarmPoolStatus};
 use crate::fence::{Fence, Fenced};
@@ -135,6 +136,10 @@ pub struct PassReport {
     /// Being deleted, and EC2 listed none of its instances pending or
     /// running, nor lacks one this loop launched: its finalizer may go.
     pub deleted: bool,
+    /// The idle range the pass kept: `spec.idle`, or an active schedule's.
+    pub idle_min: i32,
+    /// The schedule whose period is under way (`status.activeSchedule`).
+    pub active_schedule: Option<String>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -584,7 +589,22 @@ impl PoolLoop {
         let unavailable = &self.unavailable;
         self.capacity_codes
             .retain(|o, _| unavailable.contains_key(o));
-        let decided = plan(&self.spec, &snap, &self.unavailable, &self.limits(), now);
+        // A schedule under way replaces the idle range; one that cannot be
+        // read is a warning, and `spec.idle` holds.
+        let active = schedule::active(&self.spec.schedules, now);
+        let scheduled;
+        let spec = match &active {
+            Ok(Some(a)) => {
+                scheduled = WarmPoolSpec {
+                    idle: a.idle.clone(),
+                    ..self.spec.clone()
+                };
+                &scheduled
+            }
+            _ => &self.spec,
+        };
+        let decided = plan(spec, &snap, &self.unavailable, &self.limits(), now);
+        let idle_min = spec.idle.min;
         tracing::debug!(
             pool = %self.pool,
             instances = snap.instances.len(),
@@ -598,8 +618,18 @@ impl PoolLoop {
             plan: decided.clone(),
             deleting: snap.deleting.is_some(),
             deleted: snap.deleting.is_some() && self.nothing_left(&snap),
+            idle_min,
+            active_schedule: match &active {
+                Ok(Some(a)) => Some(a.describe(&self.spec)),
+                _ => None,
+            },
             ..PassReport::default()
         };
+        if let Err(e) = &active {
+            report
+                .events
+                .push(super::act::event("InvalidSchedule", e.to_string(), true));
+        }
         if let Some(since) = snap.deleting {
             self.announce_deletion(&decided, since, &mut report);
         }

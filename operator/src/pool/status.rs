@@ -29,7 +29,7 @@ impl<W> PoolLoop<W> {
             .collect();
         let launching = c.launching + report.launched.len() as u32;
         let degraded = report.events.iter().find(|e| e.warning);
-        let min = self.spec.idle.min.max(0) as u32;
+        let min = report.idle_min.max(0) as u32;
         let mut conditions = vec![
             if report.deleting {
                 (
@@ -99,6 +99,7 @@ impl<W> PoolLoop<W> {
             terminating: c.terminating as i32,
             launch_batches: self.launch_batches as i64,
             capacity_errors,
+            active_schedule: report.active_schedule.clone(),
             conditions: self.conditions.clone(),
         }
     }

@@ -60,6 +60,16 @@ async fn every_example_applies_with_kubectl_after_helm_install() {
     assert_eq!((pool.spec.idle.min, pool.spec.idle.max), (2, 4));
 }
 
+/// `pool` (examples/warmpool.yaml) with one schedule.
+fn with_schedule(pool: &str, cron: &str, timezone: &str, max: i32) -> String {
+    pool.replace(
+        "  maxInstances: 10\n",
+        &format!(
+            "  maxInstances: 10\n  schedules:\n    - cron: \"{cron}\"\n      timezone: \"{timezone}\"\n      duration: 10h\n      idle: {{min: 1, max: {max}}}\n"
+        ),
+    )
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_specs_are_refused_by_the_api_server_naming_the_field() {
     let stage = OnCluster::without_operator("refused").await;
@@ -116,6 +126,21 @@ async fn bad_specs_are_refused_by_the_api_server_naming_the_field() {
             pool.replace("imageId:", "amiId:"),
             "amiId",
         ),
+        (
+            "a schedule whose cron is not five fields (CEL)",
+            with_schedule(&pool, "every day", "UTC", 4),
+            "cron must be a cron expression of five fields",
+        ),
+        (
+            "a schedule whose time zone is no zone's name (CEL)",
+            with_schedule(&pool, "0 8 * * 1-5", "Europe Berlin", 4),
+            "timezone must be an IANA time zone name",
+        ),
+        (
+            "a schedule's idle.max above maxInstances (CEL)",
+            with_schedule(&pool, "0 8 * * 1-5", "Europe/Berlin", 12),
+            "schedules[].idle.max must not exceed maxInstances",
+        ),
     ];
     for (what, yaml, naming) in cases {
         let (ok, out) = kubectl_apply(&stage, &yaml, true);
@@ -125,4 +150,7 @@ async fn bad_specs_are_refused_by_the_api_server_naming_the_field() {
             "{what}: the refusal should name {naming:?}: {out}"
         );
     }
+    let good = with_schedule(&pool, "30 7 * * mon-fri", "America/New_York", 4);
+    let (ok, out) = kubectl_apply(&stage, &good, true);
+    assert!(ok, "a good schedule was refused: {out}");
 }

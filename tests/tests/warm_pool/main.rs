@@ -35,6 +35,17 @@ async fn present(ec2: &Ec2, pool: &str) -> Vec<orca_operator::pool::Ec2Instance>
         .collect()
 }
 
+/// Plays the agent of `instance`: an idle warm row.
+async fn report_idle(db: &orca_db::Db, pool: &str, instance: &str) {
+    db.execute(
+        "insert into orca.instances (instance, pool, role, idle, polled)
+         values ($1, $2, 'warm', now(), now())",
+        &[&instance, &pool],
+    )
+    .await
+    .unwrap();
+}
+
 async fn state_of(ec2: &Ec2, pool: &str, id: &str) -> Option<Ec2State> {
     ec2.describe(&warm::owner(pool))
         .await
@@ -157,5 +168,6 @@ impl Drop for Running {
 
 mod launches;
 mod retirement;
+mod schedules;
 mod sizing;
 mod user_data;

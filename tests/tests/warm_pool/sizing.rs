@@ -136,17 +136,6 @@ async fn idle_max_trims_the_longest_idle_first() {
     assert!(running.events_once(trimmed).await.iter().any(trimmed));
 }
 
-/// Plays the agent of `instance`: an idle warm row.
-async fn report_idle(db: &orca_db::Db, pool: &str, instance: &str) {
-    db.execute(
-        "insert into orca.instances (instance, pool, role, idle, polled)
-         values ($1, $2, 'warm', now(), now())",
-        &[&instance, &pool],
-    )
-    .await
-    .unwrap();
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_hand_out_launches_without_a_new_listing_and_nothing_is_launched_twice() {
     let (moto, url, _ec2, subnets) = warm::Stage::new().await.parts();

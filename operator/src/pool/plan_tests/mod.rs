@@ -23,6 +23,7 @@ pub(in crate::pool) fn spec(min: i32, max: i32, max_instances: i32) -> WarmPoolS
         region: "us-east-1".into(),
         endpoint: None,
         idle: IdleRange { min, max },
+        schedules: vec![],
         max_instances,
         idle_seconds: 600,
         max_uses: 0,
