@@ -480,9 +480,29 @@ impl PoolLoop {
     /// Observes: EC2 first (or the last listing, see
     /// [`Tuning::listing_reuse`]), then the rows and the demand.
     async fn observe(&mut self) -> Result<(Snapshot, Listing), PoolError> {
+        let (snap, listing, reused) = self.observe_once().await?;
+        // An instance the reused listing shows alive lost its last row since
+        // (its agent powered it off, say): the listing cannot tell whether it
+        // still runs, so look again rather than terminate it twice.
+        if reused
+            && snap
+                .instances
+                .iter()
+                .any(|i| i.state.is_present() && snap.known.contains(&i.id))
+        {
+            let (snap, listing, _) = self.observe_once().await?;
+            return Ok((snap, listing));
+        }
+        Ok((snap, listing))
+    }
+
+    /// One observation: the last listing if it may be reused (taking it;
+    /// then `true`), else a new one.
+    async fn observe_once(&mut self) -> Result<(Snapshot, Listing, bool), PoolError> {
         let reusable = self.listing.take().filter(|l| {
             l.taken.elapsed() < self.tuning.listing_reuse && self.deletion.borrow().is_none()
         });
+        let reused = reusable.is_some();
         let (taken, listed, instances) = match reusable {
             Some(l) => (l.taken, l.clock, l.instances),
             None => {
@@ -572,7 +592,7 @@ impl PoolLoop {
             made_before_listing,
             hung,
         };
-        Ok((snap, listing))
+        Ok((snap, listing, reused))
     }
 
     /// One pass at `now` (the operator's clock, for EC2's launch times).

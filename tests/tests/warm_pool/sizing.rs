@@ -193,3 +193,45 @@ async fn a_hand_out_launches_without_a_new_listing_and_nothing_is_launched_twice
     lp.pass(Utc::now()).await.unwrap();
     assert_eq!(lists(), 4, "a listing past listing_reuse is taken afresh");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_instance_powered_off_since_the_listing_is_looked_at_again_not_terminated_twice() {
+    let (moto, url, ec2, subnets) = warm::Stage::new().await.parts();
+    let faults = Ec2Faults::start(&moto.endpoint());
+    let pool = "poweroff/pool";
+    let spec = warm::spec(&faults.endpoint(), &["t3.micro"], &subnets[..1], 1, 1, 3);
+    let tuning = orca_operator::pool::Tuning {
+        listing_reuse: Duration::from_secs(3),
+        ..warm::tuning(Duration::from_secs(60))
+    };
+    warm::aws_env();
+    let mut lp = PoolLoop::new("poweroff", "pool", spec, &url, tuning)
+        .await
+        .unwrap();
+    let db = pg::connect(&url).await;
+    let lists = || faults.calls_of("DescribeInstances").len();
+
+    let first = lp.pass(Utc::now()).await.unwrap();
+    let x = first.launched[0].clone();
+    report_idle(&db, pool, &x).await;
+    // A listing that shows it, idle.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    lp.pass(Utc::now()).await.unwrap();
+    assert_eq!(lists(), 2);
+    // Its agent ends its row and powers it off (idle too long, say).
+    db.execute(
+        "update orca.instances set ended = now(), ended_by = 'agent' where instance = $1",
+        &[&x],
+    )
+    .await
+    .unwrap();
+    ec2.terminate(std::slice::from_ref(&x)).await.unwrap();
+    let next = lp.pass(Utc::now()).await.unwrap();
+    assert_eq!(
+        lists(),
+        3,
+        "the reused listing shows it alive: looked again"
+    );
+    assert!(next.terminated.is_empty(), "terminated again: {next:?}");
+    assert_eq!(next.launched.len(), 1, "its replacement: {next:?}");
+}
