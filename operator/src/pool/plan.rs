@@ -321,13 +321,15 @@ pub fn plan(
     // lags a launch, or is older than it) is pending, launched just now:
     // counted, it is not launched twice. Unless it had a row that ended
     // since (its agent powered it off): the next listing tells.
-    let mut listed: HashSet<&str, FnvBuild> =
-        HashSet::with_capacity_and_hasher(snap.instances.len(), FnvBuild::default());
-    listed.extend(snap.instances.iter().map(|i| i.id.as_str()));
+    let mut states: HashMap<&str, Ec2State, FnvBuild> =
+        HashMap::with_capacity_and_hasher(snap.instances.len(), FnvBuild::default());
+    for i in &snap.instances {
+        states.insert(i.id.as_str(), i.state);
+    }
     let unlisted: Vec<Ec2Instance> = snap
         .ours
         .iter()
-        .filter(|id| !listed.contains(id.as_str()) && !snap.known.contains(*id))
+        .filter(|id| !states.contains_key(id.as_str()) && !snap.known.contains(*id))
         .map(|id| Ec2Instance {
             id: id.clone(),
             state: Ec2State::Pending,
@@ -335,12 +337,10 @@ pub fn plan(
             offering: Offering::default(),
         })
         .collect();
-    let instances = || snap.instances.iter().chain(&unlisted);
-    let mut states: HashMap<&str, Ec2State, FnvBuild> =
-        HashMap::with_capacity_and_hasher(snap.instances.len(), FnvBuild::default());
-    for i in instances() {
+    for i in &unlisted {
         states.insert(i.id.as_str(), i.state);
     }
+    let instances = || snap.instances.iter().chain(&unlisted);
     for i in instances() {
         if !i.state.is_present() {
             if i.state == Ec2State::ShuttingDown {
