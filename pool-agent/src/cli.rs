@@ -1,4 +1,4 @@
-//! The command line (`pool-wait`, `pool-next`;
+//! The command line (`pool-wait`, `pool-next`, `pool-watch`;
 //! docs/protocol.md#the-agents-commands) and the environment: anything
 //! wrong here is a one-line usage error, exit 2.
 
@@ -6,7 +6,9 @@ use std::{ffi::OsString, time::Duration};
 
 use orca_db::{DatabaseUrl, DbError};
 
-pub const USAGE: &str = "usage: orca-pool-agent pool-wait <instance> <run> <start> | orca-pool-agent pool-next <instance> <run> <start> <seconds>";
+use crate::imds::Endpoint;
+
+pub const USAGE: &str = "usage: orca-pool-agent pool-wait <instance> <run> <start> | orca-pool-agent pool-next <instance> <run> <start> <seconds> | orca-pool-agent pool-watch <instance>";
 
 pub const HELP: &str = "\
 orca-pool-agent: an EC2 instance's side of the orca warm pool
@@ -20,7 +22,14 @@ usage:
       warm row, created in ORCA_POOL) and waits for a hand-out: prints
       `next <run> <start> <head address> <0|1>` and exits 0; exits 1 when
       its row ends with no other, the operator claims the instance, or
-      <seconds> and a minute more pass
+      <seconds> and a minute more pass; a spot interruption notice or a
+      rebalance recommendation while it waits ends its idle row and exits 1,
+      unless a hand-out took the instance first: then it takes that run
+  orca-pool-agent pool-watch <instance>
+      beside a run: records a spot interruption notice or a rebalance
+      recommendation on the instance's row; exits 0 once an interruption is
+      recorded (at once if the metadata service is disabled), else runs until
+      stopped
 
 exit: 0 and 1 as above; 2 for bad arguments or a missing or malformed URL
 
@@ -30,8 +39,13 @@ environment:
   ORCA_POOL                  the pool (namespace/name) of a fresh instance; required
                              for pool-next <instance> 0 0 <seconds>
   ORCA_LOG                   log filter (default: info); logs go to stderr
+  AWS_EC2_METADATA_DISABLED  true: don't read the instance metadata service (no spot
+                             notices are seen); for hosts that are not pool instances
   ORCA_POOL_AGENT_GRACE_MS   TEST ONLY: replaces the minute pool-next waits after
                              <seconds> (milliseconds); never set it in production
+  ORCA_POOL_AGENT_IMDS       TEST ONLY: http://<host>:<port> of a stand-in for the
+                             instance metadata service (http://169.254.169.254);
+                             never set it in production
 ";
 
 /// A command line or environment that can't be run.
@@ -63,6 +77,8 @@ pub enum UsageError {
     NoPool,
     #[error("ORCA_POOL_AGENT_GRACE_MS `{0}` is not a whole number of milliseconds")]
     Grace(String),
+    #[error("ORCA_POOL_AGENT_IMDS `{0}` is not http://<host>:<port>")]
+    Imds(String),
     #[error("{0}")]
     Url(DbError),
 }
@@ -83,6 +99,13 @@ pub enum Command {
         wait: Duration,
         /// `ORCA_POOL`, for a fresh instance's warm row.
         pool: Option<String>,
+        /// The metadata service to read spot notices from; `None`: disabled.
+        imds: Option<Endpoint>,
+    },
+    Watch {
+        instance: String,
+        /// As for `Next`.
+        imds: Option<Endpoint>,
     },
 }
 
@@ -126,6 +149,14 @@ pub fn parse(args: impl Iterator<Item = OsString>) -> Result<Parsed, UsageError>
                 start,
                 wait: Duration::from_secs(seconds) + grace()?,
                 pool,
+                imds: imds()?,
+            }
+        }
+        "pool-watch" => {
+            let [instance] = fixed("pool-watch", rest)?;
+            Command::Watch {
+                instance: instance_id(instance)?,
+                imds: imds()?,
             }
         }
         other => return Err(UsageError::UnknownCommand(other.to_string())),
@@ -180,6 +211,22 @@ fn grace() -> Result<Duration, UsageError> {
     }
 }
 
+/// The metadata service: 169.254.169.254, or the test-only stand-in;
+/// `None` if `AWS_EC2_METADATA_DISABLED` is `true` (the AWS SDKs' switch,
+/// which the local mode sets: its hosts are no pool instances, and the
+/// machine's own notices are not theirs).
+fn imds() -> Result<Option<Endpoint>, UsageError> {
+    let disabled = std::env::var("AWS_EC2_METADATA_DISABLED")
+        .is_ok_and(|v| v.trim().eq_ignore_ascii_case("true"));
+    if disabled {
+        return Ok(None);
+    }
+    match std::env::var("ORCA_POOL_AGENT_IMDS") {
+        Err(_) => Ok(Some(Endpoint::default())),
+        Ok(url) => Endpoint::parse(&url).map(Some).ok_or(UsageError::Imds(url)),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -202,6 +249,9 @@ mod tests {
             &["pool-wait", "i-1", "2", "3000000000"],
             &["pool-next", "i-1", "2", "3"],
             &["pool-next", "i-1", "2", "3", "1.5"],
+            &["pool-watch"],
+            &["pool-watch", "i-1", "2"],
+            &["pool-watch", "i 1"],
         ] {
             match parse(args(bad)) {
                 Err(e) => {

@@ -3,8 +3,10 @@
 //! `next` line; logs go to stderr, a line per event.
 
 mod cli;
+mod imds;
 mod next;
 mod session;
+mod spot;
 mod wait;
 
 use std::process::ExitCode;
@@ -58,7 +60,12 @@ fn main() -> ExitCode {
                 start,
                 wait,
                 pool,
-            } => next::pool_next(url, &instance, run, start, wait, pool.as_deref()).await,
+                imds,
+            } => {
+                let notices = imds::watch(imds);
+                next::pool_next(url, &instance, run, start, wait, pool.as_deref(), notices).await
+            }
+            cli::Command::Watch { instance, imds } => spot::pool_watch(url, &instance, imds).await,
         }
     })
 }

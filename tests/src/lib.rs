@@ -1,7 +1,8 @@
 //! Fixtures for the integration and end-to-end tests: a throwaway
 //! PostgreSQL cluster ([`pg`]), moto's EC2 server ([`moto`]) and the
-//! project's own binaries as child processes ([`bins`]); and the reference
-//! scheduler `orca-sim` ([`sim`]).
+//! project's own binaries as child processes ([`bins`]); a stand-in for an
+//! instance's metadata service ([`imds`]); and the reference scheduler
+//! `orca-sim` ([`sim`]).
 //!
 //! A fixture that cannot start fails the test with a message saying what is
 //! missing; nothing here skips.
@@ -11,6 +12,7 @@ pub mod cluster;
 pub mod counting;
 pub mod ec2_faults;
 pub mod eventually;
+pub mod imds;
 pub mod local;
 pub mod mock_api;
 pub mod moto;

@@ -36,8 +36,10 @@ macro_rules! end_idle {
     };
 }
 
+mod notice;
 mod operator;
 
+pub use notice::{record_notice, Notice};
 pub use operator::{
     claim, end_busy_row, end_claim, end_idle_rows, known, live_rows, served_waits, PoolRow,
 };
@@ -92,8 +94,9 @@ fn secs(d: Duration) -> f64 {
 }
 
 /// Hands one idle instance of `req.pool` to the run, in one transaction:
-/// locks a live idle row whose `polled` is within `fresh` (`for update skip
-/// locked`, so two hand-outs never wait on each other), ends it
+/// locks a live idle row whose `polled` is within `fresh` and that carries
+/// no spot notice (its agent is leaving) (`for update skip locked`, so two
+/// hand-outs never wait on each other), ends it
 /// (`ended_by='handout'`), inserts the run's row (`pooled`), and marks the
 /// run's open demand served. `None`: no idle instance.
 pub async fn hand_out(
@@ -113,7 +116,7 @@ pub async fn hand_out(
         .query_opt(
             "select id, instance from orca.instances
              where pool = $1 and ended is null and idle is not null
-               and polled > now() - make_interval(secs => $2)
+               and polled > now() - make_interval(secs => $2) and notice is null
              order by idle, id
              limit 1
              for update skip locked",

@@ -204,7 +204,20 @@ async fn host(ec2: Ec2, instance: String, cfg: Arc<HostConfig>) {
             .env("ORCA_HEAD", fields[3])
             .env("ORCA_NEW_CODE", fields[4])
             .stdout(Stdio::null());
-        match run_to_end(work).await.map(|o| o.status) {
+        // pool-watch beside the run, as user-data starts it: killed with its
+        // group once the run is over (or when this host stops).
+        let mut watch = command(&cfg, &cfg.agent, &instance);
+        watch.args(["pool-watch", &instance]).stdout(Stdio::null());
+        let watcher = match watch.spawn() {
+            Ok(child) => Some((Group(child.id()), child)),
+            Err(e) => {
+                tracing::warn!(instance = %instance, error = %e, "local host: cannot start pool-watch");
+                None
+            }
+        };
+        let ran = run_to_end(work).await.map(|o| o.status);
+        drop(watcher);
+        match ran {
             Ok(s) if !s.success() => {
                 tracing::info!(instance = %instance, run = %run, status = %s, "local host: run command failed")
             }

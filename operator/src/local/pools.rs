@@ -117,7 +117,9 @@ impl LocalPools {
                 pool: key.to_string(),
                 idle_seconds: spec.idle_seconds,
                 run_command: spec.launch.run_command.clone(),
-                env: Vec::new(),
+                // The hosts are no EC2 instances: the machine's own spot
+                // notices, if it has any, are not theirs.
+                env: vec![("AWS_EC2_METADATA_DISABLED".into(), "true".into())],
                 poll: Duration::from_millis(500),
                 agent_stderr: false,
             },

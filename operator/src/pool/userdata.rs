@@ -81,10 +81,15 @@ halt_now
         pool_comment = pool.replace('\n', " "),
         pool = shell_quote(pool),
         database = database,
+    # While the run goes on, pool-watch records a spot notice on its row.
+    "$AGENT" pool-watch "$ORCA_INSTANCE" &
+    watch=$!
         agent = shell_quote(&spec.launch.agent_path),
         run_command = shell_quote(&spec.launch.run_command),
         seconds = spec.idle_seconds.max(1),
     )
+    kill "$watch" 2>/dev/null
+    wait "$watch" 2>/dev/null
 }
 
 #[cfg(test)]

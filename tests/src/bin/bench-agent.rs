@@ -38,6 +38,8 @@ fn spawn(bin: &str, url: &str, args: &[&str], pool_name: &str) -> Result<Agent> 
         .env("ORCA_DATABASE_URL", url)
         .env("ORCA_POOL", pool_name)
         .env("ORCA_LOG", "warn")
+        // Off EC2: no metadata service to read spot notices from.
+        .env("AWS_EC2_METADATA_DISABLED", "true")
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())

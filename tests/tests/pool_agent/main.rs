@@ -60,6 +60,10 @@ impl Agent {
             .env("ORCA_DATABASE_URL", with_password(url))
             .env_remove("ORCA_POOL")
             .env_remove("ORCA_POOL_AGENT_GRACE_MS")
+            // No metadata service unless a test gives its stand-in: the
+            // address on EC2 is no test's to read.
+            .env("AWS_EC2_METADATA_DISABLED", "true")
+            .env_remove("ORCA_POOL_AGENT_IMDS")
             .envs(env.iter().copied())
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
@@ -191,6 +195,7 @@ async fn agents_connected(db: &orca_db::Db, n: i64) {
 }
 
 mod hand_out;
+mod interruption;
 mod outages;
 mod pool_next;
 mod pool_wait;

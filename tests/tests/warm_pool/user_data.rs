@@ -60,7 +60,8 @@ fn user_data_serves_a_run_then_powers_off() {
     stub(
         "agent",
         &format!(
-            r#"echo "$*" >> {d}/agent.calls
+            r#"if [ "$1" = pool-watch ]; then echo "$*" >> {d}/watch.calls; echo $$ > {d}/watch.pid; exec sleep 30; fi
+echo "$*" >> {d}/agent.calls
 if [ ! -e {d}/served ]; then touch {d}/served; echo "next 42 1 10.0.0.1:7077 1"; exit 0; fi
 exit 1"#
         ),
@@ -77,7 +78,8 @@ exit 1"#
     );
     spec.launch.agent_path = dir.join("agent").display().to_string();
     spec.launch.database_url_file = Some(dir.join("url").display().to_string());
-    spec.launch.run_command = format!("env | grep ^ORCA_ | sort > {d}/env");
+    // Long enough for pool-watch to start beside it.
+    spec.launch.run_command = format!("sleep 0.5; env | grep ^ORCA_ | sort > {d}/env");
     let script = userdata::render(&spec, "ns/pool", DatabaseSource::for_spec(&spec, "unused"));
     let out = std::process::Command::new("sh")
         .arg("-c")
