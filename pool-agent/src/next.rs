@@ -68,6 +68,9 @@ pub async fn pool_next(
                 _ = s.wait(left.min(TICK)) => {}
                 _ = imds::changed(&mut notices), if !left_for_notice => {}
             },
+            // No time-out while reserved: the stop ends this process, and the
+            // boot after the restart runs pool-next for the warm row again.
+            Look::Reserved => s.wait(TICK).await,
             Look::Expired => {
                 let row = mine.expect("invariant: only its own row expires");
                 if until_done!(s, |db| pool::end_idle(db, row, "agent")) {

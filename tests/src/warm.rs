@@ -106,6 +106,7 @@ pub fn spec(
         endpoint: Some(endpoint.into()),
         idle: IdleRange { min, max },
         schedules: vec![],
+        stopped: None,
         max_instances,
         idle_seconds: 600,
         max_uses: 0,
@@ -121,6 +122,7 @@ pub fn spec(
             agent_path: "/usr/local/bin/orca-pool-agent".into(),
             run_command: "true".into(),
             database_url_file: None,
+            capacity_type: Default::default(),
         },
         paused: false,
         on_delete: Default::default(),
@@ -163,13 +165,27 @@ pub async fn hosts(endpoint: &str, url: &str, pool: &str, run_command: &str) -> 
 /// Local hosts for the instances `owner` tags (a pool of another
 /// Scheduler than these tests' `sched`).
 pub async fn hosts_for(endpoint: &str, url: &str, owner: Ownership, run_command: &str) -> Hosts {
+    hosts_with(endpoint, url, owner, run_command, vec![]).await
+}
+
+/// Local hosts as [`hosts_for`], their agents given `env` too.
+pub async fn hosts_with(
+    endpoint: &str,
+    url: &str,
+    owner: Ownership,
+    run_command: &str,
+    env: Vec<(String, String)>,
+) -> Hosts {
     let cfg = HostConfig {
         agent: bins::path("orca-pool-agent"),
         database_url: url.into(),
         pool: owner.pool.clone(),
         idle_seconds: 600,
         run_command: run_command.into(),
-        env: vec![("ORCA_POOL_AGENT_GRACE_MS".into(), "1000".into())],
+        env: [("ORCA_POOL_AGENT_GRACE_MS".to_string(), "1000".to_string())]
+            .into_iter()
+            .chain(env)
+            .collect(),
         poll: Duration::from_millis(200),
         agent_stderr: std::env::var_os("ORCA_TEST_AGENT_STDERR").is_some(),
     };
@@ -198,6 +214,7 @@ pub async fn launch_by_hand(
     let offering = orca_operator::pool::Offering {
         instance_type: "t3.micro".into(),
         subnet: subnet.into(),
+        spot: false,
     };
     ec2.run(&orca_operator::pool::ec2::RunRequest {
         launch: &spec.launch,

@@ -41,7 +41,8 @@ mod operator;
 
 pub use notice::{record_notice, Notice};
 pub use operator::{
-    claim, end_busy_row, end_claim, end_idle_rows, known, live_rows, served_waits, PoolRow,
+    claim, claim_reserved, end_busy_row, end_claim, end_idle_rows, known, live_rows,
+    reserve_idle_rows, served_waits, unwake_rows, wake_rows, PoolRow,
 };
 
 /// The client's bound on one of the agent's statements, a little beyond the
@@ -193,7 +194,8 @@ pub async fn end_idle(db: &Db, row: i64, by: &str) -> Result<bool, DbError> {
 }
 
 /// The row `pool-next` waits on. `run == 0 && start == 0` is a fresh
-/// instance: its live `warm` row, created in `pool` if it has none.
+/// instance, or one started again from the stopped reserve: its live `warm`
+/// row (out of the reserve: idle from now), created in `pool` if it has none.
 /// Otherwise the live row of the run it served. Either is marked idle (kept
 /// if it already was: an agent started again keeps its time-out) and
 /// polled. `None`: no such live row (ended, or the instance has another).
@@ -208,7 +210,8 @@ pub async fn mark_idle(
         one_trip(
             db,
             "with mine as (
-                 update orca.instances set idle = coalesce(idle, now()), polled = now()
+                 update orca.instances
+                 set idle = coalesce(idle, now()), polled = now(), reserved = null, woken = null
                  where instance = $1 and ended is null and role = 'warm'
                  returning id),
              made as (
@@ -258,6 +261,10 @@ pub enum Look {
     /// The operator's claim (a live `worker` row without a run, never
     /// pooled): the instance is being retired, and no run comes.
     Claimed { row: i64 },
+    /// Its own row, taken for the stopped reserve: the instance is about to
+    /// be stopped. Wait for it; after the restart the agent comes back idle
+    /// on the same row.
+    Reserved,
 }
 
 /// The agent's one statement a second: beats `polled` of its own row
@@ -279,7 +286,8 @@ pub async fn beat_and_look(
                  as remaining)
          select i.id, i.pooled and i.run is not null, i.joined is not null,
                 i.role = 'worker' and i.run is null and not i.pooled,
-                i.idle is not null, (select remaining from beat)
+                i.idle is not null, (select remaining from beat),
+                i.reserved is not null
          from orca.instances i
          where i.instance = $1 and i.ended is null",
         &[
@@ -299,6 +307,9 @@ pub async fn beat_and_look(
         (false, true) => Made::Claim,
         (false, false) => Made::Other,
     };
+    if live.get::<_, bool>(6) && mine == Some(live.get(0)) {
+        return Ok(Look::Reserved);
+    }
     Ok(look(mine, live.get(0), made, live.get(4), live.get(5)))
 }
 

@@ -33,6 +33,12 @@ pub struct PoolRow {
     /// The operator's own claim on an instance it is terminating (see
     /// [`claim`]): live, never idle, so never handed out.
     pub claim: bool,
+    /// Taken for the stopped reserve ([`reserve_idle_rows`]): never idle,
+    /// never handed out, its instance stopped or being stopped.
+    pub reserved: bool,
+    /// Seconds since the operator started the reserve instance
+    /// ([`wake_rows`]) whose agent has not marked the row idle yet.
+    pub woken_secs: Option<f64>,
 }
 
 /// The pool's live rows. A claim is a `worker` row without a run, which no
@@ -52,7 +58,9 @@ pub async fn live_rows(db: &Db, pool: &str, count_uses: bool) -> Result<Vec<Pool
                     extract(epoch from now() - l.idle)::float8,
                     extract(epoch from now() - l.polled)::float8,
                     coalesce(u.n, 0),
-                    l.role = 'worker' and l.run is null
+                    l.role = 'worker' and l.run is null,
+                    l.reserved is not null,
+                    extract(epoch from now() - l.woken)::float8
              from live l left join uses u on u.instance = l.instance",
             &[&pool, &count_uses],
         )
@@ -67,6 +75,8 @@ pub async fn live_rows(db: &Db, pool: &str, count_uses: bool) -> Result<Vec<Pool
             polled_secs: r.get(4),
             uses: r.get(5),
             claim: r.get(6),
+            reserved: r.get(7),
+            woken_secs: r.get(8),
         })
         .collect())
 }
@@ -125,6 +135,80 @@ pub async fn end_idle_rows(db: &Db, rows: &[i64]) -> Result<HashSet<i64>, DbErro
         .query(end_idle!("id = any($1)"), &[&rows, &"operator"])
         .await?;
     Ok(ended.iter().map(|r| r.get(0)).collect())
+}
+
+/// Takes idle rows into the stopped reserve, race-free as
+/// [`end_idle_rows`] ends them: a row a hand-out took first is skipped.
+/// The row stays live (its agent waits, and comes back on it after the
+/// restart) but is no longer idle, so no hand-out takes it. Returns the ids
+/// it took: only their instances may be stopped.
+pub async fn reserve_idle_rows(db: &Db, rows: &[i64]) -> Result<HashSet<i64>, DbError> {
+    if rows.is_empty() {
+        return Ok(HashSet::new());
+    }
+    let taken = db
+        .query(
+            "update orca.instances set idle = null, reserved = now()
+             where id = any($1) and ended is null and idle is not null
+             returning id",
+            &[&rows],
+        )
+        .await?;
+    Ok(taken.iter().map(|r| r.get(0)).collect())
+}
+
+/// Marks reserved rows woken, before their instances are started: a pass
+/// that then sees the instance running does not take it for one still to
+/// be stopped. Returns the ids it marked.
+pub async fn wake_rows(db: &Db, rows: &[i64]) -> Result<HashSet<i64>, DbError> {
+    if rows.is_empty() {
+        return Ok(HashSet::new());
+    }
+    let woken = db
+        .query(
+            "update orca.instances set reserved = null, woken = now()
+             where id = any($1) and ended is null and reserved is not null
+             returning id",
+            &[&rows],
+        )
+        .await?;
+    Ok(woken.iter().map(|r| r.get(0)).collect())
+}
+
+/// Puts woken rows back into the reserve: their instances could not be
+/// started. A row whose agent came back meanwhile (idle) is left alone.
+pub async fn unwake_rows(db: &Db, rows: &[i64]) -> Result<(), DbError> {
+    if rows.is_empty() {
+        return Ok(());
+    }
+    db.execute(
+        "update orca.instances set reserved = now(), woken = null
+         where id = any($1) and ended is null and woken is not null and idle is null",
+        &[&rows],
+    )
+    .await?;
+    Ok(())
+}
+
+/// Retires a reserve instance: its reserved or woken row becomes the
+/// operator's claim in one statement, so its agent (if the instance boots
+/// meanwhile) finds the claim, never a row to mark idle. `None`: the row is
+/// no longer reserved or woken (its agent marked it idle first).
+pub async fn claim_reserved(db: &Db, row: i64) -> Result<Option<i64>, DbError> {
+    let claim = db
+        .query_opt(
+            "with ended as (
+                 update orca.instances set ended = now(), ended_by = 'operator'
+                 where id = $1 and ended is null and idle is null
+                   and (reserved is not null or woken is not null)
+                 returning instance, pool)
+             insert into orca.instances (instance, pool, role)
+             select instance, pool, 'worker' from ended
+             returning id",
+            &[&row],
+        )
+        .await?;
+    Ok(claim.map(|r| r.get(0)))
 }
 
 /// Claims an instance that has no live row; `None` if it has one now.

@@ -24,9 +24,12 @@ use serde::{Deserialize, Serialize};
     printcolumn = r#"{"name":"Idle","type":"integer","jsonPath":".status.idle"}"#,
     printcolumn = r#"{"name":"Busy","type":"integer","jsonPath":".status.busy"}"#,
     printcolumn = r#"{"name":"Launching","type":"integer","jsonPath":".status.launching"}"#,
+    printcolumn = r#"{"name":"Stopped","type":"integer","jsonPath":".status.stopped"}"#,
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
 )]
 #[x_kube(validation = Rule::new("self.idle.max <= self.maxInstances").message("idle.max must not exceed maxInstances"))]
+#[x_kube(validation = Rule::new("!has(self.stopped) || self.stopped.min <= self.maxInstances").message("stopped.min must not exceed maxInstances"))]
+#[x_kube(validation = Rule::new("!has(self.stopped) || !has(self.launch.capacityType) || self.launch.capacityType == 'onDemand'").message("stopped needs launch.capacityType onDemand: spot instances are not stopped and started"))]
 #[x_kube(validation = Rule::new("!has(self.schedules) || self.schedules.all(s, s.idle.max <= self.maxInstances)").message("schedules[].idle.max must not exceed maxInstances"))]
 #[serde(rename_all = "camelCase")]
 pub struct WarmPoolSpec {
@@ -50,7 +53,15 @@ pub struct WarmPoolSpec {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 20))]
     pub schedules: Vec<IdleSchedule>,
-    /// Never more instances than this, booting, idle and busy together.
+    /// A reserve of instances kept stopped: launched, booted once, their
+    /// agents reported, then stopped (no compute bill, EBS only). When idle
+    /// instances fall below idle.min or runs wait, reserve instances are
+    /// started before new ones are launched, and the reserve is refilled
+    /// after. A stopped instance is never handed a run nor counted idle.
+    /// Default none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stopped: Option<StoppedRange>,
+    /// Never more instances than this, booting, idle, busy and stopped together.
     /// Required, at least 1 and at least idle.max.
     #[schemars(range(min = 1))]
     pub max_instances: i32,
@@ -134,6 +145,28 @@ pub struct IdleRange {
     pub max: i32,
 }
 
+/// How many instances to keep in the stopped reserve.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, KubeSchema)]
+#[x_kube(validation = Rule::new("!has(self.max) || self.min <= self.max").message("stopped.min must not exceed stopped.max"))]
+pub struct StoppedRange {
+    /// Stopped instances to keep: the operator stops idle instances beyond
+    /// idle.min, or launches for the reserve, up to this many. Required, at
+    /// least 0.
+    #[schemars(range(min = 0))]
+    pub min: i32,
+    /// Stopped instances beyond this many are terminated. Default stopped.min.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0))]
+    pub max: Option<i32>,
+}
+
+impl StoppedRange {
+    /// `max`, or `min` when it is not set.
+    pub fn max_or_min(&self) -> i32 {
+        self.max.unwrap_or(self.min)
+    }
+}
+
 /// A period of the day or week with an idle range of its own.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, KubeSchema)]
 pub struct IdleSchedule {
@@ -209,11 +242,33 @@ pub struct Launch {
     /// non-empty.
     #[x_kube(validation = Rule::new("self.size() > 0").message("runCommand must not be empty"))]
     pub run_command: String,
+    /// What capacity to launch: onDemand (the default), spot, or
+    /// spotThenOnDemand (spot in every instance type and subnet first, then
+    /// on-demand in each once spot has no capacity there). An offering
+    /// without capacity is skipped for three minutes, spot or not.
+    #[serde(default, skip_serializing_if = "CapacityType::is_on_demand")]
+    pub capacity_type: CapacityType,
     /// A file on the image holding the database URL, which the user-data script
     /// reads. Unset (the default): the URL, password included, is written into
     /// the user-data, readable by anyone allowed ec2:DescribeInstanceAttribute.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub database_url_file: Option<String>,
+}
+
+/// On-demand or spot capacity.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Default, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub enum CapacityType {
+    #[default]
+    OnDemand,
+    Spot,
+    SpotThenOnDemand,
+}
+
+impl CapacityType {
+    fn is_on_demand(&self) -> bool {
+        *self == CapacityType::OnDemand
+    }
 }
 
 fn default_agent_path() -> String {
@@ -251,6 +306,9 @@ pub struct WarmPoolStatus {
     /// Instances serving a run.
     #[serde(default)]
     pub busy: i32,
+    /// Instances in the stopped reserve (stopped, or being stopped).
+    #[serde(default)]
+    pub stopped: i32,
     /// Instances shutting down, or being retired by the last pass.
     #[serde(default)]
     pub terminating: i32,
@@ -290,6 +348,9 @@ pub struct CapacityError {
     pub instance_type: String,
     /// The subnet; empty for the launch template's.
     pub subnet: String,
+    /// true: spot capacity there (on-demand may still have some).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub spot: bool,
     /// EC2's error code, e.g. InsufficientInstanceCapacity.
     pub code: String,
     /// Until when this offering is skipped (RFC 3339).

@@ -46,6 +46,30 @@ pub trait World {
         rows: &[i64],
     ) -> impl Future<Output = Result<Vec<i64>, PoolError>> + Send;
     fn terminate(&mut self, ids: &[String]) -> impl Future<Output = Result<(), Ec2Error>> + Send;
+    /// Takes idle rows into the stopped reserve, race-free: those it took.
+    fn reserve_idle_rows(
+        &mut self,
+        rows: &[i64],
+    ) -> impl Future<Output = Result<HashSet<i64>, PoolError>> + Send;
+    /// Marks reserved rows woken: those it marked.
+    fn wake_rows(
+        &mut self,
+        rows: &[i64],
+    ) -> impl Future<Output = Result<HashSet<i64>, PoolError>> + Send;
+    /// Puts woken rows whose instances did not start back into the reserve.
+    fn unwake_rows(&mut self, rows: &[i64]) -> impl Future<Output = Result<(), PoolError>> + Send;
+    /// Turns a reserved or woken row into the operator's claim; `None` if
+    /// its agent marked it idle first.
+    fn claim_reserved(
+        &mut self,
+        row: i64,
+    ) -> impl Future<Output = Result<Option<i64>, PoolError>> + Send;
+    fn stop(&mut self, ids: &[String]) -> impl Future<Output = Result<(), Ec2Error>> + Send;
+    fn start(
+        &mut self,
+        ids: &[String],
+        offering: &Offering,
+    ) -> impl Future<Output = Result<(), Ec2Error>> + Send;
     /// `RunInstances`: the ids launched.
     fn run(
         &mut self,
@@ -86,6 +110,38 @@ impl World for Live {
 
     async fn terminate(&mut self, ids: &[String]) -> Result<(), Ec2Error> {
         self.ec2.terminate(ids).await
+    }
+
+    async fn reserve_idle_rows(&mut self, rows: &[i64]) -> Result<HashSet<i64>, PoolError> {
+        let db = self.connected().await?;
+        let taken = orca_db::pool::reserve_idle_rows(db, rows).await;
+        taken.map_err(|e| self.db_error(e))
+    }
+
+    async fn wake_rows(&mut self, rows: &[i64]) -> Result<HashSet<i64>, PoolError> {
+        let db = self.connected().await?;
+        let woken = orca_db::pool::wake_rows(db, rows).await;
+        woken.map_err(|e| self.db_error(e))
+    }
+
+    async fn unwake_rows(&mut self, rows: &[i64]) -> Result<(), PoolError> {
+        let db = self.connected().await?;
+        let done = orca_db::pool::unwake_rows(db, rows).await;
+        done.map_err(|e| self.db_error(e))
+    }
+
+    async fn claim_reserved(&mut self, row: i64) -> Result<Option<i64>, PoolError> {
+        let db = self.connected().await?;
+        let claimed = orca_db::pool::claim_reserved(db, row).await;
+        claimed.map_err(|e| self.db_error(e))
+    }
+
+    async fn stop(&mut self, ids: &[String]) -> Result<(), Ec2Error> {
+        self.ec2.stop(ids).await
+    }
+
+    async fn start(&mut self, ids: &[String], offering: &Offering) -> Result<(), Ec2Error> {
+        self.ec2.start(ids, offering).await
     }
 
     async fn run(&mut self, req: &RunRequest<'_>) -> Result<Vec<String>, Ec2Error> {
@@ -129,6 +185,7 @@ impl<W: World> PoolLoop<W> {
                 End::Claim => self.world.claim(&r.instance, &pool).await?.map(Some),
                 End::Claimed(row) => Some(Some(row)),
                 End::Busy(row) => self.world.end_busy_row(row).await?.then_some(None),
+                End::Reserved(row) => self.world.claim_reserved(row).await?.map(Some),
             };
             match outcome {
                 Some(claim) => going.push((&r.instance, r.reason, claim)),
@@ -201,6 +258,102 @@ impl<W: World> PoolLoop<W> {
         }
         report.terminated = ids;
         Ok(stayed)
+    }
+
+    /// The stopped reserve: starts the reserve instances the plan starts
+    /// (their rows marked woken first, put back if EC2 refuses), then takes
+    /// idle rows into the reserve race-free and stops the instances of those
+    /// it took, and stops again those still running. A start EC2 refuses
+    /// is planned again by the next pass (as a launch instead, once its
+    /// offering is held for a capacity error).
+    pub(super) async fn reserve(
+        &mut self,
+        plan: &PoolPlan,
+        now: DateTime<Utc>,
+        report: &mut PassReport,
+    ) -> Result<(), PoolError> {
+        let mut by_offering: BTreeMap<&Offering, Vec<&super::plan::WithRow>> = BTreeMap::new();
+        for s in &plan.starts {
+            by_offering.entry(&s.offering).or_default().push(s);
+        }
+        for (offering, starts) in by_offering {
+            let rows: Vec<i64> = starts.iter().map(|s| s.row).collect();
+            let woken = self.world.wake_rows(&rows).await?;
+            let ids: Vec<String> = starts
+                .iter()
+                .filter(|s| woken.contains(&s.row))
+                .map(|s| s.instance.clone())
+                .collect();
+            if ids.is_empty() {
+                continue;
+            }
+            match self.world.start(&ids, offering).await {
+                Ok(()) => {
+                    tracing::info!(pool = %self.pool, instances = ?ids, "started from the stopped reserve");
+                    if let Some(m) = &self.metrics {
+                        m.started(&self.pool, ids.len());
+                    }
+                    report.events.push(event(
+                        "Started",
+                        format!("started {} from the stopped reserve", ids.join(", ")),
+                        false,
+                    ));
+                    report.started.extend(ids);
+                }
+                Err(e @ Ec2Error::Fenced { .. }) => return Err(self.ec2_error(e)),
+                Err(e) => {
+                    let woken: Vec<i64> = rows.into_iter().filter(|r| woken.contains(r)).collect();
+                    self.world.unwake_rows(&woken).await?;
+                    if let Ec2Error::Capacity { code, .. } = &e {
+                        let until = now
+                            + chrono::Duration::from_std(self.tuning.capacity_hold)
+                                .unwrap_or(chrono::Duration::minutes(3));
+                        self.unavailable.insert(offering.clone(), until);
+                        self.capacity_codes.insert(offering.clone(), code.clone());
+                    }
+                    report.throttled |= matches!(e, Ec2Error::Throttled { .. });
+                    tracing::warn!(pool = %self.pool, offering = %offering, error = %e, "start failed");
+                    report
+                        .events
+                        .push(event("StartFailed", e.to_string(), true));
+                }
+            }
+        }
+        let rows: Vec<i64> = plan.stops.iter().map(|s| s.row).collect();
+        let taken = self.world.reserve_idle_rows(&rows).await?;
+        let mut ids: Vec<String> = plan
+            .stops
+            .iter()
+            .filter(|s| taken.contains(&s.row))
+            .map(|s| s.instance.clone())
+            .collect();
+        let fresh = ids.len();
+        ids.extend(plan.restops.iter().cloned());
+        if ids.is_empty() {
+            return Ok(());
+        }
+        match self.world.stop(&ids).await {
+            Ok(()) => {
+                tracing::info!(pool = %self.pool, instances = ?ids, "stopped into the reserve");
+                if let Some(m) = &self.metrics {
+                    m.stopped(&self.pool, fresh);
+                }
+                report.events.push(event(
+                    "Stopped",
+                    format!("stopped {} into the reserve", ids.join(", ")),
+                    false,
+                ));
+            }
+            Err(e @ Ec2Error::Fenced { .. }) => return Err(self.ec2_error(e)),
+            // The rows stay reserved: the next pass sees the instances still
+            // running and stops them again.
+            Err(e) => {
+                report.throttled |= matches!(e, Ec2Error::Throttled { .. });
+                tracing::warn!(pool = %self.pool, error = %e, "stop failed");
+                report.events.push(event("StopFailed", e.to_string(), true));
+            }
+        }
+        Ok(())
     }
 
     /// Launches the plan's batches, minus one instance for each retirement

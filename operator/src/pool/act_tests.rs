@@ -37,6 +37,13 @@ struct Table {
     runs: Vec<(String, u32, String)>,
     terminated: Vec<String>,
     ended_claims: Vec<i64>,
+    start: VecDeque<Answer>,
+    /// Reserved rows whose agent came back first (idle): not claimed.
+    came_back: HashSet<i64>,
+    started: Vec<String>,
+    stopped: Vec<String>,
+    woken: Vec<i64>,
+    unwoken: Vec<i64>,
 }
 
 fn refusal(answer: Answer, action: &'static str, offering: Option<&Offering>) -> Ec2Error {
@@ -45,7 +52,7 @@ fn refusal(answer: Answer, action: &'static str, offering: Option<&Offering>) ->
             action,
             offering: offering
                 .cloned()
-                .expect("invariant: only RunInstances answers no capacity"),
+                .expect("invariant: only RunInstances and StartInstances answer no capacity"),
             code: "InsufficientInstanceCapacity".into(),
             message: "none left".into(),
         },
@@ -98,6 +105,39 @@ impl World for Table {
         }
     }
 
+    async fn reserve_idle_rows(&mut self, rows: &[i64]) -> Result<HashSet<i64>, PoolError> {
+        self.end_idle_rows(rows).await
+    }
+
+    async fn wake_rows(&mut self, rows: &[i64]) -> Result<HashSet<i64>, PoolError> {
+        self.woken.extend(rows);
+        Ok(rows.iter().copied().collect())
+    }
+
+    async fn unwake_rows(&mut self, rows: &[i64]) -> Result<(), PoolError> {
+        self.unwoken.extend(rows);
+        Ok(())
+    }
+
+    async fn claim_reserved(&mut self, row: i64) -> Result<Option<i64>, PoolError> {
+        Ok((!self.came_back.contains(&row)).then_some(901))
+    }
+
+    async fn stop(&mut self, ids: &[String]) -> Result<(), Ec2Error> {
+        self.stopped.extend(ids.iter().cloned());
+        Ok(())
+    }
+
+    async fn start(&mut self, ids: &[String], offering: &Offering) -> Result<(), Ec2Error> {
+        match self.start.pop_front().unwrap_or(Answer::Launch) {
+            Answer::Launch => {
+                self.started.extend(ids.iter().cloned());
+                Ok(())
+            }
+            other => Err(refusal(other, "StartInstances", Some(offering))),
+        }
+    }
+
     async fn run(&mut self, req: &RunRequest<'_>) -> Result<Vec<String>, Ec2Error> {
         let t = req.offering.instance_type.clone();
         self.runs.push((t, req.count, req.token.to_string()));
@@ -117,6 +157,7 @@ fn offering(t: &str) -> Offering {
     Offering {
         instance_type: t.into(),
         subnet: "subnet-a".into(),
+        spot: false,
     }
 }
 
@@ -311,5 +352,98 @@ async fn a_throttled_termination_leaves_the_claims_for_the_next_pass() {
     assert!(
         lp.world.ended_claims.is_empty(),
         "the claim stays for the retry"
+    );
+}
+
+fn with_row(instance: &str, row: i64) -> super::plan::WithRow {
+    super::plan::WithRow {
+        instance: instance.into(),
+        row,
+        offering: offering("t3.small"),
+    }
+}
+
+async fn reserve(lp: &mut PoolLoop<Table>, plan: &PoolPlan) -> PassReport {
+    let mut report = PassReport::default();
+    let now = Utc.with_ymd_and_hms(2026, 1, 1, 12, 0, 0).unwrap();
+    lp.reserve(plan, now, &mut report)
+        .await
+        .expect("the table never fails a statement");
+    report
+}
+
+#[tokio::test]
+async fn only_idle_rows_taken_into_the_reserve_are_stopped_and_running_reserved_ones_again() {
+    let mut lp = pool(Table {
+        handed_out: [2].into(),
+        ..Table::default()
+    });
+    let plan = PoolPlan {
+        stops: vec![with_row("i-1", 1), with_row("i-2", 2)],
+        restops: vec!["i-3".into()],
+        ..PoolPlan::default()
+    };
+    let report = reserve(&mut lp, &plan).await;
+    // i-2 was handed a run before its row was taken: it keeps running.
+    assert_eq!(lp.world.stopped, ["i-1", "i-3"]);
+    assert_eq!(reasons(&report), ["Stopped"]);
+}
+
+#[tokio::test]
+async fn a_start_without_capacity_puts_the_rows_back_and_holds_the_offering() {
+    let mut lp = pool(Table {
+        start: [Answer::NoCapacity].into(),
+        ..Table::default()
+    });
+    let plan = PoolPlan {
+        starts: vec![with_row("i-1", 1), with_row("i-2", 2)],
+        ..PoolPlan::default()
+    };
+    let report = reserve(&mut lp, &plan).await;
+    assert_eq!(lp.world.woken, [1, 2], "woken before the start");
+    assert!(lp.world.started.is_empty());
+    assert_eq!(lp.world.unwoken, [1, 2], "back into the reserve");
+    assert!(report.started.is_empty());
+    assert_eq!(reasons(&report), ["StartFailed"]);
+    assert!(
+        lp.unavailable.contains_key(&offering("t3.small")),
+        "the next pass launches instead of starting there"
+    );
+
+    let report = reserve(&mut lp, &plan).await;
+    assert_eq!(lp.world.started, ["i-1", "i-2"]);
+    assert_eq!(report.started, ["i-1", "i-2"]);
+    assert_eq!(reasons(&report), ["Started"]);
+}
+
+#[tokio::test]
+async fn a_reserve_instance_whose_agent_came_back_is_not_terminated() {
+    let mut lp = pool(Table {
+        came_back: [2].into(),
+        ..Table::default()
+    });
+    let plan = PoolPlan {
+        retirements: vec![
+            Retirement {
+                instance: "i-1".into(),
+                reason: Reason::ReserveBeyondMax,
+                end: End::Reserved(1),
+            },
+            Retirement {
+                instance: "i-2".into(),
+                reason: Reason::ReserveBeyondMax,
+                end: End::Reserved(2),
+            },
+        ],
+        ..PoolPlan::default()
+    };
+    let mut report = PassReport::default();
+    let stayed = lp.retire(&plan, &mut report).await.unwrap();
+    assert_eq!(stayed, 1);
+    assert_eq!(lp.world.terminated, ["i-1"]);
+    assert_eq!(
+        lp.world.ended_claims,
+        [901],
+        "the claim ended after the terminate"
     );
 }

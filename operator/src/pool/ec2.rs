@@ -12,9 +12,11 @@ use aws_config::{retry::RetryConfig, timeout::TimeoutConfig, BehaviorVersion, Re
 use aws_sdk_ec2::{
     error::ProvideErrorMetadata,
     types::{
-        Filter, HttpTokensState, IamInstanceProfileSpecification, InstanceMetadataEndpointState,
+        Filter, HttpTokensState, IamInstanceProfileSpecification, InstanceInterruptionBehavior,
+        InstanceLifecycleType, InstanceMarketOptionsRequest, InstanceMetadataEndpointState,
         InstanceMetadataOptionsRequest, InstanceStateName, InstanceType,
-        LaunchTemplateSpecification, ResourceType, ShutdownBehavior, Tag, TagSpecification,
+        LaunchTemplateSpecification, MarketType, ResourceType, ShutdownBehavior, SpotInstanceType,
+        SpotMarketOptions, Tag, TagSpecification,
     },
     Client,
 };
@@ -37,12 +39,16 @@ pub const TERMINATE_BATCH: usize = 1000;
 
 /// EC2 error codes that mean "not here, not now": that (type, subnet) is
 /// skipped for a while and the next one tried.
-pub const CAPACITY_CODES: [&str; 5] = [
+pub const CAPACITY_CODES: [&str; 7] = [
     "InsufficientInstanceCapacity",
     "InsufficientFreeAddressesInSubnet",
     "Unsupported",
     "VcpuLimitExceeded",
     "InsufficientCapacity",
+    // Spot: the price limit is below the spot price, or the account's spot
+    // quota is used up.
+    "SpotMaxPriceTooLow",
+    "MaxSpotInstanceCountExceeded",
 ];
 
 /// Whose instances these are: the values of the ownership tags.
@@ -321,6 +327,21 @@ impl Ec2 {
         if !req.offering.subnet.is_empty() {
             call = call.subnet_id(&req.offering.subnet);
         }
+        if req.offering.spot {
+            // One-time spot, terminated when EC2 takes it back: the agent
+            // acts on the two-minute notice.
+            call = call.instance_market_options(
+                InstanceMarketOptionsRequest::builder()
+                    .market_type(MarketType::Spot)
+                    .spot_options(
+                        SpotMarketOptions::builder()
+                            .spot_instance_type(SpotInstanceType::OneTime)
+                            .instance_interruption_behavior(InstanceInterruptionBehavior::Terminate)
+                            .build(),
+                    )
+                    .build(),
+            );
+        }
         for sg in &launch.security_group_ids {
             call = call.security_group_ids(sg);
         }
@@ -360,6 +381,39 @@ impl Ec2 {
     }
 }
 
+impl Ec2 {
+    /// `StopInstances`: the stopped reserve's stop (EBS kept, no compute).
+    pub async fn stop(&self, ids: &[String]) -> Result<(), Ec2Error> {
+        const ACTION: &str = "StopInstances";
+        for chunk in ids.chunks(TERMINATE_BATCH) {
+            self.check(ACTION)?;
+            self.client
+                .stop_instances()
+                .set_instance_ids(Some(chunk.to_vec()))
+                .send()
+                .await
+                .map_err(|e| sdk_error(ACTION, None, e))?;
+        }
+        Ok(())
+    }
+
+    /// `StartInstances` of stopped instances of one offering, so that a
+    /// capacity error names it.
+    pub async fn start(&self, ids: &[String], offering: &Offering) -> Result<(), Ec2Error> {
+        const ACTION: &str = "StartInstances";
+        for chunk in ids.chunks(TERMINATE_BATCH) {
+            self.check(ACTION)?;
+            self.client
+                .start_instances()
+                .set_instance_ids(Some(chunk.to_vec()))
+                .send()
+                .await
+                .map_err(|e| sdk_error(ACTION, Some(offering), e))?;
+        }
+        Ok(())
+    }
+}
+
 fn instance(i: &aws_sdk_ec2::types::Instance) -> Option<Ec2Instance> {
     let state = match i.state()?.name()? {
         InstanceStateName::Pending => Ec2State::Pending,
@@ -381,6 +435,7 @@ fn instance(i: &aws_sdk_ec2::types::Instance) -> Option<Ec2Instance> {
                 .map(|t| t.as_str().to_string())
                 .unwrap_or_default(),
             subnet: i.subnet_id().unwrap_or_default().to_string(),
+            spot: i.instance_lifecycle() == Some(&InstanceLifecycleType::Spot),
         },
     })
 }
@@ -393,6 +448,7 @@ mod tests {
         Offering {
             instance_type: "t3.small".into(),
             subnet: "subnet-a".into(),
+            spot: false,
         }
     }
 

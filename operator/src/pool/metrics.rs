@@ -26,6 +26,9 @@ pub struct PoolMetrics {
     terminations: Family<Labels, Counter>,
     idle: Family<Labels, Gauge>,
     busy: Family<Labels, Gauge>,
+    stopped: Family<Labels, Gauge>,
+    starts: Family<Labels, Counter>,
+    stops: Family<Labels, Counter>,
     demand_wait: Family<Labels, Histogram, fn() -> Histogram>,
     capacity_errors: Family<Labels, Counter>,
     throttled: Family<Labels, Counter>,
@@ -42,6 +45,9 @@ impl PoolMetrics {
             terminations: Family::default(),
             idle: Family::default(),
             busy: Family::default(),
+            stopped: Family::default(),
+            starts: Family::default(),
+            stops: Family::default(),
             demand_wait: Family::new_with_constructor(wait_histogram),
             capacity_errors: Family::default(),
             throttled: Family::default(),
@@ -55,6 +61,21 @@ impl PoolMetrics {
         );
         r.register("idle_instances", "Idle instances", m.idle.clone());
         r.register("busy_instances", "Busy instances", m.busy.clone());
+        r.register(
+            "stopped_instances",
+            "Instances in the stopped reserve",
+            m.stopped.clone(),
+        );
+        r.register(
+            "starts",
+            "Instances started from the stopped reserve",
+            m.starts.clone(),
+        );
+        r.register(
+            "stops",
+            "Idle instances stopped into the reserve",
+            m.stops.clone(),
+        );
         r.register(
             "demand_wait_seconds",
             "How long a run that found no idle instance waited for one",
@@ -83,9 +104,18 @@ impl PoolMetrics {
         self.terminations.get_or_create(&l).inc_by(n as u64);
     }
 
-    pub fn counts(&self, p: &str, idle: u32, busy: u32) {
+    pub fn counts(&self, p: &str, idle: u32, busy: u32, stopped: u32) {
         self.idle.get_or_create(&pool(p)).set(i64::from(idle));
         self.busy.get_or_create(&pool(p)).set(i64::from(busy));
+        self.stopped.get_or_create(&pool(p)).set(i64::from(stopped));
+    }
+
+    pub fn started(&self, p: &str, n: usize) {
+        self.starts.get_or_create(&pool(p)).inc_by(n as u64);
+    }
+
+    pub fn stopped(&self, p: &str, n: usize) {
+        self.stops.get_or_create(&pool(p)).inc_by(n as u64);
     }
 
     pub fn demand_waited(&self, p: &str, seconds: f64) {

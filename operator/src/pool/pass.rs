@@ -129,6 +129,8 @@ pub struct PassReport {
     /// Instances launched and terminated by this pass.
     pub launched: Vec<String>,
     pub terminated: Vec<String>,
+    /// Instances started from the stopped reserve by this pass.
+    pub started: Vec<String>,
     /// A call was answered `RequestLimitExceeded` to the end: back off.
     pub throttled: bool,
     /// The WarmPool is being deleted with `onDelete: Terminate`.
@@ -337,6 +339,7 @@ impl<W> PoolLoop<W> {
             let offering = Offering {
                 instance_type: held.instance_type.clone(),
                 subnet: held.subnet.clone(),
+                spot: held.spot,
             };
             self.unavailable
                 .insert(offering.clone(), until.with_timezone(&Utc));
@@ -654,10 +657,18 @@ impl PoolLoop {
             self.announce_deletion(&decided, since, &mut report);
         }
         let failed_ends = self.retire(&decided, &mut report).await?;
+        self.reserve(&decided, now, &mut report).await?;
         self.launch(&decided, failed_ends, now, &mut report).await?;
-        // What this pass terminated or ended would look alive in a reused
-        // listing; what it launched is counted as the loop's own.
-        if decided.retirements.is_empty() && decided.ends.is_empty() && decided.gone.is_empty() {
+        // What this pass terminated, ended, stopped or started would look
+        // otherwise in a reused listing; what it launched is counted as the
+        // loop's own.
+        if decided.retirements.is_empty()
+            && decided.ends.is_empty()
+            && decided.gone.is_empty()
+            && decided.stops.is_empty()
+            && decided.restops.is_empty()
+            && decided.starts.is_empty()
+        {
             self.listing = Some(listing);
         }
         report.status = self.status(&report, now);
@@ -667,6 +678,7 @@ impl PoolLoop {
                 &self.pool,
                 report.status.idle as u32,
                 report.status.busy as u32,
+                report.status.stopped as u32,
             );
         }
         Ok(report)

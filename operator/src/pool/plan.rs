@@ -12,7 +12,7 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 
 use chrono::{DateTime, Utc};
 
-use crate::crd::{Launch, WarmPoolSpec};
+use crate::crd::{CapacityType, Launch, WarmPoolSpec};
 
 /// Where an instance can be launched: an instance type in a subnet. An empty
 /// field means "as the launch template says".
@@ -20,18 +20,41 @@ use crate::crd::{Launch, WarmPoolSpec};
 pub struct Offering {
     pub instance_type: String,
     pub subnet: String,
+    /// Spot capacity rather than on-demand.
+    pub spot: bool,
 }
 
 impl std::fmt::Display for Offering {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let or = |s: &str| if s.is_empty() { "template" } else { s }.to_string();
-        write!(f, "{} in {}", or(&self.instance_type), or(&self.subnet))
+        write!(f, "{} in {}", or(&self.instance_type), or(&self.subnet))?;
+        if self.spot {
+            write!(f, " (spot)")?;
+        }
+        Ok(())
     }
 }
 
 /// The offerings of a launch spec in the order they are tried: each type
-/// in every subnet, then the next type.
+/// in every subnet, then the next type; with `spotThenOnDemand`, all of
+/// them as spot first, then all of them on-demand.
 pub fn offerings(launch: &Launch) -> Vec<Offering> {
+    let markets: &[bool] = match launch.capacity_type {
+        CapacityType::OnDemand => &[false],
+        CapacityType::Spot => &[true],
+        CapacityType::SpotThenOnDemand => &[true, false],
+    };
+    markets
+        .iter()
+        .flat_map(|spot| {
+            in_market(launch)
+                .into_iter()
+                .map(move |o| Offering { spot: *spot, ..o })
+        })
+        .collect()
+}
+
+fn in_market(launch: &Launch) -> Vec<Offering> {
     let or_template = |v: &[String]| {
         if v.is_empty() {
             vec![String::new()]
@@ -46,6 +69,7 @@ pub fn offerings(launch: &Launch) -> Vec<Offering> {
             subnets.iter().map(move |s| Offering {
                 instance_type: t.clone(),
                 subnet: s.clone(),
+                spot: false,
             })
         })
         .collect()
@@ -155,10 +179,12 @@ pub enum Reason {
     /// Busy, but its run is over at that start or its heartbeat is stale,
     /// for longer than the grace: the agent never came back.
     Hung,
+    /// Stopped in the reserve beyond `stopped.max`.
+    ReserveBeyondMax,
 }
 
 impl Reason {
-    pub const ALL: [Reason; 8] = [
+    pub const ALL: [Reason; 9] = [
         Reason::IdleBeyondMax,
         Reason::Stale,
         Reason::MaxUses,
@@ -167,6 +193,7 @@ impl Reason {
         Reason::Leaked,
         Reason::PoolDeleted,
         Reason::Hung,
+        Reason::ReserveBeyondMax,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -179,6 +206,7 @@ impl Reason {
             Reason::Leaked => "Leaked",
             Reason::PoolDeleted => "PoolDeleted",
             Reason::Hung => "Hung",
+            Reason::ReserveBeyondMax => "ReserveBeyondMax",
         }
     }
 }
@@ -202,6 +230,20 @@ pub enum End {
     /// still busy (one whose run just ended goes idle, and is retired as
     /// idle).
     Busy(i64),
+    /// Its row is in the stopped reserve (or was started from it, its agent
+    /// not back yet): turn that row into the operator's claim in one
+    /// statement, then terminate, then end the claim.
+    Reserved(i64),
+}
+
+/// An instance with the row the act step changes for it: an idle row to
+/// take into the stopped reserve, or a reserved row to wake.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct WithRow {
+    pub instance: String,
+    pub row: i64,
+    /// Where the instance runs: a start that finds no capacity holds it.
+    pub offering: Offering,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -225,6 +267,10 @@ pub struct Counts {
     pub idle: u32,
     pub busy: u32,
     pub terminating: u32,
+    /// In the stopped reserve: stopped, being stopped, or about to be.
+    pub stopped: u32,
+    /// Started from the reserve by this pass.
+    pub starting: u32,
 }
 
 /// The decision of one pass.
@@ -241,6 +287,15 @@ pub struct PoolPlan {
     /// Other live rows of instances EC2 lists as shutting down, terminated
     /// or stopped, or no longer lists: end them, so no hand-out takes one.
     pub gone: Vec<i64>,
+    /// Idle instances to take into the stopped reserve: their rows first
+    /// (race-free), then `StopInstances` for those taken.
+    pub stops: Vec<WithRow>,
+    /// Reserve instances EC2 still lists as running (an earlier stop did not
+    /// take, or has not yet): `StopInstances` again.
+    pub restops: Vec<String>,
+    /// Stopped reserve instances to start: their rows marked woken first,
+    /// then `StartInstances`. Started before any launch.
+    pub starts: Vec<WithRow>,
     /// How many more instances `maxInstances` allows once the retirements
     /// are gone (each retirement that does not happen takes one back).
     pub room: u32,
@@ -309,6 +364,10 @@ pub fn plan(
     let mut present = 0usize;
     let mut idle: Vec<(&Ec2Instance, &PoolRow)> = Vec::new();
     let mut booting = 0u32;
+    // The stopped reserve: those EC2 lists stopped (they can be started),
+    // and how many are still being stopped.
+    let mut reserve: Vec<(&Ec2Instance, &PoolRow)> = Vec::new();
+    let mut stopping = 0u32;
     let retire = |out: &mut PoolPlan, i: &Ec2Instance, reason, end| {
         out.retirements.push(Retirement {
             instance: i.id.clone(),
@@ -351,6 +410,22 @@ pub fn plan(
         present += 1;
         match rows.get(i.id.as_str()) {
             Some(row) if row.claim => retire(&mut out, i, Reason::NoLiveRow, End::Claimed(row.id)),
+            Some(row) if row.reserved => match i.state {
+                Ec2State::Stopped => reserve.push((i, row)),
+                Ec2State::Running => {
+                    stopping += 1;
+                    out.restops.push(i.id.clone());
+                }
+                _ => stopping += 1,
+            },
+            // Started from the reserve; its agent has not marked it idle yet.
+            Some(row) if row.idle_secs.is_none() && row.woken_secs.is_some() => {
+                if row.woken_secs.unwrap_or(0.0) >= spec.boot_timeout_seconds as f64 {
+                    retire(&mut out, i, Reason::BootTimeout, End::Reserved(row.id))
+                } else {
+                    booting += 1
+                }
+            }
             // Its agent cannot answer: end the row; without one, the next
             // pass claims and terminates it (NoLiveRow).
             Some(row) if i.state == Ec2State::Stopped => out.gone.push(row.id),
@@ -428,31 +503,92 @@ pub fn plan(
         out.retirements.clear();
         out.ends.clear();
         out.gone.clear();
+        out.restops.clear();
         out.counts.idle = idle.len() as u32;
         out.counts.launching = booting;
+        out.counts.stopped = reserve.len() as u32 + stopping;
         return out;
     }
 
-    // Idle beyond idle.max: the longest idle go first. Unserved demand is
-    // about to take idle instances, so it raises the bar.
+    // Idle and booting instances the pool needs running.
+    let need = i64::from(spec.idle.min.max(0)) + snap.demand.max(0);
+    let running_short = (need - idle.len() as i64 - i64::from(booting)).max(0) as usize;
+    // The reserve is started before anything is launched, in the order of
+    // the instance ids, so one pass and the next agree.
+    // One whose offering had no capacity at its last start waits, like a
+    // launch in it.
+    reserve.sort_unstable_by(|a, b| {
+        let held = |i: &Ec2Instance| unavailable.get(&i.offering).is_some_and(|u| *u > now);
+        held(a.0).cmp(&held(b.0)).then_with(|| a.0.id.cmp(&b.0.id))
+    });
+    let startable = reserve
+        .iter()
+        .take_while(|(i, _)| unavailable.get(&i.offering).is_none_or(|u| *u <= now))
+        .count();
+    let starts = running_short.min(startable);
+    for (i, row) in reserve.drain(..starts) {
+        out.starts.push(WithRow {
+            instance: i.id.clone(),
+            row: row.id,
+            offering: i.offering.clone(),
+        });
+    }
+    out.counts.starting = starts as u32;
+    let (reserve_min, reserve_max) = spec.stopped.as_ref().map_or((0, 0), |r| {
+        (r.min.max(0) as usize, r.max_or_min().max(0) as usize)
+    });
+    let mut reserved = reserve.len() + stopping as usize;
+    // Beyond stopped.max: terminate stopped ones (never one being stopped).
+    let excess = reserved.saturating_sub(reserve_max).min(reserve.len());
+    for (i, row) in reserve.drain(..excess) {
+        retire(&mut out, i, Reason::ReserveBeyondMax, End::Reserved(row.id));
+    }
+    reserved -= excess;
+
+    // Idle beyond what the pool needs running refills the reserve first,
+    // the longest idle first; then idle beyond idle.max is retired, also
+    // longest idle first. Unserved demand is about to take idle instances,
+    // so it raises both bars.
+    idle.sort_unstable_by(|a, b| {
+        let (x, y) = (a.1.idle_secs.unwrap_or(0.0), b.1.idle_secs.unwrap_or(0.0));
+        y.total_cmp(&x).then_with(|| a.0.id.cmp(&b.0.id))
+    });
+    let spare_idle = idle.len().saturating_sub(need as usize);
+    let spare_booting = (idle.len() + booting as usize)
+        .saturating_sub(need as usize)
+        .saturating_sub(spare_idle);
+    let deficit = reserve_min.saturating_sub(reserved);
+    let parks = deficit.min(spare_idle);
+    for (i, row) in idle.drain(..parks) {
+        out.stops.push(WithRow {
+            instance: i.id.clone(),
+            row: row.id,
+            offering: i.offering.clone(),
+        });
+    }
+    // Booting beyond the need will be idle spare soon, and go to the
+    // reserve. Launches refill it only once no run waits: until then each
+    // launch is for a run, and the reserve left is for the next ones.
+    let reserve_launches = if snap.demand > 0 {
+        0
+    } else {
+        deficit.saturating_sub(parks + spare_booting) as u32
+    };
     let max_idle = (i64::from(spec.idle.max.max(0)) + snap.demand.max(0)) as usize;
     if idle.len() > max_idle {
-        idle.sort_unstable_by(|a, b| {
-            let (x, y) = (a.1.idle_secs.unwrap_or(0.0), b.1.idle_secs.unwrap_or(0.0));
-            y.total_cmp(&x).then_with(|| a.0.id.cmp(&b.0.id))
-        });
         for (i, row) in idle.drain(..idle.len() - max_idle) {
             retire(&mut out, i, Reason::IdleBeyondMax, End::Idle(row.id));
         }
     }
     out.counts.idle = idle.len() as u32;
     out.counts.launching = booting;
+    out.counts.stopped = (reserved + parks) as u32;
     out.counts.terminating += out.retirements.len() as u32;
 
     let staying = present.saturating_sub(out.retirements.len()) as i64;
     out.room = (i64::from(spec.max_instances) - staying).max(0) as u32;
-    let target = i64::from(spec.idle.min.max(0)) + snap.demand.max(0);
-    let want = (target - idle.len() as i64 - i64::from(booting)).max(0) as u32;
+    // Launched for runs first, then for the reserve.
+    let want = (running_short - starts) as u32 + reserve_launches;
     let count = want.min(out.room);
     out.short = want - count;
 
@@ -507,6 +643,9 @@ fn plan_deletion(
         listed.insert(i.id.as_str());
         let end = match rows.get(i.id.as_str()) {
             Some(row) if row.claim => End::Claimed(row.id),
+            Some(row) if row.reserved || (row.idle_secs.is_none() && row.woken_secs.is_some()) => {
+                End::Reserved(row.id)
+            }
             Some(row) if row.idle_secs.is_some() => End::Idle(row.id),
             Some(row) if drained => End::Busy(row.id),
             Some(_) => {

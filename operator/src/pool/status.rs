@@ -19,6 +19,7 @@ impl<W> PoolLoop<W> {
             .map(|(o, until)| CapacityError {
                 instance_type: o.instance_type.clone(),
                 subnet: o.subnet.clone(),
+                spot: o.spot,
                 code: self
                     .capacity_codes
                     .get(o)
@@ -27,7 +28,7 @@ impl<W> PoolLoop<W> {
                 until: until.to_rfc3339(),
             })
             .collect();
-        let launching = c.launching + report.launched.len() as u32;
+        let launching = c.launching + report.launched.len() as u32 + report.started.len() as u32;
         let degraded = report.events.iter().find(|e| e.warning);
         let min = report.idle_min.max(0) as u32;
         let mut conditions = vec![
@@ -96,6 +97,7 @@ impl<W> PoolLoop<W> {
             launching: launching as i32,
             idle: c.idle as i32,
             busy: c.busy as i32,
+            stopped: c.stopped as i32,
             terminating: c.terminating as i32,
             launch_batches: self.launch_batches as i64,
             capacity_errors,

@@ -1,7 +1,10 @@
 //! The user-data script of a pool instance (docs/protocol.md#row-life-cycle):
-//! learn the instance id from IMDSv2, then loop `pool-next` → `runCommand`
-//! → `pool-next`, and power off when `pool-next` exits non-zero (1: the
-//! instance was retired or waited `idleSeconds` and a minute for nothing).
+//! install itself as a per-boot script (an instance of the stopped reserve
+//! boots again on each start), learn the instance id from IMDSv2, then loop
+//! `pool-next` → `runCommand` (with `pool-watch` beside it) → `pool-next`,
+//! and power off when `pool-next` exits non-zero (1: the instance was
+//! retired, left for a spot notice, or waited `idleSeconds` and a minute for
+//! nothing).
 //!
 //! User-data is readable by anyone allowed `ec2:DescribeInstanceAttribute`,
 //! so `launch.databaseUrlFile` (a file baked into the image) is the safer
@@ -48,6 +51,13 @@ pub fn render(spec: &WarmPoolSpec, pool: &str, db: DatabaseSource<'_>) -> String
 # orca warm pool instance of {pool_comment}: rendered by orca-operator.
 set -u
 halt_now() {{ shutdown -h now 2>/dev/null || poweroff; exit 1; }}
+# cloud-init runs user-data on the first boot only; a reserve instance is
+# stopped and started again, so the script copies itself to run on every boot.
+PER_BOOT=${{ORCA_PER_BOOT_DIR:-/var/lib/cloud/scripts/per-boot}}
+if [ -f "$0" ] && [ "$(dirname "$0")" != "$PER_BOOT" ]; then
+    mkdir -p "$PER_BOOT" && cp "$0" "$PER_BOOT/orca-pool" && chmod 0700 "$PER_BOOT/orca-pool" \
+        || echo 'orca: cannot install the script for later boots' >&2
+fi
 ORCA_POOL={pool}
 export ORCA_POOL
 {database}
@@ -71,25 +81,25 @@ while line=$("$AGENT" pool-next "$ORCA_INSTANCE" "$run" "$start" {seconds}); do
     [ "$(echo "$line" | cut -d' ' -f1)" = next ] || break
     run=$(echo "$line" | cut -d' ' -f2)
     start=$(echo "$line" | cut -d' ' -f3)
+    # While the run goes on, pool-watch records a spot notice on its row.
+    "$AGENT" pool-watch "$ORCA_INSTANCE" &
+    watch=$!
     ORCA_RUN=$run ORCA_START=$start \
         ORCA_HEAD=$(echo "$line" | cut -d' ' -f4) \
         ORCA_NEW_CODE=$(echo "$line" | cut -d' ' -f5) \
         sh -c "$RUN_COMMAND" || echo "orca: run $run at $start exited $?" >&2
+    kill "$watch" 2>/dev/null
+    wait "$watch" 2>/dev/null
 done
 halt_now
 "#,
         pool_comment = pool.replace('\n', " "),
         pool = shell_quote(pool),
         database = database,
-    # While the run goes on, pool-watch records a spot notice on its row.
-    "$AGENT" pool-watch "$ORCA_INSTANCE" &
-    watch=$!
         agent = shell_quote(&spec.launch.agent_path),
         run_command = shell_quote(&spec.launch.run_command),
         seconds = spec.idle_seconds.max(1),
     )
-    kill "$watch" 2>/dev/null
-    wait "$watch" 2>/dev/null
 }
 
 #[cfg(test)]

@@ -5,7 +5,10 @@
 //! - a pool dropping below target (a hand-out takes its idle instance) →
 //!   its `RunInstances` call, p50/p99 (moto's server behind a counting
 //!   proxy, a real PostgreSQL, the loop woken by LISTEN);
-//! - EC2 calls in a steady-state minute of an idle pool of 100.
+//! - EC2 calls in a steady-state minute of an idle pool of 100;
+//! - demand → hand-out from the stopped reserve (real agents on local
+//!   hosts, moto behind the counting proxy), and the EC2 calls it took;
+//! - `plan` for 10 000 instances with a stopped reserve and a schedule.
 
 use std::{
     collections::BTreeMap,
@@ -14,7 +17,7 @@ use std::{
 };
 
 use chrono::Utc;
-use orca_operator::crd::{IdleRange, IdleSchedule};
+use orca_operator::crd::{IdleRange, IdleSchedule, StoppedRange, WarmPoolSpec};
 use orca_operator::pool::{
     plan::{plan, Ec2Instance, Ec2State, Limits, Offering, PoolRow, Snapshot},
     schedule, PoolLoop, Tuning,
@@ -54,6 +57,7 @@ fn bench_plan() {
             offering: Offering {
                 instance_type: "t3.micro".into(),
                 subnet: "subnet-a".into(),
+                spot: false,
             },
         });
         // A busy pool: 300 idle (100 beyond idle.max), the rest busy.
@@ -66,6 +70,8 @@ fn bench_plan() {
             polled_secs: Some(0.5),
             uses: 1,
             claim: false,
+            reserved: false,
+            woken_secs: None,
         });
     }
     snap.demand = 30;
@@ -108,6 +114,7 @@ fn bench_plan() {
             t.elapsed()
         })
         .collect();
+    bench_plan_with_reserve(&spec, &snap, &schedules, now);
     times.sort();
     row(
         "which of 5 schedules is under way, per pass (median / max of 50)",
@@ -117,6 +124,191 @@ fn bench_plan() {
             ms(times[times.len() - 1])
         ),
         "plan + this ≤ 10 ms",
+    );
+}
+
+/// The pass's decide step as a pool with a stopped reserve and schedules
+/// runs it: the schedule under way, then the plan, over 10 000 instances of
+/// which 500 are stopped in the reserve and 300 idle, with demand that
+/// starts part of the reserve.
+fn bench_plan_with_reserve(
+    spec: &WarmPoolSpec,
+    busy: &Snapshot,
+    schedules: &[IdleSchedule],
+    now: chrono::DateTime<Utc>,
+) {
+    let spec = WarmPoolSpec {
+        stopped: Some(StoppedRange {
+            min: 400,
+            max: Some(600),
+        }),
+        schedules: schedules.to_vec(),
+        ..spec.clone()
+    };
+    let mut snap = busy.clone();
+    for (i, r) in snap
+        .instances
+        .iter_mut()
+        .zip(snap.rows.iter_mut())
+        .take(500)
+    {
+        if r.idle_secs.is_none() {
+            i.state = Ec2State::Stopped;
+            r.run = None;
+            r.reserved = true;
+        }
+    }
+    snap.demand = 400;
+    let limits = Limits::default();
+    let mut starts = 0;
+    let mut times: Vec<Duration> = (0..50)
+        .map(|_| {
+            let t = Instant::now();
+            let active = schedule::active(&spec.schedules, now).ok().flatten();
+            let scheduled = WarmPoolSpec {
+                idle: active.map_or(spec.idle.clone(), |a| a.idle.clone()),
+                ..spec.clone()
+            };
+            let p = plan(&scheduled, &snap, &BTreeMap::new(), &limits, now);
+            starts = p.starts.len();
+            std::hint::black_box(p);
+            t.elapsed()
+        })
+        .collect();
+    times.sort();
+    row(
+        &format!(
+            "schedule + plan, 10 000 instances: 500 stopped in the reserve ({starts} started), 5 schedules (median / max of 50)"
+        ),
+        format!(
+            "{} / {}",
+            ms(percentile(&times, 0.5)),
+            ms(times[times.len() - 1])
+        ),
+        "≤ 10 ms",
+    );
+}
+
+/// A run's demand met from the stopped reserve: the pool keeps one
+/// instance stopped and none idle; a run asks, the operator starts the
+/// reserve instance, its real agent boots again on the local host and goes
+/// idle, and the run's hand-out succeeds. Timed from the ask to the
+/// hand-out, with the EC2 calls made meanwhile.
+async fn bench_reserve(moto: &Moto, url: &str) {
+    let faults = Ec2Faults::start(&moto.endpoint());
+    let ec2 = warm::ec2(&moto.endpoint()).await;
+    let subnets = warm::subnets(&ec2).await;
+    let pool = "bench/reserve";
+    let mut spec = warm::spec(&faults.endpoint(), &["t3.micro"], &subnets[..1], 0, 0, 10);
+    spec.stopped = Some(StoppedRange { min: 1, max: None });
+    let lp = PoolLoop::new(
+        "bench",
+        "reserve",
+        spec,
+        url,
+        warm::tuning(Duration::from_secs(600)),
+    )
+    .await
+    .unwrap_or_else(|e| panic!("pool loop: {e}"));
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    tokio::spawn(lp.run(|_| {}, async move {
+        let _ = stop_rx.await;
+    }));
+    let hosts = warm::hosts(&faults.endpoint(), url, pool, "true").await;
+    let (hosts_tx, hosts_rx) = tokio::sync::oneshot::channel::<()>();
+    tokio::spawn(hosts.run(async move {
+        let _ = hosts_rx.await;
+    }));
+    let db = pg::connect(url).await;
+    let mut sched = pg::connect(url).await;
+    let (mut samples, mut calls) = (Vec::new(), BTreeMap::<String, usize>::new());
+    const RUNS: i64 = 10;
+    for run in 1..=RUNS {
+        // The reserve full again: one stopped instance, nothing idle.
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let n: i64 = db
+                .query_one(
+                    "select count(*) from orca.instances
+                     where pool = $1 and ended is null and reserved is not null",
+                    &[&pool],
+                )
+                .await
+                .unwrap()
+                .get(0);
+            let stopped = ec2
+                .describe(&warm::owner(pool))
+                .await
+                .unwrap()
+                .iter()
+                .filter(|i| i.state == Ec2State::Stopped)
+                .count();
+            if n == 1 && stopped == 1 {
+                break;
+            }
+            assert!(Instant::now() < deadline, "no stopped reserve within 60 s");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        faults.forget_calls();
+        let req = orca_db::pool::Request {
+            pool,
+            run,
+            start: 1,
+            role: "head",
+            head_address: "",
+            new_code: true,
+        };
+        let asked = Instant::now();
+        db.execute(
+            "insert into orca.runs (id, pipeline, status, start) values ($1, 'p', 'running', 1)",
+            &[&(100_000 + run)],
+        )
+        .await
+        .unwrap();
+        let req = orca_db::pool::Request {
+            run: 100_000 + run,
+            ..req
+        };
+        orca_db::pool::ask_for_instance(&db, &req).await.unwrap();
+        loop {
+            if orca_db::pool::hand_out(&mut sched, &req, Duration::from_secs(5))
+                .await
+                .unwrap()
+                .is_some()
+            {
+                break;
+            }
+            assert!(
+                asked.elapsed() < Duration::from_secs(60),
+                "no hand-out within 60 s"
+            );
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        samples.push(asked.elapsed());
+        for c in faults.calls() {
+            *calls.entry(c.action).or_default() += 1;
+        }
+    }
+    let _ = (stop_tx.send(()), hosts_tx.send(()));
+    samples.sort();
+    row(
+        "demand → hand-out from the stopped reserve, p50 / max (10 runs; local hosts poll EC2 every 200 ms)",
+        format!(
+            "{} / {}",
+            ms(percentile(&samples, 0.5)),
+            ms(samples[samples.len() - 1])
+        ),
+        "no launch",
+    );
+    let per_run = calls
+        .iter()
+        .map(|(a, n)| format!("{:.1} {a}", *n as f64 / RUNS as f64))
+        .collect::<Vec<_>>()
+        .join(", ");
+    row(
+        "EC2 calls by the operator and the local hosts per hand-out from the reserve",
+        per_run,
+        "1 StartInstances, 0 RunInstances",
     );
 }
 
@@ -281,5 +473,6 @@ fn main() {
         let url = pg::Cluster::shared().migrated_db().await;
         bench_below_target(&moto, &url).await;
         bench_steady_state(&moto, &url).await;
+        bench_reserve(&moto, &url).await;
     });
 }

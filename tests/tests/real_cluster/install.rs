@@ -141,6 +141,36 @@ async fn bad_specs_are_refused_by_the_api_server_naming_the_field() {
             with_schedule(&pool, "0 8 * * 1-5", "Europe/Berlin", 12),
             "schedules[].idle.max must not exceed maxInstances",
         ),
+        (
+            "a stopped reserve whose min is above its max (CEL)",
+            pool.replace(
+                "  maxInstances: 10\n",
+                "  maxInstances: 10\n  stopped: {min: 3, max: 2}\n",
+            ),
+            "stopped.min must not exceed stopped.max",
+        ),
+        (
+            "a stopped reserve above maxInstances (CEL)",
+            pool.replace(
+                "  maxInstances: 10\n",
+                "  maxInstances: 10\n  stopped: {min: 11}\n",
+            ),
+            "stopped.min must not exceed maxInstances",
+        ),
+        (
+            "a stopped reserve of spot instances (CEL)",
+            pool.replace(
+                "  maxInstances: 10\n",
+                "  maxInstances: 10\n  stopped: {min: 1}\n",
+            )
+            .replace("  launch:\n", "  launch:\n    capacityType: spot\n"),
+            "stopped needs launch.capacityType onDemand",
+        ),
+        (
+            "an unknown capacity type",
+            pool.replace("  launch:\n", "  launch:\n    capacityType: cheap\n"),
+            "spec.launch.capacityType",
+        ),
     ];
     for (what, yaml, naming) in cases {
         let (ok, out) = kubectl_apply(&stage, &yaml, true);
@@ -150,7 +180,10 @@ async fn bad_specs_are_refused_by_the_api_server_naming_the_field() {
             "{what}: the refusal should name {naming:?}: {out}"
         );
     }
-    let good = with_schedule(&pool, "30 7 * * mon-fri", "America/New_York", 4);
+    let good = with_schedule(&pool, "30 7 * * mon-fri", "America/New_York", 4).replace(
+        "  maxInstances: 10\n",
+        "  maxInstances: 10\n  stopped: {min: 2}\n",
+    );
     let (ok, out) = kubectl_apply(&stage, &good, true);
-    assert!(ok, "a good schedule was refused: {out}");
+    assert!(ok, "a good schedule and reserve were refused: {out}");
 }

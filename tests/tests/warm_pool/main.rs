@@ -14,6 +14,7 @@ use std::{
 
 use chrono::Utc;
 use orca_db::pool::{ask_for_instance, hand_out, Request};
+use orca_operator::crd::WarmPoolStatus;
 use orca_operator::pool::{
     ec2::client_token,
     userdata::{self, DatabaseSource},
@@ -100,11 +101,17 @@ async fn ask(db: &orca_db::Db, req: &Request<'_>) {
 struct Running {
     stop: Vec<oneshot::Sender<()>>,
     events: Arc<Mutex<Vec<PoolEvent>>>,
+    status: Arc<Mutex<WarmPoolStatus>>,
 }
 
 impl Running {
     fn events(&self) -> Vec<PoolEvent> {
         self.events.lock().unwrap().clone()
+    }
+
+    /// The status the last pass wrote.
+    fn status(&self) -> WarmPoolStatus {
+        self.status.lock().unwrap().clone()
     }
 
     /// The events so far, once one that is `what` is among them, or after
@@ -129,25 +136,39 @@ async fn start(
     endpoint: &str,
     run_command: &str,
 ) -> Running {
+    start_with(pool, spec, url, endpoint, run_command, vec![]).await
+}
+
+/// [`start`], the agents on the local hosts given `env` too.
+async fn start_with(
+    pool: &str,
+    spec: orca_operator::crd::WarmPoolSpec,
+    url: &str,
+    endpoint: &str,
+    run_command: &str,
+    env: Vec<(String, String)>,
+) -> Running {
     let (ns, name) = pool.split_once('/').unwrap();
     warm::aws_env();
     let lp = PoolLoop::new(ns, name, spec, url, warm::tuning(Duration::from_secs(60)))
         .await
         .unwrap();
     let events = Arc::new(Mutex::new(Vec::new()));
-    let sink = events.clone();
+    let status = Arc::new(Mutex::new(WarmPoolStatus::default()));
+    let (sink, status_sink) = (events.clone(), status.clone());
     let (stop_loop, stopped_loop) = oneshot::channel::<()>();
     tokio::spawn(lp.run(
         move |r| {
             if let Ok(r) = r {
                 sink.lock().unwrap().extend(r.events.iter().cloned());
+                *status_sink.lock().unwrap() = r.status.clone();
             }
         },
         async move {
             let _ = stopped_loop.await;
         },
     ));
-    let hosts = warm::hosts(endpoint, url, pool, run_command).await;
+    let hosts = warm::hosts_with(endpoint, url, warm::owner(pool), run_command, env).await;
     let (stop_hosts, stopped_hosts) = oneshot::channel::<()>();
     tokio::spawn(hosts.run(async move {
         let _ = stopped_hosts.await;
@@ -155,6 +176,7 @@ async fn start(
     Running {
         stop: vec![stop_loop, stop_hosts],
         events,
+        status,
     }
 }
 
@@ -167,7 +189,9 @@ impl Drop for Running {
 }
 
 mod launches;
+mod reserve;
 mod retirement;
 mod schedules;
 mod sizing;
+mod spot;
 mod user_data;

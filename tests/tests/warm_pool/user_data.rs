@@ -36,8 +36,9 @@ fn user_data_passes_sh_n_and_holds_no_password_with_a_url_file() {
 }
 
 /// The script itself, run with stand-ins for IMDS (curl), the agent and
-/// the power-off: it serves one run with the seed's environment, calls
-/// `pool-next` for that run, and powers off when it exits 1.
+/// the power-off: it serves one run with the run's environment, calls
+/// `pool-next` for that run, and powers off when it exits 1; it installs
+/// itself to run again on the next boot.
 #[test]
 fn user_data_serves_a_run_then_powers_off() {
     let dir = std::env::temp_dir().join(format!("orca-userdata-{}", std::process::id()));
@@ -81,20 +82,27 @@ exit 1"#
     // Long enough for pool-watch to start beside it.
     spec.launch.run_command = format!("sleep 0.5; env | grep ^ORCA_ | sort > {d}/env");
     let script = userdata::render(&spec, "ns/pool", DatabaseSource::for_spec(&spec, "unused"));
-    let out = std::process::Command::new("sh")
-        .arg("-c")
-        .arg(&script)
-        .env(
-            "PATH",
-            format!("{d}:{}", std::env::var("PATH").unwrap_or_default()),
-        )
-        .output()
-        .unwrap();
-    assert!(
-        out.status.code() == Some(1),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    // cloud-init runs the user-data as a file of its own.
+    let first = dir.join("part-001");
+    std::fs::write(&first, &script).unwrap();
+    let per_boot = dir.join("per-boot");
+    let boot = |file: &std::path::Path| {
+        let out = std::process::Command::new("sh")
+            .arg(file)
+            .env(
+                "PATH",
+                format!("{d}:{}", std::env::var("PATH").unwrap_or_default()),
+            )
+            .env("ORCA_PER_BOOT_DIR", &per_boot)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.code() == Some(1),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    boot(&first);
     let env = std::fs::read_to_string(dir.join("env")).unwrap();
     for want in [
         "ORCA_RUN=42",
@@ -113,5 +121,27 @@ exit 1"#
         ["pool-next i-0stub 0 0 600", "pool-next i-0stub 42 1 600"]
     );
     assert!(dir.join("halted").exists(), "no power-off");
+    // pool-watch ran beside the run, and not past it.
+    let watched = std::fs::read_to_string(dir.join("watch.calls")).unwrap();
+    assert_eq!(watched.lines().collect::<Vec<_>>(), ["pool-watch i-0stub"]);
+    let watcher: i32 = std::fs::read_to_string(dir.join("watch.pid"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    // SAFETY: kill(2) with signal 0 only asks whether the process exists.
+    let alive = unsafe { libc::kill(watcher, 0) } == 0;
+    assert!(!alive, "pool-watch outlived its run");
+
+    // The next boot (a reserve instance started again) runs the copy, and
+    // its agent starts from the warm row again.
+    let again = per_boot.join("orca-pool");
+    assert_eq!(
+        std::fs::read_to_string(&again).expect("the script installed itself for later boots"),
+        script
+    );
+    boot(&again);
+    let calls = std::fs::read_to_string(dir.join("agent.calls")).unwrap();
+    assert_eq!(calls.lines().last(), Some("pool-next i-0stub 0 0 600"));
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -156,6 +156,7 @@ fn a_deleted_pool_launches_nothing_and_counts_what_is_left() {
             idle: 0,
             busy: 1,
             terminating: 4,
+            ..Counts::default()
         }
     );
     // Nothing left: an empty plan.

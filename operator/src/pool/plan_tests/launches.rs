@@ -153,3 +153,25 @@ fn what_this_loop_launched_and_the_listing_lacks_yet_is_booting_and_takes_room()
     assert_eq!((p.counts.launching, p.counts.busy, p.room), (1, 0, 1));
     assert!(p.retirements.is_empty(), "{p:?}");
 }
+
+#[test]
+fn spot_then_on_demand_tries_every_spot_offering_before_any_on_demand_one() {
+    let mut launch = spec(0, 0, 1).launch;
+    launch.capacity_type = crate::crd::CapacityType::SpotThenOnDemand;
+    let order: Vec<String> = offerings(&launch).iter().map(|o| o.to_string()).collect();
+    assert_eq!(
+        order,
+        [
+            "t3.small in subnet-a (spot)",
+            "t3.small in subnet-b (spot)",
+            "t3.medium in subnet-a (spot)",
+            "t3.medium in subnet-b (spot)",
+            "t3.small in subnet-a",
+            "t3.small in subnet-b",
+            "t3.medium in subnet-a",
+            "t3.medium in subnet-b",
+        ]
+    );
+    launch.capacity_type = crate::crd::CapacityType::Spot;
+    assert!(offerings(&launch).iter().all(|o| o.spot));
+}

@@ -11,6 +11,7 @@ mod bounds;
 mod deletion;
 mod gone;
 mod launches;
+mod reserve;
 mod retirement;
 
 fn now() -> DateTime<Utc> {
@@ -24,6 +25,7 @@ pub(in crate::pool) fn spec(min: i32, max: i32, max_instances: i32) -> WarmPoolS
         endpoint: None,
         idle: IdleRange { min, max },
         schedules: vec![],
+        stopped: None,
         max_instances,
         idle_seconds: 600,
         max_uses: 0,
@@ -39,6 +41,7 @@ pub(in crate::pool) fn spec(min: i32, max: i32, max_instances: i32) -> WarmPoolS
             agent_path: "/usr/local/bin/orca-pool-agent".into(),
             run_command: "run".into(),
             database_url_file: None,
+            capacity_type: Default::default(),
         },
         paused: false,
         on_delete: OnDelete::Terminate,
@@ -50,6 +53,7 @@ fn off(t: &str, s: &str) -> Offering {
     Offering {
         instance_type: t.into(),
         subnet: s.into(),
+        spot: false,
     }
 }
 
@@ -72,6 +76,8 @@ fn idle_row(id: i64, instance: &str, idle: f64) -> PoolRow {
         polled_secs: Some(0.5),
         uses: 0,
         claim: false,
+        reserved: false,
+        woken_secs: None,
     }
 }
 
