@@ -41,8 +41,8 @@ mod operator;
 
 pub use notice::{record_notice, Notice};
 pub use operator::{
-    claim, claim_reserved, end_busy_row, end_claim, end_idle_rows, known, live_rows,
-    reserve_idle_rows, served_waits, unwake_rows, wake_rows, PoolRow,
+    claim, claim_reserved, end_busy_row, end_claim, end_idle_rows, hand_outs_since, known,
+    live_rows, reserve_idle_rows, served_waits, unwake_rows, wake_rows, PoolRow, Served,
 };
 
 /// The client's bound on one of the agent's statements, a little beyond the
@@ -211,7 +211,7 @@ pub async fn mark_idle(
             db,
             "with mine as (
                  update orca.instances
-                 set idle = coalesce(idle, now()), polled = now(), reserved = null, woken = null
+                 set idle = coalesce(idle, now()), polled = now(), reserved = null
                  where instance = $1 and ended is null and role = 'warm'
                  returning id),
              made as (

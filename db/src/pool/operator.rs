@@ -37,7 +37,7 @@ pub struct PoolRow {
     /// never handed out, its instance stopped or being stopped.
     pub reserved: bool,
     /// Seconds since the operator started the reserve instance
-    /// ([`wake_rows`]) whose agent has not marked the row idle yet.
+    /// ([`wake_rows`]), while its agent has not marked the row idle yet.
     pub woken_secs: Option<f64>,
 }
 
@@ -60,7 +60,8 @@ pub async fn live_rows(db: &Db, pool: &str, count_uses: bool) -> Result<Vec<Pool
                     coalesce(u.n, 0),
                     l.role = 'worker' and l.run is null,
                     l.reserved is not null,
-                    extract(epoch from now() - l.woken)::float8
+                    case when l.idle is null
+                         then extract(epoch from now() - l.woken)::float8 end
              from live l left join uses u on u.instance = l.instance",
             &[&pool, &count_uses],
         )
@@ -135,6 +136,58 @@ pub async fn end_idle_rows(db: &Db, rows: &[i64]) -> Result<HashSet<i64>, DbErro
         .query(end_idle!("id = any($1)"), &[&rows, &"operator"])
         .await?;
     Ok(ended.iter().map(|r| r.get(0)).collect())
+}
+
+/// Where the runs handed an instance since a mark were served from.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Served {
+    /// An instance idle already: the run did not wait.
+    pub idle: u64,
+    /// An instance started from the stopped reserve.
+    pub reserve: u64,
+    /// After the run asked and waited (a cold launch, or one that went idle
+    /// meanwhile).
+    pub cold: u64,
+}
+
+/// The hand-outs of `pool` whose idle row ended after `after` (the
+/// database's epoch seconds from an earlier call; `None`: the last minute),
+/// by where they were served from, and the newest such end seen. A
+/// hand-out ends the idle row and makes the run's row at the same `now()`,
+/// and marks the run's demand served at it too: that is how the three are
+/// joined.
+pub async fn hand_outs_since(
+    db: &Db,
+    pool: &str,
+    after: Option<f64>,
+) -> Result<(Served, Option<f64>), DbError> {
+    let rows = db
+        .query(
+            "select w.woken is not null,
+                    exists (select 1 from orca.pool_demand d
+                            where d.pool = $1 and d.run = h.run and d.start = h.start
+                              and d.served = h.created),
+                    extract(epoch from w.ended)::float8
+             from orca.instances w
+             join orca.instances h
+               on h.instance = w.instance and h.pooled and h.created = w.ended
+             where w.pool = $1 and w.ended_by = 'handout'
+               and w.ended > coalesce(to_timestamp($2), now() - interval '1 minute')",
+            &[&pool, &after],
+        )
+        .await?;
+    let mut served = Served::default();
+    let mut newest = after;
+    for r in &rows {
+        match (r.get::<_, bool>(0), r.get::<_, bool>(1)) {
+            (true, _) => served.reserve += 1,
+            (false, true) => served.cold += 1,
+            (false, false) => served.idle += 1,
+        }
+        let at: f64 = r.get(2);
+        newest = Some(newest.map_or(at, |n| n.max(at)));
+    }
+    Ok((served, newest))
 }
 
 /// Takes idle rows into the stopped reserve, race-free as

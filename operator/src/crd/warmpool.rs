@@ -328,6 +328,14 @@ pub struct WarmPoolStatus {
     /// spec.idle holds.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub active_schedule: Option<String>,
+    /// Instance-seconds the operator has seen, by instance type and capacity
+    /// type (onDemand or spot): idle, busy, stopped (EBS only), and booting
+    /// (booting, starting, being stopped or retired). What the pool cost.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub instance_seconds: Vec<InstanceSeconds>,
+    /// Runs handed an instance, by where it came from.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub runs_served: Option<RunsServed>,
     /// The conditions Available (at least idle.min instances idle), Progressing
     /// (instances booting) and Degraded (the first warning of the last pass, or
     /// why the pool cannot run); while the WarmPool is being deleted, Terminating
@@ -338,6 +346,38 @@ pub struct WarmPoolStatus {
 
 fn is_zero(n: &i64) -> bool {
     *n == 0
+}
+
+/// Instance-seconds of one instance type and capacity type.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct InstanceSeconds {
+    /// The instance type; empty for the launch template's.
+    pub instance_type: String,
+    /// onDemand or spot.
+    pub capacity_type: String,
+    /// Running with an idle row, waiting for a run.
+    pub idle: i64,
+    /// Running a run.
+    pub busy: i64,
+    /// Stopped in the reserve (or stopping): no compute bill.
+    pub stopped: i64,
+    /// Running but neither idle nor busy: booting, started from the reserve
+    /// and not back yet, being stopped or retired.
+    pub booting: i64,
+}
+
+/// Runs handed an instance, by where it came from.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RunsServed {
+    /// An instance already idle: the run did not wait.
+    pub idle: i64,
+    /// An instance started from the stopped reserve.
+    pub reserve: i64,
+    /// After the run waited: a cold launch (or an instance that went idle
+    /// meanwhile).
+    pub cold: i64,
 }
 
 /// An offering (instance type in a subnet) EC2 had no capacity for.

@@ -3,6 +3,9 @@
 //! waited, capacity errors and throttling. Registered into the registry the
 //! `/metrics` server owns.
 
+use std::sync::atomic::AtomicU64;
+
+use orca_db::pool::Served;
 use prometheus_client::{
     metrics::{
         counter::Counter,
@@ -12,6 +15,8 @@ use prometheus_client::{
     },
     registry::Registry,
 };
+
+use super::cost::{market, Use};
 
 type Labels = Vec<(String, String)>;
 
@@ -28,6 +33,8 @@ pub struct PoolMetrics {
     busy: Family<Labels, Gauge>,
     stopped: Family<Labels, Gauge>,
     starts: Family<Labels, Counter>,
+    instance_seconds: Family<Labels, Counter<f64, AtomicU64>>,
+    served: Family<Labels, Counter>,
     stops: Family<Labels, Counter>,
     demand_wait: Family<Labels, Histogram, fn() -> Histogram>,
     capacity_errors: Family<Labels, Counter>,
@@ -47,6 +54,8 @@ impl PoolMetrics {
             busy: Family::default(),
             stopped: Family::default(),
             starts: Family::default(),
+            instance_seconds: Family::default(),
+            served: Family::default(),
             stops: Family::default(),
             demand_wait: Family::new_with_constructor(wait_histogram),
             capacity_errors: Family::default(),
@@ -70,6 +79,16 @@ impl PoolMetrics {
             "starts",
             "Instances started from the stopped reserve",
             m.starts.clone(),
+        );
+        r.register(
+            "instance_seconds",
+            "Instance-seconds seen, by instance type, capacity type and use (idle, busy, stopped, booting)",
+            m.instance_seconds.clone(),
+        );
+        r.register(
+            "runs_served",
+            "Runs handed an instance, by where it came from (idle, reserve, cold)",
+            m.served.clone(),
         );
         r.register(
             "stops",
@@ -108,6 +127,22 @@ impl PoolMetrics {
         self.idle.get_or_create(&pool(p)).set(i64::from(idle));
         self.busy.get_or_create(&pool(p)).set(i64::from(busy));
         self.stopped.get_or_create(&pool(p)).set(i64::from(stopped));
+    }
+
+    pub fn instance_seconds(&self, p: &str, instance_type: &str, spot: bool, u: Use, secs: f64) {
+        let mut l = pool(p);
+        l.push(("instance_type".into(), instance_type.into()));
+        l.push(("capacity_type".into(), market(spot).into()));
+        l.push(("use".into(), u.as_str().into()));
+        self.instance_seconds.get_or_create(&l).inc_by(secs);
+    }
+
+    pub fn served(&self, p: &str, s: Served) {
+        for (from, n) in [("idle", s.idle), ("reserve", s.reserve), ("cold", s.cold)] {
+            let mut l = pool(p);
+            l.push(("from".into(), from.into()));
+            self.served.get_or_create(&l).inc_by(n);
+        }
     }
 
     pub fn started(&self, p: &str, n: usize) {

@@ -24,6 +24,7 @@ mod act;
 #[cfg(test)]
 mod act_tests;
 pub mod backoff;
+pub mod cost;
 pub mod ec2;
 pub mod metrics;
 mod pass;

@@ -267,6 +267,10 @@ pub struct PoolLoop<W = Live> {
     pub(super) backoff: Backoff,
     pub(super) metrics: Option<PoolMetrics>,
     served_mark: Option<f64>,
+    /// Instance-seconds and runs served so far, and when they were last
+    /// counted.
+    pub(super) cost: super::cost::Cost,
+    cost_at: Option<Instant>,
     /// The last EC2 listing, while a pass may reuse it.
     listing: Option<Listing>,
     /// Busy rows seen hung, and the database's clock at the listing of the
@@ -310,6 +314,8 @@ impl<W> PoolLoop<W> {
             ours: HashMap::new(),
             metrics: None,
             served_mark: None,
+            cost: Default::default(),
+            cost_at: None,
             listing: None,
             hung_since: HashMap::new(),
             conditions: Vec::new(),
@@ -330,6 +336,8 @@ impl<W> PoolLoop<W> {
         self.launch_id = uid.to_string();
         self.launch_batches = status.launch_batches.max(0) as u64;
         self.conditions = status.conditions.clone();
+        self.cost
+            .restore(&status.instance_seconds, status.runs_served.as_ref());
         for held in &status.capacity_errors {
             let Ok(until) = DateTime::parse_from_rfc3339(&held.until) else {
                 tracing::warn!(pool = %self.pool, until = %held.until,
@@ -568,6 +576,14 @@ impl PoolLoop {
         let read = orca_db::pool::served_waits(db, &pool, mark).await;
         let (waits, newest) = read.map_err(|e| self.world.db_error(e))?;
         self.served_mark = newest;
+        let (handed_mark, db) = (self.cost.handed_mark, self.world.connected().await?);
+        let read = orca_db::pool::hand_outs_since(db, &pool, handed_mark).await;
+        let (served, newest) = read.map_err(|e| self.world.db_error(e))?;
+        self.cost.handed_mark = newest;
+        self.cost.add_served(served);
+        if let Some(m) = &self.metrics {
+            m.served(&self.pool, served);
+        }
         if let Some(m) = &self.metrics {
             for w in waits {
                 m.demand_waited(&self.pool, w);
@@ -627,6 +643,18 @@ impl PoolLoop {
             _ => &self.spec,
         };
         let decided = plan(spec, &snap, &self.unavailable, &self.limits(), now);
+        // What each instance was doing since the last pass is taken to be
+        // what it does now; a gap longer than a few resyncs (the loop
+        // stopped, or lost its lease) is not counted.
+        let elapsed = self.cost_at.map_or(Duration::ZERO, |at| at.elapsed());
+        self.cost_at = Some(Instant::now());
+        if elapsed <= self.tuning.resync * 4 {
+            for ((instance_type, spot), u, secs) in self.cost.tally(&snap, elapsed) {
+                if let Some(m) = &self.metrics {
+                    m.instance_seconds(&self.pool, &instance_type, spot, u, secs);
+                }
+            }
+        }
         let idle_min = spec.idle.min;
         tracing::debug!(
             pool = %self.pool,

@@ -557,8 +557,11 @@ pub fn plan(
     let spare_booting = (idle.len() + booting as usize)
         .saturating_sub(need as usize)
         .saturating_sub(spare_idle);
+    // Spare idle fills the reserve up to stopped.max (stopping costs less
+    // than terminating and launching again); launches refill it to
+    // stopped.min only.
     let deficit = reserve_min.saturating_sub(reserved);
-    let parks = deficit.min(spare_idle);
+    let parks = reserve_max.saturating_sub(reserved).min(spare_idle);
     for (i, row) in idle.drain(..parks) {
         out.stops.push(WithRow {
             instance: i.id.clone(),

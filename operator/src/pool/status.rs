@@ -28,6 +28,7 @@ impl<W> PoolLoop<W> {
                 until: until.to_rfc3339(),
             })
             .collect();
+        let (instance_seconds, runs_served) = self.cost.status();
         let launching = c.launching + report.launched.len() as u32 + report.started.len() as u32;
         let degraded = report.events.iter().find(|e| e.warning);
         let min = report.idle_min.max(0) as u32;
@@ -102,6 +103,8 @@ impl<W> PoolLoop<W> {
             launch_batches: self.launch_batches as i64,
             capacity_errors,
             active_schedule: report.active_schedule.clone(),
+            instance_seconds,
+            runs_served,
             conditions: self.conditions.clone(),
         }
     }

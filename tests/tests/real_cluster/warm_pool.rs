@@ -259,3 +259,53 @@ async fn a_restarted_operator_keeps_the_capacity_hold_and_transition_times() {
         "replica c's launches"
     );
 }
+
+/// A stopped reserve on the cluster, under the chart's RBAC: launched,
+/// booted by the real agents, stopped; `kubectl get wpool` shows it in its
+/// Stopped column, and the status counts the seconds it cost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stopped_reserve_shows_in_kubectl_get_wpool() {
+    let stage = OnCluster::new("pool-reserve").await;
+    stage
+        .apply_scheduler(&scheduler("orca", "v1", &[], ""))
+        .await;
+    let ec2 = Ec2Stage::new(&stage, "runners").await;
+    let mut pool = ec2.pool("runners", 0, 0, 5);
+    pool.spec.stopped = Some(orca_operator::crd::StoppedRange { min: 2, max: None });
+    stage.create_pool(&pool).await;
+    let status = stage
+        .wait_pool(
+            "runners",
+            "two instances stopped in the reserve",
+            Duration::from_secs(90),
+            |s| s.stopped == 2,
+        )
+        .await;
+    assert_eq!((status.idle, status.launching), (0, 0), "{status:?}");
+    assert!(!ec2.proxy.calls_of("StopInstances").is_empty());
+    let out = std::process::Command::new(orca_tests::on_cluster::kubectl())
+        .arg("--kubeconfig")
+        .arg(stage.cp.admin_kubeconfig())
+        .args(["get", "wpool", "runners", "-n", &stage.ns])
+        .output()
+        .expect("kubectl runs");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let lines: Vec<Vec<&str>> = text
+        .lines()
+        .map(|l| l.split_whitespace().collect())
+        .collect();
+    let column = lines[0].iter().position(|h| *h == "STOPPED");
+    assert!(column.is_some(), "no STOPPED column: {text}");
+    assert_eq!(lines[1].get(column.unwrap()), Some(&"2"), "{text}");
+    let seconds = stage
+        .wait_pool(
+            "runners",
+            "stopped seconds counted",
+            Duration::from_secs(60),
+            |s| s.instance_seconds.iter().any(|c| c.stopped > 0),
+        )
+        .await
+        .instance_seconds;
+    assert_eq!(seconds.len(), 1, "{seconds:?}");
+    assert_eq!(seconds[0].capacity_type, "onDemand");
+}

@@ -159,6 +159,38 @@ async fn a_reserve_of_two_is_kept_stopped_and_started_for_a_burst_before_any_lau
         reserve(&ec2, &db, pool).await.len() == 2
     })
     .await;
+
+    // What it cost, as the status says: seconds stopped and running, and
+    // the three runs, at least one served from the reserve.
+    eventually_true(
+        "the status counts the three runs",
+        Duration::from_secs(10),
+        || async {
+            running
+                .status()
+                .runs_served
+                .is_some_and(|s| s.idle + s.reserve + s.cold == 3)
+        },
+    )
+    .await;
+    let status = running.status();
+    let served = status.runs_served.clone().unwrap();
+    assert!(served.reserve >= 1, "{served:?}");
+    let [seconds] = &status.instance_seconds[..] else {
+        panic!(
+            "one instance type and capacity type: {:?}",
+            status.instance_seconds
+        );
+    };
+    assert_eq!(
+        (
+            seconds.instance_type.as_str(),
+            seconds.capacity_type.as_str()
+        ),
+        ("t3.micro", "onDemand")
+    );
+    // The reserve stood stopped for a second or more before the burst.
+    assert!(seconds.stopped > 0, "{seconds:?}");
     let _ = std::fs::remove_dir_all(&dir);
 }
 

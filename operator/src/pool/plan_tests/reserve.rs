@@ -176,6 +176,17 @@ fn reserve_table() {
             (0, 0, 0, 0, 2, 0, 0, 1),
         ),
         (
+            "spare idle is stopped up to stopped.max rather than retired",
+            Pool {
+                idle_max: 0,
+                reserve: Some((1, Some(3))),
+                stopped: 1,
+                idle: 2,
+                ..base
+            },
+            (0, 2, 0, 0, 0, 0, 0, 3),
+        ),
+        (
             "stopped.max above min keeps what is there",
             Pool {
                 reserve: Some((1, Some(3))),
