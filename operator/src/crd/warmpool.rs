@@ -180,6 +180,7 @@ pub struct IdleSchedule {
     /// Default UTC.
     #[serde(default = "default_timezone")]
     #[x_kube(validation = Rule::new(r"self.matches('^[A-Za-z0-9_+-]+(/[A-Za-z0-9_+-]+)*$')").message("timezone must be an IANA time zone name, e.g. Europe/Berlin"))]
+    #[x_kube(validation = Rule::new(r"!self.matches('^[A-Za-z0-9_+-]+(/[A-Za-z0-9_+-]+)*$') || timestamp('2001-01-01T00:00:00Z').getHours(self) >= 0").message("timezone must be a time zone the API server knows, e.g. Europe/Berlin"))]
     #[schemars(length(max = 64))]
     pub timezone: String,
     /// How long each period lasts from its start, e.g. 10h, 30m or 1h30m.

@@ -137,6 +137,11 @@ async fn bad_specs_are_refused_by_the_api_server_naming_the_field() {
             "timezone must be an IANA time zone name",
         ),
         (
+            "a schedule in a time zone there is none of (CEL)",
+            with_schedule(&pool, "0 8 * * 1-5", "Mars/Olympus_Mons", 4),
+            "spec.schedules[0].timezone: Invalid value: \"string\": unknown time zone Mars/Olympus_Mons",
+        ),
+        (
             "a schedule's idle.max above maxInstances (CEL)",
             with_schedule(&pool, "0 8 * * 1-5", "Europe/Berlin", 12),
             "schedules[].idle.max must not exceed maxInstances",
