@@ -39,6 +39,11 @@ pub struct PoolRow {
     /// Seconds since the operator started the reserve instance
     /// ([`wake_rows`]), while its agent has not marked the row idle yet.
     pub woken_secs: Option<f64>,
+    /// Its agent recorded a spot notice (`notice`): an idle row is being
+    /// ended by its agent; `interrupted`: EC2 takes the instance back in
+    /// about two minutes.
+    pub noticed: bool,
+    pub interrupted: bool,
 }
 
 /// The pool's live rows. A claim is a `worker` row without a run, which no
@@ -61,7 +66,9 @@ pub async fn live_rows(db: &Db, pool: &str, count_uses: bool) -> Result<Vec<Pool
                     l.role = 'worker' and l.run is null,
                     l.reserved is not null,
                     case when l.idle is null
-                         then extract(epoch from now() - l.woken)::float8 end
+                         then extract(epoch from now() - l.woken)::float8 end,
+                    l.notice is not null,
+                    coalesce(l.notice = 'interruption', false)
              from live l left join uses u on u.instance = l.instance",
             &[&pool, &count_uses],
         )
@@ -78,6 +85,8 @@ pub async fn live_rows(db: &Db, pool: &str, count_uses: bool) -> Result<Vec<Pool
             claim: r.get(6),
             reserved: r.get(7),
             woken_secs: r.get(8),
+            noticed: r.get(9),
+            interrupted: r.get(10),
         })
         .collect())
 }

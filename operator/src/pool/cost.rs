@@ -189,6 +189,8 @@ mod tests {
             claim: false,
             reserved: !idle && run.is_none(),
             woken_secs: None,
+            noticed: false,
+            interrupted: false,
         }
     }
 

@@ -368,6 +368,8 @@ pub fn plan(
     // and how many are still being stopped.
     let mut reserve: Vec<(&Ec2Instance, &PoolRow)> = Vec::new();
     let mut stopping = 0u32;
+    // Busy instances EC2 is about to take back.
+    let mut interrupted = 0u32;
     let retire = |out: &mut PoolPlan, i: &Ec2Instance, reason, end| {
         out.retirements.push(Retirement {
             instance: i.id.clone(),
@@ -437,7 +439,15 @@ pub fn plan(
                 {
                     retire(&mut out, i, Reason::Hung, End::Busy(row.id))
                 }
-                None => out.counts.busy += 1,
+                None => {
+                    out.counts.busy += 1;
+                    // Its run is about to be cut short: its replacement is
+                    // launched now, not two minutes from now.
+                    interrupted += u32::from(row.interrupted);
+                }
+                // Its agent is ending the row for a spot notice: it goes
+                // by itself, and is neither idle nor retired.
+                Some(_) if row.noticed => {}
                 Some(_) if row.polled_secs.is_none_or(|p| p > limits.stale_secs) => {
                     retire(&mut out, i, Reason::Stale, End::Idle(row.id))
                 }
@@ -511,7 +521,7 @@ pub fn plan(
     }
 
     // Idle and booting instances the pool needs running.
-    let need = i64::from(spec.idle.min.max(0)) + snap.demand.max(0);
+    let need = i64::from(spec.idle.min.max(0)) + snap.demand.max(0) + i64::from(interrupted);
     let running_short = (need - idle.len() as i64 - i64::from(booting)).max(0) as usize;
     // The reserve is started before anything is launched, in the order of
     // the instance ids, so one pass and the next agree.

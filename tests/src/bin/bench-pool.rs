@@ -72,6 +72,8 @@ fn bench_plan() {
             claim: false,
             reserved: false,
             woken_secs: None,
+            noticed: false,
+            interrupted: false,
         });
     }
     snap.demand = 30;

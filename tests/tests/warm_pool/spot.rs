@@ -160,3 +160,71 @@ async fn an_interruption_notice_takes_an_idle_instance_out_and_it_is_replaced() 
     })
     .await;
 }
+
+/// The two-minute notice on a busy spot instance: `pool-watch` records it
+/// on the run's row, and the operator launches the replacement at once,
+/// while the run still goes on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_interruption_notice_on_a_busy_instance_launches_its_replacement_at_once() {
+    let (moto, url, ec2, subnets) = warm::Stage::new().await.parts();
+    let imds = orca_tests::imds::FakeImds::start().await;
+    let pool = "spot5/pool";
+    let mut spec = warm::spec(&moto.endpoint(), &["t3.micro"], &subnets[..1], 0, 0, 3);
+    spec.launch.capacity_type = CapacityType::Spot;
+    let env = vec![
+        ("ORCA_POOL_AGENT_IMDS".to_string(), imds.url()),
+        ("AWS_EC2_METADATA_DISABLED".to_string(), "false".to_string()),
+    ];
+    let _running = start_with(pool, spec, &url, &moto.endpoint(), "sleep 60", env).await;
+    let (db, mut sched) = (pg::connect(&url).await, pg::connect(&url).await);
+    let req = request(pool, 1, "");
+    ask(&db, &req).await;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let busy = loop {
+        if let Some(h) = hand_out(&mut sched, &req, Duration::from_secs(3))
+            .await
+            .unwrap()
+        {
+            break h.instance;
+        }
+        assert!(Instant::now() < deadline, "run 1 never handed out");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    eventually_true("run 1 joined", Duration::from_secs(20), || async {
+        db.query_one(
+            "select count(*) from orca.instances where instance = $1 and run = 1 and joined is not null",
+            &[&busy],
+        )
+        .await
+        .unwrap()
+        .get::<_, i64>(0)
+            == 1
+    })
+    .await;
+    assert_eq!(present(&ec2, pool).await.len(), 1);
+
+    imds.interrupt("terminate");
+    eventually_true(
+        "a replacement launched",
+        Duration::from_secs(20),
+        || async { present(&ec2, pool).await.len() == 2 },
+    )
+    .await;
+    let row = db
+        .query_one(
+            "select notice, ended is null, idle is null from orca.instances
+             where instance = $1 and run = 1",
+            &[&busy],
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        (
+            row.get::<_, Option<String>>(0),
+            row.get::<_, bool>(1),
+            row.get::<_, bool>(2)
+        ),
+        (Some("interruption".into()), true, true),
+        "the run goes on, its row noticed"
+    );
+}

@@ -175,3 +175,40 @@ fn spot_then_on_demand_tries_every_spot_offering_before_any_on_demand_one() {
     launch.capacity_type = crate::crd::CapacityType::Spot;
     assert!(offerings(&launch).iter().all(|o| o.spot));
 }
+
+#[test]
+fn a_spot_notice_launches_the_replacement_at_once_and_a_leaving_instance_is_not_idle() {
+    let s = spec(1, 1, 10);
+    let interrupted = PoolRow {
+        interrupted: true,
+        noticed: true,
+        ..busy_row(1, "i-busy")
+    };
+    let leaving = PoolRow {
+        noticed: true,
+        ..idle_row(2, "i-idle", 5.0)
+    };
+    let snap = snap(
+        vec![inst("i-busy", 100), inst("i-idle", 100)],
+        vec![interrupted.clone(), leaving.clone()],
+    );
+    let p = run(&s, &snap);
+    assert_eq!((p.counts.busy, p.counts.idle), (1, 0));
+    assert!(p.retirements.is_empty(), "the leaving one goes by itself");
+    assert_eq!(
+        p.launch_count(),
+        2,
+        "idle.min, and the interrupted one's replacement"
+    );
+    // A rebalance recommendation on a busy instance launches nothing.
+    let recommended = PoolRow {
+        interrupted: false,
+        ..interrupted
+    };
+    let p = run(&s, &snap_with(&snap, vec![recommended, leaving]));
+    assert_eq!(p.launch_count(), 1);
+}
+
+fn snap_with(s: &Snapshot, rows: Vec<PoolRow>) -> Snapshot {
+    Snapshot { rows, ..s.clone() }
+}

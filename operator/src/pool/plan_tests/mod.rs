@@ -78,6 +78,8 @@ fn idle_row(id: i64, instance: &str, idle: f64) -> PoolRow {
         claim: false,
         reserved: false,
         woken_secs: None,
+        noticed: false,
+        interrupted: false,
     }
 }
 
