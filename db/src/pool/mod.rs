@@ -195,7 +195,9 @@ pub async fn end_idle(db: &Db, row: i64, by: &str) -> Result<bool, DbError> {
 
 /// The row `pool-next` waits on. `run == 0 && start == 0` is a fresh
 /// instance, or one started again from the stopped reserve: its live `warm`
-/// row (out of the reserve: idle from now), created in `pool` if it has none.
+/// row, or the row the reserve kept (the row of the last run it served, if
+/// it had served one; out of the reserve: idle from now), created in `pool`
+/// if it has none.
 /// Otherwise the live row of the run it served. Either is marked idle (kept
 /// if it already was: an agent started again keeps its time-out) and
 /// polled. `None`: no such live row (ended, or the instance has another).
@@ -212,7 +214,8 @@ pub async fn mark_idle(
             "with mine as (
                  update orca.instances
                  set idle = coalesce(idle, now()), polled = now(), reserved = null
-                 where instance = $1 and ended is null and role = 'warm'
+                 where instance = $1 and ended is null
+                   and (role = 'warm' or reserved is not null or woken is not null)
                  returning id),
              made as (
                  insert into orca.instances (instance, pool, role, idle, polled)

@@ -200,4 +200,5 @@ mod outages;
 mod pool_next;
 mod pool_wait;
 mod races;
+mod reserve;
 mod usage;
