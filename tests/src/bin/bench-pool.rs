@@ -196,16 +196,18 @@ fn bench_plan_with_reserve(
 /// reserve instance, its real agent boots again on the local host and goes
 /// idle, and the run's hand-out succeeds. Timed from the ask to the
 /// hand-out, with the EC2 calls made meanwhile.
-async fn bench_reserve(moto: &Moto, url: &str) {
+async fn bench_reserve(moto: &Moto, url: &str, max: Option<i32>) {
     let faults = Ec2Faults::start(&moto.endpoint());
     let ec2 = warm::ec2(&moto.endpoint()).await;
     let subnets = warm::subnets(&ec2).await;
-    let pool = "bench/reserve";
+    let name = format!("reserve{}", max.unwrap_or(1));
+    let pool = format!("bench/{name}");
+    let pool = pool.as_str();
     let mut spec = warm::spec(&faults.endpoint(), &["t3.micro"], &subnets[..1], 0, 0, 10);
-    spec.stopped = Some(StoppedRange { min: 1, max: None });
+    spec.stopped = Some(StoppedRange { min: 1, max });
     let lp = PoolLoop::new(
         "bench",
-        "reserve",
+        &name,
         spec,
         url,
         warm::tuning(Duration::from_secs(600)),
@@ -225,6 +227,8 @@ async fn bench_reserve(moto: &Moto, url: &str) {
     let mut sched = pg::connect(url).await;
     let (mut samples, mut calls) = (Vec::new(), BTreeMap::<String, usize>::new());
     const RUNS: i64 = 10;
+    // Run ids of this pool's own.
+    let base = 100_000 * i64::from(max.unwrap_or(1));
     for run in 1..=RUNS {
         // The reserve full again: one stopped instance, nothing idle.
         let deadline = Instant::now() + Duration::from_secs(60);
@@ -263,12 +267,12 @@ async fn bench_reserve(moto: &Moto, url: &str) {
         let asked = Instant::now();
         db.execute(
             "insert into orca.runs (id, pipeline, status, start) values ($1, 'p', 'running', 1)",
-            &[&(100_000 + run)],
+            &[&(base + run)],
         )
         .await
         .unwrap();
         let req = orca_db::pool::Request {
-            run: 100_000 + run,
+            run: base + run,
             ..req
         };
         orca_db::pool::ask_for_instance(&db, &req).await.unwrap();
@@ -293,8 +297,9 @@ async fn bench_reserve(moto: &Moto, url: &str) {
     }
     let _ = (stop_tx.send(()), hosts_tx.send(()));
     samples.sort();
+    let reserve = format!("stopped {{min: 1, max: {}}}", max.unwrap_or(1));
     row(
-        "demand → hand-out from the stopped reserve, p50 / max (10 runs; local hosts poll EC2 every 200 ms)",
+        &format!("demand → hand-out from the stopped reserve, {reserve}, idle 0, p50 / max (10 runs; local hosts poll EC2 every 200 ms)"),
         format!(
             "{} / {}",
             ms(percentile(&samples, 0.5)),
@@ -308,7 +313,7 @@ async fn bench_reserve(moto: &Moto, url: &str) {
         .collect::<Vec<_>>()
         .join(", ");
     row(
-        "EC2 calls by the operator and the local hosts per hand-out from the reserve",
+        &format!("EC2 calls by the operator and the local hosts per hand-out from the reserve, {reserve}"),
         per_run,
         "1 StartInstances, 0 RunInstances",
     );
@@ -475,6 +480,10 @@ fn main() {
         let url = pg::Cluster::shared().migrated_db().await;
         bench_below_target(&moto, &url).await;
         bench_steady_state(&moto, &url).await;
-        bench_reserve(&moto, &url).await;
+        // With max = min the instance back from its run finds the reserve
+        // refilled by a launch and is retired; with room up to max it is
+        // stopped instead.
+        bench_reserve(&moto, &url, None).await;
+        bench_reserve(&moto, &url, Some(2)).await;
     });
 }

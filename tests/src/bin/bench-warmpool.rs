@@ -6,7 +6,9 @@
 //!   its `RunInstances` call, p50/p99: LISTEN, the trigger, the pass;
 //! - what a steady idle pool of 100 asks of EC2 and of the Kubernetes API
 //!   in a minute (the requests of the controller's own client, counted by a
-//!   layer of it; the watches' long-running GETs apart).
+//!   layer of it; the watches' long-running GETs apart);
+//! - a run's demand → its hand-out from the stopped reserve, with real
+//!   agents on local hosts, and the EC2 calls and API requests it took.
 
 use std::{
     collections::BTreeMap,
@@ -287,6 +289,123 @@ async fn bench_steady_state(cp: &'static ControlPlane, moto: &Moto) {
     );
 }
 
+/// A pool of no idle instances and a stopped reserve of one, its
+/// instances played by local hosts running the real agent: each run asks,
+/// the controller starts the reserve instance, its agent boots again and
+/// goes idle, and the run's hand-out succeeds. Timed from the ask to the
+/// hand-out, with what the controller asked of EC2 and of the API
+/// meanwhile.
+async fn bench_reserve(cp: &'static ControlPlane, moto: &Moto) {
+    let stage = Stage::new(cp, "bench-reserve").await;
+    let faults = Ec2Faults::start(&moto.endpoint());
+    let ec2 = warm::ec2(&moto.endpoint()).await;
+    let subnets = warm::subnets(&ec2).await;
+    let owner = stage.owner("reserve");
+    let mut spec = warm::spec(&faults.endpoint(), &["t3.micro"], &subnets[..1], 0, 0, 10);
+    spec.scheduler = "sched".into();
+    spec.stopped = Some(orca_operator::crd::StoppedRange {
+        min: 1,
+        max: Some(2),
+    });
+    Api::<WarmPool>::namespaced(stage.admin.clone(), &stage.ns)
+        .create(&PostParams::default(), &WarmPool::new("reserve", spec))
+        .await
+        .unwrap_or_else(|e| panic!("the WarmPool: {e}"));
+    let hosts = warm::hosts_for(&moto.endpoint(), &stage.url, owner.clone(), "true").await;
+    let (stop_hosts, hosts_stopped) = tokio::sync::oneshot::channel::<()>();
+    tokio::spawn(hosts.run(async move {
+        let _ = hosts_stopped.await;
+    }));
+    let db = pg::connect(&stage.url).await;
+    let mut sched = pg::connect(&stage.url).await;
+    const RUNS: i64 = 10;
+    let (mut samples, mut calls, mut requests) = (Vec::new(), Vec::new(), Vec::new());
+    for run in 1..=RUNS {
+        let deadline = Instant::now() + Duration::from_secs(90);
+        loop {
+            let stopped = ec2
+                .describe(&owner)
+                .await
+                .unwrap_or_else(|e| panic!("DescribeInstances: {e}"))
+                .iter()
+                .filter(|i| i.state == orca_operator::pool::Ec2State::Stopped)
+                .count();
+            let idle: i64 = db
+                .query_one(
+                    "select count(*) from orca.instances
+                     where pool = $1 and ended is null and idle is not null",
+                    &[&owner.pool],
+                )
+                .await
+                .unwrap()
+                .get(0);
+            if stopped >= 1 && idle == 0 {
+                break;
+            }
+            assert!(Instant::now() < deadline, "no stopped reserve within 90 s");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        faults.forget_calls();
+        stage.requests.take();
+        db.execute(
+            "insert into orca.runs (id, pipeline, status, start) values ($1, 'p', 'running', 1)",
+            &[&run],
+        )
+        .await
+        .unwrap();
+        let req = orca_db::pool::Request {
+            pool: &owner.pool,
+            run,
+            start: 1,
+            role: "head",
+            head_address: "",
+            new_code: true,
+        };
+        let asked = Instant::now();
+        orca_db::pool::ask_for_instance(&db, &req).await.unwrap();
+        while orca_db::pool::hand_out(&mut sched, &req, Duration::from_secs(5))
+            .await
+            .unwrap()
+            .is_none()
+        {
+            assert!(
+                asked.elapsed() < Duration::from_secs(60),
+                "no hand-out within 60 s"
+            );
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        samples.push(asked.elapsed());
+        calls.extend(faults.calls().into_iter().map(|c| c.action));
+        requests.extend(stage.requests.take());
+    }
+    let _ = stop_hosts.send(());
+    stage.controller.abort();
+    samples.sort();
+    row(
+        "Kubernetes mode: demand → hand-out from the stopped reserve {min: 1, max: 2}, p50 / max (10 runs; real agents on local hosts polling EC2 every 200 ms)",
+        format!("{} / {}", ms(samples[samples.len() / 2]), ms(samples[samples.len() - 1])),
+        "no launch",
+    );
+    let mut by: BTreeMap<String, usize> = BTreeMap::new();
+    for c in calls {
+        *by.entry(c).or_default() += 1;
+    }
+    row(
+        "… EC2 calls per hand-out, the controller's and the local hosts' (their DescribeInstances)",
+        by.iter()
+            .map(|(a, n)| format!("{:.1} {a}", *n as f64 / RUNS as f64))
+            .collect::<Vec<_>>()
+            .join(", "),
+        "1 StartInstances, no RunInstances",
+    );
+    row(
+        "… API requests per hand-out (watches apart)",
+        per_minute(&requests, RUNS as usize),
+        "the status and events of the passes",
+    );
+}
+
 fn main() {
     warm::aws_env();
     println!("| figure | value | target |");
@@ -300,5 +419,6 @@ fn main() {
         let moto = Moto::start();
         bench_below_target(cp, &moto).await;
         bench_steady_state(cp, &moto).await;
+        bench_reserve(cp, &moto).await;
     });
 }
