@@ -174,6 +174,11 @@ pub struct IdleSchedule {
     /// day of month, month, day of week), e.g. "0 8 * * 1-5" for 08:00 on
     /// workdays. Required.
     #[x_kube(validation = Rule::new(r"self.matches('^\\S+( +\\S+){4}$')").message("cron must be a cron expression of five fields, e.g. 0 8 * * 1-5"))]
+    #[x_kube(validation = cron_field(0, "minute", "[0-5]?[0-9]", ""))]
+    #[x_kube(validation = cron_field(1, "hour", "2[0-3]|[01]?[0-9]", ""))]
+    #[x_kube(validation = cron_field(2, "day of month", DAY, DAY_EXTRA))]
+    #[x_kube(validation = cron_field(3, "month", MONTH, ""))]
+    #[x_kube(validation = cron_field(4, "day of week", WEEKDAY, WEEKDAY_EXTRA))]
     #[schemars(length(max = 100))]
     pub cron: String,
     /// The IANA time zone the cron expression is read in, e.g. Europe/Berlin.
@@ -190,6 +195,34 @@ pub struct IdleSchedule {
     pub duration: String,
     /// The idle range while a period is under way. Required.
     pub idle: IdleRange,
+}
+
+// What each field of a cron expression may hold, so the API server refuses
+// a value out of range (minute 99, month 13) naming the field. croner still
+// reads the expression; this only checks its fields' values.
+const DAY: &str = "3[01]|[12][0-9]|0?[1-9]";
+const DAY_EXTRA: &str = "[?]|LW?|(3[01]|[12][0-9]|0?[1-9])W";
+const MONTH: &str = "1[0-2]|0?[1-9]|jan|feb|mar|apr|may|jun|jul|aug|sep|oct|nov|dec";
+const WEEKDAY: &str = "[0-7]|sun|mon|tue|wed|thu|fri|sat";
+const WEEKDAY_EXTRA: &str = "[?]|([0-7]|sun|mon|tue|wed|thu|fri|sat)(L|#[1-5])";
+
+/// The rule for field `i` of a schedule's cron expression: `*` or a value
+/// of `value` or a range of them, each with an optional step, in a list;
+/// or one of `extra` (the day fields' `?`, `L`, `W` and `#`).
+fn cron_field(i: usize, name: &str, value: &str, extra: &str) -> kube::core::Rule {
+    let atom = format!("([*]|({value})(-({value}))?)(/[0-9]+)?");
+    let atom = if extra.is_empty() {
+        atom
+    } else {
+        format!("({extra}|{atom})")
+    };
+    kube::core::Rule::new(format!(
+        "self.split(' ').filter(f, f != '').size() != 5 \
+         || self.split(' ').filter(f, f != '')[{i}].matches('^(?i){atom}(,{atom})*$')"
+    ))
+    .message(kube::core::Message::Message(format!(
+        "cron's {name} field must be *, a value, a range or a list of them, each with an optional /step"
+    )))
 }
 
 fn default_timezone() -> String {

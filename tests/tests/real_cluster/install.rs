@@ -132,6 +132,21 @@ async fn bad_specs_are_refused_by_the_api_server_naming_the_field() {
             "cron must be a cron expression of five fields",
         ),
         (
+            "a schedule whose minute is out of range (CEL)",
+            with_schedule(&pool, "99 8 * * *", "UTC", 4),
+            "cron's minute field must be",
+        ),
+        (
+            "a schedule whose month is out of range (CEL)",
+            with_schedule(&pool, "0 8 * 13 *", "UTC", 4),
+            "cron's month field must be",
+        ),
+        (
+            "a schedule whose day of week is no day (CEL)",
+            with_schedule(&pool, "0 8 * * funday", "UTC", 4),
+            "cron's day of week field must be",
+        ),
+        (
             "a schedule whose time zone is no zone's name (CEL)",
             with_schedule(&pool, "0 8 * * 1-5", "Europe Berlin", 4),
             "timezone must be an IANA time zone name",
@@ -191,4 +206,16 @@ async fn bad_specs_are_refused_by_the_api_server_naming_the_field() {
     );
     let (ok, out) = kubectl_apply(&stage, &good, true);
     assert!(ok, "a good schedule and reserve were refused: {out}");
+    for cron in [
+        "*/15 * * * *",
+        "0 9 * * MON-FRI",
+        "0 0 1,15 * *",
+        "0 0 L * *",
+        "5 4 * * 5L",
+        "0 8 ? * 1#2",
+        "0 0 1-31/2 jan-jun *",
+    ] {
+        let (ok, out) = kubectl_apply(&stage, &with_schedule(&pool, cron, "UTC", 4), true);
+        assert!(ok, "{cron:?} was refused: {out}");
+    }
 }
