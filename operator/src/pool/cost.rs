@@ -5,12 +5,17 @@
 //! in the status, so a restarted operator counts on from there.
 
 use std::collections::{BTreeMap, HashMap};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use orca_db::pool::Served;
 
 use super::plan::{Ec2Instance, Ec2State, PoolRow, Snapshot};
-use crate::crd::{InstanceSeconds, RunsServed};
+use crate::crd::{InstanceSeconds, RunsServed, WarmPoolStatus};
+
+/// How often the totals in the status are brought up to date when nothing
+/// else in it changes: a steady pool's status is not rewritten every pass
+/// just because seconds pass (the metrics are up to date at each pass).
+pub const SHOWN_EVERY: Duration = Duration::from_secs(600);
 
 /// What an instance was doing, as billed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -70,6 +75,11 @@ pub struct Cost {
     pub served: Served,
     /// The database's time of the newest hand-out counted.
     pub(super) handed_mark: Option<f64>,
+    /// What the status shows, when it was brought up to date, and the rest
+    /// of the status it was shown with.
+    shown: (Vec<InstanceSeconds>, Option<RunsServed>),
+    shown_at: Option<Instant>,
+    shown_with: Option<WarmPoolStatus>,
 }
 
 impl Cost {
@@ -130,6 +140,20 @@ impl Cost {
             cold: s.cold as i64,
         });
         (seconds, served)
+    }
+
+    /// The totals for a status whose other fields are `rest`: brought up to
+    /// date when `rest` differs from the last one (the status is written
+    /// then anyway) or [`SHOWN_EVERY`] after the last time; else as shown
+    /// before.
+    pub fn shown(&mut self, rest: &WarmPoolStatus) -> (Vec<InstanceSeconds>, Option<RunsServed>) {
+        let due = self.shown_at.is_none_or(|at| at.elapsed() >= SHOWN_EVERY);
+        if due || self.shown_with.as_ref() != Some(rest) {
+            self.shown = self.status();
+            self.shown_at = Some(Instant::now());
+            self.shown_with = Some(rest.clone());
+        }
+        self.shown.clone()
     }
 
     /// Counts on from a status written earlier.
@@ -242,5 +266,29 @@ mod tests {
         let mut again = Cost::default();
         again.restore(&seconds, served.as_ref());
         assert_eq!(again.status(), (seconds, served));
+    }
+
+    #[test]
+    fn the_status_shows_new_totals_only_with_another_change_or_after_a_while() {
+        let snap = Snapshot {
+            instances: vec![inst("i-1", Ec2State::Running, "t3.small", false)],
+            rows: vec![row("i-1", true, None)],
+            ..Snapshot::default()
+        };
+        let mut cost = Cost::default();
+        let steady = WarmPoolStatus {
+            idle: 1,
+            ..WarmPoolStatus::default()
+        };
+        cost.tally(&snap, Duration::from_secs(10));
+        let first = cost.shown(&steady);
+        assert_eq!(first.0[0].idle, 10);
+        // Seconds pass, nothing else changes: the status stays as it was,
+        // so a steady pool's status is not written again.
+        cost.tally(&snap, Duration::from_secs(10));
+        assert_eq!(cost.shown(&steady), first);
+        // Something else changes: the totals come along.
+        let busy = WarmPoolStatus { busy: 1, ..steady };
+        assert_eq!(cost.shown(&busy).0[0].idle, 20);
     }
 }

@@ -28,7 +28,6 @@ impl<W> PoolLoop<W> {
                 until: until.to_rfc3339(),
             })
             .collect();
-        let (instance_seconds, runs_served) = self.cost.status();
         let launching = c.launching + report.launched.len() as u32 + report.started.len() as u32;
         let degraded = report.events.iter().find(|e| e.warning);
         let min = report.idle_min.max(0) as u32;
@@ -93,7 +92,7 @@ impl<W> PoolLoop<W> {
                     .expect("invariant: set_condition leaves the condition it set")
             })
             .collect();
-        WarmPoolStatus {
+        let mut status = WarmPoolStatus {
             observed_generation: None,
             launching: launching as i32,
             idle: c.idle as i32,
@@ -103,10 +102,12 @@ impl<W> PoolLoop<W> {
             launch_batches: self.launch_batches as i64,
             capacity_errors,
             active_schedule: report.active_schedule.clone(),
-            instance_seconds,
-            runs_served,
+            instance_seconds: Vec::new(),
+            runs_served: None,
             conditions: self.conditions.clone(),
-        }
+        };
+        (status.instance_seconds, status.runs_served) = self.cost.shown(&status);
+        status
     }
 }
 

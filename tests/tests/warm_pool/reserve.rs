@@ -61,6 +61,10 @@ async fn a_reserve_of_two_is_kept_stopped_and_started_for_a_burst_before_any_lau
     );
     assert!(!faults.calls_of("StopInstances").is_empty());
 
+    // The reserve stands stopped a while (whole seconds for the status,
+    // which shows them when the burst changes it).
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+
     // A burst of three runs: the reserve is started before anything is
     // launched.
     faults.forget_calls();
