@@ -559,11 +559,16 @@ pub fn plan(
     // the longest idle first; then idle beyond idle.max is retired, also
     // longest idle first. Unserved demand is about to take idle instances,
     // so it raises both bars.
-    idle.sort_unstable_by(|a, b| {
-        let (x, y) = (a.1.idle_secs.unwrap_or(0.0), b.1.idle_secs.unwrap_or(0.0));
-        y.total_cmp(&x).then_with(|| a.0.id.cmp(&b.0.id))
-    });
     let spare_idle = idle.len().saturating_sub(need as usize);
+    let max_idle = (i64::from(spec.idle.max.max(0)) + snap.demand.max(0)) as usize;
+    // Sorted only when some go (a pool of many idle instances, most passes
+    // keeping them all, skips it).
+    if spare_idle > 0 || idle.len() > max_idle {
+        idle.sort_unstable_by(|a, b| {
+            let (x, y) = (a.1.idle_secs.unwrap_or(0.0), b.1.idle_secs.unwrap_or(0.0));
+            y.total_cmp(&x).then_with(|| a.0.id.cmp(&b.0.id))
+        });
+    }
     let spare_booting = (idle.len() + booting as usize)
         .saturating_sub(need as usize)
         .saturating_sub(spare_idle);
@@ -587,7 +592,6 @@ pub fn plan(
     } else {
         deficit.saturating_sub(parks + spare_booting) as u32
     };
-    let max_idle = (i64::from(spec.idle.max.max(0)) + snap.demand.max(0)) as usize;
     if idle.len() > max_idle {
         for (i, row) in idle.drain(..idle.len() - max_idle) {
             retire(&mut out, i, Reason::IdleBeyondMax, End::Idle(row.id));

@@ -97,6 +97,43 @@ async fn ask(db: &orca_db::Db, req: &Request<'_>) {
     ask_for_instance(db, req).await.unwrap();
 }
 
+/// Hands each of `runs` of `pool` an instance as a scheduler would: a
+/// hand-out, else the run asks and tries again every 100 ms, for up to a
+/// minute. Which instance each run was handed, in the order handed.
+async fn hand_out_all(
+    url: &str,
+    pool: &str,
+    runs: impl IntoIterator<Item = i64>,
+) -> Vec<(i64, String)> {
+    let mut sched = pg::connect(url).await;
+    let mut waiting: Vec<i64> = runs.into_iter().collect();
+    let mut served_by = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !waiting.is_empty() {
+        assert!(
+            Instant::now() < deadline,
+            "runs never handed out: {waiting:?}"
+        );
+        let mut still = Vec::new();
+        for run in waiting {
+            let req = request(pool, run, "");
+            match hand_out(&mut sched, &req, Duration::from_secs(3))
+                .await
+                .unwrap()
+            {
+                Some(h) => served_by.push((run, h.instance)),
+                None => {
+                    ask(&sched, &req).await;
+                    still.push(run);
+                }
+            }
+        }
+        waiting = still;
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    served_by
+}
+
 /// A pool loop running in the background; its events are collected.
 struct Running {
     stop: Vec<oneshot::Sender<()>>,

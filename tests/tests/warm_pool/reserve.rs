@@ -68,32 +68,7 @@ async fn a_reserve_of_two_is_kept_stopped_and_started_for_a_burst_before_any_lau
     // A burst of three runs: the reserve is started before anything is
     // launched.
     faults.forget_calls();
-    let mut sched = pg::connect(&url).await;
-    let mut waiting: Vec<i64> = (1..=3).collect();
-    let mut served_by: Vec<(i64, String)> = Vec::new();
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while !waiting.is_empty() {
-        assert!(
-            Instant::now() < deadline,
-            "runs never handed out: {waiting:?}"
-        );
-        let mut still = Vec::new();
-        for run in waiting {
-            let req = request(pool, run, "");
-            match hand_out(&mut sched, &req, Duration::from_secs(3))
-                .await
-                .unwrap()
-            {
-                Some(h) => served_by.push((run, h.instance)),
-                None => {
-                    ask(&sched, &req).await;
-                    still.push(run);
-                }
-            }
-        }
-        waiting = still;
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    let served_by = hand_out_all(&url, pool, 1..=3).await;
     let calls: Vec<String> = faults.calls().into_iter().map(|c| c.action).collect();
     let last_start = calls.iter().rposition(|a| a == "StartInstances");
     let first_launch = calls.iter().position(|a| a == "RunInstances");

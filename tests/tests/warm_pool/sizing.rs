@@ -34,31 +34,7 @@ async fn idle_min_is_kept_and_a_burst_of_50_runs_never_passes_max_instances() {
         }
     });
 
-    let mut sched = pg::connect(&url).await;
-    let mut waiting: Vec<i64> = (1..=50).collect();
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while !waiting.is_empty() {
-        assert!(
-            Instant::now() < deadline,
-            "runs never handed out: {waiting:?}"
-        );
-        let mut still = Vec::new();
-        for run in waiting {
-            let req = request(pool, run, "");
-            match hand_out(&mut sched, &req, Duration::from_secs(3))
-                .await
-                .unwrap()
-            {
-                Some(_) => {}
-                None => {
-                    ask(&sched, &req).await;
-                    still.push(run);
-                }
-            }
-        }
-        waiting = still;
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    hand_out_all(&url, pool, 1..=50).await;
     eventually_true(
         "every run of the burst served",
         Duration::from_secs(30),
