@@ -7,3 +7,6 @@ pub mod k8s;
 pub mod local;
 pub mod pool;
 pub mod rollout;
+
+#[cfg(test)]
+mod properties;

@@ -90,10 +90,11 @@ watch every Secret); record events.
 # Secrets: get reads the database URL in the one a Scheduler names; list
 # and watch are of metadata only (the operator asks for PartialObjectMetadata
 # and keeps no Secret's data), so a changed URL reaches the WarmPools within
-# seconds.
+# seconds; patch adds and removes the finalizer orca.dev/in-use, which keeps
+# a Secret while a Scheduler or WarmPool uses it (its metadata only).
 - apiGroups: [""]
   resources: ["secrets"]
-  verbs: ["get", "list", "watch"]
+  verbs: ["get", "list", "watch", "patch"]
 - apiGroups: ["events.k8s.io"]
   resources: ["events"]
   verbs: ["create", "patch"]
@@ -104,6 +105,9 @@ watch every Secret); record events.
 
 {{/* Values that contradict each other; values.schema.json says so too. */}}
 {{- define "orca-operator.validate" -}}
+{{- if not .Values.clusterName }}
+{{- fail "clusterName is required: a name for this cluster, unique among the clusters whose operators share an AWS account (e.g. --set clusterName=prod-eu-1); every EC2 instance a WarmPool launches is tagged with it, and only instances so tagged are touched" }}
+{{- end }}
 {{- if and .Values.watchAllNamespaces .Values.watchNamespaces }}
 {{- fail "watchAllNamespaces: true and a watchNamespaces list contradict each other; set one of them" }}
 {{- end }}

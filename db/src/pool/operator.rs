@@ -108,6 +108,21 @@ pub async fn known(db: &Db, ids: &[String]) -> Result<HashSet<String>, DbError> 
     Ok(rows.iter().map(|r| r.get(0)).collect())
 }
 
+/// Of `ids`, the instances that ever had a row of `pool` — whose agents
+/// reported to this database: this pool's, whoever else's tags they carry.
+pub async fn had_rows(db: &Db, pool: &str, ids: &[String]) -> Result<HashSet<String>, DbError> {
+    if ids.is_empty() {
+        return Ok(HashSet::new());
+    }
+    let rows = db
+        .query(
+            "select distinct instance from orca.instances where pool = $1 and instance = any($2)",
+            &[&pool, &ids],
+        )
+        .await?;
+    Ok(rows.iter().map(|r| r.get(0)).collect())
+}
+
 /// How long each demand served since `after` (the database's epoch
 /// seconds of a `served`, from an earlier call) waited, in seconds; and the
 /// newest `served` seen.

@@ -15,6 +15,18 @@ pub use warmpool::*;
 
 use kube::CustomResourceExt;
 
+/// The longest time-out, deadline or period in seconds any field takes: a
+/// year. The CRDs refuse more; [`spec_seconds`] holds an object stored
+/// before that to it.
+pub const MAX_SECONDS: i64 = 31_536_000;
+
+/// `n` seconds of a spec field as a duration to add to or compare with a
+/// time, held within 0..=[`MAX_SECONDS`]: no spec value, however it got
+/// into the API server, can overflow a time computed from it.
+pub fn spec_seconds(n: i64) -> chrono::TimeDelta {
+    chrono::TimeDelta::seconds(n.clamp(0, MAX_SECONDS))
+}
+
 /// Every CRD of the project as one YAML stream, as `crds/` holds it.
 pub fn crds_yaml() -> String {
     let mut out = String::new();

@@ -120,7 +120,7 @@ pub struct Register {
     /// Seconds each register Job may run in all (its activeDeadlineSeconds)
     /// before it fails with RegisterFailed and is retried. Default 600.
     #[serde(default = "default_register_timeout")]
-    #[schemars(range(min = 1))]
+    #[schemars(range(min = 1, max = 31536000))]
     pub timeout_seconds: i64,
 }
 
@@ -138,39 +138,39 @@ pub struct Handover {
     /// old instance keeps leading; with none live the Scheduler is Degraded
     /// (JoinTimeout) and keeps waiting. Default 120.
     #[serde(default = "default_join")]
-    #[schemars(range(min = 1))]
+    #[schemars(range(min = 1, max = 31536000))]
     pub join_timeout_seconds: i64,
     /// Seconds from the later of the new instance's join and the last drain
     /// asked of an older instance until the new one must lead (verified in
     /// pg_locks). Past it the Scheduler is Degraded (LeadTimeout) and keeps
     /// waiting. Default 60.
     #[serde(default = "default_lead")]
-    #[schemars(range(min = 1))]
+    #[schemars(range(min = 1, max = 31536000))]
     pub lead_timeout_seconds: i64,
     /// Seconds an old instance may take to finish its runs, counted from its
     /// drain request (or, if never asked, from the creation of the pod that
     /// superseded it). Past it its pod is deleted anyway (DrainTimeout event).
     /// Default 3600.
     #[serde(default = "default_drain")]
-    #[schemars(range(min = 1))]
+    #[schemars(range(min = 1, max = 31536000))]
     pub drain_timeout_seconds: i64,
     /// Seconds from the start of a rollout (status.rolloutStarted) after which
     /// a rollout still in motion is Degraded (ProgressDeadlineExceeded).
     /// Default 5400.
     #[serde(default = "default_progress")]
-    #[schemars(range(min = 1))]
+    #[schemars(range(min = 1, max = 31536000))]
     pub progress_deadline_seconds: i64,
     /// Seconds since an instance's last beat after which it counts as gone. Set
     /// it to the scheduler's own stale limit. Default 10.
     #[serde(default = "default_stale")]
-    #[schemars(range(min = 1))]
+    #[schemars(range(min = 1, max = 31536000))]
     pub stale_seconds: i64,
     /// With overlap off (the scheduler writes no instance row): seconds the new
     /// pod's container must run without exiting to count as up; then the
     /// Scheduler is Ready and the register Job runs. Unused with overlap on.
     /// Default 10.
     #[serde(default = "default_settle")]
-    #[schemars(range(min = 0))]
+    #[schemars(range(min = 0, max = 31536000))]
     pub settle_seconds: i64,
 }
 

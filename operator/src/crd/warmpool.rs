@@ -63,13 +63,13 @@ pub struct WarmPoolSpec {
     pub stopped: Option<StoppedRange>,
     /// Never more instances than this, booting, idle, busy and stopped together.
     /// Required, at least 1 and at least idle.max.
-    #[schemars(range(min = 1))]
+    #[schemars(range(min = 1, max = 10000))]
     pub max_instances: i32,
     /// Seconds an idle instance waits for a run; a minute after that its agent
     /// ends its row and powers the instance off (pool-next's seconds). Default
     /// 600.
     #[serde(default = "default_idle_seconds")]
-    #[schemars(range(min = 1))]
+    #[schemars(range(min = 1, max = 31536000))]
     pub idle_seconds: i64,
     /// Runs an instance serves before it is retired, once idle. 0 (the
     /// default): unlimited.
@@ -81,7 +81,7 @@ pub struct WarmPoolSpec {
     /// the running operator did not launch itself is terminated as Leaked after
     /// the larger of this and 60 seconds. Default 300.
     #[serde(default = "default_boot_timeout")]
-    #[schemars(range(min = 1))]
+    #[schemars(range(min = 1, max = 31536000))]
     pub boot_timeout_seconds: i64,
     /// How instances are launched and what they run. Required.
     pub launch: Launch,
@@ -102,7 +102,7 @@ pub struct WarmPoolSpec {
     /// With onDelete Terminate: seconds after the deletion a busy instance may
     /// go on with its run before it is terminated anyway. Default 3600.
     #[serde(default = "default_drain_timeout")]
-    #[schemars(range(min = 0))]
+    #[schemars(range(min = 0, max = 31536000))]
     pub drain_timeout_seconds: i64,
 }
 
@@ -137,11 +137,11 @@ pub struct IdleRange {
     /// Idle instances to keep: the operator launches up to this many plus the
     /// runs waiting for an instance, less those idle or booting. Required, at
     /// least 0.
-    #[schemars(range(min = 0))]
+    #[schemars(range(min = 0, max = 10000))]
     pub min: i32,
     /// Idle instances beyond this many plus the runs waiting are retired,
     /// longest idle first. Required, at least idle.min.
-    #[schemars(range(min = 0))]
+    #[schemars(range(min = 0, max = 10000))]
     pub max: i32,
 }
 
@@ -152,11 +152,11 @@ pub struct StoppedRange {
     /// Stopped instances to keep: the operator stops idle instances beyond
     /// idle.min, or launches for the reserve, up to this many. Required, at
     /// least 0.
-    #[schemars(range(min = 0))]
+    #[schemars(range(min = 0, max = 10000))]
     pub min: i32,
     /// Stopped instances beyond this many are terminated. Default stopped.min.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(range(min = 0))]
+    #[schemars(range(min = 0, max = 10000))]
     pub max: Option<i32>,
 }
 
@@ -188,14 +188,29 @@ pub struct IdleSchedule {
     #[x_kube(validation = Rule::new(r"!self.matches('^[A-Za-z0-9_+-]+(/[A-Za-z0-9_+-]+)*$') || timestamp('2001-01-01T00:00:00Z').getHours(self) >= 0").message("timezone must be a time zone the API server knows, e.g. Europe/Berlin"))]
     #[schemars(length(max = 64))]
     pub timezone: String,
-    /// How long each period lasts from its start, e.g. 10h, 30m or 1h30m.
-    /// Required.
-    #[x_kube(validation = Rule::new(r"self.matches('^( *[0-9]+ *[a-z]+)+ *$')").message("duration must be a duration, e.g. 10h, 30m or 1h30m"))]
+    /// How long each period lasts from its start, e.g. 10h, 30m or 1h30m;
+    /// at most 366 days. Required.
+    #[x_kube(validation = Rule::new(DURATION_SHAPE).message("duration must be a duration in weeks, days, hours, minutes or seconds, e.g. 10h, 30m or 1h30m"))]
+    #[x_kube(validation = Rule::new(PERIOD_AT_MOST_366_DAYS).message("duration must be at most 366 days"))]
     #[schemars(length(max = 32))]
     pub duration: String,
     /// The idle range while a period is under way. Required.
     pub idle: IdleRange,
 }
+
+// A schedule's duration: numbers of at most six digits, each with a unit
+// humantime reads, none longer than a week (a period is at most 366 days).
+const DURATION_SHAPE: &str = "self.matches('^( *[0-9]{1,6} *(ns|nsec|nanos|us|usec|micros|ms|msec|millis|s|secs?|seconds?|m|mins?|minutes?|h|hrs?|hours?|d|days?|w|weeks?))+ *$')";
+
+// The duration in seconds, each `<number> <unit>` of it summed (units below
+// a second counted as seconds, which only errs long), against 366 days: the
+// operator refuses a longer period too.
+const PERIOD_AT_MOST_366_DAYS: &str = "!self.matches('^( *[0-9]{1,6} *[a-z]+)+ *$') \
+    || self.findAll('[0-9]+ *[a-z]+').map(t, int(t.findAll('[0-9]+')[0]) * \
+       (t.matches('[0-9] *(w|weeks?)$') ? 604800 \
+       : t.matches('[0-9] *(d|days?)$') ? 86400 \
+       : t.matches('[0-9] *(h|hrs?|hours?)$') ? 3600 \
+       : t.matches('[0-9] *(m|mins?|minutes?)$') ? 60 : 1)).sum() <= 31622400";
 
 // What each field of a cron expression may hold, so the API server refuses
 // a value out of range (minute 99, month 13) naming the field. croner still
@@ -357,6 +372,13 @@ pub struct WarmPoolStatus {
     /// too.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub capacity_errors: Vec<CapacityError>,
+    /// The Secret (and key) holding the database URL the pool last ran on:
+    /// its Scheduler's. A WarmPool being deleted after its Scheduler still
+    /// reaches its database through it, to end its rows race-free before it
+    /// terminates its instances; the operator keeps that Secret (finalizer
+    /// orca.dev/in-use) while this names it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub database_secret: Option<crate::crd::SecretKeyRef>,
     /// The schedule whose period is under way (its place in spec.schedules, its
     /// cron expression, the idle range and when the period ends); none while
     /// spec.idle holds.

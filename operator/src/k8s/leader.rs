@@ -482,6 +482,7 @@ where
                 };
             }
             (back, result) = poll(&mut pending) => {
+                ready.looked();
                 let started = pending.take().map_or_else(Instant::now, |(at, _)| at);
                 elector = Some(back);
                 next = started + election.renew_period;

@@ -17,6 +17,9 @@
 //! - [`run()`] — wires it all.
 
 pub mod database;
+pub mod finalizer;
+pub mod guard;
+pub mod in_use;
 pub mod leader;
 pub mod metrics;
 pub mod run;

@@ -13,9 +13,10 @@ use prometheus_client::registry::Registry;
 use tracing::{info, warn};
 
 use super::{
+    in_use,
     leader::{self, Election, Fence},
     scheduler::{self, Context},
-    server::{self, Readiness},
+    server::{self, Progress, Readiness},
     Metrics, MANAGER,
 };
 use crate::k8s::warmpool::{self, PoolControllerConfig};
@@ -43,6 +44,39 @@ pub struct RunArgs {
     /// This replica's name in the Lease and in Events.
     #[arg(long, env = "POD_NAME", hide = true)]
     pub pod_name: Option<String>,
+    /// This cluster's name, unique among the clusters whose operators share
+    /// an AWS account: every instance a WarmPool launches is tagged with it
+    /// (`orca.dev/cluster`), and only instances tagged so are listed,
+    /// counted or terminated. Changing it later leaves the instances
+    /// launched under the old name to their agents.
+    #[arg(long, env = "ORCA_CLUSTER_NAME", value_parser = cluster_name)]
+    pub cluster_name: String,
+    /// The operator's RoleBinding in each watched namespace (the chart's,
+    /// with `watchNamespaces`): kept while Schedulers or WarmPools are left
+    /// there, so that deleting the namespace cannot take away the
+    /// permissions their deletion needs.
+    #[arg(long)]
+    pub role_binding: Option<String>,
+    /// A reconcile running this long has hung (every call in one has a
+    /// time limit): `/healthz` then fails, so that the kubelet restarts
+    /// the replica.
+    #[arg(long, default_value_t = 300, value_parser = clap::value_parser!(u64).range(1..))]
+    pub stuck_after_seconds: u64,
+}
+
+/// A cluster name: 1 to 63 of letters, digits, '-', '_' and '.', as a tag
+/// value and a label value take it.
+fn cluster_name(s: &str) -> Result<String, String> {
+    let ok = (1..=63).contains(&s.len())
+        && s.chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
+    if ok {
+        Ok(s.to_string())
+    } else {
+        Err(format!(
+            "{s:?} is not a cluster name: 1 to 63 of letters, digits, '-', '_' and '.'"
+        ))
+    }
 }
 
 /// Runs the Kubernetes mode until SIGTERM or Ctrl-C.
@@ -70,31 +104,40 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     let metrics = Metrics::register(&mut registry);
     let pool_metrics = PoolMetrics::register(&mut registry);
     let registry = Arc::new(registry);
-    let ready = Readiness::default();
+    let progress = Progress::new(Duration::from_secs(args.stuck_after_seconds));
+    let ready = Readiness::with_progress(progress.clone());
     let server = tokio::spawn(server::serve(args.listen, registry, ready.clone()));
 
     let namespaces = args.namespaces.clone();
+    let cluster = args.cluster_name.clone();
+    let role_binding = args.role_binding.clone();
     // Each term of leadership gets contexts of its own, behind its fence.
     let work = {
         let client = client.clone();
         let identity = identity.clone();
         move |fence: Fence| {
-            let ctx = Arc::new(Context::new(
-                client.clone(),
-                metrics.clone(),
-                &identity,
-                fence.clone(),
-            ));
+            let ctx = Arc::new(
+                Context::new(client.clone(), metrics.clone(), &identity, fence.clone())
+                    .with_progress(progress.clone()),
+            );
             let pools = PoolControllerConfig {
                 tuning: Tuning {
                     replica: Some(identity.clone()),
+                    cluster: cluster.clone(),
                     ..Tuning::default()
                 },
+                progress: progress.clone(),
                 metrics: Some(pool_metrics.clone()),
                 reporter: MANAGER.into(),
                 fence,
             };
-            controllers(client.clone(), namespaces.clone(), ctx, pools)
+            controllers(
+                client.clone(),
+                namespaces.clone(),
+                role_binding.clone(),
+                ctx,
+                pools,
+            )
         }
     };
     let election = Election::new(&args.lease_name, &lease_namespace, &identity);
@@ -109,6 +152,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
 async fn controllers(
     client: Client,
     namespaces: Vec<String>,
+    role_binding: Option<String>,
     ctx: Arc<Context>,
     pools: PoolControllerConfig,
 ) -> anyhow::Result<()> {
@@ -120,10 +164,24 @@ async fn controllers(
     let pool_runs = scopes
         .iter()
         .map(|ns| warmpool::run(client.clone(), ns.clone(), pools.clone()));
+    let guards = scopes.iter().map(|ns| {
+        in_use::run(
+            client.clone(),
+            ns.clone(),
+            role_binding.clone(),
+            pools.fence.clone(),
+            pools.progress.clone(),
+        )
+    });
     let runs = scopes
         .iter()
         .map(|ns| scheduler::run(client.clone(), ns.clone(), ctx.clone()));
-    future::join(future::join_all(runs), future::join_all(pool_runs)).await;
+    future::join3(
+        future::join_all(runs),
+        future::join_all(pool_runs),
+        future::join_all(guards),
+    )
+    .await;
     anyhow::bail!("the controllers' watches ended")
 }
 

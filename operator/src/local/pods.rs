@@ -96,6 +96,7 @@ impl Local {
         let (exit, message) = self.state();
         PodView {
             name: self.name.clone(),
+            host: self.name.clone(),
             revision: self.meta.revision.clone(),
             sequence: self.meta.sequence,
             image: self.meta.image.clone(),
@@ -112,6 +113,9 @@ impl Local {
             // A process has no image to pull: it never waits.
             waiting: None,
             deleting: self.deleting,
+            // A process told to stop has no grace set by anyone: the local
+            // supervisor ends it.
+            deletion_due: None,
         }
     }
 

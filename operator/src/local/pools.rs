@@ -102,7 +102,11 @@ impl LocalPools {
             spec = self.onto_moto(key, spec).await?;
         }
         let endpoint = spec.endpoint.clone();
-        let pool_loop = PoolLoop::new(namespace, name, spec.clone(), url, Tuning::default())
+        let tuning = Tuning {
+            cluster: cluster_of(&self.state_dir),
+            ..Tuning::default()
+        };
+        let pool_loop = PoolLoop::new(namespace, name, spec.clone(), url, tuning)
             .await
             .map_err(|e| e.to_string())?;
         let ec2 = Ec2::new(&Ec2Config::new(&spec.region, endpoint.as_deref())).await;
@@ -250,4 +254,16 @@ fn summary(s: &WarmPoolStatus) -> String {
 fn sibling(name: &str) -> Option<PathBuf> {
     let path = std::env::current_exe().ok()?.parent()?.join(name);
     path.exists().then_some(path)
+}
+
+/// The local mode's cluster name (the `orca.dev/cluster` tag of its pools'
+/// instances): `local-` and a hash of its directory, so that two local
+/// modes on one EC2 endpoint never touch each other's instances, and one
+/// restarted on the same directory finds its own again.
+pub fn cluster_of(state_dir: &std::path::Path) -> String {
+    use sha2::{Digest, Sha256};
+    let dir = std::fs::canonicalize(state_dir).unwrap_or_else(|_| state_dir.to_path_buf());
+    let digest = Sha256::digest(dir.to_string_lossy().as_bytes());
+    let hex: String = digest.iter().take(6).map(|b| format!("{b:02x}")).collect();
+    format!("local-{hex}")
 }

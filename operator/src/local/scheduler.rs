@@ -100,6 +100,7 @@ impl LocalScheduler {
             .filter(|j| mine(&j.meta))
             .collect::<Vec<_>>();
         let observed = Observed {
+            namespace: namespace(s),
             name: s.metadata.name.clone().unwrap_or_default(),
             generation: s.metadata.generation,
             spec: s.spec.clone(),
@@ -139,11 +140,14 @@ impl LocalScheduler {
         stale: Duration,
     ) -> Result<(), String> {
         match action {
+            // A local pod is named by its host name: pod names of two
+            // namespaces meet in one directory here.
             Action::CreatePod {
-                name,
+                host: name,
                 revision,
                 sequence,
                 image,
+                ..
             } => {
                 let url = url.ok_or("no database URL")?;
                 let meta = self.meta(revision, *sequence, image);

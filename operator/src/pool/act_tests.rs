@@ -167,11 +167,7 @@ fn pool(table: Table) -> PoolLoop<Table> {
         backoff_cap: Duration::from_millis(2),
         ..Tuning::default()
     };
-    let owner = Ownership {
-        pool: "ns/p".into(),
-        scheduler: "ns/sched".into(),
-        operator: "orca-operator".into(),
-    };
+    let owner = Ownership::new("ns", "p", "sched", "orca-operator", "c");
     let spec = super::plan::tests::spec(0, 0, 100);
     PoolLoop::with_world(owner, spec, "postgres://orca@db/orca", tuning, table)
         .remember("uid-1", &Default::default())

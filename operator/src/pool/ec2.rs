@@ -33,6 +33,13 @@ use crate::fence::{Fence, Fenced};
 pub const TAG_POOL: &str = "orca.dev/pool";
 pub const TAG_SCHEDULER: &str = "orca.dev/scheduler";
 pub const TAG_OPERATOR: &str = "orca.dev/operator";
+/// The cluster the operator that launched it runs in (`--cluster-name`):
+/// two clusters sharing an account, a region, a namespace and a pool name
+/// never touch each other's instances.
+pub const TAG_CLUSTER: &str = "orca.dev/cluster";
+
+/// EC2 takes tag values of at most this many characters.
+pub const TAG_VALUE_MAX: usize = 256;
 
 /// TerminateInstances takes at most this many ids a call.
 pub const TERMINATE_BATCH: usize = 1000;
@@ -54,22 +61,67 @@ pub const CAPACITY_CODES: [&str; 7] = [
 /// Whose instances these are: the values of the ownership tags.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Ownership {
-    /// `namespace/name` of the WarmPool.
+    /// `namespace/name` of the WarmPool (see [`tag_value`]).
     pub pool: String,
-    /// `namespace/name` of its Scheduler.
+    /// `namespace/name` of its Scheduler (see [`tag_value`]).
     pub scheduler: String,
     /// Which operator installation launched them.
     pub operator: String,
+    /// Which cluster's operator launched them.
+    pub cluster: String,
 }
 
 impl Ownership {
-    pub fn tags(&self) -> [(&'static str, &str); 3] {
+    /// The owner of WarmPool `namespace/name`'s instances, run on Scheduler
+    /// `namespace/scheduler` by `operator` of `cluster`.
+    pub fn new(
+        namespace: &str,
+        name: &str,
+        scheduler: &str,
+        operator: &str,
+        cluster: &str,
+    ) -> Self {
+        Ownership {
+            pool: tag_value(&format!("{namespace}/{name}")),
+            scheduler: tag_value(&format!("{namespace}/{scheduler}")),
+            operator: tag_value(operator),
+            cluster: tag_value(cluster),
+        }
+    }
+
+    /// Every ownership tag: what a launch sets, and what a listing filters
+    /// on.
+    pub fn tags(&self) -> [(&'static str, &str); 4] {
+        [
+            (TAG_POOL, &self.pool),
+            (TAG_SCHEDULER, &self.scheduler),
+            (TAG_OPERATOR, &self.operator),
+            (TAG_CLUSTER, &self.cluster),
+        ]
+    }
+
+    /// The tags instances carried before they carried the cluster's.
+    fn legacy_tags(&self) -> [(&'static str, &str); 3] {
         [
             (TAG_POOL, &self.pool),
             (TAG_SCHEDULER, &self.scheduler),
             (TAG_OPERATOR, &self.operator),
         ]
     }
+}
+
+/// `value` as a tag value EC2 takes: itself when it fits in
+/// [`TAG_VALUE_MAX`] characters, else cut, with a hash of the whole after
+/// the cut, so that two long names never share a value. (A namespace of 63
+/// characters and a name of 253 make 317.)
+pub fn tag_value(value: &str) -> String {
+    if value.chars().count() <= TAG_VALUE_MAX {
+        return value.to_string();
+    }
+    let digest = Sha256::digest(value.as_bytes());
+    let hash: String = digest.iter().take(8).map(|b| format!("{b:02x}")).collect();
+    let keep: String = value.chars().take(TAG_VALUE_MAX - hash.len() - 1).collect();
+    format!("{keep}-{hash}")
 }
 
 /// Where the EC2 API is.
@@ -250,15 +302,77 @@ impl Ec2 {
         &self.client
     }
 
-    /// Every instance with all three ownership tags, in any state.
+    /// Every instance with all the ownership tags, in any state.
     pub async fn describe(&self, owner: &Ownership) -> Result<Vec<Ec2Instance>, Ec2Error> {
+        self.list(&owner.tags())
+            .await?
+            .iter()
+            .map(|i| {
+                instance(i).ok_or(Ec2Error::Malformed {
+                    action: "DescribeInstances",
+                    what: "an instance id, state or launch time",
+                })
+            })
+            .collect()
+    }
+
+    /// The instances of `owner`'s pool launched before instances carried
+    /// the cluster's tag (they have the other ownership tags, and no
+    /// [`TAG_CLUSTER`]), not terminated: whether they are this cluster's,
+    /// only its database can tell.
+    pub async fn untagged_by_cluster(&self, owner: &Ownership) -> Result<Vec<String>, Ec2Error> {
+        Ok(self
+            .list(&owner.legacy_tags())
+            .await?
+            .iter()
+            .filter(|i| !i.tags().iter().any(|t| t.key() == Some(TAG_CLUSTER)))
+            .filter(|i| {
+                instance(i).is_some_and(|i| {
+                    !matches!(i.state, Ec2State::Terminated | Ec2State::ShuttingDown)
+                })
+            })
+            .filter_map(|i| i.instance_id().map(str::to_string))
+            .collect())
+    }
+
+    /// Tags `ids` with `owner`'s cluster (`CreateTags`).
+    pub async fn tag_cluster(&self, ids: &[String], owner: &Ownership) -> Result<(), Ec2Error> {
+        const ACTION: &str = "CreateTags";
+        for chunk in ids.chunks(TERMINATE_BATCH) {
+            self.check(ACTION)?;
+            self.client
+                .create_tags()
+                .set_resources(Some(chunk.to_vec()))
+                .tags(
+                    Tag::builder()
+                        .key(TAG_CLUSTER)
+                        .value(&owner.cluster)
+                        .build(),
+                )
+                .send()
+                .await
+                .map_err(|e| sdk_error(ACTION, None, e))?;
+        }
+        Ok(())
+    }
+
+    /// Every instance with the tags `tags`, in any state, page by page.
+    async fn list(
+        &self,
+        tags: &[(&str, &str)],
+    ) -> Result<Vec<aws_sdk_ec2::types::Instance>, Ec2Error> {
         const ACTION: &str = "DescribeInstances";
         let mut out = Vec::new();
         let mut next: Option<String> = None;
         loop {
             let mut call = self.client.describe_instances().max_results(1000);
-            for (k, v) in owner.tags() {
-                call = call.filters(Filter::builder().name(format!("tag:{k}")).values(v).build());
+            for (k, v) in tags {
+                call = call.filters(
+                    Filter::builder()
+                        .name(format!("tag:{k}"))
+                        .values(*v)
+                        .build(),
+                );
             }
             self.check(ACTION)?;
             let page = call
@@ -267,12 +381,7 @@ impl Ec2 {
                 .await
                 .map_err(|e| sdk_error(ACTION, None, e))?;
             for r in page.reservations() {
-                for i in r.instances() {
-                    out.push(instance(i).ok_or(Ec2Error::Malformed {
-                        action: ACTION,
-                        what: "an instance id, state or launch time",
-                    })?);
-                }
+                out.extend(r.instances().iter().cloned());
             }
             match page.next_token() {
                 Some(t) if !t.is_empty() => next = Some(t.to_string()),
@@ -482,11 +591,7 @@ mod tests {
         let ec2 = Ec2::new(&Ec2Config::new("us-east-1", Some("http://127.0.0.1:9")))
             .await
             .with_fence(Fence::new());
-        let owner = Ownership {
-            pool: "ns/p".into(),
-            scheduler: "ns/s".into(),
-            operator: "o".into(),
-        };
+        let owner = Ownership::new("ns", "p", "s", "o", "c");
         assert!(matches!(
             ec2.describe(&owner).await,
             Err(Ec2Error::Fenced {
@@ -521,6 +626,47 @@ mod tests {
                 ..
             })
         ));
+    }
+
+    #[test]
+    fn every_name_the_crds_accept_gives_tag_values_ec2_takes() {
+        // The longest namespace (a label, 63) and WarmPool and Scheduler
+        // names (subdomains, 253): EC2 refuses a value over 256 characters.
+        let ns = "n".repeat(63);
+        let long = format!(
+            "{}.{}.{}.{}",
+            "a".repeat(63),
+            "b".repeat(63),
+            "c".repeat(63),
+            "d".repeat(61)
+        );
+        let mut other = long.clone();
+        other.replace_range(252.., "e");
+        let cases = [
+            ("default", "runners", "orca"),
+            (ns.as_str(), long.as_str(), long.as_str()),
+            (ns.as_str(), other.as_str(), "orca"),
+            (ns.as_str(), "p", long.as_str()),
+        ];
+        let mut pools = std::collections::HashSet::new();
+        for (ns, pool, scheduler) in cases {
+            let o = Ownership::new(ns, pool, scheduler, "orca-operator", &"c".repeat(63));
+            for (k, v) in o.tags() {
+                assert!(k.len() <= 128, "{k}");
+                assert!(
+                    v.chars().count() <= TAG_VALUE_MAX,
+                    "{k}={v} ({} characters)",
+                    v.len()
+                );
+                assert!(!v.is_empty());
+            }
+            assert!(pools.insert(o.pool.clone()), "two pools share {}", o.pool);
+        }
+        // A short one is its name, as tags always were.
+        assert_eq!(
+            Ownership::new("default", "runners", "orca", "o", "c").pool,
+            "default/runners"
+        );
     }
 
     #[test]

@@ -45,6 +45,11 @@ pub struct Tuning {
     pub max_batch: u32,
     /// The value of the `orca.dev/operator` tag.
     pub operator: String,
+    /// The value of the `orca.dev/cluster` tag: this cluster's name
+    /// (`--cluster-name`), in every launch's tags and every listing's
+    /// filter, so that operators of two clusters sharing an account never
+    /// touch each other's instances.
+    pub cluster: String,
     /// The operator replica (its pod's name) the loop runs in, if there are
     /// several: part of its connections' `application_name`, so the
     /// database tells the replicas apart (`pg_stat_activity`, the logs).
@@ -72,6 +77,10 @@ impl Tuning {
     }
 }
 
+/// The cluster name of a [`Tuning`] nobody named: the Kubernetes mode
+/// always names its own (`--cluster-name`).
+pub const DEFAULT_CLUSTER: &str = "default";
+
 impl Default for Tuning {
     fn default() -> Self {
         Tuning {
@@ -83,6 +92,7 @@ impl Default for Tuning {
             capacity_hold: Duration::from_secs(180),
             max_batch: 100,
             operator: "orca-operator".into(),
+            cluster: DEFAULT_CLUSTER.into(),
             replica: None,
             throttle_attempts: 5,
             backoff_base: Duration::from_millis(200),
@@ -282,6 +292,9 @@ pub struct PoolLoop<W = Live> {
     deletion: watch::Receiver<Option<Deletion>>,
     /// The `Deleting` event was posted.
     deletion_announced: bool,
+    /// Instances of the pool without the cluster's tag were looked for
+    /// (see [`PoolLoop::adopt`]).
+    adopted: bool,
     /// What names this pool's launches in their `ClientToken`s: its uid
     /// once [`PoolLoop::remember`]ed, else one of this loop's own.
     pub(super) launch_id: String,
@@ -321,6 +334,7 @@ impl<W> PoolLoop<W> {
             conditions: Vec::new(),
             deletion: watch::channel(None).1,
             deletion_announced: false,
+            adopted: false,
             launch_id: own_launch_id(&pool),
             launch_batches: 0,
             pool,
@@ -393,11 +407,13 @@ impl PoolLoop {
         })?;
         let ec2_config = Ec2Config::new(&spec.region, spec.endpoint.as_deref());
         let ec2 = Ec2::new(&ec2_config).await;
-        let owner = Ownership {
-            pool: pool.clone(),
-            scheduler: format!("{namespace}/{}", spec.scheduler),
-            operator: tuning.operator.clone(),
-        };
+        let owner = Ownership::new(
+            namespace,
+            name,
+            &spec.scheduler,
+            &tuning.operator,
+            &tuning.cluster,
+        );
         let world = Live {
             pool: pool.clone(),
             ec2,
@@ -466,10 +482,14 @@ impl PoolLoop {
             self.world.ec2 = Ec2::new(&cfg).await.with_fence(self.world.fence.clone());
             self.world.ec2_config = cfg;
         }
-        self.owner.scheduler = match self.pool.split_once('/') {
-            Some((ns, _)) => format!("{ns}/{}", spec.scheduler),
-            None => spec.scheduler.clone(),
-        };
+        let (ns, name) = self.pool.split_once('/').unwrap_or(("", &self.pool));
+        self.owner = Ownership::new(
+            ns,
+            name,
+            &spec.scheduler,
+            &self.tuning.operator,
+            &self.tuning.cluster,
+        );
         self.spec = spec;
     }
 
@@ -616,6 +636,13 @@ impl PoolLoop {
 
     /// One pass at `now` (the operator's clock, for EC2's launch times).
     pub async fn pass(&mut self, now: DateTime<Utc>) -> Result<PassReport, PoolError> {
+        let adopted = if self.adopted {
+            Vec::new()
+        } else {
+            let adopted = self.adopt().await?;
+            self.adopted = true;
+            adopted
+        };
         let (mut snap, listing) = self.observe().await?;
         // Read after the observation: a deletion that began meanwhile
         // launches nothing in this pass already.
@@ -681,6 +708,20 @@ impl PoolLoop {
                 .events
                 .push(super::act::event("InvalidSchedule", e.to_string(), true));
         }
+        if !adopted.is_empty() {
+            report.events.push(super::act::event(
+                "Adopted",
+                format!(
+                    "{} instance(s) launched before instances carried the cluster's tag, with rows \
+                     in this pool's database, tagged {}={}: {}",
+                    adopted.len(),
+                    super::ec2::TAG_CLUSTER,
+                    self.owner.cluster,
+                    adopted.join(", ")
+                ),
+                false,
+            ));
+        }
         if let Some(since) = snap.deleting {
             self.announce_deletion(&decided, since, &mut report);
         }
@@ -712,6 +753,44 @@ impl PoolLoop {
         Ok(report)
     }
 
+    /// Instances of this pool launched before instances carried the
+    /// cluster's tag are adopted — tagged with this cluster's, so that the
+    /// listings, which filter on it, show them — if they are this
+    /// cluster's: if their agents reported to this pool's database. One
+    /// without a row there may be another cluster's, and is left alone
+    /// (its agent powers it off once idle). Once per loop; the ids tagged.
+    async fn adopt(&mut self) -> Result<Vec<String>, PoolError> {
+        let untagged = self
+            .world
+            .ec2
+            .untagged_by_cluster(&self.owner)
+            .await
+            .map_err(|e| self.ec2_error(e))?;
+        if untagged.is_empty() {
+            return Ok(Vec::new());
+        }
+        let db = self.world.connected().await?;
+        let read = orca_db::pool::had_rows(db, &self.pool, &untagged).await;
+        let mut ours: Vec<String> = read
+            .map_err(|e| self.world.db_error(e))?
+            .into_iter()
+            .collect();
+        ours.sort();
+        if ours.is_empty() {
+            tracing::info!(pool = %self.pool, instances = ?untagged,
+                "instances with this pool's tags but no cluster's and no row in its database: \
+                 another cluster's, left alone");
+            return Ok(ours);
+        }
+        self.world
+            .ec2
+            .tag_cluster(&ours, &self.owner)
+            .await
+            .map_err(|e| self.ec2_error(e))?;
+        tracing::info!(pool = %self.pool, instances = ?ours, cluster = %self.owner.cluster, "adopted");
+        Ok(ours)
+    }
+
     /// Whether EC2 listed none of the pool's instances as present, and
     /// every instance this loop launched at all (the listing may lag a
     /// launch): nothing of the pool is left to terminate.
@@ -726,7 +805,7 @@ impl PoolLoop {
         if self.deletion_announced {
             return;
         }
-        let drain = chrono::Duration::seconds(self.spec.drain_timeout_seconds.max(0));
+        let drain = crate::crd::spec_seconds(self.spec.drain_timeout_seconds);
         let until = (since + drain).to_rfc3339();
         tracing::info!(pool = %self.pool, since = %since.to_rfc3339(), busy = plan.counts.busy,
             retiring = plan.retirements.len(), "WarmPool deleted: terminating its instances");

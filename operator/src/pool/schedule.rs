@@ -3,6 +3,13 @@
 //! each time its cron expression names, read in its time zone, and lasts
 //! its duration; the first schedule (in spec order) with a period under way
 //! wins, and with none `spec.idle` holds.
+//!
+//! A WarmPool's schedules are user input that every pass reads, so nothing
+//! here may panic or take long whatever the spec says: a period is at most
+//! [`MAX_PERIOD_DAYS`] long (a longer one is refused, naming the field), and
+//! finding the period under way is one backward search of the cron
+//! expression — the latest start at or before now — never a walk over the
+//! starts within a period.
 
 use std::str::FromStr;
 
@@ -58,6 +65,11 @@ impl Active {
     }
 }
 
+/// The longest period a schedule may have: a year and a day. Longer ones
+/// are refused (the CRD already refuses most), so that no time computed
+/// from a period can leave chrono's range.
+pub const MAX_PERIOD_DAYS: i64 = 366;
+
 struct Parsed {
     cron: Cron,
     tz: Tz,
@@ -84,6 +96,11 @@ fn parse(index: usize, s: &IdleSchedule) -> Result<Parsed, ScheduleError> {
     if duration <= Duration::zero() {
         return Err(bad_duration("it must be longer than zero".into()));
     }
+    if duration > Duration::days(MAX_PERIOD_DAYS) {
+        return Err(bad_duration(format!(
+            "a period lasts at most {MAX_PERIOD_DAYS} days"
+        )));
+    }
     Ok(Parsed { cron, tz, duration })
 }
 
@@ -95,8 +112,9 @@ pub fn check(schedules: &[IdleSchedule]) -> Result<(), ScheduleError> {
     Ok(())
 }
 
-/// The first schedule with a period under way at `now`: one that started
-/// after `now - duration` and not after `now`.
+/// The first schedule with a period under way at `now`: its latest start at
+/// or before `now` is less than its duration ago. Of the periods under way
+/// that latest one ends last, so it says until when the schedule holds.
 pub fn active(
     schedules: &[IdleSchedule],
     now: DateTime<Utc>,
@@ -104,23 +122,19 @@ pub fn active(
     for (index, s) in schedules.iter().enumerate() {
         let p = parse(index, s)?;
         let local = now.with_timezone(&p.tz);
-        let Ok(start) = p.cron.find_next_occurrence(&(local - p.duration), false) else {
-            // No occurrence at all (say, the 31st of February): never active.
+        let Ok(start) = p.cron.find_previous_occurrence(&local, true) else {
+            // No start at all before now (say, the 31st of February).
             continue;
         };
-        if start <= local {
-            // Of the periods under way, the latest ends last.
-            let mut last = start;
-            while let Ok(next) = p.cron.find_next_occurrence(&last, false) {
-                if next > local {
-                    break;
-                }
-                last = next;
-            }
+        let Some(until) = start.checked_add_signed(p.duration) else {
+            // Past chrono's last year: not a period of this world.
+            continue;
+        };
+        if until > local {
             return Ok(Some(Active {
                 index,
                 idle: s.idle.clone(),
-                until: (last + p.duration).with_timezone(&Utc),
+                until: until.with_timezone(&Utc),
             }));
         }
     }
@@ -225,6 +239,26 @@ mod tests {
     }
 
     #[test]
+    fn a_period_of_thousands_of_years_is_refused_not_computed() {
+        // Once a panic (`DateTime - TimeDelta overflowed`) that stopped the
+        // operator for every object: now the field is named.
+        let s = sched("* * * * *", "UTC", "300000y", 1);
+        let e = active(std::slice::from_ref(&s), utc(2026, 12, 1, 9, 0)).unwrap_err();
+        assert!(e.to_string().contains("at most 366 days"), "{e}");
+    }
+
+    #[test]
+    fn a_start_every_minute_for_a_year_is_one_lookup() {
+        // The latest start is all that is looked for: a period of a year
+        // started every minute costs what a daily one does.
+        let s = sched("* * * * *", "UTC", "366d", 4);
+        let a = active(std::slice::from_ref(&s), utc(2026, 12, 1, 9, 30))
+            .unwrap()
+            .unwrap();
+        assert_eq!(a.until, utc(2026, 12, 1, 9, 30) + Duration::days(366));
+    }
+
+    #[test]
     fn until_is_the_end_of_the_latest_period_under_way() {
         let every_hour = sched("0 * * * *", "UTC", "90m", 2);
         let a = active(&[every_hour], utc(2026, 12, 1, 10, 40))
@@ -251,6 +285,14 @@ mod tests {
             (
                 sched("0 8 * * *", "UTC", "0s", 1),
                 "spec.schedules[0].duration: \"0s\"",
+            ),
+            (
+                sched("* * * * *", "UTC", "300000y", 1),
+                "spec.schedules[0].duration: \"300000y\"",
+            ),
+            (
+                sched("* * * * *", "UTC", "367d", 1),
+                "spec.schedules[0].duration: \"367d\"",
             ),
         ];
         for (s, want) in bad {

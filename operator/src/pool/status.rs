@@ -102,6 +102,8 @@ impl<W> PoolLoop<W> {
             launch_batches: self.launch_batches as i64,
             capacity_errors,
             active_schedule: report.active_schedule.clone(),
+            // The Kubernetes mode's, which knows the Secret.
+            database_secret: None,
             instance_seconds: Vec::new(),
             runs_served: None,
             conditions: self.conditions.clone(),

@@ -21,7 +21,7 @@ use std::time::Duration;
 
 use super::{
     register::register,
-    revision::{is_pod_of, pod_name, revision_of},
+    revision::{host_name, is_host_of, pod_name, revision_of},
     snapshot::*,
     status::StatusDraft,
 };
@@ -40,6 +40,9 @@ pub struct Decision {
 const EXIT_GRACE: i64 = 30;
 /// A pod that ran this long before it died was not crash-looping.
 const STABLE_SECONDS: i64 = 600;
+/// How long past its deletion's grace a pod may still run before the
+/// Scheduler is `Degraded` (`PodNotGone`): its node may be unreachable.
+const GONE_GRACE: i64 = 60;
 /// The kubelet's reasons for a container that will not run until someone
 /// changes something (the image, a Secret): said at once as `Degraded`.
 const CANNOT_RUN: [&str; 4] = [
@@ -79,7 +82,7 @@ pub fn decide(o: &Observed) -> Decision {
 }
 
 fn secs(n: i64) -> chrono::Duration {
-    chrono::Duration::seconds(n)
+    crate::crd::spec_seconds(n)
 }
 
 /// What every phase of one [`decide`] looks at: the snapshot, the target
@@ -113,10 +116,11 @@ impl<'a> Pass<'a> {
         // database: not an old instance to drain or to fall back to, and
         // while one is live no pod starts, as its instance would take the
         // lead from theirs.
-        let (own, foreign): (Vec<InstanceView>, Vec<InstanceView>) = rows
-            .iter()
-            .cloned()
-            .partition(|i| o.pods.iter().any(|p| p.name == i.host) || is_pod_of(&o.name, &i.host));
+        let (own, foreign): (Vec<InstanceView>, Vec<InstanceView>) =
+            rows.iter().cloned().partition(|i| {
+                o.pods.iter().any(|p| p.host == i.host)
+                    || is_host_of(&o.namespace, &o.name, &i.host)
+            });
         let shared: Vec<&InstanceView> = foreign.iter().filter(|i| i.live).collect();
         if !shared.is_empty() {
             d.database_shared(&shared);
@@ -170,14 +174,13 @@ impl<'a> Pass<'a> {
     fn instance_of(&self, pod: &PodView) -> Option<&InstanceView> {
         self.instances
             .iter()
-            .filter(|i| i.host == pod.name)
+            .filter(|i| i.host == pod.host)
             .max_by_key(|i| i.id)
     }
 
     fn create_pod(&self, d: &mut StatusDraft) {
         let o = self.o;
         d.create_pod(
-            &o.name,
             self.target,
             self.next_sequence,
             &o.spec.image,
@@ -213,7 +216,7 @@ impl<'a> Pass<'a> {
                     && !o
                         .pods
                         .iter()
-                        .any(|p| p.name == i.host && p.exited().is_none())
+                        .any(|p| p.host == i.host && p.exited().is_none())
             });
             d.degraded_keep(orphaned);
         } else if !o.spec.overlap {
@@ -221,6 +224,14 @@ impl<'a> Pass<'a> {
                 .pods
                 .iter()
                 .filter(|p| p.revision != self.target)
+                .collect();
+            // A pod being deleted (by hand, say) still runs its scheduler
+            // until its processes end: the next waits for that, so that
+            // two schedulers of one Scheduler never run at once.
+            let going: Vec<&PodView> = o
+                .pods
+                .iter()
+                .filter(|p| p.deleting && p.exited().is_none())
                 .collect();
             for p in others.iter().filter(|p| !p.deleting) {
                 d.act(Action::DeletePod {
@@ -235,7 +246,17 @@ impl<'a> Pass<'a> {
                 ));
                 self.handled.push(&p.name);
             }
-            if others.is_empty() {
+            if !going.is_empty() {
+                let overdue: Vec<&PodView> = going
+                    .iter()
+                    .copied()
+                    .filter(|p| {
+                        p.deletion_due
+                            .is_some_and(|due| o.now - due > secs(GONE_GRACE))
+                    })
+                    .collect();
+                d.waiting_for_gone(&overdue);
+            } else if others.is_empty() {
                 self.create_pod(d);
             }
         } else {
@@ -368,7 +389,7 @@ impl<'a> Pass<'a> {
             (None, PodState::Running) => Some(pod.created),
             (None, _) => None,
         };
-        let fallback = self.instances.iter().any(|i| i.live && i.host != pod.name);
+        let fallback = self.instances.iter().any(|i| i.live && i.host != pod.host);
         if since.is_some_and(|t| o.now - t > secs(handover.join_timeout_seconds)) {
             if fallback {
                 self.handled.push(&pod.name);
@@ -481,10 +502,11 @@ impl<'a> Pass<'a> {
     }
 }
 
-/// A new pod, named for its revision and sequence.
-pub(super) fn new_pod(scheduler: &str, revision: &str, sequence: u32, image: &str) -> Action {
+/// A new pod of Scheduler `o`, named for its revision and sequence.
+pub(super) fn new_pod(o: &Observed, revision: &str, sequence: u32, image: &str) -> Action {
     Action::CreatePod {
-        name: pod_name(scheduler, revision, sequence),
+        name: pod_name(&o.name, revision, sequence),
+        host: host_name(&o.namespace, &o.name, revision, sequence),
         revision: revision.to_string(),
         sequence,
         image: image.to_string(),

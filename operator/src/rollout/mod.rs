@@ -16,7 +16,7 @@ mod tests;
 pub use decide::{decide, Decision};
 pub use instances::{db_problem, observe_instances};
 pub use revision::{
-    is_pod_of, job_name, pod_name, register_attempt, register_hash, register_job_name, revision_of,
-    scheduler_label, Revision,
+    host_name, is_host_of, job_name, pod_name, register_attempt, register_hash, register_job_name,
+    revision_of, scheduler_label, Revision,
 };
 pub use snapshot::*;

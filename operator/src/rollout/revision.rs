@@ -31,9 +31,10 @@ pub fn revision_of(spec: &SchedulerSpec) -> Revision {
     digest.iter().take(5).map(|b| format!("{b:02x}")).collect()
 }
 
-/// `<scheduler>-<revision>-<sequence>`: the pod's name and its host name,
-/// which the instance row records as `host`, so a DNS-1123 label. A name
-/// that is not one, or too long, gives `<readable>-<hash>-…` instead.
+/// `<scheduler>-<revision>-<sequence>`: the pod's name, a DNS-1123 label. A
+/// name that is not one, or too long, gives `<readable>-<hash>-…` instead.
+/// (Pods made before host names carried the namespace have it as their
+/// host name too; see [`host_name`].)
 pub fn pod_name(scheduler: &str, revision: &str, sequence: u32) -> String {
     with_suffix(scheduler, &format!("-{revision}-{sequence}"))
 }
@@ -78,10 +79,24 @@ pub fn register_hash(register: &Register) -> String {
     digest.iter().take(5).map(|b| format!("{b:02x}")).collect()
 }
 
-/// Whether `host` is a pod name [`pod_name`] gives `scheduler`
-/// (`<scheduler>-<revision>-<sequence>`): an instance of one of its pods,
-/// even of a pod already gone.
-pub fn is_pod_of(scheduler: &str, host: &str) -> bool {
+/// The host name a new pod of Scheduler `namespace/scheduler` gets, which
+/// its instance records as `host`: `<namespace>-<scheduler>-<hash>-<revision>-<sequence>`,
+/// shortened to a DNS-1123 label. The namespace is in it, so two Schedulers
+/// of one name in two namespaces that share a database never take each
+/// other's rows for their own; the pod's own name stays
+/// [`pod_name`], which its namespace already makes unique.
+pub fn host_name(namespace: &str, scheduler: &str, revision: &str, sequence: u32) -> String {
+    // The dot makes it no label, so it is always the hashed form.
+    with_suffix(
+        &format!("{namespace}.{scheduler}"),
+        &format!("-{revision}-{sequence}"),
+    )
+}
+
+/// Whether `host` is a host name [`host_name`] gives Scheduler
+/// `namespace/scheduler`: an instance of one of its pods, even of a pod
+/// already gone.
+pub fn is_host_of(namespace: &str, scheduler: &str, host: &str) -> bool {
     let mut parts = host.rsplitn(3, '-');
     let (Some(sequence), Some(revision), Some(_)) = (parts.next(), parts.next(), parts.next())
     else {
@@ -94,7 +109,7 @@ pub fn is_pod_of(scheduler: &str, host: &str) -> bool {
         && revision
             .chars()
             .all(|c| c.is_ascii_digit() || ('a'..='f').contains(&c))
-        && pod_name(scheduler, revision, sequence) == host
+        && host_name(namespace, scheduler, revision, sequence) == host
 }
 
 /// The value of label `orca.dev/scheduler`, which selects a Scheduler's

@@ -11,6 +11,10 @@ pub type Time = chrono::DateTime<chrono::Utc>;
 #[derive(Clone, Debug, PartialEq)]
 pub struct PodView {
     pub name: String,
+    /// The host name its scheduler writes as `host` in its instance row: the
+    /// pod's `spec.hostname` (see [`crate::rollout::host_name`]), or its name
+    /// for a pod made without one.
+    pub host: String,
     /// The hash of its pod template (label `orca.dev/revision`).
     pub revision: String,
     /// Every pod the operator creates gets the next number (label
@@ -28,6 +32,9 @@ pub struct PodView {
     pub waiting: Option<Waiting>,
     /// Deletion asked, not finished.
     pub deleting: bool,
+    /// When a pod being deleted should be gone: its `deletionTimestamp`,
+    /// which the API server sets to the deletion's time plus its grace.
+    pub deletion_due: Option<Time>,
 }
 
 /// A container waiting to run: the kubelet's reason (`ErrImagePull`,
@@ -90,7 +97,7 @@ pub enum JobState {
 #[derive(Clone, Debug, PartialEq)]
 pub struct InstanceView {
     pub id: i64,
-    /// The pod name (`HOSTNAME`).
+    /// Its scheduler's host name (`HOSTNAME`): its pod's [`PodView::host`].
     pub host: String,
     pub image: String,
     /// waiting, leading or draining.
@@ -109,6 +116,7 @@ pub struct InstanceView {
 /// Everything [`crate::rollout::decide`] looks at.
 #[derive(Clone, Debug)]
 pub struct Observed {
+    pub namespace: String,
     pub name: String,
     pub generation: Option<i64>,
     pub spec: SchedulerSpec,
@@ -140,6 +148,8 @@ pub struct Problem {
 pub enum Action {
     CreatePod {
         name: String,
+        /// Its host name (see [`crate::rollout::host_name`]).
+        host: String,
         revision: String,
         sequence: u32,
         image: String,

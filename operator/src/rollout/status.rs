@@ -16,8 +16,9 @@ use crate::crd::{
 
 /// `Degraded` reasons that no step of their own says: each is posted as a
 /// Warning when the condition turns True with it.
-const SAID_WHEN_DEGRADED: [&str; 7] = [
+const SAID_WHEN_DEGRADED: [&str; 8] = [
     "LeadTimeout",
+    "PodNotGone",
     "ProgressDeadlineExceeded",
     "DatabaseShared",
     "ErrImagePull",
@@ -175,15 +176,33 @@ impl<'a> StatusDraft<'a> {
         );
     }
 
+    /// Overlap off: pods being deleted whose schedulers still run must end
+    /// before the next pod starts; `overdue` ones among them were due to be
+    /// gone a while ago, which their node alone can explain.
+    pub(super) fn waiting_for_gone(&mut self, overdue: &[&PodView]) {
+        if let Some(pod) = overdue.first() {
+            let due = pod.deletion_due.map(rfc3339).unwrap_or_default();
+            self.degrade(
+                "PodNotGone",
+                format!(
+                    "overlap is off and pod {} still runs, though its deletion was due by {due}; \
+                     no new pod starts beside it. If its node is gone, make sure the scheduler \
+                     no longer runs there, then delete the pod with --force --grace-period=0",
+                    pod.name
+                ),
+            );
+        }
+        self.busy(Phase::Starting);
+    }
+
     pub(super) fn create_pod(
         &mut self,
-        scheduler: &str,
         revision: &str,
         sequence: u32,
         image: &str,
         rows: &[InstanceView],
     ) {
-        let action = new_pod(scheduler, revision, sequence, image);
+        let action = new_pod(self.o, revision, sequence, image);
         let Action::CreatePod { name, .. } = &action else {
             unreachable!("new_pod makes a CreatePod")
         };
@@ -237,7 +256,7 @@ impl<'a> StatusDraft<'a> {
                 pod.name, self.status.restarts
             ),
         ));
-        let action = new_pod(&self.o.name, revision, sequence, &self.o.spec.image);
+        let action = new_pod(self.o, revision, sequence, &self.o.spec.image);
         self.status.last_sequence = sequence as i64;
         self.act(action);
         self.busy(Phase::Starting);
@@ -325,7 +344,7 @@ impl<'a> StatusDraft<'a> {
     }
 
     pub(super) fn waiting_for_join(&mut self, pod: &PodView, rows: &[InstanceView]) {
-        let old_leads = rows.iter().any(|i| i.live && i.host != pod.name);
+        let old_leads = rows.iter().any(|i| i.live && i.host != pod.host);
         self.busy(if old_leads {
             Phase::HandingOver
         } else {
@@ -622,7 +641,7 @@ impl<'a> StatusDraft<'a> {
             .map(|p| {
                 let row = rows
                     .iter()
-                    .filter(|i| i.host == p.name)
+                    .filter(|i| i.host == p.host)
                     .max_by_key(|i| i.id);
                 RevisionStatus {
                     revision: p.revision.clone(),
@@ -691,7 +710,7 @@ impl<'a> StatusDraft<'a> {
             .and_then(|t| chrono::DateTime::parse_from_rfc3339(t).ok())
             .map(|t| t.with_timezone(&chrono::Utc));
         if let Some(started) = started {
-            if o.now - started > chrono::Duration::seconds(progress_deadline) {
+            if o.now - started > crate::crd::spec_seconds(progress_deadline) {
                 self.degrade(
                     "ProgressDeadlineExceeded",
                     format!(

@@ -86,6 +86,13 @@ pub(super) async fn act(
         propagation_policy: Some(PropagationPolicy::Background),
         ..Default::default()
     };
+    // The pod's own grace is for deletions from outside (it covers the
+    // drain); when the operator deletes a pod there is nothing left to
+    // drain for.
+    let stopped = DeleteParams {
+        grace_period_seconds: u32::try_from(pods::stop_grace(&scheduler.spec)).ok(),
+        ..gone.clone()
+    };
     let fence = |action: String| {
         ctx.fence
             .check()
@@ -95,11 +102,12 @@ pub(super) async fn act(
         match action {
             Action::CreatePod {
                 name: pod,
+                host,
                 revision,
                 sequence,
                 image,
             } => {
-                let object = pods::scheduler_pod(scheduler, pod, revision, *sequence, image);
+                let object = pods::scheduler_pod(scheduler, pod, host, revision, *sequence, image);
                 fence(format!("creating pod {pod}"))?;
                 info!(scheduler = %name, revision = %revision, pod = %pod, image = %image, "creating pod");
                 ignore(pod_api.create(&PostParams::default(), &object).await, 409).map_err(
@@ -114,7 +122,7 @@ pub(super) async fn act(
             Action::DeletePod { name: pod } => {
                 fence(format!("deleting pod {pod}"))?;
                 info!(scheduler = %name, pod = %pod, "deleting pod");
-                ignore(pod_api.delete(pod, &gone).await.map(|_| ()), 404).map_err(|source| {
+                ignore(pod_api.delete(pod, &stopped).await.map(|_| ()), 404).map_err(|source| {
                     ActError::DeletePod {
                         pod: pod.clone(),
                         source,

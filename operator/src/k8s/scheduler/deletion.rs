@@ -8,8 +8,9 @@
 
 use std::{sync::Arc, time::Duration};
 
+use k8s_openapi::api::core::v1::Pod;
 use kube::{
-    api::{Patch, PatchParams},
+    api::{DeleteParams, Patch, PatchParams},
     runtime::controller::Action as Requeue,
     Api, ResourceExt,
 };
@@ -20,7 +21,7 @@ use tracing::info;
 use super::act::ActError;
 use super::{publish, Context, ObserveError, ReconcileError};
 use crate::crd::{set_condition, Phase, Scheduler};
-use crate::rollout::{Decision, Event, Observed};
+use crate::rollout::{Action, Decision, Event, Observed, PodView};
 
 /// The finalizer that holds a Scheduler until its instances have drained.
 pub const FINALIZER: &str = "orca.dev/scheduler";
@@ -43,8 +44,13 @@ pub fn has_finalizer(s: &Scheduler) -> bool {
 
 /// Adds [`FINALIZER`], if the Scheduler has not changed since it was read:
 /// a merge patch of the whole list that carries the resourceVersion read
-/// (a 409 if anyone wrote since; the next pass reads again).
-pub async fn add_finalizer(ctx: &Context, s: &Scheduler, ns: &str) -> Result<(), ReconcileError> {
+/// (a 409 if anyone wrote since; the next pass reads again). The version
+/// the patch made.
+pub async fn add_finalizer(
+    ctx: &Context,
+    s: &Scheduler,
+    ns: &str,
+) -> Result<Option<String>, ReconcileError> {
     let mut finalizers = s.finalizers().to_vec();
     finalizers.push(FINALIZER.into());
     patch(ctx, s, ns, finalizers, "adding").await
@@ -58,7 +64,7 @@ async fn remove_finalizer(ctx: &Context, s: &Scheduler, ns: &str) -> Result<(), 
         .filter(|f| *f != FINALIZER)
         .cloned()
         .collect();
-    patch(ctx, s, ns, finalizers, "removing").await
+    patch(ctx, s, ns, finalizers, "removing").await.map(|_| ())
 }
 
 async fn patch(
@@ -67,11 +73,11 @@ async fn patch(
     ns: &str,
     finalizers: Vec<String>,
     what: &'static str,
-) -> Result<(), ReconcileError> {
+) -> Result<Option<String>, ReconcileError> {
     ctx.fence.check().map_err(ObserveError::from)?;
     let body =
         json!({"metadata": {"resourceVersion": s.resource_version(), "finalizers": finalizers}});
-    Api::<Scheduler>::namespaced(ctx.client.clone(), ns)
+    let patched = Api::<Scheduler>::namespaced(ctx.client.clone(), ns)
         .patch(&s.name_any(), &PatchParams::default(), &Patch::Merge(&body))
         .await
         .map_err(|source| FinalizerError {
@@ -79,7 +85,7 @@ async fn patch(
             scheduler: s.name_any(),
             source,
         })?;
-    Ok(())
+    Ok(patched.resource_version())
 }
 
 /// What deletion does next: decided from the snapshot alone.
@@ -89,25 +95,52 @@ pub enum Step {
     AskDrain(Vec<(i64, String)>),
     /// Live instances remain, all asked; their runs.
     Wait { live: usize, runs: i32 },
+    /// No database to ask (its Secret, key or URL is wrong, or it cannot be
+    /// reached): delete these pods with their own grace instead, which a
+    /// scheduler takes as "drain" (SIGTERM), finishing its runs first.
+    StopPods(Vec<String>),
+    /// Pods asked to stop still run.
+    WaitPods(usize),
     /// Nothing is left (or the drain time-out passed): the pods may go.
     Release { timed_out: bool },
 }
 
 /// The next step for a Scheduler being deleted `elapsed` ago.
 pub fn step(o: &Observed, elapsed: Duration) -> Step {
-    let timeout = Duration::from_secs(o.spec.handover.drain_timeout_seconds.max(0) as u64);
+    let timeout = Duration::from_secs(
+        o.spec
+            .handover
+            .drain_timeout_seconds
+            .clamp(0, crate::crd::MAX_SECONDS) as u64,
+    );
     let ours: Vec<_> = match &o.instances {
         Ok(rows) => rows
             .iter()
-            .filter(|i| i.live && o.pods.iter().any(|p| p.name == i.host))
+            .filter(|i| i.live && o.pods.iter().any(|p| p.host == i.host))
             .collect(),
-        // No database to ask (no Secret, no key, a bad URL): there is no
-        // instance the operator could drain; holding the Scheduler for the
-        // whole time-out would only surprise whoever deletes it.
-        Err(p) if p.reason != "DatabaseUnreachable" => return Step::Release { timed_out: false },
-        // The database can't be reached just now: wait, up to the time-out.
-        Err(_) if elapsed < timeout => return Step::Wait { live: 0, runs: 0 },
-        Err(_) => return Step::Release { timed_out: true },
+        // No database to drain through — a Secret deleted before the
+        // Scheduler, a database gone: the pods themselves are told to stop,
+        // and waited for, up to the time-out. Releasing at once would let
+        // the garbage collector end runs the user never meant to lose.
+        Err(_) => {
+            let running: Vec<&PodView> = o.pods.iter().filter(|p| p.exited().is_none()).collect();
+            if running.is_empty() {
+                return Step::Release { timed_out: false };
+            }
+            if elapsed >= timeout {
+                return Step::Release { timed_out: true };
+            }
+            let stop: Vec<String> = running
+                .iter()
+                .filter(|p| !p.deleting)
+                .map(|p| p.name.clone())
+                .collect();
+            return if stop.is_empty() {
+                Step::WaitPods(running.len())
+            } else {
+                Step::StopPods(stop)
+            };
+        }
     };
     if ours.is_empty() {
         return Step::Release { timed_out: false };
@@ -150,6 +183,7 @@ pub async fn pass(
     let now =
         k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(k8s_openapi::jiff::Timestamp::now());
     let mut events = Vec::new();
+    let mut actions = Vec::new();
     let step = step(&observed, elapsed);
     match &step {
         Step::AskDrain(ask) => {
@@ -191,7 +225,49 @@ pub async fn pass(
                 observed.generation,
             );
         }
+        Step::StopPods(pods) => {
+            let why = observed
+                .instances
+                .as_ref()
+                .err()
+                .map(|p| p.message.clone())
+                .unwrap_or_default();
+            for pod in pods {
+                events.push(Event::normal(
+                    "Deleting",
+                    format!(
+                        "pod {pod} asked to stop, which drains its scheduler: there is no \
+                         database to ask ({why})"
+                    ),
+                ));
+            }
+            actions.extend(pods.iter().map(|p| Action::DeletePod { name: p.clone() }));
+        }
+        Step::WaitPods(n) => {
+            set_condition(
+                &mut status.conditions,
+                "Progressing",
+                true,
+                "Deleting",
+                &format!("waiting for {n} pod(s) to finish their runs and exit"),
+                now.clone(),
+                observed.generation,
+            );
+        }
         Step::Release { timed_out } => {
+            if *timed_out {
+                // Past the drain time-out: what still runs is stopped now,
+                // not given its whole grace again by the garbage collector.
+                actions.extend(
+                    observed
+                        .pods
+                        .iter()
+                        .filter(|p| p.exited().is_none())
+                        .map(|p| Action::DeletePod {
+                            name: p.name.clone(),
+                        }),
+                );
+            }
             events.push(if *timed_out {
                 Event::warning(
                     "DrainTimeout",
@@ -210,12 +286,23 @@ pub async fn pass(
     }
     status.phase = Phase::Draining;
     let decision = Decision {
-        actions: Vec::new(),
+        actions,
         events,
         status,
         requeue: POLL,
     };
     publish(&scheduler, ctx, &decision).await;
+    // Each pod asked to stop gets its own grace (a drain) while the drain
+    // time-out runs; past it, the operator's short one.
+    let grace = match step {
+        Step::StopPods(_) => None,
+        _ => Some(super::pods::stop_grace(&scheduler.spec)),
+    };
+    for action in &decision.actions {
+        if let Action::DeletePod { name: pod } = action {
+            delete_pod(ctx, ns, &name, pod, grace).await?;
+        }
+    }
     if let Step::Release { .. } = step {
         remove_finalizer(ctx, &scheduler, ns).await?;
         return Ok(Requeue::await_change());
@@ -224,4 +311,172 @@ pub async fn pass(
         super::apply_status(&scheduler, ctx, ns, &decision.status).await?;
     }
     Ok(Requeue::requeue(POLL))
+}
+
+/// Deletes pod `pod` of Scheduler `scheduler`, with `grace` seconds or, for
+/// `None`, the pod's own; one already gone is done.
+async fn delete_pod(
+    ctx: &Context,
+    ns: &str,
+    scheduler: &str,
+    pod: &str,
+    grace: Option<i64>,
+) -> Result<(), ReconcileError> {
+    ctx.fence.check().map_err(|source| ActError::Fenced {
+        action: format!("deleting pod {pod}"),
+        source,
+    })?;
+    let params = DeleteParams {
+        grace_period_seconds: grace.and_then(|g| u32::try_from(g).ok()),
+        ..Default::default()
+    };
+    info!(scheduler = %scheduler, pod = %pod, grace = ?grace, "deleting pod: the Scheduler is being deleted");
+    match Api::<Pod>::namespaced(ctx.client.clone(), ns)
+        .delete(pod, &params)
+        .await
+    {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
+        Err(source) => Err(ActError::DeletePod {
+            pod: pod.to_string(),
+            source,
+        }
+        .into()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use chrono::{TimeZone, Utc};
+
+    use super::*;
+    use crate::crd::SchedulerSpec;
+    use crate::rollout::{InstanceView, PodState, Problem};
+
+    fn observed(pods: Vec<PodView>, instances: Result<Vec<InstanceView>, Problem>) -> Observed {
+        let spec: SchedulerSpec = serde_json::from_value(serde_json::json!({
+            "image": "orca:v1",
+            "database": {"urlSecretRef": {"name": "db", "key": "url"}},
+            "handover": {"drainTimeoutSeconds": 100}
+        }))
+        .unwrap();
+        Observed {
+            namespace: "ns".into(),
+            name: "orca".into(),
+            generation: Some(1),
+            spec,
+            status: Default::default(),
+            pods,
+            jobs: vec![],
+            instances,
+            now: Utc.timestamp_opt(1_800_000_000, 0).unwrap(),
+            clock_offset: chrono::TimeDelta::zero(),
+        }
+    }
+
+    fn pod(name: &str, deleting: bool, exited: bool) -> PodView {
+        let t = Utc.timestamp_opt(1_800_000_000, 0).unwrap();
+        PodView {
+            name: name.into(),
+            host: format!("ns-orca-{name}"),
+            revision: "0123456789".into(),
+            sequence: 1,
+            image: "orca:v1".into(),
+            created: t,
+            started: Some(t),
+            state: if exited {
+                PodState::Exited {
+                    code: 0,
+                    message: String::new(),
+                    finished: t,
+                }
+            } else {
+                PodState::Running
+            },
+            waiting: None,
+            deleting,
+            deletion_due: None,
+        }
+    }
+
+    fn row(id: i64, host: &str, runs: i32) -> InstanceView {
+        let t = Utc.timestamp_opt(1_800_000_000, 0).unwrap();
+        InstanceView {
+            id,
+            host: format!("ns-orca-{host}"),
+            image: "orca:v1".into(),
+            role: "leading".into(),
+            live: true,
+            ended: None,
+            holds_lock: true,
+            joined: t,
+            led: Some(t),
+            drain_asked: None,
+            runs,
+        }
+    }
+
+    fn gone(reason: &str) -> Result<Vec<InstanceView>, Problem> {
+        Err(Problem {
+            reason: reason.into(),
+            message: "Secret ns/db does not exist".into(),
+        })
+    }
+
+    #[test]
+    fn each_step_of_a_deletion() {
+        let s = Duration::from_secs;
+        let cases: Vec<(&str, Observed, Duration, Step)> = vec![
+            (
+                "a live instance is asked to drain",
+                observed(vec![pod("a", false, false)], Ok(vec![row(7, "a", 2)])),
+                s(1),
+                Step::AskDrain(vec![(7, "ns-orca-a".into())]),
+            ),
+            (
+                "nothing live: the pods go",
+                observed(vec![pod("a", false, true)], Ok(vec![])),
+                s(1),
+                Step::Release { timed_out: false },
+            ),
+            (
+                "past the drain time-out: the pods go anyway",
+                observed(vec![pod("a", false, false)], Ok(vec![row(7, "a", 2)])),
+                s(100),
+                Step::Release { timed_out: true },
+            ),
+            // The Secret went first (`kubectl delete -f` of a directory):
+            // once this released the pods at once, and their runs died.
+            (
+                "no database: the running pods are asked to stop (a drain)",
+                observed(
+                    vec![pod("a", false, false), pod("b", false, true)],
+                    gone("SecretMissing"),
+                ),
+                s(1),
+                Step::StopPods(vec!["a".into()]),
+            ),
+            (
+                "no database, the pod stopping: wait for it",
+                observed(vec![pod("a", true, false)], gone("DatabaseUnreachable")),
+                s(50),
+                Step::WaitPods(1),
+            ),
+            (
+                "no database, every pod has exited: the pods go",
+                observed(vec![pod("a", true, true)], gone("SecretMissing")),
+                s(50),
+                Step::Release { timed_out: false },
+            ),
+            (
+                "no database, past the drain time-out: the pods go anyway",
+                observed(vec![pod("a", true, false)], gone("SecretKeyMissing")),
+                s(100),
+                Step::Release { timed_out: true },
+            ),
+        ];
+        for (what, o, elapsed, want) in cases {
+            assert_eq!(step(&o, elapsed), want, "{what}");
+        }
+    }
 }

@@ -108,6 +108,26 @@ mod tests {
         }
     }
 
+    /// A first pass adds the finalizer (version 11), then writes the status
+    /// (12). A pass whose cache shows the finalizer's patch has not seen
+    /// that status: it once started from the empty one, and made its first
+    /// pod again under the same name.
+    #[test]
+    fn the_finalizers_patch_is_older_than_the_status_written_after_it() {
+        let m = StatusMemory::default();
+        let empty = SchedulerStatus::default();
+        m.wrote("ns", "a", Some("10"), Some("11".into()), &empty);
+        m.wrote(
+            "ns",
+            "a",
+            Some("10"),
+            Some("12".into()),
+            &status(Phase::Starting, 1),
+        );
+        assert_eq!(m.status("ns", "a", Some("11"), &empty).last_sequence, 1);
+        assert_eq!(m.status("ns", "a", Some("10"), &empty).last_sequence, 1);
+    }
+
     #[test]
     fn a_cache_behind_this_replicas_writes_is_read_with_the_last_one() {
         let m = StatusMemory::default();

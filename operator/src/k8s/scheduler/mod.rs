@@ -33,7 +33,7 @@ use tracing::{info, warn, Instrument};
 
 use self::act::{act, ActError};
 use super::status::{event_action, write_status, StatusWriteError};
-use super::{database, metrics::Metrics, LABEL_SCHEDULER, MANAGER};
+use super::{database, guard, metrics::Metrics, server::Progress, LABEL_SCHEDULER, MANAGER};
 use crate::crd::{Scheduler, SchedulerStatus, SecretKeyRef};
 use crate::fence::{Fence, Fenced};
 use crate::rollout::{self, decide, Decision, Observed};
@@ -52,6 +52,8 @@ pub struct Context {
     /// The stores of the controller's watches, and what this replica's
     /// writes make them owe (see [`watched`]).
     pub watched: watched::Watched,
+    /// The reconciles in flight, for `/healthz`.
+    pub progress: Progress,
 }
 
 impl Context {
@@ -72,7 +74,15 @@ impl Context {
             backoff: refusal::Backoff::default(),
             memory: memory::StatusMemory::default(),
             watched: watched::Watched::default(),
+            progress: Progress::default(),
         }
+    }
+
+    /// This context's reconciles count for `progress` (the replica's
+    /// `/healthz`).
+    pub fn with_progress(mut self, progress: Progress) -> Self {
+        self.progress = progress;
+        self
     }
 }
 
@@ -115,6 +125,8 @@ pub enum ReconcileError {
     Status(#[from] StatusError),
     #[error("finalizer: {0}")]
     Finalizer(#[from] deletion::FinalizerError),
+    #[error("{0}")]
+    Panicked(guard::Panicked),
 }
 
 impl ReconcileError {
@@ -124,6 +136,7 @@ impl ReconcileError {
             ReconcileError::Act(_) => "act",
             ReconcileError::Status(_) => "status",
             ReconcileError::Finalizer(_) => "finalizer",
+            ReconcileError::Panicked(_) => "panic",
         }
     }
 }
@@ -201,7 +214,9 @@ fn namespace_of(s: &Scheduler) -> String {
     s.namespace().unwrap_or_else(|| "default".into())
 }
 
-/// One pass of the rollout for `scheduler`: see the module's doc.
+/// One pass of the rollout for `scheduler`: see the module's doc. Guarded
+/// (see [`guard`]): a panic is this Scheduler's alone, and a call the
+/// operator may not make is said on it (`Degraded`, `Forbidden`).
 pub async fn reconcile(
     scheduler: Arc<Scheduler>,
     ctx: Arc<Context>,
@@ -209,7 +224,75 @@ pub async fn reconcile(
     let ns = namespace_of(&scheduler);
     let name = scheduler.name_any();
     let span = tracing::info_span!("reconcile", scheduler = %name, namespace = %ns);
-    pass(scheduler, ctx, ns, name).instrument(span).await
+    let what = format!("Scheduler {ns}/{name}");
+    let passed = guard::guarded(
+        &ctx.progress,
+        what,
+        pass(scheduler.clone(), ctx.clone(), ns.clone(), name.clone()).instrument(span),
+    )
+    .await;
+    let failed = match passed {
+        Ok(Ok(requeue)) => return Ok(requeue),
+        Ok(Err(e)) => e,
+        Err(panicked) => {
+            // What was kept of it may be half-changed: start afresh.
+            ctx.connections.forget(&ns, &name);
+            ctx.memory.forget(&ns, &name);
+            ctx.watched.forget(&ns, &name);
+            ReconcileError::Panicked(panicked)
+        }
+    };
+    let said = match &failed {
+        ReconcileError::Panicked(p) => Some((guard::INTERNAL_ERROR, p.to_string())),
+        e => guard::forbidden(e).map(|m| (guard::FORBIDDEN, m)),
+    };
+    if let Some((reason, message)) = said {
+        degraded(&scheduler, &ctx, reason, message).await;
+    }
+    Err(failed)
+}
+
+/// Says on `scheduler` what only its user can see to: `Degraded` with
+/// `reason` and `message`, and a Warning Event when that is news. Best
+/// effort — the write itself may be what is forbidden; the log has it all.
+async fn degraded(scheduler: &Scheduler, ctx: &Context, reason: &str, message: String) {
+    let ns = namespace_of(scheduler);
+    let name = scheduler.name_any();
+    let before = ctx.memory.status(
+        &ns,
+        &name,
+        scheduler.metadata.resource_version.as_deref(),
+        &scheduler.status.clone().unwrap_or_default(),
+    );
+    let news = !before.conditions.iter().any(|c| {
+        c.type_ == "Degraded" && c.status == "True" && c.reason == reason && c.message == message
+    });
+    if !news {
+        return;
+    }
+    let mut status = before.clone();
+    let now =
+        k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(k8s_openapi::jiff::Timestamp::now());
+    refusal::degrade(
+        &mut status,
+        reason,
+        &message,
+        now,
+        scheduler.metadata.generation,
+    );
+    warn!(scheduler = %name, namespace = %ns, reason, "{message}");
+    let decision = Decision {
+        actions: Vec::new(),
+        events: vec![rollout::Event::warning(reason, message)],
+        status,
+        requeue: rollout::BUSY,
+    };
+    publish(scheduler, ctx, &decision).await;
+    if let Err(e) = apply_status(scheduler, ctx, &ns, &decision.status).await {
+        warn!(scheduler = %name, namespace = %ns, reason, "cannot say it in the status: {e}");
+    } else {
+        ctx.metrics.status(&ns, &name, &before, &decision.status);
+    }
 }
 
 async fn pass(
@@ -235,7 +318,14 @@ async fn pass(
         return Ok(requeue);
     }
     if !deletion::has_finalizer(&scheduler) && !scheduler.spec.paused {
-        deletion::add_finalizer(&ctx, &scheduler, &ns).await?;
+        let seen = scheduler.metadata.resource_version.as_deref();
+        let version = deletion::add_finalizer(&ctx, &scheduler, &ns).await?;
+        // The patch is a write of this replica's too: a later pass whose
+        // cache shows the object at its version has not seen the status
+        // this pass writes after it, and must start from that.
+        let status = scheduler.status.clone().unwrap_or_default();
+        let status = ctx.memory.status(&ns, &name, seen, &status);
+        ctx.memory.wrote(&ns, &name, seen, version, &status);
     }
     let (observed, db) = observe(&scheduler, &ctx, &ns).await?;
     let decision = decide(&observed);
@@ -358,6 +448,7 @@ async fn observe(
         warn!(scheduler = %name, namespace = %ns, reason = %p.reason, "database not observed: {}", p.message);
     }
     let observed = Observed {
+        namespace: ns.to_string(),
         name,
         generation: scheduler.metadata.generation,
         spec: spec.clone(),

@@ -92,12 +92,14 @@ pub fn owner(
     scheduler.controller_owner_ref(&()).into_iter().collect()
 }
 
-/// The pod of `Action::CreatePod`: `name` (also its host name, which the
-/// instance row records as `host`), for `revision` and `sequence`, running
-/// `image` with the spec's command, args, env and pod template.
+/// The pod of `Action::CreatePod`: `name`, with `host` as its host name
+/// (which the instance row records as `host`), for `revision` and
+/// `sequence`, running `image` with the spec's command, args, env and pod
+/// template.
 pub fn scheduler_pod(
     scheduler: &Scheduler,
     name: &str,
+    host: &str,
     revision: &str,
     sequence: u32,
     image: &str,
@@ -116,7 +118,7 @@ pub fn scheduler_pod(
             ..Default::default()
         },
         spec: Some(PodSpec {
-            hostname: Some(name.into()),
+            hostname: Some(host.into()),
             termination_grace_period_seconds: Some(termination_grace(spec)),
             ..pod_spec(spec, CONTAINER, image, &spec.command, &spec.args)
         }),
@@ -124,11 +126,31 @@ pub fn scheduler_pod(
     }
 }
 
-/// How long a scheduler pod told to stop (SIGTERM) has before SIGKILL: long
-/// enough for a leader to step down and its row to be seen gone (a few of
-/// its stale limits), rather than Kubernetes' 30 s default.
+/// How long a scheduler pod deleted by anyone but the operator — by hand,
+/// with its namespace, by the garbage collector, by an eviction — has
+/// between SIGTERM and SIGKILL: the drain time-out and the [`stop_grace`].
+/// A scheduler takes SIGTERM as "drain": it starts nothing more, finishes
+/// the runs in hand, ends its row and exits, so a deletion from outside
+/// loses no run that ends within the drain time-out.
 pub fn termination_grace(spec: &SchedulerSpec) -> i64 {
-    (spec.handover.stale_seconds.max(1) * 3).max(60)
+    spec.handover
+        .drain_timeout_seconds
+        .clamp(0, crate::crd::MAX_SECONDS)
+        + stop_grace(spec)
+}
+
+/// The grace the operator's own deletions give (`gracePeriodSeconds`):
+/// by then there is nothing left to wait for — the row ended, the drain
+/// time-out passed, the rollout was aborted — but a leader still needs a
+/// few of its stale limits to step down and be seen gone, rather than
+/// Kubernetes' 30 s default.
+pub fn stop_grace(spec: &SchedulerSpec) -> i64 {
+    (spec
+        .handover
+        .stale_seconds
+        .clamp(1, crate::crd::MAX_SECONDS)
+        * 3)
+    .max(60)
 }
 
 /// What a scheduler pod and a register Job's pod share: container
@@ -217,6 +239,11 @@ pub fn pod_view(pod: &Pod) -> Option<PodView> {
     });
     Some(PodView {
         name: pod.name_any(),
+        host: pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.hostname.clone())
+            .unwrap_or_else(|| pod.name_any()),
         revision,
         sequence,
         image,
@@ -225,6 +252,7 @@ pub fn pod_view(pod: &Pod) -> Option<PodView> {
         state: pod_state(pod, created),
         waiting,
         deleting: pod.metadata.deletion_timestamp.is_some(),
+        deletion_due: pod.metadata.deletion_timestamp.as_ref().map(chrono_of),
     })
 }
 
@@ -339,7 +367,14 @@ pub(crate) mod tests {
 
     #[test]
     fn the_pod_follows_the_image_contract() {
-        let pod = scheduler_pod(&scheduler(), "orca-abc-3", "abc", 3, "orca:v2");
+        let pod = scheduler_pod(
+            &scheduler(),
+            "orca-abc-3",
+            "ns-orca-1a2b3c-abc-3",
+            "abc",
+            3,
+            "orca:v2",
+        );
         let meta = &pod.metadata;
         assert_eq!(meta.namespace.as_deref(), Some("jobs"));
         let labels = meta.labels.clone().unwrap();
@@ -356,7 +391,16 @@ pub(crate) mod tests {
         assert_eq!(owner.controller, Some(true));
 
         let spec = pod.spec.unwrap();
-        assert_eq!(spec.hostname.as_deref(), Some("orca-abc-3"));
+        assert_eq!(
+            spec.hostname.as_deref(),
+            Some("ns-orca-1a2b3c-abc-3"),
+            "the host name names the namespace"
+        );
+        assert_eq!(
+            spec.termination_grace_period_seconds,
+            Some(3600 + 60),
+            "a deletion from outside drains: the drain time-out and the stop grace"
+        );
         assert_eq!(spec.restart_policy.as_deref(), Some("Never"));
         assert_eq!(spec.service_account_name.as_deref(), Some("orca"));
         assert_eq!(spec.node_selector.unwrap()["pool"], "ops");
@@ -386,7 +430,7 @@ pub(crate) mod tests {
             let mut s = scheduler();
             s.metadata.name = Some(name.to_string());
             let pod_name = crate::rollout::pod_name(name, "0123456789", 3);
-            let pod = scheduler_pod(&s, &pod_name, "0123456789", 3, "orca:v2");
+            let pod = scheduler_pod(&s, &pod_name, &pod_name, "0123456789", 3, "orca:v2");
             let host = pod.spec.as_ref().and_then(|p| p.hostname.clone());
             assert_eq!(host.as_deref(), Some(pod_name.as_str()), "host = pod name");
             assert!(
@@ -426,7 +470,14 @@ pub(crate) mod tests {
     }
 
     fn with_state(state: ContainerState, phase: &str) -> Pod {
-        let mut pod = scheduler_pod(&scheduler(), "orca-abc-3", "abc", 3, "orca:v2");
+        let mut pod = scheduler_pod(
+            &scheduler(),
+            "orca-abc-3",
+            "ns-orca-1a2b3c-abc-3",
+            "abc",
+            3,
+            "orca:v2",
+        );
         pod.metadata.creation_timestamp = Some(KubeTime("2026-01-01T00:00:00Z".parse().unwrap()));
         pod.status = Some(PodStatus {
             phase: Some(phase.into()),

@@ -38,6 +38,7 @@
 
 mod finalizer;
 mod listen;
+mod teardown;
 
 use std::{
     collections::{HashMap, HashSet},
@@ -73,10 +74,12 @@ pub use finalizer::{FinalizerError, FINALIZER};
 use listen::{DatabaseKey, Listeners};
 
 use crate::{
-    crd::{set_condition, OnDelete, Scheduler, WarmPool, WarmPoolStatus},
+    crd::{set_condition, OnDelete, Scheduler, SecretKeyRef, WarmPool, WarmPoolStatus},
     k8s::{
         database::{read_url, SecretError},
+        guard,
         leader::{Fence, Fenced},
+        server::Progress,
         status::{event_action, write_status, StatusWriteError},
     },
     pool::{
@@ -88,6 +91,8 @@ use crate::{
 #[derive(Clone)]
 pub struct PoolControllerConfig {
     pub tuning: Tuning,
+    /// The reconciles in flight, for `/healthz`.
+    pub progress: Progress,
     /// Registered by the caller into the `/metrics` registry.
     pub metrics: Option<PoolMetrics>,
     /// The controller name in Events.
@@ -134,6 +139,18 @@ pub enum ControllerError {
         pool: String,
         #[source]
         source: FinalizerError,
+    },
+    #[error("WarmPool {pool}: {source}")]
+    Ec2 {
+        pool: String,
+        #[source]
+        source: crate::pool::ec2::Ec2Error,
+    },
+    #[error("WarmPool {pool}: {source}")]
+    Panicked {
+        pool: String,
+        #[source]
+        source: guard::Panicked,
     },
 }
 
@@ -482,11 +499,49 @@ pub(super) fn pools_api(client: &Client, wp: &WarmPool) -> Api<WarmPool> {
 /// One pass of `wp`'s pool on its Scheduler's database, once `wp` has the
 /// finalizer; a missing Scheduler or a bad Secret is a `Degraded` status
 /// instead. A WarmPool being deleted is dealt with as its `spec.onDelete`
-/// says.
+/// says. Guarded (see [`guard`]): a panic is this pool's alone, and a call
+/// the operator may not make is said on it (`Degraded`, `Forbidden`).
 pub async fn reconcile(
     wp: Arc<WarmPool>,
     ctx: Arc<PoolContext>,
 ) -> Result<Action, ControllerError> {
+    let ns = wp.namespace().unwrap_or_else(|| "default".into());
+    let pool = key(&ns, &wp.name_any());
+    let passed = guard::guarded(
+        &ctx.config.progress,
+        format!("WarmPool {pool}"),
+        pass(wp.clone(), ctx.clone()),
+    )
+    .await;
+    let failed = match passed {
+        Ok(Ok(action)) => return Ok(action),
+        Ok(Err(e)) => e,
+        Err(panicked) => {
+            // Its loop may be half-changed: the next pass makes a new one
+            // from the status.
+            ctx.forget(&pool);
+            ControllerError::Panicked {
+                pool: pool.clone(),
+                source: panicked,
+            }
+        }
+    };
+    let said = match &failed {
+        ControllerError::Panicked { source, .. } => {
+            Some((guard::INTERNAL_ERROR, source.to_string()))
+        }
+        ControllerError::Fenced { .. } => None,
+        e => guard::forbidden(e).map(|m| (guard::FORBIDDEN, m)),
+    };
+    if let Some((reason, message)) = said {
+        if let Err(e) = degraded(&ctx, &wp, reason, message).await {
+            tracing::warn!(pool = %pool, reason, error = %e, "cannot say it in the status");
+        }
+    }
+    Err(failed)
+}
+
+async fn pass(wp: Arc<WarmPool>, ctx: Arc<PoolContext>) -> Result<Action, ControllerError> {
     let ns = wp.namespace().unwrap_or_else(|| "default".into());
     let pool = key(&ns, &wp.name_any());
     ctx.config
@@ -526,19 +581,13 @@ pub async fn reconcile(
     let slot = ctx.slot(&pool);
     let mut guard = slot.lock().await;
     if let Some(problem) = prepare(&wp, &ctx, &pool, &mut guard, deletion.is_some()).await? {
-        let message = if deletion.is_some() {
-            format!(
-                "{}; the instances cannot be terminated without the pool's database: \
-                 set spec.onDelete to Orphan to delete the WarmPool without them",
-                problem.message
-            )
-        } else {
-            problem.message
-        };
         *guard = None;
         drop(guard);
         ctx.forget(&pool);
-        degraded(&ctx, &wp, &problem.reason, message).await?;
+        if let Some(deletion) = deletion {
+            return teardown::without_database(&wp, &ctx, &pool, deletion, problem).await;
+        }
+        degraded(&ctx, &wp, &problem.reason, problem.message).await?;
         return Ok(Action::requeue(Duration::from_secs(30)));
     }
     let Some(state) = guard.as_mut() else {
@@ -564,7 +613,7 @@ async fn orphan(wp: &WarmPool, ctx: &PoolContext, pool: &str) -> Result<Action, 
 
 /// Drops `wp`'s loop and removes the finalizer; if this call removed it,
 /// says so in a `Deleted` Event with `message`.
-async fn let_go(
+pub(super) async fn let_go(
     wp: &WarmPool,
     ctx: &PoolContext,
     pool: &str,
@@ -594,9 +643,9 @@ async fn let_go(
 
 /// Why the database URL of a pool cannot be had: a `Degraded` reason and
 /// message (never the password).
-struct UrlProblem {
-    reason: String,
-    message: String,
+pub(super) struct UrlProblem {
+    pub(super) reason: String,
+    pub(super) message: String,
 }
 
 /// Makes `slot` hold a loop for `wp` on its current database: kept when
@@ -616,9 +665,13 @@ async fn prepare(
         return Ok(None);
     }
     let ns = wp.namespace().unwrap_or_else(|| "default".into());
-    let scheduler = match scheduler_of(wp, ctx, pool).await? {
-        Some(s) => s,
-        None => {
+    let recorded = wp.status.as_ref().and_then(|s| s.database_secret.clone());
+    let secret_ref = match (scheduler_of(wp, ctx, pool).await?, recorded) {
+        (Some(s), _) => s.spec.database.url_secret_ref.clone(),
+        // Deleted after its Scheduler: the database it last ran on (kept,
+        // with its Secret, for this) ends its rows before its instances go.
+        (None, Some(recorded)) if deleting => recorded,
+        (None, _) => {
             // No Scheduler, no database to run the pool on: the loop stops,
             // and starts afresh (clearing `Degraded`) once it is back.
             return Ok(Some(UrlProblem {
@@ -627,7 +680,7 @@ async fn prepare(
             }));
         }
     };
-    let secret_ref = &scheduler.spec.database.url_secret_ref;
+    let secret_ref = &secret_ref;
     let version = ctx.ready_caches().await.and_then(|c| {
         c.secrets
             .get(&ObjectRef::new(&secret_ref.name).within(&ns))
@@ -816,6 +869,10 @@ async fn write_back(
         }
     };
     status.observed_generation = wp.metadata.generation;
+    status.database_secret = Some(SecretKeyRef {
+        name: state.source.secret.clone(),
+        key: state.source.key.clone(),
+    });
     for e in &events {
         publish(&ctx.recorder, fence, &reference, e).await;
     }
@@ -829,7 +886,12 @@ async fn write_back(
 }
 
 /// Publishes `e` on the WarmPool, unless the fence is closed.
-async fn publish(recorder: &Recorder, fence: &Fence, reference: &ObjectReference, e: &PoolEvent) {
+pub(super) async fn publish(
+    recorder: &Recorder,
+    fence: &Fence,
+    reference: &ObjectReference,
+    e: &PoolEvent,
+) {
     let event = Event {
         type_: if e.warning {
             EventType::Warning
@@ -882,7 +944,7 @@ fn set_degraded(status: &mut WarmPoolStatus, reason: &str, message: &str) {
 }
 
 /// A problem before any pass (no Scheduler, no Secret): `Degraded`.
-async fn degraded(
+pub(super) async fn degraded(
     ctx: &PoolContext,
     wp: &WarmPool,
     reason: &str,

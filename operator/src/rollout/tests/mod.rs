@@ -7,6 +7,9 @@ use crate::crd::{
     Database, Handover, Phase, Register, SchedulerSpec, SchedulerStatus, SecretKeyRef,
 };
 
+/// The namespace of the Scheduler `orca` the tables decide for.
+const NS: &str = "pipelines";
+
 mod conditions;
 mod database;
 mod deadlines;
@@ -68,6 +71,7 @@ fn pod_of(spec: &SchedulerSpec, seq: u32, created: i64, state: PodState) -> PodV
     let revision = revision_of(spec);
     PodView {
         name: pod_name("orca", &revision, seq),
+        host: host_name(NS, "orca", &revision, seq),
         revision,
         sequence: seq,
         image: spec.image.clone(),
@@ -76,6 +80,7 @@ fn pod_of(spec: &SchedulerSpec, seq: u32, created: i64, state: PodState) -> PodV
         state,
         waiting: None,
         deleting: false,
+        deletion_due: None,
     }
 }
 
@@ -95,7 +100,7 @@ fn exited(code: i32, finished: i64) -> PodState {
 fn row(id: i64, p: &PodView, role: &str) -> InstanceView {
     InstanceView {
         id,
-        host: p.name.clone(),
+        host: p.host.clone(),
         image: p.image.clone(),
         role: role.into(),
         live: true,
@@ -141,6 +146,7 @@ fn observed(
 ) -> Observed {
     let last = pods.iter().map(|p| p.sequence).max().unwrap_or(0) as i64;
     Observed {
+        namespace: NS.into(),
         name: "orca".into(),
         generation: Some(1),
         spec,
@@ -157,9 +163,15 @@ fn observed(
 }
 
 fn create(image: &str, seq: u32) -> Action {
+    create_of(&rev(image), image, seq)
+}
+
+/// The pod of revision `revision` running `image`, number `seq`.
+fn create_of(revision: &str, image: &str, seq: u32) -> Action {
     Action::CreatePod {
-        name: pod_name("orca", &rev(image), seq),
-        revision: rev(image),
+        name: pod_name("orca", revision, seq),
+        host: host_name(NS, "orca", revision, seq),
+        revision: revision.into(),
         sequence: seq,
         image: image.into(),
     }
@@ -216,7 +228,7 @@ fn rfc3339(t: Time) -> String {
 fn foreign(id: i64, role: &str) -> InstanceView {
     InstanceView {
         id,
-        host: pod_name("other", &rev("v1"), 1),
+        host: host_name(NS, "other", &rev("v1"), 1),
         image: "v1".into(),
         role: role.into(),
         live: true,

@@ -167,22 +167,35 @@ fn register_job_names_are_labels_and_name_their_attempt() {
 }
 
 #[test]
-fn a_scheduler_knows_its_own_pod_names() {
+fn a_scheduler_knows_its_own_host_names_in_its_own_namespace() {
     let revision = rev("v1");
-    for name in ["orca", "team.pipelines", &"s".repeat(64)] {
-        for sequence in [1, 42, u32::MAX] {
-            assert!(is_pod_of(name, &pod_name(name, &revision, sequence)));
+    let long_ns = "n".repeat(63);
+    for ns in ["team-a", long_ns.as_str()] {
+        for name in ["orca", "team.pipelines", &"s".repeat(64), &"a.b".repeat(80)] {
+            for sequence in [1, 42, u32::MAX] {
+                let host = host_name(ns, name, &revision, sequence);
+                assert!(is_dns_label(&host), "{ns}/{name}: host {host}");
+                assert!(is_host_of(ns, name, &host), "{ns}/{name}: {host}");
+            }
+            let host = host_name(ns, name, &revision, 1);
+            assert!(!is_host_of(ns, "other", &host));
+            assert!(!is_host_of(ns, &format!("{name}-x"), &host));
+            // The same name in another namespace: another Scheduler, and
+            // another host name, so neither takes the other's rows.
+            assert!(!is_host_of("team-b", name, &host), "{ns}/{name}");
+            assert_ne!(host, host_name("team-b", name, &revision, 1));
+            // A pod name (the host name pods had before) is no host name.
+            assert!(!is_host_of(ns, name, &pod_name(name, &revision, 1)));
         }
-        assert!(!is_pod_of(name, &pod_name("other", &revision, 1)));
-        assert!(!is_pod_of(
-            name,
-            &pod_name(&format!("{name}-x"), &revision, 1)
-        ));
     }
-    assert!(!is_pod_of("orca", &format!("orca-{revision}-01")));
-    assert!(!is_pod_of("orca", "orca-zzzzzzzzzz-1"));
-    assert!(!is_pod_of("orca", "orca"));
-    assert!(!is_pod_of("orca", "ip-10-0-0-1"));
-    // `orca-x`'s pods are not `orca`'s, though they start alike.
-    assert!(!is_pod_of("orca", &pod_name("orca-x", &revision, 1)));
+    let host = host_name("team-a", "orca", &revision, 3);
+    assert!(host.starts_with("team-a-orca-"), "readable: {host}");
+    assert!(host.ends_with(&format!("-{revision}-3")), "{host}");
+    assert!(!is_host_of("team-a", "orca", "orca-zzzzzzzzzz-1"));
+    assert!(!is_host_of("team-a", "orca", "ip-10-0-0-1"));
+    // A namespace and name that run into each other differently.
+    assert_ne!(
+        host_name("a-b", "c", &revision, 1),
+        host_name("a", "b-c", &revision, 1)
+    );
 }

@@ -50,12 +50,7 @@ pub(super) fn overlap_off_cases() -> Vec<Case> {
                 o.status.last_sequence = 1;
                 o
             },
-            actions: vec![Action::CreatePod {
-                name: pod_name("orca", &revision_of(&overlap_off), 2),
-                revision: revision_of(&overlap_off),
-                sequence: 2,
-                image: "v2".into(),
-            }],
+            actions: vec![create_of(&revision_of(&overlap_off), "v2", 2)],
             phase: Phase::Starting,
             degraded: None,
         },
@@ -133,12 +128,7 @@ pub(super) fn overlap_off_cases() -> Vec<Case> {
             observed: observed(overlap_off.clone(), vec![PodView { state: exited(75, 105), ..v2_off.clone() }], vec![], vec![], 116),
             actions: vec![
                 delete(&v2_off),
-                Action::CreatePod {
-                    name: pod_name("orca", &rev_off, 3),
-                    revision: rev_off.clone(),
-                    sequence: 3,
-                    image: "v2".into(),
-                },
+                create_of(&rev_off, "v2", 3),
             ],
             phase: Phase::Starting,
             degraded: None,
@@ -264,4 +254,60 @@ fn overlap_off_recreates_then_settles_and_registers() {
     let first = pass(d.status.clone(), 3);
     assert_eq!(pass(first.clone(), -4), first);
     assert_eq!(first.phase, Phase::Ready);
+}
+
+/// Overlap off, the running pod deleted by hand (its scheduler drains on
+/// SIGTERM for its grace): no second scheduler starts beside it. Once it is
+/// long past its deletion's grace the Scheduler says so; once it has ended,
+/// the next starts.
+#[test]
+fn overlap_off_a_pod_deleted_by_hand_is_never_two() {
+    let mut off = spec("v1");
+    off.overlap = false;
+    let settled = PodView {
+        started: Some(at(0)),
+        ..pod_of(&off, 1, 0, PodState::Running)
+    };
+    let mut o = observed(off.clone(), vec![settled.clone()], vec![], vec![], 100);
+    o.status = decide(&o).status;
+
+    // Deleted by hand at 100 with a grace of 60 s: due gone by 160.
+    let going = PodView {
+        deleting: true,
+        deletion_due: Some(at(160)),
+        ..settled.clone()
+    };
+    o.pods = vec![going.clone()];
+    for now in [101, 150, 200, 220] {
+        o.now = at(now);
+        let d = decide(&o);
+        assert_eq!(
+            d.actions,
+            vec![],
+            "at {now}: no pod beside one still running"
+        );
+        assert_eq!(
+            degraded_reason(&d),
+            None,
+            "at {now}: within its grace and a minute"
+        );
+        o.status = d.status;
+    }
+    o.now = at(221);
+    let d = decide(&o);
+    assert_eq!(d.actions, vec![]);
+    assert_eq!(degraded_reason(&d).as_deref(), Some("PodNotGone"));
+    assert_eq!(warnings(&d, "PodNotGone"), 1, "said once, as a Warning");
+    o.status = d.status;
+    o.now = at(222);
+    assert_eq!(warnings(&decide(&o), "PodNotGone"), 0, "and not again");
+
+    // Its scheduler has ended (the pod object may linger): the next starts.
+    o.pods = vec![PodView {
+        state: exited(0, 230),
+        ..going
+    }];
+    o.now = at(231);
+    let d = decide(&o);
+    assert_eq!(d.actions, vec![create_of(&revision_of(&off), "v1", 2)]);
 }

@@ -1,0 +1,492 @@
+//! What the controllers need while they need it, kept from deletion with
+//! the finalizer [`FINALIZER`], as Kubernetes keeps a volume in use:
+//!
+//! - **the Secrets** that Schedulers and WarmPools read their database URL
+//!   from. A Secret deleted first — `kubectl delete -f` of a directory
+//!   removes it in milliseconds, a namespace's deletion removes everything
+//!   at once — stays readable until its last user has gone: the Scheduler's
+//!   deletion still reaches the database to drain its instances (no run is
+//!   lost), and the WarmPool's to end its rows race-free before it
+//!   terminates its instances (none is left behind), however long that
+//!   takes and whether or not the operator restarts in between. Users of
+//!   Secret `ns/s`: every Scheduler of `ns` naming it (while it exists,
+//!   being deleted or not), and every WarmPool of `ns` whose Scheduler names
+//!   it or whose `status.databaseSecret` does (the one its pool last ran on:
+//!   a WarmPool may outlive its Scheduler). A Secret being deleted while
+//!   used gets a Warning Event on each user, once.
+//! - **the operator's own Role and RoleBinding** in each watched namespace
+//!   (the chart's `watchNamespaces`; `--role-binding`): deleting the
+//!   namespace deletes them with everything else, and without them the
+//!   operator could not finish — remove the finalizers of — the Schedulers
+//!   and WarmPools being deleted there. They are kept while any of those is
+//!   left.
+//!
+//! Two kube `Controller`s, one over the Secrets' metadata and one over the
+//! RoleBinding's, share one watch each of Schedulers and WarmPools, which
+//! trigger them; each adds the finalizer to what is in use and removes it
+//! from what is not any more.
+
+use std::{
+    collections::HashSet,
+    sync::{Arc, Mutex},
+    time::Duration,
+};
+
+use futures::{channel::mpsc, future, StreamExt};
+use k8s_openapi::api::{
+    core::v1::{ObjectReference, Secret},
+    rbac::v1::{Role, RoleBinding},
+};
+use kube::{
+    core::PartialObjectMeta,
+    runtime::{
+        controller::Action,
+        events::{Event, EventType, Recorder, Reporter},
+        reflector::{self, ObjectRef, Store},
+        watcher, Controller, WatchStreamExt,
+    },
+    Api, Client, Resource, ResourceExt,
+};
+
+use super::{
+    finalizer::{self, FinalizerError},
+    guard,
+    leader::Fence,
+    server::Progress,
+    MANAGER,
+};
+use crate::crd::{Scheduler, WarmPool};
+
+/// The finalizer that keeps a Secret while a Scheduler or WarmPool uses it,
+/// and the operator's RoleBinding while any is left in its namespace.
+pub const FINALIZER: &str = "orca.dev/in-use";
+
+type SecretMeta = PartialObjectMeta<Secret>;
+type BindingMeta = PartialObjectMeta<RoleBinding>;
+
+#[derive(Debug, thiserror::Error)]
+pub enum InUseError {
+    #[error("{what}: {source}")]
+    Finalizer {
+        what: String,
+        #[source]
+        source: FinalizerError,
+    },
+    #[error("{what}: {source}")]
+    Panicked {
+        what: String,
+        #[source]
+        source: guard::Panicked,
+    },
+}
+
+struct Ctx {
+    client: Client,
+    fence: Fence,
+    progress: Progress,
+    recorder: Recorder,
+    schedulers: Store<Scheduler>,
+    pools: Store<WarmPool>,
+    /// What was said on the users already: the uids of Secrets whose
+    /// deletion while in use was, and refusals' messages.
+    said: Mutex<HashSet<String>>,
+}
+
+impl Ctx {
+    /// Whether the watches of Schedulers and WarmPools have listed, waiting
+    /// a little for them.
+    async fn listed(&self) -> bool {
+        let both = async {
+            self.schedulers.wait_until_ready().await.is_ok()
+                && self.pools.wait_until_ready().await.is_ok()
+        };
+        tokio::time::timeout(Duration::from_secs(5), both)
+            .await
+            .unwrap_or(false)
+    }
+}
+
+/// Who uses Secret `namespace/name`: `Kind namespace/name` of each user.
+fn users(
+    schedulers: &[Arc<Scheduler>],
+    pools: &[Arc<WarmPool>],
+    namespace: &str,
+    name: &str,
+) -> Vec<(ObjectReference, String)> {
+    let ns = Some(namespace.to_string());
+    let names = |s: &Scheduler| s.spec.database.url_secret_ref.name == name;
+    let mut out: Vec<(ObjectReference, String)> = schedulers
+        .iter()
+        .filter(|s| s.namespace() == ns && names(s))
+        .map(|s| {
+            (
+                s.object_ref(&()),
+                format!("Scheduler {namespace}/{}", s.name_any()),
+            )
+        })
+        .collect();
+    for p in pools.iter().filter(|p| p.namespace() == ns) {
+        let recorded = p
+            .status
+            .as_ref()
+            .and_then(|s| s.database_secret.as_ref())
+            .is_some_and(|r| r.name == name);
+        let through = schedulers
+            .iter()
+            .any(|s| s.namespace() == ns && s.name_any() == p.spec.scheduler && names(s));
+        if recorded || through {
+            out.push((
+                p.object_ref(&()),
+                format!("WarmPool {namespace}/{}", p.name_any()),
+            ));
+        }
+    }
+    out
+}
+
+/// Runs the guard over `scope` (a namespace; `None`: all) until its
+/// watches end; with `binding` (the operator's RoleBinding in `scope`), it
+/// keeps that too.
+pub async fn run(
+    client: Client,
+    scope: Option<String>,
+    binding: Option<String>,
+    fence: Fence,
+    progress: Progress,
+) {
+    // Metadata only: the guard keeps no Secret's data.
+    let secrets: Api<SecretMeta> = namespaced(&client, &scope);
+    let (secret_store, writer) = reflector::store::<SecretMeta>();
+    let secret_stream = reflector::reflector(writer, watcher(secrets, watcher::Config::default()))
+        .default_backoff()
+        .applied_objects();
+    // One watch each of Schedulers and WarmPools for both controllers. Each
+    // change — a deletion included: the last user gone is what frees a
+    // Secret — triggers the Secrets it concerns and the RoleBinding.
+    let (to_secrets, secret_triggers) = mpsc::unbounded::<ObjectRef<SecretMeta>>();
+    let (to_binding, binding_triggers) = mpsc::unbounded::<()>();
+    let (scheduler_store, writer) = reflector::store::<Scheduler>();
+    let schedulers = {
+        let (to_secrets, to_binding) = (to_secrets.clone(), to_binding.clone());
+        reflector::reflector(
+            writer,
+            watcher(namespaced(&client, &scope), watcher::Config::default()),
+        )
+        .default_backoff()
+        .touched_objects()
+        .for_each(move |s| {
+            if let Ok(s) = s {
+                let ns = s.namespace().unwrap_or_default();
+                let secret = &s.spec.database.url_secret_ref.name;
+                let _ = to_secrets.unbounded_send(ObjectRef::new(secret).within(&ns));
+                let _ = to_binding.unbounded_send(());
+            }
+            future::ready(())
+        })
+    };
+    let (pool_store, writer) = reflector::store::<WarmPool>();
+    let pools = {
+        let by_pool = scheduler_store.clone();
+        reflector::reflector(
+            writer,
+            watcher(namespaced(&client, &scope), watcher::Config::default()),
+        )
+        .default_backoff()
+        .touched_objects()
+        .for_each(move |p| {
+            if let Ok(p) = p {
+                let ns = p.namespace().unwrap_or_default();
+                if let Some(r) = p.status.as_ref().and_then(|s| s.database_secret.as_ref()) {
+                    let _ = to_secrets.unbounded_send(ObjectRef::new(&r.name).within(&ns));
+                }
+                if let Some(s) = by_pool.get(&ObjectRef::new(&p.spec.scheduler).within(&ns)) {
+                    let secret = &s.spec.database.url_secret_ref.name;
+                    let _ = to_secrets.unbounded_send(ObjectRef::new(secret).within(&ns));
+                }
+                let _ = to_binding.unbounded_send(());
+            }
+            future::ready(())
+        })
+    };
+    let ctx = Arc::new(Ctx {
+        recorder: Recorder::new(client.clone(), Reporter::from(MANAGER)),
+        client: client.clone(),
+        fence,
+        progress,
+        schedulers: scheduler_store,
+        pools: pool_store,
+        said: Mutex::new(HashSet::new()),
+    });
+    let guard_secrets = Controller::for_stream(secret_stream, secret_store)
+        .reconcile_on(secret_triggers)
+        .run(reconcile, error_policy, ctx.clone())
+        .for_each(|result| async move {
+            if let Err(e) = result {
+                tracing::debug!(error = %e, "secret in-use guard");
+            }
+        });
+    let guard_binding = async {
+        let (Some(ns), Some(name)) = (scope.clone(), binding) else {
+            // Nothing to keep: the triggers go nowhere.
+            binding_triggers.for_each(|_| future::ready(())).await;
+            return;
+        };
+        let bindings: Api<BindingMeta> = Api::namespaced(client.clone(), &ns);
+        let only = watcher::Config::default().fields(&format!("metadata.name={name}"));
+        let (store, writer) = reflector::store::<BindingMeta>();
+        let stream = reflector::reflector(writer, watcher(bindings, only))
+            .default_backoff()
+            .applied_objects();
+        let this = ObjectRef::<BindingMeta>::new(&name).within(&ns);
+        Controller::for_stream(stream, store)
+            .reconcile_on(binding_triggers.map(move |()| this.clone()))
+            .run(reconcile_binding, binding_error_policy, ctx)
+            .for_each(|result| async move {
+                if let Err(e) = result {
+                    tracing::debug!(error = %e, "role binding in-use guard");
+                }
+            })
+            .await;
+    };
+    futures::join!(schedulers, pools, guard_secrets, guard_binding);
+}
+
+fn namespaced<K>(client: &Client, scope: &Option<String>) -> Api<K>
+where
+    K: Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>,
+{
+    match scope {
+        Some(ns) => Api::namespaced(client.clone(), ns),
+        None => Api::all(client.clone()),
+    }
+}
+
+async fn reconcile(secret: Arc<SecretMeta>, ctx: Arc<Ctx>) -> Result<Action, InUseError> {
+    let ns = secret.namespace().unwrap_or_default();
+    let key = format!("Secret {ns}/{}", secret.name_any());
+    let what = key.clone();
+    let error = match guard::guarded(&ctx.progress, what, guard_secret(&secret, &ctx, &ns)).await {
+        Ok(Ok(action)) => return Ok(action),
+        Ok(Err(source)) => InUseError::Finalizer { what: key, source },
+        Err(source) => InUseError::Panicked { what: key, source },
+    };
+    // Only the user can grant a missing permission: said on each user of
+    // the Secret, once per message, not only in the log.
+    if let Some(message) = guard::forbidden(&error) {
+        let users = users(
+            &ctx.schedulers.state(),
+            &ctx.pools.state(),
+            &ns,
+            &secret.name_any(),
+        );
+        let note = format!(
+            "Secret {ns}/{} cannot be kept while it is used (finalizer {FINALIZER}): {message}",
+            secret.name_any()
+        );
+        if ctx
+            .said
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(note.clone())
+        {
+            warn_users(&ctx, &users, guard::FORBIDDEN, &note).await;
+        }
+    }
+    Err(error)
+}
+
+/// Posts a Warning Event `reason` with `note` on each of `users`.
+async fn warn_users(ctx: &Ctx, users: &[(ObjectReference, String)], reason: &str, note: &str) {
+    for (reference, _) in users {
+        if ctx.fence.check().is_err() {
+            return;
+        }
+        let event = Event {
+            type_: EventType::Warning,
+            reason: reason.into(),
+            note: Some(note.to_string()),
+            action: "Keep".into(),
+            secondary: None,
+        };
+        if let Err(e) = ctx.recorder.publish(&event, reference).await {
+            tracing::warn!(error = %e, "cannot post an event");
+        }
+    }
+}
+
+async fn guard_secret(secret: &SecretMeta, ctx: &Ctx, ns: &str) -> Result<Action, FinalizerError> {
+    let name = secret.name_any();
+    let held = finalizer::has(&secret.metadata, FINALIZER);
+    // "Nobody uses it" is believed only of watches that have listed: a
+    // replica just started (a restart mid-teardown) knows no user yet.
+    if held && !ctx.listed().await {
+        return Ok(Action::requeue(Duration::from_secs(5)));
+    }
+    let users = users(&ctx.schedulers.state(), &ctx.pools.state(), ns, &name);
+    let deleting = secret.metadata.deletion_timestamp.is_some();
+    let api: Api<Secret> = Api::namespaced(ctx.client.clone(), ns);
+    match (users.is_empty(), held) {
+        // No finalizer can be added to an object being deleted: too late.
+        (false, false) if !deleting => {
+            finalizer::add(&api, &ctx.fence, &secret.metadata, FINALIZER).await?;
+            tracing::info!(secret = %name, namespace = %ns, users = ?users.iter().map(|u| &u.1).collect::<Vec<_>>(),
+                "Secret in use: finalizer added");
+        }
+        (false, true) if deleting => say_kept(secret, ctx, ns, &users).await,
+        (true, true) => {
+            let removed = finalizer::remove(&api, &ctx.fence, &secret.metadata, FINALIZER).await?;
+            tracing::info!(secret = %name, namespace = %ns, removed, "Secret no longer in use: finalizer removed");
+        }
+        _ => {}
+    }
+    // The triggers cover every change; this is only a safety net.
+    Ok(Action::requeue(Duration::from_secs(600)))
+}
+
+/// A Secret in use is being deleted: each user hears, once, why it stays.
+async fn say_kept(secret: &SecretMeta, ctx: &Ctx, ns: &str, users: &[(ObjectReference, String)]) {
+    let uid = secret.metadata.uid.clone().unwrap_or_default();
+    let news = ctx
+        .said
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .insert(uid);
+    if !news {
+        return;
+    }
+    let names: Vec<&str> = users.iter().map(|u| u.1.as_str()).collect();
+    let note = format!(
+        "Secret {ns}/{} is being deleted while {} use it: it is kept (finalizer {FINALIZER}) \
+         until they have gone, so that they can still drain and terminate through its database",
+        secret.name_any(),
+        names.join(", ")
+    );
+    tracing::info!(secret = %secret.name_any(), namespace = %ns, "{note}");
+    warn_users(ctx, users, "SecretInUse", &note).await;
+}
+
+/// The operator's Role and RoleBinding in a watched namespace (one name,
+/// the RoleBinding's): held while any Scheduler or WarmPool is left there.
+/// Both: a RoleBinding whose Role is gone grants nothing.
+async fn reconcile_binding(binding: Arc<BindingMeta>, ctx: Arc<Ctx>) -> Result<Action, InUseError> {
+    let ns = binding.namespace().unwrap_or_default();
+    let key = format!("Role and RoleBinding {ns}/{}", binding.name_any());
+    let held = async {
+        let here = Some(ns.clone());
+        let held = finalizer::has(&binding.metadata, FINALIZER);
+        if held && !ctx.listed().await {
+            return Ok(Action::requeue(Duration::from_secs(5)));
+        }
+        let left = ctx.schedulers.state().iter().any(|s| s.namespace() == here)
+            || ctx.pools.state().iter().any(|p| p.namespace() == here);
+        let bindings: Api<RoleBinding> = Api::namespaced(ctx.client.clone(), &ns);
+        let roles: Api<Role> = Api::namespaced(ctx.client.clone(), &ns);
+        let role = roles
+            .get_metadata_opt(&binding.name_any())
+            .await
+            .map_err(FinalizerError::Read)?;
+        // No finalizer can be added to an object being deleted: too late.
+        let deleting = binding.metadata.deletion_timestamp.is_some();
+        let role_held = role
+            .as_ref()
+            .is_some_and(|r| finalizer::has(&r.metadata, FINALIZER));
+        if left && !deleting && !(held && role_held) {
+            if let Some(role) = role.filter(|_| !role_held) {
+                finalizer::add(&roles, &ctx.fence, &role.metadata, FINALIZER).await?;
+            }
+            if !held {
+                finalizer::add(&bindings, &ctx.fence, &binding.metadata, FINALIZER).await?;
+            }
+            tracing::info!(binding = %key, "Schedulers or WarmPools here: the operator's Role and RoleBinding are kept until they have gone");
+        } else if !left && (held || role_held) {
+            if let Some(role) = role.filter(|_| role_held) {
+                finalizer::remove(&roles, &ctx.fence, &role.metadata, FINALIZER).await?;
+            }
+            if held {
+                finalizer::remove(&bindings, &ctx.fence, &binding.metadata, FINALIZER).await?;
+            }
+            tracing::info!(binding = %key, "no Scheduler or WarmPool left here: the finalizers are removed");
+        }
+        Ok(Action::requeue(Duration::from_secs(600)))
+    };
+    match guard::guarded(&ctx.progress, key.clone(), held).await {
+        Ok(done) => done.map_err(|source| InUseError::Finalizer { what: key, source }),
+        Err(source) => Err(InUseError::Panicked { what: key, source }),
+    }
+}
+
+fn binding_error_policy(_binding: Arc<BindingMeta>, error: &InUseError, _ctx: Arc<Ctx>) -> Action {
+    tracing::warn!(error = %error, "keeping the operator's RoleBinding failed");
+    Action::requeue(Duration::from_secs(15))
+}
+
+fn error_policy(_secret: Arc<SecretMeta>, error: &InUseError, _ctx: Arc<Ctx>) -> Action {
+    tracing::warn!(error = %error, "keeping a Secret in use failed");
+    Action::requeue(Duration::from_secs(15))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn scheduler(ns: &str, name: &str, secret: &str) -> Arc<Scheduler> {
+        let mut s: Scheduler = serde_json::from_value(serde_json::json!({
+            "apiVersion": "orca.dev/v1alpha1", "kind": "Scheduler",
+            "metadata": {"name": name, "namespace": ns},
+            "spec": {"image": "orca:v1", "database": {"urlSecretRef": {"name": secret, "key": "url"}}}
+        }))
+        .unwrap();
+        s.metadata.uid = Some(format!("uid-{name}"));
+        Arc::new(s)
+    }
+
+    fn pool(ns: &str, name: &str, scheduler: &str, recorded: Option<&str>) -> Arc<WarmPool> {
+        let mut p: WarmPool = serde_json::from_value(serde_json::json!({
+            "apiVersion": "orca.dev/v1alpha1", "kind": "WarmPool",
+            "metadata": {"name": name, "namespace": ns},
+            "spec": {"scheduler": scheduler, "region": "us-east-1", "idle": {"min": 0, "max": 1},
+                     "maxInstances": 1, "launch": {"imageId": "ami-1", "instanceTypes": ["t3.micro"],
+                     "subnetIds": ["subnet-a"], "runCommand": "true"}}
+        }))
+        .unwrap();
+        if let Some(r) = recorded {
+            p.status = Some(crate::crd::WarmPoolStatus {
+                database_secret: Some(crate::crd::SecretKeyRef {
+                    name: r.into(),
+                    key: "url".into(),
+                }),
+                ..Default::default()
+            });
+        }
+        Arc::new(p)
+    }
+
+    fn names(u: Vec<(ObjectReference, String)>) -> Vec<String> {
+        u.into_iter().map(|(_, n)| n).collect()
+    }
+
+    #[test]
+    fn who_uses_a_secret() {
+        let schedulers = vec![scheduler("a", "orca", "db"), scheduler("b", "orca", "db")];
+        let pools = vec![
+            pool("a", "runners", "orca", None),
+            // Its Scheduler is gone; the Secret it last ran on is recorded.
+            pool("a", "orphans", "gone", Some("db")),
+            pool("a", "other", "gone", Some("other-db")),
+        ];
+        assert_eq!(
+            names(users(&schedulers, &pools, "a", "db")),
+            [
+                "Scheduler a/orca",
+                "WarmPool a/runners",
+                "WarmPool a/orphans"
+            ]
+        );
+        assert_eq!(
+            names(users(&schedulers, &pools, "b", "db")),
+            ["Scheduler b/orca"]
+        );
+        assert!(users(&schedulers, &pools, "c", "db").is_empty());
+        assert!(users(&schedulers, &[], "a", "nobody").is_empty());
+    }
+}

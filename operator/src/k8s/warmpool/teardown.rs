@@ -1,0 +1,109 @@
+//! A WarmPool deleted with `onDelete: Terminate` whose database cannot be
+//! had — its Secret was removed by hand from under the finalizer that keeps
+//! it, its database is gone for good: busy instances cannot be told from
+//! idle ones without the rows, so nothing is terminated before
+//! `drainTimeoutSeconds` after the deletion (runs that end by then are not
+//! lost), and then every instance EC2 lists with the pool's tags is, by EC2
+//! alone. The finalizer goes once EC2 lists none: the WarmPool is never
+//! stuck for good, and no instance is left behind. Until then it is
+//! `Degraded`, saying when that will be and what would let the runs finish.
+
+use std::time::Duration;
+
+use chrono::Utc;
+use kube::{runtime::controller::Action, Resource, ResourceExt};
+
+use super::{degraded, let_go, publish, ControllerError, PoolContext, UrlProblem};
+use crate::{
+    crd::{spec_seconds, WarmPool},
+    pool::{
+        ec2::{Ec2, Ec2Config, Ownership},
+        Deletion, PoolEvent,
+    },
+};
+
+/// One pass of the teardown without the pool's database; see the module.
+pub(super) async fn without_database(
+    wp: &WarmPool,
+    ctx: &PoolContext,
+    pool: &str,
+    deletion: Deletion,
+    problem: UrlProblem,
+) -> Result<Action, ControllerError> {
+    let ns = wp.namespace().unwrap_or_else(|| "default".into());
+    let tuning = &ctx.config.tuning;
+    let owner = Ownership::new(
+        &ns,
+        &wp.name_any(),
+        &wp.spec.scheduler,
+        &tuning.operator,
+        &tuning.cluster,
+    );
+    let ec2 = Ec2::new(&Ec2Config::new(
+        &wp.spec.region,
+        wp.spec.endpoint.as_deref(),
+    ))
+    .await
+    .with_fence(ctx.config.fence.clone());
+    let ec2_error = |source| ControllerError::Ec2 {
+        pool: pool.to_string(),
+        source,
+    };
+    let present: Vec<String> = ec2
+        .describe(&owner)
+        .await
+        .map_err(ec2_error)?
+        .into_iter()
+        .filter(|i| i.state.is_present())
+        .map(|i| i.id)
+        .collect();
+    if present.is_empty() {
+        return let_go(
+            wp,
+            ctx,
+            pool,
+            "onDelete Terminate: EC2 lists none of the pool's instances pending, running, \
+             stopping or stopped; the finalizer is removed",
+        )
+        .await;
+    }
+    let due = deletion.since + spec_seconds(deletion.drain_timeout_seconds);
+    let now = Utc::now();
+    if now >= due {
+        ec2.terminate(&present).await.map_err(ec2_error)?;
+        tracing::warn!(pool = %pool, instances = ?present, reason = %problem.reason,
+            "terminated without the pool's database");
+        let event = PoolEvent {
+            reason: "Terminated",
+            message: format!(
+                "{} instance(s) terminated without the pool's database ({}), \
+                 drainTimeoutSeconds after the deletion: {}",
+                present.len(),
+                problem.message,
+                present.join(", ")
+            ),
+            warning: true,
+        };
+        publish(
+            &ctx.recorder,
+            &ctx.config.fence,
+            &wp.object_ref(&()),
+            &event,
+        )
+        .await;
+        return Ok(Action::requeue(Duration::from_secs(5)));
+    }
+    let message = format!(
+        "{}; without the pool's database its {} instance(s) are terminated at {} \
+         (drainTimeoutSeconds after the deletion), busy or not: restore the Secret \
+         to let their runs finish first, or set spec.onDelete to Orphan to leave them",
+        problem.message,
+        present.len(),
+        due.to_rfc3339()
+    );
+    degraded(ctx, wp, &problem.reason, message).await?;
+    let wait = (due - now).to_std().unwrap_or(Duration::ZERO);
+    Ok(Action::requeue(
+        wait.clamp(Duration::from_secs(1), Duration::from_secs(30)),
+    ))
+}
