@@ -60,6 +60,29 @@ impl OnCluster {
         stage
     }
 
+    /// As [`OnCluster::without_operator`], but the chart is installed in a
+    /// namespace of its own (`<namespace>-op`) watching the stage's, as an
+    /// operator usually is: the stage's namespace can be deleted with
+    /// everything in it, the operator's Role and RoleBinding there too.
+    pub async fn apart(prefix: &str) -> OnCluster {
+        let cp = ControlPlane::shared();
+        let client = cp.client().await;
+        let ns = cp.namespace(&client, prefix).await;
+        let op = cp.namespace(&client, &format!("{prefix}-op")).await;
+        let release = Release::install(cp, &op, &op, &[ns.as_str()], &[]);
+        let url = pg::Cluster::shared().migrated_db().await;
+        let stage = OnCluster {
+            cp,
+            client,
+            ns,
+            release,
+            url,
+            replicas: Vec::new(),
+        };
+        stage.secret("orca-db", "url", &stage.url.clone()).await;
+        stage.with_replica("a").await
+    }
+
     /// Starts replica `name` of the operator.
     pub async fn with_replica(mut self, name: &str) -> OnCluster {
         let replica = Replica::start(self.cp, &self.client, &self.release, name).await;

@@ -48,6 +48,10 @@ pub struct Release {
     pub watch: Vec<String>,
 }
 
+/// The cluster name (`clusterName`) a release gets unless the test sets
+/// another: the test control plane is one cluster.
+pub const TEST_CLUSTER: &str = "test-cluster";
+
 impl Release {
     /// `helm install <name> charts/orca-operator` into `namespace`, watching
     /// `watch`, with `sets` (`key=value`) added; no replicas of its own.
@@ -65,6 +69,7 @@ impl Release {
             .args(["--namespace", namespace, "--kubeconfig"])
             .arg(cp.admin_kubeconfig())
             .args(["--set", "replicaCount=0"])
+            .args(["--set", &format!("clusterName={TEST_CLUSTER}")])
             .args(["--set", &format!("watchNamespaces={{{}}}", watch.join(","))]);
         for set in sets {
             cmd.args(["--set", set]);
@@ -161,6 +166,17 @@ impl Replica {
         release: &Release,
         name: &str,
     ) -> Replica {
+        Replica::start_with(cp, client, release, name, &[]).await
+    }
+
+    /// As [`Replica::start`], with `extra` arguments after the chart's.
+    pub async fn start_with(
+        cp: &ControlPlane,
+        client: &Client,
+        release: &Release,
+        name: &str,
+        extra: &[&str],
+    ) -> Replica {
         let token = release.token(client).await;
         let dir = std::env::temp_dir().join(format!(
             "orca-replica-{}-{}-{name}",
@@ -181,6 +197,7 @@ impl Replica {
         let log = dir.join("log");
         let out = std::fs::File::create(&log)
             .unwrap_or_else(|e| panic!("creating {}: {e}", log.display()));
+        args.extend(extra.iter().map(|a| a.to_string()));
         let mut cmd = Command::new(operator_binary());
         cmd.args(&args)
             .env("KUBECONFIG", &kubeconfig)
@@ -211,21 +228,39 @@ impl Replica {
 
     /// Its `/metrics`, as Prometheus would scrape it.
     pub fn scrape(&self) -> String {
+        self.get("/metrics")
+            .unwrap_or_else(|e| panic!("replica {}'s /metrics: {e}", self.name))
+            .1
+    }
+
+    /// Its `/healthz`: (status code, body), or why it could not be asked.
+    pub fn health(&self) -> Result<(u16, String), String> {
+        self.get("/healthz")
+            .map_err(|e| format!("replica {}'s /healthz: {e}", self.name))
+    }
+
+    /// `GET path` of its HTTP server: (status code, body).
+    fn get(&self, path: &str) -> std::io::Result<(u16, String)> {
         use std::io::{Read, Write};
         let address = self
             .metrics
             .trim_start_matches("http://")
             .trim_end_matches("/metrics");
-        let mut stream = std::net::TcpStream::connect(address)
-            .unwrap_or_else(|e| panic!("replica {}'s /metrics: {e}", self.name));
+        let mut stream = std::net::TcpStream::connect(address)?;
         let _ = stream.set_read_timeout(Some(Duration::from_secs(10)));
-        write!(stream, "GET /metrics HTTP/1.0\r\nHost: {address}\r\n\r\n")
-            .unwrap_or_else(|e| panic!("replica {}'s /metrics: {e}", self.name));
+        write!(stream, "GET {path} HTTP/1.0\r\nHost: {address}\r\n\r\n")?;
         let mut text = String::new();
         let _ = stream.read_to_string(&mut text);
-        text.split_once("\r\n\r\n")
+        let code = text
+            .split_whitespace()
+            .nth(1)
+            .and_then(|c| c.parse().ok())
+            .unwrap_or(0);
+        let body = text
+            .split_once("\r\n\r\n")
             .map(|(_, body)| body.to_string())
-            .unwrap_or_default()
+            .unwrap_or_default();
+        Ok((code, body))
     }
 
     /// What it logged so far.

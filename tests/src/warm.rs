@@ -148,12 +148,9 @@ pub fn tuning(leak_grace: Duration) -> Tuning {
 
 /// The ownership tags of pool `pool` of these tests.
 pub fn owner(pool: &str) -> Ownership {
-    let ns = pool.split('/').next().unwrap_or("default");
-    Ownership {
-        pool: pool.into(),
-        scheduler: format!("{ns}/sched"),
-        operator: Tuning::default().operator,
-    }
+    let (ns, name) = pool.split_once('/').unwrap_or(("default", pool));
+    let tuning = Tuning::default();
+    Ownership::new(ns, name, "sched", &tuning.operator, &tuning.cluster)
 }
 
 /// Local hosts for `pool`: the real agent, `run_command` per run, agents

@@ -98,6 +98,7 @@ impl Stage {
             metrics: None,
             reporter: "orca-operator".into(),
             fence: Fence::always(),
+            progress: Default::default(),
         };
         let controller = tokio::spawn(warmpool::run(client, Some(ns.clone()), config));
         Stage {

@@ -18,12 +18,16 @@ fn the_deployment_runs_two_locked_down_replicas_with_leader_election() {
             "run",
             "--namespace",
             RELEASE_NAMESPACE,
+            "--role-binding",
+            FULLNAME,
             "--listen",
             "0.0.0.0:8080",
             "--lease-name",
             FULLNAME,
             "--lease-namespace",
             RELEASE_NAMESPACE,
+            "--cluster-name",
+            "chart-test",
         ])
     );
     let c = container(&docs);

@@ -47,6 +47,9 @@ fn helm_template(sets: &[&str]) -> Output {
         "charts/orca-operator",
         "--namespace",
         RELEASE_NAMESPACE,
+        // Required; a test that leaves it out sets it empty.
+        "--set",
+        "clusterName=chart-test",
     ]);
     for set in sets {
         cmd.args(["--set", set]);

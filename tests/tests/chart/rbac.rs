@@ -67,10 +67,40 @@ fn workload_grants() -> Grants {
         ("orca.dev", "schedulers/finalizers", &["update"]),
         ("", "pods", RUN),
         ("batch", "jobs", RUN),
-        ("", "secrets", &["get", "list", "watch"]),
+        ("", "secrets", &["get", "list", "watch", "patch"]),
         ("events.k8s.io", "events", RECORD),
         ("", "events", RECORD),
     ])
+}
+
+/// A namespace's Role grants the workload's rules and, on its own Role and
+/// RoleBinding only (`resourceNames`), what keeps them while Schedulers or
+/// WarmPools are left there (their finalizer).
+fn namespace_grants(role: &Value) -> Grants {
+    let mut want = workload_grants();
+    want.extend(expected(&[
+        (
+            "rbac.authorization.k8s.io",
+            "rolebindings",
+            &["get", "list", "watch", "patch"],
+        ),
+        ("rbac.authorization.k8s.io", "roles", &["get", "patch"]),
+    ]));
+    let rules = at(role, &["rules"]).and_then(Value::as_sequence).unwrap();
+    for rule in rules {
+        let rbac = at(rule, &["apiGroups", "0"]).and_then(Value::as_str)
+            == Some("rbac.authorization.k8s.io");
+        if rbac {
+            let names: Vec<&str> = at(rule, &["resourceNames"])
+                .and_then(Value::as_sequence)
+                .unwrap_or_else(|| panic!("an RBAC rule with no resourceNames: {rule:?}"))
+                .iter()
+                .filter_map(Value::as_str)
+                .collect();
+            assert_eq!(names, [FULLNAME], "only its own: {rule:?}");
+        }
+    }
+    want
 }
 
 /// The operator's election gets the Lease, creates it once, and takes,
@@ -125,13 +155,15 @@ fn default_values_grant_a_role_in_the_release_namespace_only() {
     );
     let role = object(&docs, "Role", RELEASE_NAMESPACE, FULLNAME);
     let granted = grants(role);
-    // Secrets: read the one a Scheduler names, watch their metadata;
-    // never create, change or delete one.
+    // Secrets: read the one a Scheduler names, watch their metadata, and
+    // patch it (the in-use finalizer); never create, replace or delete one.
     assert_eq!(
         granted.get(&(String::new(), "secrets".to_string())),
-        Some(&BTreeSet::from(["get", "list", "watch"].map(String::from)))
+        Some(&BTreeSet::from(
+            ["get", "list", "watch", "patch"].map(String::from)
+        ))
     );
-    assert_eq!(granted, workload_grants());
+    assert_eq!(granted, namespace_grants(role));
     let binding = object(&docs, "RoleBinding", RELEASE_NAMESPACE, FULLNAME);
     assert_binds_operator(binding, "Role", FULLNAME);
     assert_lease_rbac(&docs);
@@ -165,11 +197,8 @@ fn a_watch_namespaces_list_gets_a_role_and_binding_in_each() {
         "no workload Role in the release namespace, which is not watched"
     );
     for ns in ["team-a", "team-b"] {
-        assert_eq!(
-            grants(object(&docs, "Role", ns, FULLNAME)),
-            workload_grants(),
-            "the Role in {ns}"
-        );
+        let role = object(&docs, "Role", ns, FULLNAME);
+        assert_eq!(grants(role), namespace_grants(role), "the Role in {ns}");
         assert_binds_operator(object(&docs, "RoleBinding", ns, FULLNAME), "Role", FULLNAME);
     }
     assert_lease_rbac(&docs);
@@ -206,7 +235,9 @@ fn watching_all_namespaces_uses_a_cluster_role() {
     // Leases stay namespaced even then: no cluster-wide lease rights.
     assert_lease_rbac(&docs);
     assert!(
-        !args(&docs).iter().any(|a| a == "--namespace"),
+        !args(&docs)
+            .iter()
+            .any(|a| a == "--namespace" || a == "--role-binding"),
         "no --namespace: every namespace is watched: {:?}",
         args(&docs)
     );

@@ -3,6 +3,19 @@
 use super::*;
 
 #[test]
+fn a_missing_cluster_name_is_refused_saying_why() {
+    let out = helm_template(&["clusterName="]);
+    assert!(!out.status.success(), "rendered without a cluster name");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("clusterName is required"), "{err}");
+    let out = helm_template(&["clusterName=two words"]);
+    assert!(
+        !out.status.success(),
+        "rendered with a cluster name EC2 tags refuse"
+    );
+}
+
+#[test]
 fn a_watch_list_beside_watch_all_is_refused() {
     let out = helm_template(&["watchAllNamespaces=true", "watchNamespaces={team-a}"]);
     let stderr = String::from_utf8_lossy(&out.stderr);

@@ -62,10 +62,15 @@ async fn every_example_applies_with_kubectl_after_helm_install() {
 
 /// `pool` (examples/warmpool.yaml) with one schedule.
 fn with_schedule(pool: &str, cron: &str, timezone: &str, max: i32) -> String {
+    with_period(pool, cron, timezone, "10h", max)
+}
+
+/// `pool` with one schedule of `duration`.
+fn with_period(pool: &str, cron: &str, timezone: &str, duration: &str, max: i32) -> String {
     pool.replace(
         "  maxInstances: 10\n",
         &format!(
-            "  maxInstances: 10\n  schedules:\n    - cron: \"{cron}\"\n      timezone: \"{timezone}\"\n      duration: 10h\n      idle: {{min: 1, max: {max}}}\n"
+            "  maxInstances: 10\n  schedules:\n    - cron: \"{cron}\"\n      timezone: \"{timezone}\"\n      duration: {duration}\n      idle: {{min: 1, max: {max}}}\n"
         ),
     )
 }
@@ -156,6 +161,33 @@ async fn bad_specs_are_refused_by_the_api_server_naming_the_field() {
             with_schedule(&pool, "0 8 * * 1-5", "Mars/Olympus_Mons", 4),
             "spec.schedules[0].timezone: Invalid value: \"string\": unknown time zone Mars/Olympus_Mons",
         ),
+        // Once admitted, and a panic in the operator that stopped it for
+        // every object of the cluster: now refused, naming the field.
+        (
+            "a period of 300000 years (CEL)",
+            with_period(&pool, "* * * * *", "UTC", "300000y", 4),
+            "spec.schedules[0].duration: Invalid value: \"300000y\": duration must be a duration in weeks, days, hours, minutes or seconds",
+        ),
+        (
+            "a period over a year (CEL)",
+            with_period(&pool, "* * * * *", "UTC", "400d", 4),
+            "spec.schedules[0].duration: Invalid value: \"400d\": duration must be at most 366 days",
+        ),
+        (
+            "a period of a year in hours and days (CEL)",
+            with_period(&pool, "0 8 * * *", "UTC", "366d 1h", 4),
+            "duration must be at most 366 days",
+        ),
+        (
+            "a drain time-out of thousands of years",
+            scheduler.replace("joinTimeoutSeconds: 120", "joinTimeoutSeconds: 120\n    drainTimeoutSeconds: 9000000000000"),
+            "spec.handover.drainTimeoutSeconds",
+        ),
+        (
+            "a million instances",
+            pool.replace("maxInstances: 10", "maxInstances: 1000000"),
+            "spec.maxInstances",
+        ),
         (
             "a schedule's idle.max above maxInstances (CEL)",
             with_schedule(&pool, "0 8 * * 1-5", "Europe/Berlin", 12),
@@ -217,5 +249,10 @@ async fn bad_specs_are_refused_by_the_api_server_naming_the_field() {
     ] {
         let (ok, out) = kubectl_apply(&stage, &with_schedule(&pool, cron, "UTC", 4), true);
         assert!(ok, "{cron:?} was refused: {out}");
+    }
+    for duration in ["366d", "8784h", "1h30m", "2 weeks", "90min", "52w 2d"] {
+        let yaml = with_period(&pool, "* * * * *", "UTC", duration, 4);
+        let (ok, out) = kubectl_apply(&stage, &yaml, true);
+        assert!(ok, "{duration:?} was refused: {out}");
     }
 }

@@ -8,9 +8,13 @@
 mod deletion;
 mod handover;
 mod install;
+mod never_two;
 mod pool_deletion;
 mod replicas;
 mod rollouts;
+mod teardown;
+mod tenancy;
+mod visibility;
 mod warm_pool;
 
 use orca_operator::crd::{Phase, Scheduler, SchedulerStatus};

@@ -37,16 +37,24 @@ pub struct Ec2Stage {
 
 impl Ec2Stage {
     pub async fn new(stage: &OnCluster, pool: &str) -> Ec2Stage {
+        Ec2Stage::running(stage, pool, "true").await
+    }
+
+    /// As [`Ec2Stage::new`], each run handed to an instance running
+    /// `run_command` (`sh -c`), its end the run's end.
+    pub async fn running(stage: &OnCluster, pool: &str, run_command: &str) -> Ec2Stage {
         let moto = orca_tests::moto::Moto::start();
         let proxy = Ec2Faults::start(&moto.endpoint());
         let ec2 = warm::ec2(&moto.endpoint()).await;
         let subnets = warm::subnets(&ec2).await;
-        let owner = Ownership {
-            pool: format!("{}/{pool}", stage.ns),
-            scheduler: format!("{}/orca", stage.ns),
-            operator: "orca-operator".into(),
-        };
-        let hosts = warm::hosts_for(&moto.endpoint(), &stage.url, owner.clone(), "true").await;
+        let owner = Ownership::new(
+            &stage.ns,
+            pool,
+            "orca",
+            "orca-operator",
+            orca_tests::release::TEST_CLUSTER,
+        );
+        let hosts = warm::hosts_for(&moto.endpoint(), &stage.url, owner.clone(), run_command).await;
         let (stop, stopped) = oneshot::channel::<()>();
         tokio::spawn(hosts.run(async move {
             let _ = stopped.await;

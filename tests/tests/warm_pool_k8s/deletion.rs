@@ -245,11 +245,44 @@ async fn a_deleted_pool_waits_for_busy_instances_until_the_drain_time_out() {
 }
 
 /// A deleted pool with no loop running (the operator restarted) whose
-/// Scheduler is gone too cannot reach its database: `Degraded`, saying how
-/// to let it go, and the finalizer stays. Set to `onDelete: Orphan`, the
-/// finalizer goes at once and the instance is left running.
+/// Scheduler is gone too still reaches its database, through the Secret its
+/// status records (kept for it by the in-use finalizer), ends its rows and
+/// terminates its instance; then the finalizer goes. Once it stayed
+/// `Degraded` for good, its instance running.
 #[tokio::test]
-async fn orphan_lets_a_deleted_pool_go_at_once_and_leaves_its_instances() {
+async fn a_restarted_operator_reaches_a_deleted_pools_database_through_its_status() {
+    let real = warm::Stage::new().await;
+    let wp = warm_pool(spec(&real, &real.moto.endpoint(), 1, 1), 1);
+    let (mut k8s, client) =
+        Cluster::new(wp.clone(), Some(scheduler()), Some(url_secret(&real.url)));
+    let ctx = context(client.clone());
+    k8s.reconcile(&ctx, wp).await;
+    k8s.until("one launching", |k| k.status()["launching"] == 1)
+        .await;
+    assert_eq!(
+        k8s.status()["databaseSecret"],
+        serde_json::json!({"name": "orca-db", "key": "url"}),
+        "the status records the Secret the pool runs on"
+    );
+    assert_eq!(instances(&real).await.len(), 1);
+
+    ctx.stop_all();
+    let ctx = context(client);
+    k8s.scheduler = None;
+    let gone = k8s.delete();
+    k8s.reconcile(&ctx, gone).await;
+    k8s.until("the finalizer removed", |k| k.deleted).await;
+    assert_eq!(instances(&real).await, Vec::<String>::new());
+}
+
+/// A deleted pool whose database cannot be had at all — no Scheduler, and
+/// no Secret its status records — terminates its instances by EC2 alone,
+/// but only once `drainTimeoutSeconds` have passed since the deletion
+/// (without the rows a busy instance is not told from an idle one):
+/// until then it is `Degraded`, saying when and how to let it go. Set to
+/// `onDelete: Orphan`, the finalizer goes at once and the instance is left.
+#[tokio::test]
+async fn without_its_database_a_deleted_pool_waits_its_drain_time_out_or_orphan() {
     let real = warm::Stage::new().await;
     let wp = warm_pool(spec(&real, &real.moto.endpoint(), 1, 1), 1);
     let (mut k8s, client) =
@@ -264,20 +297,27 @@ async fn orphan_lets_a_deleted_pool_go_at_once_and_leaves_its_instances() {
     ctx.stop_all();
     let ctx = context(client);
     k8s.scheduler = None;
+    if let Some(status) = k8s.pool.status.as_mut() {
+        status.database_secret = None;
+    }
     let gone = k8s.delete();
     k8s.reconcile(&ctx, gone).await;
     let status = k8s.status();
     let degraded = condition(&status, "Degraded");
     assert_eq!(degraded["reason"], "SchedulerMissing", "{status}");
+    let message = degraded["message"].as_str().unwrap();
+    assert!(message.contains("set spec.onDelete to Orphan"), "{status}");
     assert!(
-        degraded["message"]
-            .as_str()
-            .unwrap()
-            .contains("set spec.onDelete to Orphan"),
+        message.contains("are terminated at") && message.contains("busy or not"),
         "{status}"
     );
     assert_eq!(k8s.finalizers(), [FINALIZER]);
     assert!(!k8s.deleted);
+    assert_eq!(
+        instances(&real).await,
+        ids,
+        "nothing before the drain time-out"
+    );
 
     k8s.pool.spec.on_delete = OnDelete::Orphan;
     k8s.pool.metadata.generation = k8s.pool.metadata.generation.map(|g| g + 1);
@@ -290,4 +330,43 @@ async fn orphan_lets_a_deleted_pool_go_at_once_and_leaves_its_instances() {
     assert!(deleted[0]["note"].as_str().unwrap().contains("Orphan"));
     k8s.quiet(Duration::from_secs(2), "the pool is gone").await;
     assert_eq!(instances(&real).await, ids, "the instance is left");
+}
+
+/// Past `drainTimeoutSeconds` (here 0) a deleted pool without its database
+/// terminates its instances by EC2 alone, says so in a Warning, and goes
+/// once EC2 lists none: never stuck for good, nothing left running.
+#[tokio::test]
+async fn without_its_database_a_deleted_pool_terminates_by_ec2_past_its_drain_time_out() {
+    let real = warm::Stage::new().await;
+    let mut pool_spec = spec(&real, &real.moto.endpoint(), 1, 1);
+    pool_spec.drain_timeout_seconds = 0;
+    let wp = warm_pool(pool_spec, 1);
+    let (mut k8s, client) =
+        Cluster::new(wp.clone(), Some(scheduler()), Some(url_secret(&real.url)));
+    let ctx = context(client.clone());
+    k8s.reconcile(&ctx, wp).await;
+    k8s.until("one launching", |k| k.status()["launching"] == 1)
+        .await;
+    assert_eq!(instances(&real).await.len(), 1);
+
+    ctx.stop_all();
+    let ctx = context(client);
+    k8s.scheduler = None;
+    if let Some(status) = k8s.pool.status.as_mut() {
+        status.database_secret = None;
+    }
+    let gone = k8s.delete();
+    k8s.reconcile(&ctx, gone).await;
+    k8s.until("the finalizer removed", |k| k.deleted).await;
+    assert_eq!(instances(&real).await, Vec::<String>::new());
+    let terminated = k8s.events_of("Terminated");
+    assert!(
+        terminated.iter().any(|e| e["type"] == "Warning"
+            && e["note"]
+                .as_str()
+                .unwrap()
+                .contains("without the pool's database")),
+        "{:#?}",
+        k8s.events
+    );
 }

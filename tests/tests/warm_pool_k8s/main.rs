@@ -62,6 +62,7 @@ fn config(fence: Fence) -> PoolControllerConfig {
         metrics: None,
         reporter: "orca-operator".into(),
         fence,
+        progress: Default::default(),
     }
 }
 

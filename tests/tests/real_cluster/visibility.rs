@@ -1,0 +1,128 @@
+//! What only the user can fix is said where the user looks, on the real
+//! cluster: a call the chart's RBAC (edited here) does not allow makes the
+//! Scheduler `Degraded` with reason `Forbidden` and the API server's
+//! message naming the verb and the resource, with a Warning Event — once
+//! only in the operator's log. And a replica whose reconcile hangs answers
+//! `/healthz` with an error naming it, so that the kubelet restarts it.
+
+use std::time::Duration;
+
+use k8s_openapi::api::rbac::v1::Role;
+use kube::{
+    api::{Patch, PatchParams},
+    Api,
+};
+use orca_operator::crd::Phase;
+use orca_tests::{eventually::eventually, on_cluster::OnCluster, release::Replica};
+
+use super::scheduler;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_forbidden_call_is_said_on_the_scheduler_naming_verb_and_resource() {
+    let stage = OnCluster::without_operator("forbidden").await;
+    // The chart's Role, less `get` on Secrets.
+    let roles: Api<Role> = Api::namespaced(stage.client.clone(), &stage.ns);
+    let name = stage.release.fullname();
+    let mut role = roles.get(&name).await.expect("the chart's Role");
+    for rule in role.rules.iter_mut().flatten() {
+        if rule.resources.iter().flatten().any(|r| r == "secrets") {
+            rule.verbs.retain(|v| v != "get");
+        }
+    }
+    role.metadata.managed_fields = None;
+    roles
+        .patch(&name, &PatchParams::default(), &Patch::Merge(&role))
+        .await
+        .expect("editing the Role");
+    let stage = stage.with_replica("a").await;
+    stage
+        .apply_scheduler(&scheduler("orca", "v1", &[], ""))
+        .await;
+    let status = stage
+        .wait_scheduler(
+            "orca",
+            "Degraded, Forbidden",
+            Duration::from_secs(60),
+            |s| {
+                s.conditions
+                    .iter()
+                    .any(|c| c.type_ == "Degraded" && c.status == "True" && c.reason == "Forbidden")
+            },
+        )
+        .await;
+    assert_eq!(status.phase, Phase::Degraded);
+    let message = status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == "Degraded")
+        .map(|c| c.message.clone())
+        .unwrap_or_default();
+    assert!(
+        message.contains("cannot get resource \"secrets\""),
+        "the condition names the verb and the resource: {message}"
+    );
+    let events = stage
+        .wait_event("orca", "Forbidden", Duration::from_secs(10))
+        .await;
+    assert!(
+        events
+            .iter()
+            .any(|e| e.starts_with("Forbidden:") && e.contains("secrets")),
+        "{events:#?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_whose_reconcile_hangs_fails_its_liveness_probe() {
+    // A database that takes connections and never answers: each pass of
+    // the Scheduler hangs until the connect's own time limit (5 s), past
+    // this replica's `--stuck-after-seconds 1`.
+    let blackhole = std::net::TcpListener::bind("127.0.0.1:0").expect("a port");
+    let port = blackhole.local_addr().expect("its address").port();
+    let held = std::thread::spawn(move || {
+        let mut open = Vec::new();
+        for conn in blackhole.incoming().flatten() {
+            open.push(conn);
+        }
+    });
+    let mut stage = OnCluster::without_operator("liveness").await;
+    stage
+        .secret(
+            "orca-db",
+            "url",
+            &format!("postgres://orca:pw@127.0.0.1:{port}/orca"),
+        )
+        .await;
+    let replica = Replica::start_with(
+        stage.cp,
+        &stage.client,
+        &stage.release,
+        "a",
+        &["--stuck-after-seconds", "1"],
+    )
+    .await;
+    stage.replicas.push(replica);
+    eventually("/healthz answers", Duration::from_secs(30), || async {
+        match stage.replicas[0].health()? {
+            (200, _) => Ok(()),
+            other => Err(format!("{other:?}")),
+        }
+    })
+    .await;
+    stage
+        .apply_scheduler(&scheduler("orca", "v1", &[], ""))
+        .await;
+    let what = format!("Scheduler {}/orca", stage.ns);
+    eventually(
+        "/healthz fails, naming the hung reconcile",
+        Duration::from_secs(40),
+        || async {
+            match stage.replicas[0].health()? {
+                (503, body) if body.contains(&what) => Ok(()),
+                other => Err(format!("{other:?}")),
+            }
+        },
+    )
+    .await;
+    drop(held);
+}
