@@ -22,7 +22,9 @@ usage:
       warm row, created in ORCA_POOL) and waits for a hand-out: prints
       `next <run> <start> <head address> <0|1>` and exits 0; exits 1 when
       its row ends with no other, the operator claims the instance, or
-      <seconds> and a minute more pass; a spot interruption notice or a
+      <seconds> and a minute more pass (on the database's clock or its own:
+      with the database out of reach it still exits 1, a few seconds
+      later, leaving its row); a spot interruption notice or a
       rebalance recommendation while it waits ends its idle row and exits 1,
       unless a hand-out took the instance first: then it takes that run
   orca-pool-agent pool-watch <instance>

@@ -31,6 +31,46 @@ macro_rules! until_done {
 }
 pub(crate) use until_done;
 
+/// As [`until_done!`], but gives up once `$by` (an
+/// `Option<tokio::time::Instant>`; `None`: never) has passed: `Some` of the
+/// statement's result, or `None` if it did not succeed in time. A connect
+/// or statement under way at `$by` is dropped, which loses nothing: the
+/// connection is made again by the next call.
+macro_rules! until_done_by {
+    ($session:expr, $by:expr, |$db:ident| $call:expr) => {{
+        let by: Option<tokio::time::Instant> = $by;
+        loop {
+            let attempt = async {
+                let $db = $session.db().await;
+                $call.await
+            };
+            let result = match by {
+                Some(by) => tokio::time::timeout_at(by, attempt).await.ok(),
+                None => Some(attempt.await),
+            };
+            match result {
+                None => break None,
+                Some(Ok(v)) => {
+                    $session.succeeded();
+                    break Some(v);
+                }
+                Some(Err(e)) => {
+                    let failed = $session.failed(e);
+                    match by {
+                        Some(by) => {
+                            if tokio::time::timeout_at(by, failed).await.is_err() {
+                                break None;
+                            }
+                        }
+                        None => failed.await,
+                    }
+                }
+            }
+        }
+    }};
+}
+pub(crate) use until_done_by;
+
 impl Session {
     pub fn new(url: DatabaseUrl, channels: &[String]) -> Self {
         // Short limits: a lost database must be noticed within seconds, and

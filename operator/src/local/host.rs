@@ -7,12 +7,17 @@
 //! `runCommand` as `sh -c` for each run it is handed, and `pool-next`
 //! again; when `pool-next` exits non-zero it terminates the instance in
 //! EC2, as the power-off would. An instance EC2 no longer lists as running
-//! has its processes killed.
+//! has its processes killed, and so does every host once its pool stops.
+//! The hosts' processes are this process's: each gets SIGKILL when it
+//! ends, even killed (a restarted local mode starts the hosts again from
+//! EC2's listing; an agent left from before would be a second one on the
+//! same instance, or poll a database that is gone).
 
 use std::{collections::HashMap, fmt, path::PathBuf, process::Stdio, sync::Arc, time::Duration};
 
 use tokio::{process::Command, task::JoinHandle};
 
+use super::spawn::spawn_tied_async;
 use crate::pool::{
     ec2::{Ec2, Ec2Error, Ownership},
     plan::Ec2State,
@@ -115,8 +120,20 @@ impl Hosts {
                 _ = tokio::time::sleep(self.cfg.poll) => {}
             }
         }
-        for (_, task) in self.running.drain() {
+        self.stop_all().await;
+    }
+
+    /// Stops every host and waits until each one's processes are killed:
+    /// an aborted task drops its future (and so kills its process groups)
+    /// only when the runtime next gets to it, and a process exiting before
+    /// that would leave them.
+    pub async fn stop_all(&mut self) {
+        let tasks: Vec<JoinHandle<()>> = self.running.drain().map(|(_, t)| t).collect();
+        for task in &tasks {
             task.abort();
+        }
+        for task in tasks {
+            let _ = task.await;
         }
     }
 }
@@ -161,10 +178,16 @@ impl Drop for Group {
     }
 }
 
+/// Starts `cmd`, tied to this process: it gets SIGKILL when this process
+/// ends, however it ends.
+fn spawn(cmd: Command) -> std::io::Result<tokio::process::Child> {
+    spawn_tied_async(cmd, libc::SIGKILL)
+}
+
 /// Runs `cmd` to the end; its whole process group is killed after, or
 /// if this future is dropped.
-async fn run_to_end(mut cmd: Command) -> std::io::Result<std::process::Output> {
-    let child = cmd.spawn()?;
+async fn run_to_end(cmd: Command) -> std::io::Result<std::process::Output> {
+    let child = spawn(cmd)?;
     let _group = Group(child.id());
     child.wait_with_output().await
 }
@@ -208,7 +231,7 @@ async fn host(ec2: Ec2, instance: String, cfg: Arc<HostConfig>) {
         // group once the run is over (or when this host stops).
         let mut watch = command(&cfg, &cfg.agent, &instance);
         watch.args(["pool-watch", &instance]).stdout(Stdio::null());
-        let watcher = match watch.spawn() {
+        let watcher = match spawn(watch) {
             Ok(child) => Some((Group(child.id()), child)),
             Err(e) => {
                 tracing::warn!(instance = %instance, error = %e, "local host: cannot start pool-watch");

@@ -20,6 +20,7 @@ use orca_db::{migrate, ConnectOptions, DatabaseUrl};
 
 use self::{
     manifests::Manifests,
+    pods::Table,
     pools::LocalPools,
     scheduler::{database_url, LocalScheduler},
 };
@@ -38,6 +39,9 @@ const TICK: Duration = Duration::from_millis(500);
 const DRAIN_WAIT: Duration = Duration::from_secs(120);
 
 pub async fn run(opts: LocalOptions) -> anyhow::Result<()> {
+    // Listening first: a signal from here on stops what was started in
+    // order, rather than killing this process and leaving the rest.
+    let mut stop = Box::pin(shutdown_signal()?);
     let state_dir = opts.dir.join(".status");
     std::fs::create_dir_all(&state_dir)
         .with_context(|| format!("creating {}", state_dir.display()))?;
@@ -91,7 +95,6 @@ pub async fn run(opts: LocalOptions) -> anyhow::Result<()> {
     let mut pools = LocalPools::new(state_dir.clone());
     migrate_all(&manifests, &schedulers_urls(&manifests, &fallback_url)).await;
 
-    let mut stop = Box::pin(shutdown_signal());
     loop {
         if manifests::stamp(&opts.dir) != stamp {
             stamp = manifests::stamp(&opts.dir);
@@ -151,13 +154,40 @@ pub async fn run(opts: LocalOptions) -> anyhow::Result<()> {
 
     println!("local: stopping: the pools' hosts stop, the schedulers drain their runs and exit");
     pools.stop_all().await;
-    for s in schedulers.values() {
-        s.stop_all();
+    // Every pod and job in the directory, not only those of the Schedulers
+    // in it now: one whose file was removed while no local mode ran is
+    // this directory's too.
+    let tables = [
+        Table::new(state_dir.join("pods")),
+        Table::new(state_dir.join("jobs")),
+    ];
+    let running = || -> Vec<pods::Local> {
+        tables
+            .iter()
+            .flat_map(|t| t.list().into_values())
+            .filter(|l| l.running())
+            .collect()
+    };
+    for local in running() {
+        local.delete();
     }
     let deadline = tokio::time::Instant::now() + DRAIN_WAIT;
-    while schedulers.values().any(|s| s.running() > 0) && tokio::time::Instant::now() < deadline {
+    while !running().is_empty() && tokio::time::Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
+    // Their supervisors kill what has not drained after a grace period far
+    // shorter than this; whatever is still there goes now, as a pod does
+    // at the end of its grace period, so that nothing outlives the stop.
+    for local in running() {
+        println!(
+            "local: {} did not stop within {} s; killed",
+            local.name,
+            DRAIN_WAIT.as_secs()
+        );
+        local.kill();
+    }
+    // moto, then PostgreSQL: each is stopped and waited for.
+    drop(pools);
     drop(cluster);
     println!("local: stopped");
     Ok(())
@@ -208,11 +238,15 @@ async fn migrate_all(_m: &Manifests, urls: &[String]) {
     }
 }
 
-async fn shutdown_signal() {
-    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-        .expect("invariant: SIGTERM can be handled");
-    tokio::select! {
-        _ = tokio::signal::ctrl_c() => {}
-        _ = term.recv() => {}
-    }
+/// SIGTERM or Ctrl-C (SIGINT); both listened to from this call on.
+fn shutdown_signal() -> anyhow::Result<impl std::future::Future<Output = ()>> {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut term = signal(SignalKind::terminate()).context("listening for SIGTERM")?;
+    let mut int = signal(SignalKind::interrupt()).context("listening for SIGINT")?;
+    Ok(async move {
+        tokio::select! {
+            _ = int.recv() => {}
+            _ = term.recv() => {}
+        }
+    })
 }

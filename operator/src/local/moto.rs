@@ -5,12 +5,13 @@
 use std::{
     io::{Read, Write},
     net::TcpStream,
+    os::unix::process::CommandExt,
     path::PathBuf,
     process::{Child, Command, Stdio},
     time::{Duration, Instant},
 };
 
-use super::spawn::{free_port, spawn_tied};
+use super::spawn::{free_port, spawn_tied_with};
 
 pub struct Moto {
     port: u16,
@@ -40,8 +41,13 @@ impl Moto {
         cmd.args(["-H", "127.0.0.1", "-p", &port.to_string()])
             .stdin(Stdio::null())
             .stdout(Stdio::null())
-            .stderr(Stdio::null());
-        let child = spawn_tied(cmd, None)
+            .stderr(Stdio::null())
+            // A group of its own: a terminal's Ctrl-C is for the program
+            // that started it, which stops its pools before moto.
+            .process_group(0);
+        // SIGKILL when this process ends: moto has nothing to save, and a
+        // Python server dies of SIGQUIT only after a core dump.
+        let child = spawn_tied_with(cmd, None, libc::SIGKILL)
             .unwrap_or_else(|e| panic!("moto_server ({}) could not start: {e}", path.display()));
         let mut moto = Moto { port, child };
         let deadline = Instant::now() + Duration::from_secs(60);

@@ -168,6 +168,16 @@ impl Local {
             let _ = std::fs::remove_dir_all(&self.dir);
         }
     }
+
+    /// Kills it at once: its supervisor's process group, which holds the
+    /// supervisor and its command (the supervisor leads a session of its
+    /// own), as the end of a pod's grace period does.
+    pub fn kill(&self) {
+        if let Some(pid) = self.pid {
+            // SAFETY: kill has no memory-safety preconditions.
+            unsafe { libc::kill(-pid, libc::SIGKILL) };
+        }
+    }
 }
 
 /// The pods (or jobs) of a local-mode directory.

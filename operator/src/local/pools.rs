@@ -228,8 +228,16 @@ impl LocalPools {
     async fn stop(&mut self, key: &str) {
         if let Some(r) = self.running.remove(key) {
             let _ = r.stop.send(true);
-            for t in r.tasks {
-                let _ = tokio::time::timeout(Duration::from_secs(10), t).await;
+            for mut t in r.tasks {
+                // A task still busy (an EC2 call that hangs) is aborted, not
+                // left behind: the hosts' processes go with its future.
+                if tokio::time::timeout(Duration::from_secs(10), &mut t)
+                    .await
+                    .is_err()
+                {
+                    t.abort();
+                    let _ = t.await;
+                }
             }
         }
     }

@@ -5,6 +5,7 @@
 //! binary ([`Cluster::shared`]) and hand each test a fresh database.
 
 use std::{
+    os::unix::process::CommandExt,
     path::{Path, PathBuf},
     process::{Child, Command, Stdio},
     sync::{
@@ -167,7 +168,11 @@ impl Cluster {
             ])
             .stdin(Stdio::null())
             .stdout(Stdio::null())
-            .stderr(log);
+            .stderr(log)
+            // A group of its own: a terminal's Ctrl-C is for the program
+            // that started it — the local mode, which drains its schedulers
+            // while they can still reach the database, then stops it.
+            .process_group(0);
         let child = spawn_tied(cmd, self.user).unwrap_or_else(|e| {
             panic!(
                 "PostgreSQL's server ({}) could not start: {e}",

@@ -285,15 +285,6 @@ impl LocalScheduler {
         }
         n
     }
-
-    pub fn running(&self) -> usize {
-        self.pods
-            .list()
-            .values()
-            .chain(self.jobs.list().values())
-            .filter(|l| l.meta.scheduler == self.key && l.running())
-            .count()
-    }
 }
 
 /// The database URL Scheduler `s` uses — its Secret's, else the local

@@ -1,32 +1,29 @@
-//! Servers started by the local mode or a test binary must die with it, even
-//! when it is killed. `PR_SET_PDEATHSIG` does that, but it fires when the
-//! *thread* that forked exits, and tokio's and the test harness's threads
-//! come and go; so every server is forked from one thread that lives as
-//! long as the process.
+//! Processes started by the local mode or a test binary must die with it,
+//! even when it is killed. `PR_SET_PDEATHSIG` does that, but it fires when
+//! the *thread* that forked exits, and tokio's and the test harness's
+//! threads come and go; so every such process is forked from one thread
+//! that lives as long as the process.
 
 use std::{
     process::{Child, Command},
     sync::{mpsc, Mutex, OnceLock},
 };
 
-type Request = (
-    Command,
-    Option<(u32, u32)>,
-    mpsc::Sender<std::io::Result<Child>>,
-);
+/// Work for the spawner thread.
+type Job = Box<dyn FnOnce() + Send>;
 
-static SPAWNER: OnceLock<Mutex<mpsc::Sender<Request>>> = OnceLock::new();
+static SPAWNER: OnceLock<Mutex<mpsc::Sender<Job>>> = OnceLock::new();
 
-/// Spawns `cmd` (as `user` = (uid, gid) if given) so that it gets SIGQUIT
-/// when this process ends.
-pub fn spawn_tied(cmd: Command, user: Option<(u32, u32)>) -> std::io::Result<Child> {
+/// Runs `f` on the spawner thread, which lives as long as this process,
+/// and returns its result.
+fn on_spawner<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
     let sender = SPAWNER.get_or_init(|| {
-        let (tx, rx) = mpsc::channel::<Request>();
+        let (tx, rx) = mpsc::channel::<Job>();
         std::thread::Builder::new()
             .name("fixture-spawner".into())
             .spawn(move || {
-                for (mut cmd, user, reply) in rx {
-                    let _ = reply.send(spawn_now(&mut cmd, user));
+                for job in rx {
+                    job();
                 }
                 // The channel lives in a static: never closed, so this
                 // thread outlives every test.
@@ -38,19 +35,71 @@ pub fn spawn_tied(cmd: Command, user: Option<(u32, u32)>) -> std::io::Result<Chi
     sender
         .lock()
         .expect("invariant: the spawner lock is never poisoned")
-        .send((cmd, user, reply))
+        .send(Box::new(move || {
+            let _ = reply.send(f());
+        }))
         .expect("invariant: the spawner thread never exits");
     answer
         .recv()
         .expect("invariant: the spawner always replies")
 }
 
-fn spawn_now(cmd: &mut Command, user: Option<(u32, u32)>) -> std::io::Result<Child> {
+/// Spawns `cmd` (as `user` = (uid, gid) if given) so that it gets SIGQUIT
+/// when this process ends.
+pub fn spawn_tied(cmd: Command, user: Option<(u32, u32)>) -> std::io::Result<Child> {
+    spawn_tied_with(cmd, user, libc::SIGQUIT)
+}
+
+/// As [`spawn_tied`], with `signal` as the signal it gets when this process
+/// ends.
+pub fn spawn_tied_with(
+    mut cmd: Command,
+    user: Option<(u32, u32)>,
+    signal: libc::c_int,
+) -> std::io::Result<Child> {
     use std::os::unix::process::CommandExt;
-    let parent = std::process::id() as libc::pid_t;
-    // SAFETY: only async-signal-safe calls between fork and exec.
+    let hook = tie(user, signal);
+    // SAFETY: the hook makes only async-signal-safe calls (see `tie`).
     unsafe {
-        cmd.pre_exec(move || {
+        cmd.pre_exec(hook);
+    }
+    on_spawner(move || cmd.spawn())
+}
+
+/// As [`spawn_tied_with`], for a tokio process (the local hosts' agents and
+/// run commands, which are awaited): it gets `signal` when this process
+/// ends. Must be called within a tokio runtime.
+pub fn spawn_tied_async(
+    mut cmd: tokio::process::Command,
+    signal: libc::c_int,
+) -> std::io::Result<tokio::process::Child> {
+    let hook = tie(None, signal);
+    // SAFETY: as in `spawn_tied_with`.
+    unsafe {
+        cmd.pre_exec(hook);
+    }
+    // The child is registered with this runtime (its exit is reaped there),
+    // though forked by the spawner thread.
+    let runtime = tokio::runtime::Handle::current();
+    on_spawner(move || {
+        let _in_runtime = runtime.enter();
+        cmd.spawn()
+    })
+}
+
+/// What runs in the child between fork and exec: drops to `user`, asks for
+/// `signal` when the parent (the spawner thread, so: this process) ends,
+/// and gives up if the parent has already ended. Only async-signal-safe
+/// calls.
+fn tie(
+    user: Option<(u32, u32)>,
+    signal: libc::c_int,
+) -> impl FnMut() -> std::io::Result<()> + Send + Sync + 'static {
+    let parent = std::process::id() as libc::pid_t;
+    move || {
+        // SAFETY: setgroups, setgid, setuid, signal, prctl, getppid and
+        // _exit are async-signal-safe.
+        unsafe {
             if let Some((uid, gid)) = user {
                 if libc::setgroups(0, std::ptr::null()) != 0
                     || libc::setgid(gid) != 0
@@ -59,17 +108,22 @@ fn spawn_now(cmd: &mut Command, user: Option<(u32, u32)>) -> std::io::Result<Chi
                     return Err(std::io::Error::last_os_error());
                 }
             }
+            // An ignored signal stays ignored across exec: a process started
+            // from a background job of a non-interactive shell ignores
+            // SIGQUIT (and SIGINT), and would then never get its death signal.
+            if signal != libc::SIGKILL {
+                libc::signal(signal, libc::SIG_DFL);
+            }
             // After setuid: a change of credentials clears the setting.
-            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGQUIT) != 0 {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, signal) != 0 {
                 return Err(std::io::Error::last_os_error());
             }
             if libc::getppid() != parent {
                 libc::_exit(1);
             }
-            Ok(())
-        });
+        }
+        Ok(())
     }
-    cmd.spawn()
 }
 
 /// The (uid, gid) of `name`, when this process runs as root and must drop

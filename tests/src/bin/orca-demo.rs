@@ -1,7 +1,10 @@
 //! `scripts/demo`: the local mode on `examples/`, narrated. v1 starts and
 //! leads; runs flow; v2 is applied and handed over to, step by step with
 //! times; v1 drains its runs and exits; a warm pool of instances on moto
-//! serves a run and refills; a summary. Exits 0 when all of that happened.
+//! serves a run and refills; a summary; the local mode is stopped as Ctrl-C
+//! would, and no process the demo started is left. Exits 0 when all of that
+//! happened. Ctrl-C or SIGTERM during the demo stops the local mode and
+//! PostgreSQL the same way before it exits.
 
 use std::{
     path::{Path, PathBuf},
@@ -10,7 +13,11 @@ use std::{
 
 use anyhow::{bail, Context};
 use orca_operator::{crd::Phase, local::postgres::Cluster};
-use orca_tests::{local::LocalMode, pg};
+use orca_tests::{
+    local::{self, LocalMode, Process, Stop},
+    pg,
+};
+use tokio::signal::unix::{signal, SignalKind};
 
 fn say(start: Instant, text: impl AsRef<str>) {
     println!(
@@ -45,6 +52,26 @@ fn scheduler_yaml(image_tag: &str, pool: Option<&str>) -> anyhow::Result<String>
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let start = Instant::now();
+    // Listening before anything is started: the default action of either
+    // signal would end this process alone and leave the local mode (in a
+    // process group of its own, out of the terminal's Ctrl-C) running.
+    let mut int = signal(SignalKind::interrupt()).context("listening for SIGINT")?;
+    let mut term = signal(SignalKind::terminate()).context("listening for SIGTERM")?;
+    // On a signal the demo's future is dropped, and with it the local mode
+    // (stopped by SIGTERM, and waited for) and then PostgreSQL.
+    let stopped = tokio::select! {
+        outcome = demo(start) => return outcome,
+        _ = int.recv() => "interrupted (SIGINT)",
+        _ = term.recv() => "terminated (SIGTERM)",
+    };
+    let left = left_behind(None);
+    if !left.is_empty() {
+        bail!("{stopped}; still running:\n{}", list(&left));
+    }
+    bail!("{stopped}: the local mode and PostgreSQL are stopped")
+}
+
+async fn demo(start: Instant) -> anyhow::Result<()> {
     say(start, "starting a throwaway PostgreSQL");
     let cluster = tokio::task::spawn_blocking(Cluster::private).await?;
     let url = cluster.fresh_db().await;
@@ -301,9 +328,54 @@ async fn main() -> anyhow::Result<()> {
     if lost != 0 {
         bail!("{lost} runs did not finish exactly once under v1");
     }
-    drop(local);
+
+    // The end: the local mode stopped as Ctrl-C or SIGTERM stops it, then
+    // PostgreSQL; nothing the demo started may be left running.
+    println!();
+    say(start, "stopping the local mode (SIGTERM)");
+    let status = local.stop(Stop::Term, Duration::from_secs(180));
+    if !status.success() {
+        bail!(
+            "the local mode ended with {status}; it said:\n{}",
+            local.output().join("\n")
+        );
+    }
+    drop(db);
     drop(cluster);
+    let left = left_behind(Some(&local));
+    if !left.is_empty() {
+        bail!(
+            "processes the demo started are still running:\n{}",
+            list(&left)
+        );
+    }
+    say(
+        start,
+        "stopped: every process the demo started has ended (agents, run commands, schedulers, moto, PostgreSQL)",
+    );
     Ok(())
+}
+
+/// What the demo started that still runs a few seconds on: the processes
+/// of the local mode (found by its tag wherever they were reparented) and
+/// the demo's own children (its PostgreSQL).
+fn left_behind(local: Option<&LocalMode>) -> Vec<Process> {
+    let me = std::process::id() as i32;
+    local::wait_until_none(Duration::from_secs(5), || {
+        let mut left = local.map(LocalMode::processes).unwrap_or_default();
+        left.extend(local::descendants(me));
+        left.sort();
+        left.dedup();
+        left
+    })
+}
+
+fn list(processes: &[Process]) -> String {
+    processes
+        .iter()
+        .map(|p| format!("  {p}"))
+        .collect::<Vec<_>>()
+        .join("\n")
 }
 
 async fn wait_pool(

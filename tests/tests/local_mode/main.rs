@@ -83,6 +83,7 @@ async fn kill_instance(db: &orca_db::Db, id: i64) {
 }
 
 mod aborts;
+mod ending;
 mod handover;
 mod recreate;
 mod register;

@@ -131,3 +131,78 @@ async fn an_unreachable_database_is_said_once_without_the_password() {
     assert!(err.contains(&format!("127.0.0.1:{port}")), "{err}");
     assert!(!err.contains(SECRET), "{err}");
 }
+
+/// The message an idle agent leaves when its deadline passed with no
+/// database to end its row on.
+const POWERING_OFF: &str = "the database could not be reached by the deadline";
+
+#[tokio::test]
+async fn an_idle_agent_whose_database_never_answers_powers_off_at_its_deadline() {
+    // Nothing listens there: the agent never marks a row idle.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let url = format!("postgres://postgres@127.0.0.1:{port}/orca?sslmode=disable");
+    let started = Instant::now();
+    // 2 s, and no minute after (the test-only grace): its deadline is 2 s
+    // on its own clock, as the database's clock is out of reach.
+    let agent = Agent::fresh(&url, "i-0nodb", "ns/nodb", "2", "0");
+    // Before the fix it retried for ever: on EC2 an instance billed for
+    // ever, since the operator needs that same database to terminate it.
+    let (code, out, err) = agent.exit_within(Duration::from_secs(30)).await;
+    assert_eq!((code, out.as_str()), (1, ""), "{err}");
+    assert!(
+        started.elapsed() >= Duration::from_secs(2),
+        "gave up after {:?}, before its deadline:\n{err}",
+        started.elapsed()
+    );
+    assert_eq!(err.matches(POWERING_OFF).count(), 1, "{err}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_agent_powers_off_at_its_deadline_though_its_database_went_away() {
+    let cluster = Arc::new(pg::Cluster::private());
+    let url = cluster.migrated_db().await;
+    let db = pg::connect(&url).await;
+    // 6 s and no minute after: its row is idle long before that, and the
+    // database is gone before the row's time-out on the database's clock.
+    let agent = Agent::fresh(&url, "i-0lost", "ns/lost", "6", "0");
+    let row = idle_row(&db, "i-0lost").await;
+    // The fixture's server commits asynchronously; its immediate stop would
+    // lose the last commits (the agent's row) but for this.
+    db.batch("checkpoint").await.unwrap();
+    drop(db);
+    let c = cluster.clone();
+    tokio::task::spawn_blocking(move || c.stop()).await.unwrap();
+
+    let (code, out, err) = agent.exit_within(Duration::from_secs(30)).await;
+    assert_eq!((code, out.as_str()), (1, ""), "{err}");
+    assert_eq!(err.matches(POWERING_OFF).count(), 1, "{err}");
+
+    // The database back: the row was left as it was, idle and live, but
+    // its `polled` is older than a scheduler's freshness limit (the demo's
+    // scheduler: 5 s), so no hand-out gives the powered-off instance a run.
+    let c = cluster.clone();
+    tokio::task::spawn_blocking(move || c.start())
+        .await
+        .unwrap();
+    let mut db = pg::connect(&url).await;
+    let left: (bool, bool) = db
+        .query_one(
+            "select ended is null, idle is not null from orca.instances where id = $1",
+            &[&row],
+        )
+        .await
+        .map(|r| (r.get(0), r.get(1)))
+        .unwrap();
+    assert_eq!(left, (true, true), "the row was not left idle and live");
+    let req = request("ns/lost", 8, 1, "worker", "h:1", false);
+    assert_eq!(
+        pool::hand_out(&mut db, &req, Duration::from_secs(5))
+            .await
+            .unwrap(),
+        None
+    );
+}

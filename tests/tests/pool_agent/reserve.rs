@@ -71,3 +71,36 @@ async fn a_reserve_instance_comes_back_idle_on_its_row_whether_or_not_it_served_
     let row = idle_row(&db, "i-res2").await;
     stopped_and_started(&url, &mut db, "i-res2", pool_name, after_run, row, 73).await;
 }
+
+#[tokio::test]
+async fn a_reserved_agent_waits_for_the_stop_past_its_deadline() {
+    let url = pg::Cluster::shared().migrated_db().await;
+    let db = pg::connect(&url).await;
+    // 1 s and a grace of 1 s instead of the minute: its deadline, on its
+    // own clock and on the database's, is 2 s away.
+    let mut agent = Agent::fresh(&url, "i-res3", "ns/reserve3", "1", "1000");
+    let row = idle_row(&db, "i-res3").await;
+    assert_eq!(
+        pool::reserve_idle_rows(&db, &[row]).await.unwrap(),
+        [row].into()
+    );
+    // Well past the deadline, and past the few seconds an agent whose time
+    // is up still tries to end its row: the operator is stopping the
+    // instance, and an agent that powered off now would make it terminate
+    // instead.
+    tokio::time::sleep(Duration::from_secs(9)).await;
+    assert!(
+        agent.is_running(),
+        "a reserved agent gave up at its deadline; stderr:\n{}",
+        agent.stderr()
+    );
+    let reserved: bool = db
+        .query_one(
+            "select ended is null and reserved is not null from orca.instances where id = $1",
+            &[&row],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert!(reserved, "the reserved row was ended");
+}
