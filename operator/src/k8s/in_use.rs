@@ -14,12 +14,12 @@
 //!   it or whose `status.databaseSecret` does (the one its pool last ran on:
 //!   a WarmPool may outlive its Scheduler). A Secret being deleted while
 //!   used gets a Warning Event on each user, once.
-//! - **the operator's own Role and RoleBinding** in each watched namespace
-//!   (the chart's `watchNamespaces`; `--role-binding`): deleting the
-//!   namespace deletes them with everything else, and without them the
-//!   operator could not finish — remove the finalizers of — the Schedulers
-//!   and WarmPools being deleted there. They are kept while any of those is
-//!   left.
+//! - **the operator's own RoleBinding** in each watched namespace (the
+//!   chart's `watchNamespaces`; `--role-binding`; it binds a ClusterRole):
+//!   deleting the namespace deletes it with everything else, and without it
+//!   the operator could not finish — remove the finalizers of — the
+//!   Schedulers and WarmPools being deleted there. It is kept while any of
+//!   those is left, and let go last.
 //!
 //! Two kube `Controller`s, one over the Secrets' metadata and one over the
 //! RoleBinding's, share one watch each of Schedulers and WarmPools, which
@@ -35,7 +35,7 @@ use std::{
 use futures::{channel::mpsc, future, StreamExt};
 use k8s_openapi::api::{
     core::v1::{ObjectReference, Secret},
-    rbac::v1::{Role, RoleBinding},
+    rbac::v1::RoleBinding,
 };
 use kube::{
     core::PartialObjectMeta,
@@ -365,12 +365,12 @@ async fn say_kept(secret: &SecretMeta, ctx: &Ctx, ns: &str, users: &[(ObjectRefe
     warn_users(ctx, users, "SecretInUse", &note).await;
 }
 
-/// The operator's Role and RoleBinding in a watched namespace (one name,
-/// the RoleBinding's): held while any Scheduler or WarmPool is left there.
-/// Both: a RoleBinding whose Role is gone grants nothing.
+/// The operator's RoleBinding in a watched namespace: held while any
+/// Scheduler or WarmPool is left there. (The chart binds a ClusterRole, so
+/// the binding is all the namespace holds of the operator's permissions.)
 async fn reconcile_binding(binding: Arc<BindingMeta>, ctx: Arc<Ctx>) -> Result<Action, InUseError> {
     let ns = binding.namespace().unwrap_or_default();
-    let key = format!("Role and RoleBinding {ns}/{}", binding.name_any());
+    let key = format!("RoleBinding {ns}/{}", binding.name_any());
     let held = async {
         let here = Some(ns.clone());
         let held = finalizer::has(&binding.metadata, FINALIZER);
@@ -379,33 +379,15 @@ async fn reconcile_binding(binding: Arc<BindingMeta>, ctx: Arc<Ctx>) -> Result<A
         }
         let left = ctx.schedulers.state().iter().any(|s| s.namespace() == here)
             || ctx.pools.state().iter().any(|p| p.namespace() == here);
-        let bindings: Api<RoleBinding> = Api::namespaced(ctx.client.clone(), &ns);
-        let roles: Api<Role> = Api::namespaced(ctx.client.clone(), &ns);
-        let role = roles
-            .get_metadata_opt(&binding.name_any())
-            .await
-            .map_err(FinalizerError::Read)?;
+        let api: Api<RoleBinding> = Api::namespaced(ctx.client.clone(), &ns);
         // No finalizer can be added to an object being deleted: too late.
         let deleting = binding.metadata.deletion_timestamp.is_some();
-        let role_held = role
-            .as_ref()
-            .is_some_and(|r| finalizer::has(&r.metadata, FINALIZER));
-        if left && !deleting && !(held && role_held) {
-            if let Some(role) = role.filter(|_| !role_held) {
-                finalizer::add(&roles, &ctx.fence, &role.metadata, FINALIZER).await?;
-            }
-            if !held {
-                finalizer::add(&bindings, &ctx.fence, &binding.metadata, FINALIZER).await?;
-            }
-            tracing::info!(binding = %key, "Schedulers or WarmPools here: the operator's Role and RoleBinding are kept until they have gone");
-        } else if !left && (held || role_held) {
-            if let Some(role) = role.filter(|_| role_held) {
-                finalizer::remove(&roles, &ctx.fence, &role.metadata, FINALIZER).await?;
-            }
-            if held {
-                finalizer::remove(&bindings, &ctx.fence, &binding.metadata, FINALIZER).await?;
-            }
-            tracing::info!(binding = %key, "no Scheduler or WarmPool left here: the finalizers are removed");
+        if left && !held && !deleting {
+            finalizer::add(&api, &ctx.fence, &binding.metadata, FINALIZER).await?;
+            tracing::info!(binding = %key, "Schedulers or WarmPools here: the operator's RoleBinding is kept until they have gone");
+        } else if !left && held {
+            let removed = finalizer::remove(&api, &ctx.fence, &binding.metadata, FINALIZER).await?;
+            tracing::info!(binding = %key, removed, "no Scheduler or WarmPool left here: the RoleBinding's finalizer is removed");
         }
         Ok(Action::requeue(Duration::from_secs(600)))
     };

@@ -316,23 +316,30 @@ impl Ec2 {
             .collect()
     }
 
-    /// The instances of `owner`'s pool launched before instances carried
-    /// the cluster's tag (they have the other ownership tags, and no
-    /// [`TAG_CLUSTER`]), not terminated: whether they are this cluster's,
-    /// only its database can tell.
-    pub async fn untagged_by_cluster(&self, owner: &Ownership) -> Result<Vec<String>, Ec2Error> {
-        Ok(self
-            .list(&owner.legacy_tags())
-            .await?
-            .iter()
-            .filter(|i| !i.tags().iter().any(|t| t.key() == Some(TAG_CLUSTER)))
-            .filter(|i| {
-                instance(i).is_some_and(|i| {
-                    !matches!(i.state, Ec2State::Terminated | Ec2State::ShuttingDown)
-                })
-            })
-            .filter_map(|i| i.instance_id().map(str::to_string))
-            .collect())
+    /// Every instance of `owner`'s pool, in any state, and apart from them
+    /// those launched before instances carried the cluster's
+    /// tag (they have the other ownership tags and no [`TAG_CLUSTER`]) and
+    /// not terminated: whether those are this cluster's only its database
+    /// can tell. One listing, filtered on the tags they share; another
+    /// cluster's instances are dropped.
+    pub async fn describe_with_untagged(
+        &self,
+        owner: &Ownership,
+    ) -> Result<(Vec<Ec2Instance>, Vec<Ec2Instance>), Ec2Error> {
+        let (mut ours, mut untagged) = (Vec::new(), Vec::new());
+        for i in self.list(&owner.legacy_tags()).await? {
+            let parsed = instance(&i).ok_or(Ec2Error::Malformed {
+                action: "DescribeInstances",
+                what: "an instance id, state or launch time",
+            })?;
+            match i.tags().iter().find(|t| t.key() == Some(TAG_CLUSTER)) {
+                Some(t) if t.value() == Some(owner.cluster.as_str()) => ours.push(parsed),
+                Some(_) => {}
+                None if parsed.state.is_present() => untagged.push(parsed),
+                None => {}
+            }
+        }
+        Ok((ours, untagged))
     }
 
     /// Tags `ids` with `owner`'s cluster (`CreateTags`).

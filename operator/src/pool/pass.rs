@@ -293,8 +293,10 @@ pub struct PoolLoop<W = Live> {
     /// The `Deleting` event was posted.
     deletion_announced: bool,
     /// Instances of the pool without the cluster's tag were looked for
-    /// (see [`PoolLoop::adopt`]).
+    /// (see [`PoolLoop::list`]).
     adopted: bool,
+    /// Those of them the last listing adopted, for the pass to say so.
+    just_adopted: Vec<String>,
     /// What names this pool's launches in their `ClientToken`s: its uid
     /// once [`PoolLoop::remember`]ed, else one of this loop's own.
     pub(super) launch_id: String,
@@ -335,6 +337,7 @@ impl<W> PoolLoop<W> {
             deletion: watch::channel(None).1,
             deletion_announced: false,
             adopted: false,
+            just_adopted: Vec::new(),
             launch_id: own_launch_id(&pool),
             launch_batches: 0,
             pool,
@@ -543,12 +546,7 @@ impl PoolLoop {
                 let read = orca_db::pool::clock(db).await;
                 let clock = read.map_err(|e| self.world.db_error(e))?;
                 let taken = Instant::now();
-                let instances = self
-                    .world
-                    .ec2
-                    .describe(&self.owner)
-                    .await
-                    .map_err(|e| self.ec2_error(e))?;
+                let instances = self.list().await?;
                 (taken, clock, instances)
             }
         };
@@ -636,14 +634,8 @@ impl PoolLoop {
 
     /// One pass at `now` (the operator's clock, for EC2's launch times).
     pub async fn pass(&mut self, now: DateTime<Utc>) -> Result<PassReport, PoolError> {
-        let adopted = if self.adopted {
-            Vec::new()
-        } else {
-            let adopted = self.adopt().await?;
-            self.adopted = true;
-            adopted
-        };
         let (mut snap, listing) = self.observe().await?;
+        let adopted = std::mem::take(&mut self.just_adopted);
         // Read after the observation: a deletion that began meanwhile
         // launches nothing in this pass already.
         let deletion = *self.deletion.borrow();
@@ -753,42 +745,44 @@ impl PoolLoop {
         Ok(report)
     }
 
-    /// Instances of this pool launched before instances carried the
-    /// cluster's tag are adopted — tagged with this cluster's, so that the
-    /// listings, which filter on it, show them — if they are this
-    /// cluster's: if their agents reported to this pool's database. One
-    /// without a row there may be another cluster's, and is left alone
-    /// (its agent powers it off once idle). Once per loop; the ids tagged.
-    async fn adopt(&mut self) -> Result<Vec<String>, PoolError> {
-        let untagged = self
-            .world
-            .ec2
-            .untagged_by_cluster(&self.owner)
-            .await
-            .map_err(|e| self.ec2_error(e))?;
-        if untagged.is_empty() {
-            return Ok(Vec::new());
+    /// The pool's instances, listed: by all the ownership tags, or, for the
+    /// loop's first listing, by those the instances launched before they
+    /// carried the cluster's tag have too — and those of them whose agents
+    /// reported to this pool's database are adopted: tagged with this
+    /// cluster's name (so that later listings, which filter on it, show
+    /// them) and listed as the pool's. One without a row here may be
+    /// another cluster's, and is left alone (its agent powers it off once
+    /// idle). One listing either way.
+    async fn list(&mut self) -> Result<Vec<Ec2Instance>, PoolError> {
+        if self.adopted {
+            let listed = self.world.ec2.describe(&self.owner).await;
+            return listed.map_err(|e| self.ec2_error(e));
         }
-        let db = self.world.connected().await?;
-        let read = orca_db::pool::had_rows(db, &self.pool, &untagged).await;
-        let mut ours: Vec<String> = read
-            .map_err(|e| self.world.db_error(e))?
-            .into_iter()
-            .collect();
-        ours.sort();
-        if ours.is_empty() {
-            tracing::info!(pool = %self.pool, instances = ?untagged,
-                "instances with this pool's tags but no cluster's and no row in its database: \
-                 another cluster's, left alone");
-            return Ok(ours);
+        let listed = self.world.ec2.describe_with_untagged(&self.owner).await;
+        let (mut instances, untagged) = listed.map_err(|e| self.ec2_error(e))?;
+        if !untagged.is_empty() {
+            let ids: Vec<String> = untagged.iter().map(|i| i.id.clone()).collect();
+            let db = self.world.connected().await?;
+            let read = orca_db::pool::had_rows(db, &self.pool, &ids).await;
+            let mut ours: Vec<String> = read
+                .map_err(|e| self.world.db_error(e))?
+                .into_iter()
+                .collect();
+            ours.sort();
+            if ours.is_empty() {
+                tracing::info!(pool = %self.pool, instances = ?ids,
+                    "instances with this pool's tags but no cluster's and no row in its database: \
+                     another cluster's, left alone");
+            } else {
+                let tagged = self.world.ec2.tag_cluster(&ours, &self.owner).await;
+                tagged.map_err(|e| self.ec2_error(e))?;
+                tracing::info!(pool = %self.pool, instances = ?ours, cluster = %self.owner.cluster, "adopted");
+                instances.extend(untagged.into_iter().filter(|i| ours.contains(&i.id)));
+                self.just_adopted = ours;
+            }
         }
-        self.world
-            .ec2
-            .tag_cluster(&ours, &self.owner)
-            .await
-            .map_err(|e| self.ec2_error(e))?;
-        tracing::info!(pool = %self.pool, instances = ?ours, cluster = %self.owner.cluster, "adopted");
-        Ok(ours)
+        self.adopted = true;
+        Ok(instances)
     }
 
     /// Whether EC2 listed none of the pool's instances as present, and

@@ -73,19 +73,17 @@ fn workload_grants() -> Grants {
     ])
 }
 
-/// A namespace's Role grants the workload's rules and, on its own Role and
-/// RoleBinding only (`resourceNames`), what keeps them while Schedulers or
-/// WarmPools are left there (their finalizer).
+/// With `watchNamespaces`, the ClusterRole bound in each namespace grants
+/// the workload's rules and, on its own RoleBinding only (`resourceNames`),
+/// what keeps the binding while Schedulers or WarmPools are left there
+/// (its finalizer).
 fn namespace_grants(role: &Value) -> Grants {
     let mut want = workload_grants();
-    want.extend(expected(&[
-        (
-            "rbac.authorization.k8s.io",
-            "rolebindings",
-            &["get", "list", "watch", "patch"],
-        ),
-        ("rbac.authorization.k8s.io", "roles", &["get", "patch"]),
-    ]));
+    want.extend(expected(&[(
+        "rbac.authorization.k8s.io",
+        "rolebindings",
+        &["get", "list", "watch", "patch"],
+    )]));
     let rules = at(role, &["rules"]).and_then(Value::as_sequence).unwrap();
     for rule in rules {
         let rbac = at(rule, &["apiGroups", "0"]).and_then(Value::as_str)
@@ -137,7 +135,7 @@ fn assert_lease_rbac(docs: &[Value]) {
 }
 
 #[test]
-fn default_values_grant_a_role_in_the_release_namespace_only() {
+fn default_values_grant_the_rules_in_the_release_namespace_only() {
     let docs = render(&[]);
     let lease = lease_role_name();
     let metrics = format!("{FULLNAME}-metrics");
@@ -145,7 +143,7 @@ fn default_values_grant_a_role_in_the_release_namespace_only() {
         inventory(&docs),
         owned(&[
             ("ServiceAccount", RELEASE_NAMESPACE, FULLNAME),
-            ("Role", RELEASE_NAMESPACE, FULLNAME),
+            ("ClusterRole", "", FULLNAME),
             ("RoleBinding", RELEASE_NAMESPACE, FULLNAME),
             ("Role", RELEASE_NAMESPACE, &lease),
             ("RoleBinding", RELEASE_NAMESPACE, &lease),
@@ -153,7 +151,7 @@ fn default_values_grant_a_role_in_the_release_namespace_only() {
             ("Deployment", RELEASE_NAMESPACE, FULLNAME),
         ])
     );
-    let role = object(&docs, "Role", RELEASE_NAMESPACE, FULLNAME);
+    let role = object(&docs, "ClusterRole", "", FULLNAME);
     let granted = grants(role);
     // Secrets: read the one a Scheduler names, watch their metadata, and
     // patch it (the in-use finalizer); never create, replace or delete one.
@@ -165,7 +163,7 @@ fn default_values_grant_a_role_in_the_release_namespace_only() {
     );
     assert_eq!(granted, namespace_grants(role));
     let binding = object(&docs, "RoleBinding", RELEASE_NAMESPACE, FULLNAME);
-    assert_binds_operator(binding, "Role", FULLNAME);
+    assert_binds_operator(binding, "ClusterRole", FULLNAME);
     assert_lease_rbac(&docs);
     assert!(
         args(&docs)
@@ -185,21 +183,24 @@ fn a_watch_namespaces_list_gets_a_role_and_binding_in_each() {
         inventory(&docs),
         owned(&[
             ("ServiceAccount", RELEASE_NAMESPACE, FULLNAME),
-            ("Role", "team-a", FULLNAME),
+            ("ClusterRole", "", FULLNAME),
             ("RoleBinding", "team-a", FULLNAME),
-            ("Role", "team-b", FULLNAME),
             ("RoleBinding", "team-b", FULLNAME),
             ("Role", RELEASE_NAMESPACE, &lease),
             ("RoleBinding", RELEASE_NAMESPACE, &lease),
             ("Service", RELEASE_NAMESPACE, &metrics),
             ("Deployment", RELEASE_NAMESPACE, FULLNAME),
         ]),
-        "no workload Role in the release namespace, which is not watched"
+        "no workload RoleBinding in the release namespace, which is not watched"
     );
+    let role = object(&docs, "ClusterRole", "", FULLNAME);
+    assert_eq!(grants(role), namespace_grants(role));
     for ns in ["team-a", "team-b"] {
-        let role = object(&docs, "Role", ns, FULLNAME);
-        assert_eq!(grants(role), namespace_grants(role), "the Role in {ns}");
-        assert_binds_operator(object(&docs, "RoleBinding", ns, FULLNAME), "Role", FULLNAME);
+        assert_binds_operator(
+            object(&docs, "RoleBinding", ns, FULLNAME),
+            "ClusterRole",
+            FULLNAME,
+        );
     }
     assert_lease_rbac(&docs);
     let args = args(&docs);

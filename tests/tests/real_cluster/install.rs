@@ -180,7 +180,7 @@ async fn bad_specs_are_refused_by_the_api_server_naming_the_field() {
         ),
         (
             "a drain time-out of thousands of years",
-            scheduler.replace("joinTimeoutSeconds: 120", "joinTimeoutSeconds: 120\n    drainTimeoutSeconds: 9000000000000"),
+            scheduler.replace("drainTimeoutSeconds: 3600", "drainTimeoutSeconds: 9000000000000"),
             "spec.handover.drainTimeoutSeconds",
         ),
         (

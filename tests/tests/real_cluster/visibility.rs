@@ -1,5 +1,5 @@
 //! What only the user can fix is said where the user looks, on the real
-//! cluster: a call the chart's RBAC (edited here) does not allow makes the
+//! cluster: a call the chart's RBAC (its ClusterRole, edited here) does not allow makes the
 //! Scheduler `Degraded` with reason `Forbidden` and the API server's
 //! message naming the verb and the resource, with a Warning Event — once
 //! only in the operator's log. And a replica whose reconcile hangs answers
@@ -7,7 +7,7 @@
 
 use std::time::Duration;
 
-use k8s_openapi::api::rbac::v1::Role;
+use k8s_openapi::api::rbac::v1::ClusterRole;
 use kube::{
     api::{Patch, PatchParams},
     Api,
@@ -20,10 +20,10 @@ use super::scheduler;
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_forbidden_call_is_said_on_the_scheduler_naming_verb_and_resource() {
     let stage = OnCluster::without_operator("forbidden").await;
-    // The chart's Role, less `get` on Secrets.
-    let roles: Api<Role> = Api::namespaced(stage.client.clone(), &stage.ns);
+    // The chart's rules, less `get` on Secrets.
+    let roles: Api<ClusterRole> = Api::all(stage.client.clone());
     let name = stage.release.fullname();
-    let mut role = roles.get(&name).await.expect("the chart's Role");
+    let mut role = roles.get(&name).await.expect("the chart's ClusterRole");
     for rule in role.rules.iter_mut().flatten() {
         if rule.resources.iter().flatten().any(|r| r == "secrets") {
             rule.verbs.retain(|v| v != "get");
@@ -33,7 +33,7 @@ async fn a_forbidden_call_is_said_on_the_scheduler_naming_verb_and_resource() {
     roles
         .patch(&name, &PatchParams::default(), &Patch::Merge(&role))
         .await
-        .expect("editing the Role");
+        .expect("editing the ClusterRole");
     let stage = stage.with_replica("a").await;
     stage
         .apply_scheduler(&scheduler("orca", "v1", &[], ""))

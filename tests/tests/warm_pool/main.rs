@@ -231,4 +231,5 @@ mod retirement;
 mod schedules;
 mod sizing;
 mod spot;
+mod tenancy;
 mod user_data;
