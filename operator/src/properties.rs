@@ -372,13 +372,14 @@ fn pool_spec() -> impl Strategy<Value = WarmPoolSpec> {
                     paused: false,
                     on_delete: OnDelete::Terminate,
                     drain_timeout_seconds: drain,
+                    disruption: crate::crd::Disruption { max_drifted: 2 },
                 }
             },
         )
 }
 
 fn ec2_instance() -> impl Strategy<Value = Ec2Instance> {
-    (0u32..40, 0u8..6, time()).prop_map(|(n, state, launched)| Ec2Instance {
+    (0u32..40, 0u8..6, time(), any::<bool>()).prop_map(|(n, state, launched, old)| Ec2Instance {
         id: format!("i-{n}"),
         state: match state {
             0 => Ec2State::Pending,
@@ -394,6 +395,9 @@ fn ec2_instance() -> impl Strategy<Value = Ec2Instance> {
             subnet: "subnet-a".into(),
             spot: false,
         },
+        // Some of another launch spec: drifted.
+        launch: old.then(|| "0123456789ab".into()),
+        image: None,
     })
 }
 

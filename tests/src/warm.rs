@@ -127,6 +127,7 @@ pub fn spec(
         paused: false,
         on_delete: Default::default(),
         drain_timeout_seconds: 3600,
+        disruption: Default::default(),
     }
 }
 

@@ -25,6 +25,7 @@ use serde::{Deserialize, Serialize};
     printcolumn = r#"{"name":"Busy","type":"integer","jsonPath":".status.busy"}"#,
     printcolumn = r#"{"name":"Launching","type":"integer","jsonPath":".status.launching"}"#,
     printcolumn = r#"{"name":"Stopped","type":"integer","jsonPath":".status.stopped"}"#,
+    printcolumn = r#"{"name":"Drifted","type":"integer","jsonPath":".status.drifted","priority":1}"#,
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
 )]
 #[x_kube(validation = Rule::new("self.idle.max <= self.maxInstances").message("idle.max must not exceed maxInstances"))]
@@ -104,6 +105,38 @@ pub struct WarmPoolSpec {
     #[serde(default = "default_drain_timeout")]
     #[schemars(range(min = 0, max = 31536000))]
     pub drain_timeout_seconds: i64,
+    /// How instances whose launch spec is out of date (drifted: another AMI,
+    /// launch template or version, security groups, instance profile, agent,
+    /// run command or database file, or an instance type or subnet no longer
+    /// listed) are replaced. Default: one at a time.
+    #[serde(default)]
+    pub disruption: Disruption,
+}
+
+/// How drifted instances are replaced: idle and stopped ones first, each
+/// only once a replacement is up (so the pool never drops below idle.min
+/// for it), busy ones once their run is over.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Disruption {
+    /// Drifted instances replaced at a time: replacements booting for them
+    /// at most this many. 0: drifted instances are left to idleSeconds and
+    /// maxUses. Default 1.
+    #[serde(default = "default_max_drifted")]
+    #[schemars(range(min = 0, max = 10000))]
+    pub max_drifted: i32,
+}
+
+impl Default for Disruption {
+    fn default() -> Self {
+        Disruption {
+            max_drifted: default_max_drifted(),
+        }
+    }
+}
+
+fn default_max_drifted() -> i32 {
+    1
 }
 
 fn default_idle_seconds() -> i64 {
@@ -361,6 +394,10 @@ pub struct WarmPoolStatus {
     /// Instances shutting down, or being retired by the last pass.
     #[serde(default)]
     pub terminating: i32,
+    /// Instances whose launch spec is out of date, being replaced
+    /// (spec.disruption).
+    #[serde(default, skip_serializing_if = "is_zero32")]
+    pub drifted: i32,
     /// How many RunInstances batches the pool has had answered. Each batch's
     /// ClientToken is made from the pool's uid and this count, so a call retried
     /// after a lost answer (or by the next operator replica) repeats its token
@@ -401,6 +438,10 @@ pub struct WarmPoolStatus {
 }
 
 fn is_zero(n: &i64) -> bool {
+    *n == 0
+}
+
+fn is_zero32(n: &i32) -> bool {
     *n == 0
 }
 

@@ -128,7 +128,12 @@ pub async fn run(opts: LocalOptions) -> anyhow::Result<()> {
                     .schedulers
                     .get(&format!("{ns}/{}", p.spec.scheduler))
                     .ok_or_else(|| format!("Scheduler {ns}/{} not found", p.spec.scheduler))?;
-                database_url(scheduler, &manifests, fallback).map_err(|e| e.message)
+                let url = database_url(scheduler, &manifests, fallback).map_err(|e| e.message)?;
+                let stale = scheduler.spec.handover.stale_seconds;
+                Ok((
+                    url,
+                    Duration::from_secs(stale.clamp(1, crate::crd::MAX_SECONDS) as u64),
+                ))
             })
             .await;
         // A Scheduler removed from the directory takes its processes along,

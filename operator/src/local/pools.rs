@@ -47,11 +47,12 @@ impl LocalPools {
     }
 
     /// Starts, restarts (on a change of spec or database) and stops pool
-    /// loops to match `pools`; `url` is each pool's database or why none.
+    /// loops to match `pools`; `url` is each pool's database and its
+    /// Scheduler's stale limit, or why there is none.
     pub async fn sync(
         &mut self,
         pools: &BTreeMap<String, WarmPool>,
-        url: impl Fn(&WarmPool) -> Result<String, String>,
+        url: impl Fn(&WarmPool) -> Result<(String, Duration), String>,
     ) {
         let gone: Vec<String> = self
             .running
@@ -64,7 +65,7 @@ impl LocalPools {
             println!("warmpool {key}: removed; its loop and hosts stopped");
         }
         for (key, pool) in pools {
-            let url = match url(pool) {
+            let (url, run_stale) = match url(pool) {
                 Ok(u) => u,
                 Err(why) => {
                     if self.refused.get(key) != Some(&why) {
@@ -80,7 +81,7 @@ impl LocalPools {
                 }
                 self.stop(key).await;
             }
-            match self.start(key, pool, &url).await {
+            match self.start(key, pool, &url, run_stale).await {
                 Ok(r) => {
                     self.refused.remove(key);
                     self.running.insert(key.clone(), r);
@@ -95,7 +96,13 @@ impl LocalPools {
         }
     }
 
-    async fn start(&mut self, key: &str, pool: &WarmPool, url: &str) -> Result<Running, String> {
+    async fn start(
+        &mut self,
+        key: &str,
+        pool: &WarmPool,
+        url: &str,
+        run_stale: Duration,
+    ) -> Result<Running, String> {
         let (namespace, name) = key.split_once('/').unwrap_or(("default", key));
         let mut spec = pool.spec.clone();
         if spec.endpoint.is_none() {
@@ -106,9 +113,10 @@ impl LocalPools {
             cluster: cluster_of(&self.state_dir),
             ..Tuning::default()
         };
-        let pool_loop = PoolLoop::new(namespace, name, spec.clone(), url, tuning)
+        let mut pool_loop = PoolLoop::new(namespace, name, spec.clone(), url, tuning)
             .await
             .map_err(|e| e.to_string())?;
+        pool_loop.set_run_stale(run_stale);
         let ec2 = Ec2::new(&Ec2Config::new(&spec.region, endpoint.as_deref())).await;
         let agent = sibling("orca-pool-agent")
             .ok_or("orca-pool-agent is not beside orca-operator; build the workspace")?;

@@ -219,24 +219,52 @@ impl<W: World> PoolLoop<W> {
         if going.is_empty() {
             return Ok(stayed);
         }
-        let ids: Vec<String> = going.iter().map(|(i, _, _)| i.to_string()).collect();
-        if let Err(e) = self.world.terminate(&ids).await {
-            if matches!(e, Ec2Error::Fenced { .. }) {
-                return Err(self.ec2_error(e));
-            }
-            // Ended rows and claims stay: the next pass sees the instances
-            // without a live row (or with the claim) and tries again.
-            report.throttled |= matches!(e, Ec2Error::Throttled { .. });
-            if report.throttled {
-                if let Some(m) = &self.metrics {
-                    m.throttle(&self.pool);
+        let mut ids: Vec<String> = going.iter().map(|(i, _, _)| i.to_string()).collect();
+        match self.world.terminate(&ids).await {
+            Ok(()) => {}
+            Err(e @ Ec2Error::Fenced { .. }) => return Err(self.ec2_error(e)),
+            // One id EC2 refuses (termination protection, an instance it
+            // does not know) fails the whole call: each is tried alone, so
+            // the others go in this pass and the refused ones are named.
+            Err(Ec2Error::Refused { .. }) if ids.len() > 1 => {
+                let mut refused = Vec::new();
+                for id in &ids {
+                    match self.world.terminate(std::slice::from_ref(id)).await {
+                        Ok(()) => {}
+                        Err(e @ Ec2Error::Fenced { .. }) => return Err(self.ec2_error(e)),
+                        Err(e) => refused.push((id.clone(), e.to_string())),
+                    }
+                }
+                for (id, why) in &refused {
+                    tracing::warn!(pool = %self.pool, instance = %id, error = %why, "terminate refused");
+                    report.events.push(event(
+                        "TerminateFailed",
+                        format!("{id} could not be terminated; the next pass tries again: {why}"),
+                        true,
+                    ));
+                }
+                stayed += refused.len() as u32;
+                going.retain(|(i, _, _)| !refused.iter().any(|(r, _)| r == i));
+                ids.retain(|i| !refused.iter().any(|(r, _)| r == i));
+                if ids.is_empty() {
+                    return Ok(stayed);
                 }
             }
-            tracing::warn!(pool = %self.pool, error = %e, count = ids.len(), "terminate failed");
-            report
-                .events
-                .push(event("TerminateFailed", e.to_string(), true));
-            return Ok(stayed + ids.len() as u32);
+            Err(e) => {
+                // Ended rows and claims stay: the next pass sees the instances
+                // without a live row (or with the claim) and tries again.
+                report.throttled |= matches!(e, Ec2Error::Throttled { .. });
+                if report.throttled {
+                    if let Some(m) = &self.metrics {
+                        m.throttle(&self.pool);
+                    }
+                }
+                tracing::warn!(pool = %self.pool, error = %e, count = ids.len(), "terminate failed");
+                report
+                    .events
+                    .push(event("TerminateFailed", e.to_string(), true));
+                return Ok(stayed + ids.len() as u32);
+            }
         }
         let mut by_reason: BTreeMap<Reason, Vec<&str>> = BTreeMap::new();
         for (instance, reason, claim) in &going {
@@ -402,6 +430,7 @@ impl<W: World> PoolLoop<W> {
             if count == 0 {
                 break;
             }
+            let mut mismatched = false;
             loop {
                 let Some(offering) = chain.get(at) else {
                     report.events.push(event(
@@ -424,6 +453,16 @@ impl<W: World> PoolLoop<W> {
                     self.launch_batches += 1;
                 }
                 match answer {
+                    // The token was EC2's already, for another request: the
+                    // next token, at once (the count moved on above).
+                    Err(Ec2Error::Refused { ref code, .. })
+                        if code == "IdempotentParameterMismatch" && !mismatched =>
+                    {
+                        mismatched = true;
+                        tracing::warn!(pool = %self.pool, token = %token,
+                            "the launch token was used for another request; a new one");
+                        continue;
+                    }
                     Ok(ids) => {
                         tracing::info!(pool = %self.pool, offering = %offering, count, token = %token,
                             instances = ?ids, "launched");

@@ -21,6 +21,10 @@ enum Answer {
     Throttled,
     Refused,
     Lost,
+    /// `IdempotentParameterMismatch`: the token named another request.
+    Mismatch,
+    /// Termination protection (`OperationNotPermitted`).
+    Protected,
 }
 
 /// The world as a table: EC2's answers in order (then `Launch`), the idle
@@ -61,6 +65,16 @@ fn refusal(answer: Answer, action: &'static str, offering: Option<&Offering>) ->
             action,
             code: "InvalidParameterValue".into(),
             message: "no such image".into(),
+        },
+        Answer::Mismatch => Ec2Error::Refused {
+            action,
+            code: "IdempotentParameterMismatch".into(),
+            message: "the token was used with other parameters".into(),
+        },
+        Answer::Protected => Ec2Error::Refused {
+            action,
+            code: "OperationNotPermitted".into(),
+            message: "disableApiTermination".into(),
         },
         Answer::Lost | Answer::Launch => Ec2Error::Transport {
             action,
@@ -224,8 +238,9 @@ async fn launches_go_to_the_next_offering_on_a_capacity_error_and_hold_the_first
     );
     // Two answered calls, two tokens, both used up.
     assert_eq!(lp.launch_batches, 2);
-    assert_eq!(lp.world.runs[0].2, client_token("uid-1", 0));
-    assert_eq!(lp.world.runs[1].2, client_token("uid-1", 1));
+    assert_eq!(lp.world.runs[0].2, client_token(&lp.launch_id, 0));
+    assert_eq!(lp.world.runs[1].2, client_token(&lp.launch_id, 1));
+    assert!(lp.launch_id.starts_with("uid-1/"), "{}", lp.launch_id);
 }
 
 #[tokio::test]
@@ -442,4 +457,72 @@ async fn a_reserve_instance_whose_agent_came_back_is_not_terminated() {
         [901],
         "the claim ended after the terminate"
     );
+}
+
+/// Two loops of one pool that read one status — a replica after a
+/// failover, whose predecessor's last status write was lost, or a status
+/// restored from a backup — never launch a new batch under an old
+/// batch's token. Once, both asked with (uid, 0).
+#[tokio::test]
+async fn a_status_that_is_behind_never_repeats_a_launch_token() {
+    let mut a = pool(Table::default());
+    launch(&mut a, &launching(1), 0).await;
+    let mut b = pool(Table::default());
+    launch(&mut b, &launching(1), 0).await;
+    assert_eq!((a.launch_batches, b.launch_batches), (1, 1));
+    assert_ne!(a.world.runs[0].2, b.world.runs[0].2);
+}
+
+/// A token EC2 knows for another request is replaced by the next one in
+/// the same pass, once; the launch is not lost to it.
+#[tokio::test]
+async fn an_idempotent_parameter_mismatch_takes_the_next_token_at_once() {
+    let mut lp = pool(Table {
+        run: [Answer::Mismatch].into(),
+        ..Table::default()
+    });
+    let report = launch(&mut lp, &launching(2), 0).await;
+    assert_eq!(report.launched.len(), 2, "{:?}", report.events);
+    assert_eq!(lp.world.runs.len(), 2);
+    assert_ne!(lp.world.runs[0].2, lp.world.runs[1].2);
+    assert_eq!(lp.launch_batches, 2);
+}
+
+/// One instance EC2 will not terminate (termination protection) fails the
+/// whole batch: each is then tried alone, the others go in this pass, and
+/// the refused one is named and stays (its place taken back). Once, the
+/// whole batch stayed, every pass.
+#[tokio::test]
+async fn one_refused_id_does_not_hold_up_a_termination_batch() {
+    let mut lp = pool(Table {
+        // The batch, then i-a, i-b and i-c one by one.
+        terminate: [
+            Answer::Protected,
+            Answer::Launch,
+            Answer::Protected,
+            Answer::Launch,
+        ]
+        .into(),
+        ..Table::default()
+    });
+    let retire = |instance: &str, row| Retirement {
+        instance: instance.into(),
+        reason: Reason::IdleBeyondMax,
+        end: End::Idle(row),
+    };
+    let mut plan = launching(0);
+    plan.retirements = vec![retire("i-a", 1), retire("i-b", 2), retire("i-c", 3)];
+    let mut report = PassReport::default();
+    let stayed = lp.retire(&plan, &mut report).await.unwrap();
+    assert_eq!(stayed, 1, "the protected one");
+    assert_eq!(lp.world.terminated, ["i-a", "i-c"]);
+    assert_eq!(report.terminated, ["i-a", "i-c"]);
+    let failed: Vec<&str> = report
+        .events
+        .iter()
+        .filter(|e| e.reason == "TerminateFailed")
+        .map(|e| e.message.as_str())
+        .collect();
+    assert_eq!(failed.len(), 1, "{:?}", report.events);
+    assert!(failed[0].starts_with("i-b ") && failed[0].contains("OperationNotPermitted"));
 }

@@ -199,6 +199,8 @@ mod tests {
                 subnet: "subnet-a".into(),
                 spot,
             },
+            launch: None,
+            image: None,
         }
     }
 

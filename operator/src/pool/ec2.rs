@@ -38,6 +38,11 @@ pub const TAG_OPERATOR: &str = "orca.dev/operator";
 /// never touch each other's instances.
 pub const TAG_CLUSTER: &str = "orca.dev/cluster";
 
+/// The hash of the launch spec an instance came from (see
+/// [`super::drift`]), and which image that was.
+pub const TAG_LAUNCH: &str = "orca.dev/launch";
+pub const TAG_IMAGE: &str = "orca.dev/image";
+
 /// EC2 takes tag values of at most this many characters.
 pub const TAG_VALUE_MAX: usize = 256;
 
@@ -46,8 +51,11 @@ pub const TERMINATE_BATCH: usize = 1000;
 
 /// EC2 error codes that mean "not here, not now": that (type, subnet) is
 /// skipped for a while and the next one tried.
-pub const CAPACITY_CODES: [&str; 7] = [
+pub const CAPACITY_CODES: [&str; 8] = [
     "InsufficientInstanceCapacity",
+    // The account's quota of instances of that type (the older,
+    // per-type limits; vCPU quotas are VcpuLimitExceeded).
+    "InstanceLimitExceeded",
     "InsufficientFreeAddressesInSubnet",
     "Unsupported",
     "VcpuLimitExceeded",
@@ -404,11 +412,20 @@ impl Ec2 {
         let count = i32::try_from(req.count).unwrap_or(i32::MAX);
         let mut tags = TagSpecification::builder().resource_type(ResourceType::Instance);
         for (k, v) in &req.launch.tags {
-            if !req.owner.tags().iter().any(|(o, _)| o == k) {
+            let ours =
+                req.owner.tags().iter().any(|(o, _)| o == k) || k == TAG_LAUNCH || k == TAG_IMAGE;
+            if !ours {
                 tags = tags.tags(Tag::builder().key(k).value(v).build());
             }
         }
         for (k, v) in req.owner.tags() {
+            tags = tags.tags(Tag::builder().key(k).value(v).build());
+        }
+        let launch_tags = [
+            (TAG_LAUNCH, super::drift::launch_hash(req.launch)),
+            (TAG_IMAGE, tag_value(&super::drift::image_label(req.launch))),
+        ];
+        for (k, v) in launch_tags {
             tags = tags.tags(Tag::builder().key(k).value(v).build());
         }
         let mut call = self
@@ -553,7 +570,18 @@ fn instance(i: &aws_sdk_ec2::types::Instance) -> Option<Ec2Instance> {
             subnet: i.subnet_id().unwrap_or_default().to_string(),
             spot: i.instance_lifecycle() == Some(&InstanceLifecycleType::Spot),
         },
+        launch: tag(i, TAG_LAUNCH),
+        image: tag(i, TAG_IMAGE),
     })
+}
+
+/// The value of `i`'s tag `key`.
+fn tag(i: &aws_sdk_ec2::types::Instance, key: &str) -> Option<String> {
+    i.tags()
+        .iter()
+        .find(|t| t.key() == Some(key))
+        .and_then(|t| t.value())
+        .map(str::to_string)
 }
 
 #[cfg(test)]

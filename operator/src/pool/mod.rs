@@ -25,6 +25,7 @@ mod act;
 mod act_tests;
 pub mod backoff;
 pub mod cost;
+pub mod drift;
 pub mod ec2;
 pub mod metrics;
 mod pass;

@@ -197,11 +197,25 @@ impl fmt::Debug for SecretUrl {
 /// the pool, this process and when the loop was made, so no two loops share
 /// one.
 fn own_launch_id(pool: &str) -> String {
+    format!("{pool}/{}", nonce())
+}
+
+/// A value no other loop, of this process or another, ever had: the time,
+/// the process and a random number. It names a loop's launches (their
+/// `ClientToken`s), so that a batch count read back from a status that is
+/// behind — a write lost before a failover, a status restored from a
+/// backup — never makes a new batch repeat an old batch's token.
+fn nonce() -> String {
+    use std::hash::{BuildHasher, Hasher};
     let nanos = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_nanos())
         .unwrap_or_default();
-    format!("{pool}/{}/{nanos}", std::process::id())
+    // RandomState is seeded from the system's randomness.
+    let random = std::collections::hash_map::RandomState::new()
+        .build_hasher()
+        .finish();
+    format!("{nanos:x}.{:x}.{random:x}", std::process::id())
 }
 
 /// The world a loop acts on for real: its database connection and its EC2
@@ -297,6 +311,11 @@ pub struct PoolLoop<W = Live> {
     adopted: bool,
     /// Those of them the last listing adopted, for the pass to say so.
     just_adopted: Vec<String>,
+    /// The launch spec whose drifted instances a `Drifted` event announced.
+    drift_announced: Option<String>,
+    /// The Scheduler's stale limit: a busy instance whose run has not beaten
+    /// for this long looks hung. `None`: [`Tuning::stale`].
+    run_stale: Option<Duration>,
     /// What names this pool's launches in their `ClientToken`s: its uid
     /// once [`PoolLoop::remember`]ed, else one of this loop's own.
     pub(super) launch_id: String,
@@ -338,6 +357,8 @@ impl<W> PoolLoop<W> {
             deletion_announced: false,
             adopted: false,
             just_adopted: Vec::new(),
+            drift_announced: None,
+            run_stale: None,
             launch_id: own_launch_id(&pool),
             launch_batches: 0,
             pool,
@@ -348,9 +369,13 @@ impl<W> PoolLoop<W> {
     /// `status` (the Kubernetes mode: a restarted or newly elected operator):
     /// the offerings still held for want of capacity, each condition's
     /// transition time, and the launch batch count; `uid` (the WarmPool's)
-    /// names its launches, so their tokens are unique to the pool.
+    /// and a value of this loop's own name its launches, so their tokens
+    /// are unique to the pool and never repeat, whatever the status says.
+    /// (A batch whose answer was lost is retried with its token by this
+    /// loop; after a failover the next leader launches afresh, and what a
+    /// lost batch launched after all is surplus the next passes retire.)
     pub fn remember(mut self, uid: &str, status: &WarmPoolStatus) -> Self {
-        self.launch_id = uid.to_string();
+        self.launch_id = format!("{uid}/{}", nonce());
         self.launch_batches = status.launch_batches.max(0) as u64;
         self.conditions = status.conditions.clone();
         self.cost
@@ -371,6 +396,18 @@ impl<W> PoolLoop<W> {
             self.capacity_codes.insert(offering, held.code.clone());
         }
         self
+    }
+
+    /// The stale limit of the Scheduler the pool serves (its
+    /// `handover.staleSeconds`): its runs' heartbeats older than this look
+    /// hung, and a busy instance that looks so for twice it is retired
+    /// (`Hung`). Without it, [`Tuning::stale`].
+    pub fn set_run_stale(&mut self, stale: Duration) {
+        self.run_stale = Some(stale);
+    }
+
+    fn run_stale(&self) -> Duration {
+        self.run_stale.unwrap_or(self.tuning.stale)
     }
 
     pub fn with_metrics(mut self, metrics: PoolMetrics) -> Self {
@@ -506,7 +543,7 @@ impl PoolLoop {
             stale_secs: self.tuning.stale.as_secs_f64(),
             leak_grace_secs: grace.as_secs_f64(),
             max_batch: self.tuning.max_batch,
-            hung_grace_secs: 2.0 * self.tuning.stale.as_secs_f64(),
+            hung_grace_secs: 2.0 * self.run_stale().as_secs_f64(),
             unlisted_grace_secs: 60.0,
         }
     }
@@ -573,7 +610,7 @@ impl PoolLoop {
         let db = self.world.connected().await?;
         let read = orca_db::pool::known(db, &without).await;
         let known = read.map_err(|e| self.world.db_error(e))?;
-        let (stale, db) = (self.tuning.stale, self.world.connected().await?);
+        let (stale, db) = (self.run_stale(), self.world.connected().await?);
         let read = orca_db::pool::check_rows(db, &pool, listed, stale).await;
         let checks = read.map_err(|e| self.world.db_error(e))?;
         let mut made_before_listing = HashMap::with_capacity(checks.len());
@@ -700,6 +737,9 @@ impl PoolLoop {
                 .events
                 .push(super::act::event("InvalidSchedule", e.to_string(), true));
         }
+        if decided.counts.drifted > 0 {
+            self.announce_drift(&snap, &mut report);
+        }
         if !adopted.is_empty() {
             report.events.push(super::act::event(
                 "Adopted",
@@ -783,6 +823,45 @@ impl PoolLoop {
         }
         self.adopted = true;
         Ok(instances)
+    }
+
+    /// A `Drifted` event, once per launch spec: how many instances run an
+    /// out-of-date one, of which images, and how fast they are replaced.
+    fn announce_drift(&mut self, snap: &Snapshot, report: &mut PassReport) {
+        let hash = super::drift::launch_hash(&self.spec.launch);
+        if self.drift_announced.as_deref() == Some(hash.as_str()) {
+            return;
+        }
+        let drifted: Vec<&Ec2Instance> = snap
+            .instances
+            .iter()
+            .filter(|i| i.state.is_present() && super::drift::drifted(&self.spec, &hash, i))
+            .collect();
+        let mut images: Vec<&str> = drifted.iter().filter_map(|i| i.image.as_deref()).collect();
+        images.sort_unstable();
+        images.dedup();
+        let was = if images.is_empty() {
+            "another launch spec, instance type or subnet".to_string()
+        } else {
+            images.join(", ")
+        };
+        let pace = match self.spec.disruption.max_drifted.max(0) {
+            0 => "disruption.maxDrifted is 0: they go by idleSeconds and maxUses".to_string(),
+            n => format!(
+                "replacing {n} at a time: idle and stopped ones once a replacement is up, \
+                 busy ones after their runs"
+            ),
+        };
+        report.events.push(super::act::event(
+            "Drifted",
+            format!(
+                "{} instance(s) run an out-of-date launch spec ({was} → {}): {pace}",
+                drifted.len(),
+                super::drift::image_label(&self.spec.launch)
+            ),
+            false,
+        ));
+        self.drift_announced = Some(hash);
     }
 
     /// Whether EC2 listed none of the pool's instances as present, and

@@ -101,6 +101,12 @@ pub struct Ec2Instance {
     pub state: Ec2State,
     pub launched: DateTime<Utc>,
     pub offering: Offering,
+    /// The hash of the launch spec it came from (tag `orca.dev/launch`,
+    /// see [`super::drift`]); `None` for one launched before instances
+    /// carried it.
+    pub launch: Option<String>,
+    /// Which image that spec launched (tag `orca.dev/image`), for people.
+    pub image: Option<String>,
 }
 
 pub use orca_db::pool::PoolRow;
@@ -181,10 +187,13 @@ pub enum Reason {
     Hung,
     /// Stopped in the reserve beyond `stopped.max`.
     ReserveBeyondMax,
+    /// Its launch spec is out of date (see [`super::drift`]), and the pool
+    /// has enough without it.
+    Drifted,
 }
 
 impl Reason {
-    pub const ALL: [Reason; 9] = [
+    pub const ALL: [Reason; 10] = [
         Reason::IdleBeyondMax,
         Reason::Stale,
         Reason::MaxUses,
@@ -194,6 +203,7 @@ impl Reason {
         Reason::PoolDeleted,
         Reason::Hung,
         Reason::ReserveBeyondMax,
+        Reason::Drifted,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -207,6 +217,7 @@ impl Reason {
             Reason::PoolDeleted => "PoolDeleted",
             Reason::Hung => "Hung",
             Reason::ReserveBeyondMax => "ReserveBeyondMax",
+            Reason::Drifted => "Drifted",
         }
     }
 }
@@ -271,6 +282,8 @@ pub struct Counts {
     pub stopped: u32,
     /// Started from the reserve by this pass.
     pub starting: u32,
+    /// Present instances whose launch spec is out of date.
+    pub drifted: u32,
 }
 
 /// The decision of one pass.
@@ -363,6 +376,13 @@ pub fn plan(
     }
     let mut present = 0usize;
     let mut idle: Vec<(&Ec2Instance, &PoolRow)> = Vec::new();
+    // Drifted instances (see `super::drift`) are replaced, at most
+    // `disruption.maxDrifted` at a time: idle and stopped ones apart.
+    let hash = super::drift::launch_hash(&spec.launch);
+    let max_drifted = spec.disruption.max_drifted.max(0) as usize;
+    let is_drifted = |i: &Ec2Instance| super::drift::drifted(spec, &hash, i);
+    let mut old_idle: Vec<(&Ec2Instance, &PoolRow)> = Vec::new();
+    let mut old_reserve: Vec<(&Ec2Instance, &PoolRow)> = Vec::new();
     let mut booting = 0u32;
     // The stopped reserve: those EC2 lists stopped (they can be started),
     // and how many are still being stopped.
@@ -396,6 +416,8 @@ pub fn plan(
             state: Ec2State::Pending,
             launched: now,
             offering: Offering::default(),
+            launch: None,
+            image: None,
         })
         .collect();
     for i in &unlisted {
@@ -410,9 +432,12 @@ pub fn plan(
             continue;
         }
         present += 1;
+        let drifted = is_drifted(i);
+        out.counts.drifted += u32::from(drifted);
         match rows.get(i.id.as_str()) {
             Some(row) if row.claim => retire(&mut out, i, Reason::NoLiveRow, End::Claimed(row.id)),
             Some(row) if row.reserved => match i.state {
+                Ec2State::Stopped if drifted && max_drifted > 0 => old_reserve.push((i, row)),
                 Ec2State::Stopped => reserve.push((i, row)),
                 Ec2State::Running => {
                     stopping += 1;
@@ -454,6 +479,7 @@ pub fn plan(
                 Some(_) if spec.max_uses > 0 && row.uses >= i64::from(spec.max_uses) => {
                     retire(&mut out, i, Reason::MaxUses, End::Idle(row.id))
                 }
+                Some(_) if drifted && max_drifted > 0 => old_idle.push((i, row)),
                 Some(_) => idle.push((i, row)),
             },
             None if snap.known.contains(&i.id) => {
@@ -514,15 +540,47 @@ pub fn plan(
         out.ends.clear();
         out.gone.clear();
         out.restops.clear();
-        out.counts.idle = idle.len() as u32;
+        out.counts.idle = (idle.len() + old_idle.len()) as u32;
         out.counts.launching = booting;
-        out.counts.stopped = reserve.len() as u32 + stopping;
+        out.counts.stopped = (reserve.len() + old_reserve.len()) as u32 + stopping;
         return out;
     }
 
     // Idle and booting instances the pool needs running.
     let need = i64::from(spec.idle.min.max(0)) + snap.demand.max(0) + i64::from(interrupted);
-    let running_short = (need - idle.len() as i64 - i64::from(booting)).max(0) as usize;
+    // Drifted idle instances serve runs until they are replaced. At most
+    // `maxDrifted` of them at a time count for nothing here, so that their
+    // replacements launch (fewer while instances still boot); each one goes
+    // only once the pool has enough without it — after its replacement is
+    // idle, never before — the longest idle first.
+    let surplus = (idle.len() + old_idle.len()) as i64 - need;
+    let going = old_idle.len().min(surplus.max(0) as usize);
+    if going > 0 {
+        old_idle.sort_unstable_by(|a, b| {
+            let (x, y) = (a.1.idle_secs.unwrap_or(0.0), b.1.idle_secs.unwrap_or(0.0));
+            y.total_cmp(&x).then_with(|| a.0.id.cmp(&b.0.id))
+        });
+        for (i, row) in old_idle.drain(..going) {
+            retire(&mut out, i, Reason::Drifted, End::Idle(row.id));
+        }
+    }
+    let replacing = old_idle
+        .len()
+        .min(max_drifted.saturating_sub(booting as usize));
+    let counted = idle.len() + old_idle.len() - replacing;
+    let running_short = (need - counted as i64 - i64::from(booting)).max(0) as usize;
+    // What is left of them is needed as it is: neither parked in the
+    // reserve nor retired as beyond idle.max (there is no spare idle).
+    idle.append(&mut old_idle);
+    // Drifted stopped instances are never started; they are replaced by
+    // launches that refill the reserve, at most `maxDrifted` a pass.
+    let old_stopped = old_reserve.len();
+    for (i, row) in old_reserve.drain(..old_stopped.min(max_drifted)) {
+        retire(&mut out, i, Reason::Drifted, End::Reserved(row.id));
+    }
+    // Those left go in later passes; meanwhile they are in the reserve but
+    // count for nothing in it.
+    let old_stopped_left = old_reserve.len() as u32;
     // The reserve is started before anything is launched, in the order of
     // the instance ids, so one pass and the next agree.
     // One whose offering had no capacity at its last start waits, like a
@@ -599,7 +657,7 @@ pub fn plan(
     }
     out.counts.idle = idle.len() as u32;
     out.counts.launching = booting;
-    out.counts.stopped = (reserved + parks) as u32;
+    out.counts.stopped = (reserved + parks) as u32 + old_stopped_left;
     out.counts.terminating += out.retirements.len() as u32;
 
     let staying = present.saturating_sub(out.retirements.len()) as i64;

@@ -54,7 +54,17 @@ impl<W> PoolLoop<W> {
                     format!("{} idle of {min}", c.idle),
                 )
             },
-            if launching > 0 {
+            if c.drifted > 0 && !report.deleting {
+                (
+                    "Progressing",
+                    true,
+                    "ReplacingDrifted",
+                    format!(
+                        "{} instance(s) of an out-of-date launch spec being replaced; {launching} launching",
+                        c.drifted
+                    ),
+                )
+            } else if launching > 0 {
                 (
                     "Progressing",
                     true,
@@ -99,6 +109,7 @@ impl<W> PoolLoop<W> {
             busy: c.busy as i32,
             stopped: c.stopped as i32,
             terminating: c.terminating as i32,
+            drifted: c.drifted as i32,
             launch_batches: self.launch_batches as i64,
             capacity_errors,
             active_schedule: report.active_schedule.clone(),

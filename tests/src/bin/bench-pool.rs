@@ -59,6 +59,8 @@ fn bench_plan() {
                 subnet: "subnet-a".into(),
                 spot: false,
             },
+            launch: None,
+            image: None,
         });
         // A busy pool: 300 idle (100 beyond idle.max), the rest busy.
         let idle = k % 33 == 0 && k < 9_900;
@@ -380,6 +382,90 @@ async fn bench_below_target(moto: &Moto, url: &str) {
     );
 }
 
+/// A pool of 20 idle instances whose AMI changes: passes every 100 ms,
+/// each instance launched playing its agent at once (an idle row: the
+/// boot takes no time here, so what is measured is the loop's own pace),
+/// until no instance of the old AMI is left; the time that took and the
+/// lowest idle count seen, with `max_drifted` replaced at a time.
+async fn bench_drift(moto: &Moto, url: &str, max_drifted: i32) {
+    let ec2 = warm::ec2(&moto.endpoint()).await;
+    let subnets = warm::subnets(&ec2).await;
+    let pool = format!("bench/drift-{max_drifted}");
+    let (ns, name) = pool.split_once('/').unwrap_or_default();
+    let mut spec = warm::spec(&moto.endpoint(), &["t3.micro"], &subnets[..1], 20, 20, 40);
+    spec.disruption.max_drifted = max_drifted;
+    let tuning = Tuning {
+        leak_grace: Some(Duration::from_secs(600)),
+        listing_reuse: Duration::ZERO,
+        ..Tuning::default()
+    };
+    let mut lp = PoolLoop::new(ns, name, spec.clone(), url, tuning)
+        .await
+        .unwrap_or_else(|e| panic!("pool loop: {e}"));
+    let db = pg::connect(url).await;
+    let idle = || async {
+        let n: i64 = db
+            .query_one(
+                "select count(*) from orca.instances
+                 where pool = $1 and ended is null and idle is not null",
+                &[&pool],
+            )
+            .await
+            .unwrap()
+            .get(0);
+        n
+    };
+    while idle().await < 20 {
+        let report = lp
+            .pass(Utc::now())
+            .await
+            .unwrap_or_else(|e| panic!("a pass: {e}"));
+        add_idle_rows(&db, &pool, &report.launched).await;
+    }
+    let images = ec2
+        .client()
+        .describe_images()
+        .send()
+        .await
+        .unwrap_or_else(|e| panic!("moto's DescribeImages: {e}"));
+    let new_image = images
+        .images()
+        .iter()
+        .filter_map(|i| i.image_id())
+        .find(|id| *id != warm::IMAGE)
+        .expect("moto knows more than one AMI")
+        .to_string();
+    let mut patched = spec;
+    patched.launch.image_id = Some(new_image);
+    lp.set_spec(patched).await;
+    let started = Instant::now();
+    let mut lowest = i64::MAX;
+    loop {
+        let report = lp
+            .pass(Utc::now())
+            .await
+            .unwrap_or_else(|e| panic!("a pass: {e}"));
+        add_idle_rows(&db, &pool, &report.launched).await;
+        lowest = lowest.min(idle().await);
+        if report.status.drifted == 0 && report.launched.is_empty() {
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(300),
+            "still drifted after 5 minutes: {:?}",
+            report.status
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    row(
+        &format!(
+            "20 idle instances, AMI changed, {max_drifted} at a time (agents played: boots take no time): until no old AMI is left / lowest idle"
+        ),
+        format!("{} / {lowest} of 20", ms(started.elapsed())),
+        "lowest idle ≥ idle.min (20)",
+    );
+}
+
 async fn recv(rx: &mpsc::Receiver<Vec<String>>) -> Vec<String> {
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
@@ -485,5 +571,7 @@ fn main() {
         // stopped instead.
         bench_reserve(&moto, &url, None).await;
         bench_reserve(&moto, &url, Some(2)).await;
+        bench_drift(&moto, &url, 1).await;
+        bench_drift(&moto, &url, 5).await;
     });
 }

@@ -194,9 +194,10 @@ async fn an_operator_restarted_in_the_middle_of_a_launch_launches_no_duplicates(
     assert_eq!(present(&ec2, pool).await.len(), 2, "no duplicate instances");
     assert_eq!(faults.calls_of("RunInstances").len(), 1);
 
-    // The call never reached EC2: the restarted operator retries it with
-    // the same ClientToken (EC2 would answer a repeat with the first
-    // call's instances).
+    // The call never reached EC2: the restarted operator launches them,
+    // once, under a token of its own — a token is never reused across
+    // loops, since a status that is behind (a lost write, a backup) would
+    // otherwise make a new batch repeat an old one's.
     let pool = "restart/b";
     for run in 1..=2 {
         ask(&db, &request(pool, run, "")).await;
@@ -235,11 +236,7 @@ async fn an_operator_restarted_in_the_middle_of_a_launch_launches_no_duplicates(
     assert_eq!(present(&ec2, pool).await.len(), 2);
     let calls = faults.calls_of("RunInstances");
     assert_eq!(calls.len(), 2);
-    assert_eq!(calls[0].param("ClientToken"), calls[1].param("ClientToken"));
-    assert_eq!(
-        calls[0].param("ClientToken"),
-        Some(client_token("uid-b", 0).as_str())
-    );
+    assert_ne!(calls[0].param("ClientToken"), calls[1].param("ClientToken"));
 }
 
 /// An operator that takes over a pool (restarted, or newly elected) reads

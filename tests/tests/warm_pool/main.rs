@@ -16,7 +16,6 @@ use chrono::Utc;
 use orca_db::pool::{ask_for_instance, hand_out, Request};
 use orca_operator::crd::WarmPoolStatus;
 use orca_operator::pool::{
-    ec2::client_token,
     userdata::{self, DatabaseSource},
     Ec2, Ec2State, PoolEvent, PoolLoop,
 };
@@ -225,6 +224,7 @@ impl Drop for Running {
     }
 }
 
+mod convergence;
 mod launches;
 mod reserve;
 mod retirement;

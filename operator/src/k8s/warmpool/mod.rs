@@ -666,8 +666,19 @@ async fn prepare(
     }
     let ns = wp.namespace().unwrap_or_else(|| "default".into());
     let recorded = wp.status.as_ref().and_then(|s| s.database_secret.clone());
+    // The Scheduler's stale limit judges whether a busy instance's run
+    // still beats (the `Hung` check): its runs' heartbeats are its.
+    let mut run_stale = None;
     let secret_ref = match (scheduler_of(wp, ctx, pool).await?, recorded) {
-        (Some(s), _) => s.spec.database.url_secret_ref.clone(),
+        (Some(s), _) => {
+            run_stale = Some(Duration::from_secs(
+                s.spec
+                    .handover
+                    .stale_seconds
+                    .clamp(1, crate::crd::MAX_SECONDS) as u64,
+            ));
+            s.spec.database.url_secret_ref.clone()
+        }
         // Deleted after its Scheduler: the database it last ran on (kept,
         // with its Secret, for this) ends its rows before its instances go.
         (None, Some(recorded)) if deleting => recorded,
@@ -691,6 +702,9 @@ async fn prepare(
         key: secret_ref.key.clone(),
         version,
     };
+    if let (Some(state), Some(stale)) = (slot.as_mut().filter(|_| same), run_stale) {
+        state.lp.set_run_stale(stale);
+    }
     if same {
         let state = slot.as_mut().expect("invariant: `same` holds a state");
         let unchanged = state.source == source && source.version.is_some();
@@ -760,6 +774,9 @@ async fn prepare(
     .remember(wp.metadata.uid.as_deref().unwrap_or_default(), &remembered);
     if let Some(m) = &ctx.config.metrics {
         lp = lp.with_metrics(m.clone());
+    }
+    if let Some(stale) = run_stale {
+        lp.set_run_stale(stale);
     }
     tracing::info!(pool = %pool, generation = ?wp.metadata.generation, "pool loop made");
     *slot = Some(PoolState {

@@ -9,6 +9,7 @@ use crate::crd::{IdleRange, Launch, OnDelete, WarmPoolSpec};
 
 mod bounds;
 mod deletion;
+mod drift;
 mod gone;
 mod launches;
 mod reserve;
@@ -46,6 +47,7 @@ pub(in crate::pool) fn spec(min: i32, max: i32, max_instances: i32) -> WarmPoolS
         paused: false,
         on_delete: OnDelete::Terminate,
         drain_timeout_seconds: 3600,
+        disruption: Default::default(),
     }
 }
 
@@ -64,6 +66,8 @@ fn inst(id: &str, age: i64) -> Ec2Instance {
         state: Ec2State::Running,
         launched: now() - Duration::seconds(age),
         offering: off("t3.small", "subnet-a"),
+        launch: None,
+        image: None,
     }
 }
 

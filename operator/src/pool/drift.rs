@@ -1,0 +1,149 @@
+//! Drift (docs/architecture.md#warmpool-controller-decide): whether an
+//! instance was launched from the launch spec the WarmPool has now. Pure.
+//!
+//! Each instance carries, in the tag [`crate::pool::ec2::TAG_LAUNCH`], a
+//! hash of the launch fields it came from that an instance cannot change
+//! once running — the AMI, the launch template and its version, security
+//! groups, instance profile, and what its user-data runs (agent path, run
+//! command, database file) — and in [`crate::pool::ec2::TAG_IMAGE`] which
+//! image that was, for people. An instance whose hash is not the spec's,
+//! or whose instance type or subnet the spec no longer lists, has drifted.
+//! One launched before instances carried the hash is not known to drift:
+//! it goes by `idleSeconds` and `maxUses` as before.
+
+use sha2::{Digest, Sha256};
+
+use super::plan::Ec2Instance;
+use crate::crd::{Launch, WarmPoolSpec};
+
+/// The hash of `launch`'s fields that make an instance what it is: 12 hex
+/// digits.
+pub fn launch_hash(launch: &Launch) -> String {
+    let mut groups = launch.security_group_ids.clone();
+    groups.sort();
+    let what = serde_json::json!({
+        "launchTemplate": launch.launch_template,
+        "imageId": launch.image_id,
+        "securityGroupIds": groups,
+        "iamInstanceProfile": launch.iam_instance_profile,
+        "agentPath": launch.agent_path,
+        "runCommand": launch.run_command,
+        "databaseUrlFile": launch.database_url_file,
+    });
+    let digest = Sha256::digest(what.to_string().as_bytes());
+    digest.iter().take(6).map(|b| format!("{b:02x}")).collect()
+}
+
+/// Which image `launch` launches, for people: the AMI, or the launch
+/// template and its version.
+pub fn image_label(launch: &Launch) -> String {
+    match (&launch.image_id, &launch.launch_template) {
+        (Some(image), _) => image.clone(),
+        (None, Some(t)) => format!(
+            "{}:{}",
+            t.id.as_deref().or(t.name.as_deref()).unwrap_or("template"),
+            t.version.as_deref().unwrap_or("$Default")
+        ),
+        (None, None) => "template".into(),
+    }
+}
+
+/// Whether instance `i` has drifted from `spec`, whose launch hash is
+/// `hash` ([`launch_hash`]).
+pub fn drifted(spec: &WarmPoolSpec, hash: &str, i: &Ec2Instance) -> bool {
+    let launch = &spec.launch;
+    let spec_changed = i.launch.as_deref().is_some_and(|h| h != hash);
+    // An empty type or subnet is the launch template's: not known.
+    let type_gone = !launch.instance_types.is_empty()
+        && !i.offering.instance_type.is_empty()
+        && !launch.instance_types.contains(&i.offering.instance_type);
+    let subnet_gone = !launch.subnet_ids.is_empty()
+        && !i.offering.subnet.is_empty()
+        && !launch.subnet_ids.contains(&i.offering.subnet);
+    spec_changed || type_gone || subnet_gone
+}
+
+#[cfg(test)]
+mod tests {
+    use chrono::Utc;
+
+    use super::*;
+    use crate::pool::plan::{Ec2State, Offering};
+
+    fn inst(launch: Option<&str>, t: &str, subnet: &str) -> Ec2Instance {
+        Ec2Instance {
+            id: "i-1".into(),
+            state: Ec2State::Running,
+            launched: Utc::now(),
+            offering: Offering {
+                instance_type: t.into(),
+                subnet: subnet.into(),
+                spot: false,
+            },
+            launch: launch.map(String::from),
+            image: None,
+        }
+    }
+
+    #[test]
+    fn what_drifts() {
+        let spec = crate::pool::plan::tests::spec(1, 1, 3);
+        let hash = launch_hash(&spec.launch);
+        let mut other = spec.launch.clone();
+        other.image_id = Some("ami-2".into());
+        assert_ne!(launch_hash(&other), hash, "another AMI");
+        let mut same = spec.launch.clone();
+        same.tags.insert("team".into(), "data".into());
+        same.instance_types.reverse();
+        assert_eq!(
+            launch_hash(&same),
+            hash,
+            "tags and the types' order change no instance"
+        );
+        let cases = [
+            (
+                "up to date",
+                inst(Some(&hash), "t3.small", "subnet-a"),
+                false,
+            ),
+            (
+                "another launch spec",
+                inst(Some("0123456789ab"), "t3.small", "subnet-a"),
+                true,
+            ),
+            (
+                "launched before the hash",
+                inst(None, "t3.small", "subnet-a"),
+                false,
+            ),
+            (
+                "a type no longer listed",
+                inst(Some(&hash), "m5.large", "subnet-a"),
+                true,
+            ),
+            (
+                "a subnet no longer listed",
+                inst(Some(&hash), "t3.small", "subnet-z"),
+                true,
+            ),
+            ("the template's type", inst(Some(&hash), "", ""), false),
+        ];
+        for (what, i, want) in cases {
+            assert_eq!(drifted(&spec, &hash, &i), want, "{what}");
+        }
+    }
+
+    #[test]
+    fn the_image_says_which() {
+        let spec = crate::pool::plan::tests::spec(1, 1, 3);
+        assert_eq!(image_label(&spec.launch), "ami-1");
+        let mut t = spec.launch.clone();
+        t.image_id = None;
+        t.launch_template = Some(crate::crd::LaunchTemplateRef {
+            id: Some("lt-1".into()),
+            name: None,
+            version: Some("4".into()),
+        });
+        assert_eq!(image_label(&t), "lt-1:4");
+    }
+}

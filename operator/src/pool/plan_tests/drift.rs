@@ -1,0 +1,256 @@
+//! Drift: instances of an out-of-date launch spec are replaced, at most
+//! `disruption.maxDrifted` at a time, never dropping the pool below
+//! `idle.min` for it; as a table of (what, spec, snapshot) → (retired,
+//! launched, counts).
+
+use super::*;
+use crate::crd::{Disruption, StoppedRange};
+
+/// An instance `age` seconds old of another launch spec.
+fn old(id: &str, age: i64) -> Ec2Instance {
+    Ec2Instance {
+        launch: Some("0ld0ld0ld0ld".into()),
+        image: Some("ami-0".into()),
+        ..inst(id, age)
+    }
+}
+
+/// An instance of the spec's launch spec.
+fn new(id: &str, age: i64) -> Ec2Instance {
+    Ec2Instance {
+        launch: Some(crate::pool::drift::launch_hash(&spec(0, 0, 1).launch)),
+        image: Some("ami-1".into()),
+        ..inst(id, age)
+    }
+}
+
+fn stopped_row(id: i64, instance: &str) -> PoolRow {
+    PoolRow {
+        idle_secs: None,
+        reserved: true,
+        ..idle_row(id, instance, 0.0)
+    }
+}
+
+fn with_max(mut s: WarmPoolSpec, max_drifted: i32) -> WarmPoolSpec {
+    s.disruption = Disruption { max_drifted };
+    s
+}
+
+type Case = (
+    &'static str,
+    WarmPoolSpec,
+    Snapshot,
+    Vec<(&'static str, Reason)>,
+    u32,
+    u32,
+);
+
+#[test]
+fn drift_table() {
+    let two = with_max(spec(2, 2, 6), 1);
+    let cases: Vec<Case> = vec![
+        (
+            "both idle drifted: one replacement launched, nothing retired yet",
+            two.clone(),
+            snap(
+                vec![old("i-a", 100), old("i-b", 100)],
+                vec![idle_row(1, "i-a", 30.0), idle_row(2, "i-b", 10.0)],
+            ),
+            vec![],
+            1,
+            2,
+        ),
+        (
+            "its replacement boots: nothing more, nothing retired",
+            two.clone(),
+            snap(
+                vec![old("i-a", 100), old("i-b", 100), new("i-c", 10)],
+                vec![idle_row(1, "i-a", 30.0), idle_row(2, "i-b", 10.0)],
+            ),
+            vec![],
+            0,
+            2,
+        ),
+        (
+            "the replacement is idle: the longest idle drifted one goes, the next replacement launches",
+            two.clone(),
+            snap(
+                vec![old("i-a", 100), old("i-b", 100), new("i-c", 10)],
+                vec![
+                    idle_row(1, "i-a", 30.0),
+                    idle_row(2, "i-b", 10.0),
+                    idle_row(3, "i-c", 1.0),
+                ],
+            ),
+            vec![("i-a", Reason::Drifted)],
+            1,
+            2,
+        ),
+        (
+            "two at a time: both replacements launch at once",
+            with_max(spec(2, 2, 6), 2),
+            snap(
+                vec![old("i-a", 100), old("i-b", 100)],
+                vec![idle_row(1, "i-a", 30.0), idle_row(2, "i-b", 10.0)],
+            ),
+            vec![],
+            2,
+            2,
+        ),
+        (
+            "enough without it: a spare drifted one goes at once",
+            two.clone(),
+            snap(
+                vec![new("i-a", 100), new("i-b", 100), old("i-c", 100)],
+                vec![
+                    idle_row(1, "i-a", 1.0),
+                    idle_row(2, "i-b", 1.0),
+                    idle_row(3, "i-c", 1.0),
+                ],
+            ),
+            vec![("i-c", Reason::Drifted)],
+            0,
+            1,
+        ),
+        (
+            "busy drifted: left to its run, counted",
+            two.clone(),
+            snap(
+                vec![new("i-a", 100), new("i-b", 100), old("i-c", 100)],
+                vec![
+                    idle_row(1, "i-a", 1.0),
+                    idle_row(2, "i-b", 1.0),
+                    busy_row(3, "i-c"),
+                ],
+            ),
+            vec![],
+            0,
+            1,
+        ),
+        (
+            "maxDrifted 0: left to idleSeconds and maxUses, counted",
+            with_max(spec(2, 2, 6), 0),
+            snap(
+                vec![old("i-a", 100), old("i-b", 100)],
+                vec![idle_row(1, "i-a", 30.0), idle_row(2, "i-b", 10.0)],
+            ),
+            vec![],
+            0,
+            2,
+        ),
+        (
+            "an instance type no longer listed drifts too",
+            two.clone(),
+            snap(
+                vec![
+                    Ec2Instance {
+                        offering: off("m5.large", "subnet-a"),
+                        ..new("i-a", 100)
+                    },
+                    new("i-b", 100),
+                    new("i-c", 100),
+                ],
+                vec![
+                    idle_row(1, "i-a", 1.0),
+                    idle_row(2, "i-b", 1.0),
+                    idle_row(3, "i-c", 1.0),
+                ],
+            ),
+            vec![("i-a", Reason::Drifted)],
+            0,
+            1,
+        ),
+        (
+            "launched before instances carried the hash: not known to drift",
+            two.clone(),
+            snap(
+                vec![inst("i-a", 100), inst("i-b", 100)],
+                vec![idle_row(1, "i-a", 1.0), idle_row(2, "i-b", 1.0)],
+            ),
+            vec![],
+            0,
+            0,
+        ),
+    ];
+    for (what, s, sn, want, launches, drifted) in cases {
+        let p = run(&s, &sn);
+        assert_eq!(retired(&p), want, "{what}");
+        assert_eq!(p.launch_count(), launches, "{what}: launches");
+        assert_eq!(p.counts.drifted, drifted, "{what}: drifted");
+    }
+}
+
+#[test]
+fn drifted_stopped_instances_are_never_started_and_go_at_the_pace_allowed() {
+    let mut s = with_max(spec(1, 1, 8), 1);
+    s.stopped = Some(StoppedRange {
+        min: 2,
+        max: Some(2),
+    });
+    let stopped = |i: Ec2Instance| Ec2Instance {
+        state: Ec2State::Stopped,
+        ..i
+    };
+    let sn = Snapshot {
+        instances: vec![
+            stopped(old("i-a", 100)),
+            stopped(old("i-b", 100)),
+            stopped(new("i-c", 100)),
+        ],
+        rows: vec![
+            stopped_row(1, "i-a"),
+            stopped_row(2, "i-b"),
+            stopped_row(3, "i-c"),
+        ],
+        demand: 1,
+        ..Default::default()
+    };
+    let p = run(&s, &sn);
+    let started: Vec<&str> = p.starts.iter().map(|w| w.instance.as_str()).collect();
+    assert_eq!(started, ["i-c"], "the up-to-date one serves the run");
+    assert_eq!(retired(&p), [("i-a", Reason::Drifted)], "one at a time");
+    assert_eq!(p.counts.drifted, 2);
+}
+
+#[test]
+fn the_pool_never_drops_below_idle_min_while_replacing() {
+    // Replaying passes over a pool of five drifted idle instances, two at
+    // a time: each pass's replacements boot and then report idle; the
+    // idle count never falls below idle.min, and in the end every
+    // instance is of the new spec.
+    let s = with_max(spec(5, 5, 20), 2);
+    let mut instances: Vec<Ec2Instance> = (0..5).map(|n| old(&format!("i-old-{n}"), 100)).collect();
+    let mut rows: Vec<PoolRow> = (0..5)
+        .map(|n| idle_row(n, &format!("i-old-{n}"), 10.0 + n as f64))
+        .collect();
+    let mut booting: Vec<String> = Vec::new();
+    let mut next = 100;
+    for pass in 0..20 {
+        // What booted in the pass before reports idle now.
+        for id in booting.drain(..) {
+            rows.push(idle_row(next, &id, 0.0));
+            next += 1;
+        }
+        let p = run(&s, &snap(instances.clone(), rows.clone()));
+        let gone: Vec<String> = p.retirements.iter().map(|r| r.instance.clone()).collect();
+        instances.retain(|i| !gone.contains(&i.id));
+        rows.retain(|r| !gone.contains(&r.instance));
+        let idle_now = rows.iter().filter(|r| r.idle_secs.is_some()).count();
+        assert!(idle_now >= 5, "pass {pass}: {idle_now} idle of 5");
+        for n in 0..p.launch_count() {
+            let id = format!("i-new-{pass}-{n}");
+            instances.push(new(&id, 0));
+            booting.push(id);
+        }
+        if instances
+            .iter()
+            .all(|i| i.image.as_deref() == Some("ami-1"))
+            && booting.is_empty()
+        {
+            assert_eq!(instances.len(), 5, "pass {pass}: {instances:?}");
+            return;
+        }
+    }
+    panic!("still drifted after 20 passes: {instances:?}");
+}

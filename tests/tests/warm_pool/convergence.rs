@@ -1,0 +1,123 @@
+//! A pool converges when its spec changes under it: instances of an
+//! out-of-date launch spec are replaced, never dropping the pool below
+//! `idle.min` for it. Once, a pool whose AMI changed kept its old instances
+//! warm and serving until they idled out — and a stopped reserve never did.
+
+use super::*;
+
+/// Another AMI moto knows than `warm::IMAGE`.
+async fn another_image(ec2: &Ec2) -> String {
+    let images = ec2
+        .client()
+        .describe_images()
+        .send()
+        .await
+        .unwrap_or_else(|e| panic!("moto's DescribeImages failed: {e}"));
+    images
+        .images()
+        .iter()
+        .filter_map(|i| i.image_id())
+        .find(|id| *id != warm::IMAGE)
+        .expect("moto knows more than one AMI")
+        .to_string()
+}
+
+/// The pool's present instances and the image each was launched from.
+async fn images(ec2: &Ec2, pool: &str) -> Vec<(String, Option<String>)> {
+    present(ec2, pool)
+        .await
+        .into_iter()
+        .map(|i| (i.id, i.image))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_ami_change_replaces_every_instance_one_at_a_time_never_below_idle_min() {
+    let (moto, url, ec2, subnets) = warm::Stage::new().await.parts();
+    let pool = "drift/pool";
+    let spec = warm::spec(&moto.endpoint(), &["t3.micro"], &subnets[..1], 3, 3, 8);
+    warm::aws_env();
+    let mut lp = PoolLoop::new(
+        "drift",
+        "pool",
+        spec.clone(),
+        &url,
+        warm::tuning(Duration::from_secs(60)),
+    )
+    .await
+    .unwrap();
+    let hosts = warm::hosts(&moto.endpoint(), &url, pool, "true").await;
+    let (_stop_hosts, stopped) = oneshot::channel::<()>();
+    tokio::spawn(hosts.run(async move {
+        let _ = stopped.await;
+    }));
+    let db = pg::connect(&url).await;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while idle_fresh(&db, pool).await.len() < 3 {
+        assert!(Instant::now() < deadline, "never three idle");
+        lp.pass(Utc::now()).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    let old: HashSet<String> = present(&ec2, pool)
+        .await
+        .into_iter()
+        .map(|i| i.id)
+        .collect();
+    assert_eq!(old.len(), 3);
+
+    // Patch day: a new AMI.
+    let new_image = another_image(&ec2).await;
+    let mut patched = spec.clone();
+    patched.launch.image_id = Some(new_image.clone());
+    lp.set_spec(patched).await;
+    let mut events = Vec::new();
+    let mut lowest_idle = usize::MAX;
+    let mut most_launching = 0;
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let report = lp.pass(Utc::now()).await.unwrap();
+        events.extend(report.events.clone());
+        most_launching = most_launching.max(report.status.launching);
+        lowest_idle = lowest_idle.min(idle_fresh(&db, pool).await.len());
+        let now = images(&ec2, pool).await;
+        let done = now.len() == 3
+            && now
+                .iter()
+                .all(|(_, image)| image.as_deref() == Some(new_image.as_str()))
+            && report.status.drifted == 0;
+        if done {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "old instances left after 2 minutes: {now:?}, {:?}",
+            report.status
+        );
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    assert!(
+        lowest_idle >= 3,
+        "the pool dropped to {lowest_idle} idle of 3"
+    );
+    assert!(
+        most_launching <= 1,
+        "more than maxDrifted (1) replaced at a time: {most_launching}"
+    );
+    let drifted: Vec<&PoolEvent> = events.iter().filter(|e| e.reason == "Drifted").collect();
+    assert_eq!(drifted.len(), 1, "{events:#?}");
+    assert!(
+        drifted[0].message.contains(warm::IMAGE) && drifted[0].message.contains(&new_image),
+        "{}",
+        drifted[0].message
+    );
+    let retired: Vec<&PoolEvent> = events
+        .iter()
+        .filter(|e| e.reason == "Terminated" && e.message.contains("Drifted"))
+        .collect();
+    for id in &old {
+        assert!(
+            retired.iter().any(|e| e.message.contains(id.as_str())),
+            "{id} not retired as Drifted: {events:#?}"
+        );
+    }
+}
