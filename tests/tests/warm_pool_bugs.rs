@@ -204,3 +204,37 @@ async fn a_busy_instance_whose_run_is_over_or_whose_heartbeat_is_stale_is_retire
         [operator.clone(), operator.clone(), operator, None, None]
     );
 }
+
+/// The `Hung` check judges a run's heartbeat by the stale limit of the
+/// Scheduler the pool serves, never by a constant of its own: a scheduler
+/// that beats every 20 s has its busy instances left to their runs. Once,
+/// a fixed 30 s limit had them terminated mid-run.
+#[tokio::test]
+async fn a_run_is_hung_by_the_schedulers_stale_limit_not_the_loops() {
+    let (moto, url, ec2, subnets) = warm::Stage::new().await.parts();
+    let pool = "slowbeat/pool";
+    let db = pg::connect(&url).await;
+    let ids = warm::launch_by_hand(&ec2, pool, &subnets[0], 1, "slowbeat").await;
+    // Its last beat 5 s ago: stale by the loop's own 1 s, fresh by the
+    // Scheduler's 60 s.
+    let beating = run(&db, "running", 1, 5.0).await;
+    let rows = [row(&db, &ids[0], pool, Some(beating), 5.0).await];
+    let spec = warm::spec(&moto.endpoint(), &["t3.micro"], &subnets[..1], 0, 5, 10);
+    let tuning = Tuning {
+        stale: Duration::from_secs(1),
+        ..warm::tuning(Duration::from_secs(600))
+    };
+    let mut lp = pool_loop(pool, spec, &url, tuning).await;
+    lp.set_run_stale(Duration::from_secs(60));
+    let first = lp.pass(Utc::now()).await.unwrap();
+    assert!(first.terminated.is_empty(), "{:?}", first.terminated);
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    let second = lp.pass(Utc::now()).await.unwrap();
+    assert!(
+        second.terminated.is_empty() && !terminated_for(&second, "Hung"),
+        "a run beating within its Scheduler's stale limit was taken for hung: {:#?}",
+        second.events
+    );
+    assert_eq!(ended_by(&db, &rows).await, [None]);
+    assert_eq!(second.status.busy, 1);
+}
