@@ -123,6 +123,19 @@ impl fmt::Display for DatabaseUrl {
     }
 }
 
+/// `text` — output nobody vetted, an instance's console say — with the
+/// database URL `url` and the password in it replaced by `***`.
+pub fn scrub(text: &str, url: &str) -> String {
+    let mut out = text.to_string();
+    if !url.trim().is_empty() {
+        out = out.replace(url.trim(), "***");
+    }
+    match password_in(url) {
+        Some(p) if !p.is_empty() => out.replace(p.as_str(), "***"),
+        _ => out,
+    }
+}
+
 /// The password a URL carries, found without trusting it to parse, so that
 /// even the message about a malformed URL can leave it out.
 fn password_in(text: &str) -> Option<String> {

@@ -412,6 +412,10 @@ impl<W: World> PoolLoop<W> {
         if budget == 0 {
             return Ok(());
         }
+        // Boots keep failing: launching more would only fail the same way.
+        if self.boot.holding().is_some() {
+            return Ok(());
+        }
         let user_data = userdata::render(
             &self.spec,
             &self.pool,

@@ -350,6 +350,34 @@ impl Ec2 {
         Ok((ours, untagged))
     }
 
+    /// The last lines of instance `id`'s console (`GetConsoleOutput`), at
+    /// most 300 characters, one line; empty if EC2 has none yet.
+    pub async fn console_tail(&self, id: &str) -> Result<String, Ec2Error> {
+        const ACTION: &str = "GetConsoleOutput";
+        self.check(ACTION)?;
+        let out = self
+            .client
+            .get_console_output()
+            .instance_id(id)
+            .latest(true)
+            .send()
+            .await
+            .map_err(|e| sdk_error(ACTION, None, e))?;
+        let bytes = out
+            .output()
+            .map(|b64| aws_smithy_types::base64::decode(b64).unwrap_or_default())
+            .unwrap_or_default();
+        let text = String::from_utf8_lossy(&bytes);
+        let lines: Vec<&str> = text
+            .lines()
+            .map(str::trim)
+            .filter(|l| !l.is_empty())
+            .collect();
+        let tail = lines[lines.len().saturating_sub(3)..].join(" / ");
+        let kept: String = tail.chars().rev().take(300).collect();
+        Ok(kept.chars().rev().collect())
+    }
+
     /// Tags `ids` with `owner`'s cluster (`CreateTags`).
     pub async fn tag_cluster(&self, ids: &[String], owner: &Ownership) -> Result<(), Ec2Error> {
         const ACTION: &str = "CreateTags";

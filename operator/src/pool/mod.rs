@@ -24,6 +24,7 @@ mod act;
 #[cfg(test)]
 mod act_tests;
 pub mod backoff;
+pub mod boot;
 pub mod cost;
 pub mod drift;
 pub mod ec2;

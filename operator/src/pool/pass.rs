@@ -62,6 +62,10 @@ pub struct Tuning {
     pub listing_reuse: Duration,
     /// `RunInstances` calls per batch when throttled, same `ClientToken`.
     pub throttle_attempts: u32,
+    /// After boot time-outs in a row (see [`super::boot`]), launches wait
+    /// this long, doubling with each one more, up to the cap.
+    pub boot_backoff_base: Duration,
+    pub boot_backoff_cap: Duration,
     pub backoff_base: Duration,
     pub backoff_cap: Duration,
 }
@@ -95,6 +99,8 @@ impl Default for Tuning {
             cluster: DEFAULT_CLUSTER.into(),
             replica: None,
             throttle_attempts: 5,
+            boot_backoff_base: Duration::from_secs(60),
+            boot_backoff_cap: Duration::from_secs(1800),
             backoff_base: Duration::from_millis(200),
             backoff_cap: Duration::from_secs(30),
         }
@@ -145,6 +151,9 @@ pub struct PassReport {
     pub throttled: bool,
     /// The WarmPool is being deleted with `onDelete: Terminate`.
     pub deleting: bool,
+    /// Why the pool is `Degraded` beyond this pass's warnings: boots that
+    /// keep failing (reason, message).
+    pub degraded: Option<(&'static str, String)>,
     /// Being deleted, and EC2 listed none of its instances pending or
     /// running, nor lacks one this loop launched: its finalizer may go.
     pub deleted: bool,
@@ -316,6 +325,10 @@ pub struct PoolLoop<W = Live> {
     /// The Scheduler's stale limit: a busy instance whose run has not beaten
     /// for this long looks hung. `None`: [`Tuning::stale`].
     run_stale: Option<Duration>,
+    /// Boot time-outs in a row, and the launch back-off they earned.
+    pub(super) boot: super::boot::BootFailures,
+    /// Instances this loop launched that reported (had a row).
+    booted: HashSet<String>,
     /// What names this pool's launches in their `ClientToken`s: its uid
     /// once [`PoolLoop::remember`]ed, else one of this loop's own.
     pub(super) launch_id: String,
@@ -359,6 +372,8 @@ impl<W> PoolLoop<W> {
             just_adopted: Vec::new(),
             drift_announced: None,
             run_stale: None,
+            boot: Default::default(),
+            booted: HashSet::new(),
             launch_id: own_launch_id(&pool),
             launch_batches: 0,
             pool,
@@ -756,6 +771,8 @@ impl PoolLoop {
         }
         if let Some(since) = snap.deleting {
             self.announce_deletion(&decided, since, &mut report);
+        } else {
+            self.count_boot_failures(&decided, &snap, &mut report).await;
         }
         let failed_ends = self.retire(&decided, &mut report).await?;
         self.reserve(&decided, now, &mut report).await?;
@@ -823,6 +840,54 @@ impl PoolLoop {
         }
         self.adopted = true;
         Ok(instances)
+    }
+
+    /// Boot time-outs in a row (`plan`'s `BootTimeout` retirements, none of
+    /// this loop's instances reporting): past a few, a Warning, the pool
+    /// `Degraded` (`BootFailing`, with the last one's console, scrubbed of
+    /// the database URL) and launches backing off (see [`super::boot`]).
+    async fn count_boot_failures(
+        &mut self,
+        plan: &PoolPlan,
+        snap: &Snapshot,
+        report: &mut PassReport,
+    ) {
+        let timed_out: Vec<&str> = plan
+            .retirements
+            .iter()
+            .filter(|r| r.reason == super::plan::Reason::BootTimeout)
+            .map(|r| r.instance.as_str())
+            .collect();
+        // A boot worked: an instance this loop launched reported (a row),
+        // for the first time.
+        self.booted.retain(|id| snap.ours.contains(id));
+        let mut reported = false;
+        for r in snap.rows.iter().filter(|r| snap.ours.contains(&r.instance)) {
+            reported |= self.booted.insert(r.instance.clone());
+        }
+        let last = match timed_out.last() {
+            Some(id) => {
+                let console = self.world.ec2.console_tail(id).await.unwrap_or_default();
+                Some((id.to_string(), orca_db::url::scrub(&console, &self.url.0)))
+            }
+            None => None,
+        };
+        let worse = self.boot.record(
+            timed_out.len() as u32,
+            last,
+            reported,
+            self.tuning.boot_backoff_base,
+            self.tuning.boot_backoff_cap,
+        );
+        if let Some(message) = self.boot.failing() {
+            if worse {
+                tracing::warn!(pool = %self.pool, "{message}");
+                report
+                    .events
+                    .push(super::act::event("BootFailing", message.clone(), true));
+            }
+            report.degraded = Some(("BootFailing", message));
+        }
     }
 
     /// A `Drifted` event, once per launch spec: how many instances run an

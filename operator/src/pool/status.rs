@@ -74,9 +74,10 @@ impl<W> PoolLoop<W> {
             } else {
                 ("Progressing", false, "Steady", "nothing launching".into())
             },
-            match degraded {
-                Some(e) => ("Degraded", true, e.reason, e.message.clone()),
-                None => ("Degraded", false, "AsExpected", "no errors".into()),
+            match (&report.degraded, degraded) {
+                (Some((reason, message)), _) => ("Degraded", true, *reason, message.clone()),
+                (None, Some(e)) => ("Degraded", true, e.reason, e.message.clone()),
+                (None, None) => ("Degraded", false, "AsExpected", "no errors".into()),
             },
         ];
         if report.deleting {

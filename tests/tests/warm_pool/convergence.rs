@@ -121,3 +121,59 @@ async fn an_ami_change_replaces_every_instance_one_at_a_time_never_below_idle_mi
         );
     }
 }
+
+/// An AMI whose agent never reports: each instance dies as `BootTimeout`.
+/// After three in a row the pool is `Degraded` (`BootFailing`, naming the
+/// last) and its launches back off, doubling, so that launches over time
+/// stay few. Once, it launched one every few seconds, for ever, with
+/// `Degraded` False.
+#[tokio::test]
+async fn boots_that_keep_failing_back_off_and_say_so() {
+    let (moto, url, _ec2, subnets) = warm::Stage::new().await.parts();
+    let faults = Ec2Faults::start(&moto.endpoint());
+    let mut spec = warm::spec(&faults.endpoint(), &["t3.micro"], &subnets[..1], 1, 1, 4);
+    spec.boot_timeout_seconds = 1;
+    let tuning = orca_operator::pool::Tuning {
+        boot_backoff_base: Duration::from_secs(4),
+        boot_backoff_cap: Duration::from_secs(60),
+        ..warm::tuning(Duration::from_secs(60))
+    };
+    warm::aws_env();
+    // No local hosts: no agent ever reports.
+    let mut lp = PoolLoop::new("noagent", "pool", spec, &url, tuning)
+        .await
+        .unwrap();
+    let started = Instant::now();
+    let mut events = Vec::new();
+    let mut last = None;
+    while started.elapsed() < Duration::from_secs(24) {
+        let report = lp.pass(Utc::now()).await.unwrap();
+        events.extend(report.events.clone());
+        last = Some(report.status);
+        tokio::time::sleep(Duration::from_millis(400)).await;
+    }
+    let launches = faults
+        .calls_of("RunInstances")
+        .iter()
+        .filter(|c| c.fault.is_none())
+        .count();
+    assert!(
+        (3..=7).contains(&launches),
+        "{launches} launches in 24 s of boots failing"
+    );
+    let status = last.unwrap();
+    let degraded = status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == "Degraded")
+        .unwrap();
+    assert_eq!(
+        (degraded.status.as_str(), degraded.reason.as_str()),
+        ("True", "BootFailing"),
+        "{status:?}"
+    );
+    assert!(degraded.message.contains("never reported") && degraded.message.contains("i-"));
+    assert!(events
+        .iter()
+        .any(|e| e.reason == "BootFailing" && e.warning));
+}
