@@ -329,6 +329,26 @@ impl<W: World> PoolLoop<W> {
                     report.started.extend(ids);
                 }
                 Err(e @ Ec2Error::Fenced { .. }) => return Err(self.ec2_error(e)),
+                // Refused for good (a missing permission, an instance that
+                // cannot start): kept, it would be parked for ever — retired.
+                Err(e @ Ec2Error::Refused { .. }) => {
+                    tracing::warn!(pool = %self.pool, offering = %offering, error = %e,
+                        "start refused: the instances are retired");
+                    report.events.push(event(
+                        "StartFailed",
+                        format!(
+                            "{e}: {} retired ({})",
+                            ids.join(", "),
+                            Reason::ReserveFailed.as_str()
+                        ),
+                        true,
+                    ));
+                    let woken: Vec<&super::plan::WithRow> = starts
+                        .into_iter()
+                        .filter(|s| woken.contains(&s.row))
+                        .collect();
+                    self.retire_reserved(&woken, report).await?;
+                }
                 Err(e) => {
                     let woken: Vec<i64> = rows.into_iter().filter(|r| woken.contains(r)).collect();
                     self.world.unwake_rows(&woken).await?;
@@ -349,14 +369,14 @@ impl<W: World> PoolLoop<W> {
         }
         let rows: Vec<i64> = plan.stops.iter().map(|s| s.row).collect();
         let taken = self.world.reserve_idle_rows(&rows).await?;
-        let mut ids: Vec<String> = plan
+        let stopping: Vec<&super::plan::WithRow> = plan
             .stops
             .iter()
             .filter(|s| taken.contains(&s.row))
-            .map(|s| s.instance.clone())
+            .chain(&plan.restops)
             .collect();
-        let fresh = ids.len();
-        ids.extend(plan.restops.iter().cloned());
+        let fresh = stopping.len() - plan.restops.len();
+        let ids: Vec<String> = stopping.iter().map(|s| s.instance.clone()).collect();
         if ids.is_empty() {
             return Ok(());
         }
@@ -373,6 +393,21 @@ impl<W: World> PoolLoop<W> {
                 ));
             }
             Err(e @ Ec2Error::Fenced { .. }) => return Err(self.ec2_error(e)),
+            // Refused for good: stopped again each pass it would fail each
+            // pass, its agent waiting for a stop that never comes — retired.
+            Err(e @ Ec2Error::Refused { .. }) => {
+                tracing::warn!(pool = %self.pool, error = %e, "stop refused: the instances are retired");
+                report.events.push(event(
+                    "StopFailed",
+                    format!(
+                        "{e}: {} retired ({})",
+                        ids.join(", "),
+                        Reason::ReserveFailed.as_str()
+                    ),
+                    true,
+                ));
+                self.retire_reserved(&stopping, report).await?;
+            }
             // The rows stay reserved: the next pass sees the instances still
             // running and stops them again.
             Err(e) => {
@@ -381,6 +416,33 @@ impl<W: World> PoolLoop<W> {
                 report.events.push(event("StopFailed", e.to_string(), true));
             }
         }
+        Ok(())
+    }
+
+    /// Retires reserve instances EC2 refused to stop or start: each row
+    /// turned into the operator's claim, then terminated, as any retirement
+    /// (`ReserveFailed`).
+    async fn retire_reserved(
+        &mut self,
+        items: &[&super::plan::WithRow],
+        report: &mut PassReport,
+    ) -> Result<(), PoolError> {
+        let plan = PoolPlan {
+            retirements: items
+                .iter()
+                .map(|s| super::plan::Retirement {
+                    instance: s.instance.clone(),
+                    reason: Reason::ReserveFailed,
+                    end: End::Reserved(s.row),
+                })
+                .collect(),
+            ..PoolPlan::default()
+        };
+        let terminated = std::mem::take(&mut report.terminated);
+        self.retire(&plan, report).await?;
+        let mut all = terminated;
+        all.append(&mut report.terminated);
+        report.terminated = all;
         Ok(())
     }
 

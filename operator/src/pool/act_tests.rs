@@ -34,6 +34,7 @@ enum Answer {
 struct Table {
     run: VecDeque<Answer>,
     terminate: VecDeque<Answer>,
+    stop: VecDeque<Answer>,
     handed_out: HashSet<i64>,
     agent_first: HashSet<String>,
     launched: u32,
@@ -138,8 +139,13 @@ impl World for Table {
     }
 
     async fn stop(&mut self, ids: &[String]) -> Result<(), Ec2Error> {
-        self.stopped.extend(ids.iter().cloned());
-        Ok(())
+        match self.stop.pop_front().unwrap_or(Answer::Launch) {
+            Answer::Launch => {
+                self.stopped.extend(ids.iter().cloned());
+                Ok(())
+            }
+            other => Err(refusal(other, "StopInstances", None)),
+        }
     }
 
     async fn start(&mut self, ids: &[String], offering: &Offering) -> Result<(), Ec2Error> {
@@ -391,7 +397,7 @@ async fn only_idle_rows_taken_into_the_reserve_are_stopped_and_running_reserved_
     });
     let plan = PoolPlan {
         stops: vec![with_row("i-1", 1), with_row("i-2", 2)],
-        restops: vec!["i-3".into()],
+        restops: vec![with_row("i-3", 3)],
         ..PoolPlan::default()
     };
     let report = reserve(&mut lp, &plan).await;
@@ -525,4 +531,49 @@ async fn one_refused_id_does_not_hold_up_a_termination_batch() {
         .collect();
     assert_eq!(failed.len(), 1, "{:?}", report.events);
     assert!(failed[0].starts_with("i-b ") && failed[0].contains("OperationNotPermitted"));
+}
+
+/// EC2 refuses to start a reserve instance for good (a missing IAM action,
+/// say): kept, it would be parked for ever, never handed out nor retired.
+/// It is retired instead, and the Warning says so.
+#[tokio::test]
+async fn a_start_refused_for_good_retires_the_reserve_instance() {
+    let mut lp = pool(Table {
+        start: [Answer::Refused].into(),
+        ..Table::default()
+    });
+    let plan = PoolPlan {
+        starts: vec![with_row("i-1", 1)],
+        ..PoolPlan::default()
+    };
+    let report = reserve(&mut lp, &plan).await;
+    assert!(lp.world.started.is_empty());
+    assert!(lp.world.unwoken.is_empty(), "not put back into the reserve");
+    assert_eq!(lp.world.terminated, ["i-1"]);
+    assert_eq!(report.terminated, ["i-1"]);
+    let failed = report
+        .events
+        .iter()
+        .find(|e| e.reason == "StartFailed")
+        .unwrap();
+    assert!(failed.warning && failed.message.contains("i-1 retired (ReserveFailed)"));
+}
+
+/// The same for a stop EC2 refuses: once, the plan stopped it again every
+/// pass and its agent waited for a stop that never came.
+#[tokio::test]
+async fn a_stop_refused_for_good_retires_the_instances() {
+    let mut lp = pool(Table {
+        stop: [Answer::Refused].into(),
+        ..Table::default()
+    });
+    let plan = PoolPlan {
+        stops: vec![with_row("i-1", 1)],
+        restops: vec![with_row("i-3", 3)],
+        ..PoolPlan::default()
+    };
+    let report = reserve(&mut lp, &plan).await;
+    assert!(lp.world.stopped.is_empty());
+    assert_eq!(lp.world.terminated, ["i-1", "i-3"]);
+    assert!(reasons(&report).contains(&"StopFailed"));
 }

@@ -190,10 +190,14 @@ pub enum Reason {
     /// Its launch spec is out of date (see [`super::drift`]), and the pool
     /// has enough without it.
     Drifted,
+    /// In the stopped reserve, but EC2 refused to stop or start it (a
+    /// missing permission, an instance that cannot stop): it would be
+    /// parked for good.
+    ReserveFailed,
 }
 
 impl Reason {
-    pub const ALL: [Reason; 10] = [
+    pub const ALL: [Reason; 11] = [
         Reason::IdleBeyondMax,
         Reason::Stale,
         Reason::MaxUses,
@@ -204,6 +208,7 @@ impl Reason {
         Reason::Hung,
         Reason::ReserveBeyondMax,
         Reason::Drifted,
+        Reason::ReserveFailed,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -218,6 +223,7 @@ impl Reason {
             Reason::Hung => "Hung",
             Reason::ReserveBeyondMax => "ReserveBeyondMax",
             Reason::Drifted => "Drifted",
+            Reason::ReserveFailed => "ReserveFailed",
         }
     }
 }
@@ -305,7 +311,7 @@ pub struct PoolPlan {
     pub stops: Vec<WithRow>,
     /// Reserve instances EC2 still lists as running (an earlier stop did not
     /// take, or has not yet): `StopInstances` again.
-    pub restops: Vec<String>,
+    pub restops: Vec<WithRow>,
     /// Stopped reserve instances to start: their rows marked woken first,
     /// then `StartInstances`. Started before any launch.
     pub starts: Vec<WithRow>,
@@ -441,7 +447,11 @@ pub fn plan(
                 Ec2State::Stopped => reserve.push((i, row)),
                 Ec2State::Running => {
                     stopping += 1;
-                    out.restops.push(i.id.clone());
+                    out.restops.push(WithRow {
+                        instance: i.id.clone(),
+                        row: row.id,
+                        offering: i.offering.clone(),
+                    });
                 }
                 _ => stopping += 1,
             },
