@@ -28,6 +28,7 @@ use serde::{Deserialize, Serialize};
     category = "orca",
     printcolumn = r#"{"name":"Image","type":"string","jsonPath":".spec.image"}"#,
     printcolumn = r#"{"name":"Phase","type":"string","jsonPath":".status.phase"}"#,
+    printcolumn = r#"{"name":"Reason","type":"string","jsonPath":".status.conditions[?(@.type==\"Degraded\")].reason"}"#,
     printcolumn = r#"{"name":"Leader","type":"string","jsonPath":".status.leader.pod"}"#,
     printcolumn = r#"{"name":"Draining","type":"integer","jsonPath":".status.draining"}"#,
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#

@@ -25,6 +25,7 @@ use serde::{Deserialize, Serialize};
     printcolumn = r#"{"name":"Busy","type":"integer","jsonPath":".status.busy"}"#,
     printcolumn = r#"{"name":"Launching","type":"integer","jsonPath":".status.launching"}"#,
     printcolumn = r#"{"name":"Stopped","type":"integer","jsonPath":".status.stopped"}"#,
+    printcolumn = r#"{"name":"Degraded","type":"string","jsonPath":".status.conditions[?(@.type==\"Degraded\")].reason"}"#,
     printcolumn = r#"{"name":"Drifted","type":"integer","jsonPath":".status.drifted","priority":1}"#,
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
 )]
@@ -416,6 +417,13 @@ pub struct WarmPoolStatus {
     /// orca.dev/in-use) while this names it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub database_secret: Option<crate::crd::SecretKeyRef>,
+    /// Where the pool ran before its spec.scheduler, region or endpoint (or
+    /// its Scheduler's database) changed, while instances launched there are
+    /// left: they are drained and terminated as on the WarmPool's deletion
+    /// (idle ones at once, busy ones after their run, at most
+    /// drainTimeoutSeconds after the change), never left behind.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub retiring: Vec<FormerPlace>,
     /// The schedule whose period is under way (its place in spec.schedules, its
     /// cron expression, the idle range and when the period ends); none while
     /// spec.idle holds.
@@ -443,6 +451,22 @@ fn is_zero(n: &i64) -> bool {
 
 fn is_zero32(n: &i32) -> bool {
     *n == 0
+}
+
+/// Where a pool ran before a change of its spec.scheduler, region or
+/// endpoint, or of its Scheduler's database.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct FormerPlace {
+    /// The Scheduler whose instances they are (the orca.dev/scheduler tag).
+    pub scheduler: String,
+    pub region: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub endpoint: Option<String>,
+    /// The Secret holding the database the instances report to.
+    pub database_secret: crate::crd::SecretKeyRef,
+    /// When the pool moved away (RFC 3339): the drain time-out counts from it.
+    pub since: String,
 }
 
 /// Instance-seconds of one instance type and capacity type.

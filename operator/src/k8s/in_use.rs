@@ -87,6 +87,11 @@ struct Ctx {
     recorder: Recorder,
     schedulers: Store<Scheduler>,
     pools: Store<WarmPool>,
+    /// The Secrets' metadata: the RoleBinding goes only after every Secret
+    /// kept in its namespace has been let go, or the operator could not.
+    secrets: Store<SecretMeta>,
+    /// Asks the RoleBinding's controller to look again.
+    to_binding: mpsc::UnboundedSender<()>,
     /// What was said on the users already: the uids of Secrets whose
     /// deletion while in use was, and refusals' messages.
     said: Mutex<HashSet<String>>,
@@ -99,6 +104,7 @@ impl Ctx {
         let both = async {
             self.schedulers.wait_until_ready().await.is_ok()
                 && self.pools.wait_until_ready().await.is_ok()
+                && self.secrets.wait_until_ready().await.is_ok()
         };
         tokio::time::timeout(Duration::from_secs(5), both)
             .await
@@ -126,11 +132,10 @@ fn users(
         })
         .collect();
     for p in pools.iter().filter(|p| p.namespace() == ns) {
-        let recorded = p
-            .status
-            .as_ref()
-            .and_then(|s| s.database_secret.as_ref())
-            .is_some_and(|r| r.name == name);
+        let recorded = p.status.as_ref().is_some_and(|s| {
+            s.database_secret.as_ref().is_some_and(|r| r.name == name)
+                || s.retiring.iter().any(|r| r.database_secret.name == name)
+        });
         let through = schedulers
             .iter()
             .any(|s| s.namespace() == ns && s.name_any() == p.spec.scheduler && names(s));
@@ -165,6 +170,7 @@ pub async fn run(
     // Secret — triggers the Secrets it concerns and the RoleBinding.
     let (to_secrets, secret_triggers) = mpsc::unbounded::<ObjectRef<SecretMeta>>();
     let (to_binding, binding_triggers) = mpsc::unbounded::<()>();
+    let to_binding_after_secrets = to_binding.clone();
     let (scheduler_store, writer) = reflector::store::<Scheduler>();
     let schedulers = {
         let (to_secrets, to_binding) = (to_secrets.clone(), to_binding.clone());
@@ -196,8 +202,12 @@ pub async fn run(
         .for_each(move |p| {
             if let Ok(p) = p {
                 let ns = p.namespace().unwrap_or_default();
-                if let Some(r) = p.status.as_ref().and_then(|s| s.database_secret.as_ref()) {
-                    let _ = to_secrets.unbounded_send(ObjectRef::new(&r.name).within(&ns));
+                if let Some(status) = &p.status {
+                    let recorded = status.database_secret.iter();
+                    let former = status.retiring.iter().map(|r| &r.database_secret);
+                    for r in recorded.chain(former) {
+                        let _ = to_secrets.unbounded_send(ObjectRef::new(&r.name).within(&ns));
+                    }
                 }
                 if let Some(s) = by_pool.get(&ObjectRef::new(&p.spec.scheduler).within(&ns)) {
                     let secret = &s.spec.database.url_secret_ref.name;
@@ -215,6 +225,8 @@ pub async fn run(
         progress,
         schedulers: scheduler_store,
         pools: pool_store,
+        secrets: secret_store.clone(),
+        to_binding: to_binding_after_secrets,
         said: Mutex::new(HashSet::new()),
     });
     let guard_secrets = Controller::for_stream(secret_stream, secret_store)
@@ -336,6 +348,8 @@ async fn guard_secret(secret: &SecretMeta, ctx: &Ctx, ns: &str) -> Result<Action
         (true, true) => {
             let removed = finalizer::remove(&api, &ctx.fence, &secret.metadata, FINALIZER).await?;
             tracing::info!(secret = %name, namespace = %ns, removed, "Secret no longer in use: finalizer removed");
+            // The RoleBinding may go now, if it was waiting for this.
+            let _ = ctx.to_binding.unbounded_send(());
         }
         _ => {}
     }
@@ -377,8 +391,14 @@ async fn reconcile_binding(binding: Arc<BindingMeta>, ctx: Arc<Ctx>) -> Result<A
         if held && !ctx.listed().await {
             return Ok(Action::requeue(Duration::from_secs(5)));
         }
+        // Let go last: while a Scheduler or WarmPool is left, or a Secret
+        // still kept here, the operator needs the permissions it grants.
+        let kept =
+            |m: &Arc<SecretMeta>| m.namespace() == here && finalizer::has(&m.metadata, FINALIZER);
+        let secrets_kept = ctx.secrets.state().iter().any(kept);
         let left = ctx.schedulers.state().iter().any(|s| s.namespace() == here)
-            || ctx.pools.state().iter().any(|p| p.namespace() == here);
+            || ctx.pools.state().iter().any(|p| p.namespace() == here)
+            || secrets_kept;
         let api: Api<RoleBinding> = Api::namespaced(ctx.client.clone(), &ns);
         // No finalizer can be added to an object being deleted: too late.
         let deleting = binding.metadata.deletion_timestamp.is_some();
@@ -388,6 +408,11 @@ async fn reconcile_binding(binding: Arc<BindingMeta>, ctx: Arc<Ctx>) -> Result<A
         } else if !left && held {
             let removed = finalizer::remove(&api, &ctx.fence, &binding.metadata, FINALIZER).await?;
             tracing::info!(binding = %key, removed, "no Scheduler or WarmPool left here: the RoleBinding's finalizer is removed");
+        }
+        // A Secret's release shows in its watch a moment after it is made:
+        // look again soon while only Secrets keep it.
+        if secrets_kept && deleting {
+            return Ok(Action::requeue(Duration::from_secs(2)));
         }
         Ok(Action::requeue(Duration::from_secs(600)))
     };

@@ -425,6 +425,13 @@ impl<W> PoolLoop<W> {
         self.run_stale.unwrap_or(self.tuning.stale)
     }
 
+    /// No metrics: a loop draining where the pool ran before must not set
+    /// the pool's gauges, which are the current loop's.
+    pub fn without_metrics(mut self) -> Self {
+        self.metrics = None;
+        self
+    }
+
     pub fn with_metrics(mut self, metrics: PoolMetrics) -> Self {
         self.metrics = Some(metrics);
         self

@@ -114,8 +114,9 @@ impl<W> PoolLoop<W> {
             launch_batches: self.launch_batches as i64,
             capacity_errors,
             active_schedule: report.active_schedule.clone(),
-            // The Kubernetes mode's, which knows the Secret.
+            // The Kubernetes mode's, which knows the Secret and the places.
             database_secret: None,
+            retiring: Vec::new(),
             instance_seconds: Vec::new(),
             runs_served: None,
             conditions: self.conditions.clone(),

@@ -305,6 +305,12 @@ async fn a_stopped_reserve_shows_in_kubectl_get_wpool() {
     let column = lines[0].iter().position(|h| *h == "STOPPED");
     assert!(column.is_some(), "no STOPPED column: {text}");
     assert_eq!(lines[1].get(column.unwrap()), Some(&"2"), "{text}");
+    let degraded = lines[0].iter().position(|h| *h == "DEGRADED");
+    assert_eq!(
+        degraded.and_then(|c| lines[1].get(c)),
+        Some(&"AsExpected"),
+        "kubectl get shows why a pool is (not) degraded: {text}"
+    );
     // What the reserve costs, as Prometheus scrapes it: seconds stopped
     // (the status shows them with its next change, or ten minutes on).
     eventually(

@@ -312,3 +312,67 @@ async fn a_restarted_operator_keeps_capacity_holds_transition_times_and_tokens()
     let tokens: HashSet<_> = calls.iter().map(|c| c.param("ClientToken")).collect();
     assert_eq!(tokens.len(), 3, "three batches, three tokens: {calls:#?}");
 }
+
+/// A quota error (`InstanceLimitExceeded`: the account's instances of that
+/// type are used up) is held like a capacity error, shown in the status,
+/// and the next type is launched; held, it is not asked again each pass.
+/// Once, every pass asked for it again.
+#[tokio::test]
+async fn a_quota_error_is_held_and_the_next_type_launched() {
+    let (moto, url, ec2, subnets) = warm::Stage::new().await.parts();
+    let faults = Ec2Faults::start(&moto.endpoint());
+    let pool = "quota/pool";
+    faults.fail(
+        "RunInstances",
+        &["InstanceType=t3.small"],
+        Fault::error("InstanceLimitExceeded"),
+        usize::MAX,
+    );
+    let spec = warm::spec(
+        &faults.endpoint(),
+        &["t3.small", "t3.medium"],
+        &subnets[..1],
+        1,
+        1,
+        10,
+    );
+    let mut lp = PoolLoop::new(
+        "quota",
+        "pool",
+        spec,
+        &url,
+        warm::tuning(Duration::from_secs(60)),
+    )
+    .await
+    .unwrap();
+    let report = lp.pass(Utc::now()).await.unwrap();
+    let launched = present(&ec2, pool).await;
+    assert_eq!(launched.len(), 1);
+    assert_eq!(launched[0].offering.instance_type, "t3.medium");
+    assert!(
+        report
+            .status
+            .capacity_errors
+            .iter()
+            .any(|c| c.instance_type == "t3.small" && c.code == "InstanceLimitExceeded"),
+        "{:?}",
+        report.status.capacity_errors
+    );
+    let small = |calls: &[orca_tests::ec2_faults::Call]| {
+        calls
+            .iter()
+            .filter(|c| c.param("InstanceType") == Some("t3.small"))
+            .count()
+    };
+    let asked = small(&faults.calls_of("RunInstances"));
+    // Its instance gone, the pool launches again: not in the held type.
+    lp.pass(Utc::now()).await.unwrap();
+    ec2.terminate(&[launched[0].id.clone()]).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    lp.pass(Utc::now()).await.unwrap();
+    assert_eq!(
+        small(&faults.calls_of("RunInstances")),
+        asked,
+        "held: not asked again"
+    );
+}

@@ -175,3 +175,4 @@ mod capacity;
 mod deletion;
 mod fence;
 mod launching;
+mod moving;

@@ -38,6 +38,7 @@
 
 mod finalizer;
 mod listen;
+mod retiring;
 mod teardown;
 
 use std::{
@@ -195,6 +196,8 @@ struct PoolState {
     last: Option<WarmPoolStatus>,
     /// Between failed or throttled passes.
     backoff: Backoff,
+    /// Where the pool ran before, while instances are left there.
+    retiring: Vec<retiring::Retiring>,
 }
 
 /// One pool's state; the controller never reconciles one pool twice at
@@ -595,6 +598,7 @@ async fn pass(wp: Arc<WarmPool>, ctx: Arc<PoolContext>) -> Result<Action, Contro
     };
     state.deletion.send_replace(deletion);
     let outcome = state.lp.pass(Utc::now()).await;
+    retiring::pass_all(&ctx, &wp, &mut state.retiring).await;
     write_back(&wp, &ctx, &pool, state, outcome).await
 }
 
@@ -705,7 +709,12 @@ async fn prepare(
     if let (Some(state), Some(stale)) = (slot.as_mut().filter(|_| same), run_stale) {
         state.lp.set_run_stale(stale);
     }
-    if same {
+    // A new spec that moves the pool (another Scheduler, region or
+    // endpoint) gets a loop of its own; the old one drains the old place.
+    let moving = slot.as_ref().is_some_and(|s| {
+        same && s.generation != wp.metadata.generation && retiring::moved(s.lp.spec(), &wp.spec)
+    });
+    if same && !moving {
         let state = slot.as_mut().expect("invariant: `same` holds a state");
         let unchanged = state.source == source && source.version.is_some();
         if unchanged {
@@ -734,7 +743,7 @@ async fn prepare(
         }
     };
     let database: DatabaseKey = Sha256::digest(url_text.as_bytes()).into();
-    if same {
+    if same && !moving {
         let state = slot.as_mut().expect("invariant: `same` holds a state");
         if state.database == database {
             state.source = source;
@@ -778,6 +787,23 @@ async fn prepare(
     if let Some(stale) = run_stale {
         lp.set_run_stale(stale);
     }
+    // The loop it replaces drains where the pool ran (another database,
+    // Scheduler, region or endpoint); a new replica takes up the places
+    // its status names.
+    let retiring = match slot.take().filter(|_| same) {
+        Some(old) => {
+            let mut retiring = old.retiring;
+            let secret = SecretKeyRef {
+                name: old.source.secret.clone(),
+                key: old.source.key.clone(),
+            };
+            let place = retiring::place_of(old.lp.spec(), secret, Utc::now());
+            tracing::info!(pool = %pool, place = ?place, "the pool moved: the old place's loop terminates what it launched there");
+            retiring.push(retiring::retire(ctx, old.lp, place));
+            retiring
+        }
+        None => retiring::restore(ctx, wp, &remembered.retiring).await,
+    };
     tracing::info!(pool = %pool, generation = ?wp.metadata.generation, "pool loop made");
     *slot = Some(PoolState {
         uid: wp.metadata.uid.clone(),
@@ -791,6 +817,7 @@ async fn prepare(
             ctx.config.tuning.backoff_base,
             ctx.config.tuning.backoff_cap,
         ),
+        retiring,
     });
     ctx.set_database(pool, Some((database, &url)));
     Ok(None)
@@ -846,7 +873,7 @@ async fn write_back(
                 state.backoff.reset();
                 ctx.config.tuning.resync
             };
-            if report.deleted {
+            if report.deleted && state.retiring.is_empty() {
                 for e in &report.events {
                     publish(&ctx.recorder, fence, &reference, e).await;
                 }
@@ -890,6 +917,7 @@ async fn write_back(
         name: state.source.secret.clone(),
         key: state.source.key.clone(),
     });
+    status.retiring = state.retiring.iter().map(|r| r.place.clone()).collect();
     for e in &events {
         publish(&ctx.recorder, fence, &reference, e).await;
     }
