@@ -43,21 +43,7 @@ impl OnCluster {
 
     /// As [`OnCluster::new`], with no operator replica yet.
     pub async fn without_operator(prefix: &str) -> OnCluster {
-        let cp = ControlPlane::shared();
-        let client = cp.client().await;
-        let ns = cp.namespace(&client, prefix).await;
-        let release = Release::install(cp, &ns, &ns, &[ns.as_str()], &[]);
-        let url = pg::Cluster::shared().migrated_db().await;
-        let stage = OnCluster {
-            cp,
-            client,
-            ns,
-            release,
-            url,
-            replicas: Vec::new(),
-        };
-        stage.secret("orca-db", "url", &stage.url.clone()).await;
-        stage
+        OnCluster::staged(prefix, None).await
     }
 
     /// As [`OnCluster::without_operator`], but the chart is installed in a
@@ -65,10 +51,20 @@ impl OnCluster {
     /// operator usually is: the stage's namespace can be deleted with
     /// everything in it, the operator's Role and RoleBinding there too.
     pub async fn apart(prefix: &str) -> OnCluster {
+        let stage = OnCluster::staged(prefix, Some(&format!("{prefix}-op"))).await;
+        stage.with_replica("a").await
+    }
+
+    /// The stage's namespace, the chart installed in it or in a namespace
+    /// `<apart>-<random>` watching it, and the Secret `orca-db`.
+    async fn staged(prefix: &str, apart: Option<&str>) -> OnCluster {
         let cp = ControlPlane::shared();
         let client = cp.client().await;
         let ns = cp.namespace(&client, prefix).await;
-        let op = cp.namespace(&client, &format!("{prefix}-op")).await;
+        let op = match apart {
+            Some(apart) => cp.namespace(&client, apart).await,
+            None => ns.clone(),
+        };
         let release = Release::install(cp, &op, &op, &[ns.as_str()], &[]);
         let url = pg::Cluster::shared().migrated_db().await;
         let stage = OnCluster {
@@ -80,7 +76,7 @@ impl OnCluster {
             replicas: Vec::new(),
         };
         stage.secret("orca-db", "url", &stage.url.clone()).await;
-        stage.with_replica("a").await
+        stage
     }
 
     /// Starts replica `name` of the operator.
@@ -205,6 +201,27 @@ impl OnCluster {
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
+    }
+
+    /// What `kubectl get <resource> <name>` shows under `column` (a
+    /// printer column's header), with the whole table for messages.
+    pub fn column(&self, resource: &str, name: &str, column: &str) -> (Option<String>, String) {
+        let out = std::process::Command::new(kubectl())
+            .arg("--kubeconfig")
+            .arg(self.cp.admin_kubeconfig())
+            .args(["get", resource, name, "-n", &self.ns])
+            .output()
+            .expect("kubectl runs");
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        let lines: Vec<Vec<&str>> = text
+            .lines()
+            .map(|l| l.split_whitespace().collect())
+            .collect();
+        let value = lines.first().and_then(|header| {
+            let at = header.iter().position(|h| *h == column)?;
+            Some(lines.get(1)?.get(at)?.to_string())
+        });
+        (value, text)
     }
 
     /// The namespace's pods and Jobs, a line each, with their states and

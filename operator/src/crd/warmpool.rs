@@ -460,7 +460,9 @@ fn is_zero32(n: &i32) -> bool {
 pub struct FormerPlace {
     /// The Scheduler whose instances they are (the orca.dev/scheduler tag).
     pub scheduler: String,
+    /// The AWS region the instances run in.
     pub region: String,
+    /// The EC2 endpoint the pool used there, if not the region's own.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub endpoint: Option<String>,
     /// The Secret holding the database the instances report to.

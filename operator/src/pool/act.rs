@@ -332,22 +332,12 @@ impl<W: World> PoolLoop<W> {
                 // Refused for good (a missing permission, an instance that
                 // cannot start): kept, it would be parked for ever — retired.
                 Err(e @ Ec2Error::Refused { .. }) => {
-                    tracing::warn!(pool = %self.pool, offering = %offering, error = %e,
-                        "start refused: the instances are retired");
-                    report.events.push(event(
-                        "StartFailed",
-                        format!(
-                            "{e}: {} retired ({})",
-                            ids.join(", "),
-                            Reason::ReserveFailed.as_str()
-                        ),
-                        true,
-                    ));
                     let woken: Vec<&super::plan::WithRow> = starts
                         .into_iter()
                         .filter(|s| woken.contains(&s.row))
                         .collect();
-                    self.retire_reserved(&woken, report).await?;
+                    self.retire_reserved("StartFailed", &e, &woken, report)
+                        .await?;
                 }
                 Err(e) => {
                     let woken: Vec<i64> = rows.into_iter().filter(|r| woken.contains(r)).collect();
@@ -396,17 +386,8 @@ impl<W: World> PoolLoop<W> {
             // Refused for good: stopped again each pass it would fail each
             // pass, its agent waiting for a stop that never comes — retired.
             Err(e @ Ec2Error::Refused { .. }) => {
-                tracing::warn!(pool = %self.pool, error = %e, "stop refused: the instances are retired");
-                report.events.push(event(
-                    "StopFailed",
-                    format!(
-                        "{e}: {} retired ({})",
-                        ids.join(", "),
-                        Reason::ReserveFailed.as_str()
-                    ),
-                    true,
-                ));
-                self.retire_reserved(&stopping, report).await?;
+                self.retire_reserved("StopFailed", &e, &stopping, report)
+                    .await?;
             }
             // The rows stay reserved: the next pass sees the instances still
             // running and stops them again.
@@ -419,14 +400,28 @@ impl<W: World> PoolLoop<W> {
         Ok(())
     }
 
-    /// Retires reserve instances EC2 refused to stop or start: each row
-    /// turned into the operator's claim, then terminated, as any retirement
-    /// (`ReserveFailed`).
+    /// Retires reserve instances EC2 refused to stop or start (`what` is
+    /// the event's reason): each row turned into the operator's claim, then
+    /// terminated, as any retirement (`ReserveFailed`).
     async fn retire_reserved(
         &mut self,
+        what: &'static str,
+        error: &Ec2Error,
         items: &[&super::plan::WithRow],
         report: &mut PassReport,
     ) -> Result<(), PoolError> {
+        let ids: Vec<&str> = items.iter().map(|s| s.instance.as_str()).collect();
+        tracing::warn!(pool = %self.pool, instances = ?ids, error = %error,
+            "{what}: EC2 refused for good, the instances are retired");
+        report.events.push(event(
+            what,
+            format!(
+                "{error}: {} retired ({})",
+                ids.join(", "),
+                Reason::ReserveFailed.as_str()
+            ),
+            true,
+        ));
         let plan = PoolPlan {
             retirements: items
                 .iter()

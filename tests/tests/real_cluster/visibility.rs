@@ -61,21 +61,10 @@ async fn a_forbidden_call_is_said_on_the_scheduler_naming_verb_and_resource() {
         message.contains("cannot get resource \"secrets\""),
         "the condition names the verb and the resource: {message}"
     );
-    let out = std::process::Command::new(orca_tests::on_cluster::kubectl())
-        .arg("--kubeconfig")
-        .arg(stage.cp.admin_kubeconfig())
-        .args(["get", "schedulers", "orca", "-n", &stage.ns])
-        .output()
-        .expect("kubectl runs");
-    let text = String::from_utf8_lossy(&out.stdout);
-    let lines: Vec<Vec<&str>> = text
-        .lines()
-        .map(|l| l.split_whitespace().collect())
-        .collect();
-    let reason = lines[0].iter().position(|h| *h == "REASON");
+    let (reason, text) = stage.column("schedulers", "orca", "REASON");
     assert_eq!(
-        reason.and_then(|c| lines[1].get(c)),
-        Some(&"Forbidden"),
+        reason.as_deref(),
+        Some("Forbidden"),
         "kubectl get shows the reason: {text}"
     );
     let events = stage

@@ -291,24 +291,12 @@ async fn a_stopped_reserve_shows_in_kubectl_get_wpool() {
         .await;
     assert_eq!((status.idle, status.launching), (0, 0), "{status:?}");
     assert!(!ec2.proxy.calls_of("StopInstances").is_empty());
-    let out = std::process::Command::new(orca_tests::on_cluster::kubectl())
-        .arg("--kubeconfig")
-        .arg(stage.cp.admin_kubeconfig())
-        .args(["get", "wpool", "runners", "-n", &stage.ns])
-        .output()
-        .expect("kubectl runs");
-    let text = String::from_utf8_lossy(&out.stdout);
-    let lines: Vec<Vec<&str>> = text
-        .lines()
-        .map(|l| l.split_whitespace().collect())
-        .collect();
-    let column = lines[0].iter().position(|h| *h == "STOPPED");
-    assert!(column.is_some(), "no STOPPED column: {text}");
-    assert_eq!(lines[1].get(column.unwrap()), Some(&"2"), "{text}");
-    let degraded = lines[0].iter().position(|h| *h == "DEGRADED");
+    let (stopped, text) = stage.column("wpool", "runners", "STOPPED");
+    assert_eq!(stopped.as_deref(), Some("2"), "the STOPPED column: {text}");
+    let (degraded, text) = stage.column("wpool", "runners", "DEGRADED");
     assert_eq!(
-        degraded.and_then(|c| lines[1].get(c)),
-        Some(&"AsExpected"),
+        degraded.as_deref(),
+        Some("AsExpected"),
         "kubectl get shows why a pool is (not) degraded: {text}"
     );
     // What the reserve costs, as Prometheus scrapes it: seconds stopped

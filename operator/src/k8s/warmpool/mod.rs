@@ -270,6 +270,17 @@ impl PoolContext {
         }
     }
 
+    /// Publishes `event` on `wp`, unless the fence is closed.
+    async fn say(&self, wp: &WarmPool, event: &PoolEvent) {
+        publish(
+            &self.recorder,
+            &self.config.fence,
+            &wp.object_ref(&()),
+            event,
+        )
+        .await;
+    }
+
     /// Drops every pool's loop and stops every listener; none starts after.
     pub fn stop_all(&self) {
         self.listeners.stop();
@@ -634,13 +645,7 @@ pub(super) async fn let_go(
             message: message.into(),
             warning: false,
         };
-        publish(
-            &ctx.recorder,
-            &ctx.config.fence,
-            &wp.object_ref(&()),
-            &event,
-        )
-        .await;
+        ctx.say(wp, &event).await;
     }
     Ok(Action::await_change())
 }
@@ -1013,7 +1018,7 @@ pub(super) async fn degraded(
             message,
             warning: true,
         };
-        publish(&ctx.recorder, fence, &wp.object_ref(&()), &event).await;
+        ctx.say(wp, &event).await;
     }
     Ok(())
 }

@@ -11,9 +11,9 @@
 use std::time::Duration;
 
 use chrono::Utc;
-use kube::{runtime::controller::Action, Resource, ResourceExt};
+use kube::{runtime::controller::Action, ResourceExt};
 
-use super::{degraded, let_go, publish, ControllerError, PoolContext, UrlProblem};
+use super::{degraded, let_go, ControllerError, PoolContext, UrlProblem};
 use crate::{
     crd::{spec_seconds, WarmPool},
     pool::{
@@ -84,13 +84,7 @@ pub(super) async fn without_database(
             ),
             warning: true,
         };
-        publish(
-            &ctx.recorder,
-            &ctx.config.fence,
-            &wp.object_ref(&()),
-            &event,
-        )
-        .await;
+        ctx.say(wp, &event).await;
         return Ok(Action::requeue(Duration::from_secs(5)));
     }
     let message = format!(
