@@ -9,7 +9,7 @@ use std::{sync::Once, time::Duration};
 use orca_operator::{
     crd::{IdleRange, Launch, WarmPoolSpec},
     local::host::{HostConfig, Hosts},
-    pool::{Ec2, Ec2Config, Ownership, Tuning},
+    pool::{Ec2, Ec2Config, Ownership, PoolLoop, Tuning},
 };
 
 use crate::{bins, moto::Moto, pg};
@@ -145,6 +145,15 @@ pub fn tuning(leak_grace: Duration) -> Tuning {
         listing_reuse: Duration::from_millis(500),
         ..Tuning::default()
     }
+}
+
+/// The loop of pool `pool` (`namespace/name`) on database `url`, with
+/// [`tuning`] and a leak grace of a minute.
+pub async fn pool_loop(pool: &str, spec: WarmPoolSpec, url: &str) -> PoolLoop {
+    let (ns, name) = pool.split_once('/').expect("namespace/name");
+    PoolLoop::new(ns, name, spec, url, tuning(Duration::from_secs(60)))
+        .await
+        .expect("the pool's loop starts")
 }
 
 /// The ownership tags of pool `pool` of these tests.

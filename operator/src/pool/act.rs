@@ -18,8 +18,9 @@ use chrono::{DateTime, Utc};
 use super::{
     backoff::Backoff,
     ec2::{client_token, Ec2Error, RunRequest},
+    holds,
     pass::{Live, PassReport, PoolError, PoolEvent, PoolLoop},
-    plan::{End, Offering, PoolPlan, Reason},
+    plan::{offerings, End, Offering, PoolPlan, Reason},
     userdata::{self, DatabaseSource},
 };
 
@@ -343,11 +344,7 @@ impl<W: World> PoolLoop<W> {
                     let woken: Vec<i64> = rows.into_iter().filter(|r| woken.contains(r)).collect();
                     self.world.unwake_rows(&woken).await?;
                     if let Ec2Error::Capacity { code, .. } = &e {
-                        let until = now
-                            + chrono::Duration::from_std(self.tuning.capacity_hold)
-                                .unwrap_or(chrono::Duration::minutes(3));
-                        self.unavailable.insert(offering.clone(), until);
-                        self.capacity_codes.insert(offering.clone(), code.clone());
+                        self.hold(offering, code, now);
                     }
                     report.throttled |= matches!(e, Ec2Error::Throttled { .. });
                     tracing::warn!(pool = %self.pool, offering = %offering, error = %e, "start failed");
@@ -544,9 +541,7 @@ impl<W: World> PoolLoop<W> {
                         break;
                     }
                     Err(Ec2Error::Capacity { code, message, .. }) => {
-                        let until = now
-                            + chrono::Duration::from_std(self.tuning.capacity_hold)
-                                .unwrap_or(chrono::Duration::minutes(3));
+                        let (until, held) = self.hold(offering, &code, now);
                         tracing::warn!(pool = %self.pool, offering = %offering, code = %code,
                             %message, "no capacity; trying the next offering");
                         if let Some(m) = &self.metrics {
@@ -557,14 +552,28 @@ impl<W: World> PoolLoop<W> {
                                 &code,
                             );
                         }
+                        let also = if held > 1 {
+                            format!(" with {} more offerings under the same quota", held - 1)
+                        } else {
+                            String::new()
+                        };
                         report.events.push(event(
                             "CapacityUnavailable",
-                            format!("{offering}: {code}; skipped until {}", until.to_rfc3339()),
+                            format!(
+                                "{offering}: {code}; skipped{also} until {}",
+                                until.to_rfc3339()
+                            ),
                             true,
                         ));
-                        self.unavailable.insert(offering.clone(), until);
-                        self.capacity_codes.insert(offering.clone(), code);
+                        // The next offering not held (a quota error holds
+                        // more than the one refused).
                         at += 1;
+                        while chain
+                            .get(at)
+                            .is_some_and(|o| self.unavailable.get(o).is_some_and(|u| *u > now))
+                        {
+                            at += 1;
+                        }
                     }
                     Err(e @ Ec2Error::Fenced { .. }) => return Err(self.ec2_error(e)),
                     Err(e @ Ec2Error::Throttled { .. }) => {
@@ -583,6 +592,26 @@ impl<W: World> PoolLoop<W> {
             }
         }
         Ok(())
+    }
+
+    /// Holds `offering`, refused with `code`, for the capacity hold, and
+    /// with it every offering of the pool the same quota covers
+    /// ([`holds::held_by`]): until when, and how many are held.
+    fn hold(
+        &mut self,
+        offering: &Offering,
+        code: &str,
+        now: DateTime<Utc>,
+    ) -> (DateTime<Utc>, usize) {
+        let until = now
+            + chrono::Duration::from_std(self.tuning.capacity_hold)
+                .unwrap_or(chrono::Duration::minutes(3));
+        let held = holds::held_by(offering, code, &offerings(&self.spec.launch));
+        for o in &held {
+            self.unavailable.insert(o.clone(), until);
+            self.capacity_codes.insert(o.clone(), code.to_string());
+        }
+        (until, held.len())
     }
 
     /// One batch, retried with the same token while EC2 throttles.

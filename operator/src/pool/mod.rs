@@ -28,6 +28,7 @@ pub mod boot;
 pub mod cost;
 pub mod drift;
 pub mod ec2;
+pub mod holds;
 pub mod metrics;
 mod pass;
 pub mod plan;

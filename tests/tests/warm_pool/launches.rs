@@ -35,15 +35,7 @@ async fn capacity_errors_move_launches_to_the_next_type_or_subnet() {
         0,
         10,
     );
-    let mut lp = PoolLoop::new(
-        "ice",
-        "pool",
-        spec,
-        &url,
-        warm::tuning(Duration::from_secs(60)),
-    )
-    .await
-    .unwrap();
+    let mut lp = warm::pool_loop("ice/pool", spec, &url).await;
     let report = lp.pass(Utc::now()).await.unwrap();
     let launched = present(&ec2, pool).await;
     assert_eq!(launched.len(), 3, "one instance per unserved demand");
@@ -110,15 +102,7 @@ async fn request_limit_exceeded_backs_off_then_succeeds_with_the_same_token() {
     // Seven throttled answers: more than one pass retries (5 calls).
     faults.fail("RunInstances", &[], Fault::error("RequestLimitExceeded"), 7);
     let spec = warm::spec(&faults.endpoint(), &["t3.micro"], &subnets[..1], 0, 0, 10);
-    let mut lp = PoolLoop::new(
-        "throttle",
-        "pool",
-        spec,
-        &url,
-        warm::tuning(Duration::from_secs(60)),
-    )
-    .await
-    .unwrap();
+    let mut lp = warm::pool_loop("throttle/pool", spec, &url).await;
     let first = lp.pass(Utc::now()).await.unwrap();
     assert!(first.throttled && first.launched.is_empty());
     assert!(first
@@ -179,15 +163,7 @@ async fn an_operator_restarted_in_the_middle_of_a_launch_launches_no_duplicates(
         2,
         "moto launched the lost call"
     );
-    let mut second = PoolLoop::new(
-        "restart",
-        "a",
-        spec,
-        &url,
-        warm::tuning(Duration::from_secs(60)),
-    )
-    .await
-    .unwrap();
+    let mut second = warm::pool_loop("restart/a", spec, &url).await;
     let report = second.pass(Utc::now()).await.unwrap();
     assert!(report.launched.is_empty());
     assert_eq!(report.status.launching, 2);
@@ -220,16 +196,9 @@ async fn an_operator_restarted_in_the_middle_of_a_launch_launches_no_duplicates(
     .remember("uid-b", &remembered);
     assert!(third.pass(Utc::now()).await.unwrap().launched.is_empty());
     drop(third);
-    let mut fourth = PoolLoop::new(
-        "restart",
-        "b",
-        spec,
-        &url,
-        warm::tuning(Duration::from_secs(60)),
-    )
-    .await
-    .unwrap()
-    .remember("uid-b", &remembered);
+    let mut fourth = warm::pool_loop("restart/b", spec, &url)
+        .await
+        .remember("uid-b", &remembered);
     let report = fourth.pass(Utc::now()).await.unwrap();
     assert_eq!(report.launched.len(), 2);
     assert_eq!(report.status.launch_batches, 1);
@@ -336,15 +305,7 @@ async fn a_quota_error_is_held_and_the_next_type_launched() {
         1,
         10,
     );
-    let mut lp = PoolLoop::new(
-        "quota",
-        "pool",
-        spec,
-        &url,
-        warm::tuning(Duration::from_secs(60)),
-    )
-    .await
-    .unwrap();
+    let mut lp = warm::pool_loop("quota/pool", spec, &url).await;
     let report = lp.pass(Utc::now()).await.unwrap();
     let launched = present(&ec2, pool).await;
     assert_eq!(launched.len(), 1);
@@ -374,5 +335,67 @@ async fn a_quota_error_is_held_and_the_next_type_launched() {
         small(&faults.calls_of("RunInstances")),
         asked,
         "held: not asked again"
+    );
+}
+
+/// A vCPU quota error is the account's, for every type of that quota
+/// class: the pool holds them all at once (in every subnet) and launches
+/// the next class, rather than asking each held offering in turn. Once, it
+/// asked all four standard offerings before the one that could launch.
+#[tokio::test]
+async fn a_vcpu_quota_error_holds_its_whole_class() {
+    let (moto, url, ec2, subnets) = warm::Stage::new().await.parts();
+    let faults = Ec2Faults::start(&moto.endpoint());
+    let pool = "vcpu/pool";
+    for t in ["t3.small", "m5.large"] {
+        faults.fail(
+            "RunInstances",
+            &[&format!("InstanceType={t}")],
+            Fault::error("VcpuLimitExceeded"),
+            usize::MAX,
+        );
+    }
+    let spec = warm::spec(
+        &faults.endpoint(),
+        &["t3.small", "m5.large", "g4dn.xlarge"],
+        &subnets[..2],
+        1,
+        1,
+        10,
+    );
+    let mut lp = warm::pool_loop("vcpu/pool", spec, &url).await;
+    let report = lp.pass(Utc::now()).await.unwrap();
+    let launched = present(&ec2, pool).await;
+    assert_eq!(launched.len(), 1);
+    assert_eq!(launched[0].offering.instance_type, "g4dn.xlarge");
+    let types: Vec<_> = faults
+        .calls_of("RunInstances")
+        .iter()
+        .map(|c| c.param("InstanceType").map(String::from))
+        .collect();
+    assert_eq!(
+        types,
+        [
+            Some("t3.small".to_string()),
+            Some("g4dn.xlarge".to_string())
+        ],
+        "one refusal, then the next class"
+    );
+    let mut held: Vec<(&str, &str)> = report
+        .status
+        .capacity_errors
+        .iter()
+        .map(|c| (c.instance_type.as_str(), c.code.as_str()))
+        .collect();
+    held.sort();
+    assert_eq!(
+        held,
+        [
+            ("m5.large", "VcpuLimitExceeded"),
+            ("m5.large", "VcpuLimitExceeded"),
+            ("t3.small", "VcpuLimitExceeded"),
+            ("t3.small", "VcpuLimitExceeded"),
+        ],
+        "both standard types held in both subnets"
     );
 }

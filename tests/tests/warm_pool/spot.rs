@@ -89,15 +89,7 @@ async fn a_spot_pool_launches_spot_instances() {
     let (moto, url, ec2, subnets) = warm::Stage::new().await.parts();
     let mut spec = warm::spec(&moto.endpoint(), &["t3.micro"], &subnets[..1], 1, 1, 10);
     spec.launch.capacity_type = CapacityType::Spot;
-    let mut lp = PoolLoop::new(
-        "spot3",
-        "pool",
-        spec,
-        &url,
-        warm::tuning(Duration::from_secs(60)),
-    )
-    .await
-    .unwrap();
+    let mut lp = warm::pool_loop("spot3/pool", spec, &url).await;
     let report = lp.pass(Utc::now()).await.unwrap();
     assert_eq!(report.launched.len(), 1, "{report:?}");
     let spot: Vec<bool> = present(&ec2, "spot3/pool")
@@ -227,4 +219,46 @@ async fn an_interruption_notice_on_a_busy_instance_launches_its_replacement_at_o
         (Some("interruption".into()), true, true),
         "the run goes on, its row noticed"
     );
+}
+
+/// The account's spot quota used up (`MaxSpotInstanceCountExceeded`) holds
+/// every spot offering at once: under spotThenOnDemand the next call is
+/// on-demand. Once, each spot type was asked in turn first.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_spot_quota_holds_every_spot_offering() {
+    let (moto, url, ec2, subnets) = warm::Stage::new().await.parts();
+    let faults = Ec2Faults::start(&moto.endpoint());
+    faults.fail(
+        "RunInstances",
+        &["InstanceMarketOptions.MarketType=spot"],
+        Fault::error("MaxSpotInstanceCountExceeded"),
+        usize::MAX,
+    );
+    let mut spec = warm::spec(
+        &faults.endpoint(),
+        &["t3.micro", "t3.small"],
+        &subnets[..2],
+        1,
+        1,
+        10,
+    );
+    spec.launch.capacity_type = CapacityType::SpotThenOnDemand;
+    let mut lp = warm::pool_loop("spot4/pool", spec, &url).await;
+    let report = lp.pass(Utc::now()).await.unwrap();
+    let calls = faults.calls_of("RunInstances");
+    let spot: Vec<bool> = calls
+        .iter()
+        .map(|c| c.param("InstanceMarketOptions.MarketType") == Some("spot"))
+        .collect();
+    assert_eq!(spot, [true, false], "one spot refusal, then on-demand");
+    let launched = present(&ec2, "spot4/pool").await;
+    assert_eq!(launched.len(), 1);
+    assert!(!launched[0].offering.spot);
+    assert_eq!(
+        report.status.capacity_errors.len(),
+        4,
+        "{:?}",
+        report.status.capacity_errors
+    );
+    assert!(report.status.capacity_errors.iter().all(|c| c.spot));
 }
