@@ -20,9 +20,35 @@ use super::{
     ec2::{client_token, Ec2Error, RunRequest},
     holds,
     pass::{Live, PassReport, PoolError, PoolEvent, PoolLoop},
-    plan::{offerings, End, Offering, PoolPlan, Reason},
+    plan::{offerings, End, Offering, PoolPlan, Reason, WithRow},
     userdata::{self, DatabaseSource},
 };
+
+/// An EC2 call on a list of instances.
+#[derive(Clone, Copy)]
+enum Call<'a> {
+    Terminate,
+    Stop,
+    Start(&'a Offering),
+}
+
+/// `items` parted into those not `refused` and those refused, each with
+/// why.
+fn parted<'a>(
+    items: &[&'a WithRow],
+    refused: Vec<(String, Ec2Error)>,
+) -> (Vec<&'a WithRow>, Vec<(&'a WithRow, Ec2Error)>) {
+    let done = items
+        .iter()
+        .copied()
+        .filter(|s| !refused.iter().any(|(r, _)| *r == s.instance))
+        .collect();
+    let failed = refused
+        .into_iter()
+        .filter_map(|(id, e)| items.iter().find(|s| s.instance == id).map(|s| (*s, e)))
+        .collect();
+    (done, failed)
+}
 
 /// Everything the act step does to the pool's rows and to EC2.
 pub trait World {
@@ -221,21 +247,8 @@ impl<W: World> PoolLoop<W> {
             return Ok(stayed);
         }
         let mut ids: Vec<String> = going.iter().map(|(i, _, _)| i.to_string()).collect();
-        match self.world.terminate(&ids).await {
-            Ok(()) => {}
-            Err(e @ Ec2Error::Fenced { .. }) => return Err(self.ec2_error(e)),
-            // One id EC2 refuses (termination protection, an instance it
-            // does not know) fails the whole call: each is tried alone, so
-            // the others go in this pass and the refused ones are named.
-            Err(Ec2Error::Refused { .. }) if ids.len() > 1 => {
-                let mut refused = Vec::new();
-                for id in &ids {
-                    match self.world.terminate(std::slice::from_ref(id)).await {
-                        Ok(()) => {}
-                        Err(e @ Ec2Error::Fenced { .. }) => return Err(self.ec2_error(e)),
-                        Err(e) => refused.push((id.clone(), e.to_string())),
-                    }
-                }
+        match self.each_alone_if_refused(Call::Terminate, &ids).await {
+            Ok(refused) if !refused.is_empty() => {
                 for (id, why) in &refused {
                     tracing::warn!(pool = %self.pool, instance = %id, error = %why, "terminate refused");
                     report.events.push(event(
@@ -245,12 +258,14 @@ impl<W: World> PoolLoop<W> {
                     ));
                 }
                 stayed += refused.len() as u32;
-                going.retain(|(i, _, _)| !refused.iter().any(|(r, _)| r == i));
+                going.retain(|(i, _, _)| !refused.iter().any(|(r, _)| r == *i));
                 ids.retain(|i| !refused.iter().any(|(r, _)| r == i));
                 if ids.is_empty() {
                     return Ok(stayed);
                 }
             }
+            Ok(_) => {}
+            Err(e @ Ec2Error::Fenced { .. }) => return Err(self.ec2_error(e)),
             Err(e) => {
                 // Ended rows and claims stay: the next pass sees the instances
                 // without a live row (or with the claim) and tries again.
@@ -293,108 +308,181 @@ impl<W: World> PoolLoop<W> {
     /// (their rows marked woken first, put back if EC2 refuses), then takes
     /// idle rows into the reserve race-free and stops the instances of those
     /// it took, and stops again those still running. A start EC2 refuses
-    /// is planned again by the next pass (as a launch instead, once its
-    /// offering is held for a capacity error).
+    /// for now is planned again by the next pass (as a launch instead, once
+    /// its offering is held for a capacity error); an instance EC2 refuses
+    /// to stop or start for good is retired ([`Self::retire_reserved`]).
     pub(super) async fn reserve(
         &mut self,
         plan: &PoolPlan,
         now: DateTime<Utc>,
         report: &mut PassReport,
     ) -> Result<(), PoolError> {
-        let mut by_offering: BTreeMap<&Offering, Vec<&super::plan::WithRow>> = BTreeMap::new();
+        let mut by_offering: BTreeMap<&Offering, Vec<&WithRow>> = BTreeMap::new();
         for s in &plan.starts {
             by_offering.entry(&s.offering).or_default().push(s);
         }
         for (offering, starts) in by_offering {
             let rows: Vec<i64> = starts.iter().map(|s| s.row).collect();
             let woken = self.world.wake_rows(&rows).await?;
-            let ids: Vec<String> = starts
-                .iter()
+            let starts: Vec<&WithRow> = starts
+                .into_iter()
                 .filter(|s| woken.contains(&s.row))
-                .map(|s| s.instance.clone())
                 .collect();
-            if ids.is_empty() {
+            if starts.is_empty() {
                 continue;
             }
-            match self.world.start(&ids, offering).await {
-                Ok(()) => {
-                    tracing::info!(pool = %self.pool, instances = ?ids, "started from the stopped reserve");
-                    if let Some(m) = &self.metrics {
-                        m.started(&self.pool, ids.len());
+            let ids: Vec<String> = starts.iter().map(|s| s.instance.clone()).collect();
+            match self
+                .each_alone_if_refused(Call::Start(offering), &ids)
+                .await
+            {
+                Ok(refused) => {
+                    let (started, refused) = parted(&starts, refused);
+                    let started: Vec<String> = started.iter().map(|s| s.instance.clone()).collect();
+                    if !started.is_empty() {
+                        tracing::info!(pool = %self.pool, instances = ?started, "started from the stopped reserve");
+                        if let Some(m) = &self.metrics {
+                            m.started(&self.pool, started.len());
+                        }
+                        report.events.push(event(
+                            "Started",
+                            format!("started {} from the stopped reserve", started.join(", ")),
+                            false,
+                        ));
+                        report.started.extend(started);
                     }
-                    report.events.push(event(
-                        "Started",
-                        format!("started {} from the stopped reserve", ids.join(", ")),
-                        false,
-                    ));
-                    report.started.extend(ids);
+                    for (start, e) in refused {
+                        self.start_failed(offering, &[start], e, now, report)
+                            .await?;
+                    }
                 }
                 Err(e @ Ec2Error::Fenced { .. }) => return Err(self.ec2_error(e)),
-                // Refused for good (a missing permission, an instance that
-                // cannot start): kept, it would be parked for ever — retired.
-                Err(e @ Ec2Error::Refused { .. }) => {
-                    let woken: Vec<&super::plan::WithRow> = starts
-                        .into_iter()
-                        .filter(|s| woken.contains(&s.row))
-                        .collect();
-                    self.retire_reserved("StartFailed", &e, &woken, report)
-                        .await?;
-                }
-                Err(e) => {
-                    let woken: Vec<i64> = rows.into_iter().filter(|r| woken.contains(r)).collect();
-                    self.world.unwake_rows(&woken).await?;
-                    if let Ec2Error::Capacity { code, .. } = &e {
-                        self.hold(offering, code, now);
-                    }
-                    report.throttled |= matches!(e, Ec2Error::Throttled { .. });
-                    tracing::warn!(pool = %self.pool, offering = %offering, error = %e, "start failed");
-                    report
-                        .events
-                        .push(event("StartFailed", e.to_string(), true));
-                }
+                Err(e) => self.start_failed(offering, &starts, e, now, report).await?,
             }
         }
         let rows: Vec<i64> = plan.stops.iter().map(|s| s.row).collect();
         let taken = self.world.reserve_idle_rows(&rows).await?;
-        let stopping: Vec<&super::plan::WithRow> = plan
+        let stopping: Vec<&WithRow> = plan
             .stops
             .iter()
             .filter(|s| taken.contains(&s.row))
             .chain(&plan.restops)
             .collect();
-        let fresh = stopping.len() - plan.restops.len();
         let ids: Vec<String> = stopping.iter().map(|s| s.instance.clone()).collect();
         if ids.is_empty() {
             return Ok(());
         }
-        match self.world.stop(&ids).await {
-            Ok(()) => {
-                tracing::info!(pool = %self.pool, instances = ?ids, "stopped into the reserve");
-                if let Some(m) = &self.metrics {
-                    m.stopped(&self.pool, fresh);
+        match self.each_alone_if_refused(Call::Stop, &ids).await {
+            Ok(refused) => {
+                let (stopped, refused) = parted(&stopping, refused);
+                if !stopped.is_empty() {
+                    let names: Vec<&str> = stopped.iter().map(|s| s.instance.as_str()).collect();
+                    tracing::info!(pool = %self.pool, instances = ?names, "stopped into the reserve");
+                    if let Some(m) = &self.metrics {
+                        let fresh = stopped.iter().filter(|s| taken.contains(&s.row)).count();
+                        m.stopped(&self.pool, fresh);
+                    }
+                    report.events.push(event(
+                        "Stopped",
+                        format!("stopped {} into the reserve", names.join(", ")),
+                        false,
+                    ));
                 }
-                report.events.push(event(
-                    "Stopped",
-                    format!("stopped {} into the reserve", ids.join(", ")),
-                    false,
-                ));
+                for (stop, e) in refused {
+                    self.stop_failed(&[stop], e, report).await?;
+                }
             }
             Err(e @ Ec2Error::Fenced { .. }) => return Err(self.ec2_error(e)),
-            // Refused for good: stopped again each pass it would fail each
-            // pass, its agent waiting for a stop that never comes — retired.
-            Err(e @ Ec2Error::Refused { .. }) => {
-                self.retire_reserved("StopFailed", &e, &stopping, report)
-                    .await?;
-            }
-            // The rows stay reserved: the next pass sees the instances still
-            // running and stops them again.
-            Err(e) => {
-                report.throttled |= matches!(e, Ec2Error::Throttled { .. });
-                tracing::warn!(pool = %self.pool, error = %e, "stop failed");
-                report.events.push(event("StopFailed", e.to_string(), true));
-            }
+            Err(e) => self.stop_failed(&stopping, e, report).await?,
         }
         Ok(())
+    }
+
+    /// EC2 did not start `starts` (of `offering`): refused for good (a
+    /// missing permission, an instance that cannot start), kept they would
+    /// be parked for ever — retired; otherwise their rows are put back for
+    /// the next pass, and a capacity error holds the offering.
+    async fn start_failed(
+        &mut self,
+        offering: &Offering,
+        starts: &[&WithRow],
+        e: Ec2Error,
+        now: DateTime<Utc>,
+        report: &mut PassReport,
+    ) -> Result<(), PoolError> {
+        if matches!(e, Ec2Error::Refused { .. }) {
+            return self
+                .retire_reserved("StartFailed", &e, starts, report)
+                .await;
+        }
+        let rows: Vec<i64> = starts.iter().map(|s| s.row).collect();
+        self.world.unwake_rows(&rows).await?;
+        if let Ec2Error::Capacity { code, .. } = &e {
+            self.hold(offering, code, now);
+        }
+        report.throttled |= matches!(e, Ec2Error::Throttled { .. });
+        tracing::warn!(pool = %self.pool, offering = %offering, error = %e, "start failed");
+        report
+            .events
+            .push(event("StartFailed", e.to_string(), true));
+        Ok(())
+    }
+
+    /// EC2 did not stop `stopping`: refused for good, stopped again each
+    /// pass they would fail each pass, their agents waiting for a stop that
+    /// never comes — retired; otherwise their rows stay reserved, and the
+    /// next pass sees them still running and stops them again.
+    async fn stop_failed(
+        &mut self,
+        stopping: &[&WithRow],
+        e: Ec2Error,
+        report: &mut PassReport,
+    ) -> Result<(), PoolError> {
+        if matches!(e, Ec2Error::Refused { .. }) {
+            return self
+                .retire_reserved("StopFailed", &e, stopping, report)
+                .await;
+        }
+        report.throttled |= matches!(e, Ec2Error::Throttled { .. });
+        tracing::warn!(pool = %self.pool, error = %e, "stop failed");
+        report.events.push(event("StopFailed", e.to_string(), true));
+        Ok(())
+    }
+
+    /// `call` on `ids` in one request; when EC2 refuses it (one id it
+    /// refuses — termination or stop protection, an instance it does not
+    /// know — fails the whole call), on each id alone, so the others go in
+    /// this pass: the ids that failed alone, with why. A batch that failed
+    /// otherwise (throttled, lost, fenced) is the error.
+    async fn each_alone_if_refused(
+        &mut self,
+        call: Call<'_>,
+        ids: &[String],
+    ) -> Result<Vec<(String, Ec2Error)>, Ec2Error> {
+        match self.call(call, ids).await {
+            Ok(()) => Ok(Vec::new()),
+            Err(e @ Ec2Error::Refused { .. }) if ids.len() == 1 => Ok(vec![(ids[0].clone(), e)]),
+            Err(Ec2Error::Refused { .. }) => {
+                let mut failed = Vec::new();
+                for id in ids {
+                    match self.call(call, std::slice::from_ref(id)).await {
+                        Ok(()) => {}
+                        Err(e @ Ec2Error::Fenced { .. }) => return Err(e),
+                        Err(e) => failed.push((id.clone(), e)),
+                    }
+                }
+                Ok(failed)
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    async fn call(&mut self, call: Call<'_>, ids: &[String]) -> Result<(), Ec2Error> {
+        match call {
+            Call::Terminate => self.world.terminate(ids).await,
+            Call::Stop => self.world.stop(ids).await,
+            Call::Start(offering) => self.world.start(ids, offering).await,
+        }
     }
 
     /// Retires reserve instances EC2 refused to stop or start (`what` is
@@ -404,7 +492,7 @@ impl<W: World> PoolLoop<W> {
         &mut self,
         what: &'static str,
         error: &Ec2Error,
-        items: &[&super::plan::WithRow],
+        items: &[&WithRow],
         report: &mut PassReport,
     ) -> Result<(), PoolError> {
         let ids: Vec<&str> = items.iter().map(|s| s.instance.as_str()).collect();

@@ -226,6 +226,7 @@ impl Drop for Running {
 
 mod convergence;
 mod launches;
+mod refusals;
 mod reserve;
 mod retirement;
 mod schedules;

@@ -1,0 +1,114 @@
+//! Instances EC2 refuses to act on — termination or stop protection, set
+//! on one instance by hand — never hold back the others of the same call,
+//! and the refusal is named. Once, one protected instance failed the whole
+//! TerminateInstances call every pass, and a refused stop retired every
+//! instance stopped with it.
+
+use aws_sdk_ec2::types::AttributeBooleanValue;
+use orca_operator::crd::StoppedRange;
+
+use super::*;
+
+/// Sets protection on `id`: from termination, or from a stop.
+async fn protect(ec2: &Ec2, id: &str, from_stop: bool, on: bool) {
+    let value = AttributeBooleanValue::builder().value(on).build();
+    let call = ec2.client().modify_instance_attribute().instance_id(id);
+    let call = if from_stop {
+        call.disable_api_stop(value)
+    } else {
+        call.disable_api_termination(value)
+    };
+    call.send()
+        .await
+        .unwrap_or_else(|e| panic!("moto's ModifyInstanceAttribute failed: {e}"));
+}
+
+#[tokio::test]
+async fn a_protected_instance_is_named_and_the_others_terminated_in_the_same_pass() {
+    let (moto, url, ec2, subnets) = warm::Stage::new().await.parts();
+    let pool = "protected/pool";
+    let leaked = warm::launch_by_hand(&ec2, pool, &subnets[0], 3, "protected").await;
+    let kept = &leaked[1];
+    protect(&ec2, kept, false, true).await;
+    let spec = warm::spec(&moto.endpoint(), &["t3.micro"], &subnets[..1], 0, 0, 5);
+    let mut lp = PoolLoop::new(
+        "protected",
+        "pool",
+        spec,
+        &url,
+        warm::tuning(Duration::ZERO),
+    )
+    .await
+    .unwrap();
+    let report = lp.pass(Utc::now()).await.unwrap();
+    let mut terminated = report.terminated.clone();
+    terminated.sort();
+    let mut others: Vec<String> = leaked.iter().filter(|i| *i != kept).cloned().collect();
+    others.sort();
+    assert_eq!(terminated, others, "the unprotected ones went at once");
+    assert_eq!(state_of(&ec2, pool, kept).await, Some(Ec2State::Running));
+    let failed: Vec<&str> = report
+        .events
+        .iter()
+        .filter(|e| e.reason == "TerminateFailed" && e.warning)
+        .map(|e| e.message.as_str())
+        .collect();
+    assert_eq!(failed.len(), 1, "{:?}", report.events);
+    assert!(failed[0].starts_with(kept.as_str()), "{}", failed[0]);
+
+    // Protection lifted: the next pass terminates it.
+    protect(&ec2, kept, false, false).await;
+    let report = lp.pass(Utc::now()).await.unwrap();
+    assert_eq!(report.terminated, std::slice::from_ref(kept));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_reserve_instance_ec2_will_not_stop_is_retired_and_the_other_stopped() {
+    let (moto, url, ec2, subnets) = warm::Stage::new().await.parts();
+    let pool = "nostop/pool";
+    let mut spec = warm::spec(&moto.endpoint(), &["t3.micro"], &subnets[..1], 0, 0, 4);
+    spec.stopped = Some(StoppedRange { min: 2, max: None });
+    warm::aws_env();
+    let mut lp = warm::pool_loop(pool, spec, &url).await;
+    let launched = lp.pass(Utc::now()).await.unwrap().launched;
+    assert_eq!(launched.len(), 2, "two launched for the reserve");
+    let kept = &launched[0];
+    protect(&ec2, kept, true, true).await;
+
+    // Both boot (their agents report idle) before the pass that stops
+    // them, so they are stopped in one call.
+    let hosts = warm::hosts(&moto.endpoint(), &url, pool, "true").await;
+    let (_stop_hosts, stopped) = oneshot::channel::<()>();
+    tokio::spawn(hosts.run(async move {
+        let _ = stopped.await;
+    }));
+    let db = pg::connect(&url).await;
+    eventually_true("both agents report", Duration::from_secs(30), || async {
+        idle_fresh(&db, pool).await.len() == 2
+    })
+    .await;
+    let report = lp.pass(Utc::now()).await.unwrap();
+    let reasons: Vec<&str> = report.events.iter().map(|e| e.reason).collect();
+    assert_eq!(
+        reasons,
+        ["Stopped", "StopFailed", "Terminated"],
+        "{:?}",
+        report.events
+    );
+    let failed = &report.events[1];
+    assert!(failed.warning);
+    assert!(
+        failed.message.contains(kept.as_str()) && failed.message.contains("ReserveFailed"),
+        "{}",
+        failed.message
+    );
+    assert_eq!(report.terminated, std::slice::from_ref(kept));
+    let other = &launched[1];
+    assert!(
+        matches!(
+            state_of(&ec2, pool, other).await,
+            Some(Ec2State::Stopping | Ec2State::Stopped)
+        ),
+        "the other one stopped into the reserve"
+    );
+}
