@@ -2,18 +2,36 @@
 //! pool's `endpoint` or on a moto server of the local mode's own, with the
 //! local mode playing each instance's host (`local::host`): a running moto
 //! instance is an `orca-pool-agent` loop on this machine.
+//!
+//! A pool removed from the directory, or moved (another Scheduler,
+//! database, region or endpoint), is not just stopped: its loop goes on in
+//! deletion mode where it ran, terminating its idle instances at once and
+//! its busy ones after their run (at most `drainTimeoutSeconds`), and stops
+//! once EC2 lists none of them — as a deleted or moved WarmPool does in a
+//! cluster.
 
-use std::{collections::BTreeMap, path::PathBuf, time::Duration};
+use std::{
+    collections::BTreeMap,
+    path::PathBuf,
+    sync::{
+        atomic::{AtomicBool, Ordering},
+        Arc,
+    },
+    time::Duration,
+};
+
+use chrono::Utc;
 
 use tokio::{sync::watch, task::JoinHandle};
 
 use super::moto::Moto;
 use crate::{
-    crd::{WarmPool, WarmPoolSpec, WarmPoolStatus},
+    crd::{OnDelete, WarmPool, WarmPoolSpec, WarmPoolStatus},
     local::host::{HostConfig, Hosts},
     pool::{
+        drift::moved,
         ec2::{Ec2, Ec2Config},
-        PoolLoop, Tuning,
+        Deletion, PoolLoop, Tuning,
     },
 };
 
@@ -24,6 +42,13 @@ struct Running {
     spec: WarmPoolSpec,
     url: String,
     stop: watch::Sender<bool>,
+    /// Puts the loop in deletion mode.
+    deletion: watch::Sender<Option<Deletion>>,
+    /// Set once a pass in deletion mode found nothing left.
+    emptied: Arc<AtomicBool>,
+    /// Set when it was moved or removed: its loop no longer speaks for the
+    /// pool's status.
+    retiring: Arc<AtomicBool>,
     tasks: Vec<JoinHandle<()>>,
 }
 
@@ -31,6 +56,9 @@ struct Running {
 pub struct LocalPools {
     state_dir: PathBuf,
     running: BTreeMap<String, Running>,
+    /// Loops in deletion mode where a pool ran before it was removed or
+    /// moved, until nothing is left there.
+    retiring: Vec<(String, Running)>,
     moto: Option<Moto>,
     /// Pools that could not start, and why (said once).
     refused: BTreeMap<String, String>,
@@ -41,6 +69,7 @@ impl LocalPools {
         LocalPools {
             state_dir,
             running: BTreeMap::new(),
+            retiring: Vec::new(),
             moto: None,
             refused: BTreeMap::new(),
         }
@@ -60,9 +89,18 @@ impl LocalPools {
             .filter(|k| !pools.contains_key(*k))
             .cloned()
             .collect();
+        self.reap().await;
         for key in gone {
-            self.stop(&key).await;
-            println!("warmpool {key}: removed; its loop and hosts stopped");
+            let orphan = self
+                .running
+                .get(&key)
+                .is_some_and(|r| r.spec.on_delete == OnDelete::Orphan);
+            if orphan {
+                self.stop(&key).await;
+                println!("warmpool {key}: removed; onDelete: Orphan leaves its instances; its loop and hosts stopped");
+            } else {
+                self.retire(&key, "removed");
+            }
         }
         for (key, pool) in pools {
             let (url, run_stale) = match url(pool) {
@@ -79,7 +117,11 @@ impl LocalPools {
                 if r.spec == pool.spec && r.url == url {
                     continue;
                 }
-                self.stop(key).await;
+                if moved(&r.spec, &pool.spec) || r.url != url {
+                    self.retire(key, "moved");
+                } else {
+                    self.stop(key).await;
+                }
             }
             match self.start(key, pool, &url, run_stale).await {
                 Ok(r) => {
@@ -136,6 +178,18 @@ impl LocalPools {
                 agent_stderr: false,
             },
         );
+        let (deletion, deleting) = watch::channel(None);
+        let pool_loop = pool_loop.with_deletion(deleting);
+        let emptied = Arc::new(AtomicBool::new(false));
+        let nothing_left = emptied.clone();
+        let retiring = Arc::new(AtomicBool::new(false));
+        let moved_away = retiring.clone();
+        let place = format!(
+            "{} in {} on {}",
+            pool.spec.scheduler,
+            spec.region,
+            endpoint.as_deref().unwrap_or("EC2")
+        );
         let (stop, watch) = watch::channel(false);
         let stopped = |mut w: watch::Receiver<bool>| async move {
             let _ = w.changed().await;
@@ -149,9 +203,23 @@ impl LocalPools {
         let loop_task = tokio::spawn(pool_loop.run(
             move |outcome| match outcome {
                 Ok(report) => {
+                    if report.deleted {
+                        nothing_left.store(true, Ordering::Relaxed);
+                    }
+                    // Where a pool ran before it was moved or removed: its
+                    // lines say so, and the status is the new place's.
+                    let retiring = moved_away.load(Ordering::Relaxed);
+                    let who = if retiring {
+                        format!("{key_owned} (where it ran: {place})")
+                    } else {
+                        key_owned.clone()
+                    };
                     for e in &report.events {
                         let kind = if e.warning { "Warning" } else { "Normal" };
-                        println!("warmpool {key_owned}: {kind} {}: {}", e.reason, e.message);
+                        println!("warmpool {who}: {kind} {}: {}", e.reason, e.message);
+                    }
+                    if retiring {
+                        return;
                     }
                     let mut status: WarmPoolStatus = report.status.clone();
                     status.observed_generation = generation;
@@ -164,7 +232,7 @@ impl LocalPools {
                         last = line;
                     }
                 }
-                Err(e) => println!("warmpool {key_owned}: Warning PassFailed: {e}"),
+                Err(e) => println!("warmpool {key_owned} ({place}): Warning PassFailed: {e}"),
             },
             stopped(watch.clone()),
         ));
@@ -177,6 +245,9 @@ impl LocalPools {
             spec: pool.spec.clone(),
             url: url.to_string(),
             stop,
+            deletion,
+            emptied,
+            retiring,
             tasks: vec![loop_task, hosts_task],
         })
     }
@@ -233,28 +304,70 @@ impl LocalPools {
         Ok(spec)
     }
 
-    async fn stop(&mut self, key: &str) {
-        if let Some(r) = self.running.remove(key) {
-            let _ = r.stop.send(true);
-            for mut t in r.tasks {
-                // A task still busy (an EC2 call that hangs) is aborted, not
-                // left behind: the hosts' processes go with its future.
-                if tokio::time::timeout(Duration::from_secs(10), &mut t)
-                    .await
-                    .is_err()
-                {
-                    t.abort();
-                    let _ = t.await;
-                }
-            }
+    /// Puts `key`'s loop in deletion mode where it runs now (`why`: it was
+    /// removed or moved), to stop once nothing is left there.
+    fn retire(&mut self, key: &str, why: &str) {
+        let Some(r) = self.running.remove(key) else {
+            return;
+        };
+        r.retiring.store(true, Ordering::Relaxed);
+        let _ = r.deletion.send(Some(Deletion {
+            since: Utc::now(),
+            drain_timeout_seconds: r.spec.drain_timeout_seconds,
+        }));
+        println!(
+            "warmpool {key}: {why}; terminating its instances where it ran (busy ones after their run, at most {} s)",
+            r.spec.drain_timeout_seconds
+        );
+        self.retiring.push((key.to_string(), r));
+    }
+
+    /// Stops the retiring loops that have nothing left.
+    async fn reap(&mut self) {
+        let (done, going): (Vec<_>, Vec<_>) = std::mem::take(&mut self.retiring)
+            .into_iter()
+            .partition(|(_, r)| r.emptied.load(Ordering::Relaxed));
+        self.retiring = going;
+        for (key, r) in done {
+            stop_running(r).await;
+            println!("warmpool {key}: nothing left where it ran; its loop and hosts stopped");
         }
     }
 
-    /// Stops every pool loop and its hosts (their agents end).
+    async fn stop(&mut self, key: &str) {
+        if let Some(r) = self.running.remove(key) {
+            stop_running(r).await;
+        }
+    }
+
+    /// Stops every pool loop and its hosts (their agents end), retiring
+    /// ones too: their instances are left for the next start to find only
+    /// if the pool is back where it ran (a stopped local mode keeps no
+    /// record of where its pools ran before).
     pub async fn stop_all(&mut self) {
         let keys: Vec<String> = self.running.keys().cloned().collect();
         for key in keys {
             self.stop(&key).await;
+        }
+        for (key, r) in std::mem::take(&mut self.retiring) {
+            println!("warmpool {key}: stopped while terminating its instances where it ran");
+            stop_running(r).await;
+        }
+    }
+}
+
+/// Stops a loop and its hosts.
+async fn stop_running(r: Running) {
+    let _ = r.stop.send(true);
+    for mut t in r.tasks {
+        // A task still busy (an EC2 call that hangs) is aborted, not left
+        // behind: the hosts' processes go with its future.
+        if tokio::time::timeout(Duration::from_secs(10), &mut t)
+            .await
+            .is_err()
+        {
+            t.abort();
+            let _ = t.await;
         }
     }
 }

@@ -63,6 +63,13 @@ pub fn drifted(spec: &WarmPoolSpec, hash: &str, i: &Ec2Instance) -> bool {
     spec_changed || type_gone || subnet_gone
 }
 
+/// Whether `new` moves a pool away from where `old` ran it: another
+/// Scheduler, region or EC2 endpoint, where its listing no longer sees the
+/// instances of the old one.
+pub fn moved(old: &WarmPoolSpec, new: &WarmPoolSpec) -> bool {
+    old.scheduler != new.scheduler || old.region != new.region || old.endpoint != new.endpoint
+}
+
 #[cfg(test)]
 mod tests {
     use chrono::Utc;
@@ -145,5 +152,36 @@ mod tests {
             version: Some("4".into()),
         });
         assert_eq!(image_label(&t), "lt-1:4");
+    }
+
+    #[test]
+    fn a_move_is_another_scheduler_region_or_endpoint() {
+        let spec: WarmPoolSpec = serde_json::from_value(serde_json::json!({
+            "scheduler": "orca", "region": "us-east-1", "idle": {"min": 1, "max": 1},
+            "maxInstances": 3, "launch": {"imageId": "ami-1", "instanceTypes": ["t3.micro"],
+            "subnetIds": ["subnet-a"], "runCommand": "true"}
+        }))
+        .unwrap();
+        let same = WarmPoolSpec {
+            idle: crate::crd::IdleRange { min: 2, max: 2 },
+            ..spec.clone()
+        };
+        assert!(!moved(&spec, &same));
+        for other in [
+            WarmPoolSpec {
+                scheduler: "other".into(),
+                ..spec.clone()
+            },
+            WarmPoolSpec {
+                region: "eu-west-1".into(),
+                ..spec.clone()
+            },
+            WarmPoolSpec {
+                endpoint: Some("http://moto".into()),
+                ..spec.clone()
+            },
+        ] {
+            assert!(moved(&spec, &other));
+        }
     }
 }

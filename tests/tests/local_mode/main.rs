@@ -85,6 +85,7 @@ async fn kill_instance(db: &orca_db::Db, id: i64) {
 mod aborts;
 mod ending;
 mod handover;
+mod moves;
 mod recreate;
 mod register;
 mod restarts;

@@ -717,7 +717,8 @@ async fn prepare(
     // A new spec that moves the pool (another Scheduler, region or
     // endpoint) gets a loop of its own; the old one drains the old place.
     let moving = slot.as_ref().is_some_and(|s| {
-        same && s.generation != wp.metadata.generation && retiring::moved(s.lp.spec(), &wp.spec)
+        same && s.generation != wp.metadata.generation
+            && crate::pool::drift::moved(s.lp.spec(), &wp.spec)
     });
     if same && !moving {
         let state = slot.as_mut().expect("invariant: `same` holds a state");

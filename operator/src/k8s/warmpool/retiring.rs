@@ -29,11 +29,6 @@ pub(super) struct Retiring {
     _deletion: watch::Sender<Option<Deletion>>,
 }
 
-/// Whether `new` moves a pool away from where `old` ran it.
-pub(super) fn moved(old: &WarmPoolSpec, new: &WarmPoolSpec) -> bool {
-    old.scheduler != new.scheduler || old.region != new.region || old.endpoint != new.endpoint
-}
-
 /// The place `spec` ran on, with its database's Secret, left at `since`.
 pub(super) fn place_of(
     spec: &WarmPoolSpec,
@@ -149,41 +144,5 @@ pub(super) async fn pass_all(ctx: &PoolContext, wp: &WarmPool, retiring: &mut Ve
     }
     for at in done.into_iter().rev() {
         retiring.remove(at);
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_move_is_another_scheduler_region_or_endpoint() {
-        let spec: WarmPoolSpec = serde_json::from_value(serde_json::json!({
-            "scheduler": "orca", "region": "us-east-1", "idle": {"min": 1, "max": 1},
-            "maxInstances": 3, "launch": {"imageId": "ami-1", "instanceTypes": ["t3.micro"],
-            "subnetIds": ["subnet-a"], "runCommand": "true"}
-        }))
-        .unwrap();
-        let same = WarmPoolSpec {
-            idle: crate::crd::IdleRange { min: 2, max: 2 },
-            ..spec.clone()
-        };
-        assert!(!moved(&spec, &same));
-        for other in [
-            WarmPoolSpec {
-                scheduler: "other".into(),
-                ..spec.clone()
-            },
-            WarmPoolSpec {
-                region: "eu-west-1".into(),
-                ..spec.clone()
-            },
-            WarmPoolSpec {
-                endpoint: Some("http://moto".into()),
-                ..spec.clone()
-            },
-        ] {
-            assert!(moved(&spec, &other));
-        }
     }
 }

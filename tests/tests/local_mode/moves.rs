@@ -1,0 +1,116 @@
+//! A pool moved to another region, then removed from the directory, in the
+//! local mode: its instances where it ran are terminated, never left
+//! running. Once, the local mode stopped the old loop and started a new
+//! one in the new region, and the old instances ran on, counted by no one;
+//! a removed pool's instances the same.
+
+use orca_operator::pool::{Ec2, Ec2Config};
+
+use super::*;
+
+fn pool(region: &str) -> String {
+    format!(
+        "apiVersion: orca.dev/v1alpha1
+kind: WarmPool
+metadata:
+  name: runners
+spec:
+  scheduler: orca
+  region: {region}
+  idle: {{min: 2, max: 2}}
+  maxInstances: 4
+  launch:
+    imageId: ami-12c6146b
+    instanceTypes: [t3.micro]
+    subnetIds: [subnet-1]
+    runCommand: 'true'
+"
+    )
+}
+
+/// The instances moto runs in `region` that are not terminated (or
+/// shutting down).
+async fn alive(endpoint: &str, region: &str) -> Vec<String> {
+    let ec2 = Ec2::new(&Ec2Config::new(region, Some(endpoint))).await;
+    let out = ec2
+        .client()
+        .describe_instances()
+        .send()
+        .await
+        .unwrap_or_else(|e| panic!("moto's DescribeInstances in {region} failed: {e}"));
+    out.reservations()
+        .iter()
+        .flat_map(|r| r.instances())
+        .filter(|i| {
+            let state = i.state().and_then(|s| s.name()).map(|n| n.as_str());
+            !matches!(state, Some("terminated" | "shutting-down"))
+        })
+        .filter_map(|i| i.instance_id().map(String::from))
+        .collect()
+}
+
+async fn until(local: &LocalMode, what: &str, mut done: impl AsyncFnMut() -> bool) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(90);
+    while !done().await {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{what}: not within 90 s; the operator said:\n{}",
+            local.output().join("\n")
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_moved_or_removed_pool_terminates_its_instances_where_it_ran() {
+    orca_tests::warm::aws_env();
+    let mut local = LocalMode::own_database(&scheduler("v1", "", ""));
+    local.write("warmpool.yaml", &pool("us-east-1"));
+    local.start();
+    until(&local, "two idle in us-east-1", async || {
+        local.pool_status("runners").idle == 2
+    })
+    .await;
+    let endpoint = local
+        .output()
+        .iter()
+        .find_map(|l| {
+            let (_, rest) = l.split_once("on moto at ")?;
+            rest.split(": image").next().map(String::from)
+        })
+        .expect("the local mode says where its moto is");
+    assert_eq!(alive(&endpoint, "us-east-1").await.len(), 2);
+
+    // Moved: the old region's instances are terminated, the new region's
+    // warm.
+    local.write("warmpool.yaml", &pool("us-west-2"));
+    until(&local, "us-east-1 emptied, us-west-2 warm", async || {
+        alive(&endpoint, "us-east-1").await.is_empty()
+            && alive(&endpoint, "us-west-2").await.len() == 2
+            && local.pool_status("runners").idle == 2
+    })
+    .await;
+    until(&local, "the old place's loop ends", async || {
+        local
+            .output()
+            .iter()
+            .any(|l| l.contains("nothing left where it ran"))
+    })
+    .await;
+    let said = local.output().join("\n");
+    assert!(
+        said.contains("warmpool default/runners: moved; terminating its instances"),
+        "{said}"
+    );
+    assert!(
+        said.contains("(where it ran: orca in us-east-1 on http://"),
+        "the old place's lines say where: {said}"
+    );
+
+    // Removed: its instances go too.
+    std::fs::remove_file(local.dir().join("warmpool.yaml")).unwrap();
+    until(&local, "us-west-2 emptied", async || {
+        alive(&endpoint, "us-west-2").await.is_empty()
+    })
+    .await;
+}
