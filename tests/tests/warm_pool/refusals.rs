@@ -112,3 +112,69 @@ async fn a_reserve_instance_ec2_will_not_stop_is_retired_and_the_other_stopped()
         "the other one stopped into the reserve"
     );
 }
+
+/// A reserve EC2 refuses to start (the operator's role lacks
+/// `ec2:StartInstances`, say): a run still gets an instance — the reserve
+/// instance is retired (`ReserveFailed`, with a Warning naming it) and one
+/// is launched — instead of the run waiting on a reserve that is asked to
+/// start again every pass.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_reserve_ec2_will_not_start_is_retired_and_the_run_served_by_a_launch() {
+    let (moto, url, ec2, subnets) = warm::Stage::new().await.parts();
+    let faults = Ec2Faults::start(&moto.endpoint());
+    let pool = "nostart/pool";
+    let mut spec = warm::spec(&faults.endpoint(), &["t3.micro"], &subnets[..1], 0, 0, 4);
+    spec.stopped = Some(StoppedRange { min: 1, max: None });
+    let running = start(pool, spec, &url, &faults.endpoint(), "true").await;
+    eventually_true(
+        "one stopped in the reserve",
+        Duration::from_secs(60),
+        || async { running.status().stopped == 1 },
+    )
+    .await;
+    let parked: Vec<String> = present(&ec2, pool)
+        .await
+        .into_iter()
+        .filter(|i| i.state == Ec2State::Stopped)
+        .map(|i| i.id)
+        .collect();
+    assert_eq!(parked.len(), 1);
+
+    faults.fail(
+        "StartInstances",
+        &[],
+        Fault::error("UnauthorizedOperation"),
+        usize::MAX,
+    );
+    let served_by = hand_out_all(&url, pool, [1]).await;
+    assert_ne!(served_by[0].1, parked[0], "served by another instance");
+    eventually_true(
+        "the parked one retired",
+        Duration::from_secs(30),
+        || async {
+            matches!(
+                state_of(&ec2, pool, &parked[0]).await,
+                None | Some(Ec2State::ShuttingDown | Ec2State::Terminated)
+            )
+        },
+    )
+    .await;
+    let events = running.events();
+    let failed = events
+        .iter()
+        .find(|e| e.reason == "StartFailed")
+        .expect("a StartFailed event");
+    assert!(failed.warning);
+    assert!(
+        failed.message.contains(&parked[0]) && failed.message.contains("ReserveFailed"),
+        "{}",
+        failed.message
+    );
+    let starts = faults.calls_of("StartInstances").len();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(
+        faults.calls_of("StartInstances").len(),
+        starts,
+        "not asked to start again"
+    );
+}
