@@ -1,6 +1,7 @@
 //! The orca control plane as a library: the binary `orca-operator` wires
 //! these modules; the end-to-end tests drive them directly.
 
+pub mod backoff;
 pub mod crd;
 pub mod fence;
 pub mod k8s;

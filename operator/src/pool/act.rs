@@ -15,8 +15,9 @@ use std::{
 
 use chrono::{DateTime, Utc};
 
+use crate::backoff::Backoff;
+
 use super::{
-    backoff::Backoff,
     ec2::{client_token, Ec2Error, RunRequest},
     holds,
     pass::{Live, PassReport, PoolError, PoolEvent, PoolLoop},
@@ -176,14 +177,6 @@ impl World for Live {
     }
 }
 
-pub(super) fn event(reason: &'static str, message: String, warning: bool) -> PoolEvent {
-    PoolEvent {
-        reason,
-        message,
-        warning,
-    }
-}
-
 impl<W: World> PoolLoop<W> {
     /// Ends or claims each instance to retire, terminates those it got;
     /// returns how many stay (a hand-out or an agent came first, or EC2
@@ -220,7 +213,7 @@ impl<W: World> PoolLoop<W> {
                     stayed += 1;
                     tracing::info!(pool = %pool, instance = %r.instance, reason = r.reason.as_str(),
                         "not retired: it was handed a run or its agent reported first");
-                    report.events.push(event(
+                    report.events.push(PoolEvent::new(
                         "RetirementLost",
                         format!(
                             "{} was not retired ({}): it was handed a run or its agent reported first",
@@ -251,7 +244,7 @@ impl<W: World> PoolLoop<W> {
             Ok(refused) if !refused.is_empty() => {
                 for (id, why) in &refused {
                     tracing::warn!(pool = %self.pool, instance = %id, error = %why, "terminate refused");
-                    report.events.push(event(
+                    report.events.push(PoolEvent::new(
                         "TerminateFailed",
                         format!("{id} could not be terminated; the next pass tries again: {why}"),
                         true,
@@ -278,7 +271,7 @@ impl<W: World> PoolLoop<W> {
                 tracing::warn!(pool = %self.pool, error = %e, count = ids.len(), "terminate failed");
                 report
                     .events
-                    .push(event("TerminateFailed", e.to_string(), true));
+                    .push(PoolEvent::new("TerminateFailed", e.to_string(), true));
                 return Ok(stayed + ids.len() as u32);
             }
         }
@@ -294,7 +287,7 @@ impl<W: World> PoolLoop<W> {
             if let Some(m) = &self.metrics {
                 m.terminated(&self.pool, reason.as_str(), instances.len());
             }
-            report.events.push(event(
+            report.events.push(PoolEvent::new(
                 "Terminated",
                 format!("terminated {} ({})", instances.join(", "), reason.as_str()),
                 false,
@@ -344,7 +337,7 @@ impl<W: World> PoolLoop<W> {
                         if let Some(m) = &self.metrics {
                             m.started(&self.pool, started.len());
                         }
-                        report.events.push(event(
+                        report.events.push(PoolEvent::new(
                             "Started",
                             format!("started {} from the stopped reserve", started.join(", ")),
                             false,
@@ -382,7 +375,7 @@ impl<W: World> PoolLoop<W> {
                         let fresh = stopped.iter().filter(|s| taken.contains(&s.row)).count();
                         m.stopped(&self.pool, fresh);
                     }
-                    report.events.push(event(
+                    report.events.push(PoolEvent::new(
                         "Stopped",
                         format!("stopped {} into the reserve", names.join(", ")),
                         false,
@@ -424,7 +417,7 @@ impl<W: World> PoolLoop<W> {
         tracing::warn!(pool = %self.pool, offering = %offering, error = %e, "start failed");
         report
             .events
-            .push(event("StartFailed", e.to_string(), true));
+            .push(PoolEvent::new("StartFailed", e.to_string(), true));
         Ok(())
     }
 
@@ -445,7 +438,9 @@ impl<W: World> PoolLoop<W> {
         }
         report.throttled |= matches!(e, Ec2Error::Throttled { .. });
         tracing::warn!(pool = %self.pool, error = %e, "stop failed");
-        report.events.push(event("StopFailed", e.to_string(), true));
+        report
+            .events
+            .push(PoolEvent::new("StopFailed", e.to_string(), true));
         Ok(())
     }
 
@@ -498,7 +493,7 @@ impl<W: World> PoolLoop<W> {
         let ids: Vec<&str> = items.iter().map(|s| s.instance.as_str()).collect();
         tracing::warn!(pool = %self.pool, instances = ?ids, error = %error,
             "{what}: EC2 refused for good, the instances are retired");
-        report.events.push(event(
+        report.events.push(PoolEvent::new(
             what,
             format!(
                 "{error}: {} retired ({})",
@@ -542,7 +537,7 @@ impl<W: World> PoolLoop<W> {
             } else {
                 ("MaxInstancesReached", false)
             };
-            report.events.push(event(
+            report.events.push(PoolEvent::new(
                 reason,
                 format!(
                     "{} more instances wanted, none launched for them",
@@ -579,7 +574,7 @@ impl<W: World> PoolLoop<W> {
             let mut mismatched = false;
             loop {
                 let Some(offering) = chain.get(at) else {
-                    report.events.push(event(
+                    report.events.push(PoolEvent::new(
                         "NoCapacity",
                         format!("no instance type and subnet has capacity for {budget} more"),
                         true,
@@ -619,7 +614,7 @@ impl<W: World> PoolLoop<W> {
                         if let Some(m) = &self.metrics {
                             m.launched(&self.pool, count);
                         }
-                        report.events.push(event(
+                        report.events.push(PoolEvent::new(
                             "Launched",
                             format!("launched {count} ({offering}): {}", ids.join(", ")),
                             false,
@@ -645,7 +640,7 @@ impl<W: World> PoolLoop<W> {
                         } else {
                             String::new()
                         };
-                        report.events.push(event(
+                        report.events.push(PoolEvent::new(
                             "CapacityUnavailable",
                             format!(
                                 "{offering}: {code}; skipped{also} until {}",
@@ -666,14 +661,16 @@ impl<W: World> PoolLoop<W> {
                     Err(e @ Ec2Error::Fenced { .. }) => return Err(self.ec2_error(e)),
                     Err(e @ Ec2Error::Throttled { .. }) => {
                         report.throttled = true;
-                        report.events.push(event("Throttled", e.to_string(), true));
+                        report
+                            .events
+                            .push(PoolEvent::new("Throttled", e.to_string(), true));
                         return Ok(());
                     }
                     Err(e) => {
                         tracing::warn!(pool = %self.pool, offering = %offering, error = %e, "launch failed");
                         report
                             .events
-                            .push(event("LaunchFailed", e.to_string(), true));
+                            .push(PoolEvent::new("LaunchFailed", e.to_string(), true));
                         return Ok(());
                     }
                 }

@@ -7,6 +7,8 @@
 
 use std::time::{Duration, Instant};
 
+use crate::backoff::doubling;
+
 /// Boot time-outs in a row after which the pool is `BootFailing`.
 pub const FAILING_AFTER: u32 = 3;
 
@@ -50,8 +52,7 @@ impl BootFailures {
         if self.in_a_row < FAILING_AFTER {
             return false;
         }
-        let doublings = (self.in_a_row - FAILING_AFTER).min(16);
-        let wait = base.saturating_mul(1 << doublings).min(cap);
+        let wait = doubling(base, self.in_a_row - FAILING_AFTER, cap);
         self.launch_after = Some(Instant::now() + wait);
         true
     }

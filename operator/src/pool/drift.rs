@@ -13,7 +13,7 @@
 
 use sha2::{Digest, Sha256};
 
-use super::plan::Ec2Instance;
+use super::instance::Ec2Instance;
 use crate::crd::{Launch, WarmPoolSpec};
 
 /// The hash of `launch`'s fields that make an instance what it is: 12 hex

@@ -8,7 +8,7 @@
 //! every spot offering. Asking the other offerings the same quota only
 //! spends API calls and time before the launch that can succeed.
 
-use super::plan::Offering;
+use super::instance::Offering;
 
 /// The offerings of `all` (and `refused` itself) that an error `code` on
 /// `refused` holds.

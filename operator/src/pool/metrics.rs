@@ -39,6 +39,7 @@ pub struct PoolMetrics {
     demand_wait: Family<Labels, Histogram, fn() -> Histogram>,
     capacity_errors: Family<Labels, Counter>,
     throttled: Family<Labels, Counter>,
+    reconcile_errors: Family<Labels, Counter>,
 }
 
 fn pool(pool: &str) -> Labels {
@@ -60,6 +61,7 @@ impl PoolMetrics {
             demand_wait: Family::new_with_constructor(wait_histogram),
             capacity_errors: Family::default(),
             throttled: Family::default(),
+            reconcile_errors: Family::default(),
         };
         let r = registry.sub_registry_with_prefix("orca_pool");
         r.register("launches", "Instances launched", m.launches.clone());
@@ -104,6 +106,11 @@ impl PoolMetrics {
             "capacity_errors",
             "Launches refused for capacity, by instance type, subnet and code",
             m.capacity_errors.clone(),
+        );
+        r.register(
+            "reconcile_errors",
+            "WarmPool reconciles that failed, by stage (api, secret, start, status, finalizer, ec2, panic)",
+            m.reconcile_errors.clone(),
         );
         r.register(
             "throttled",
@@ -167,5 +174,31 @@ impl PoolMetrics {
 
     pub fn throttle(&self, p: &str) {
         self.throttled.get_or_create(&pool(p)).inc();
+    }
+
+    /// A reconcile of WarmPool `p` failed at `stage`.
+    pub fn reconcile_failed(&self, p: &str, stage: &str) {
+        let mut labels = pool(p);
+        labels.push(("stage".into(), stage.into()));
+        self.reconcile_errors.get_or_create(&labels).inc();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_failed_reconcile_is_counted_by_pool_and_stage() {
+        let mut registry = Registry::default();
+        let m = PoolMetrics::register(&mut registry);
+        m.reconcile_failed("ns/p", "secret");
+        m.reconcile_failed("ns/p", "secret");
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
+        assert!(
+            text.contains(r#"orca_pool_reconcile_errors_total{pool="ns/p",stage="secret"} 2"#),
+            "{text}"
+        );
     }
 }

@@ -23,12 +23,12 @@
 mod act;
 #[cfg(test)]
 mod act_tests;
-pub mod backoff;
 pub mod boot;
 pub mod cost;
 pub mod drift;
 pub mod ec2;
 pub mod holds;
+pub mod instance;
 pub mod metrics;
 mod pass;
 pub mod plan;

@@ -14,8 +14,9 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use orca_db::{ConnectOptions, DatabaseUrl, Db, DbError, Reconnect};
 use tokio::sync::watch;
 
+use crate::backoff::Backoff;
+
 use super::{
-    backoff::Backoff,
     ec2::{Ec2, Ec2Config, Ec2Error, Ownership},
     metrics::PoolMetrics,
     plan::{plan, Ec2Instance, Limits, Offering, PoolPlan, Snapshot},
@@ -123,6 +124,17 @@ pub struct PoolEvent {
     pub reason: &'static str,
     pub message: String,
     pub warning: bool,
+}
+
+impl PoolEvent {
+    /// An event of `reason`, a Warning if `warning`.
+    pub fn new(reason: &'static str, message: String, warning: bool) -> Self {
+        PoolEvent {
+            reason,
+            message,
+            warning,
+        }
+    }
 }
 
 /// A WarmPool's deletion with `onDelete: Terminate`, as its loop is told.
@@ -757,13 +769,13 @@ impl PoolLoop {
         if let Err(e) = &active {
             report
                 .events
-                .push(super::act::event("InvalidSchedule", e.to_string(), true));
+                .push(PoolEvent::new("InvalidSchedule", e.to_string(), true));
         }
         if decided.counts.drifted > 0 {
             self.announce_drift(&snap, &mut report);
         }
         if !adopted.is_empty() {
-            report.events.push(super::act::event(
+            report.events.push(PoolEvent::new(
                 "Adopted",
                 format!(
                     "{} instance(s) launched before instances carried the cluster's tag, with rows \
@@ -891,7 +903,7 @@ impl PoolLoop {
                 tracing::warn!(pool = %self.pool, "{message}");
                 report
                     .events
-                    .push(super::act::event("BootFailing", message.clone(), true));
+                    .push(PoolEvent::new("BootFailing", message.clone(), true));
             }
             report.degraded = Some(("BootFailing", message));
         }
@@ -924,7 +936,7 @@ impl PoolLoop {
                  busy ones after their runs"
             ),
         };
-        report.events.push(super::act::event(
+        report.events.push(PoolEvent::new(
             "Drifted",
             format!(
                 "{} instance(s) run an out-of-date launch spec ({was} → {}): {pace}",

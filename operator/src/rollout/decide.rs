@@ -21,20 +21,11 @@ use std::time::Duration;
 
 use super::{
     register::register,
-    revision::{host_name, is_host_of, pod_name, revision_of},
+    revision::{is_host_of, revision_of},
     snapshot::*,
     status::StatusDraft,
 };
-
-/// The outcome of one [`decide`].
-#[derive(Clone, Debug, PartialEq)]
-pub struct Decision {
-    pub actions: Vec<Action>,
-    pub events: Vec<Event>,
-    pub status: crate::crd::SchedulerStatus,
-    /// Look again after this, even if nothing is watched to change.
-    pub requeue: Duration,
-}
+use crate::backoff::doubling;
 
 /// How long an old pod may take to exit after its row has ended.
 const EXIT_GRACE: i64 = 30;
@@ -303,12 +294,13 @@ impl<'a> Pass<'a> {
         // an image pull is not a run.
         let ran = *finished - pod.started.unwrap_or(pod.created);
         let stable = ran >= secs(STABLE_SECONDS);
-        let backoff = if stable {
-            10
+        let restarts = if stable {
+            0
         } else {
-            10 * 2i64.pow(d.recent_restarts().clamp(0, 5) as u32)
+            d.recent_restarts().clamp(0, 5) as u32
         };
-        let due = *finished + secs(backoff);
+        let backoff = doubling(Duration::from_secs(10), restarts, Duration::from_secs(320));
+        let due = *finished + secs(backoff.as_secs() as i64);
         if o.now >= due && self.may_start {
             d.act(Action::DeletePod {
                 name: pod.name.clone(),
@@ -499,16 +491,5 @@ impl<'a> Pass<'a> {
                 name: job.name.clone(),
             });
         }
-    }
-}
-
-/// A new pod of Scheduler `o`, named for its revision and sequence.
-pub(super) fn new_pod(o: &Observed, revision: &str, sequence: u32, image: &str) -> Action {
-    Action::CreatePod {
-        name: pod_name(&o.name, revision, sequence),
-        host: host_name(&o.namespace, &o.name, revision, sequence),
-        revision: revision.to_string(),
-        sequence,
-        image: image.to_string(),
     }
 }

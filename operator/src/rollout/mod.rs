@@ -13,7 +13,7 @@ mod status;
 #[cfg(test)]
 mod tests;
 
-pub use decide::{decide, Decision};
+pub use decide::decide;
 pub use instances::{db_problem, observe_instances};
 pub use revision::{
     host_name, is_host_of, job_name, pod_name, register_attempt, register_hash, register_job_name,

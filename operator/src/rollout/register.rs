@@ -7,22 +7,10 @@
 use std::time::Duration;
 
 use super::{
-    revision::{register_attempt, register_hash, register_job_name},
+    revision::{register_attempt, register_backoff, register_hash, register_job_name},
     snapshot::*,
     status::StatusDraft,
 };
-
-/// The back-off before the first retry; it doubles with each failure.
-const FIRST_BACKOFF: u64 = 10;
-/// The longest back-off between two attempts.
-const MAX_BACKOFF: u64 = 300;
-
-/// How long to wait after the `failures`-th failure in a row before the
-/// next attempt: 10 s × 2^(failures − 1), at most 5 min.
-pub(super) fn backoff(failures: i32) -> Duration {
-    let doublings = failures.saturating_sub(1).clamp(0, 16) as u32;
-    Duration::from_secs((FIRST_BACKOFF << doublings).min(MAX_BACKOFF))
-}
 
 /// The register Jobs of the `target` revision, once its pod leads: the
 /// first created if the spec has a register step, a failed one followed by
@@ -69,7 +57,7 @@ pub(super) fn register(d: &mut StatusDraft, o: &Observed, target: &str) {
         JobState::Succeeded { at } => d.registered(job, *at),
         JobState::Failed { message, at } => {
             let failures = d.register_failed(job, message);
-            let wait = backoff(failures);
+            let wait = register_backoff(failures);
             let due = *at + chrono::Duration::seconds(wait.as_secs() as i64);
             if o.now >= due {
                 let name = register_job_name(&o.name, target, d.next_register_attempt(made));
@@ -83,18 +71,5 @@ pub(super) fn register(d: &mut StatusDraft, o: &Observed, target: &str) {
                 d.register_waits((due - o.now).to_std().unwrap_or(Duration::from_secs(1)));
             }
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_back_off_doubles_to_five_minutes() {
-        let secs: Vec<u64> = (1..=8).map(|n| backoff(n).as_secs()).collect();
-        assert_eq!(secs, [10, 20, 40, 80, 160, 300, 300, 300]);
-        assert_eq!(backoff(0).as_secs(), 10);
-        assert_eq!(backoff(i32::MAX).as_secs(), 300);
     }
 }

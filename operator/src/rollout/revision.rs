@@ -4,9 +4,15 @@
 //! server accepts (a DNS subdomain: dots, up to 253 characters) while pod,
 //! Job and host names must be DNS-1123 labels (no dots, at most 63).
 
+use std::time::Duration;
+
 use sha2::{Digest, Sha256};
 
-use crate::crd::{Register, SchedulerSpec};
+use super::snapshot::{Action, Observed};
+use crate::{
+    backoff::doubling,
+    crd::{Register, SchedulerSpec},
+};
 
 /// The pod template's hash, 10 hex digits (label `orca.dev/revision`).
 pub type Revision = String;
@@ -181,4 +187,34 @@ fn is_label_value(s: &str) -> bool {
                 .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
             && edge(s.chars().next())
             && edge(s.chars().last()))
+}
+/// How long to wait after the `failures`-th register failure in a row
+/// before the next attempt: 10 s × 2^(failures − 1), at most 5 min.
+pub(super) fn register_backoff(failures: i32) -> Duration {
+    let doublings = failures.saturating_sub(1).max(0) as u32;
+    doubling(Duration::from_secs(10), doublings, Duration::from_secs(300))
+}
+
+/// A new pod of Scheduler `o`, named for its revision and sequence.
+pub(super) fn new_pod(o: &Observed, revision: &str, sequence: u32, image: &str) -> Action {
+    Action::CreatePod {
+        name: pod_name(&o.name, revision, sequence),
+        host: host_name(&o.namespace, &o.name, revision, sequence),
+        revision: revision.to_string(),
+        sequence,
+        image: image.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_register_back_off_doubles_to_five_minutes() {
+        let secs: Vec<u64> = (1..=8).map(|n| register_backoff(n).as_secs()).collect();
+        assert_eq!(secs, [10, 20, 40, 80, 160, 300, 300, 300]);
+        assert_eq!(register_backoff(0).as_secs(), 10);
+        assert_eq!(register_backoff(i32::MAX).as_secs(), 300);
+    }
 }

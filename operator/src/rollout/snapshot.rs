@@ -202,3 +202,14 @@ impl Event {
 pub const BUSY: Duration = Duration::from_secs(1);
 /// How soon to look again when all is quiet (watches wake it sooner).
 pub const QUIET: Duration = Duration::from_secs(30);
+
+/// The outcome of one [`decide`](super::decide): what to do, what to say,
+/// and the status that follows from them.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Decision {
+    pub actions: Vec<Action>,
+    pub events: Vec<Event>,
+    pub status: SchedulerStatus,
+    /// Look again after this, even if nothing is watched to change.
+    pub requeue: Duration,
+}

@@ -7,7 +7,8 @@ use std::time::Duration;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time as KubeTime;
 
 use super::{
-    decide::new_pod, register::backoff, revision::register_attempt, snapshot::*, Decision,
+    revision::{new_pod, register_attempt, register_backoff},
+    snapshot::*,
 };
 use crate::crd::{
     set_condition, HandoverStatus, LeaderStatus, Phase, RegisterStatus, RevisionStatus,
@@ -542,7 +543,7 @@ impl<'a> StatusDraft<'a> {
                     "job {} failed: {} ({failures} in a row); a new job tries again {}s after it failed",
                     job.name,
                     first_line(message),
-                    backoff(failures).as_secs()
+                    register_backoff(failures).as_secs()
                 ),
             ));
         }
@@ -553,7 +554,7 @@ impl<'a> StatusDraft<'a> {
                 "job {} failed: {} ({failures} in a row); a new job tries again {}s after it failed",
                 job.name,
                 first_line(message),
-                backoff(failures).as_secs()
+                register_backoff(failures).as_secs()
             ),
         );
         failures

@@ -16,7 +16,7 @@ use kube::{
 use orca_db::{schedulers, Db, DbError};
 use tracing::info;
 
-use super::{jobs, pods, watched::Expect, Context};
+use super::{context::Context, jobs, pods, watched::Expect};
 use crate::crd::Scheduler;
 use crate::fence::Fenced;
 use crate::rollout::{Action, Decision};

@@ -6,6 +6,7 @@
 //! first.
 
 pub mod act;
+mod context;
 pub mod deletion;
 pub mod jobs;
 pub mod memory;
@@ -22,7 +23,7 @@ use kube::{
     core::PartialObjectMeta,
     runtime::{
         controller::Action as Requeue,
-        events::{Event as KubeEvent, EventType, Recorder, Reporter},
+        events::{Event as KubeEvent, EventType},
         reflector::{self, ObjectRef},
         watcher, Controller, WatchStreamExt,
     },
@@ -32,59 +33,12 @@ use orca_db::{DatabaseUrl, Db};
 use tracing::{info, warn, Instrument};
 
 use self::act::{act, ActError};
+pub use self::context::Context;
 use super::status::{event_action, write_status, StatusWriteError};
-use super::{database, guard, metrics::Metrics, server::Progress, LABEL_SCHEDULER, MANAGER};
+use super::{database, guard, LABEL_SCHEDULER};
 use crate::crd::{Scheduler, SchedulerStatus, SecretKeyRef};
-use crate::fence::{Fence, Fenced};
+use crate::fence::Fenced;
 use crate::rollout::{self, decide, Decision, Observed};
-
-/// What every reconcile shares: the client, the event recorder, the
-/// metrics, the database connections and the fence.
-pub struct Context {
-    pub client: Client,
-    recorder: Recorder,
-    metrics: Metrics,
-    connections: database::Connections,
-    /// Until when this replica may act (see [`super::leader`]).
-    pub(super) fence: Fence,
-    backoff: refusal::Backoff,
-    memory: memory::StatusMemory,
-    /// The stores of the controller's watches, and what this replica's
-    /// writes make them owe (see [`watched`]).
-    pub watched: watched::Watched,
-    /// The reconciles in flight, for `/healthz`.
-    pub progress: Progress,
-}
-
-impl Context {
-    /// `instance` names this operator replica in the Events it posts (the
-    /// pod's name); `fence` is its election's ([`Fence::always`] without
-    /// one).
-    pub fn new(client: Client, metrics: Metrics, instance: &str, fence: Fence) -> Self {
-        let reporter = Reporter {
-            controller: MANAGER.into(),
-            instance: Some(instance.into()),
-        };
-        Context {
-            recorder: Recorder::new(client.clone(), reporter),
-            client,
-            metrics,
-            connections: database::Connections::of_replica(instance),
-            fence,
-            backoff: refusal::Backoff::default(),
-            memory: memory::StatusMemory::default(),
-            watched: watched::Watched::default(),
-            progress: Progress::default(),
-        }
-    }
-
-    /// This context's reconciles count for `progress` (the replica's
-    /// `/healthz`).
-    pub fn with_progress(mut self, progress: Progress) -> Self {
-        self.progress = progress;
-        self
-    }
-}
 
 #[derive(Debug, thiserror::Error)]
 pub enum ObserveError {

@@ -6,9 +6,9 @@
 //! own message (and a Warning Event), its status is still written, and the
 //! write is tried again after a long pause. Transient errors (5xx, 409,
 //! 429, the network) are retried with a growing back-off instead
-//! ([`Backoff`]).
+//! ([`crate::backoff::PerObject`]).
 
-use std::{collections::HashMap, sync::Mutex, time::Duration};
+use std::time::Duration;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
@@ -71,35 +71,6 @@ pub fn degrade(
     );
 }
 
-/// Consecutive failed reconciles per Scheduler, for a back-off that grows
-/// (5 s, 10 s, … 5 min) and starts over after a success.
-#[derive(Default)]
-pub struct Backoff {
-    failures: Mutex<HashMap<(String, String), u32>>,
-}
-
-impl Backoff {
-    /// The delay before the next try of `namespace/name`, after one more
-    /// failure.
-    pub fn failed(&self, namespace: &str, name: &str) -> Duration {
-        let mut failures = self.failures.lock().unwrap_or_else(|p| p.into_inner());
-        let n = failures
-            .entry((namespace.to_string(), name.to_string()))
-            .or_insert(0);
-        *n = n.saturating_add(1);
-        let secs = 5u64.saturating_mul(1 << (*n - 1).min(6));
-        Duration::from_secs(secs.min(300))
-    }
-
-    /// `namespace/name` reconciled: the back-off starts over.
-    pub fn succeeded(&self, namespace: &str, name: &str) {
-        self.failures
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(&(namespace.to_string(), name.to_string()));
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -132,15 +103,5 @@ mod tests {
         for code in [409, 429, 500, 503] {
             assert!(refusal(&pod(code)).is_none(), "{code}");
         }
-    }
-
-    #[test]
-    fn the_back_off_grows_and_starts_over_after_a_success() {
-        let b = Backoff::default();
-        let delays: Vec<u64> = (0..9).map(|_| b.failed("ns", "a").as_secs()).collect();
-        assert_eq!(delays, [5, 10, 20, 40, 80, 160, 300, 300, 300]);
-        assert_eq!(b.failed("ns", "other").as_secs(), 5, "per Scheduler");
-        b.succeeded("ns", "a");
-        assert_eq!(b.failed("ns", "a").as_secs(), 5);
     }
 }

@@ -75,6 +75,7 @@ pub use finalizer::{FinalizerError, FINALIZER};
 use listen::{DatabaseKey, Listeners};
 
 use crate::{
+    backoff::{Backoff, PerObject},
     crd::{set_condition, OnDelete, Scheduler, SecretKeyRef, WarmPool, WarmPoolStatus},
     k8s::{
         database::{read_url, SecretError},
@@ -83,9 +84,7 @@ use crate::{
         server::Progress,
         status::{event_action, write_status, StatusWriteError},
     },
-    pool::{
-        backoff::Backoff, Deletion, PassReport, PoolError, PoolEvent, PoolLoop, PoolMetrics, Tuning,
-    },
+    pool::{Deletion, PassReport, PoolError, PoolEvent, PoolLoop, PoolMetrics, Tuning},
 };
 
 /// What the WarmPool controller needs besides the client.
@@ -156,6 +155,20 @@ pub enum ControllerError {
 }
 
 impl ControllerError {
+    /// The stage that failed, for the failure metric's `stage` label.
+    pub fn stage(&self) -> &'static str {
+        match self {
+            ControllerError::Kube { .. } => "api",
+            ControllerError::Secret { .. } => "secret",
+            ControllerError::Start { .. } => "start",
+            ControllerError::Status { .. } => "status",
+            ControllerError::Fenced { .. } => "fenced",
+            ControllerError::Finalizer { .. } => "finalizer",
+            ControllerError::Ec2 { .. } => "ec2",
+            ControllerError::Panicked { .. } => "panic",
+        }
+    }
+
     fn finalizer(pool: &str, e: FinalizerError) -> Self {
         let pool = pool.to_string();
         match e {
@@ -231,6 +244,8 @@ pub struct PoolContext {
     /// said that they had not.
     waited: AtomicBool,
     warned: AtomicBool,
+    /// Failed reconciles in a row, per WarmPool.
+    backoff: PerObject,
 }
 
 fn locked<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -267,6 +282,7 @@ impl PoolContext {
             finalized: Mutex::new(HashSet::new()),
             waited: AtomicBool::new(false),
             warned: AtomicBool::new(false),
+            backoff: PerObject::default(),
         }
     }
 
@@ -490,13 +506,24 @@ fn pools_of(
         .collect()
 }
 
-fn error_policy(_pool: Arc<WarmPool>, error: &ControllerError, _ctx: Arc<PoolContext>) -> Action {
-    match error {
-        // Not a failure of the pool: this replica may not act.
-        ControllerError::Fenced { .. } => tracing::debug!(error = %error, "fenced"),
-        _ => tracing::warn!(error = %error, "warm pool reconcile failed"),
+/// A failed reconcile is logged, counted and tried again after a back-off
+/// of its own that grows with each failure of that WarmPool in a row (5 s
+/// … 5 min) and starts over after a success. A fenced one is no failure
+/// of the pool: this replica may not act.
+fn error_policy(wp: Arc<WarmPool>, error: &ControllerError, ctx: Arc<PoolContext>) -> Action {
+    if let ControllerError::Fenced { .. } = error {
+        tracing::debug!(error = %error, "fenced");
+        return Action::requeue(Duration::from_secs(15));
     }
-    Action::requeue(Duration::from_secs(15))
+    let ns = wp.namespace().unwrap_or_else(|| "default".into());
+    let name = wp.name_any();
+    let delay = ctx.backoff.failed(&ns, &name);
+    tracing::warn!(pool = %key(&ns, &name), stage = error.stage(), retry_in = ?delay,
+        "warm pool reconcile failed: {error}");
+    if let Some(m) = &ctx.config.metrics {
+        m.reconcile_failed(&key(&ns, &name), error.stage());
+    }
+    Action::requeue(delay)
 }
 
 fn key(ns: &str, name: &str) -> String {
@@ -528,7 +555,10 @@ pub async fn reconcile(
     )
     .await;
     let failed = match passed {
-        Ok(Ok(action)) => return Ok(action),
+        Ok(Ok(action)) => {
+            ctx.backoff.succeeded(&ns, &wp.name_any());
+            return Ok(action);
+        }
         Ok(Err(e)) => e,
         Err(panicked) => {
             // Its loop may be half-changed: the next pass makes a new one

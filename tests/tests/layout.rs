@@ -1,0 +1,279 @@
+//! The operator's layout (docs/architecture.md#layout), held against its
+//! code: no two files of `operator/src` import each other, even through
+//! others; and the pure cores — the Scheduler's decision, the pool's plan
+//! and schedule — import no adapter: no Kubernetes client, database
+//! connection, EC2 client or runtime, and no module that holds one.
+//!
+//! Every path a file names that starts at `crate`, `super` or `self` —
+//! in a `use` or inline — is an import of the file that defines that
+//! module (a `mod.rs` for a folder). A `mod` declaration is not.
+
+use std::{
+    collections::{BTreeMap, BTreeSet},
+    path::{Path, PathBuf},
+};
+
+use syn::visit::Visit;
+
+fn src() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../operator/src")
+}
+
+/// Every `.rs` file under `dir`, relative to `src()`.
+fn files(dir: &Path, out: &mut Vec<PathBuf>) {
+    for entry in std::fs::read_dir(dir).expect("operator/src is readable") {
+        let path = entry.expect("a directory entry").path();
+        if path.is_dir() {
+            files(&path, out);
+        } else if path.extension().is_some_and(|e| e == "rs") {
+            out.push(path.strip_prefix(src()).unwrap().to_path_buf());
+        }
+    }
+}
+
+/// The module path of a file: `pool/act.rs` → `[pool, act]`, `pool/mod.rs`
+/// → `[pool]`, `lib.rs` → `[]`.
+fn module_of(file: &Path) -> Vec<String> {
+    let mut parts: Vec<String> = file
+        .with_extension("")
+        .components()
+        .map(|c| c.as_os_str().to_string_lossy().into_owned())
+        .collect();
+    if matches!(
+        parts.last().map(String::as_str),
+        Some("mod" | "lib" | "main")
+    ) {
+        parts.pop();
+    }
+    parts
+}
+
+/// The paths a file names from `crate`, `super` or `self`, each as written.
+#[derive(Default)]
+struct Paths {
+    found: Vec<Vec<String>>,
+    /// Every path, whatever it starts at (for the adapters' crates).
+    all: Vec<String>,
+}
+
+impl Paths {
+    fn tree(&mut self, prefix: &mut Vec<String>, tree: &syn::UseTree) {
+        match tree {
+            syn::UseTree::Path(p) => {
+                prefix.push(p.ident.to_string());
+                self.tree(prefix, &p.tree);
+                prefix.pop();
+            }
+            syn::UseTree::Name(n) => self.path(prefix, Some(n.ident.to_string())),
+            syn::UseTree::Rename(r) => self.path(prefix, Some(r.ident.to_string())),
+            syn::UseTree::Glob(_) => self.path(prefix, None),
+            syn::UseTree::Group(g) => {
+                for t in &g.items {
+                    self.tree(prefix, t);
+                }
+            }
+        }
+    }
+
+    fn path(&mut self, prefix: &[String], last: Option<String>) {
+        let mut p = prefix.to_vec();
+        p.extend(last);
+        self.all.push(p.join("::"));
+        if matches!(
+            p.first().map(String::as_str),
+            Some("crate" | "super" | "self")
+        ) {
+            self.found.push(p);
+        }
+    }
+}
+
+impl<'ast> Visit<'ast> for Paths {
+    fn visit_item_use(&mut self, u: &'ast syn::ItemUse) {
+        self.tree(&mut Vec::new(), &u.tree);
+    }
+
+    fn visit_path(&mut self, p: &'ast syn::Path) {
+        let segments: Vec<String> = p.segments.iter().map(|s| s.ident.to_string()).collect();
+        self.path(&segments, None);
+        syn::visit::visit_path(self, p);
+    }
+
+    // `pub(super)` names where an item is seen, not what it uses.
+    fn visit_visibility(&mut self, _: &'ast syn::Visibility) {}
+
+    // A test module inside a file is the file's own.
+    fn visit_item_mod(&mut self, m: &'ast syn::ItemMod) {
+        let is_test = m.attrs.iter().any(|a| {
+            a.path().is_ident("cfg") && a.parse_args::<syn::Ident>().is_ok_and(|i| i == "test")
+        });
+        if !is_test {
+            syn::visit::visit_item_mod(self, m);
+        }
+    }
+}
+
+/// Each file, with the files it imports and every path it names.
+fn graph() -> BTreeMap<PathBuf, (BTreeSet<PathBuf>, Vec<String>)> {
+    let mut all = Vec::new();
+    files(&src(), &mut all);
+    let by_module: BTreeMap<Vec<String>, PathBuf> =
+        all.iter().map(|f| (module_of(f), f.clone())).collect();
+    let mut out = BTreeMap::new();
+    for file in &all {
+        let text = std::fs::read_to_string(src().join(file)).unwrap();
+        let ast = syn::parse_file(&text).unwrap_or_else(|e| panic!("{}: {e}", file.display()));
+        let mut paths = Paths::default();
+        paths.visit_file(&ast);
+        let here = module_of(file);
+        let mut imports = BTreeSet::new();
+        for p in &paths.found {
+            let mut at = here.clone();
+            let mut rest = p.as_slice();
+            match rest.first().map(String::as_str) {
+                Some("crate") => {
+                    at.clear();
+                    rest = &rest[1..];
+                }
+                Some("self") => rest = &rest[1..],
+                _ => {}
+            }
+            while rest.first().map(String::as_str) == Some("super") {
+                at.pop();
+                rest = &rest[1..];
+            }
+            // The longest module the path names.
+            let mut target = at.clone();
+            let mut best = by_module.get(&target).cloned();
+            for seg in rest {
+                target.push(seg.clone());
+                match by_module.get(&target) {
+                    Some(f) => best = Some(f.clone()),
+                    None => break,
+                }
+            }
+            if let Some(f) = best.filter(|f| f != file) {
+                imports.insert(f);
+            }
+        }
+        out.insert(file.clone(), (imports, paths.all));
+    }
+    out
+}
+
+/// The cycles: for each file on one, the path back to itself.
+fn cycles(g: &BTreeMap<PathBuf, (BTreeSet<PathBuf>, Vec<String>)>) -> Vec<Vec<PathBuf>> {
+    let mut found = Vec::new();
+    for start in g.keys() {
+        // A breadth-first walk from start's imports back to start.
+        let mut from: BTreeMap<&PathBuf, &PathBuf> = BTreeMap::new();
+        let mut queue: std::collections::VecDeque<&PathBuf> = g[start].0.iter().collect();
+        for next in &g[start].0 {
+            from.insert(next, start);
+        }
+        while let Some(at) = queue.pop_front() {
+            if at == start {
+                let mut path = vec![start.clone()];
+                let mut back = from[start];
+                while back != start {
+                    path.push(back.clone());
+                    back = from[back];
+                }
+                path.reverse();
+                found.push(path);
+                break;
+            }
+            for next in g.get(at).map(|(i, _)| i.iter()).into_iter().flatten() {
+                if !from.contains_key(next) {
+                    from.insert(next, at);
+                    queue.push_back(next);
+                }
+            }
+        }
+    }
+    found
+}
+
+#[test]
+fn no_file_of_the_operator_imports_its_importer() {
+    let g = graph();
+    assert!(g.len() > 50, "read {} files of operator/src", g.len());
+    let found = cycles(&g);
+    let shown: Vec<String> = found
+        .iter()
+        .map(|c| {
+            let names: Vec<String> = c.iter().map(|f| f.display().to_string()).collect();
+            format!("{} → back", names.join(" → "))
+        })
+        .collect();
+    assert!(
+        found.is_empty(),
+        "files importing their importers:\n{}",
+        shown.join("\n")
+    );
+}
+
+/// The pure cores: what decides, with no I/O of its own.
+const CORE: [&str; 12] = [
+    "rollout/decide.rs",
+    "rollout/register.rs",
+    "rollout/revision.rs",
+    "rollout/snapshot.rs",
+    "rollout/status.rs",
+    "pool/plan.rs",
+    "pool/schedule.rs",
+    "pool/drift.rs",
+    "pool/holds.rs",
+    "pool/instance.rs",
+    "pool/boot.rs",
+    "backoff.rs",
+];
+
+/// What only an adapter may name: clients, connections, the runtime.
+const ADAPTER_PATHS: [&str; 9] = [
+    "kube",
+    "aws_sdk_ec2",
+    "aws_config",
+    "tokio_postgres",
+    "orca_db::Db",
+    "orca_db::connect",
+    "orca_db::pool::connect",
+    "tokio",
+    "reqwest",
+];
+
+/// The operator's own modules that hold one.
+const ADAPTER_FILES: [&str; 6] = [
+    "k8s/",
+    "local/",
+    "pool/ec2.rs",
+    "pool/act.rs",
+    "pool/pass.rs",
+    "rollout/instances.rs",
+];
+
+#[test]
+fn the_cores_import_no_adapter() {
+    let g = graph();
+    let mut wrong = Vec::new();
+    for core in CORE {
+        let (imports, paths) = g
+            .get(Path::new(core))
+            .unwrap_or_else(|| panic!("{core} is not in operator/src any more: update CORE"));
+        for p in paths {
+            if ADAPTER_PATHS
+                .iter()
+                .any(|a| p == a || p.starts_with(&format!("{a}::")))
+            {
+                wrong.push(format!("{core} names {p}"));
+            }
+        }
+        for f in imports {
+            let f = f.display().to_string();
+            if ADAPTER_FILES.iter().any(|a| f.starts_with(a)) {
+                wrong.push(format!("{core} imports {f}"));
+            }
+        }
+    }
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+}
