@@ -36,6 +36,14 @@ pub fn set_condition(
     }
 }
 
+/// Whether `conditions` say `Degraded` True with this `reason` and
+/// `message` already: saying it again is no news (no Event, no write).
+pub fn degraded_already(conditions: &[Condition], reason: &str, message: &str) -> bool {
+    conditions.iter().any(|c| {
+        c.type_ == "Degraded" && c.status == "True" && c.reason == reason && c.message == message
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

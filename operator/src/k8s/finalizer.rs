@@ -38,13 +38,13 @@ pub fn has(meta: &ObjectMeta, finalizer: &str) -> bool {
 
 /// Adds `finalizer` to the object of `api` that `meta` describes, unless
 /// its list changed since `meta` was read (a conflict the next reconcile
-/// retries).
+/// retries): the object's resourceVersion after the patch.
 pub async fn add<K>(
     api: &Api<K>,
     fence: &Fence,
     meta: &ObjectMeta,
     finalizer: &str,
-) -> Result<(), FinalizerError>
+) -> Result<Option<String>, FinalizerError>
 where
     K: Resource + Clone + DeserializeOwned + Debug,
 {
@@ -103,18 +103,19 @@ where
     ]);
     match patch(api, fence, meta, remove).await {
         Err(FinalizerError::Patch(kube::Error::Api(e))) if e.code == 404 => Ok(false),
-        other => other.map(|()| true),
+        other => other.map(|_| true),
     }
 }
 
 /// Applies the JSON patch `ops` of `metadata.finalizers`, testing the
-/// object's uid first (one of the same name made since is another one).
+/// object's uid first (one of the same name made since is another one):
+/// the resourceVersion it made.
 async fn patch<K>(
     api: &Api<K>,
     fence: &Fence,
     meta: &ObjectMeta,
     ops: Value,
-) -> Result<(), FinalizerError>
+) -> Result<Option<String>, FinalizerError>
 where
     K: Resource + Clone + DeserializeOwned + Debug,
 {
@@ -127,8 +128,9 @@ where
     };
     fence.check()?;
     let name = meta.name.clone().unwrap_or_default();
-    api.patch_metadata(&name, &params, &Patch::<()>::Json(patch))
+    let patched = api
+        .patch_metadata(&name, &params, &Patch::<()>::Json(patch))
         .await
         .map_err(FinalizerError::Patch)?;
-    Ok(())
+    Ok(patched.metadata.resource_version)
 }

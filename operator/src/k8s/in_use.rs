@@ -41,7 +41,7 @@ use kube::{
     core::PartialObjectMeta,
     runtime::{
         controller::Action,
-        events::{Event, EventType, Recorder, Reporter},
+        events::{Recorder, Reporter},
         reflector::{self, ObjectRef, Store},
         watcher, Controller, WatchStreamExt,
     },
@@ -53,6 +53,7 @@ use super::{
     guard,
     leader::Fence,
     server::Progress,
+    status::post_event,
     MANAGER,
 };
 use crate::crd::{Scheduler, WarmPool};
@@ -310,18 +311,11 @@ async fn reconcile(secret: Arc<SecretMeta>, ctx: Arc<Ctx>) -> Result<Action, InU
 /// Posts a Warning Event `reason` with `note` on each of `users`.
 async fn warn_users(ctx: &Ctx, users: &[(ObjectReference, String)], reason: &str, note: &str) {
     for (reference, _) in users {
-        if ctx.fence.check().is_err() {
+        if post_event(&ctx.recorder, &ctx.fence, reference, true, reason, note)
+            .await
+            .is_err()
+        {
             return;
-        }
-        let event = Event {
-            type_: EventType::Warning,
-            reason: reason.into(),
-            note: Some(note.to_string()),
-            action: "Keep".into(),
-            secondary: None,
-        };
-        if let Err(e) = ctx.recorder.publish(&event, reference).await {
-            tracing::warn!(error = %e, "cannot post an event");
         }
     }
 }

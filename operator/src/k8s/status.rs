@@ -1,9 +1,11 @@
 //! What both controllers write the same way: their status, whole, by
-//! server-side apply ([`write_status`]), and the `action` of their Events
-//! ([`event_action`]).
+//! server-side apply ([`write_status`]), and their Events ([`post_event`],
+//! with an `action` from [`event_action`]).
 
+use k8s_openapi::api::core::v1::ObjectReference;
 use kube::{
     api::{Patch, PatchParams},
+    runtime::events::{Event, EventType, Recorder},
     Api, Resource,
 };
 use serde::{de::DeserializeOwned, Serialize};
@@ -34,6 +36,39 @@ pub fn event_action(reason: &str, note: &str) -> String {
     let digest = Sha256::digest(note.as_bytes());
     let short: String = digest.iter().take(4).map(|b| format!("{b:02x}")).collect();
     format!("{reason}-{short}")
+}
+
+/// The longest note an Event keeps (the API server refuses more than
+/// 1 kB).
+const NOTE_MAX: usize = 1000;
+
+/// Posts one Event on `reference`, behind `fence`: `Err` once the fence is
+/// closed, so that a caller with more to say stops there. One the API
+/// server does not take is logged: what it says happened all the same.
+pub async fn post_event(
+    recorder: &Recorder,
+    fence: &Fence,
+    reference: &ObjectReference,
+    warning: bool,
+    reason: &str,
+    message: &str,
+) -> Result<(), Fenced> {
+    let event = Event {
+        type_: if warning {
+            EventType::Warning
+        } else {
+            EventType::Normal
+        },
+        reason: reason.into(),
+        note: Some(message.chars().take(NOTE_MAX).collect()),
+        action: event_action(reason, message),
+        secondary: None,
+    };
+    fence.check()?;
+    if let Err(err) = recorder.publish(&event, reference).await {
+        tracing::warn!(object = ?reference.name, reason, error = %err, "cannot post an event");
+    }
+    Ok(())
 }
 
 /// Writes `status` whole to the status of `K` `name` by server-side apply

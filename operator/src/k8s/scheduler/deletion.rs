@@ -9,18 +9,14 @@
 use std::{sync::Arc, time::Duration};
 
 use k8s_openapi::api::core::v1::Pod;
-use kube::{
-    api::{DeleteParams, Patch, PatchParams},
-    runtime::controller::Action as Requeue,
-    Api, ResourceExt,
-};
+use kube::{api::DeleteParams, runtime::controller::Action as Requeue, Api, ResourceExt};
 use orca_db::schedulers;
-use serde_json::json;
 use tracing::info;
 
 use super::act::ActError;
 use super::{publish, Context, ObserveError, ReconcileError};
 use crate::crd::{set_condition, Phase, Scheduler};
+use crate::k8s::finalizer;
 use crate::rollout::{Action, Decision, Event, Observed, PodView};
 
 /// The finalizer that holds a Scheduler until its instances have drained.
@@ -35,57 +31,51 @@ pub struct FinalizerError {
     what: &'static str,
     scheduler: String,
     #[source]
-    source: kube::Error,
+    source: finalizer::FinalizerError,
 }
 
 pub fn has_finalizer(s: &Scheduler) -> bool {
     s.finalizers().iter().any(|f| f == FINALIZER)
 }
 
-/// Adds [`FINALIZER`], if the Scheduler has not changed since it was read:
-/// a merge patch of the whole list that carries the resourceVersion read
-/// (a 409 if anyone wrote since; the next pass reads again). The version
-/// the patch made.
+/// Adds [`FINALIZER`] unless the Scheduler's finalizers changed since it
+/// was read (see [`finalizer::add`]; the next pass reads again): the
+/// version the patch made.
 pub async fn add_finalizer(
     ctx: &Context,
     s: &Scheduler,
     ns: &str,
 ) -> Result<Option<String>, ReconcileError> {
-    let mut finalizers = s.finalizers().to_vec();
-    finalizers.push(FINALIZER.into());
-    patch(ctx, s, ns, finalizers, "adding").await
-}
-
-/// Removes [`FINALIZER`], guarded as [`add_finalizer`].
-async fn remove_finalizer(ctx: &Context, s: &Scheduler, ns: &str) -> Result<(), ReconcileError> {
-    let finalizers: Vec<String> = s
-        .finalizers()
-        .iter()
-        .filter(|f| *f != FINALIZER)
-        .cloned()
-        .collect();
-    patch(ctx, s, ns, finalizers, "removing").await.map(|_| ())
-}
-
-async fn patch(
-    ctx: &Context,
-    s: &Scheduler,
-    ns: &str,
-    finalizers: Vec<String>,
-    what: &'static str,
-) -> Result<Option<String>, ReconcileError> {
-    ctx.fence.check().map_err(ObserveError::from)?;
-    let body =
-        json!({"metadata": {"resourceVersion": s.resource_version(), "finalizers": finalizers}});
-    let patched = Api::<Scheduler>::namespaced(ctx.client.clone(), ns)
-        .patch(&s.name_any(), &PatchParams::default(), &Patch::Merge(&body))
+    let api = Api::<Scheduler>::namespaced(ctx.client.clone(), ns);
+    finalizer::add(&api, &ctx.fence, &s.metadata, FINALIZER)
         .await
-        .map_err(|source| FinalizerError {
+        .map_err(|e| finalizer_error(e, "adding", s))
+}
+
+/// Removes [`FINALIZER`] from the Scheduler `s` is (its uid; see
+/// [`finalizer::remove`]).
+async fn remove_finalizer(ctx: &Context, s: &Scheduler, ns: &str) -> Result<(), ReconcileError> {
+    let api = Api::<Scheduler>::namespaced(ctx.client.clone(), ns);
+    finalizer::remove(&api, &ctx.fence, &s.metadata, FINALIZER)
+        .await
+        .map(|_| ())
+        .map_err(|e| finalizer_error(e, "removing", s))
+}
+
+fn finalizer_error(
+    e: finalizer::FinalizerError,
+    what: &'static str,
+    s: &Scheduler,
+) -> ReconcileError {
+    match e {
+        finalizer::FinalizerError::Fenced(f) => ObserveError::from(f).into(),
+        source => FinalizerError {
             what,
             scheduler: s.name_any(),
             source,
-        })?;
-    Ok(patched.resource_version())
+        }
+        .into(),
+    }
 }
 
 /// What deletion does next: decided from the snapshot alone.

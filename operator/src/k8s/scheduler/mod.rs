@@ -23,7 +23,6 @@ use kube::{
     core::PartialObjectMeta,
     runtime::{
         controller::Action as Requeue,
-        events::{Event as KubeEvent, EventType},
         reflector::{self, ObjectRef},
         watcher, Controller, WatchStreamExt,
     },
@@ -34,7 +33,7 @@ use tracing::{info, warn, Instrument};
 
 use self::act::{act, ActError};
 pub use self::context::Context;
-use super::status::{event_action, write_status, StatusWriteError};
+use super::status::{post_event, write_status, StatusWriteError};
 use super::{database, guard, LABEL_SCHEDULER};
 use crate::crd::{Scheduler, SchedulerStatus, SecretKeyRef};
 use crate::fence::Fenced;
@@ -218,9 +217,7 @@ async fn degraded(scheduler: &Scheduler, ctx: &Context, reason: &str, message: S
         scheduler.metadata.resource_version.as_deref(),
         &scheduler.status.clone().unwrap_or_default(),
     );
-    let news = !before.conditions.iter().any(|c| {
-        c.type_ == "Degraded" && c.status == "True" && c.reason == reason && c.message == message
-    });
+    let news = !crate::crd::degraded_already(&before.conditions, reason, &message);
     if !news {
         return;
     }
@@ -317,9 +314,7 @@ async fn refused(
     let name = scheduler.name_any();
     let now =
         k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(k8s_openapi::jiff::Timestamp::now());
-    let news = !observed.status.conditions.iter().any(|c| {
-        c.type_ == "Degraded" && c.status == "True" && c.reason == reason && c.message == message
-    });
+    let news = !crate::crd::degraded_already(&observed.status.conditions, reason, &message);
     // What was decided did not happen: the status stays what it was (the
     // same pod is tried again, under the same name), only Degraded.
     decision.status = observed.status.clone();
@@ -491,24 +486,19 @@ async fn database_url(
 pub(super) async fn publish(scheduler: &Scheduler, ctx: &Context, decision: &Decision) {
     let reference = scheduler.object_ref(&());
     for e in &decision.events {
-        let event = KubeEvent {
-            type_: if e.warning {
-                EventType::Warning
-            } else {
-                EventType::Normal
-            },
-            reason: e.reason.clone(),
-            note: Some(e.message.clone()),
-            action: event_action(&e.reason, &e.message),
-            secondary: None,
-        };
         info!(scheduler = %scheduler.name_any(), reason = %e.reason, "{}", e.message);
-        if let Err(fenced) = ctx.fence.check() {
+        let posted = post_event(
+            &ctx.recorder,
+            &ctx.fence,
+            &reference,
+            e.warning,
+            &e.reason,
+            &e.message,
+        )
+        .await;
+        if let Err(fenced) = posted {
             warn!(scheduler = %scheduler.name_any(), reason = %e.reason, error = %fenced, "event not posted");
             return;
-        }
-        if let Err(err) = ctx.recorder.publish(&event, &reference).await {
-            warn!(scheduler = %scheduler.name_any(), reason = %e.reason, "posting an event: {err}");
         }
     }
 }

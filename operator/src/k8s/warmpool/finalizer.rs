@@ -31,6 +31,7 @@ pub(super) async fn add(
         FINALIZER,
     )
     .await
+    .map(|_| ())
 }
 
 /// Removes [`FINALIZER`] from the WarmPool `wp` is (its uid); whether this

@@ -60,7 +60,7 @@ use kube::{
     core::PartialObjectMeta,
     runtime::{
         controller::{self, Action},
-        events::{Event, EventType, Recorder, Reporter},
+        events::{Recorder, Reporter},
         predicates,
         reflector::{self, ObjectRef, Store},
         watcher, Controller, WatchStreamExt,
@@ -82,7 +82,7 @@ use crate::{
         guard,
         leader::{Fence, Fenced},
         server::Progress,
-        status::{event_action, write_status, StatusWriteError},
+        status::{post_event, write_status, StatusWriteError},
     },
     pool::{Deletion, PassReport, PoolError, PoolEvent, PoolLoop, PoolMetrics, Tuning},
 };
@@ -973,23 +973,9 @@ pub(super) async fn publish(
     reference: &ObjectReference,
     e: &PoolEvent,
 ) {
-    let event = Event {
-        type_: if e.warning {
-            EventType::Warning
-        } else {
-            EventType::Normal
-        },
-        reason: e.reason.into(),
-        note: Some(e.message.chars().take(1000).collect()),
-        action: event_action(e.reason, &e.message),
-        secondary: None,
-    };
-    if let Err(fenced) = fence.check() {
-        tracing::debug!(reason = e.reason, error = %fenced, "event not published");
-        return;
-    }
-    if let Err(err) = recorder.publish(&event, reference).await {
-        tracing::warn!(reason = e.reason, error = %err, "cannot publish an event");
+    let posted = post_event(recorder, fence, reference, e.warning, e.reason, &e.message).await;
+    if let Err(fenced) = posted {
+        tracing::debug!(reason = e.reason, error = %fenced, "event not posted");
     }
 }
 
@@ -1034,9 +1020,7 @@ pub(super) async fn degraded(
     let mut status = wp.status.clone().unwrap_or_default();
     status.observed_generation = wp.metadata.generation;
     // The message too: a deletion adds what to do about it.
-    let changed = !status.conditions.iter().any(|c| {
-        c.type_ == "Degraded" && c.status == "True" && c.reason == reason && c.message == message
-    });
+    let changed = !crate::crd::degraded_already(&status.conditions, reason, &message);
     if changed {
         set_degraded(&mut status, reason, &message);
         let pool = key(&wp.namespace().unwrap_or_default(), &wp.name_any());
