@@ -4,9 +4,10 @@
 //! and schedule — import no adapter: no Kubernetes client, database
 //! connection, EC2 client or runtime, and no module that holds one.
 //!
-//! Every path a file names that starts at `crate`, `super` or `self` —
-//! in a `use` or inline — is an import of the file that defines that
-//! module (a `mod.rs` for a folder). A `mod` declaration is not.
+//! Every path a file names that starts at `crate`, `super`, `self` or one
+//! of its own child modules — in a `use` or inline — is an import of the
+//! file that defines that module (a `mod.rs` for a folder). A `mod`
+//! declaration is not.
 
 use std::{
     collections::{BTreeMap, BTreeSet},
@@ -48,9 +49,10 @@ fn module_of(file: &Path) -> Vec<String> {
     parts
 }
 
-/// The paths a file names from `crate`, `super` or `self`, each as written.
+/// The paths a file names, each as written.
 #[derive(Default)]
 struct Paths {
+    /// Split into segments, for the imports.
     found: Vec<Vec<String>>,
     /// Every path, whatever it starts at (for the adapters' crates).
     all: Vec<String>,
@@ -79,10 +81,7 @@ impl Paths {
         let mut p = prefix.to_vec();
         p.extend(last);
         self.all.push(p.join("::"));
-        if matches!(
-            p.first().map(String::as_str),
-            Some("crate" | "super" | "self")
-        ) {
+        if !p.is_empty() {
             self.found.push(p);
         }
     }
@@ -136,7 +135,18 @@ fn graph() -> BTreeMap<PathBuf, (BTreeSet<PathBuf>, Vec<String>)> {
                     rest = &rest[1..];
                 }
                 Some("self") => rest = &rest[1..],
-                _ => {}
+                Some("super") => {}
+                // A child module of this file's, named as in `use child::X`
+                // (anything else is another crate, or a local name: a lone
+                // `start` is a function, not the module of that name).
+                Some(first) if rest.len() > 1 => {
+                    let mut child = here.clone();
+                    child.push(first.to_string());
+                    if !by_module.contains_key(&child) {
+                        continue;
+                    }
+                }
+                _ => continue,
             }
             while rest.first().map(String::as_str) == Some("super") {
                 at.pop();

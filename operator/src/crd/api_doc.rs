@@ -9,7 +9,7 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::{
 };
 use kube::CustomResourceExt;
 
-use super::{Scheduler, WarmPool};
+use super::{scheduler::Scheduler, warmpool::WarmPool};
 
 /// Fields of Kubernetes' own types: shown by type, not field by field.
 const KUBERNETES_TYPES: [(&str, &str); 8] = [

@@ -416,7 +416,7 @@ pub struct WarmPoolStatus {
     /// terminates its instances; the operator keeps that Secret (finalizer
     /// orca.dev/in-use) while this names it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub database_secret: Option<crate::crd::SecretKeyRef>,
+    pub database_secret: Option<super::scheduler::SecretKeyRef>,
     /// Where the pool ran before its spec.scheduler, region or endpoint (or
     /// its Scheduler's database) changed, while instances launched there are
     /// left: they are drained and terminated as on the WarmPool's deletion
@@ -466,7 +466,7 @@ pub struct FormerPlace {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub endpoint: Option<String>,
     /// The Secret holding the database the instances report to.
-    pub database_secret: crate::crd::SecretKeyRef,
+    pub database_secret: super::scheduler::SecretKeyRef,
     /// When the pool moved away (RFC 3339): the drain time-out counts from it.
     pub since: String,
 }

@@ -15,7 +15,7 @@ use serde_json::{json, Value};
 
 use super::{
     leader::{Fence, Fenced},
-    MANAGER,
+    names::MANAGER,
 };
 
 /// Why a finalizer could not be added or removed.

@@ -52,9 +52,9 @@ use super::{
     finalizer::{self, FinalizerError},
     guard,
     leader::Fence,
+    names::MANAGER,
     server::Progress,
     status::post_event,
-    MANAGER,
 };
 use crate::crd::{Scheduler, WarmPool};
 

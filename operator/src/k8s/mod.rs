@@ -9,7 +9,7 @@
 //!   ([`crate::pool`]): its watches and triggers, finalizer and write-back;
 //! - shared: [`database`] (a Scheduler's Secret → its database URL, a
 //!   connection kept per Scheduler), [`status`] (status by server-side
-//!   apply, the Events' action), the labels below and [`MANAGER`];
+//!   apply, the Events), [`names`] (the labels and [`MANAGER`]);
 //! - [`metrics`], [`server`] — the Prometheus registry and `/metrics`,
 //!   `/healthz`, `/readyz`;
 //! - [`leader`] — only the holder of a `Lease` runs the controllers,
@@ -22,6 +22,7 @@ pub mod guard;
 pub mod in_use;
 pub mod leader;
 pub mod metrics;
+pub mod names;
 pub mod run;
 pub mod scheduler;
 pub mod server;
@@ -29,17 +30,6 @@ pub mod status;
 pub mod warmpool;
 
 pub use metrics::Metrics;
+pub use names::*;
 pub use run::{run, RunArgs};
 pub use scheduler::{error_policy, reconcile, Context, ReconcileError};
-
-/// Every pod and Job of a Scheduler carries its name.
-pub const LABEL_SCHEDULER: &str = "orca.dev/scheduler";
-/// The revision: a hash of what goes into the pod
-/// (docs/protocol.md#the-operators-rollout).
-pub const LABEL_REVISION: &str = "orca.dev/revision";
-/// The pod's sequence number: the highest is the newest.
-pub const LABEL_SEQUENCE: &str = "orca.dev/sequence";
-/// What a register Job's pod is (`register`), to tell it from a scheduler.
-pub const LABEL_COMPONENT: &str = "orca.dev/component";
-/// The name the operator writes objects and events as.
-pub const MANAGER: &str = "orca-operator";

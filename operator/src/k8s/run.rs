@@ -15,9 +15,10 @@ use tracing::{info, warn};
 use super::{
     in_use,
     leader::{self, Election, Fence},
+    metrics::Metrics,
+    names::MANAGER,
     scheduler::{self, Context},
     server::{self, Progress, Readiness},
-    Metrics, MANAGER,
 };
 use crate::k8s::warmpool::{self, PoolControllerConfig};
 use crate::pool::{PoolMetrics, Tuning};

@@ -13,7 +13,7 @@ use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 use tracing::info;
 
-use super::MANAGER;
+use super::names::MANAGER;
 use crate::fence::{Fence, Fenced};
 
 /// Why a status could not be written (both controllers).

@@ -74,17 +74,16 @@ impl Observed {
             if let Some(started) = &mut p.started {
                 *started += offset;
             }
-            if let super::PodState::Exited { finished, .. } = &mut p.state {
+            if let super::snapshot::PodState::Exited { finished, .. } = &mut p.state {
                 *finished += offset;
             }
         }
         for j in &mut self.jobs {
             j.created += offset;
             match &mut j.state {
-                super::JobState::Succeeded { at } | super::JobState::Failed { at, .. } => {
-                    *at += offset
-                }
-                super::JobState::Running => {}
+                super::snapshot::JobState::Succeeded { at }
+                | super::snapshot::JobState::Failed { at, .. } => *at += offset,
+                super::snapshot::JobState::Running => {}
             }
         }
         self.now = db_now;

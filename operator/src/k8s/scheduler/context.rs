@@ -9,7 +9,7 @@ use super::{memory, watched};
 use crate::{
     backoff::PerObject,
     fence::Fence,
-    k8s::{database, metrics::Metrics, server::Progress, MANAGER},
+    k8s::{database, metrics::Metrics, names::MANAGER, server::Progress},
 };
 
 /// What every reconcile shares: the client, the event recorder, the

@@ -14,7 +14,11 @@ use orca_db::schedulers;
 use tracing::info;
 
 use super::act::ActError;
-use super::{publish, Context, ObserveError, ReconcileError};
+use super::{
+    context::Context,
+    error::{FinalizerError, ObserveError, ReconcileError},
+    report::{apply_status, publish},
+};
 use crate::crd::{set_condition, Phase, Scheduler};
 use crate::k8s::finalizer;
 use crate::rollout::{Action, Decision, Event, Observed, PodView};
@@ -24,15 +28,6 @@ pub const FINALIZER: &str = "orca.dev/scheduler";
 
 /// How often a Scheduler being deleted is looked at.
 const POLL: Duration = Duration::from_secs(2);
-
-#[derive(Debug, thiserror::Error)]
-#[error("{what} the finalizer of Scheduler {scheduler}: {source}")]
-pub struct FinalizerError {
-    what: &'static str,
-    scheduler: String,
-    #[source]
-    source: finalizer::FinalizerError,
-}
 
 pub fn has_finalizer(s: &Scheduler) -> bool {
     s.finalizers().iter().any(|f| f == FINALIZER)
@@ -298,7 +293,7 @@ pub async fn pass(
         return Ok(Requeue::await_change());
     }
     if decision.status != observed.status {
-        super::apply_status(&scheduler, ctx, ns, &decision.status).await?;
+        apply_status(&scheduler, ctx, ns, &decision.status).await?;
     }
     Ok(Requeue::requeue(POLL))
 }

@@ -10,7 +10,7 @@ use kube::ResourceExt;
 
 use super::pods::{chrono_of, labels, non_empty, owner, pod_spec};
 use crate::crd::{Register, Scheduler};
-use crate::k8s::{LABEL_COMPONENT, LABEL_REVISION};
+use crate::k8s::names::{LABEL_COMPONENT, LABEL_REVISION};
 use crate::rollout::{register_hash, JobState, JobView};
 
 /// The register container's name.

@@ -8,10 +8,12 @@
 pub mod act;
 mod context;
 pub mod deletion;
+mod error;
 pub mod jobs;
 pub mod memory;
 pub mod pods;
 pub mod refusal;
+mod report;
 pub mod watched;
 
 use std::{sync::Arc, time::Duration};
@@ -26,73 +28,18 @@ use kube::{
         reflector::{self, ObjectRef},
         watcher, Controller, WatchStreamExt,
     },
-    Api, Client, Resource, ResourceExt,
+    Api, Client, ResourceExt,
 };
 use orca_db::{DatabaseUrl, Db};
-use tracing::{info, warn, Instrument};
+use tracing::{warn, Instrument};
 
 use self::act::{act, ActError};
 pub use self::context::Context;
-use super::status::{post_event, write_status, StatusWriteError};
-use super::{database, guard, LABEL_SCHEDULER};
-use crate::crd::{Scheduler, SchedulerStatus, SecretKeyRef};
-use crate::fence::Fenced;
+pub use self::error::{ObserveError, ReconcileError, StatusError};
+use self::report::{apply_status, publish};
+use super::{database, guard, names::LABEL_SCHEDULER};
+use crate::crd::{Scheduler, SecretKeyRef};
 use crate::rollout::{self, decide, Decision, Observed};
-
-#[derive(Debug, thiserror::Error)]
-pub enum ObserveError {
-    #[error("listing the pods of Scheduler {scheduler}: {source}")]
-    Pods {
-        scheduler: String,
-        #[source]
-        source: kube::Error,
-    },
-    #[error("listing the Jobs of Scheduler {scheduler}: {source}")]
-    Jobs {
-        scheduler: String,
-        #[source]
-        source: kube::Error,
-    },
-    #[error(transparent)]
-    Secret(#[from] database::SecretError),
-    #[error(transparent)]
-    Fenced(#[from] Fenced),
-}
-
-#[derive(Debug, thiserror::Error)]
-#[error("writing the status of Scheduler {scheduler}: {source}")]
-pub struct StatusError {
-    scheduler: String,
-    #[source]
-    source: StatusWriteError,
-}
-
-/// Why a reconcile failed, by stage; `error_policy` retries it.
-#[derive(Debug, thiserror::Error)]
-pub enum ReconcileError {
-    #[error("observe: {0}")]
-    Observe(#[from] ObserveError),
-    #[error("act: {0}")]
-    Act(#[from] ActError),
-    #[error("status: {0}")]
-    Status(#[from] StatusError),
-    #[error("finalizer: {0}")]
-    Finalizer(#[from] deletion::FinalizerError),
-    #[error("{0}")]
-    Panicked(guard::Panicked),
-}
-
-impl ReconcileError {
-    pub fn stage(&self) -> &'static str {
-        match self {
-            ReconcileError::Observe(_) => "observe",
-            ReconcileError::Act(_) => "act",
-            ReconcileError::Status(_) => "status",
-            ReconcileError::Finalizer(_) => "finalizer",
-            ReconcileError::Panicked(_) => "panic",
-        }
-    }
-}
 
 /// Runs the Scheduler controller over `scope` (a namespace; `None`: all)
 /// until its watches end: the Schedulers, and — each pass reading them from
@@ -479,51 +426,4 @@ async fn database_url(
         },
     );
     Ok(read)
-}
-
-/// An Event per step, on the Scheduler. An Event that can't be posted is
-/// logged: the step happened all the same. Behind the fence, none is.
-pub(super) async fn publish(scheduler: &Scheduler, ctx: &Context, decision: &Decision) {
-    let reference = scheduler.object_ref(&());
-    for e in &decision.events {
-        info!(scheduler = %scheduler.name_any(), reason = %e.reason, "{}", e.message);
-        let posted = post_event(
-            &ctx.recorder,
-            &ctx.fence,
-            &reference,
-            e.warning,
-            &e.reason,
-            &e.message,
-        )
-        .await;
-        if let Err(fenced) = posted {
-            warn!(scheduler = %scheduler.name_any(), reason = %e.reason, error = %fenced, "event not posted");
-            return;
-        }
-    }
-}
-
-/// Writes `status` whole (see [`write_status`]).
-pub(super) async fn apply_status(
-    scheduler: &Scheduler,
-    ctx: &Context,
-    ns: &str,
-    status: &SchedulerStatus,
-) -> Result<(), StatusError> {
-    let name = scheduler.name_any();
-    let api = Api::<Scheduler>::namespaced(ctx.client.clone(), ns);
-    let version = write_status(&api, &name, status, &ctx.fence)
-        .await
-        .map_err(|source| StatusError {
-            scheduler: name.clone(),
-            source,
-        })?;
-    ctx.memory.wrote(
-        ns,
-        &name,
-        scheduler.metadata.resource_version.as_deref(),
-        version,
-        status,
-    );
-    Ok(())
 }

@@ -17,7 +17,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time as KubeTim
 use kube::{Resource, ResourceExt};
 
 use crate::crd::{Scheduler, SchedulerSpec};
-use crate::k8s::{LABEL_REVISION, LABEL_SCHEDULER, LABEL_SEQUENCE};
+use crate::k8s::names::{LABEL_REVISION, LABEL_SCHEDULER, LABEL_SEQUENCE};
 use crate::rollout::{scheduler_label, PodState, PodView, Time, Waiting};
 
 /// The scheduler container's name in every pod.

@@ -29,7 +29,7 @@ use kube::{
     ResourceExt,
 };
 
-use crate::k8s::LABEL_SCHEDULER;
+use crate::k8s::names::LABEL_SCHEDULER;
 use crate::rollout;
 
 /// How long a pass waits for the stores to show its Scheduler's last

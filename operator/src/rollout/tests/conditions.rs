@@ -1,6 +1,6 @@
 //! The status conditions: stable while unchanged, Degraded said once.
 
-use super::*;
+use super::fixtures::*;
 
 /// v1 registered and leading, at 10 s.
 fn v1_settled() -> Observed {

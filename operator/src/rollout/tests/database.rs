@@ -1,6 +1,6 @@
 //! What the database shows: no Secret, stale rows, another Scheduler's rows.
 
-use super::*;
+use super::fixtures::*;
 
 /// The database cannot be read, or a row looks stale.
 pub(super) fn stale_cases() -> Vec<Case> {

@@ -1,6 +1,6 @@
 //! The progress deadline, the join time-out, and an image that cannot run.
 
-use super::*;
+use super::fixtures::*;
 
 /// The progress deadline counts from the rollout's own start, the join
 /// time-out from the container's start, and an image that cannot run is

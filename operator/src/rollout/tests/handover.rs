@@ -1,6 +1,6 @@
 //! An overlapping handover: join, drain, lead, register, the old pod goes.
 
-use super::*;
+use super::fixtures::*;
 
 /// Overlap on, v1 → v2, step by step; and the stop-the-world of exit 75.
 pub(super) fn handover_cases() -> Vec<Case> {

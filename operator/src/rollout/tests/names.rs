@@ -1,6 +1,6 @@
 //! The names of pods, Jobs and labels: valid, distinct, and recognised.
 
-use super::*;
+use super::fixtures::*;
 
 #[test]
 fn pod_names_fit_a_host_name() {

@@ -1,6 +1,6 @@
 //! Overlap off: the old pod goes first; the new one is up once settled.
 
-use super::*;
+use super::fixtures::*;
 
 /// Overlap off, v1 → v2, step by step.
 pub(super) fn overlap_off_cases() -> Vec<Case> {

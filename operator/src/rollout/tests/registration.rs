@@ -1,6 +1,6 @@
 //! The register Job: retried with a back-off, each failure said once, awaited by a handover.
 
-use super::*;
+use super::fixtures::*;
 
 /// A register Job of attempt `attempt` for `image`, running `register`.
 fn register_job(image: &str, attempt: u32, register: &Register, state: JobState) -> JobView {

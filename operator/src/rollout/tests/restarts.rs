@@ -1,6 +1,6 @@
 //! A pod that died: recreated after a back-off that a stable run resets.
 
-use super::*;
+use super::fixtures::*;
 
 /// The current pod died.
 pub(super) fn died_cases() -> Vec<Case> {

@@ -1,6 +1,6 @@
 //! A first start, from the first pod to `Ready`; pausing; pod names never reused.
 
-use super::*;
+use super::fixtures::*;
 
 /// The first pod of a new Scheduler, from its creation to `Ready`; a paused
 /// Scheduler; the sequence of the next pod.

@@ -1,6 +1,6 @@
 //! A rollout aborted at its join time-out, or overtaken by another spec.
 
-use super::*;
+use super::fixtures::*;
 
 /// An abort keeps the old pod leading; a newer spec replaces the target.
 pub(super) fn supersede_cases() -> Vec<Case> {

@@ -1,0 +1,14 @@
+//! The names the operator writes under: the labels of a Scheduler's pods
+//! and Jobs, and the manager and reporter it writes objects and Events as.
+
+/// Every pod and Job of a Scheduler carries its name.
+pub const LABEL_SCHEDULER: &str = "orca.dev/scheduler";
+/// The revision: a hash of what goes into the pod
+/// (docs/protocol.md#the-operators-rollout).
+pub const LABEL_REVISION: &str = "orca.dev/revision";
+/// The pod's sequence number: the highest is the newest.
+pub const LABEL_SEQUENCE: &str = "orca.dev/sequence";
+/// What a register Job's pod is (`register`), to tell it from a scheduler.
+pub const LABEL_COMPONENT: &str = "orca.dev/component";
+/// The name the operator writes objects and events as.
+pub const MANAGER: &str = "orca-operator";

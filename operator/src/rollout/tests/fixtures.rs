@@ -1,0 +1,240 @@
+//! What the cases of the decide table are made of: a Scheduler's spec and
+//! snapshot, its pods and rows, the actions and conditions to compare.
+
+pub(super) use chrono::{TimeZone, Utc};
+
+pub(super) use super::super::*;
+pub(super) use crate::crd::{
+    Database, Handover, Phase, Register, SchedulerSpec, SchedulerStatus, SecretKeyRef,
+};
+
+/// The namespace of the Scheduler `orca` the tables decide for.
+pub(super) const NS: &str = "pipelines";
+
+pub(super) fn at(s: i64) -> Time {
+    Utc.timestamp_opt(1_800_000_000 + s, 0).unwrap()
+}
+
+pub(super) fn spec(image: &str) -> SchedulerSpec {
+    SchedulerSpec {
+        image: image.into(),
+        command: vec!["orca-sim".into(), "scheduler".into()],
+        args: vec![],
+        env: vec![],
+        resources: None,
+        database: Database {
+            url_secret_ref: SecretKeyRef {
+                name: "orca-db".into(),
+                key: "url".into(),
+            },
+        },
+        overlap: true,
+        register: Some(Register {
+            command: vec!["orca".into(), "register".into()],
+            args: vec![],
+            timeout_seconds: 600,
+        }),
+        handover: Handover {
+            join_timeout_seconds: 60,
+            lead_timeout_seconds: 30,
+            drain_timeout_seconds: 600,
+            progress_deadline_seconds: 3600,
+            stale_seconds: 10,
+            settle_seconds: 10,
+        },
+        pod_template: None,
+        paused: false,
+    }
+}
+
+pub(super) fn rev(image: &str) -> String {
+    revision_of(&spec(image))
+}
+
+pub(super) fn pod(image: &str, seq: u32, created: i64, state: PodState) -> PodView {
+    pod_of(&spec(image), seq, created, state)
+}
+
+/// A pod of the revision of `spec`, created at `created`; its container's
+/// start is not known (the creation time stands for it).
+pub(super) fn pod_of(spec: &SchedulerSpec, seq: u32, created: i64, state: PodState) -> PodView {
+    let revision = revision_of(spec);
+    PodView {
+        name: pod_name("orca", &revision, seq),
+        host: host_name(NS, "orca", &revision, seq),
+        revision,
+        sequence: seq,
+        image: spec.image.clone(),
+        created: at(created),
+        started: None,
+        state,
+        waiting: None,
+        deleting: false,
+        deletion_due: None,
+    }
+}
+
+pub(super) fn exited(code: i32, finished: i64) -> PodState {
+    PodState::Exited {
+        code,
+        message: if code == 75 {
+            "a live instance knows 3 migrations, below floor 4".into()
+        } else {
+            String::new()
+        },
+        finished: at(finished),
+    }
+}
+
+/// An instance row of pod `p`.
+pub(super) fn row(id: i64, p: &PodView, role: &str) -> InstanceView {
+    InstanceView {
+        id,
+        host: p.host.clone(),
+        image: p.image.clone(),
+        role: role.into(),
+        live: true,
+        ended: None,
+        holds_lock: role == "leading",
+        joined: at(p.created.timestamp() - 1_800_000_000 + 2),
+        led: (role == "leading").then(|| at(p.created.timestamp() - 1_800_000_000 + 3)),
+        drain_asked: None,
+        runs: 0,
+    }
+}
+
+pub(super) fn draining(mut r: InstanceView, asked: i64) -> InstanceView {
+    r.role = "draining".into();
+    r.holds_lock = false;
+    r.drain_asked = Some(at(asked));
+    r
+}
+
+pub(super) fn ended(mut r: InstanceView, when: i64) -> InstanceView {
+    r = draining(r, when - 5);
+    r.live = false;
+    r.ended = Some(at(when));
+    r
+}
+
+pub(super) fn job(image: &str, state: JobState) -> JobView {
+    JobView {
+        name: job_name("orca", &rev(image)),
+        revision: rev(image),
+        register: spec(image).register.as_ref().map(register_hash),
+        created: at(0),
+        state,
+    }
+}
+
+pub(super) fn observed(
+    spec: SchedulerSpec,
+    pods: Vec<PodView>,
+    jobs: Vec<JobView>,
+    rows: Vec<InstanceView>,
+    now: i64,
+) -> Observed {
+    let last = pods.iter().map(|p| p.sequence).max().unwrap_or(0) as i64;
+    Observed {
+        namespace: NS.into(),
+        name: "orca".into(),
+        generation: Some(1),
+        spec,
+        status: SchedulerStatus {
+            last_sequence: last,
+            ..Default::default()
+        },
+        pods,
+        jobs,
+        instances: Ok(rows),
+        now: at(now),
+        clock_offset: chrono::TimeDelta::zero(),
+    }
+}
+
+pub(super) fn create(image: &str, seq: u32) -> Action {
+    create_of(&rev(image), image, seq)
+}
+
+/// The pod of revision `revision` running `image`, number `seq`.
+pub(super) fn create_of(revision: &str, image: &str, seq: u32) -> Action {
+    Action::CreatePod {
+        name: pod_name("orca", revision, seq),
+        host: host_name(NS, "orca", revision, seq),
+        revision: revision.into(),
+        sequence: seq,
+        image: image.into(),
+    }
+}
+
+pub(super) fn delete(p: &PodView) -> Action {
+    Action::DeletePod {
+        name: p.name.clone(),
+    }
+}
+
+pub(super) fn register(image: &str) -> Action {
+    Action::CreateRegisterJob {
+        name: job_name("orca", &rev(image)),
+        revision: rev(image),
+        image: image.into(),
+    }
+}
+
+pub(super) fn degraded_reason(d: &Decision) -> Option<String> {
+    d.status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == "Degraded" && c.status == "True")
+        .map(|c| c.reason.clone())
+}
+
+pub(super) fn condition(d: &Decision, type_: &str) -> Option<(String, String)> {
+    d.status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == type_)
+        .map(|c| (c.status.clone(), c.reason.clone()))
+}
+
+pub(super) fn warnings(d: &Decision, reason: &str) -> usize {
+    d.events
+        .iter()
+        .filter(|e| e.reason == reason && e.warning)
+        .count()
+}
+
+/// `o` with its status changed by `f`.
+pub(super) fn with_status(mut o: Observed, f: impl FnOnce(&mut SchedulerStatus)) -> Observed {
+    f(&mut o.status);
+    o
+}
+
+pub(super) fn rfc3339(t: Time) -> String {
+    t.to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
+}
+
+/// A live instance of Scheduler `other` on this Scheduler's database.
+pub(super) fn foreign(id: i64, role: &str) -> InstanceView {
+    InstanceView {
+        id,
+        host: host_name(NS, "other", &rev("v1"), 1),
+        image: "v1".into(),
+        role: role.into(),
+        live: true,
+        ended: None,
+        holds_lock: role == "leading",
+        joined: at(0),
+        led: None,
+        drain_asked: None,
+        runs: 0,
+    }
+}
+
+pub(super) struct Case {
+    pub(super) name: &'static str,
+    pub(super) observed: Observed,
+    pub(super) actions: Vec<Action>,
+    pub(super) phase: Phase,
+    pub(super) degraded: Option<&'static str>,
+}
