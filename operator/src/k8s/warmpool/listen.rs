@@ -17,7 +17,7 @@ use tokio::task::{AbortHandle, JoinSet};
 
 use crate::{backoff::Backoff, crd::WarmPool, k8s::leader::Fence};
 
-use super::locked;
+use super::config::locked;
 
 /// A database, by the hash of its URL (the URL itself is never kept in a
 /// map or shown).

@@ -11,10 +11,10 @@
 
 use chrono::{DateTime, Utc};
 use k8s_openapi::api::core::v1::Secret;
-use kube::{Api, Resource, ResourceExt};
+use kube::{Api, ResourceExt};
 use tokio::sync::watch;
 
-use super::{publish, PoolContext};
+use super::config::PoolControllerConfig;
 use crate::{
     crd::{FormerPlace, SecretKeyRef, WarmPool, WarmPoolSpec},
     k8s::database::read_url,
@@ -46,11 +46,11 @@ pub(super) fn place_of(
 
 /// `lp`, the loop of `place`, put in deletion mode: it terminates what it
 /// launched there.
-pub(super) fn retire(ctx: &PoolContext, lp: PoolLoop, place: FormerPlace) -> Retiring {
+pub(super) fn retire(config: &PoolControllerConfig, lp: PoolLoop, place: FormerPlace) -> Retiring {
     let (tell, told) = watch::channel(Some(deletion_of(&place, lp.spec())));
     let lp = lp
         .with_deletion(told)
-        .with_fence(ctx.config.fence.clone())
+        .with_fence(config.fence.clone())
         .without_metrics();
     Retiring {
         place,
@@ -72,12 +72,13 @@ fn deletion_of(place: &FormerPlace, spec: &WarmPoolSpec) -> Deletion {
 /// operator takes them up (each on its database, read from its Secret).
 /// A place whose database cannot be had now is left for a later pass.
 pub(super) async fn restore(
-    ctx: &PoolContext,
+    client: &kube::Client,
+    config: &PoolControllerConfig,
     wp: &WarmPool,
     places: &[FormerPlace],
 ) -> Vec<Retiring> {
     let ns = wp.namespace().unwrap_or_else(|| "default".into());
-    let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), &ns);
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), &ns);
     let mut out = Vec::new();
     for place in places {
         let url = match read_url(&secrets, &ns, &place.database_secret).await {
@@ -99,8 +100,8 @@ pub(super) async fn restore(
             endpoint: place.endpoint.clone(),
             ..wp.spec.clone()
         };
-        match PoolLoop::new(&ns, &wp.name_any(), spec, &url, ctx.config.tuning.clone()).await {
-            Ok(lp) => out.push(retire(ctx, lp.not_listening(), place.clone())),
+        match PoolLoop::new(&ns, &wp.name_any(), spec, &url, config.tuning.clone()).await {
+            Ok(lp) => out.push(retire(config, lp.not_listening(), place.clone())),
             Err(e) => tracing::warn!(pool = %wp.name_any(), error = %e, "a former place's loop"),
         }
     }
@@ -108,9 +109,9 @@ pub(super) async fn restore(
 }
 
 /// One pass of each former place's loop; those with nothing left go. Their
-/// events are posted on the WarmPool, saying which place.
-pub(super) async fn pass_all(ctx: &PoolContext, wp: &WarmPool, retiring: &mut Vec<Retiring>) {
-    let reference = wp.object_ref(&());
+/// events, each saying which place, for the WarmPool.
+pub(super) async fn pass_all(wp: &WarmPool, retiring: &mut Vec<Retiring>) -> Vec<PoolEvent> {
+    let mut events = Vec::new();
     let mut done = Vec::new();
     for (at, r) in retiring.iter_mut().enumerate() {
         let where_ = format!(
@@ -125,13 +126,10 @@ pub(super) async fn pass_all(ctx: &PoolContext, wp: &WarmPool, retiring: &mut Ve
         );
         match r.lp.pass(Utc::now()).await {
             Ok(report) => {
-                for e in &report.events {
-                    let e = PoolEvent {
-                        message: format!("where the pool ran before ({where_}): {}", e.message),
-                        ..e.clone()
-                    };
-                    publish(&ctx.recorder, &ctx.config.fence, &reference, &e).await;
-                }
+                events.extend(report.events.iter().map(|e| PoolEvent {
+                    message: format!("where the pool ran before ({where_}): {}", e.message),
+                    ..e.clone()
+                }));
                 if report.deleted {
                     tracing::info!(pool = %wp.name_any(), place = %where_, "nothing left where the pool ran before");
                     done.push(at);
@@ -145,4 +143,5 @@ pub(super) async fn pass_all(ctx: &PoolContext, wp: &WarmPool, retiring: &mut Ve
     for at in done.into_iter().rev() {
         retiring.remove(at);
     }
+    events
 }

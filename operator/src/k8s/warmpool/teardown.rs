@@ -13,7 +13,12 @@ use std::time::Duration;
 use chrono::Utc;
 use kube::{runtime::controller::Action, ResourceExt};
 
-use super::{degraded, let_go, ControllerError, PoolContext, UrlProblem};
+use super::{
+    context::PoolContext,
+    error::{ControllerError, UrlProblem},
+    finalizer::let_go,
+    report::degraded,
+};
 use crate::{
     crd::{spec_seconds, WarmPool},
     pool::{

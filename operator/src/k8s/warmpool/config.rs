@@ -1,0 +1,61 @@
+//! What the WarmPool controller is configured with, and the names every
+//! stage uses: a pool's key, its WarmPools' `Api`, the locks' rule.
+
+use std::sync::{Mutex, MutexGuard};
+
+use kube::{Api, Client, Resource, ResourceExt};
+
+use crate::{
+    crd::WarmPool,
+    k8s::{leader::Fence, server::Progress},
+    pool::{PoolMetrics, Tuning},
+};
+
+/// What the WarmPool controller needs besides the client.
+#[derive(Clone)]
+pub struct PoolControllerConfig {
+    pub tuning: Tuning,
+    /// The reconciles in flight, for `/healthz`.
+    pub progress: Progress,
+    /// Registered by the caller into the `/metrics` registry.
+    pub metrics: Option<PoolMetrics>,
+    /// The controller name in Events.
+    pub reporter: String,
+    /// Until when this replica may act: its Lease's ([`Fence::always`]
+    /// without an election).
+    pub fence: Fence,
+}
+
+/// A pool's name in logs, locks and metrics: `namespace/name`.
+pub(super) fn key(ns: &str, name: &str) -> String {
+    format!("{ns}/{name}")
+}
+
+/// The WarmPools of `wp`'s namespace.
+pub(super) fn pools_api(client: &Client, wp: &WarmPool) -> Api<WarmPool> {
+    Api::namespaced(
+        client.clone(),
+        &wp.namespace().unwrap_or_else(|| "default".into()),
+    )
+}
+
+/// The `Api` of `namespace` (all namespaces when `None`).
+pub(super) fn namespaced<K>(client: &Client, namespace: &Option<String>) -> Api<K>
+where
+    K: Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>,
+{
+    match namespace {
+        Some(ns) => Api::namespaced(client.clone(), ns),
+        None => Api::all(client.clone()),
+    }
+}
+
+/// A lock of a map that a panic elsewhere left whole.
+pub(super) fn locked<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    // A panic while holding these locks leaves a map still whole.
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// The WarmPool controller's finalizer: the WarmPool stays until its
+/// instances are terminated (`onDelete: Terminate`) or let go (`Orphan`).
+pub const FINALIZER: &str = "orca.dev/warm-pool";

@@ -1,0 +1,90 @@
+//! One reconcile of a WarmPool, stage by stage: the fence and the
+//! finalizer → dereference the Scheduler and its Secret into a loop
+//! ([`super::prepare`]) → one pass of the loop (observe → plan → act) →
+//! the places it ran before → write back ([`super::report`]).
+
+use std::{sync::Arc, time::Duration};
+
+use chrono::{DateTime, Utc};
+use kube::{runtime::controller::Action, Resource, ResourceExt};
+
+use super::{
+    config::{key, locked, FINALIZER},
+    context::PoolContext,
+    error::ControllerError,
+    finalizer::{self, orphan},
+    prepare::prepare,
+    report::{degraded, write_back},
+    retiring, teardown,
+};
+use crate::{
+    crd::{OnDelete, WarmPool},
+    pool::Deletion,
+};
+
+/// One pass of `wp`'s pool on its Scheduler's database, once `wp` has the
+/// finalizer; a missing Scheduler or a bad Secret is a `Degraded` status
+/// instead. A WarmPool being deleted is dealt with as its `spec.onDelete`
+/// says. The fence is checked here, once, before anything is done.
+pub(super) async fn pass(
+    wp: Arc<WarmPool>,
+    ctx: Arc<PoolContext>,
+) -> Result<Action, ControllerError> {
+    let ns = wp.namespace().unwrap_or_else(|| "default".into());
+    let pool = key(&ns, &wp.name_any());
+    ctx.config
+        .fence
+        .check()
+        .map_err(|source| ControllerError::Fenced {
+            pool: pool.clone(),
+            source,
+        })?;
+    ctx.forget_gone();
+    let deletion = match &wp.meta().deletion_timestamp {
+        None => None,
+        Some(_) if !finalizer::has(&wp) => {
+            // Nothing of this operator's left to hold it.
+            ctx.forget(&pool);
+            return Ok(Action::await_change());
+        }
+        Some(_) if wp.spec.on_delete == OnDelete::Orphan => {
+            return orphan(&wp, &ctx, &pool).await;
+        }
+        Some(since) => Some(Deletion {
+            since: DateTime::from_timestamp(since.0.as_second(), 0).unwrap_or_else(Utc::now),
+            drain_timeout_seconds: wp.spec.drain_timeout_seconds,
+        }),
+    };
+    if deletion.is_none() && !ctx.has_finalizer(&wp) {
+        // Before anything is launched: a deletion then waits for the
+        // instances.
+        finalizer::add(&ctx.client, &ctx.config.fence, &wp)
+            .await
+            .map_err(|e| ControllerError::finalizer(&pool, e))?;
+        if let Some(uid) = &wp.metadata.uid {
+            locked(&ctx.finalized).insert(uid.clone());
+        }
+        tracing::info!(pool = %pool, finalizer = FINALIZER, "finalizer added");
+    }
+    let slot = ctx.slot(&pool);
+    let mut guard = slot.lock().await;
+    if let Some(problem) = prepare(&wp, &ctx, &pool, &mut guard, deletion.is_some()).await? {
+        *guard = None;
+        drop(guard);
+        ctx.forget(&pool);
+        if let Some(deletion) = deletion {
+            return teardown::without_database(&wp, &ctx, &pool, deletion, problem).await;
+        }
+        degraded(&ctx, &wp, &problem.reason, problem.message).await?;
+        return Ok(Action::requeue(Duration::from_secs(30)));
+    }
+    let Some(state) = guard.as_mut() else {
+        return Ok(Action::requeue(Duration::from_secs(30)));
+    };
+    state.deletion.send_replace(deletion);
+    let outcome = state.lp.pass(Utc::now()).await;
+    for e in retiring::pass_all(&wp, &mut state.retiring).await {
+        ctx.say(&wp, &e).await;
+    }
+    write_back(&wp, &ctx, &pool, state, outcome).await
+}

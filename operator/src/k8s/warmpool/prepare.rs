@@ -1,0 +1,227 @@
+//! The dereference stage: a WarmPool's Scheduler and that Scheduler's
+//! database Secret, made into the pool's loop — kept while the WarmPool
+//! and its database are the same, given a new spec in place, made afresh
+//! otherwise (the old place retired when the pool moved).
+
+use std::{sync::Arc, time::Duration};
+
+use chrono::Utc;
+use k8s_openapi::api::core::v1::Secret;
+use kube::{runtime::reflector::ObjectRef, Api, ResourceExt};
+use sha2::{Digest, Sha256};
+use tokio::sync::watch;
+
+use super::{
+    context::{PoolContext, PoolState, UrlSource},
+    error::{ControllerError, UrlProblem},
+    listen::DatabaseKey,
+    retiring,
+};
+use crate::{
+    backoff::Backoff,
+    crd::{Scheduler, SecretKeyRef, WarmPool},
+    k8s::database::read_url,
+    pool::PoolLoop,
+};
+
+/// Makes `slot` hold a loop for `wp` on its current database: kept when
+/// the WarmPool is the same (uid) and its URL's Secret unchanged (a new
+/// generation's spec is given to it), made afresh otherwise. A WarmPool
+/// being deleted keeps its loop without looking at the Scheduler or the
+/// Secret. What stops the pool from running, if anything.
+pub(super) async fn prepare(
+    wp: &WarmPool,
+    ctx: &PoolContext,
+    pool: &str,
+    slot: &mut Option<PoolState>,
+    deleting: bool,
+) -> Result<Option<UrlProblem>, ControllerError> {
+    let same = slot.as_ref().is_some_and(|s| s.uid == wp.metadata.uid);
+    if same && deleting {
+        return Ok(None);
+    }
+    let ns = wp.namespace().unwrap_or_else(|| "default".into());
+    let recorded = wp.status.as_ref().and_then(|s| s.database_secret.clone());
+    // The Scheduler's stale limit judges whether a busy instance's run
+    // still beats (the `Hung` check): its runs' heartbeats are its.
+    let mut run_stale = None;
+    let secret_ref = match (scheduler_of(wp, ctx, pool).await?, recorded) {
+        (Some(s), _) => {
+            run_stale = Some(Duration::from_secs(
+                s.spec
+                    .handover
+                    .stale_seconds
+                    .clamp(1, crate::crd::MAX_SECONDS) as u64,
+            ));
+            s.spec.database.url_secret_ref.clone()
+        }
+        // Deleted after its Scheduler: the database it last ran on (kept,
+        // with its Secret, for this) ends its rows before its instances go.
+        (None, Some(recorded)) if deleting => recorded,
+        (None, _) => {
+            // No Scheduler, no database to run the pool on: the loop stops,
+            // and starts afresh (clearing `Degraded`) once it is back.
+            return Ok(Some(UrlProblem {
+                reason: "SchedulerMissing".into(),
+                message: format!("Scheduler {ns}/{} does not exist", wp.spec.scheduler),
+            }));
+        }
+    };
+    let secret_ref = &secret_ref;
+    let version = ctx.ready_caches().await.and_then(|c| {
+        c.secrets
+            .get(&ObjectRef::new(&secret_ref.name).within(&ns))
+            .and_then(|m| m.resource_version())
+    });
+    let source = UrlSource {
+        secret: secret_ref.name.clone(),
+        key: secret_ref.key.clone(),
+        version,
+    };
+    if let (Some(state), Some(stale)) = (slot.as_mut().filter(|_| same), run_stale) {
+        state.lp.set_run_stale(stale);
+    }
+    // A new spec that moves the pool (another Scheduler, region or
+    // endpoint) gets a loop of its own; the old one drains the old place.
+    let moving = slot.as_ref().is_some_and(|s| {
+        same && s.generation != wp.metadata.generation
+            && crate::pool::drift::moved(s.lp.spec(), &wp.spec)
+    });
+    if same && !moving {
+        let state = slot.as_mut().expect("invariant: `same` holds a state");
+        let unchanged = state.source == source && source.version.is_some();
+        if unchanged {
+            if state.generation != wp.metadata.generation {
+                state.lp.set_spec(wp.spec.clone()).await;
+                state.generation = wp.metadata.generation;
+                tracing::info!(pool = %pool, generation = ?wp.metadata.generation, "new spec");
+            }
+            return Ok(None);
+        }
+    }
+    let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), &ns);
+    let read = read_url(&secrets, &ns, secret_ref)
+        .await
+        .map_err(|source| ControllerError::Secret {
+            pool: pool.to_string(),
+            source,
+        })?;
+    let (url_text, url) = match read {
+        Ok(read) => read,
+        Err(problem) => {
+            return Ok(Some(UrlProblem {
+                reason: problem.reason,
+                message: problem.message,
+            }))
+        }
+    };
+    let database: DatabaseKey = Sha256::digest(url_text.as_bytes()).into();
+    if same && !moving {
+        let state = slot.as_mut().expect("invariant: `same` holds a state");
+        if state.database == database {
+            state.source = source;
+            if state.generation != wp.metadata.generation {
+                state.lp.set_spec(wp.spec.clone()).await;
+                state.generation = wp.metadata.generation;
+                tracing::info!(pool = %pool, generation = ?wp.metadata.generation, "new spec");
+            }
+            return Ok(None);
+        }
+        tracing::info!(pool = %pool, "the database URL changed; the pool's loop starts again on it");
+    }
+    // What the last writer knew: this replica's last status, or the one
+    // read back from the WarmPool.
+    let remembered = slot
+        .as_ref()
+        .filter(|_| same)
+        .and_then(|s| s.last.clone())
+        .or_else(|| wp.status.clone())
+        .unwrap_or_default();
+    let (deletion, told) = watch::channel(None);
+    let mut lp = PoolLoop::new(
+        &ns,
+        &wp.name_any(),
+        wp.spec.clone(),
+        &url_text,
+        ctx.config.tuning.clone(),
+    )
+    .await
+    .map_err(|source| ControllerError::Start {
+        pool: pool.to_string(),
+        source,
+    })?
+    .not_listening()
+    .with_fence(ctx.config.fence.clone())
+    .with_deletion(told)
+    .remember(wp.metadata.uid.as_deref().unwrap_or_default(), &remembered);
+    if let Some(m) = &ctx.config.metrics {
+        lp = lp.with_metrics(m.clone());
+    }
+    if let Some(stale) = run_stale {
+        lp.set_run_stale(stale);
+    }
+    // The loop it replaces drains where the pool ran (another database,
+    // Scheduler, region or endpoint); a new replica takes up the places
+    // its status names.
+    let retiring = match slot.take().filter(|_| same) {
+        Some(old) => {
+            let mut retiring = old.retiring;
+            let secret = SecretKeyRef {
+                name: old.source.secret.clone(),
+                key: old.source.key.clone(),
+            };
+            let place = retiring::place_of(old.lp.spec(), secret, Utc::now());
+            tracing::info!(pool = %pool, place = ?place, "the pool moved: the old place's loop terminates what it launched there");
+            retiring.push(retiring::retire(&ctx.config, old.lp, place));
+            retiring
+        }
+        None => retiring::restore(&ctx.client, &ctx.config, wp, &remembered.retiring).await,
+    };
+    tracing::info!(pool = %pool, generation = ?wp.metadata.generation, "pool loop made");
+    *slot = Some(PoolState {
+        uid: wp.metadata.uid.clone(),
+        generation: wp.metadata.generation,
+        source,
+        database,
+        lp,
+        deletion,
+        last: wp.status.clone(),
+        backoff: Backoff::new(
+            ctx.config.tuning.backoff_base,
+            ctx.config.tuning.backoff_cap,
+        ),
+        retiring,
+    });
+    ctx.set_database(pool, Some((database, &url)));
+    Ok(None)
+}
+
+/// `wp`'s Scheduler: from the watch's store in [`run`], else from the API.
+pub(super) async fn scheduler_of(
+    wp: &WarmPool,
+    ctx: &PoolContext,
+    pool: &str,
+) -> Result<Option<Arc<Scheduler>>, ControllerError> {
+    let ns = wp.namespace().unwrap_or_else(|| "default".into());
+    if let Some(caches) = ctx.ready_caches().await {
+        return Ok(caches
+            .schedulers
+            .get(&ObjectRef::new(&wp.spec.scheduler).within(&ns)));
+    }
+    let schedulers: Api<Scheduler> = Api::namespaced(ctx.client.clone(), &ns);
+    ctx.config
+        .fence
+        .check()
+        .map_err(|source| ControllerError::Fenced {
+            pool: pool.to_string(),
+            source,
+        })?;
+    schedulers
+        .get_opt(&wp.spec.scheduler)
+        .await
+        .map(|s| s.map(Arc::new))
+        .map_err(|source| ControllerError::Kube {
+            pool: pool.to_string(),
+            source,
+        })
+}

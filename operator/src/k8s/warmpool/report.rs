@@ -1,0 +1,156 @@
+//! The write-back stage: a pass's Events and status, and `Degraded` when
+//! no pass could run.
+
+use chrono::Utc;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::{runtime::controller::Action, Client, ResourceExt};
+
+use super::{
+    config::{key, pools_api},
+    context::{PoolContext, PoolState},
+    error::ControllerError,
+    finalizer::let_go,
+};
+use crate::{
+    crd::{set_condition, SecretKeyRef, WarmPool, WarmPoolStatus},
+    k8s::{
+        leader::Fence,
+        status::{write_status, StatusWriteError},
+    },
+    pool::{PassReport, PoolError, PoolEvent},
+};
+
+/// Writes a pass back: its Events, its status (when it changed), and the
+/// finalizer's removal once a deleted pool's instances are all gone; when
+/// to look again.
+pub(super) async fn write_back(
+    wp: &WarmPool,
+    ctx: &PoolContext,
+    pool: &str,
+    state: &mut PoolState,
+    outcome: Result<PassReport, PoolError>,
+) -> Result<Action, ControllerError> {
+    let fence = &ctx.config.fence;
+    let (mut status, events, wait) = match outcome {
+        Ok(report) => {
+            let wait = if report.throttled {
+                state.backoff.next_wait()
+            } else {
+                state.backoff.reset();
+                ctx.config.tuning.resync
+            };
+            if report.deleted && state.retiring.is_empty() {
+                for e in &report.events {
+                    ctx.say(wp, e).await;
+                }
+                // None of its instances left: the finalizer goes.
+                return let_go(
+                    wp,
+                    ctx,
+                    pool,
+                    "onDelete Terminate: EC2 lists none of the pool's instances pending, \
+                     running, stopping or stopped; the finalizer is removed",
+                )
+                .await;
+            }
+            (report.status, report.events, wait)
+        }
+        Err(e) if e.is_fenced() => {
+            // Not a failure to show: this replica may not write either.
+            return Err(match e {
+                PoolError::Fenced { pool, source } => ControllerError::Fenced { pool, source },
+                other => ControllerError::Start {
+                    pool: pool.to_string(),
+                    source: other,
+                },
+            });
+        }
+        Err(e) => {
+            tracing::warn!(pool = %pool, error = %e, "pool pass failed");
+            let message = e.to_string();
+            let mut status = state.last.clone().unwrap_or_default();
+            set_degraded(&mut status, "PassFailed", &message);
+            let event = PoolEvent {
+                reason: "PassFailed",
+                message,
+                warning: true,
+            };
+            (status, vec![event], state.backoff.next_wait())
+        }
+    };
+    status.observed_generation = wp.metadata.generation;
+    status.database_secret = Some(SecretKeyRef {
+        name: state.source.secret.clone(),
+        key: state.source.key.clone(),
+    });
+    status.retiring = state.retiring.iter().map(|r| r.place.clone()).collect();
+    for e in &events {
+        ctx.say(wp, e).await;
+    }
+    if state.last.as_ref() != Some(&status) {
+        apply_status(&ctx.client, fence, wp, &status)
+            .await
+            .map_err(|e| ControllerError::status(pool, e))?;
+        state.last = Some(status);
+    }
+    Ok(Action::requeue(wait))
+}
+
+/// Writes `status` whole (server-side apply, see [`write_status`]): a
+/// field it no longer has (capacity errors that are over) is removed.
+pub(super) async fn apply_status(
+    client: &Client,
+    fence: &Fence,
+    wp: &WarmPool,
+    status: &WarmPoolStatus,
+) -> Result<(), StatusWriteError> {
+    write_status(&pools_api(client, wp), &wp.name_any(), status, fence)
+        .await
+        .map(|_| ())
+}
+
+/// `Degraded` True for `reason`; its transition time stays while it was
+/// True already (a pass failing again does not move it).
+pub(super) fn set_degraded(status: &mut WarmPoolStatus, reason: &str, message: &str) {
+    let now = Time(
+        k8s_openapi::jiff::Timestamp::from_second(Utc::now().timestamp())
+            .unwrap_or(k8s_openapi::jiff::Timestamp::UNIX_EPOCH),
+    );
+    set_condition(
+        &mut status.conditions,
+        "Degraded",
+        true,
+        reason,
+        message,
+        now,
+        None,
+    );
+}
+
+/// A problem before any pass (no Scheduler, no Secret): `Degraded`.
+pub(super) async fn degraded(
+    ctx: &PoolContext,
+    wp: &WarmPool,
+    reason: &str,
+    message: String,
+) -> Result<(), ControllerError> {
+    let mut status = wp.status.clone().unwrap_or_default();
+    status.observed_generation = wp.metadata.generation;
+    // The message too: a deletion adds what to do about it.
+    let changed = !crate::crd::degraded_already(&status.conditions, reason, &message);
+    if changed {
+        set_degraded(&mut status, reason, &message);
+        let pool = key(&wp.namespace().unwrap_or_default(), &wp.name_any());
+        let fence = &ctx.config.fence;
+        apply_status(&ctx.client, fence, wp, &status)
+            .await
+            .map_err(|e| ControllerError::status(&pool, e))?;
+        let event = PoolEvent {
+            reason: "Degraded",
+            message,
+            warning: true,
+        };
+        ctx.say(wp, &event).await;
+    }
+    Ok(())
+}
