@@ -36,6 +36,20 @@ pub fn set_condition(
     }
 }
 
+/// Sets `Degraded` True with `reason` and `message` (see
+/// [`set_condition`]): both controllers' one way to say a problem.
+pub fn set_degraded(
+    conditions: &mut Vec<Condition>,
+    reason: &str,
+    message: &str,
+    now: Time,
+    generation: Option<i64>,
+) {
+    set_condition(
+        conditions, "Degraded", true, reason, message, now, generation,
+    );
+}
+
 /// Whether `conditions` say `Degraded` True with this `reason` and
 /// `message` already: saying it again is no news (no Event, no write).
 pub fn degraded_already(conditions: &[Condition], reason: &str, message: &str) -> bool {

@@ -9,7 +9,7 @@ mod scheduler;
 mod warmpool;
 
 pub use api_doc::api_markdown;
-pub use condition::{degraded_already, set_condition};
+pub use condition::{degraded_already, set_condition, set_degraded};
 pub use scheduler::*;
 pub use warmpool::*;
 

@@ -13,7 +13,7 @@ use std::time::Duration;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 use super::act::ActError;
-use crate::crd::{set_condition, Phase, SchedulerStatus};
+use crate::crd::{set_degraded, Phase, SchedulerStatus};
 
 /// How long a refused write waits before it is tried again: the user has
 /// to change something first, and a change of the spec retriggers at once.
@@ -60,15 +60,7 @@ pub fn degrade(
     generation: Option<i64>,
 ) {
     status.phase = Phase::Degraded;
-    set_condition(
-        &mut status.conditions,
-        "Degraded",
-        true,
-        reason,
-        message,
-        now,
-        generation,
-    );
+    set_degraded(&mut status.conditions, reason, message, now, generation);
 }
 
 #[cfg(test)]

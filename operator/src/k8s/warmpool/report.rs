@@ -12,7 +12,7 @@ use super::{
     finalizer::let_go,
 };
 use crate::{
-    crd::{set_condition, SecretKeyRef, WarmPool, WarmPoolStatus},
+    crd::{set_degraded, SecretKeyRef, WarmPool, WarmPoolStatus},
     k8s::{
         leader::Fence,
         status::{write_status, StatusWriteError},
@@ -69,7 +69,7 @@ pub(super) async fn write_back(
             tracing::warn!(pool = %pool, error = %e, "pool pass failed");
             let message = e.to_string();
             let mut status = state.last.clone().unwrap_or_default();
-            set_degraded(&mut status, "PassFailed", &message);
+            mark_degraded(&mut status, "PassFailed", &message);
             let event = PoolEvent {
                 reason: "PassFailed",
                 message,
@@ -111,20 +111,12 @@ pub(super) async fn apply_status(
 
 /// `Degraded` True for `reason`; its transition time stays while it was
 /// True already (a pass failing again does not move it).
-pub(super) fn set_degraded(status: &mut WarmPoolStatus, reason: &str, message: &str) {
+pub(super) fn mark_degraded(status: &mut WarmPoolStatus, reason: &str, message: &str) {
     let now = Time(
         k8s_openapi::jiff::Timestamp::from_second(Utc::now().timestamp())
             .unwrap_or(k8s_openapi::jiff::Timestamp::UNIX_EPOCH),
     );
-    set_condition(
-        &mut status.conditions,
-        "Degraded",
-        true,
-        reason,
-        message,
-        now,
-        None,
-    );
+    set_degraded(&mut status.conditions, reason, message, now, None);
 }
 
 /// A problem before any pass (no Scheduler, no Secret): `Degraded`.
@@ -139,7 +131,7 @@ pub(super) async fn degraded(
     // The message too: a deletion adds what to do about it.
     let changed = !crate::crd::degraded_already(&status.conditions, reason, &message);
     if changed {
-        set_degraded(&mut status, reason, &message);
+        mark_degraded(&mut status, reason, &message);
         let pool = key(&wp.namespace().unwrap_or_default(), &wp.name_any());
         let fence = &ctx.config.fence;
         apply_status(&ctx.client, fence, wp, &status)
