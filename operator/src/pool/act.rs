@@ -20,8 +20,10 @@ use crate::backoff::Backoff;
 use super::{
     ec2::{client_token, Ec2Error, RunRequest},
     holds,
-    pass::{Live, PassReport, PoolError, PoolEvent, PoolLoop},
+    live::Live,
     plan::{offerings, End, Offering, PoolPlan, Reason, WithRow},
+    pool_loop::PoolLoop,
+    report::{PassReport, PoolError, PoolEvent},
     userdata::{self, DatabaseSource},
 };
 
@@ -107,33 +109,28 @@ pub trait World {
 
 impl World for Live {
     async fn end_idle_rows(&mut self, rows: &[i64]) -> Result<HashSet<i64>, PoolError> {
-        let db = self.connected().await?;
-        let ended = orca_db::pool::end_idle_rows(db, rows).await;
-        ended.map_err(|e| self.db_error(e))
+        self.read(async |db| orca_db::pool::end_idle_rows(db, rows).await)
+            .await
     }
 
     async fn claim(&mut self, instance: &str, pool: &str) -> Result<Option<i64>, PoolError> {
-        let db = self.connected().await?;
-        let claimed = orca_db::pool::claim(db, instance, pool).await;
-        claimed.map_err(|e| self.db_error(e))
+        self.read(async |db| orca_db::pool::claim(db, instance, pool).await)
+            .await
     }
 
     async fn end_busy_row(&mut self, row: i64) -> Result<bool, PoolError> {
-        let db = self.connected().await?;
-        let ended = orca_db::pool::end_busy_row(db, row).await;
-        ended.map_err(|e| self.db_error(e))
+        self.read(async |db| orca_db::pool::end_busy_row(db, row).await)
+            .await
     }
 
     async fn end_claim(&mut self, row: i64) -> Result<(), PoolError> {
-        let db = self.connected().await?;
-        let ended = orca_db::pool::end_claim(db, row).await;
-        ended.map_err(|e| self.db_error(e))
+        self.read(async |db| orca_db::pool::end_claim(db, row).await)
+            .await
     }
 
     async fn end_rows_of_gone(&mut self, rows: &[i64]) -> Result<Vec<i64>, PoolError> {
-        let db = self.connected().await?;
-        let ended = orca_db::pool::end_rows_of_gone(db, rows).await;
-        ended.map_err(|e| self.db_error(e))
+        self.read(async |db| orca_db::pool::end_rows_of_gone(db, rows).await)
+            .await
     }
 
     async fn terminate(&mut self, ids: &[String]) -> Result<(), Ec2Error> {
@@ -141,27 +138,23 @@ impl World for Live {
     }
 
     async fn reserve_idle_rows(&mut self, rows: &[i64]) -> Result<HashSet<i64>, PoolError> {
-        let db = self.connected().await?;
-        let taken = orca_db::pool::reserve_idle_rows(db, rows).await;
-        taken.map_err(|e| self.db_error(e))
+        self.read(async |db| orca_db::pool::reserve_idle_rows(db, rows).await)
+            .await
     }
 
     async fn wake_rows(&mut self, rows: &[i64]) -> Result<HashSet<i64>, PoolError> {
-        let db = self.connected().await?;
-        let woken = orca_db::pool::wake_rows(db, rows).await;
-        woken.map_err(|e| self.db_error(e))
+        self.read(async |db| orca_db::pool::wake_rows(db, rows).await)
+            .await
     }
 
     async fn unwake_rows(&mut self, rows: &[i64]) -> Result<(), PoolError> {
-        let db = self.connected().await?;
-        let done = orca_db::pool::unwake_rows(db, rows).await;
-        done.map_err(|e| self.db_error(e))
+        self.read(async |db| orca_db::pool::unwake_rows(db, rows).await)
+            .await
     }
 
     async fn claim_reserved(&mut self, row: i64) -> Result<Option<i64>, PoolError> {
-        let db = self.connected().await?;
-        let claimed = orca_db::pool::claim_reserved(db, row).await;
-        claimed.map_err(|e| self.db_error(e))
+        self.read(async |db| orca_db::pool::claim_reserved(db, row).await)
+            .await
     }
 
     async fn stop(&mut self, ids: &[String]) -> Result<(), Ec2Error> {

@@ -10,8 +10,12 @@ use chrono::{TimeZone, Utc};
 
 use super::act::World;
 use super::ec2::{client_token, Ec2Error, Ownership, RunRequest};
-use super::pass::{PassReport, PoolError, PoolLoop, Tuning};
 use super::plan::{Counts, End, LaunchBatch, Offering, PoolPlan, Reason, Retirement};
+use super::{
+    pool_loop::PoolLoop,
+    report::{PassReport, PoolError},
+    tuning::Tuning,
+};
 
 /// How EC2 answers one `RunInstances` call.
 #[derive(Clone, Copy, Debug)]

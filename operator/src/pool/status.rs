@@ -6,7 +6,7 @@
 use chrono::{DateTime, Utc};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
-use super::pass::{PassReport, PoolLoop};
+use super::{pool_loop::PoolLoop, report::PassReport};
 use crate::crd::{set_condition, CapacityError, WarmPoolStatus};
 
 impl<W> PoolLoop<W> {

@@ -1,0 +1,235 @@
+//! The observe stage of a pool's pass: EC2 first (or a listing recent
+//! enough to reuse), then the database — the rows, the demand, their
+//! ages by the database's clock — into one [`Snapshot`], and the count of
+//! boots that keep failing.
+
+use std::{
+    collections::HashMap,
+    time::{Duration, Instant},
+};
+
+use super::plan::{Ec2Instance, PoolPlan, Snapshot};
+
+use super::pool_loop::{Listing, PoolLoop};
+use super::report::{PassReport, PoolError, PoolEvent};
+
+impl PoolLoop {
+    /// Observes: EC2 first (or the last listing, see
+    /// [`Tuning::listing_reuse`]), then the rows and the demand.
+    pub(super) async fn observe(&mut self) -> Result<(Snapshot, Listing), PoolError> {
+        let (snap, listing, reused) = self.observe_once().await?;
+        // An instance the reused listing shows alive lost its last row since
+        // (its agent powered it off, say): the listing cannot tell whether it
+        // still runs, so look again rather than terminate it twice.
+        if reused
+            && snap
+                .instances
+                .iter()
+                .any(|i| i.state.is_present() && snap.known.contains(&i.id))
+        {
+            let (snap, listing, _) = self.observe_once().await?;
+            return Ok((snap, listing));
+        }
+        Ok((snap, listing))
+    }
+
+    /// One observation: the last listing if it may be reused (taking it;
+    /// then `true`), else a new one.
+    pub(super) async fn observe_once(&mut self) -> Result<(Snapshot, Listing, bool), PoolError> {
+        let reusable = self.listing.take().filter(|l| {
+            l.taken.elapsed() < self.tuning.listing_reuse && self.deletion.borrow().is_none()
+        });
+        let reused = reusable.is_some();
+        let (taken, listed, instances) = match reusable {
+            Some(l) => (l.taken, l.clock, l.instances),
+            None => {
+                // The database's clock just before the listing: a row made
+                // after it may be of an instance the listing does not show.
+                let clock = self
+                    .world
+                    .read(async |db| orca_db::pool::clock(db).await)
+                    .await?;
+                let taken = Instant::now();
+                let instances = self.list().await?;
+                (taken, clock, instances)
+            }
+        };
+        let pool = self.pool.clone();
+        let count_uses = self.spec.max_uses > 0;
+        let mark = self.served_mark;
+        let live = self
+            .world
+            .read(async |db| orca_db::pool::live_rows(db, &pool, count_uses).await)
+            .await?;
+        // Present, or launched by this loop and not listed yet, without a
+        // live row: had it rows once?
+        let unlisted = self
+            .ours
+            .keys()
+            .filter(|id| !instances.iter().any(|i| &i.id == *id));
+        let without: Vec<String> = instances
+            .iter()
+            .filter(|i| i.state.is_present())
+            .map(|i| &i.id)
+            .chain(unlisted)
+            .filter(|id| !live.iter().any(|r| &r.instance == *id))
+            .cloned()
+            .collect();
+        let known = self
+            .world
+            .read(async |db| orca_db::pool::known(db, &without).await)
+            .await?;
+        let stale = self.run_stale();
+        let checks = self
+            .world
+            .read(async |db| orca_db::pool::check_rows(db, &pool, listed, stale).await)
+            .await?;
+        let mut made_before_listing = HashMap::with_capacity(checks.len());
+        let (mut hung, mut hung_since) = (HashMap::new(), HashMap::new());
+        for c in checks {
+            made_before_listing.insert(c.row, c.made_before_listing);
+            if c.hung {
+                let since = self.hung_since.get(&c.row).copied().unwrap_or(listed);
+                hung_since.insert(c.row, since);
+                hung.insert(c.row, listed - since);
+            }
+        }
+        self.hung_since = hung_since;
+        let demand = self
+            .world
+            .read(async |db| orca_db::pool::open_demand(db, &pool).await)
+            .await?;
+        let (waits, newest) = self
+            .world
+            .read(async |db| orca_db::pool::served_waits(db, &pool, mark).await)
+            .await?;
+        self.served_mark = newest;
+        let handed_mark = self.cost.handed_mark;
+        let (served, newest) = self
+            .world
+            .read(async |db| orca_db::pool::hand_outs_since(db, &pool, handed_mark).await)
+            .await?;
+        self.cost.handed_mark = newest;
+        self.cost.add_served(served);
+        if let Some(m) = &self.metrics {
+            m.served(&self.pool, served);
+        }
+        if let Some(m) = &self.metrics {
+            for w in waits {
+                m.demand_waited(&self.pool, w);
+            }
+        }
+        // An id stays ours while EC2 lists it, or briefly before it does.
+        self.ours.retain(|id, at| {
+            instances
+                .iter()
+                .any(|i| &i.id == id && i.state.is_present())
+                || at.elapsed() < Duration::from_secs(300)
+        });
+        let listing = Listing {
+            taken,
+            clock: listed,
+            instances: instances.clone(),
+        };
+        let snap = Snapshot {
+            instances,
+            rows: live,
+            known,
+            ours: self.ours.keys().cloned().collect(),
+            demand,
+            deleting: None,
+            made_before_listing,
+            hung,
+        };
+        Ok((snap, listing, reused))
+    }
+
+    /// The pool's instances, listed: by all the ownership tags, or, for the
+    /// loop's first listing, by those the instances launched before they
+    /// carried the cluster's tag have too — and those of them whose agents
+    /// reported to this pool's database are adopted: tagged with this
+    /// cluster's name (so that later listings, which filter on it, show
+    /// them) and listed as the pool's. One without a row here may be
+    /// another cluster's, and is left alone (its agent powers it off once
+    /// idle). One listing either way.
+    pub(super) async fn list(&mut self) -> Result<Vec<Ec2Instance>, PoolError> {
+        if self.adopted {
+            let listed = self.world.ec2.describe(&self.owner).await;
+            return listed.map_err(|e| self.ec2_error(e));
+        }
+        let listed = self.world.ec2.describe_with_untagged(&self.owner).await;
+        let (mut instances, untagged) = listed.map_err(|e| self.ec2_error(e))?;
+        if !untagged.is_empty() {
+            let ids: Vec<String> = untagged.iter().map(|i| i.id.clone()).collect();
+            let pool = self.pool.clone();
+            let mut ours: Vec<String> = self
+                .world
+                .read(async |db| orca_db::pool::had_rows(db, &pool, &ids).await)
+                .await?
+                .into_iter()
+                .collect();
+            ours.sort();
+            if ours.is_empty() {
+                tracing::info!(pool = %self.pool, instances = ?ids,
+                    "instances with this pool's tags but no cluster's and no row in its database: \
+                     another cluster's, left alone");
+            } else {
+                let tagged = self.world.ec2.tag_cluster(&ours, &self.owner).await;
+                tagged.map_err(|e| self.ec2_error(e))?;
+                tracing::info!(pool = %self.pool, instances = ?ours, cluster = %self.owner.cluster, "adopted");
+                instances.extend(untagged.into_iter().filter(|i| ours.contains(&i.id)));
+                self.just_adopted = ours;
+            }
+        }
+        self.adopted = true;
+        Ok(instances)
+    }
+
+    /// Boot time-outs in a row (`plan`'s `BootTimeout` retirements, none of
+    /// this loop's instances reporting): past a few, a Warning, the pool
+    /// `Degraded` (`BootFailing`, with the last one's console, scrubbed of
+    /// the database URL) and launches backing off (see [`super::boot`]).
+    pub(super) async fn count_boot_failures(
+        &mut self,
+        plan: &PoolPlan,
+        snap: &Snapshot,
+        report: &mut PassReport,
+    ) {
+        let timed_out: Vec<&str> = plan
+            .retirements
+            .iter()
+            .filter(|r| r.reason == super::plan::Reason::BootTimeout)
+            .map(|r| r.instance.as_str())
+            .collect();
+        // A boot worked: an instance this loop launched reported (a row),
+        // for the first time.
+        self.booted.retain(|id| snap.ours.contains(id));
+        let mut reported = false;
+        for r in snap.rows.iter().filter(|r| snap.ours.contains(&r.instance)) {
+            reported |= self.booted.insert(r.instance.clone());
+        }
+        let last = match timed_out.last() {
+            Some(id) => {
+                let console = self.world.ec2.console_tail(id).await.unwrap_or_default();
+                Some((id.to_string(), orca_db::url::scrub(&console, &self.url.0)))
+            }
+            None => None,
+        };
+        let worse = self.boot.record(
+            timed_out.len() as u32,
+            last,
+            reported,
+            self.tuning.boot_backoff_base,
+            self.tuning.boot_backoff_cap,
+        );
+        if let Some(message) = self.boot.failing() {
+            if worse {
+                tracing::warn!(pool = %self.pool, "{message}");
+                report
+                    .events
+                    .push(PoolEvent::new("BootFailing", message.clone(), true));
+            }
+            report.degraded = Some(("BootFailing", message));
+        }
+    }
+}

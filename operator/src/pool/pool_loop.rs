@@ -1,0 +1,364 @@
+//! A pool's loop: what one WarmPool's controller keeps between passes —
+//! its spec, its world (the database and EC2, or a table in tests), what
+//! it launched, its holds and back-offs — and how it is made and told of
+//! a new spec, a deletion or a fence. Its passes are in `observe.rs`,
+//! `pass.rs`, `act.rs` and `status.rs`; its own run in `run.rs`.
+
+use std::{
+    collections::{BTreeMap, HashMap, HashSet},
+    fmt,
+    time::{Duration, Instant},
+};
+
+use chrono::{DateTime, Utc};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use orca_db::{ConnectOptions, DatabaseUrl, Reconnect};
+use tokio::sync::watch;
+
+use crate::backoff::Backoff;
+
+use super::{
+    ec2::{Ec2, Ec2Config, Ec2Error, Ownership},
+    metrics::PoolMetrics,
+    plan::{Ec2Instance, Limits, Offering},
+};
+use crate::crd::{WarmPoolSpec, WarmPoolStatus};
+use crate::fence::Fence;
+
+use super::live::Live;
+use super::report::{Deletion, PoolError};
+use super::tuning::Tuning;
+
+/// An EC2 listing of the pool, kept for the passes that follow it closely.
+#[derive(Clone, Debug)]
+pub(super) struct Listing {
+    /// When the listing was asked for.
+    pub(super) taken: Instant,
+    /// The database's clock just before.
+    pub(super) clock: f64,
+    pub(super) instances: Vec<Ec2Instance>,
+}
+
+/// The URL text as the user-data needs it; never shown.
+#[derive(Clone)]
+pub(super) struct SecretUrl(pub(super) String);
+
+impl fmt::Debug for SecretUrl {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("SecretUrl(***)")
+    }
+}
+
+/// A loop's own name for its launches, when it has no uid to remember:
+/// the pool, this process and when the loop was made, so no two loops share
+/// one.
+fn own_launch_id(pool: &str) -> String {
+    format!("{pool}/{}", nonce())
+}
+
+/// A value no other loop, of this process or another, ever had: the time,
+/// the process and a random number. It names a loop's launches (their
+/// `ClientToken`s), so that a batch count read back from a status that is
+/// behind — a write lost before a failover, a status restored from a
+/// backup — never makes a new batch repeat an old batch's token.
+fn nonce() -> String {
+    use std::hash::{BuildHasher, Hasher};
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or_default();
+    // RandomState is seeded from the system's randomness.
+    let random = std::collections::hash_map::RandomState::new()
+        .build_hasher()
+        .finish();
+    format!("{nanos:x}.{:x}.{random:x}", std::process::id())
+}
+
+/// The controller of one WarmPool, acting on `W`: the [`Live`] world, or
+/// a table of answers in the act step's tests.
+pub struct PoolLoop<W = Live> {
+    pub(super) pool: String,
+    pub(super) spec: WarmPoolSpec,
+    pub(super) owner: Ownership,
+    pub(super) world: W,
+    pub(super) url: SecretUrl,
+    pub(super) tuning: Tuning,
+    /// Offerings without capacity, until when.
+    pub(super) unavailable: BTreeMap<Offering, DateTime<Utc>>,
+    /// The error code that made each of them unavailable.
+    pub(super) capacity_codes: HashMap<Offering, String>,
+    /// Instances this loop launched, and when it learnt their ids.
+    pub(super) ours: HashMap<String, Instant>,
+    pub(super) backoff: Backoff,
+    pub(super) metrics: Option<PoolMetrics>,
+    pub(super) served_mark: Option<f64>,
+    /// Instance-seconds and runs served so far, and when they were last
+    /// counted.
+    pub(super) cost: super::cost::Cost,
+    pub(super) cost_at: Option<Instant>,
+    /// The last EC2 listing, while a pass may reuse it.
+    pub(super) listing: Option<Listing>,
+    /// Busy rows seen hung, and the database's clock at the listing of the
+    /// pass that first saw each so.
+    pub(super) hung_since: HashMap<i64, f64>,
+    pub(super) conditions: Vec<Condition>,
+    /// The WarmPool's deletion (`onDelete: Terminate`), once it began; the
+    /// sender is the controller's ([`PoolLoop::with_deletion`]).
+    pub(super) deletion: watch::Receiver<Option<Deletion>>,
+    /// The `Deleting` event was posted.
+    pub(super) deletion_announced: bool,
+    /// Instances of the pool without the cluster's tag were looked for
+    /// (see [`PoolLoop::list`]).
+    pub(super) adopted: bool,
+    /// Those of them the last listing adopted, for the pass to say so.
+    pub(super) just_adopted: Vec<String>,
+    /// The launch spec whose drifted instances a `Drifted` event announced.
+    pub(super) drift_announced: Option<String>,
+    /// The Scheduler's stale limit: a busy instance whose run has not beaten
+    /// for this long looks hung. `None`: [`Tuning::stale`].
+    pub(super) run_stale: Option<Duration>,
+    /// Boot time-outs in a row, and the launch back-off they earned.
+    pub(super) boot: super::boot::BootFailures,
+    /// Instances this loop launched that reported (had a row).
+    pub(super) booted: HashSet<String>,
+    /// What names this pool's launches in their `ClientToken`s: its uid
+    /// once [`PoolLoop::remember`]ed, else one of this loop's own.
+    pub(super) launch_id: String,
+    /// Launch batches EC2 answered (`status.launchBatches`): the number of
+    /// the next one.
+    pub(super) launch_batches: u64,
+}
+
+impl<W> PoolLoop<W> {
+    /// A loop acting on `world`, for the pool `owner` names: what
+    /// [`PoolLoop::new`] makes with the [`Live`] world, and the act step's
+    /// tests with a table of answers.
+    pub(super) fn with_world(
+        owner: Ownership,
+        spec: WarmPoolSpec,
+        database_url: &str,
+        tuning: Tuning,
+        world: W,
+    ) -> PoolLoop<W> {
+        let pool = owner.pool.clone();
+        PoolLoop {
+            backoff: Backoff::new(tuning.backoff_base, tuning.backoff_cap),
+            spec,
+            owner,
+            world,
+            url: SecretUrl(database_url.to_string()),
+            tuning,
+            unavailable: BTreeMap::new(),
+            capacity_codes: HashMap::new(),
+            ours: HashMap::new(),
+            metrics: None,
+            served_mark: None,
+            cost: Default::default(),
+            cost_at: None,
+            listing: None,
+            hung_since: HashMap::new(),
+            conditions: Vec::new(),
+            deletion: watch::channel(None).1,
+            deletion_announced: false,
+            adopted: false,
+            just_adopted: Vec::new(),
+            drift_announced: None,
+            run_stale: None,
+            boot: Default::default(),
+            booted: HashSet::new(),
+            launch_id: own_launch_id(&pool),
+            launch_batches: 0,
+            pool,
+        }
+    }
+
+    /// Takes up where the pool's last writer left off, from its observed
+    /// `status` (the Kubernetes mode: a restarted or newly elected operator):
+    /// the offerings still held for want of capacity, each condition's
+    /// transition time, and the launch batch count; `uid` (the WarmPool's)
+    /// and a value of this loop's own name its launches, so their tokens
+    /// are unique to the pool and never repeat, whatever the status says.
+    /// (A batch whose answer was lost is retried with its token by this
+    /// loop; after a failover the next leader launches afresh, and what a
+    /// lost batch launched after all is surplus the next passes retire.)
+    pub fn remember(mut self, uid: &str, status: &WarmPoolStatus) -> Self {
+        self.launch_id = format!("{uid}/{}", nonce());
+        self.launch_batches = status.launch_batches.max(0) as u64;
+        self.conditions = status.conditions.clone();
+        self.cost
+            .restore(&status.instance_seconds, status.runs_served.as_ref());
+        for held in &status.capacity_errors {
+            let Ok(until) = DateTime::parse_from_rfc3339(&held.until) else {
+                tracing::warn!(pool = %self.pool, until = %held.until,
+                    "a capacity hold in the status has no valid time; dropped");
+                continue;
+            };
+            let offering = Offering {
+                instance_type: held.instance_type.clone(),
+                subnet: held.subnet.clone(),
+                spot: held.spot,
+            };
+            self.unavailable
+                .insert(offering.clone(), until.with_timezone(&Utc));
+            self.capacity_codes.insert(offering, held.code.clone());
+        }
+        self
+    }
+
+    /// The stale limit of the Scheduler the pool serves (its
+    /// `handover.staleSeconds`): its runs' heartbeats older than this look
+    /// hung, and a busy instance that looks so for twice it is retired
+    /// (`Hung`). Without it, [`Tuning::stale`].
+    pub fn set_run_stale(&mut self, stale: Duration) {
+        self.run_stale = Some(stale);
+    }
+
+    pub(super) fn run_stale(&self) -> Duration {
+        self.run_stale.unwrap_or(self.tuning.stale)
+    }
+
+    /// No metrics: a loop draining where the pool ran before must not set
+    /// the pool's gauges, which are the current loop's.
+    pub fn without_metrics(mut self) -> Self {
+        self.metrics = None;
+        self
+    }
+
+    pub fn with_metrics(mut self, metrics: PoolMetrics) -> Self {
+        self.metrics = Some(metrics);
+        self
+    }
+
+    pub(super) fn ec2_error(&self, source: Ec2Error) -> PoolError {
+        match source {
+            Ec2Error::Fenced { source, .. } => PoolError::Fenced {
+                pool: self.pool.clone(),
+                source,
+            },
+            source => PoolError::Ec2 {
+                pool: self.pool.clone(),
+                source,
+            },
+        }
+    }
+}
+
+impl PoolLoop {
+    /// The loop of WarmPool `namespace/name`, over the database at
+    /// `database_url` (libpq-style; it reaches the instances' user-data
+    /// unless `launch.databaseUrlFile` is set).
+    pub async fn new(
+        namespace: &str,
+        name: &str,
+        spec: WarmPoolSpec,
+        database_url: &str,
+        tuning: Tuning,
+    ) -> Result<PoolLoop, PoolError> {
+        let pool = format!("{namespace}/{name}");
+        let url = DatabaseUrl::parse(database_url).map_err(|source| PoolError::Db {
+            pool: pool.clone(),
+            source,
+        })?;
+        let ec2_config = Ec2Config::new(&spec.region, spec.endpoint.as_deref());
+        let ec2 = Ec2::new(&ec2_config).await;
+        let owner = Ownership::new(
+            namespace,
+            name,
+            &spec.scheduler,
+            &tuning.operator,
+            &tuning.cluster,
+        );
+        let world = Live {
+            pool: pool.clone(),
+            ec2,
+            ec2_config,
+            reconnect: Reconnect::new(url, ConnectOptions::named(&tuning.application_name("pool")))
+                .listen("orca_pool"),
+            db: None,
+            fence: Fence::always(),
+        };
+        Ok(PoolLoop::with_world(
+            owner,
+            spec,
+            database_url,
+            tuning,
+            world,
+        ))
+    }
+
+    /// No `LISTEN` on the loop's connection: whoever drives its passes
+    /// listens for it (the Kubernetes mode, one connection per database).
+    pub fn not_listening(mut self) -> Self {
+        let url = self.world.reconnect.url().clone();
+        let name = self.tuning.application_name("pool");
+        self.world.reconnect = Reconnect::new(url, ConnectOptions::named(&name));
+        self
+    }
+
+    /// Every EC2 call and statement of the loop checks `fence` first. A
+    /// loop is built with [`Fence::always`] (the local mode, which has no
+    /// election); the Kubernetes mode sets its Lease's.
+    pub fn with_fence(mut self, fence: Fence) -> Self {
+        self.world.ec2 = self.world.ec2.with_fence(fence.clone());
+        self.world.fence = fence;
+        self
+    }
+
+    /// The WarmPool's deletion with `onDelete: Terminate`, as `deletion`
+    /// tells it: from the first pass after it holds one, the loop launches
+    /// nothing and terminates the pool's instances (see [`super::plan()`]),
+    /// and each pass says whether any is left ([`PassReport::deleted`]). A
+    /// change cuts the wait for the next pass short.
+    pub fn with_deletion(mut self, deletion: watch::Receiver<Option<Deletion>>) -> Self {
+        self.deletion = deletion;
+        self
+    }
+
+    /// `namespace/name`.
+    pub fn pool(&self) -> &str {
+        &self.pool
+    }
+
+    pub fn ownership(&self) -> &Ownership {
+        &self.owner
+    }
+
+    pub fn spec(&self) -> &WarmPoolSpec {
+        &self.spec
+    }
+
+    /// A changed spec (Kubernetes: a new generation); a changed region or
+    /// endpoint gets a new EC2 client, and the next pass lists afresh.
+    pub async fn set_spec(&mut self, spec: WarmPoolSpec) {
+        self.listing = None;
+        let cfg = Ec2Config::new(&spec.region, spec.endpoint.as_deref());
+        if cfg != self.world.ec2_config {
+            self.world.ec2 = Ec2::new(&cfg).await.with_fence(self.world.fence.clone());
+            self.world.ec2_config = cfg;
+        }
+        let (ns, name) = self.pool.split_once('/').unwrap_or(("", &self.pool));
+        self.owner = Ownership::new(
+            ns,
+            name,
+            &spec.scheduler,
+            &self.tuning.operator,
+            &self.tuning.cluster,
+        );
+        self.spec = spec;
+    }
+
+    pub(super) fn limits(&self) -> Limits {
+        let grace = self.tuning.leak_grace.unwrap_or_else(|| {
+            Duration::from_secs(60).max(Duration::from_secs(
+                self.spec.boot_timeout_seconds.max(0) as u64
+            ))
+        });
+        Limits {
+            stale_secs: self.tuning.stale.as_secs_f64(),
+            leak_grace_secs: grace.as_secs_f64(),
+            max_batch: self.tuning.max_batch,
+            hung_grace_secs: 2.0 * self.run_stale().as_secs_f64(),
+            unlisted_grace_secs: 60.0,
+        }
+    }
+}
