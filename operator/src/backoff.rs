@@ -28,6 +28,8 @@ pub struct Backoff {
 }
 
 impl Backoff {
+    /// A back-off whose first wait is at most `base` and no wait exceeds
+    /// `cap`.
     pub fn new(base: Duration, cap: Duration) -> Self {
         Backoff {
             base,
@@ -53,6 +55,8 @@ impl Backoff {
         self.attempt = 0;
     }
 
+    /// The waits handed out since the last reset: how many tries in a row
+    /// have failed.
     pub fn attempts(&self) -> u32 {
         self.attempt
     }

@@ -287,3 +287,80 @@ fn the_cores_import_no_adapter() {
     }
     assert!(wrong.is_empty(), "{}", wrong.join("\n"));
 }
+
+/// Every public item of the operator — `pub` functions, types, traits,
+/// constants, and the public methods of types — has a doc comment that
+/// says what it is for.
+#[test]
+fn every_public_item_is_documented() {
+    struct Missing<'a> {
+        file: &'a Path,
+        found: Vec<String>,
+    }
+    fn documented(attrs: &[syn::Attribute]) -> bool {
+        attrs.iter().any(|a| a.path().is_ident("doc"))
+    }
+    fn public(vis: &syn::Visibility) -> bool {
+        matches!(vis, syn::Visibility::Public(_))
+    }
+    impl<'ast> Visit<'ast> for Missing<'_> {
+        fn visit_item(&mut self, item: &'ast syn::Item) {
+            let (attrs, vis, name) = match item {
+                syn::Item::Fn(i) => (&i.attrs, &i.vis, i.sig.ident.to_string()),
+                syn::Item::Struct(i) => (&i.attrs, &i.vis, i.ident.to_string()),
+                syn::Item::Enum(i) => (&i.attrs, &i.vis, i.ident.to_string()),
+                syn::Item::Trait(i) => (&i.attrs, &i.vis, i.ident.to_string()),
+                syn::Item::Const(i) => (&i.attrs, &i.vis, i.ident.to_string()),
+                syn::Item::Type(i) => (&i.attrs, &i.vis, i.ident.to_string()),
+                _ => return syn::visit::visit_item(self, item),
+            };
+            if public(vis) && !documented(attrs) {
+                self.found.push(format!("{}: {name}", self.file.display()));
+            }
+            syn::visit::visit_item(self, item);
+        }
+
+        fn visit_item_impl(&mut self, i: &'ast syn::ItemImpl) {
+            // A trait's methods are the trait's to document.
+            if i.trait_.is_some() {
+                return;
+            }
+            for item in &i.items {
+                if let syn::ImplItem::Fn(f) = item {
+                    if public(&f.vis) && !documented(&f.attrs) {
+                        self.found
+                            .push(format!("{}: {}", self.file.display(), f.sig.ident));
+                    }
+                }
+            }
+        }
+
+        fn visit_item_mod(&mut self, m: &'ast syn::ItemMod) {
+            let is_test = m.attrs.iter().any(|a| {
+                a.path().is_ident("cfg") && a.parse_args::<syn::Ident>().is_ok_and(|i| i == "test")
+            });
+            if !is_test {
+                syn::visit::visit_item_mod(self, m);
+            }
+        }
+    }
+    let mut all = Vec::new();
+    files(&src(), &mut all);
+    let mut missing = Vec::new();
+    for file in &all {
+        let text = std::fs::read_to_string(src().join(file)).unwrap();
+        let ast = syn::parse_file(&text).unwrap();
+        let mut m = Missing {
+            file,
+            found: Vec::new(),
+        };
+        m.visit_file(&ast);
+        missing.extend(m.found);
+    }
+    assert!(
+        missing.is_empty(),
+        "{} public items without a doc comment:\n{}",
+        missing.len(),
+        missing.join("\n")
+    );
+}

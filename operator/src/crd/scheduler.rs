@@ -265,6 +265,8 @@ pub enum Phase {
 }
 
 impl Phase {
+    /// The phase's name, as the status and the metrics' `phase` label
+    /// spell it.
     pub fn as_str(self) -> &'static str {
         match self {
             Phase::Pending => "Pending",

@@ -130,6 +130,8 @@ fn fingerprint(url_text: &str) -> Vec<u8> {
 }
 
 impl Connections {
+    /// No connections yet, for operator replica `replica`: its connections
+    /// carry the name in their `application_name`.
     pub fn of_replica(replica: &str) -> Self {
         Connections {
             replica: Some(replica.to_string()),

@@ -65,6 +65,8 @@ pub const FINALIZER: &str = "orca.dev/in-use";
 type SecretMeta = PartialObjectMeta<Secret>;
 type BindingMeta = PartialObjectMeta<RoleBinding>;
 
+/// Why a Secret or the operator's RoleBinding could not be kept or let go:
+/// its finalizer could not be changed, or the pass panicked.
 #[derive(Debug, thiserror::Error)]
 pub enum InUseError {
     #[error("{what}: {source}")]

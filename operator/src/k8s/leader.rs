@@ -95,6 +95,8 @@ impl Election {
     }
 }
 
+/// Why a call on the leader-election Lease failed: the API server refused
+/// it, or did not answer in time.
 #[derive(Debug, thiserror::Error)]
 pub enum LeaseError {
     #[error("Lease {lease}: {call}: {source}")]

@@ -51,6 +51,8 @@ fn of(namespace: &str, name: &str) -> Labels {
 }
 
 impl Metrics {
+    /// The Scheduler metrics, registered under `orca_scheduler` in
+    /// `registry`, all at zero.
     pub fn register(registry: &mut Registry) -> Self {
         let m = Metrics {
             reconciles: Family::default(),
@@ -82,10 +84,14 @@ impl Metrics {
         m
     }
 
+    /// Counts one reconcile of Scheduler `namespace/name`
+    /// (`orca_scheduler_reconciles`), at the start of each pass.
     pub fn reconciled(&self, namespace: &str, name: &str) {
         self.reconciles.get_or_create(&of(namespace, name)).inc();
     }
 
+    /// Counts a failed reconcile of Scheduler `namespace/name` at `stage`
+    /// (`orca_scheduler_reconcile_errors`).
     pub fn failed(&self, namespace: &str, name: &str, stage: &str) {
         let mut l = of(namespace, name);
         l.push(("stage".into(), stage.into()));

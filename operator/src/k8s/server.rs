@@ -34,10 +34,13 @@ impl Readiness {
         }
     }
 
+    /// Whether `/readyz` answers ready: this replica knows whether it
+    /// leads or stands by.
     pub fn set(&self, ready: bool) {
         self.ready.store(ready, Ordering::Relaxed);
     }
 
+    /// Whether this replica is ready, as `/readyz` answers.
     pub fn get(&self) -> bool {
         self.ready.load(Ordering::Relaxed)
     }
@@ -47,6 +50,7 @@ impl Readiness {
         self.progress.looked();
     }
 
+    /// The [`Progress`] that `/healthz` judges.
     pub fn progress(&self) -> &Progress {
         &self.progress
     }
@@ -90,6 +94,7 @@ impl Progress {
         }))
     }
 
+    /// How long a reconcile may run before it counts as hung.
     pub fn stuck_after(&self) -> Duration {
         self.0.stuck_after
     }

@@ -63,6 +63,8 @@ pub struct Hosts {
 }
 
 impl Hosts {
+    /// No hosts yet for the pool `owner` names in `ec2`; each one started
+    /// runs as `cfg` says.
     pub fn new(ec2: Ec2, owner: Ownership, cfg: HostConfig) -> Self {
         Hosts {
             ec2,

@@ -14,6 +14,8 @@ use serde::Deserialize;
 
 use crate::crd::{Scheduler, WarmPool};
 
+/// Why a directory's manifests could not be loaded: a file that cannot be
+/// read, or a document that does not parse.
 #[derive(Debug, thiserror::Error)]
 pub enum ManifestError {
     #[error("reading {path}: {source}")]
@@ -143,6 +145,8 @@ impl Manifests {
     }
 }
 
+/// Why [`Manifests::secret_value`] found no value: no such Secret, or no
+/// such key in it.
 #[derive(Debug, PartialEq)]
 pub enum SecretLookup {
     NoSecret,

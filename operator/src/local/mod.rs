@@ -25,6 +25,8 @@ use self::{
     scheduler::{database_url, LocalScheduler},
 };
 
+/// What `orca-operator local` runs: a directory of YAML, and the database
+/// to fall back on.
 pub struct LocalOptions {
     /// The directory of YAML files.
     pub dir: PathBuf,
@@ -38,6 +40,9 @@ const TICK: Duration = Duration::from_millis(500);
 /// How long Ctrl-C waits for the schedulers to drain.
 const DRAIN_WAIT: Duration = Duration::from_secs(120);
 
+/// Runs the local mode on `opts.dir` until SIGTERM or Ctrl-C, applying each
+/// edit of its YAML; at the stop the schedulers drain and everything it
+/// started is stopped.
 pub async fn run(opts: LocalOptions) -> anyhow::Result<()> {
     // Listening first: a signal from here on stops what was started in
     // order, rather than killing this process and leaving the rest.

@@ -13,6 +13,7 @@ use std::{
 
 use super::spawn::{free_port, spawn_tied_with};
 
+/// A running moto EC2 server on a port of its own; killed when dropped.
 pub struct Moto {
     port: u16,
     child: Child,

@@ -31,6 +31,7 @@ pub struct PodMeta {
     pub register: Option<String>,
 }
 
+/// How a local pod or job ended: its exit code and when (`exit.json`).
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Exit {
     pub code: i32,
@@ -38,6 +39,7 @@ pub struct Exit {
 }
 
 impl Exit {
+    /// An exit with `code`, finished now.
     pub fn now(code: i32) -> Self {
         Exit {
             code,
@@ -92,6 +94,8 @@ impl Local {
         }
     }
 
+    /// It as a pod, as the rollout reads one: running, or exited with its
+    /// code and termination message.
     pub fn pod_view(&self) -> PodView {
         let (exit, message) = self.state();
         PodView {
@@ -119,6 +123,8 @@ impl Local {
         }
     }
 
+    /// It as a Job, as the rollout reads one: running, succeeded, or failed
+    /// with its exit code and termination message (else its last log line).
     pub fn job_view(&self) -> JobView {
         let (exit, message) = self.state();
         let last_log_line = || {
@@ -151,6 +157,7 @@ impl Local {
         }
     }
 
+    /// Whether its command has not ended and its supervisor is alive.
     pub fn running(&self) -> bool {
         self.state().0.is_none()
     }
@@ -186,6 +193,7 @@ pub struct Table {
 }
 
 impl Table {
+    /// The table kept under `root`, one directory per pod or job.
     pub fn new(root: PathBuf) -> Self {
         Table { root }
     }

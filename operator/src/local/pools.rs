@@ -65,6 +65,8 @@ pub struct LocalPools {
 }
 
 impl LocalPools {
+    /// No pools running yet; their status files and cluster name come from
+    /// `state_dir`.
     pub fn new(state_dir: PathBuf) -> Self {
         LocalPools {
             state_dir,

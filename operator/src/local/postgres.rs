@@ -220,6 +220,7 @@ impl Cluster {
         }
     }
 
+    /// The port the server listens on, on 127.0.0.1.
     pub fn port(&self) -> u16 {
         self.port
     }
@@ -272,6 +273,8 @@ impl Cluster {
         self.dir.join("server.log")
     }
 
+    /// The cluster's temporary directory: its `data`, its socket directory
+    /// `sock` and its log; removed when the cluster is dropped.
     pub fn data_dir(&self) -> &Path {
         &self.dir
     }

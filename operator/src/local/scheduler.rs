@@ -28,6 +28,9 @@ pub struct LocalScheduler {
 }
 
 impl LocalScheduler {
+    /// The loop of Scheduler `key` (`namespace/name`), carrying on from the
+    /// status last saved in `state_dir`; `fallback_url` when no Secret names
+    /// a database.
     pub fn new(key: &str, state_dir: &std::path::Path, fallback_url: Option<String>) -> Self {
         let status_file = state_dir.join(format!("scheduler-{}.yaml", key.replace('/', "-")));
         // The status is the operator's memory, as in a cluster: a restarted

@@ -17,6 +17,9 @@ use super::pods::{write_exit, write_started, Exit};
 /// As Kubernetes' default `terminationGracePeriodSeconds`.
 const GRACE: Duration = Duration::from_secs(30);
 
+/// Runs `command` with its output in `dir`'s log, killed after `timeout`
+/// seconds if one is given; records its start and exit in `dir` and exits
+/// with its code.
 pub async fn supervise(dir: &Path, timeout: Option<u64>, command: &[String]) -> ExitCode {
     let Some((program, args)) = command.split_first() else {
         eprintln!("local-supervise: no command");

@@ -1,17 +1,15 @@
 //! The act step of a pass: retire (the race-free end or the claim first,
 //! then batched `TerminateInstances`), then launch (batched `RunInstances`
 //! with a `ClientToken` each, the next offering on a capacity error, and
-//! back-off on `RequestLimitExceeded`).
+//! back-off on `RequestLimitExceeded`). The stopped reserve's part is in
+//! `reserve.rs`.
 //!
-//! What it does to the world goes through [`World`]: the loop's [`Live`]
-//! world fences each statement and EC2 call (a fenced one ends the pass);
-//! the act step's tests answer from a table (`act_tests.rs`).
+//! What it does to the world goes through [`World`]: the loop's
+//! [`super::Live`] world fences each statement and EC2 call (a fenced one
+//! ends the pass); the act step's tests answer from a table
+//! (`act_tests.rs`).
 
-use std::{
-    collections::{BTreeMap, HashSet},
-    future::Future,
-    time::Instant,
-};
+use std::{collections::BTreeMap, time::Instant};
 
 use chrono::{DateTime, Utc};
 
@@ -20,154 +18,19 @@ use crate::backoff::Backoff;
 use super::{
     ec2::{client_token, Ec2Error, RunRequest},
     holds,
-    live::Live,
-    plan::{offerings, End, Offering, PoolPlan, Reason, WithRow},
+    plan::{offerings, End, Offering, PoolPlan, Reason},
     pool_loop::PoolLoop,
     report::{PassReport, PoolError, PoolEvent},
     userdata::{self, DatabaseSource},
+    world::World,
 };
 
 /// An EC2 call on a list of instances.
 #[derive(Clone, Copy)]
-enum Call<'a> {
+pub(super) enum Call<'a> {
     Terminate,
     Stop,
     Start(&'a Offering),
-}
-
-/// `items` parted into those not `refused` and those refused, each with
-/// why.
-fn parted<'a>(
-    items: &[&'a WithRow],
-    refused: Vec<(String, Ec2Error)>,
-) -> (Vec<&'a WithRow>, Vec<(&'a WithRow, Ec2Error)>) {
-    let done = items
-        .iter()
-        .copied()
-        .filter(|s| !refused.iter().any(|(r, _)| *r == s.instance))
-        .collect();
-    let failed = refused
-        .into_iter()
-        .filter_map(|(id, e)| items.iter().find(|s| s.instance == id).map(|s| (*s, e)))
-        .collect();
-    (done, failed)
-}
-
-/// Everything the act step does to the pool's rows and to EC2.
-pub trait World {
-    /// The race-free end of idle rows: those it ended.
-    fn end_idle_rows(
-        &mut self,
-        rows: &[i64],
-    ) -> impl Future<Output = Result<HashSet<i64>, PoolError>> + Send;
-    /// The operator's claim on `instance` of `pool`, which has no live row;
-    /// `None` if it has one now.
-    fn claim(
-        &mut self,
-        instance: &str,
-        pool: &str,
-    ) -> impl Future<Output = Result<Option<i64>, PoolError>> + Send;
-    /// Ends busy row `row`, only while it is busy: whether it did.
-    fn end_busy_row(&mut self, row: i64) -> impl Future<Output = Result<bool, PoolError>> + Send;
-    fn end_claim(&mut self, row: i64) -> impl Future<Output = Result<(), PoolError>> + Send;
-    /// Ends the live rows of instances EC2 no longer runs: those it ended.
-    fn end_rows_of_gone(
-        &mut self,
-        rows: &[i64],
-    ) -> impl Future<Output = Result<Vec<i64>, PoolError>> + Send;
-    fn terminate(&mut self, ids: &[String]) -> impl Future<Output = Result<(), Ec2Error>> + Send;
-    /// Takes idle rows into the stopped reserve, race-free: those it took.
-    fn reserve_idle_rows(
-        &mut self,
-        rows: &[i64],
-    ) -> impl Future<Output = Result<HashSet<i64>, PoolError>> + Send;
-    /// Marks reserved rows woken: those it marked.
-    fn wake_rows(
-        &mut self,
-        rows: &[i64],
-    ) -> impl Future<Output = Result<HashSet<i64>, PoolError>> + Send;
-    /// Puts woken rows whose instances did not start back into the reserve.
-    fn unwake_rows(&mut self, rows: &[i64]) -> impl Future<Output = Result<(), PoolError>> + Send;
-    /// Turns a reserved or woken row into the operator's claim; `None` if
-    /// its agent marked it idle first.
-    fn claim_reserved(
-        &mut self,
-        row: i64,
-    ) -> impl Future<Output = Result<Option<i64>, PoolError>> + Send;
-    fn stop(&mut self, ids: &[String]) -> impl Future<Output = Result<(), Ec2Error>> + Send;
-    fn start(
-        &mut self,
-        ids: &[String],
-        offering: &Offering,
-    ) -> impl Future<Output = Result<(), Ec2Error>> + Send;
-    /// `RunInstances`: the ids launched.
-    fn run(
-        &mut self,
-        req: &RunRequest<'_>,
-    ) -> impl Future<Output = Result<Vec<String>, Ec2Error>> + Send;
-}
-
-impl World for Live {
-    async fn end_idle_rows(&mut self, rows: &[i64]) -> Result<HashSet<i64>, PoolError> {
-        self.read(async |db| orca_db::pool::end_idle_rows(db, rows).await)
-            .await
-    }
-
-    async fn claim(&mut self, instance: &str, pool: &str) -> Result<Option<i64>, PoolError> {
-        self.read(async |db| orca_db::pool::claim(db, instance, pool).await)
-            .await
-    }
-
-    async fn end_busy_row(&mut self, row: i64) -> Result<bool, PoolError> {
-        self.read(async |db| orca_db::pool::end_busy_row(db, row).await)
-            .await
-    }
-
-    async fn end_claim(&mut self, row: i64) -> Result<(), PoolError> {
-        self.read(async |db| orca_db::pool::end_claim(db, row).await)
-            .await
-    }
-
-    async fn end_rows_of_gone(&mut self, rows: &[i64]) -> Result<Vec<i64>, PoolError> {
-        self.read(async |db| orca_db::pool::end_rows_of_gone(db, rows).await)
-            .await
-    }
-
-    async fn terminate(&mut self, ids: &[String]) -> Result<(), Ec2Error> {
-        self.ec2.terminate(ids).await
-    }
-
-    async fn reserve_idle_rows(&mut self, rows: &[i64]) -> Result<HashSet<i64>, PoolError> {
-        self.read(async |db| orca_db::pool::reserve_idle_rows(db, rows).await)
-            .await
-    }
-
-    async fn wake_rows(&mut self, rows: &[i64]) -> Result<HashSet<i64>, PoolError> {
-        self.read(async |db| orca_db::pool::wake_rows(db, rows).await)
-            .await
-    }
-
-    async fn unwake_rows(&mut self, rows: &[i64]) -> Result<(), PoolError> {
-        self.read(async |db| orca_db::pool::unwake_rows(db, rows).await)
-            .await
-    }
-
-    async fn claim_reserved(&mut self, row: i64) -> Result<Option<i64>, PoolError> {
-        self.read(async |db| orca_db::pool::claim_reserved(db, row).await)
-            .await
-    }
-
-    async fn stop(&mut self, ids: &[String]) -> Result<(), Ec2Error> {
-        self.ec2.stop(ids).await
-    }
-
-    async fn start(&mut self, ids: &[String], offering: &Offering) -> Result<(), Ec2Error> {
-        self.ec2.start(ids, offering).await
-    }
-
-    async fn run(&mut self, req: &RunRequest<'_>) -> Result<Vec<String>, Ec2Error> {
-        self.ec2.run(req).await
-    }
 }
 
 impl<W: World> PoolLoop<W> {
@@ -290,159 +153,12 @@ impl<W: World> PoolLoop<W> {
         Ok(stayed)
     }
 
-    /// The stopped reserve: starts the reserve instances the plan starts
-    /// (their rows marked woken first, put back if EC2 refuses), then takes
-    /// idle rows into the reserve race-free and stops the instances of those
-    /// it took, and stops again those still running. A start EC2 refuses
-    /// for now is planned again by the next pass (as a launch instead, once
-    /// its offering is held for a capacity error); an instance EC2 refuses
-    /// to stop or start for good is retired ([`Self::retire_reserved`]).
-    pub(super) async fn reserve(
-        &mut self,
-        plan: &PoolPlan,
-        now: DateTime<Utc>,
-        report: &mut PassReport,
-    ) -> Result<(), PoolError> {
-        let mut by_offering: BTreeMap<&Offering, Vec<&WithRow>> = BTreeMap::new();
-        for s in &plan.starts {
-            by_offering.entry(&s.offering).or_default().push(s);
-        }
-        for (offering, starts) in by_offering {
-            let rows: Vec<i64> = starts.iter().map(|s| s.row).collect();
-            let woken = self.world.wake_rows(&rows).await?;
-            let starts: Vec<&WithRow> = starts
-                .into_iter()
-                .filter(|s| woken.contains(&s.row))
-                .collect();
-            if starts.is_empty() {
-                continue;
-            }
-            let ids: Vec<String> = starts.iter().map(|s| s.instance.clone()).collect();
-            match self
-                .each_alone_if_refused(Call::Start(offering), &ids)
-                .await
-            {
-                Ok(refused) => {
-                    let (started, refused) = parted(&starts, refused);
-                    let started: Vec<String> = started.iter().map(|s| s.instance.clone()).collect();
-                    if !started.is_empty() {
-                        tracing::info!(pool = %self.pool, instances = ?started, "started from the stopped reserve");
-                        if let Some(m) = &self.metrics {
-                            m.started(&self.pool, started.len());
-                        }
-                        report.events.push(PoolEvent::new(
-                            "Started",
-                            format!("started {} from the stopped reserve", started.join(", ")),
-                            false,
-                        ));
-                        report.started.extend(started);
-                    }
-                    for (start, e) in refused {
-                        self.start_failed(offering, &[start], e, now, report)
-                            .await?;
-                    }
-                }
-                Err(e @ Ec2Error::Fenced { .. }) => return Err(self.ec2_error(e)),
-                Err(e) => self.start_failed(offering, &starts, e, now, report).await?,
-            }
-        }
-        let rows: Vec<i64> = plan.stops.iter().map(|s| s.row).collect();
-        let taken = self.world.reserve_idle_rows(&rows).await?;
-        let stopping: Vec<&WithRow> = plan
-            .stops
-            .iter()
-            .filter(|s| taken.contains(&s.row))
-            .chain(&plan.restops)
-            .collect();
-        let ids: Vec<String> = stopping.iter().map(|s| s.instance.clone()).collect();
-        if ids.is_empty() {
-            return Ok(());
-        }
-        match self.each_alone_if_refused(Call::Stop, &ids).await {
-            Ok(refused) => {
-                let (stopped, refused) = parted(&stopping, refused);
-                if !stopped.is_empty() {
-                    let names: Vec<&str> = stopped.iter().map(|s| s.instance.as_str()).collect();
-                    tracing::info!(pool = %self.pool, instances = ?names, "stopped into the reserve");
-                    if let Some(m) = &self.metrics {
-                        let fresh = stopped.iter().filter(|s| taken.contains(&s.row)).count();
-                        m.stopped(&self.pool, fresh);
-                    }
-                    report.events.push(PoolEvent::new(
-                        "Stopped",
-                        format!("stopped {} into the reserve", names.join(", ")),
-                        false,
-                    ));
-                }
-                for (stop, e) in refused {
-                    self.stop_failed(&[stop], e, report).await?;
-                }
-            }
-            Err(e @ Ec2Error::Fenced { .. }) => return Err(self.ec2_error(e)),
-            Err(e) => self.stop_failed(&stopping, e, report).await?,
-        }
-        Ok(())
-    }
-
-    /// EC2 did not start `starts` (of `offering`): refused for good (a
-    /// missing permission, an instance that cannot start), kept they would
-    /// be parked for ever — retired; otherwise their rows are put back for
-    /// the next pass, and a capacity error holds the offering.
-    async fn start_failed(
-        &mut self,
-        offering: &Offering,
-        starts: &[&WithRow],
-        e: Ec2Error,
-        now: DateTime<Utc>,
-        report: &mut PassReport,
-    ) -> Result<(), PoolError> {
-        if matches!(e, Ec2Error::Refused { .. }) {
-            return self
-                .retire_reserved("StartFailed", &e, starts, report)
-                .await;
-        }
-        let rows: Vec<i64> = starts.iter().map(|s| s.row).collect();
-        self.world.unwake_rows(&rows).await?;
-        if let Ec2Error::Capacity { code, .. } = &e {
-            self.hold(offering, code, now);
-        }
-        report.throttled |= matches!(e, Ec2Error::Throttled { .. });
-        tracing::warn!(pool = %self.pool, offering = %offering, error = %e, "start failed");
-        report
-            .events
-            .push(PoolEvent::new("StartFailed", e.to_string(), true));
-        Ok(())
-    }
-
-    /// EC2 did not stop `stopping`: refused for good, stopped again each
-    /// pass they would fail each pass, their agents waiting for a stop that
-    /// never comes — retired; otherwise their rows stay reserved, and the
-    /// next pass sees them still running and stops them again.
-    async fn stop_failed(
-        &mut self,
-        stopping: &[&WithRow],
-        e: Ec2Error,
-        report: &mut PassReport,
-    ) -> Result<(), PoolError> {
-        if matches!(e, Ec2Error::Refused { .. }) {
-            return self
-                .retire_reserved("StopFailed", &e, stopping, report)
-                .await;
-        }
-        report.throttled |= matches!(e, Ec2Error::Throttled { .. });
-        tracing::warn!(pool = %self.pool, error = %e, "stop failed");
-        report
-            .events
-            .push(PoolEvent::new("StopFailed", e.to_string(), true));
-        Ok(())
-    }
-
     /// `call` on `ids` in one request; when EC2 refuses it (one id it
     /// refuses — termination or stop protection, an instance it does not
     /// know — fails the whole call), on each id alone, so the others go in
     /// this pass: the ids that failed alone, with why. A batch that failed
     /// otherwise (throttled, lost, fenced) is the error.
-    async fn each_alone_if_refused(
+    pub(super) async fn each_alone_if_refused(
         &mut self,
         call: Call<'_>,
         ids: &[String],
@@ -471,47 +187,6 @@ impl<W: World> PoolLoop<W> {
             Call::Stop => self.world.stop(ids).await,
             Call::Start(offering) => self.world.start(ids, offering).await,
         }
-    }
-
-    /// Retires reserve instances EC2 refused to stop or start (`what` is
-    /// the event's reason): each row turned into the operator's claim, then
-    /// terminated, as any retirement (`ReserveFailed`).
-    async fn retire_reserved(
-        &mut self,
-        what: &'static str,
-        error: &Ec2Error,
-        items: &[&WithRow],
-        report: &mut PassReport,
-    ) -> Result<(), PoolError> {
-        let ids: Vec<&str> = items.iter().map(|s| s.instance.as_str()).collect();
-        tracing::warn!(pool = %self.pool, instances = ?ids, error = %error,
-            "{what}: EC2 refused for good, the instances are retired");
-        report.events.push(PoolEvent::new(
-            what,
-            format!(
-                "{error}: {} retired ({})",
-                ids.join(", "),
-                Reason::ReserveFailed.as_str()
-            ),
-            true,
-        ));
-        let plan = PoolPlan {
-            retirements: items
-                .iter()
-                .map(|s| super::plan::Retirement {
-                    instance: s.instance.clone(),
-                    reason: Reason::ReserveFailed,
-                    end: End::Reserved(s.row),
-                })
-                .collect(),
-            ..PoolPlan::default()
-        };
-        let terminated = std::mem::take(&mut report.terminated);
-        self.retire(&plan, report).await?;
-        let mut all = terminated;
-        all.append(&mut report.terminated);
-        report.terminated = all;
-        Ok(())
     }
 
     /// Launches the plan's batches, minus one instance for each retirement
@@ -675,7 +350,7 @@ impl<W: World> PoolLoop<W> {
     /// Holds `offering`, refused with `code`, for the capacity hold, and
     /// with it every offering of the pool the same quota covers
     /// ([`holds::held_by`]): until when, and how many are held.
-    fn hold(
+    pub(super) fn hold(
         &mut self,
         offering: &Offering,
         code: &str,

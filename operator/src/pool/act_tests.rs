@@ -8,9 +8,9 @@ use std::time::Duration;
 
 use chrono::{TimeZone, Utc};
 
-use super::act::World;
 use super::ec2::{client_token, Ec2Error, Ownership, RunRequest};
 use super::plan::{Counts, End, LaunchBatch, Offering, PoolPlan, Reason, Retirement};
+use super::world::World;
 use super::{
     pool_loop::PoolLoop,
     report::{PassReport, PoolError},

@@ -32,6 +32,7 @@ pub enum Use {
 impl Use {
     pub const ALL: [Use; 4] = [Use::Idle, Use::Busy, Use::Stopped, Use::Other];
 
+    /// The metrics' `use` label: `idle`, `busy`, `stopped` or `booting`.
     pub fn as_str(self) -> &'static str {
         match self {
             Use::Idle => "idle",
@@ -110,6 +111,7 @@ impl Cost {
         added.into_iter().map(|((k, u), s)| (k, u, s)).collect()
     }
 
+    /// Adds `s` to the runs served so far, by where each was served from.
     pub fn add_served(&mut self, s: Served) {
         self.served.idle += s.idle;
         self.served.reserve += s.reserve;

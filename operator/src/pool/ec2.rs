@@ -31,7 +31,9 @@ use crate::fence::{Fence, Fenced};
 
 /// The tag keys that say an instance belongs to a pool.
 pub const TAG_POOL: &str = "orca.dev/pool";
+/// The tag key for the `namespace/name` of the pool's Scheduler.
 pub const TAG_SCHEDULER: &str = "orca.dev/scheduler";
+/// The tag key for the operator installation that launched the instance.
 pub const TAG_OPERATOR: &str = "orca.dev/operator";
 /// The cluster the operator that launched it runs in (`--cluster-name`):
 /// two clusters sharing an account, a region, a namespace and a pool name
@@ -41,6 +43,8 @@ pub const TAG_CLUSTER: &str = "orca.dev/cluster";
 /// The hash of the launch spec an instance came from (see
 /// [`super::drift`]), and which image that was.
 pub const TAG_LAUNCH: &str = "orca.dev/launch";
+/// The tag key for the image the instance was launched from (see
+/// [`super::drift::image_label`]).
 pub const TAG_IMAGE: &str = "orca.dev/image";
 
 /// EC2 takes tag values of at most this many characters.
@@ -143,6 +147,8 @@ pub struct Ec2Config {
 }
 
 impl Ec2Config {
+    /// The EC2 API of `region`, at `endpoint` if one is given; each call
+    /// limited to 30 s.
     pub fn new(region: &str, endpoint: Option<&str>) -> Self {
         Ec2Config {
             region: region.into(),
@@ -152,6 +158,8 @@ impl Ec2Config {
     }
 }
 
+/// Why an EC2 call failed: no capacity for the offering, throttled,
+/// refused, no answer, an answer missing a field, or not sent (fenced).
 #[derive(Debug, thiserror::Error)]
 pub enum Ec2Error {
     #[error("{action}: no capacity for {offering}: {code}: {message}")]

@@ -47,6 +47,8 @@ fn pool(pool: &str) -> Labels {
 }
 
 impl PoolMetrics {
+    /// The pool metrics, registered under `orca_pool` in `registry`, all at
+    /// zero.
     pub fn register(registry: &mut Registry) -> Self {
         let m = PoolMetrics {
             launches: Family::default(),
@@ -120,22 +122,29 @@ impl PoolMetrics {
         m
     }
 
+    /// Counts `n` instances of pool `p` launched (`orca_pool_launches`).
     pub fn launched(&self, p: &str, n: u32) {
         self.launches.get_or_create(&pool(p)).inc_by(u64::from(n));
     }
 
+    /// Counts `n` instances of pool `p` terminated for `reason`
+    /// (`orca_pool_terminations`).
     pub fn terminated(&self, p: &str, reason: &str, n: usize) {
         let mut l = pool(p);
         l.push(("reason".into(), reason.into()));
         self.terminations.get_or_create(&l).inc_by(n as u64);
     }
 
+    /// Sets pool `p`'s idle, busy and stopped instances as the last pass
+    /// found them (`orca_pool_{idle,busy,stopped}_instances`).
     pub fn counts(&self, p: &str, idle: u32, busy: u32, stopped: u32) {
         self.idle.get_or_create(&pool(p)).set(i64::from(idle));
         self.busy.get_or_create(&pool(p)).set(i64::from(busy));
         self.stopped.get_or_create(&pool(p)).set(i64::from(stopped));
     }
 
+    /// Adds `secs` of pool `p`'s instances of `instance_type`, spot or not,
+    /// doing `u` (`orca_pool_instance_seconds`).
     pub fn instance_seconds(&self, p: &str, instance_type: &str, spot: bool, u: Use, secs: f64) {
         let mut l = pool(p);
         l.push(("instance_type".into(), instance_type.into()));
@@ -144,6 +153,8 @@ impl PoolMetrics {
         self.instance_seconds.get_or_create(&l).inc_by(secs);
     }
 
+    /// Counts the runs of pool `p` handed an instance, by where each was
+    /// served from (`orca_pool_runs_served`).
     pub fn served(&self, p: &str, s: Served) {
         for (from, n) in [("idle", s.idle), ("reserve", s.reserve), ("cold", s.cold)] {
             let mut l = pool(p);
@@ -152,18 +163,26 @@ impl PoolMetrics {
         }
     }
 
+    /// Counts `n` instances of pool `p` started from the stopped reserve
+    /// (`orca_pool_starts`).
     pub fn started(&self, p: &str, n: usize) {
         self.starts.get_or_create(&pool(p)).inc_by(n as u64);
     }
 
+    /// Counts `n` idle instances of pool `p` stopped into the reserve
+    /// (`orca_pool_stops`).
     pub fn stopped(&self, p: &str, n: usize) {
         self.stops.get_or_create(&pool(p)).inc_by(n as u64);
     }
 
+    /// Records that a run of pool `p` waited `seconds` for an instance
+    /// (`orca_pool_demand_wait_seconds`).
     pub fn demand_waited(&self, p: &str, seconds: f64) {
         self.demand_wait.get_or_create(&pool(p)).observe(seconds);
     }
 
+    /// Counts a launch of pool `p` refused for capacity, by instance type,
+    /// subnet and error code (`orca_pool_capacity_errors`).
     pub fn capacity_error(&self, p: &str, instance_type: &str, subnet: &str, code: &str) {
         let mut l = pool(p);
         l.push(("instance_type".into(), instance_type.into()));
@@ -172,6 +191,8 @@ impl PoolMetrics {
         self.capacity_errors.get_or_create(&l).inc();
     }
 
+    /// Counts an EC2 call of pool `p` answered `RequestLimitExceeded`
+    /// (`orca_pool_throttled`).
     pub fn throttle(&self, p: &str) {
         self.throttled.get_or_create(&pool(p)).inc();
     }

@@ -36,14 +36,15 @@ mod pass;
 pub mod plan;
 mod pool_loop;
 mod report;
+mod reserve;
 mod run;
 pub mod schedule;
 mod status;
 mod tuning;
 pub mod userdata;
+mod world;
 
 pub use crate::fence::{Fence, Fenced};
-pub use act::World;
 pub use ec2::{Ec2, Ec2Config, Ec2Error, Ownership};
 pub use live::Live;
 pub use metrics::PoolMetrics;
@@ -51,3 +52,4 @@ pub use plan::{plan, Ec2Instance, Ec2State, Limits, Offering, PoolPlan, Reason, 
 pub use pool_loop::PoolLoop;
 pub use report::{Deletion, PassReport, PoolError, PoolEvent};
 pub use tuning::Tuning;
+pub use world::World;

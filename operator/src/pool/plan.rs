@@ -117,6 +117,8 @@ impl Reason {
         Reason::ReserveFailed,
     ];
 
+    /// The CamelCase name: the event reason and the metric's `reason`
+    /// label.
     pub fn as_str(self) -> &'static str {
         match self {
             Reason::IdleBeyondMax => "IdleBeyondMax",
@@ -169,6 +171,7 @@ pub struct WithRow {
     pub offering: Offering,
 }
 
+/// An instance to terminate, why, and how its row is ended first.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Retirement {
     pub instance: String,
@@ -231,6 +234,7 @@ pub struct PoolPlan {
 }
 
 impl PoolPlan {
+    /// The instances all the launch batches ask for together.
     pub fn launch_count(&self) -> u32 {
         self.launches.iter().map(|b| b.count).sum()
     }

@@ -224,6 +224,7 @@ impl<W> PoolLoop<W> {
         self
     }
 
+    /// The same loop, counting into `metrics` and setting the pool's gauges.
     pub fn with_metrics(mut self, metrics: PoolMetrics) -> Self {
         self.metrics = Some(metrics);
         self
@@ -319,10 +320,13 @@ impl PoolLoop {
         &self.pool
     }
 
+    /// Whose instances the pool's are: the tags it launches with and lists
+    /// by.
     pub fn ownership(&self) -> &Ownership {
         &self.owner
     }
 
+    /// The spec the loop runs on now.
     pub fn spec(&self) -> &WarmPoolSpec {
         &self.spec
     }

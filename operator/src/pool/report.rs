@@ -65,6 +65,8 @@ pub struct PassReport {
     pub active_schedule: Option<String>,
 }
 
+/// Why a pool's loop could not start or a pass failed: an EC2 call, the
+/// database, or the fence closed.
 #[derive(Debug, thiserror::Error)]
 pub enum PoolError {
     #[error("pool {pool}: {source}")]

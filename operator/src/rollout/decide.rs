@@ -43,6 +43,10 @@ const CANNOT_RUN: [&str; 4] = [
     "CreateContainerConfigError",
 ];
 
+/// The pure decision of one Scheduler reconcile: from the snapshot `o`, the
+/// actions to take, the events to post, the status that follows from them
+/// and when to look again. No I/O, no clock but `o.now`: the same snapshot
+/// gives the same decision.
 pub fn decide(o: &Observed) -> Decision {
     let mut d = StatusDraft::new(o);
     if o.spec.paused {

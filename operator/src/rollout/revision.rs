@@ -22,6 +22,9 @@ const LABEL_MAX: usize = 63;
 /// Hex digits of the name's hash in a name that had to change.
 const HASH_HEX: usize = 6;
 
+/// The revision `spec` gives its pods: a hash of the fields that make up a
+/// pod (image, command, args, env, resources, overlap, database,
+/// podTemplate); a change to any of them is a new revision to roll out.
 pub fn revision_of(spec: &SchedulerSpec) -> Revision {
     let template = serde_json::json!({
         "image": spec.image,

@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use crate::crd::{SchedulerSpec, SchedulerStatus};
 
+/// A point in time, in UTC: every time a snapshot holds.
 pub type Time = chrono::DateTime<chrono::Utc>;
 
 /// A scheduler pod (or, in the local mode, process).
@@ -45,6 +46,7 @@ pub struct Waiting {
     pub message: String,
 }
 
+/// Where a pod's scheduler process is: not started yet, running, or ended.
 #[derive(Clone, Debug, PartialEq)]
 pub enum PodState {
     Pending,
@@ -58,6 +60,7 @@ pub enum PodState {
 }
 
 impl PodView {
+    /// Its exit code, once its scheduler process has ended.
     pub fn exited(&self) -> Option<i32> {
         match self.state {
             PodState::Exited { code, .. } => Some(code),
@@ -79,6 +82,7 @@ pub struct JobView {
     pub state: JobState,
 }
 
+/// What became of a register Job: still running, succeeded, or failed.
 #[derive(Clone, Debug, PartialEq)]
 pub enum JobState {
     Running,
@@ -181,6 +185,7 @@ pub struct Event {
 }
 
 impl Event {
+    /// A Normal event of `reason`, saying `message`.
     pub fn normal(reason: &str, message: impl Into<String>) -> Self {
         Event {
             reason: reason.into(),
@@ -189,6 +194,7 @@ impl Event {
         }
     }
 
+    /// A Warning event of `reason`, saying `message`.
     pub fn warning(reason: &str, message: impl Into<String>) -> Self {
         Event {
             reason: reason.into(),

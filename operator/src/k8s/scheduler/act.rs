@@ -21,6 +21,8 @@ use crate::crd::Scheduler;
 use crate::fence::Fenced;
 use crate::rollout::{Action, Decision};
 
+/// Why the act stage of a reconcile failed: the action that could not be
+/// done, and on which pod, Job or instance.
 #[derive(Debug, thiserror::Error)]
 pub enum ActError {
     #[error("creating pod {pod}: {source}")]

@@ -29,6 +29,8 @@ pub const FINALIZER: &str = "orca.dev/scheduler";
 /// How often a Scheduler being deleted is looked at.
 const POLL: Duration = Duration::from_secs(2);
 
+/// Whether `s` lists [`FINALIZER`]: its deletion still waits on the
+/// operator.
 pub fn has_finalizer(s: &Scheduler) -> bool {
     s.finalizers().iter().any(|f| f == FINALIZER)
 }

@@ -7,6 +7,9 @@ use crate::{
     k8s::{database, finalizer, guard, status::StatusWriteError},
 };
 
+/// Why the observe stage of a reconcile failed: the Scheduler's pods or
+/// Jobs could not be listed, its Secret could not be read, or the fence
+/// closed.
 #[derive(Debug, thiserror::Error)]
 pub enum ObserveError {
     #[error("listing the pods of Scheduler {scheduler}: {source}")]
@@ -27,6 +30,8 @@ pub enum ObserveError {
     Fenced(#[from] Fenced),
 }
 
+/// Why the status stage of a reconcile failed: the Scheduler's status could
+/// not be written.
 #[derive(Debug, thiserror::Error)]
 #[error("writing the status of Scheduler {scheduler}: {source}")]
 pub struct StatusError {
@@ -51,6 +56,8 @@ pub enum ReconcileError {
 }
 
 impl ReconcileError {
+    /// The stage that failed (`observe`, `act`, `status`, `finalizer` or
+    /// `panic`): the `stage` label of the errors metric and of the log.
     pub fn stage(&self) -> &'static str {
         match self {
             ReconcileError::Observe(_) => "observe",

@@ -17,6 +17,8 @@ use std::{
 
 use crate::crd::SchedulerStatus;
 
+/// The status this replica last wrote to each Scheduler, kept until the
+/// watch cache shows it or someone else writes.
 #[derive(Default)]
 pub struct StatusMemory {
     written: Mutex<HashMap<(String, String), Written>>,

@@ -62,6 +62,8 @@ pub struct ReadUrl {
     pub read: Result<(String, orca_db::DatabaseUrl), rollout::Problem>,
 }
 
+/// The watches' stores, each Scheduler's writes not yet seen in them, and
+/// the URL each last read: what lets a pass skip the API.
 #[derive(Default)]
 pub struct Watched {
     scopes: Mutex<Vec<(Option<String>, Stores)>>,
@@ -204,6 +206,8 @@ impl Watched {
             .cloned()
     }
 
+    /// Scheduler `ns/name` read `read`: kept for [`Watched::url`] until the
+    /// Secret's version moves.
     pub fn remember_url(&self, ns: &str, name: &str, read: ReadUrl) {
         locked(&self.urls).insert(key(ns, name), read);
     }

@@ -7,6 +7,8 @@ use crate::{
     pool::PoolError,
 };
 
+/// Why a reconcile of a WarmPool failed, by stage; `error_policy` counts
+/// it and retries.
 #[derive(Debug, thiserror::Error)]
 pub enum ControllerError {
     #[error("WarmPool {pool}: {source}")]

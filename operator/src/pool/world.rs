@@ -1,0 +1,129 @@
+//! What the act step does to the world, as a trait: the pool's rows (each
+//! end race-free, by one statement) and EC2's calls. [`Live`] is the real
+//! world; the act step's tests answer from a table.
+
+use std::{collections::HashSet, future::Future};
+
+use super::{
+    ec2::{Ec2Error, RunRequest},
+    live::Live,
+    plan::Offering,
+    report::PoolError,
+};
+
+/// Everything the act step does to the pool's rows and to EC2.
+pub trait World {
+    /// The race-free end of idle rows: those it ended.
+    fn end_idle_rows(
+        &mut self,
+        rows: &[i64],
+    ) -> impl Future<Output = Result<HashSet<i64>, PoolError>> + Send;
+    /// The operator's claim on `instance` of `pool`, which has no live row;
+    /// `None` if it has one now.
+    fn claim(
+        &mut self,
+        instance: &str,
+        pool: &str,
+    ) -> impl Future<Output = Result<Option<i64>, PoolError>> + Send;
+    /// Ends busy row `row`, only while it is busy: whether it did.
+    fn end_busy_row(&mut self, row: i64) -> impl Future<Output = Result<bool, PoolError>> + Send;
+    fn end_claim(&mut self, row: i64) -> impl Future<Output = Result<(), PoolError>> + Send;
+    /// Ends the live rows of instances EC2 no longer runs: those it ended.
+    fn end_rows_of_gone(
+        &mut self,
+        rows: &[i64],
+    ) -> impl Future<Output = Result<Vec<i64>, PoolError>> + Send;
+    fn terminate(&mut self, ids: &[String]) -> impl Future<Output = Result<(), Ec2Error>> + Send;
+    /// Takes idle rows into the stopped reserve, race-free: those it took.
+    fn reserve_idle_rows(
+        &mut self,
+        rows: &[i64],
+    ) -> impl Future<Output = Result<HashSet<i64>, PoolError>> + Send;
+    /// Marks reserved rows woken: those it marked.
+    fn wake_rows(
+        &mut self,
+        rows: &[i64],
+    ) -> impl Future<Output = Result<HashSet<i64>, PoolError>> + Send;
+    /// Puts woken rows whose instances did not start back into the reserve.
+    fn unwake_rows(&mut self, rows: &[i64]) -> impl Future<Output = Result<(), PoolError>> + Send;
+    /// Turns a reserved or woken row into the operator's claim; `None` if
+    /// its agent marked it idle first.
+    fn claim_reserved(
+        &mut self,
+        row: i64,
+    ) -> impl Future<Output = Result<Option<i64>, PoolError>> + Send;
+    fn stop(&mut self, ids: &[String]) -> impl Future<Output = Result<(), Ec2Error>> + Send;
+    fn start(
+        &mut self,
+        ids: &[String],
+        offering: &Offering,
+    ) -> impl Future<Output = Result<(), Ec2Error>> + Send;
+    /// `RunInstances`: the ids launched.
+    fn run(
+        &mut self,
+        req: &RunRequest<'_>,
+    ) -> impl Future<Output = Result<Vec<String>, Ec2Error>> + Send;
+}
+
+impl World for Live {
+    async fn end_idle_rows(&mut self, rows: &[i64]) -> Result<HashSet<i64>, PoolError> {
+        self.read(async |db| orca_db::pool::end_idle_rows(db, rows).await)
+            .await
+    }
+
+    async fn claim(&mut self, instance: &str, pool: &str) -> Result<Option<i64>, PoolError> {
+        self.read(async |db| orca_db::pool::claim(db, instance, pool).await)
+            .await
+    }
+
+    async fn end_busy_row(&mut self, row: i64) -> Result<bool, PoolError> {
+        self.read(async |db| orca_db::pool::end_busy_row(db, row).await)
+            .await
+    }
+
+    async fn end_claim(&mut self, row: i64) -> Result<(), PoolError> {
+        self.read(async |db| orca_db::pool::end_claim(db, row).await)
+            .await
+    }
+
+    async fn end_rows_of_gone(&mut self, rows: &[i64]) -> Result<Vec<i64>, PoolError> {
+        self.read(async |db| orca_db::pool::end_rows_of_gone(db, rows).await)
+            .await
+    }
+
+    async fn terminate(&mut self, ids: &[String]) -> Result<(), Ec2Error> {
+        self.ec2.terminate(ids).await
+    }
+
+    async fn reserve_idle_rows(&mut self, rows: &[i64]) -> Result<HashSet<i64>, PoolError> {
+        self.read(async |db| orca_db::pool::reserve_idle_rows(db, rows).await)
+            .await
+    }
+
+    async fn wake_rows(&mut self, rows: &[i64]) -> Result<HashSet<i64>, PoolError> {
+        self.read(async |db| orca_db::pool::wake_rows(db, rows).await)
+            .await
+    }
+
+    async fn unwake_rows(&mut self, rows: &[i64]) -> Result<(), PoolError> {
+        self.read(async |db| orca_db::pool::unwake_rows(db, rows).await)
+            .await
+    }
+
+    async fn claim_reserved(&mut self, row: i64) -> Result<Option<i64>, PoolError> {
+        self.read(async |db| orca_db::pool::claim_reserved(db, row).await)
+            .await
+    }
+
+    async fn stop(&mut self, ids: &[String]) -> Result<(), Ec2Error> {
+        self.ec2.stop(ids).await
+    }
+
+    async fn start(&mut self, ids: &[String], offering: &Offering) -> Result<(), Ec2Error> {
+        self.ec2.start(ids, offering).await
+    }
+
+    async fn run(&mut self, req: &RunRequest<'_>) -> Result<Vec<String>, Ec2Error> {
+        self.ec2.run(req).await
+    }
+}
