@@ -2,7 +2,7 @@
 //! instances by its ownership tags, launch a batch, terminate a batch. The
 //! SDK's own retries are off, so the controller sees every error code
 //! itself: capacity errors move the launch on to the next offering,
-//! `RequestLimitExceeded` backs off (see [`super::backoff`]). Each call
+//! `RequestLimitExceeded` backs off (see [`crate::backoff`]). Each call
 //! checks the client's [`Fence`] just before it is sent: a replica that may
 //! no longer lead calls nothing.
 

@@ -308,7 +308,7 @@ impl PoolLoop {
     /// The WarmPool's deletion with `onDelete: Terminate`, as `deletion`
     /// tells it: from the first pass after it holds one, the loop launches
     /// nothing and terminates the pool's instances (see [`super::plan()`]),
-    /// and each pass says whether any is left ([`PassReport::deleted`]). A
+    /// and each pass says whether any is left ([`super::PassReport::deleted`]). A
     /// change cuts the wait for the next pass short.
     pub fn with_deletion(mut self, deletion: watch::Receiver<Option<Deletion>>) -> Self {
         self.deletion = deletion;

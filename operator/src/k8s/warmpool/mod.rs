@@ -1,6 +1,6 @@
 //! The WarmPool controller (docs/architecture.md#the-warmpool-controller):
 //! one kube `Controller` over WarmPools, whose reconcile of a pool is one
-//! pass of its [`PoolLoop`] — observe (EC2 first, then the rows and the
+//! pass of its [`crate::pool::PoolLoop`] — observe (EC2 first, then the rows and the
 //! demand) → the pure `plan` → act — followed by the write-back of the
 //! pass's status (server-side apply, when it changed) and its Events.
 //!
@@ -19,7 +19,8 @@
 //! it launched) between reconciles, made again when the WarmPool is
 //! another one (uid) or its database URL changed, and given a changed spec
 //! in place. What must survive a restart or a failover is in the status
-//! and read back when a loop is made ([`PoolLoop::remember`]).
+//! and read back when a loop is made
+//! ([`crate::pool::PoolLoop::remember`]).
 //!
 //! Everything belongs to [`run`]: when it ends or is dropped (the Lease
 //! lost, SIGTERM), the controller's reconciles, the loops and the
