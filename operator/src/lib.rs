@@ -8,6 +8,7 @@ pub mod k8s;
 pub mod local;
 pub mod pool;
 pub mod rollout;
+pub mod scheduler_rows;
 
 #[cfg(test)]
 mod properties;

@@ -1,12 +1,13 @@
 //! The database half of a rollout's snapshot, shared by the Kubernetes
 //! mode and the local mode: the rows of `orca.schedulers` with what
-//! `pg_locks` says of them, and the database's clock.
+//! `pg_locks` says of them, and the database's clock. An adapter: the
+//! decision itself (`crate::rollout`) reads only what this returns.
 
 use std::time::Duration;
 
 use orca_db::{schedulers, Db, DbError};
 
-use super::snapshot::{InstanceView, Observed, Problem, Time};
+use crate::rollout::{InstanceView, Observed, Problem, Time};
 
 impl From<&schedulers::SchedulerRow> for InstanceView {
     fn from(row: &schedulers::SchedulerRow) -> Self {
@@ -74,16 +75,16 @@ impl Observed {
             if let Some(started) = &mut p.started {
                 *started += offset;
             }
-            if let super::snapshot::PodState::Exited { finished, .. } = &mut p.state {
+            if let crate::rollout::PodState::Exited { finished, .. } = &mut p.state {
                 *finished += offset;
             }
         }
         for j in &mut self.jobs {
             j.created += offset;
             match &mut j.state {
-                super::snapshot::JobState::Succeeded { at }
-                | super::snapshot::JobState::Failed { at, .. } => *at += offset,
-                super::snapshot::JobState::Running => {}
+                crate::rollout::JobState::Succeeded { at }
+                | crate::rollout::JobState::Failed { at, .. } => *at += offset,
+                crate::rollout::JobState::Running => {}
             }
         }
         self.now = db_now;

@@ -259,7 +259,7 @@ const ADAPTER_FILES: [&str; 6] = [
     "pool/ec2.rs",
     "pool/act.rs",
     "pool/pass.rs",
-    "rollout/instances.rs",
+    "scheduler_rows.rs",
 ];
 
 #[test]

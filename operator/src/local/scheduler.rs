@@ -75,9 +75,9 @@ impl LocalScheduler {
         let url = database_url(s, manifests, self.fallback_url.as_deref());
         let observed_db = match &url {
             Ok(url) => match self.connect(url).await {
-                Ok(db) => rollout::observe_instances(db, stale)
+                Ok(db) => crate::scheduler_rows::observe_instances(db, stale)
                     .await
-                    .map_err(|e| rollout::db_problem(&e)),
+                    .map_err(|e| crate::scheduler_rows::db_problem(&e)),
                 Err(p) => Err(p),
             },
             Err(p) => Err(p.clone()),

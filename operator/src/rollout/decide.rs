@@ -21,7 +21,7 @@ use std::time::Duration;
 
 use super::{
     register::register,
-    revision::{is_host_of, revision_of},
+    revision::{is_host_of, new_pod, revision_of},
     snapshot::*,
     status::StatusDraft,
 };
@@ -173,14 +173,28 @@ impl<'a> Pass<'a> {
             .max_by_key(|i| i.id)
     }
 
+    /// The next pod of the target revision, with the spec's image.
     fn create_pod(&self, d: &mut StatusDraft) {
         let o = self.o;
-        d.create_pod(
-            self.target,
-            self.next_sequence,
-            &o.spec.image,
-            &self.instances,
-        );
+        let pod = new_pod(o, self.target, self.next_sequence, &o.spec.image);
+        d.pod_created(&pod, &self.instances);
+        d.act(pod);
+    }
+
+    /// Asks `instance` to drain, saying `why`.
+    fn ask_drain(d: &mut StatusDraft, instance: &InstanceView, why: &str) {
+        d.act(Action::AskDrain {
+            instance: instance.id,
+        });
+        d.drain_asked(instance, why);
+    }
+
+    /// Deletes the old `pod`, saying `why`.
+    fn delete_old(d: &mut StatusDraft, pod: &PodView, why: &str) {
+        d.act(Action::DeletePod {
+            name: pod.name.clone(),
+        });
+        d.old_removed(pod, why);
     }
 
     /// Start: no current pod, so start one — or wait for the way to be
@@ -280,7 +294,8 @@ impl<'a> Pass<'a> {
             let live: Vec<&InstanceView> = self.instances.iter().filter(|i| i.live).collect();
             d.stop_the_world(pod, message);
             for i in live.iter().filter(|i| i.drain_asked.is_none()) {
-                d.ask_drain(
+                Self::ask_drain(
+                    d,
                     i,
                     "stop-the-world: the new image refused to start beside it",
                 );
@@ -309,7 +324,8 @@ impl<'a> Pass<'a> {
             d.act(Action::DeletePod {
                 name: pod.name.clone(),
             });
-            d.restart_pod(pod, *code, stable, self.target, self.next_sequence);
+            d.pod_restarted(pod, *code, stable, self.next_sequence);
+            d.act(new_pod(o, self.target, self.next_sequence, &o.spec.image));
         } else {
             d.crash_backoff(
                 pod,
@@ -411,7 +427,8 @@ impl<'a> Pass<'a> {
             .iter()
             .filter(|i| i.live && i.id < me.id && i.drain_asked.is_none())
         {
-            d.ask_drain(
+            Self::ask_drain(
+                d,
                 older,
                 &format!("instance {} ({}) has joined", me.id, pod.image),
             );
@@ -449,17 +466,17 @@ impl<'a> Pass<'a> {
             }
             let exited = pod.exited().is_some();
             match self.instance_of(pod) {
-                None => d.remove_old(pod, "it never joined"),
+                None => Self::delete_old(d, pod, "it never joined"),
                 Some(i) if exited => {
                     let why = match i.ended {
                         Some(_) => format!("instance {} has ended", i.id),
                         None => format!("it exited while instance {} had not ended its row", i.id),
                     };
-                    d.remove_old(pod, &why)
+                    Self::delete_old(d, pod, &why)
                 }
                 Some(i) if i.ended.is_some() => {
                     if i.ended.is_some_and(|e| o.now - e > secs(EXIT_GRACE)) {
-                        d.remove_old(pod, &format!("instance {} has ended", i.id));
+                        Self::delete_old(d, pod, &format!("instance {} has ended", i.id));
                     } else {
                         d.old_pod_waits(pod, i);
                     }
@@ -479,7 +496,10 @@ impl<'a> Pass<'a> {
                     let since = i.drain_asked.or(superseded);
                     match since {
                         Some(t) if o.now - t > secs(handover.drain_timeout_seconds) => {
-                            d.drain_timeout(pod, i, handover.drain_timeout_seconds)
+                            d.act(Action::DeletePod {
+                                name: pod.name.clone(),
+                            });
+                            d.drain_timed_out(pod, i, handover.drain_timeout_seconds)
                         }
                         _ => d.old_pod_waits(pod, i),
                     }

@@ -4,7 +4,6 @@
 //! share this.
 
 mod decide;
-mod instances;
 mod register;
 mod revision;
 mod snapshot;
@@ -14,7 +13,6 @@ mod status;
 mod tests;
 
 pub use decide::decide;
-pub use instances::{db_problem, observe_instances};
 pub use revision::{
     host_name, is_host_of, job_name, pod_name, register_attempt, register_hash, register_job_name,
     revision_of, scheduler_label, Revision,

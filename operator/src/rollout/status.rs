@@ -7,7 +7,7 @@ use std::time::Duration;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time as KubeTime;
 
 use super::{
-    revision::{new_pod, register_attempt, register_backoff},
+    revision::{register_attempt, register_backoff},
     snapshot::*,
 };
 use crate::crd::{
@@ -196,20 +196,22 @@ impl<'a> StatusDraft<'a> {
         self.busy(Phase::Starting);
     }
 
-    pub(super) fn create_pod(
-        &mut self,
-        revision: &str,
-        sequence: u32,
-        image: &str,
-        rows: &[InstanceView],
-    ) {
-        let action = new_pod(self.o, revision, sequence, image);
-        let Action::CreatePod { name, .. } = &action else {
-            unreachable!("new_pod makes a CreatePod")
+    /// Pod `pod` (a [`Action::CreatePod`]) is made: a handover starts if
+    /// another image leads, else a pod is simply created.
+    pub(super) fn pod_created(&mut self, pod: &Action, rows: &[InstanceView]) {
+        let Action::CreatePod {
+            name,
+            revision,
+            sequence,
+            image,
+            ..
+        } = pod
+        else {
+            return;
         };
         let leader = rows.iter().find(|i| i.live && i.holds_lock);
         match leader {
-            Some(l) if l.image != image || !l.host.contains(revision) => {
+            Some(l) if l.image != *image || !l.host.contains(revision.as_str()) => {
                 self.event(Event::normal(
                     "HandoverStarted",
                     format!(
@@ -229,21 +231,13 @@ impl<'a> StatusDraft<'a> {
                 format!("pod {name} starts image {image}"),
             )),
         }
-        self.status.last_sequence = sequence as i64;
-        self.act(action);
+        self.status.last_sequence = *sequence as i64;
         self.busy(Phase::Starting);
     }
 
-    /// Replaces the dead current `pod` by pod `sequence` of `revision`, the
-    /// spec's image; one that ran `stable` starts the back-off again.
-    pub(super) fn restart_pod(
-        &mut self,
-        pod: &PodView,
-        code: i32,
-        stable: bool,
-        revision: &str,
-        sequence: u32,
-    ) {
+    /// The dead current `pod` is replaced by pod `sequence` of its revision;
+    /// one that ran `stable` starts the back-off again.
+    pub(super) fn pod_restarted(&mut self, pod: &PodView, code: i32, stable: bool, sequence: u32) {
         self.status.restarts += 1;
         self.status.recent_restarts = if stable {
             1
@@ -257,9 +251,7 @@ impl<'a> StatusDraft<'a> {
                 pod.name, self.status.restarts
             ),
         ));
-        let action = new_pod(self.o, revision, sequence, &self.o.spec.image);
         self.status.last_sequence = sequence as i64;
-        self.act(action);
         self.busy(Phase::Starting);
     }
 
@@ -308,10 +300,8 @@ impl<'a> StatusDraft<'a> {
         self.stop_world = true;
     }
 
-    pub(super) fn ask_drain(&mut self, instance: &InstanceView, why: &str) {
-        self.act(Action::AskDrain {
-            instance: instance.id,
-        });
+    /// `instance` was asked to drain, for `why`.
+    pub(super) fn drain_asked(&mut self, instance: &InstanceView, why: &str) {
         self.event(Event::normal(
             "AskedDrain",
             format!(
@@ -586,10 +576,8 @@ impl<'a> StatusDraft<'a> {
         });
     }
 
-    pub(super) fn remove_old(&mut self, pod: &PodView, why: &str) {
-        self.act(Action::DeletePod {
-            name: pod.name.clone(),
-        });
+    /// The old `pod` was deleted, for `why`.
+    pub(super) fn old_removed(&mut self, pod: &PodView, why: &str) {
         self.event(Event::normal(
             "Removed",
             format!("deleted pod {} ({}): {why}", pod.name, pod.image),
@@ -601,10 +589,9 @@ impl<'a> StatusDraft<'a> {
         self.busy(Phase::Draining);
     }
 
-    pub(super) fn drain_timeout(&mut self, pod: &PodView, instance: &InstanceView, timeout: i64) {
-        self.act(Action::DeletePod {
-            name: pod.name.clone(),
-        });
+    /// The old `pod` was deleted: its `instance` still had runs `timeout`
+    /// seconds after the drain was asked.
+    pub(super) fn drain_timed_out(&mut self, pod: &PodView, instance: &InstanceView, timeout: i64) {
         self.event(Event::warning(
             "DrainTimeout",
             format!(

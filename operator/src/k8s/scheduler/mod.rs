@@ -320,11 +320,11 @@ async fn observe(
     let instances = match database_url(ctx, ns, &name, &spec.database.url_secret_ref).await? {
         Err(problem) => Err(problem),
         Ok((text, url)) => match ctx.connections.get(ns, &name, &text, &url).await {
-            Err(e) => Err(rollout::db_problem(&e)),
+            Err(e) => Err(crate::scheduler_rows::db_problem(&e)),
             Ok(conn) => {
                 let stale = Duration::from_secs(spec.handover.stale_seconds.max(1) as u64);
                 ctx.fence.check()?;
-                match rollout::observe_instances(&conn, stale).await {
+                match crate::scheduler_rows::observe_instances(&conn, stale).await {
                     Ok((rows, now)) => {
                         db = Some(conn);
                         db_now = Some(now);
@@ -334,7 +334,7 @@ async fn observe(
                         if e.is_connection() {
                             ctx.connections.forget(ns, &name);
                         }
-                        Err(rollout::db_problem(&e))
+                        Err(crate::scheduler_rows::db_problem(&e))
                     }
                 }
             }
