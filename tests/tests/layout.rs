@@ -376,3 +376,34 @@ fn every_public_item_is_documented() {
         missing.join("\n")
     );
 }
+
+/// A file of the operator over 400 lines says in its header why it is kept
+/// whole ("Kept whole, one concept: …"); test files are tables and may
+/// grow.
+#[test]
+fn a_long_file_says_why_it_is_kept_whole() {
+    let mut all = Vec::new();
+    files(&src(), &mut all);
+    let mut long = Vec::new();
+    for file in &all {
+        let name = file.display().to_string();
+        if name.contains("tests") || name == "properties.rs" {
+            continue;
+        }
+        let text = std::fs::read_to_string(src().join(file)).unwrap();
+        let lines = text.lines().count();
+        let header: String = text
+            .lines()
+            .take_while(|l| l.starts_with("//!"))
+            .collect::<Vec<_>>()
+            .join("\n");
+        if lines > 400 && !header.contains("Kept whole, one concept:") {
+            long.push(format!("{name}: {lines} lines"));
+        }
+    }
+    assert!(
+        long.is_empty(),
+        "split these, or say why each is one concept:\n{}",
+        long.join("\n")
+    );
+}

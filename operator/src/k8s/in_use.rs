@@ -25,6 +25,9 @@
 //! RoleBinding's, share one watch each of Schedulers and WarmPools, which
 //! trigger them; each adds the finalizer to what is in use and removes it
 //! from what is not any more.
+//!
+//! Kept whole, one concept: the in-use guard — its watches, its two
+//! finalizer rules and what it says when it may not act.
 
 use std::{
     collections::HashSet,

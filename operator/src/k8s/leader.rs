@@ -21,6 +21,9 @@
 //!
 //! On shutdown the holder stops its controllers, then clears
 //! `holderIdentity`, so a standby takes over at its next look.
+//!
+//! Kept whole, one concept: the election — acquire, renew, stand by, give
+//! up — and its fence, with its tests.
 
 use std::{future::Future, pin::Pin, time::Duration};
 

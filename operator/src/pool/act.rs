@@ -8,6 +8,9 @@
 //! [`super::Live`] world fences each statement and EC2 call (a fenced one
 //! ends the pass); the act step's tests answer from a table
 //! (`act_tests.rs`).
+//!
+//! Kept whole, one concept: retire and launch, the two halves of the act
+//! step that share the per-id retry.
 
 use std::{collections::BTreeMap, time::Instant};
 

@@ -5,6 +5,9 @@
 //! `RequestLimitExceeded` backs off (see [`crate::backoff`]). Each call
 //! checks the client's [`Fence`] just before it is sent: a replica that may
 //! no longer lead calls nothing.
+//!
+//! Kept whole, one concept: every EC2 call the pool makes, each fenced, with
+//! its answers sorted into errors the loop acts on; and its tests.
 
 use std::time::Duration;
 
@@ -26,29 +29,12 @@ use chrono::{DateTime, Utc};
 use sha2::{Digest, Sha256};
 
 use super::plan::{Ec2Instance, Ec2State, Offering};
+pub use super::tags::{
+    tag_value, Ownership, TAG_CLUSTER, TAG_IMAGE, TAG_LAUNCH, TAG_OPERATOR, TAG_POOL,
+    TAG_SCHEDULER, TAG_VALUE_MAX,
+};
 use crate::crd::Launch;
 use crate::fence::{Fence, Fenced};
-
-/// The tag keys that say an instance belongs to a pool.
-pub const TAG_POOL: &str = "orca.dev/pool";
-/// The tag key for the `namespace/name` of the pool's Scheduler.
-pub const TAG_SCHEDULER: &str = "orca.dev/scheduler";
-/// The tag key for the operator installation that launched the instance.
-pub const TAG_OPERATOR: &str = "orca.dev/operator";
-/// The cluster the operator that launched it runs in (`--cluster-name`):
-/// two clusters sharing an account, a region, a namespace and a pool name
-/// never touch each other's instances.
-pub const TAG_CLUSTER: &str = "orca.dev/cluster";
-
-/// The hash of the launch spec an instance came from (see
-/// [`super::drift`]), and which image that was.
-pub const TAG_LAUNCH: &str = "orca.dev/launch";
-/// The tag key for the image the instance was launched from (see
-/// [`super::drift::image_label`]).
-pub const TAG_IMAGE: &str = "orca.dev/image";
-
-/// EC2 takes tag values of at most this many characters.
-pub const TAG_VALUE_MAX: usize = 256;
 
 /// TerminateInstances takes at most this many ids a call.
 pub const TERMINATE_BATCH: usize = 1000;
@@ -69,72 +55,6 @@ pub const CAPACITY_CODES: [&str; 8] = [
     "SpotMaxPriceTooLow",
     "MaxSpotInstanceCountExceeded",
 ];
-
-/// Whose instances these are: the values of the ownership tags.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Ownership {
-    /// `namespace/name` of the WarmPool (see [`tag_value`]).
-    pub pool: String,
-    /// `namespace/name` of its Scheduler (see [`tag_value`]).
-    pub scheduler: String,
-    /// Which operator installation launched them.
-    pub operator: String,
-    /// Which cluster's operator launched them.
-    pub cluster: String,
-}
-
-impl Ownership {
-    /// The owner of WarmPool `namespace/name`'s instances, run on Scheduler
-    /// `namespace/scheduler` by `operator` of `cluster`.
-    pub fn new(
-        namespace: &str,
-        name: &str,
-        scheduler: &str,
-        operator: &str,
-        cluster: &str,
-    ) -> Self {
-        Ownership {
-            pool: tag_value(&format!("{namespace}/{name}")),
-            scheduler: tag_value(&format!("{namespace}/{scheduler}")),
-            operator: tag_value(operator),
-            cluster: tag_value(cluster),
-        }
-    }
-
-    /// Every ownership tag: what a launch sets, and what a listing filters
-    /// on.
-    pub fn tags(&self) -> [(&'static str, &str); 4] {
-        [
-            (TAG_POOL, &self.pool),
-            (TAG_SCHEDULER, &self.scheduler),
-            (TAG_OPERATOR, &self.operator),
-            (TAG_CLUSTER, &self.cluster),
-        ]
-    }
-
-    /// The tags instances carried before they carried the cluster's.
-    fn legacy_tags(&self) -> [(&'static str, &str); 3] {
-        [
-            (TAG_POOL, &self.pool),
-            (TAG_SCHEDULER, &self.scheduler),
-            (TAG_OPERATOR, &self.operator),
-        ]
-    }
-}
-
-/// `value` as a tag value EC2 takes: itself when it fits in
-/// [`TAG_VALUE_MAX`] characters, else cut, with a hash of the whole after
-/// the cut, so that two long names never share a value. (A namespace of 63
-/// characters and a name of 253 make 317.)
-pub fn tag_value(value: &str) -> String {
-    if value.chars().count() <= TAG_VALUE_MAX {
-        return value.to_string();
-    }
-    let digest = Sha256::digest(value.as_bytes());
-    let hash: String = digest.iter().take(8).map(|b| format!("{b:02x}")).collect();
-    let keep: String = value.chars().take(TAG_VALUE_MAX - hash.len() - 1).collect();
-    format!("{keep}-{hash}")
-}
 
 /// Where the EC2 API is.
 #[derive(Clone, Debug, PartialEq, Eq)]

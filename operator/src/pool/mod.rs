@@ -40,6 +40,7 @@ mod reserve;
 mod run;
 pub mod schedule;
 mod status;
+pub mod tags;
 mod tuning;
 pub mod userdata;
 mod world;

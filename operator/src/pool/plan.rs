@@ -7,6 +7,10 @@
 //! No I/O and no clock of its own: the caller passes `now` for EC2's launch
 //! times, and the rows carry ages the database computed (only the database
 //! clock judges a row's time, docs/architecture.md#time-and-clocks).
+//!
+//! Kept whole, one concept: the plan is one function of phases in order
+//! (count what EC2 lists, retire, end the rows of what is gone, the
+//! reserve, launch); its tables are in `plan_tests/`.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 

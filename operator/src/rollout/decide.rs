@@ -16,6 +16,10 @@
 //! Rows of `orca.schedulers` that are not this Scheduler's (another
 //! Scheduler on the same database) are never touched: nothing starts while
 //! one is live (`DatabaseShared`).
+//!
+//! Kept whole, one concept: the steps of one decision in the order they run
+//! (start, exits, join → lead → drain, settle, remove old pods), read top to
+//! bottom.
 
 use std::time::Duration;
 

@@ -4,7 +4,9 @@
 //! share this.
 
 mod decide;
+mod finish;
 mod register;
+mod register_status;
 mod revision;
 mod snapshot;
 mod status;

@@ -1,23 +1,20 @@
-//! The draft of one `decide`: the actions and events it collects, and the
-//! status it derives from the snapshot (phase, leader, revisions, the last
-//! handover's times, conditions).
+//! The draft of one `decide`: the actions the decision makes, and what
+//! follows from them — the Events, and the status it derives from the
+//! snapshot (phase, leader, revisions, the last handover's times). The
+//! register step's part is in `register_status.rs`; the conditions and
+//! the finished decision in `finish.rs`.
+//!
+//! Kept whole, one concept: what each step of the decision says, one method
+//! a step.
 
 use std::time::Duration;
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time as KubeTime;
-
-use super::{
-    revision::{register_attempt, register_backoff},
-    snapshot::*,
-};
-use crate::crd::{
-    set_condition, HandoverStatus, LeaderStatus, Phase, RegisterStatus, RevisionStatus,
-    SchedulerStatus,
-};
+use super::snapshot::*;
+use crate::crd::{HandoverStatus, LeaderStatus, Phase, SchedulerStatus};
 
 /// `Degraded` reasons that no step of their own says: each is posted as a
 /// Warning when the condition turns True with it.
-const SAID_WHEN_DEGRADED: [&str; 8] = [
+pub(super) const SAID_WHEN_DEGRADED: [&str; 8] = [
     "LeadTimeout",
     "PodNotGone",
     "ProgressDeadlineExceeded",
@@ -29,23 +26,23 @@ const SAID_WHEN_DEGRADED: [&str; 8] = [
 ];
 
 pub(super) struct StatusDraft<'a> {
-    o: &'a Observed,
-    actions: Vec<Action>,
-    events: Vec<Event>,
-    status: SchedulerStatus,
+    pub(super) o: &'a Observed,
+    pub(super) actions: Vec<Action>,
+    pub(super) events: Vec<Event>,
+    pub(super) status: SchedulerStatus,
     /// The first problem found: (reason, message).
-    degraded: Option<(String, String)>,
-    progress: Option<Phase>,
-    stop_world: bool,
+    pub(super) degraded: Option<(String, String)>,
+    pub(super) progress: Option<Phase>,
+    pub(super) stop_world: bool,
     /// The leader is a settled pod with overlap off: it has no row.
-    alone: bool,
+    pub(super) alone: bool,
     /// The target revision is not the one the status was written for: a
     /// new rollout.
-    target_changed: bool,
-    requeue: Duration,
+    pub(super) target_changed: bool,
+    pub(super) requeue: Duration,
 }
 
-fn rfc3339(t: Time) -> String {
+pub(super) fn rfc3339(t: Time) -> String {
     t.to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
 }
 
@@ -77,13 +74,13 @@ impl<'a> StatusDraft<'a> {
         self.events.push(event);
     }
 
-    fn degrade(&mut self, reason: &str, message: String) {
+    pub(super) fn degrade(&mut self, reason: &str, message: String) {
         if self.degraded.is_none() {
             self.degraded = Some((reason.into(), message));
         }
     }
 
-    fn busy(&mut self, phase: Phase) {
+    pub(super) fn busy(&mut self, phase: Phase) {
         self.requeue = self.requeue.min(BUSY);
         if self.progress.is_none() {
             self.progress = Some(phase);
@@ -424,138 +421,6 @@ impl<'a> StatusDraft<'a> {
         self.busy(Phase::Starting);
     }
 
-    /// The register status of `revision` running the step of `hash`, with
-    /// `made` the highest attempt seen: started afresh for another
-    /// revision, its failures forgotten for another step.
-    pub(super) fn register_memory(&mut self, revision: &str, hash: &str, made: u32) {
-        let r = self.status.register.get_or_insert_with(Default::default);
-        if r.revision != revision {
-            *r = RegisterStatus {
-                revision: revision.to_string(),
-                hash: hash.to_string(),
-                ..Default::default()
-            };
-        } else if r.hash != hash {
-            r.hash = hash.to_string();
-            r.failures = 0;
-            r.failed_job = None;
-        }
-        r.attempts = r.attempts.max(made.min(i32::MAX as u32) as i32);
-    }
-
-    fn register_status(&mut self) -> &mut RegisterStatus {
-        self.status.register.get_or_insert_with(Default::default)
-    }
-
-    /// The number of the next register attempt, counted: names are never
-    /// reused, even for a Job someone deleted.
-    pub(super) fn next_register_attempt(&mut self, made: u32) -> u32 {
-        let r = self.register_status();
-        let next = (r.attempts.max(0) as u32).max(made).saturating_add(1);
-        r.attempts = next.min(i32::MAX as u32) as i32;
-        next
-    }
-
-    pub(super) fn registering(&mut self, job: &str, command: &[String]) {
-        self.event(Event::normal(
-            "Registering",
-            format!(
-                "job {job} registers the new pipelines ({})",
-                command.join(" ")
-            ),
-        ));
-        self.busy(Phase::Registering);
-        self.still_failing(job);
-    }
-
-    /// While the attempt after a failure runs, the failure still stands.
-    fn still_failing(&mut self, next: &str) {
-        let r = self.register_status();
-        let (failures, failed) = (r.failures, r.failed_job.clone());
-        if let (true, Some(failed)) = (failures > 0, failed) {
-            let message = self
-                .o
-                .jobs
-                .iter()
-                .find(|j| j.name == failed)
-                .and_then(|j| match &j.state {
-                    JobState::Failed { message, .. } => Some(format!(": {}", first_line(message))),
-                    _ => None,
-                })
-                .unwrap_or_default();
-            self.degrade(
-                "RegisterFailed",
-                format!(
-                    "job {failed} failed{message} ({failures} in a row); job {next} tries again"
-                ),
-            );
-        }
-    }
-
-    pub(super) fn register_running(&mut self, job: &JobView) {
-        self.busy(Phase::Registering);
-        self.still_failing(&job.name);
-    }
-
-    pub(super) fn registered(&mut self, job: &JobView, at: Time) {
-        let r = self.register_status();
-        r.failures = 0;
-        r.failed_job = None;
-        if let Some(h) = self.status.last_handover.as_mut() {
-            if h.registered.is_none() && h.led.is_some() {
-                h.registered = Some(rfc3339(at));
-                self.events.push(Event::normal(
-                    "Registered",
-                    format!("job {} succeeded", job.name),
-                ));
-            }
-        }
-    }
-
-    /// `job` failed: counted and said once (a Warning), and `Degraded`
-    /// while no attempt after it has succeeded. The failures in a row.
-    pub(super) fn register_failed(&mut self, job: &JobView, message: &str) -> i32 {
-        let r = self.register_status();
-        // An attempt no later than the last one counted was counted with
-        // it (the later one was deleted, to run the next at once).
-        let attempt = |name: &str| register_attempt(name, &job.revision);
-        let counted = r
-            .failed_job
-            .as_deref()
-            .is_some_and(|f| attempt(f) >= attempt(&job.name));
-        if !counted {
-            r.failures = r.failures.saturating_add(1);
-            r.failed_job = Some(job.name.clone());
-            let failures = r.failures;
-            self.event(Event::warning(
-                "RegisterFailed",
-                format!(
-                    "job {} failed: {} ({failures} in a row); a new job tries again {}s after it failed",
-                    job.name,
-                    first_line(message),
-                    register_backoff(failures).as_secs()
-                ),
-            ));
-        }
-        let failures = self.register_status().failures;
-        self.degrade(
-            "RegisterFailed",
-            format!(
-                "job {} failed: {} ({failures} in a row); a new job tries again {}s after it failed",
-                job.name,
-                first_line(message),
-                register_backoff(failures).as_secs()
-            ),
-        );
-        failures
-    }
-
-    /// A failed register Job's back-off: the next attempt in `wait`.
-    pub(super) fn register_waits(&mut self, wait: Duration) {
-        self.busy(Phase::Registering);
-        self.requeue = self.requeue.min(wait.max(Duration::from_secs(1)));
-    }
-
     pub(super) fn lead_late(&mut self, me: &InstanceView, timeout: i64) {
         self.degrade(
             "LeadTimeout",
@@ -600,217 +465,9 @@ impl<'a> StatusDraft<'a> {
             ),
         ));
     }
-
-    pub(super) fn finish_paused(mut self) -> Decision {
-        self.status.phase = Phase::Paused;
-        self.conditions(None, Some(("Paused", "spec.paused is true".into())));
-        self.decision()
-    }
-
-    pub(super) fn finish_unobserved(mut self, problem: &Problem) -> Decision {
-        self.degrade(&problem.reason, problem.message.clone());
-        self.status.phase = Phase::Degraded;
-        let degraded = self.degraded.clone();
-        self.conditions(degraded, None);
-        self.requeue = Duration::from_secs(5);
-        self.decision()
-    }
-
-    pub(super) fn finish(
-        mut self,
-        rows: &[InstanceView],
-        target: &str,
-        progress_deadline: i64,
-    ) -> Decision {
-        let o = self.o;
-        self.status.revisions = o
-            .pods
-            .iter()
-            .map(|p| {
-                let row = rows
-                    .iter()
-                    .filter(|i| i.host == p.host)
-                    .max_by_key(|i| i.id);
-                RevisionStatus {
-                    revision: p.revision.clone(),
-                    image: p.image.clone(),
-                    pod: p.name.clone(),
-                    instance: row.map(|i| i.id),
-                    role: row.map(|i| {
-                        if i.ended.is_some() {
-                            "ended".into()
-                        } else {
-                            i.role.clone()
-                        }
-                    }),
-                    runs: row.map(|i| i.runs).unwrap_or(0),
-                    // The pod's own creation time, as `kubectl` shows it:
-                    // moved by a clock offset that differs every pass, it
-                    // would rewrite the status every pass.
-                    since: Some(rfc3339(p.created - o.clock_offset)),
-                }
-            })
-            .collect();
-        self.status.draining = rows
-            .iter()
-            .filter(|i| i.live && i.role == "draining")
-            .count() as i32;
-        // With overlap on a leader holds the lock; with it off, only a pod
-        // settled in this pass leads (there are no rows to say so).
-        let leads = if o.spec.overlap {
-            rows.iter().any(|i| i.live && i.holds_lock)
-        } else {
-            self.alone
-        };
-        if !leads {
-            self.status.leader = None;
-        }
-        let in_motion = self.progress.is_some() || !self.actions.is_empty();
-        // A handover is complete once the pipelines are registered too.
-        let registered = |h: &HandoverStatus| h.registered.is_some() || o.spec.register.is_none();
-        if !in_motion {
-            if let Some(h) = self.status.last_handover.as_mut() {
-                if h.drained.is_none() && h.led.is_some() && registered(h) {
-                    h.drained = Some(rfc3339(o.now));
-                    self.events.push(Event::normal(
-                        "HandoverComplete",
-                        format!(
-                            "{} → {}: the old instances have drained and their pods are gone",
-                            h.from, h.to
-                        ),
-                    ));
-                }
-            }
-        }
-        // The progress deadline counts from the rollout's own start (the
-        // target changed, or a settled Scheduler began to move), never from
-        // a pod's age: a pod of the target may be much older (a rollback to
-        // an image whose pod still drains) or younger (a replaced pod).
-        if !in_motion {
-            self.status.rollout_started = None;
-        } else if self.target_changed || self.status.rollout_started.is_none() {
-            self.status.rollout_started = Some(rfc3339(o.now));
-        }
-        let started = self
-            .status
-            .rollout_started
-            .as_deref()
-            .and_then(|t| chrono::DateTime::parse_from_rfc3339(t).ok())
-            .map(|t| t.with_timezone(&chrono::Utc));
-        if let Some(started) = started {
-            if o.now - started > crate::crd::spec_seconds(progress_deadline) {
-                self.degrade(
-                    "ProgressDeadlineExceeded",
-                    format!(
-                        "the rollout to {} (revision {target}) has run past {progress_deadline}s since {}",
-                        o.spec.image,
-                        rfc3339(started)
-                    ),
-                );
-            }
-        }
-        self.say_degraded();
-        self.status.phase = match (&self.degraded, self.progress) {
-            (Some(_), _) => Phase::Degraded,
-            (None, Some(p)) => p,
-            (None, None) if self.status.leader.is_some() => Phase::Ready,
-            (None, None) => Phase::Starting,
-        };
-        let degraded = self.degraded.clone();
-        let progressing = self.progress.map(|p| {
-            let reason = if self.stop_world {
-                "StopTheWorld"
-            } else {
-                p.as_str()
-            };
-            (reason, format!("rolling out {}", o.spec.image))
-        });
-        self.conditions(degraded, progressing);
-        self.decision()
-    }
-
-    /// A `Degraded` condition turning True with a reason of
-    /// [`SAID_WHEN_DEGRADED`] is posted as a Warning, once.
-    fn say_degraded(&mut self) {
-        let Some((reason, message)) = self.degraded.clone() else {
-            return;
-        };
-        let already = self
-            .o
-            .status
-            .conditions
-            .iter()
-            .any(|c| c.type_ == "Degraded" && c.status == "True" && c.reason == reason);
-        if SAID_WHEN_DEGRADED.contains(&reason.as_str()) && !already {
-            self.events.push(Event::warning(&reason, message));
-        }
-    }
-
-    fn conditions(
-        &mut self,
-        degraded: Option<(String, String)>,
-        progressing: Option<(&str, String)>,
-    ) {
-        let leader = self.status.leader.clone();
-        let alone = self.alone;
-        let now = self.o.now;
-        let generation = self.o.generation;
-        let previous = self.o.status.conditions.clone();
-        let make = |type_: &str, on: bool, reason: &str, message: String| {
-            let mut set = previous.clone();
-            let now = KubeTime(to_jiff(now));
-            set_condition(&mut set, type_, on, reason, &message, now, generation);
-            set.into_iter()
-                .find(|c| c.type_ == type_)
-                .expect("invariant: set_condition leaves the condition it set")
-        };
-        let available = match &leader {
-            Some(l) if alone => make(
-                "Available",
-                true,
-                "Running",
-                format!("pod {} runs (overlap off: no instance row)", l.pod),
-            ),
-            Some(l) => make(
-                "Available",
-                true,
-                "Leading",
-                format!("instance {} ({}) leads", l.instance, l.pod),
-            ),
-            None => make(
-                "Available",
-                false,
-                "NoLeader",
-                "no live instance holds the lead".into(),
-            ),
-        };
-        let progressing = match progressing {
-            Some((reason, message)) => make("Progressing", true, reason, message),
-            None => make(
-                "Progressing",
-                false,
-                "Settled",
-                "nothing to roll out".into(),
-            ),
-        };
-        let degraded = match degraded {
-            Some((reason, message)) => make("Degraded", true, &reason, message),
-            None => make("Degraded", false, "AsExpected", String::new()),
-        };
-        self.status.conditions = vec![available, progressing, degraded];
-    }
-
-    fn decision(self) -> Decision {
-        Decision {
-            actions: self.actions,
-            events: self.events,
-            status: self.status,
-            requeue: self.requeue,
-        }
-    }
 }
 
-fn first_line(s: &str) -> &str {
+pub(super) fn first_line(s: &str) -> &str {
     s.lines().next().unwrap_or("").trim()
 }
 

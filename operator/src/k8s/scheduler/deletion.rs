@@ -5,6 +5,9 @@
 //! done) or `handover.drainTimeoutSeconds` has passed since the deletion,
 //! and only then lets the pods go. Overlap off (no instance rows): nothing
 //! to wait for. See docs/protocol.md#the-operators-rollout.
+//!
+//! Kept whole, one concept: a Scheduler's deletion, its pure `step` and the
+//! pass that applies it, with the step's tests.
 
 use std::{sync::Arc, time::Duration};
 

@@ -4,6 +4,9 @@
 //! Event per step → the status, applied (server-side apply) only when it
 //! changed. Every write, and the database read, checks the Lease's fence
 //! first.
+//!
+//! Kept whole, one concept: the controller's wiring, its reconcile and
+//! `error_policy`, and its observe.
 
 pub mod act;
 mod context;

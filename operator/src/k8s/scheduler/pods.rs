@@ -7,6 +7,9 @@
 //! replaced by a new one (a new name, the next sequence), never restarted in
 //! place: a restarted old image would be the newest instance and take the
 //! lead back.
+//!
+//! Kept whole, one concept: the pod a revision runs as, field by field,
+//! with its tests.
 
 use std::collections::BTreeMap;
 

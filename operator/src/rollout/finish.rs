@@ -1,0 +1,223 @@
+//! The end of a decision: the conditions (`Progressing`, `Degraded`,
+//! `Paused`), the Warning for a `Degraded` no step said, and the finished
+//! [`Decision`].
+
+use std::time::Duration;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time as KubeTime;
+
+use super::{
+    snapshot::*,
+    status::{rfc3339, to_jiff, StatusDraft, SAID_WHEN_DEGRADED},
+};
+use crate::crd::{set_condition, HandoverStatus, Phase, RevisionStatus};
+
+impl StatusDraft<'_> {
+    pub(super) fn finish_paused(mut self) -> Decision {
+        self.status.phase = Phase::Paused;
+        self.conditions(None, Some(("Paused", "spec.paused is true".into())));
+        self.decision()
+    }
+
+    pub(super) fn finish_unobserved(mut self, problem: &Problem) -> Decision {
+        self.degrade(&problem.reason, problem.message.clone());
+        self.status.phase = Phase::Degraded;
+        let degraded = self.degraded.clone();
+        self.conditions(degraded, None);
+        self.requeue = Duration::from_secs(5);
+        self.decision()
+    }
+
+    pub(super) fn finish(
+        mut self,
+        rows: &[InstanceView],
+        target: &str,
+        progress_deadline: i64,
+    ) -> Decision {
+        let o = self.o;
+        self.status.revisions = o
+            .pods
+            .iter()
+            .map(|p| {
+                let row = rows
+                    .iter()
+                    .filter(|i| i.host == p.host)
+                    .max_by_key(|i| i.id);
+                RevisionStatus {
+                    revision: p.revision.clone(),
+                    image: p.image.clone(),
+                    pod: p.name.clone(),
+                    instance: row.map(|i| i.id),
+                    role: row.map(|i| {
+                        if i.ended.is_some() {
+                            "ended".into()
+                        } else {
+                            i.role.clone()
+                        }
+                    }),
+                    runs: row.map(|i| i.runs).unwrap_or(0),
+                    // The pod's own creation time, as `kubectl` shows it:
+                    // moved by a clock offset that differs every pass, it
+                    // would rewrite the status every pass.
+                    since: Some(rfc3339(p.created - o.clock_offset)),
+                }
+            })
+            .collect();
+        self.status.draining = rows
+            .iter()
+            .filter(|i| i.live && i.role == "draining")
+            .count() as i32;
+        // With overlap on a leader holds the lock; with it off, only a pod
+        // settled in this pass leads (there are no rows to say so).
+        let leads = if o.spec.overlap {
+            rows.iter().any(|i| i.live && i.holds_lock)
+        } else {
+            self.alone
+        };
+        if !leads {
+            self.status.leader = None;
+        }
+        let in_motion = self.progress.is_some() || !self.actions.is_empty();
+        // A handover is complete once the pipelines are registered too.
+        let registered = |h: &HandoverStatus| h.registered.is_some() || o.spec.register.is_none();
+        if !in_motion {
+            if let Some(h) = self.status.last_handover.as_mut() {
+                if h.drained.is_none() && h.led.is_some() && registered(h) {
+                    h.drained = Some(rfc3339(o.now));
+                    self.events.push(Event::normal(
+                        "HandoverComplete",
+                        format!(
+                            "{} → {}: the old instances have drained and their pods are gone",
+                            h.from, h.to
+                        ),
+                    ));
+                }
+            }
+        }
+        // The progress deadline counts from the rollout's own start (the
+        // target changed, or a settled Scheduler began to move), never from
+        // a pod's age: a pod of the target may be much older (a rollback to
+        // an image whose pod still drains) or younger (a replaced pod).
+        if !in_motion {
+            self.status.rollout_started = None;
+        } else if self.target_changed || self.status.rollout_started.is_none() {
+            self.status.rollout_started = Some(rfc3339(o.now));
+        }
+        let started = self
+            .status
+            .rollout_started
+            .as_deref()
+            .and_then(|t| chrono::DateTime::parse_from_rfc3339(t).ok())
+            .map(|t| t.with_timezone(&chrono::Utc));
+        if let Some(started) = started {
+            if o.now - started > crate::crd::spec_seconds(progress_deadline) {
+                self.degrade(
+                    "ProgressDeadlineExceeded",
+                    format!(
+                        "the rollout to {} (revision {target}) has run past {progress_deadline}s since {}",
+                        o.spec.image,
+                        rfc3339(started)
+                    ),
+                );
+            }
+        }
+        self.say_degraded();
+        self.status.phase = match (&self.degraded, self.progress) {
+            (Some(_), _) => Phase::Degraded,
+            (None, Some(p)) => p,
+            (None, None) if self.status.leader.is_some() => Phase::Ready,
+            (None, None) => Phase::Starting,
+        };
+        let degraded = self.degraded.clone();
+        let progressing = self.progress.map(|p| {
+            let reason = if self.stop_world {
+                "StopTheWorld"
+            } else {
+                p.as_str()
+            };
+            (reason, format!("rolling out {}", o.spec.image))
+        });
+        self.conditions(degraded, progressing);
+        self.decision()
+    }
+
+    /// A `Degraded` condition turning True with a reason of
+    /// [`SAID_WHEN_DEGRADED`] is posted as a Warning, once.
+    pub(super) fn say_degraded(&mut self) {
+        let Some((reason, message)) = self.degraded.clone() else {
+            return;
+        };
+        let already = self
+            .o
+            .status
+            .conditions
+            .iter()
+            .any(|c| c.type_ == "Degraded" && c.status == "True" && c.reason == reason);
+        if SAID_WHEN_DEGRADED.contains(&reason.as_str()) && !already {
+            self.events.push(Event::warning(&reason, message));
+        }
+    }
+
+    pub(super) fn conditions(
+        &mut self,
+        degraded: Option<(String, String)>,
+        progressing: Option<(&str, String)>,
+    ) {
+        let leader = self.status.leader.clone();
+        let alone = self.alone;
+        let now = self.o.now;
+        let generation = self.o.generation;
+        let previous = self.o.status.conditions.clone();
+        let make = |type_: &str, on: bool, reason: &str, message: String| {
+            let mut set = previous.clone();
+            let now = KubeTime(to_jiff(now));
+            set_condition(&mut set, type_, on, reason, &message, now, generation);
+            set.into_iter()
+                .find(|c| c.type_ == type_)
+                .expect("invariant: set_condition leaves the condition it set")
+        };
+        let available = match &leader {
+            Some(l) if alone => make(
+                "Available",
+                true,
+                "Running",
+                format!("pod {} runs (overlap off: no instance row)", l.pod),
+            ),
+            Some(l) => make(
+                "Available",
+                true,
+                "Leading",
+                format!("instance {} ({}) leads", l.instance, l.pod),
+            ),
+            None => make(
+                "Available",
+                false,
+                "NoLeader",
+                "no live instance holds the lead".into(),
+            ),
+        };
+        let progressing = match progressing {
+            Some((reason, message)) => make("Progressing", true, reason, message),
+            None => make(
+                "Progressing",
+                false,
+                "Settled",
+                "nothing to roll out".into(),
+            ),
+        };
+        let degraded = match degraded {
+            Some((reason, message)) => make("Degraded", true, &reason, message),
+            None => make("Degraded", false, "AsExpected", String::new()),
+        };
+        self.status.conditions = vec![available, progressing, degraded];
+    }
+
+    pub(super) fn decision(self) -> Decision {
+        Decision {
+            actions: self.actions,
+            events: self.events,
+            status: self.status,
+            requeue: self.requeue,
+        }
+    }
+}
