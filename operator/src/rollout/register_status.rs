@@ -114,27 +114,18 @@ impl StatusDraft<'_> {
         if !counted {
             r.failures = r.failures.saturating_add(1);
             r.failed_job = Some(job.name.clone());
-            let failures = r.failures;
-            self.event(Event::warning(
-                "RegisterFailed",
-                format!(
-                    "job {} failed: {} ({failures} in a row); a new job tries again {}s after it failed",
-                    job.name,
-                    first_line(message),
-                    register_backoff(failures).as_secs()
-                ),
-            ));
         }
         let failures = self.register_status().failures;
-        self.degrade(
-            "RegisterFailed",
-            format!(
-                "job {} failed: {} ({failures} in a row); a new job tries again {}s after it failed",
-                job.name,
-                first_line(message),
-                register_backoff(failures).as_secs()
-            ),
+        let said = format!(
+            "job {} failed: {} ({failures} in a row); a new job tries again {}s after it failed",
+            job.name,
+            first_line(message),
+            register_backoff(failures).as_secs()
         );
+        if !counted {
+            self.event(Event::warning("RegisterFailed", said.clone()));
+        }
+        self.degrade("RegisterFailed", said);
         failures
     }
 
