@@ -62,19 +62,19 @@ pub fn decide(o: &Observed) -> Decision {
     };
     let target = revision_of(&o.spec);
     d.begin(&target);
-    let mut pass = Pass::new(o, rows, &target, &mut d);
-    pass.start(&mut d);
-    pass.current_exited(&mut d);
-    pass.cannot_run(&mut d);
+    let mut steps = Steps::new(o, rows, &target, &mut d);
+    steps.start(&mut d);
+    steps.current_exited(&mut d);
+    steps.cannot_run(&mut d);
     if o.spec.overlap {
-        pass.join_drain_lead(&mut d);
+        steps.join_drain_lead(&mut d);
     } else {
-        pass.settle(&mut d);
+        steps.settle(&mut d);
     }
-    pass.remove_old(&mut d);
-    pass.supersede_jobs(&mut d);
+    steps.remove_old(&mut d);
+    steps.supersede_jobs(&mut d);
     d.finish(
-        &pass.instances,
+        &steps.instances,
         &target,
         o.spec.handover.progress_deadline_seconds,
     )
@@ -84,11 +84,11 @@ fn secs(n: i64) -> chrono::Duration {
     crate::crd::spec_seconds(n)
 }
 
-/// What every phase of one [`decide`] looks at: the snapshot, the target
+/// What every step of one [`decide`] looks at: the snapshot, the target
 /// revision, this Scheduler's instances, the current pod, and the pods a
-/// phase has already replaced or removed. Each phase records what it
+/// step has already replaced or removed. Each step records what it
 /// decided in the [`StatusDraft`]; none does I/O.
-struct Pass<'a> {
+struct Steps<'a> {
     o: &'a Observed,
     target: &'a str,
     /// This Scheduler's rows: of its pods in the snapshot, or named as its
@@ -100,17 +100,17 @@ struct Pass<'a> {
     may_start: bool,
     /// The newest pod of the target revision that can still lead.
     current: Option<&'a PodView>,
-    /// Pods this pass replaces or removes, so the old-pod sweep leaves them.
+    /// Pods a step replaces or removes, so the old-pod sweep leaves them.
     handled: Vec<&'a str>,
 }
 
-impl<'a> Pass<'a> {
+impl<'a> Steps<'a> {
     fn new(
         o: &'a Observed,
         rows: &[InstanceView],
         target: &'a str,
         d: &mut StatusDraft,
-    ) -> Pass<'a> {
+    ) -> Steps<'a> {
         // Any row not this Scheduler's is another Scheduler's on the same
         // database: not an old instance to drain or to fall back to, and
         // while one is live no pod starts, as its instance would take the
@@ -136,7 +136,7 @@ impl<'a> Pass<'a> {
         if d.aborted_revision().is_some_and(|r| r != target) {
             d.clear_aborted();
         }
-        let mut pass = Pass {
+        let mut steps = Steps {
             o,
             target,
             instances: own,
@@ -149,13 +149,13 @@ impl<'a> Pass<'a> {
         // The current pod: the newest of the target revision that can still
         // lead — not being deleted, and its instance neither draining nor
         // superseded by a newer live one.
-        pass.current = o
+        steps.current = o
             .pods
             .iter()
             .filter(|p| {
                 !p.deleting
                     && p.revision == target
-                    && match pass.instance_of(p) {
+                    && match steps.instance_of(p) {
                         None => true,
                         Some(i) => {
                             i.ended.is_none()
@@ -166,7 +166,7 @@ impl<'a> Pass<'a> {
                     }
             })
             .max_by_key(|p| p.sequence);
-        pass
+        steps
     }
 
     /// The newest row of `pod`'s instance.

@@ -153,8 +153,9 @@ pub fn step(o: &Observed, elapsed: Duration) -> Step {
     }
 }
 
-/// One pass over a Scheduler being deleted that still holds the finalizer.
-pub async fn pass(
+/// One reconcile of a Scheduler being deleted that still holds the
+/// finalizer.
+pub async fn reconcile(
     scheduler: Arc<Scheduler>,
     ctx: &Context,
     ns: &str,

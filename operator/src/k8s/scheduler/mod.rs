@@ -131,7 +131,7 @@ pub async fn reconcile(
     let passed = guard::guarded(
         &ctx.progress,
         what,
-        pass(scheduler.clone(), ctx.clone(), ns.clone(), name.clone()).instrument(span),
+        reconcile_once(scheduler.clone(), ctx.clone(), ns.clone(), name.clone()).instrument(span),
     )
     .await;
     let failed = match passed {
@@ -196,7 +196,9 @@ async fn degraded(scheduler: &Scheduler, ctx: &Context, reason: &str, message: S
     }
 }
 
-async fn pass(
+/// One reconcile of `scheduler`, unguarded: the deletion, or observe →
+/// decide → act → Events → status.
+async fn reconcile_once(
     scheduler: Arc<Scheduler>,
     ctx: Arc<Context>,
     ns: String,
@@ -212,7 +214,7 @@ async fn pass(
             return Ok(Requeue::await_change());
         }
         let (observed, db) = observe(&scheduler, &ctx, &ns).await?;
-        let requeue = deletion::pass(scheduler.clone(), &ctx, &ns, observed, db).await?;
+        let requeue = deletion::reconcile(scheduler.clone(), &ctx, &ns, observed, db).await?;
         if !deletion::has_finalizer(&scheduler) {
             ctx.connections.forget(&ns, &name);
         }

@@ -42,10 +42,10 @@ mod context;
 mod error;
 mod finalizer;
 mod listen;
-mod pass;
 mod prepare;
 mod report;
 mod retiring;
+mod stages;
 mod teardown;
 
 use std::{sync::Arc, time::Duration};
@@ -207,7 +207,7 @@ pub async fn reconcile(
     let passed = guard::guarded(
         &ctx.config.progress,
         format!("WarmPool {pool}"),
-        pass::pass(wp.clone(), ctx.clone()),
+        stages::run_stages(wp.clone(), ctx.clone()),
     )
     .await;
     let failed = match passed {

@@ -26,7 +26,7 @@ use crate::{
 /// finalizer; a missing Scheduler or a bad Secret is a `Degraded` status
 /// instead. A WarmPool being deleted is dealt with as its `spec.onDelete`
 /// says. The fence is checked here, once, before anything is done.
-pub(super) async fn pass(
+pub(super) async fn run_stages(
     wp: Arc<WarmPool>,
     ctx: Arc<PoolContext>,
 ) -> Result<Action, ControllerError> {
