@@ -224,6 +224,26 @@ impl LocalMode {
             .filter(|u| !u.is_empty())
     }
 
+    /// Hands run 1 of WarmPool `pool` (`namespace/name`) an idle instance,
+    /// as a scheduler does: the instance's id.
+    pub async fn hand_out(&self, pool: &str) -> String {
+        let url = self.database_url().expect("the local mode's database");
+        let mut db = crate::pg::connect(&url).await;
+        let req = orca_db::pool::Request {
+            pool,
+            run: 1,
+            start: 1,
+            role: "head",
+            head_address: "",
+            new_code: true,
+        };
+        orca_db::pool::hand_out(&mut db, &req, std::time::Duration::from_secs(60))
+            .await
+            .expect("the hand-out's statement")
+            .expect("an idle instance")
+            .instance
+    }
+
     /// Writes the Scheduler's YAML, as `kubectl apply` would.
     pub fn apply(&self, scheduler_yaml: &str) {
         let tmp = self.dir.join("scheduler.yaml.tmp");

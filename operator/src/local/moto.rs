@@ -12,6 +12,10 @@ use std::{
 };
 
 use super::spawn::{free_port, spawn_tied_with};
+use crate::{
+    crd::WarmPoolSpec,
+    pool::ec2::{Ec2, Ec2Config},
+};
 
 /// A running moto EC2 server on a port of its own; killed when dropped.
 pub struct Moto {
@@ -90,4 +94,58 @@ impl Drop for Moto {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// moto knows this image id; the account's own can't exist there.
+const MOTO_IMAGE: &str = "ami-12c6146b";
+
+/// A pool without an endpoint runs on the local mode's own moto server,
+/// where the account's image, subnets and security groups can't exist:
+/// they become moto's.
+pub async fn onto(
+    moto: &mut Option<Moto>,
+    key: &str,
+    mut spec: WarmPoolSpec,
+) -> Result<WarmPoolSpec, String> {
+    if moto.is_none() {
+        println!("local: starting moto's EC2 server for the WarmPools");
+        for (k, v) in [
+            ("AWS_ACCESS_KEY_ID", "local"),
+            ("AWS_SECRET_ACCESS_KEY", "local"),
+            ("AWS_EC2_METADATA_DISABLED", "true"),
+        ] {
+            std::env::set_var(k, v);
+        }
+        let started = tokio::task::spawn_blocking(Moto::start)
+            .await
+            .map_err(|e| e.to_string())?;
+        *moto = Some(started);
+    }
+    let endpoint = moto
+        .as_ref()
+        .map(|m| m.endpoint())
+        .expect("invariant: moto started above");
+    let ec2 = Ec2::new(&Ec2Config::new(&spec.region, Some(&endpoint))).await;
+    let subnets = ec2
+        .client()
+        .describe_subnets()
+        .send()
+        .await
+        .map_err(|e| format!("moto: listing its subnets: {e}"))?
+        .subnets()
+        .iter()
+        .filter_map(|s| s.subnet_id().map(String::from))
+        .take(spec.launch.subnet_ids.len().max(1))
+        .collect::<Vec<_>>();
+    println!("warmpool {key}: on moto at {endpoint}: image {MOTO_IMAGE}, moto's subnets {subnets:?}, no security groups");
+    spec.endpoint = Some(endpoint);
+    spec.launch.launch_template = None;
+    spec.launch.image_id = Some(MOTO_IMAGE.into());
+    spec.launch.subnet_ids = subnets;
+    spec.launch.security_group_ids = Vec::new();
+    spec.launch.iam_instance_profile = None;
+    if spec.launch.instance_types.is_empty() {
+        spec.launch.instance_types = vec!["t3.micro".into()];
+    }
+    Ok(spec)
 }

@@ -35,9 +35,6 @@ use crate::{
     },
 };
 
-/// moto knows this image id; the account's own can't exist there.
-const MOTO_IMAGE: &str = "ami-12c6146b";
-
 struct Running {
     spec: WarmPoolSpec,
     url: String,
@@ -125,6 +122,14 @@ impl LocalPools {
                     self.stop(key).await;
                 }
             }
+            if self.still_retiring(key, &pool.spec, &url) {
+                let why = "still terminating its instances where it ran; it starts once they are gone (as a deleted WarmPool must be gone before one of its name is made again)".to_string();
+                if self.refused.get(key) != Some(&why) {
+                    println!("warmpool {key}: Warning NotStarted: {why}");
+                    self.refused.insert(key.clone(), why);
+                }
+                continue;
+            }
             match self.start(key, pool, &url, run_stale).await {
                 Ok(r) => {
                     self.refused.remove(key);
@@ -150,7 +155,7 @@ impl LocalPools {
         let (namespace, name) = key.split_once('/').unwrap_or(("default", key));
         let mut spec = pool.spec.clone();
         if spec.endpoint.is_none() {
-            spec = self.onto_moto(key, spec).await?;
+            spec = super::moto::onto(&mut self.moto, key, spec).await?;
         }
         let endpoint = spec.endpoint.clone();
         let tuning = Tuning {
@@ -254,58 +259,6 @@ impl LocalPools {
         })
     }
 
-    /// A pool without an endpoint runs on the local mode's own moto server,
-    /// where the account's image, subnets and security groups can't exist:
-    /// they become moto's.
-    async fn onto_moto(
-        &mut self,
-        key: &str,
-        mut spec: WarmPoolSpec,
-    ) -> Result<WarmPoolSpec, String> {
-        if self.moto.is_none() {
-            println!("local: starting moto's EC2 server for the WarmPools");
-            for (k, v) in [
-                ("AWS_ACCESS_KEY_ID", "local"),
-                ("AWS_SECRET_ACCESS_KEY", "local"),
-                ("AWS_EC2_METADATA_DISABLED", "true"),
-            ] {
-                std::env::set_var(k, v);
-            }
-            let moto = tokio::task::spawn_blocking(Moto::start)
-                .await
-                .map_err(|e| e.to_string())?;
-            self.moto = Some(moto);
-        }
-        let endpoint = self
-            .moto
-            .as_ref()
-            .map(|m| m.endpoint())
-            .expect("invariant: moto started above");
-        let ec2 = Ec2::new(&Ec2Config::new(&spec.region, Some(&endpoint))).await;
-        let subnets = ec2
-            .client()
-            .describe_subnets()
-            .send()
-            .await
-            .map_err(|e| format!("moto: listing its subnets: {e}"))?
-            .subnets()
-            .iter()
-            .filter_map(|s| s.subnet_id().map(String::from))
-            .take(spec.launch.subnet_ids.len().max(1))
-            .collect::<Vec<_>>();
-        println!("warmpool {key}: on moto at {endpoint}: image {MOTO_IMAGE}, moto's subnets {subnets:?}, no security groups");
-        spec.endpoint = Some(endpoint);
-        spec.launch.launch_template = None;
-        spec.launch.image_id = Some(MOTO_IMAGE.into());
-        spec.launch.subnet_ids = subnets;
-        spec.launch.security_group_ids = Vec::new();
-        spec.launch.iam_instance_profile = None;
-        if spec.launch.instance_types.is_empty() {
-            spec.launch.instance_types = vec!["t3.micro".into()];
-        }
-        Ok(spec)
-    }
-
     /// Puts `key`'s loop in deletion mode where it runs now (`why`: it was
     /// removed or moved), to stop once nothing is left there.
     fn retire(&mut self, key: &str, why: &str) {
@@ -322,6 +275,16 @@ impl LocalPools {
             r.spec.drain_timeout_seconds
         );
         self.retiring.push((key.to_string(), r));
+    }
+
+    /// Whether a loop of `key` still terminates its instances where `spec`
+    /// and `url` would start it (removed and put back, or moved there and
+    /// back): two loops there would fight, one terminating what the other
+    /// launches, so the new one waits.
+    fn still_retiring(&self, key: &str, spec: &WarmPoolSpec, url: &str) -> bool {
+        self.retiring
+            .iter()
+            .any(|(k, r)| k == key && !moved(&r.spec, spec) && r.url == url)
     }
 
     /// Stops the retiring loops that have nothing left.

@@ -5,7 +5,6 @@
 //! servers along; only its pods live on, as pods outlive a crashed
 //! controller.
 
-use orca_db::pool;
 use orca_tests::local::{wait_until_none, Process, Stop};
 
 use super::*;
@@ -80,21 +79,8 @@ async fn running_with_a_pool(busy: bool) -> LocalMode {
     }
     let kinds: &[&str] = if busy { &KINDS } else { &KINDS[..5] };
     if busy {
-        let url = local.database_url().expect("the local mode's database");
-        let mut db = pg::connect(&url).await;
         // As a scheduler hands out a run.
-        let req = pool::Request {
-            pool: "default/runners",
-            run: 1,
-            start: 1,
-            role: "head",
-            head_address: "",
-            new_code: true,
-        };
-        pool::hand_out(&mut db, &req, Duration::from_secs(60))
-            .await
-            .unwrap()
-            .expect("an idle instance");
+        local.hand_out("default/runners").await;
     }
     let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
     loop {

@@ -2,7 +2,8 @@
 //! local mode: its instances where it ran are terminated, never left
 //! running. Once, the local mode stopped the old loop and started a new
 //! one in the new region, and the old instances ran on, counted by no one;
-//! a removed pool's instances the same.
+//! a removed pool's instances the same. A pool put back where it still
+//! drains waits until that is done.
 
 use orca_operator::pool::{Ec2, Ec2Config};
 
@@ -23,7 +24,7 @@ spec:
     imageId: ami-12c6146b
     instanceTypes: [t3.micro]
     subnetIds: [subnet-1]
-    runCommand: 'true'
+    runCommand: 'sleep 20'
 "
     )
 }
@@ -105,6 +106,69 @@ async fn a_moved_or_removed_pool_terminates_its_instances_where_it_ran() {
     assert!(
         said.contains("(where it ran: orca in us-east-1 on http://"),
         "the old place's lines say where: {said}"
+    );
+
+    // Removed while a run goes on, and put back before it ends: the pool
+    // put back waits until its instances there are gone, as a deleted
+    // WarmPool must be gone before one of its name is made again. Two
+    // loops there would fight: the old one terminating what the new one
+    // launches, and the new one launching again, for ever.
+    local.hand_out("default/runners").await;
+    std::fs::remove_file(local.dir().join("warmpool.yaml")).unwrap();
+    until(&local, "the removal is seen", async || {
+        local
+            .output()
+            .iter()
+            .any(|l| l.contains("removed; terminating"))
+    })
+    .await;
+    let put_back = local.output().len();
+    local.write("warmpool.yaml", &pool("us-west-2"));
+    until(
+        &local,
+        "the old place emptied, then the pool warm again",
+        async || {
+            let emptied = local
+                .output()
+                .iter()
+                .filter(|l| l.contains("nothing left where it ran"))
+                .count();
+            emptied == 2
+                && local.pool_status("runners").idle == 2
+                && alive(&endpoint, "us-west-2").await.len() == 2
+        },
+    )
+    .await;
+    let said = local.output()[put_back..].join("\n");
+    let launches = said.matches("Normal Launched").count();
+    assert_eq!(
+        launches, 1,
+        "one launch once the old place is empty, no launch-and-terminate fight: {said}"
+    );
+    assert!(
+        said.contains("NotStarted: still terminating its instances where it ran"),
+        "the pool put back says why it waits: {said}"
+    );
+    let terminations = |local: &LocalMode| {
+        local
+            .output()
+            .iter()
+            .filter(|l| l.contains("Terminated"))
+            .count()
+    };
+    let before = terminations(&local);
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    assert_eq!(
+        terminations(&local),
+        before,
+        "nothing terminated once the pool is back; the operator said:\n{}",
+        local.output().join("\n")
+    );
+    assert_eq!(
+        alive(&endpoint, "us-west-2").await.len(),
+        2,
+        "two idle; the operator said:\n{}",
+        local.output().join("\n")
     );
 
     // Removed: its instances go too.
