@@ -3,8 +3,8 @@
 //! local mode playing each instance's host (`local::host`): a running moto
 //! instance is an `orca-pool-agent` loop on this machine.
 //!
-//! A pool removed from the directory, or moved (another Scheduler,
-//! database, region or endpoint), is not just stopped: its loop goes on in
+//! A pool removed from the directory, or moved (another Scheduler, region
+//! or endpoint), is not just stopped: its loop goes on in
 //! deletion mode where it ran, terminating its idle instances at once and
 //! its busy ones after their run (at most `drainTimeoutSeconds`), and stops
 //! once EC2 lists none of them — as a deleted or moved WarmPool does in a
@@ -116,13 +116,15 @@ impl LocalPools {
                 if r.spec == pool.spec && r.url == url {
                     continue;
                 }
-                if moved(&r.spec, &pool.spec) || r.url != url {
+                // Another database at the same place is no move: EC2 lists
+                // the same instances, and the new loop takes them over.
+                if moved(&r.spec, &pool.spec) {
                     self.retire(key, "moved");
                 } else {
                     self.stop(key).await;
                 }
             }
-            if self.still_retiring(key, &pool.spec, &url) {
+            if self.still_retiring(key, &pool.spec) {
                 let why = "still terminating its instances where it ran; it starts once they are gone (as a deleted WarmPool must be gone before one of its name is made again)".to_string();
                 if self.refused.get(key) != Some(&why) {
                     println!("warmpool {key}: Warning NotStarted: {why}");
@@ -278,13 +280,14 @@ impl LocalPools {
     }
 
     /// Whether a loop of `key` still terminates its instances where `spec`
-    /// and `url` would start it (removed and put back, or moved there and
-    /// back): two loops there would fight, one terminating what the other
-    /// launches, so the new one waits.
-    fn still_retiring(&self, key: &str, spec: &WarmPoolSpec, url: &str) -> bool {
+    /// would start it (removed and put back, or moved there and back; on
+    /// whichever database: EC2 lists the same instances): two loops there
+    /// would fight, one terminating what the other launches, so the new one
+    /// waits.
+    fn still_retiring(&self, key: &str, spec: &WarmPoolSpec) -> bool {
         self.retiring
             .iter()
-            .any(|(k, r)| k == key && !moved(&r.spec, spec) && r.url == url)
+            .any(|(k, r)| k == key && !moved(&r.spec, spec))
     }
 
     /// Stops the retiring loops that have nothing left.

@@ -12,7 +12,7 @@ pub(crate) struct Cluster {
     pub(crate) pool: WarmPool,
     pub(crate) deleted: bool,
     pub(crate) scheduler: Option<Scheduler>,
-    secret: Option<Secret>,
+    pub(crate) secret: Option<Secret>,
     /// The `status` of every status patch, in order.
     pub(crate) statuses: Vec<Value>,
     /// Every Event as posted, or as patched when it repeats (a series).

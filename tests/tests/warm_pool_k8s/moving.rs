@@ -77,3 +77,48 @@ async fn a_changed_endpoint_drains_the_old_place_and_leaves_nothing_there() {
         k8s.events
     );
 }
+
+/// Only the Scheduler's database changes (its Secret); the EC2 place stays.
+/// That is no move: the new loop takes the instance there over, and nothing
+/// is terminated and launched again pass after pass. Once, a loop of the
+/// old database drained the same place — whose listing is the new loop's
+/// too — and terminated what the new loop launched, every pass.
+#[tokio::test]
+async fn another_database_alone_is_no_move_and_nothing_fights() {
+    let stage = warm::Stage::new().await;
+    let wp = warm_pool(spec(&stage, &stage.moto.endpoint(), 1, 1), 1);
+    let (mut k8s, client) =
+        Cluster::new(wp.clone(), Some(scheduler()), Some(url_secret(&stage.url)));
+    let ctx = context(client);
+    k8s.reconcile(&ctx, wp).await;
+    k8s.until("one launching", |k| k.status()["launching"] == 1)
+        .await;
+    let first = instances(&stage).await;
+    assert_eq!(first.len(), 1);
+
+    let other = orca_tests::pg::Cluster::shared().migrated_db().await;
+    k8s.secret = Some(url_secret(&other));
+    for _ in 0..6 {
+        let pool = k8s.pool.clone();
+        k8s.reconcile(&ctx, pool).await;
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    assert_eq!(
+        instances(&stage).await,
+        first,
+        "the instance there is taken over, not terminated; events: {:#?}",
+        k8s.events
+    );
+    assert!(
+        k8s.events_of("Terminated").is_empty(),
+        "nothing terminated: {:#?}",
+        k8s.events
+    );
+    assert!(
+        k8s.status()["retiring"]
+            .as_array()
+            .is_none_or(|r| r.is_empty()),
+        "no former place: {}",
+        k8s.status()
+    );
+}

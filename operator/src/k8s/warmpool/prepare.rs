@@ -160,10 +160,18 @@ pub(super) async fn prepare(
     if let Some(stale) = run_stale {
         lp.set_run_stale(stale);
     }
-    // The loop it replaces drains where the pool ran (another database,
-    // Scheduler, region or endpoint); a new replica takes up the places
-    // its status names.
+    // The loop it replaces drains where the pool ran (another Scheduler,
+    // region or endpoint); a new replica takes up the places its status
+    // names.
     let retiring = match slot.take().filter(|_| same) {
+        // Only the database changed: the EC2 place is the same, and so is
+        // its listing. The new loop takes the instances over; a loop of the
+        // old database there would terminate what the new one launches
+        // (and the runs on it, whose rows it cannot see), every pass.
+        Some(old) if !moving => {
+            tracing::info!(pool = %pool, "the database changed, not the place: the new loop takes the instances over");
+            old.retiring
+        }
         Some(old) => {
             let mut retiring = old.retiring;
             let secret = SecretKeyRef {

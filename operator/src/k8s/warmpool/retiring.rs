@@ -1,6 +1,6 @@
 //! Where a pool ran before (docs/operations.md#drift-replacing-what-is-out-of-date):
-//! a WarmPool whose `spec.scheduler`, `region` or `endpoint` changes — or
-//! whose Scheduler's database does — lists and launches in the new place,
+//! a WarmPool whose `spec.scheduler`, `region` or `endpoint` changes lists
+//! and launches in the new place,
 //! and its instances in the old one would vanish from its view: never
 //! counted, never terminated. Instead the old place keeps a loop of its own
 //! (its old spec, its old database and EC2 client) in deletion mode: its
