@@ -100,6 +100,14 @@ pub(super) async fn restore(
             endpoint: place.endpoint.clone(),
             ..wp.spec.clone()
         };
+        // Where the pool runs now (a place an older operator recorded for
+        // a change of database alone): its instances are the pool's own
+        // loop's, and a second loop there would terminate them.
+        if !crate::pool::drift::moved(&spec, &wp.spec) {
+            tracing::info!(pool = %wp.name_any(), place = ?place,
+                "a former place that is where the pool runs now: left to the pool's loop");
+            continue;
+        }
         match PoolLoop::new(&ns, &wp.name_any(), spec, &url, config.tuning.clone()).await {
             Ok(lp) => out.push(retire(config, lp.not_listening(), place.clone())),
             Err(e) => tracing::warn!(pool = %wp.name_any(), error = %e, "a former place's loop"),
