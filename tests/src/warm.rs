@@ -70,6 +70,24 @@ pub async fn ec2(endpoint: &str) -> Ec2 {
     Ec2::new(&Ec2Config::new(REGION, Some(endpoint))).await
 }
 
+/// Another AMI moto knows than [`IMAGE`]: the image a pool's spec is
+/// changed to, to make its instances drift.
+pub async fn another_image(ec2: &Ec2) -> String {
+    let images = ec2
+        .client()
+        .describe_images()
+        .send()
+        .await
+        .unwrap_or_else(|e| panic!("moto's DescribeImages failed: {e}"));
+    images
+        .images()
+        .iter()
+        .filter_map(|i| i.image_id())
+        .find(|id| *id != IMAGE)
+        .expect("moto knows more than one AMI")
+        .to_string()
+}
+
 /// moto's default subnets, sorted.
 pub async fn subnets(ec2: &Ec2) -> Vec<String> {
     let out = ec2

@@ -422,19 +422,7 @@ async fn bench_drift(moto: &Moto, url: &str, max_drifted: i32) {
             .unwrap_or_else(|e| panic!("a pass: {e}"));
         add_idle_rows(&db, &pool, &report.launched).await;
     }
-    let images = ec2
-        .client()
-        .describe_images()
-        .send()
-        .await
-        .unwrap_or_else(|e| panic!("moto's DescribeImages: {e}"));
-    let new_image = images
-        .images()
-        .iter()
-        .filter_map(|i| i.image_id())
-        .find(|id| *id != warm::IMAGE)
-        .expect("moto knows more than one AMI")
-        .to_string();
+    let new_image = warm::another_image(&ec2).await;
     let mut patched = spec;
     patched.launch.image_id = Some(new_image);
     lp.set_spec(patched).await;

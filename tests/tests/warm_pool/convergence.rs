@@ -5,23 +5,6 @@
 
 use super::*;
 
-/// Another AMI moto knows than `warm::IMAGE`.
-async fn another_image(ec2: &Ec2) -> String {
-    let images = ec2
-        .client()
-        .describe_images()
-        .send()
-        .await
-        .unwrap_or_else(|e| panic!("moto's DescribeImages failed: {e}"));
-    images
-        .images()
-        .iter()
-        .filter_map(|i| i.image_id())
-        .find(|id| *id != warm::IMAGE)
-        .expect("moto knows more than one AMI")
-        .to_string()
-}
-
 /// The pool's present instances and the image each was launched from.
 async fn images(ec2: &Ec2, pool: &str) -> Vec<(String, Option<String>)> {
     present(ec2, pool)
@@ -66,7 +49,7 @@ async fn an_ami_change_replaces_every_instance_one_at_a_time_never_below_idle_mi
     assert_eq!(old.len(), 3);
 
     // Patch day: a new AMI.
-    let new_image = another_image(&ec2).await;
+    let new_image = warm::another_image(&ec2).await;
     let mut patched = spec.clone();
     patched.launch.image_id = Some(new_image.clone());
     lp.set_spec(patched).await;

@@ -218,20 +218,7 @@ async fn a_restarted_operator_keeps_capacity_holds_transition_times_and_tokens()
     let faults = Ec2Faults::start(&moto.endpoint());
     let pool = "memory/pool";
     let db = pg::connect(&url).await;
-    faults.fail(
-        "RunInstances",
-        &["InstanceType=t3.small"],
-        Fault::error("InsufficientInstanceCapacity"),
-        usize::MAX,
-    );
-    let spec = warm::spec(
-        &faults.endpoint(),
-        &["t3.small", "t3.medium"],
-        &subnets[..1],
-        0,
-        0,
-        10,
-    );
+    let spec = small_refused(&faults, &subnets, "InsufficientInstanceCapacity", 0, 0);
     let new_loop = || async {
         PoolLoop::new(
             "memory",
@@ -291,20 +278,7 @@ async fn a_quota_error_is_held_and_the_next_type_launched() {
     let (moto, url, ec2, subnets) = warm::Stage::new().await.parts();
     let faults = Ec2Faults::start(&moto.endpoint());
     let pool = "quota/pool";
-    faults.fail(
-        "RunInstances",
-        &["InstanceType=t3.small"],
-        Fault::error("InstanceLimitExceeded"),
-        usize::MAX,
-    );
-    let spec = warm::spec(
-        &faults.endpoint(),
-        &["t3.small", "t3.medium"],
-        &subnets[..1],
-        1,
-        1,
-        10,
-    );
+    let spec = small_refused(&faults, &subnets, "InstanceLimitExceeded", 1, 1);
     let mut lp = warm::pool_loop("quota/pool", spec, &url).await;
     let report = lp.pass(Utc::now()).await.unwrap();
     let launched = present(&ec2, pool).await;
@@ -398,4 +372,29 @@ async fn a_vcpu_quota_error_holds_its_whole_class() {
         ],
         "both standard types held in both subnets"
     );
+}
+
+/// A pool of t3.small, then t3.medium, on the first of `subnets`, behind
+/// `faults`, which refuse every t3.small launch with `code`.
+fn small_refused(
+    faults: &Ec2Faults,
+    subnets: &[String],
+    code: &str,
+    min: i32,
+    max: i32,
+) -> orca_operator::crd::WarmPoolSpec {
+    faults.fail(
+        "RunInstances",
+        &["InstanceType=t3.small"],
+        Fault::error(code),
+        usize::MAX,
+    );
+    warm::spec(
+        &faults.endpoint(),
+        &["t3.small", "t3.medium"],
+        &subnets[..1],
+        min,
+        max,
+        10,
+    )
 }

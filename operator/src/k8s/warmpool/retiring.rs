@@ -81,19 +81,6 @@ pub(super) async fn restore(
     let secrets: Api<Secret> = Api::namespaced(client.clone(), &ns);
     let mut out = Vec::new();
     for place in places {
-        let url = match read_url(&secrets, &ns, &place.database_secret).await {
-            Ok(Ok((text, _))) => text,
-            Ok(Err(problem)) => {
-                tracing::warn!(pool = %wp.name_any(), place = ?place, reason = %problem.reason,
-                    "a former place's database cannot be had now: {}", problem.message);
-                continue;
-            }
-            Err(e) => {
-                tracing::warn!(pool = %wp.name_any(), place = ?place, error = %e,
-                    "a former place's Secret cannot be read now");
-                continue;
-            }
-        };
         let spec = WarmPoolSpec {
             scheduler: place.scheduler.clone(),
             region: place.region.clone(),
@@ -108,6 +95,19 @@ pub(super) async fn restore(
                 "a former place that is where the pool runs now: left to the pool's loop");
             continue;
         }
+        let url = match read_url(&secrets, &ns, &place.database_secret).await {
+            Ok(Ok((text, _))) => text,
+            Ok(Err(problem)) => {
+                tracing::warn!(pool = %wp.name_any(), place = ?place, reason = %problem.reason,
+                    "a former place's database cannot be had now: {}", problem.message);
+                continue;
+            }
+            Err(e) => {
+                tracing::warn!(pool = %wp.name_any(), place = ?place, error = %e,
+                    "a former place's Secret cannot be read now");
+                continue;
+            }
+        };
         match PoolLoop::new(&ns, &wp.name_any(), spec, &url, config.tuning.clone()).await {
             Ok(lp) => out.push(retire(config, lp.not_listening(), place.clone())),
             Err(e) => tracing::warn!(pool = %wp.name_any(), error = %e, "a former place's loop"),
