@@ -22,8 +22,8 @@
 //!   those is left, and let go last.
 //!
 //! Two kube `Controller`s, one over the Secrets' metadata and one over the
-//! RoleBinding's, share one watch each of Schedulers and WarmPools, which
-//! trigger them; each adds the finalizer to what is in use and removes it
+//! RoleBinding's, follow the watches of Schedulers and WarmPools that the
+//! controllers share, which trigger them; each adds the finalizer to what is in use and removes it
 //! from what is not any more.
 //!
 //! Kept whole, one concept: the in-use guard — its watches, its two
@@ -31,6 +31,7 @@
 
 use std::{
     collections::HashSet,
+    future::Future,
     sync::{Arc, Mutex},
     time::Duration,
 };
@@ -58,6 +59,7 @@ use super::{
     names::MANAGER,
     server::Progress,
     status::post_event,
+    watches::{SecretMeta, Watches},
 };
 use crate::crd::{Scheduler, WarmPool};
 
@@ -65,7 +67,6 @@ use crate::crd::{Scheduler, WarmPool};
 /// and the operator's RoleBinding while any is left in its namespace.
 pub const FINALIZER: &str = "orca.dev/in-use";
 
-type SecretMeta = PartialObjectMeta<Secret>;
 type BindingMeta = PartialObjectMeta<RoleBinding>;
 
 /// Why a Secret or the operator's RoleBinding could not be kept or let go:
@@ -155,127 +156,105 @@ fn users(
     out
 }
 
-/// Runs the guard over `scope` (a namespace; `None`: all) until its
-/// watches end; with `binding` (the operator's RoleBinding in `scope`), it
-/// keeps that too.
-pub async fn run(
+/// The guard over `scope` (a namespace; `None`: all), following the
+/// Schedulers, WarmPools and Secrets of `watches` (shared with the
+/// controllers; see [`super::watches`]); with `binding` (the operator's
+/// RoleBinding in `scope`), it keeps that too. The future runs until the
+/// watches end.
+pub fn run(
     client: Client,
     scope: Option<String>,
     binding: Option<String>,
-    fence: Fence,
-    progress: Progress,
-) {
-    // Metadata only: the guard keeps no Secret's data.
-    let secrets: Api<SecretMeta> = namespaced(&client, &scope);
-    let (secret_store, writer) = reflector::store::<SecretMeta>();
-    let secret_stream = reflector::reflector(writer, watcher(secrets, watcher::Config::default()))
-        .default_backoff()
-        .applied_objects();
-    // One watch each of Schedulers and WarmPools for both controllers. Each
-    // change — a deletion included: the last user gone is what frees a
-    // Secret — triggers the Secrets it concerns and the RoleBinding.
-    let (to_secrets, secret_triggers) = mpsc::unbounded::<ObjectRef<SecretMeta>>();
-    let (to_binding, binding_triggers) = mpsc::unbounded::<()>();
-    let to_binding_after_secrets = to_binding.clone();
-    let (scheduler_store, writer) = reflector::store::<Scheduler>();
-    let schedulers = {
-        let (to_secrets, to_binding) = (to_secrets.clone(), to_binding.clone());
-        reflector::reflector(
-            writer,
-            watcher(namespaced(&client, &scope), watcher::Config::default()),
-        )
-        .default_backoff()
-        .touched_objects()
-        .for_each(move |s| {
-            if let Ok(s) = s {
-                let ns = s.namespace().unwrap_or_default();
-                let secret = &s.spec.database.url_secret_ref.name;
-                let _ = to_secrets.unbounded_send(ObjectRef::new(secret).within(&ns));
-                let _ = to_binding.unbounded_send(());
-            }
-            future::ready(())
-        })
-    };
-    let (pool_store, writer) = reflector::store::<WarmPool>();
-    let pools = {
-        let by_pool = scheduler_store.clone();
-        reflector::reflector(
-            writer,
-            watcher(namespaced(&client, &scope), watcher::Config::default()),
-        )
-        .default_backoff()
-        .touched_objects()
-        .for_each(move |p| {
-            if let Ok(p) = p {
-                let ns = p.namespace().unwrap_or_default();
-                if let Some(status) = &p.status {
-                    let recorded = status.database_secret.iter();
-                    let former = status.retiring.iter().map(|r| &r.database_secret);
-                    for r in recorded.chain(former) {
-                        let _ = to_secrets.unbounded_send(ObjectRef::new(&r.name).within(&ns));
-                    }
-                }
-                if let Some(s) = by_pool.get(&ObjectRef::new(&p.spec.scheduler).within(&ns)) {
+    (fence, progress): (Fence, Progress),
+    watches: &mut Watches,
+) -> impl Future<Output = ()> + Send + 'static {
+    let (secret_store, secret_stream) = watches.secrets.subscribe().stream();
+    let (scheduler_store, schedulers) = watches.schedulers.subscribe().stream();
+    let (pool_store, pools) = watches.pools.subscribe().stream();
+    async move {
+        let secret_stream = secret_stream.applied_objects();
+        // Each change of a Scheduler or WarmPool — a deletion included: the
+        // last user gone is what frees a Secret — triggers the Secrets it
+        // concerns and the RoleBinding.
+        let (to_secrets, secret_triggers) = mpsc::unbounded::<ObjectRef<SecretMeta>>();
+        let (to_binding, binding_triggers) = mpsc::unbounded::<()>();
+        let to_binding_after_secrets = to_binding.clone();
+        let schedulers = {
+            let (to_secrets, to_binding) = (to_secrets.clone(), to_binding.clone());
+            schedulers.touched_objects().for_each(move |s| {
+                if let Ok(s) = s {
+                    let ns = s.namespace().unwrap_or_default();
                     let secret = &s.spec.database.url_secret_ref.name;
                     let _ = to_secrets.unbounded_send(ObjectRef::new(secret).within(&ns));
+                    let _ = to_binding.unbounded_send(());
                 }
-                let _ = to_binding.unbounded_send(());
-            }
-            future::ready(())
-        })
-    };
-    let ctx = Arc::new(Ctx {
-        recorder: Recorder::new(client.clone(), Reporter::from(MANAGER)),
-        client: client.clone(),
-        fence,
-        progress,
-        schedulers: scheduler_store,
-        pools: pool_store,
-        secrets: secret_store.clone(),
-        to_binding: to_binding_after_secrets,
-        said: Mutex::new(HashSet::new()),
-    });
-    let guard_secrets = Controller::for_stream(secret_stream, secret_store)
-        .reconcile_on(secret_triggers)
-        .run(reconcile, error_policy, ctx.clone())
-        .for_each(|result| async move {
-            if let Err(e) = result {
-                tracing::debug!(error = %e, "secret in-use guard");
-            }
-        });
-    let guard_binding = async {
-        let (Some(ns), Some(name)) = (scope.clone(), binding) else {
-            // Nothing to keep: the triggers go nowhere.
-            binding_triggers.for_each(|_| future::ready(())).await;
-            return;
+                future::ready(())
+            })
         };
-        let bindings: Api<BindingMeta> = Api::namespaced(client.clone(), &ns);
-        let only = watcher::Config::default().fields(&format!("metadata.name={name}"));
-        let (store, writer) = reflector::store::<BindingMeta>();
-        let stream = reflector::reflector(writer, watcher(bindings, only))
-            .default_backoff()
-            .applied_objects();
-        let this = ObjectRef::<BindingMeta>::new(&name).within(&ns);
-        Controller::for_stream(stream, store)
-            .reconcile_on(binding_triggers.map(move |()| this.clone()))
-            .run(reconcile_binding, binding_error_policy, ctx)
+        let pools = {
+            let by_pool = scheduler_store.clone();
+            pools.touched_objects().for_each(move |p| {
+                if let Ok(p) = p {
+                    let ns = p.namespace().unwrap_or_default();
+                    if let Some(status) = &p.status {
+                        let recorded = status.database_secret.iter();
+                        let former = status.retiring.iter().map(|r| &r.database_secret);
+                        for r in recorded.chain(former) {
+                            let _ = to_secrets.unbounded_send(ObjectRef::new(&r.name).within(&ns));
+                        }
+                    }
+                    if let Some(s) = by_pool.get(&ObjectRef::new(&p.spec.scheduler).within(&ns)) {
+                        let secret = &s.spec.database.url_secret_ref.name;
+                        let _ = to_secrets.unbounded_send(ObjectRef::new(secret).within(&ns));
+                    }
+                    let _ = to_binding.unbounded_send(());
+                }
+                future::ready(())
+            })
+        };
+        let ctx = Arc::new(Ctx {
+            recorder: Recorder::new(client.clone(), Reporter::from(MANAGER)),
+            client: client.clone(),
+            fence,
+            progress,
+            schedulers: scheduler_store,
+            pools: pool_store,
+            secrets: secret_store.clone(),
+            to_binding: to_binding_after_secrets,
+            said: Mutex::new(HashSet::new()),
+        });
+        let guard_secrets = Controller::for_stream(secret_stream, secret_store)
+            .reconcile_on(secret_triggers)
+            .run(reconcile, error_policy, ctx.clone())
             .for_each(|result| async move {
                 if let Err(e) = result {
-                    tracing::debug!(error = %e, "role binding in-use guard");
+                    tracing::debug!(error = %e, "secret in-use guard");
                 }
-            })
-            .await;
-    };
-    futures::join!(schedulers, pools, guard_secrets, guard_binding);
-}
-
-fn namespaced<K>(client: &Client, scope: &Option<String>) -> Api<K>
-where
-    K: Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>,
-{
-    match scope {
-        Some(ns) => Api::namespaced(client.clone(), ns),
-        None => Api::all(client.clone()),
+            });
+        let guard_binding = async {
+            let (Some(ns), Some(name)) = (scope.clone(), binding) else {
+                // Nothing to keep: the triggers go nowhere.
+                binding_triggers.for_each(|_| future::ready(())).await;
+                return;
+            };
+            let bindings: Api<BindingMeta> = Api::namespaced(client.clone(), &ns);
+            let only = watcher::Config::default().fields(&format!("metadata.name={name}"));
+            let (store, writer) = reflector::store::<BindingMeta>();
+            let stream = reflector::reflector(writer, watcher(bindings, only))
+                .default_backoff()
+                .applied_objects();
+            let this = ObjectRef::<BindingMeta>::new(&name).within(&ns);
+            Controller::for_stream(stream, store)
+                .reconcile_on(binding_triggers.map(move |()| this.clone()))
+                .run(reconcile_binding, binding_error_policy, ctx)
+                .for_each(|result| async move {
+                    if let Err(e) = result {
+                        tracing::debug!(error = %e, "role binding in-use guard");
+                    }
+                })
+                .await;
+        };
+        futures::join!(schedulers, pools, guard_secrets, guard_binding);
     }
 }
 

@@ -28,6 +28,7 @@ pub mod scheduler;
 pub mod server;
 pub mod status;
 pub mod warmpool;
+pub mod watches;
 
 pub use metrics::Metrics;
 pub use names::*;

@@ -7,7 +7,7 @@
 
 use std::{net::SocketAddr, sync::Arc, time::Duration};
 
-use futures::future;
+use futures::{future, FutureExt};
 use kube::Client;
 use prometheus_client::registry::Registry;
 use tracing::{info, warn};
@@ -19,6 +19,7 @@ use super::{
     names::MANAGER,
     scheduler::{self, Context},
     server::{self, Progress, Readiness},
+    watches::Watches,
 };
 use crate::k8s::warmpool::{self, PoolControllerConfig};
 use crate::pool::{PoolMetrics, Tuning};
@@ -162,27 +163,26 @@ async fn controllers(
     } else {
         namespaces.into_iter().map(Some).collect()
     };
-    let pool_runs = scopes
-        .iter()
-        .map(|ns| warmpool::run(client.clone(), ns.clone(), pools.clone()));
-    let guards = scopes.iter().map(|ns| {
-        in_use::run(
-            client.clone(),
-            ns.clone(),
-            role_binding.clone(),
-            pools.fence.clone(),
-            pools.progress.clone(),
-        )
-    });
-    let runs = scopes
-        .iter()
-        .map(|ns| scheduler::run(client.clone(), ns.clone(), ctx.clone()));
-    future::join3(
-        future::join_all(runs),
-        future::join_all(pool_runs),
-        future::join_all(guards),
-    )
-    .await;
+    let mut runs = Vec::new();
+    for scope in scopes {
+        // One watch each of Schedulers, WarmPools and Secrets per scope,
+        // which every controller follows.
+        let mut watches = Watches::new(&client, &scope);
+        runs.push(scheduler::run(client.clone(), scope.clone(), ctx.clone(), &mut watches).boxed());
+        runs.push(warmpool::run(client.clone(), pools.clone(), &mut watches).boxed());
+        runs.push(
+            in_use::run(
+                client.clone(),
+                scope,
+                role_binding.clone(),
+                (pools.fence.clone(), pools.progress.clone()),
+                &mut watches,
+            )
+            .boxed(),
+        );
+        runs.push(watches.run().boxed());
+    }
+    future::join_all(runs).await;
     anyhow::bail!("the controllers' watches ended")
 }
 

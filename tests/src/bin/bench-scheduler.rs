@@ -20,6 +20,7 @@ use orca_operator::{
     fence::Fence,
     k8s::{
         scheduler::{self, Context},
+        watches::Watches,
         Metrics,
     },
 };
@@ -73,8 +74,12 @@ impl Stage {
             "bench",
             Fence::always(),
         ));
-        let run = scheduler::run(self.client.clone(), Some(self.ns.clone()), ctx);
-        self.controller = Some(tokio::spawn(run));
+        let scope = Some(self.ns.clone());
+        let mut watches = Watches::new(&self.client, &scope);
+        let run = scheduler::run(self.client.clone(), scope, ctx, &mut watches);
+        self.controller = Some(tokio::spawn(async move {
+            futures::join!(run, watches.run());
+        }));
     }
 
     fn stop(&mut self) {

@@ -24,7 +24,10 @@ use kube::{
 use orca_operator::{
     crd::{Scheduler, WarmPool},
     fence::Fence,
-    k8s::warmpool::{self, PoolControllerConfig},
+    k8s::{
+        warmpool::{self, PoolControllerConfig},
+        watches::Watches,
+    },
     pool::{Ownership, Tuning},
 };
 use orca_tests::{
@@ -100,7 +103,11 @@ impl Stage {
             fence: Fence::always(),
             progress: Default::default(),
         };
-        let controller = tokio::spawn(warmpool::run(client, Some(ns.clone()), config));
+        let mut watches = Watches::new(&client, &Some(ns.clone()));
+        let run = warmpool::run(client, config, &mut watches);
+        let controller = tokio::spawn(async move {
+            futures::join!(run, watches.run());
+        });
         Stage {
             admin,
             ns,

@@ -2,6 +2,7 @@
 //! running loop acts no more; an aborted controller stops every pool loop.
 
 use super::*;
+use orca_operator::k8s::watches::Watches;
 
 /// The finalizer is a write like any other: behind a closed fence the
 /// reconcile of a new WarmPool makes no call at all and starts no loop.
@@ -34,11 +35,11 @@ async fn aborting_the_controller_stops_every_pool_loop() {
     wp.metadata.finalizers = Some(vec![FINALIZER.into()]);
     let (mut k8s, client) =
         Cluster::new(wp.clone(), Some(scheduler()), Some(url_secret(&real.url)));
-    let controller = tokio::spawn(orca_operator::k8s::warmpool::run(
-        client,
-        Some(NS.into()),
-        config(Fence::always()),
-    ));
+    let mut watches = Watches::new(&client, &Some(NS.into()));
+    let run = orca_operator::k8s::warmpool::run(client, config(Fence::always()), &mut watches);
+    let controller = tokio::spawn(async move {
+        futures::join!(run, watches.run());
+    });
     k8s.until("the pool launching", |k| {
         k.status()["launching"] == 1 && !k.events_of("Launched").is_empty()
     })

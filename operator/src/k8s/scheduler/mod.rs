@@ -19,7 +19,7 @@ pub mod refusal;
 mod report;
 pub mod watched;
 
-use std::{sync::Arc, time::Duration};
+use std::{future::Future, sync::Arc, time::Duration};
 
 use futures::StreamExt;
 use k8s_openapi::api::{batch::v1::Job, core::v1::Pod, core::v1::Secret};
@@ -40,76 +40,78 @@ use self::act::{act, ActError};
 pub use self::context::Context;
 pub use self::error::{ObserveError, ReconcileError, StatusError};
 use self::report::{apply_status, publish};
-use super::{database, guard, names::LABEL_SCHEDULER};
+use super::{
+    database, guard,
+    names::LABEL_SCHEDULER,
+    watches::{namespaced, Watches},
+};
 use crate::crd::{Scheduler, SecretKeyRef};
 use crate::rollout::{self, decide, Decision, Observed};
 
-/// Runs the Scheduler controller over `scope` (a namespace; `None`: all)
-/// until its watches end: the Schedulers, and — each pass reading them from
-/// the watches' stores (see [`watched`]) — their pods and Jobs by label and
-/// the Secrets' metadata (no data kept), which tells a pass when to read its
-/// Secret again and triggers the Schedulers naming a Secret that changed.
-pub async fn run(client: Client, scope: Option<String>, ctx: Arc<Context>) {
-    let (schedulers, pods, jobs, secrets) = match &scope {
-        Some(ns) => (
-            Api::<Scheduler>::namespaced(client.clone(), ns),
-            Api::<Pod>::namespaced(client.clone(), ns),
-            Api::<Job>::namespaced(client.clone(), ns),
-            Api::<PartialObjectMeta<Secret>>::namespaced(client.clone(), ns),
-        ),
-        None => (
-            Api::all(client.clone()),
-            Api::all(client.clone()),
-            Api::all(client.clone()),
-            Api::all(client.clone()),
-        ),
-    };
-    let ours = watcher::Config::default().labels(LABEL_SCHEDULER);
-    let (pod_store, writer) = reflector::store::<Pod>();
-    let pods = reflector::reflector(writer, watcher(pods, ours.clone()))
-        .default_backoff()
-        .touched_objects();
-    let (job_store, writer) = reflector::store::<Job>();
-    let jobs = reflector::reflector(writer, watcher(jobs, ours))
-        .default_backoff()
-        .touched_objects();
-    let (secret_store, writer) = reflector::store::<PartialObjectMeta<Secret>>();
-    let secrets = reflector::reflector(writer, watcher(secrets, watcher::Config::default()))
-        .default_backoff()
-        .touched_objects();
-    ctx.watched.register(
-        scope,
-        watched::Stores {
-            pods: pod_store,
-            jobs: job_store,
-            secrets: secret_store,
-        },
-    );
-    let controller = Controller::new(schedulers, watcher::Config::default());
-    let named = controller.store();
-    controller
-        .owns_stream(pods)
-        .owns_stream(jobs)
-        .watches_stream(secrets, move |m: PartialObjectMeta<Secret>| {
-            let ns = m.namespace();
-            named
-                .state()
-                .iter()
-                .filter(|s| {
-                    s.namespace() == ns && s.spec.database.url_secret_ref.name == m.name_any()
-                })
-                .map(|s| ObjectRef::from_obj(&**s))
-                .collect::<Vec<_>>()
-        })
-        .run(reconcile, error_policy, ctx)
-        .for_each(|result| async move {
-            match result {
-                Ok((object, _)) => tracing::debug!(scheduler = %object.name, "reconciled"),
-                // error_policy said it already: one line per failure.
-                Err(e) => tracing::debug!("scheduler controller: {e}"),
-            }
-        })
-        .await;
+/// The Scheduler controller over `scope` (a namespace; `None`: all),
+/// following the Schedulers and Secrets of `watches` (shared with the
+/// other controllers; see [`super::watches`]) and its own pods and Jobs by
+/// label; each pass reads them from the stores (see [`watched`]). The
+/// Secrets' metadata (no data kept) tells a pass when to read its Secret
+/// again and triggers the Schedulers naming a Secret that changed. The
+/// future runs until the watches end.
+pub fn run(
+    client: Client,
+    scope: Option<String>,
+    ctx: Arc<Context>,
+    watches: &mut Watches,
+) -> impl Future<Output = ()> + Send + 'static {
+    let (pods, jobs): (Api<Pod>, Api<Job>) =
+        (namespaced(&client, &scope), namespaced(&client, &scope));
+    let (scheduler_store, schedulers) = watches.schedulers.subscribe().stream();
+    let (secret_store, secrets) = watches.secrets.subscribe().stream();
+    async move {
+        let ours = watcher::Config::default().labels(LABEL_SCHEDULER);
+        let (pod_store, writer) = reflector::store::<Pod>();
+        let pods = reflector::reflector(writer, watcher(pods, ours.clone()))
+            .default_backoff()
+            .touched_objects();
+        let (job_store, writer) = reflector::store::<Job>();
+        let jobs = reflector::reflector(writer, watcher(jobs, ours))
+            .default_backoff()
+            .touched_objects();
+        ctx.watched.register(
+            scope,
+            watched::Stores {
+                pods: pod_store,
+                jobs: job_store,
+                secrets: secret_store,
+            },
+        );
+        let named = scheduler_store.clone();
+        Controller::for_stream(schedulers.applied_objects(), scheduler_store)
+            .owns_stream(pods)
+            .owns_stream(jobs)
+            .watches_stream(
+                secrets.touched_objects(),
+                move |m: PartialObjectMeta<Secret>| {
+                    let ns = m.namespace();
+                    named
+                        .state()
+                        .iter()
+                        .filter(|s| {
+                            s.namespace() == ns
+                                && s.spec.database.url_secret_ref.name == m.name_any()
+                        })
+                        .map(|s| ObjectRef::from_obj(&**s))
+                        .collect::<Vec<_>>()
+                },
+            )
+            .run(reconcile, error_policy, ctx)
+            .for_each(|result| async move {
+                match result {
+                    Ok((object, _)) => tracing::debug!(scheduler = %object.name, "reconciled"),
+                    // error_policy said it already: one line per failure.
+                    Err(e) => tracing::debug!("scheduler controller: {e}"),
+                }
+            })
+            .await;
+    }
 }
 
 /// Where a Scheduler is; namespaced, so it always has one.

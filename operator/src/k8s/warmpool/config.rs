@@ -3,7 +3,7 @@
 
 use std::sync::{Mutex, MutexGuard};
 
-use kube::{Api, Client, Resource, ResourceExt};
+use kube::{Api, Client, ResourceExt};
 
 use crate::{
     crd::WarmPool,
@@ -37,17 +37,6 @@ pub(super) fn pools_api(client: &Client, wp: &WarmPool) -> Api<WarmPool> {
         client.clone(),
         &wp.namespace().unwrap_or_else(|| "default".into()),
     )
-}
-
-/// The `Api` of `namespace` (all namespaces when `None`).
-pub(super) fn namespaced<K>(client: &Client, namespace: &Option<String>) -> Api<K>
-where
-    K: Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>,
-{
-    match namespace {
-        Some(ns) => Api::namespaced(client.clone(), ns),
-        None => Api::all(client.clone()),
-    }
 }
 
 /// A lock of a map that a panic elsewhere left whole.

@@ -48,7 +48,7 @@ mod retiring;
 mod stages;
 mod teardown;
 
-use std::{sync::Arc, time::Duration};
+use std::{future::Future, sync::Arc, time::Duration};
 
 use futures::{channel::mpsc, StreamExt};
 use k8s_openapi::api::core::v1::Secret;
@@ -57,17 +57,17 @@ use kube::{
     runtime::{
         controller::{self, Action},
         predicates,
-        reflector::{self, ObjectRef, Store},
-        watcher, Controller, WatchStreamExt,
+        reflector::{ObjectRef, Store},
+        Controller, WatchStreamExt,
     },
-    Api, Client, ResourceExt,
+    Client, ResourceExt,
 };
 
 pub use config::FINALIZER;
 pub use finalizer::FinalizerError;
 
+use config::key;
 pub use config::PoolControllerConfig;
-use config::{key, namespaced};
 pub use context::PoolContext;
 use context::{Caches, StopAll};
 pub use error::ControllerError;
@@ -75,88 +75,82 @@ use report::degraded;
 
 use crate::{
     crd::{Scheduler, WarmPool},
-    k8s::guard,
+    k8s::{guard, watches::Watches},
 };
 
-/// Runs the WarmPool controller over `namespace` (all when `None`) until its
-/// watch ends; its pools' loops and listeners end with it.
-pub async fn run(client: Client, namespace: Option<String>, config: PoolControllerConfig) {
-    let pools: Api<WarmPool> = namespaced(&client, &namespace);
-    let (scheduler_store, writer) = reflector::store::<Scheduler>();
-    // The store keeps every change; a pool cares only for a new spec (its
-    // Secret, say), not for the Scheduler controller's status writes.
-    let schedulers = reflector::reflector(
-        writer,
-        watcher(namespaced(&client, &namespace), watcher::Config::default()),
-    )
-    .default_backoff()
-    .touched_objects()
-    .predicate_filter(predicates::generation, Default::default());
-    let (secret_store, writer) = reflector::store::<PartialObjectMeta<Secret>>();
-    let secrets = reflector::reflector(
-        writer,
-        // Metadata only: the operator keeps no Secret's data.
-        watcher(
-            namespaced::<PartialObjectMeta<Secret>>(&client, &namespace),
-            watcher::Config::default(),
-        ),
-    )
-    .default_backoff()
-    .touched_objects();
-    let (triggers, notified) = mpsc::unbounded();
-    // A new generation (a spec change, or the deletion: the API server
-    // bumps it with deletionTimestamp) is reconciled; the controller's own
-    // status writes and finalizer patches are not, or each pass would call
-    // for another.
-    let (pool_store, writer) = reflector::store::<WarmPool>();
-    let changed = reflector::reflector(writer, watcher(pools, watcher::Config::default()))
-        .default_backoff()
-        .applied_objects()
-        .predicate_filter(predicates::generation, Default::default());
-    let controller = Controller::for_stream(changed, pool_store)
-        .with_config(controller::Config::default().debounce(config.tuning.min_gap));
-    let caches = Caches {
-        schedulers: scheduler_store.clone(),
-        secrets: secret_store,
-        pools: controller.store(),
-    };
-    let ctx = Arc::new(PoolContext::with(
-        client,
-        config,
-        Some(caches.clone()),
-        triggers,
-    ));
-    let _stop = StopAll(ctx.clone());
-    let by_scheduler = caches.pools.clone();
-    let (by_secret, secret_schedulers) = (caches.pools.clone(), scheduler_store);
-    controller
-        .watches_stream(schedulers, move |s: Scheduler| {
-            pools_of(&by_scheduler, s.namespace(), |name| name == s.name_any())
-        })
-        .watches_stream(secrets, move |m: PartialObjectMeta<Secret>| {
-            let ns = m.namespace();
-            let names: Vec<String> = secret_schedulers
-                .state()
-                .iter()
-                .filter(|s| {
-                    s.namespace() == ns && s.spec.database.url_secret_ref.name == m.name_any()
-                })
-                .map(|s| s.name_any())
-                .collect();
-            pools_of(&by_secret, ns, |name| names.iter().any(|n| n == name))
-        })
-        .reconcile_on(notified)
-        .run(reconcile, error_policy, ctx)
-        .for_each(|result| async move {
-            match result {
-                Ok((object, _)) => tracing::debug!(pool = %object.name, "reconciled"),
-                Err(controller::Error::ReconcilerFailed(e, _)) => {
-                    tracing::debug!(error = %e, "warm pool reconcile failed")
+/// The WarmPool controller, following the WarmPools, Schedulers and
+/// Secrets of `watches` (shared with the other controllers; see
+/// [`crate::k8s::watches`]); the future runs until the watches end, and its
+/// pools' loops and listeners end with it.
+pub fn run(
+    client: Client,
+    config: PoolControllerConfig,
+    watches: &mut Watches,
+) -> impl Future<Output = ()> + Send + 'static {
+    let (scheduler_store, schedulers) = watches.schedulers.subscribe().stream();
+    let (secret_store, secrets) = watches.secrets.subscribe().stream();
+    let (pool_store, pools) = watches.pools.subscribe().stream();
+    async move {
+        // The store keeps every change; a pool cares only for a new spec
+        // (its Secret, say), not for the Scheduler controller's status
+        // writes.
+        let schedulers = schedulers
+            .touched_objects()
+            .predicate_filter(predicates::generation, Default::default());
+        let secrets = secrets.touched_objects();
+        let (triggers, notified) = mpsc::unbounded();
+        // A new generation (a spec change, or the deletion: the API server
+        // bumps it with deletionTimestamp) is reconciled; the controller's
+        // own status writes and finalizer patches are not, or each pass
+        // would call for another.
+        let changed = pools
+            .applied_objects()
+            .predicate_filter(predicates::generation, Default::default());
+        let controller = Controller::for_stream(changed, pool_store)
+            .with_config(controller::Config::default().debounce(config.tuning.min_gap));
+        let caches = Caches {
+            schedulers: scheduler_store.clone(),
+            secrets: secret_store,
+            pools: controller.store(),
+        };
+        let ctx = Arc::new(PoolContext::with(
+            client,
+            config,
+            Some(caches.clone()),
+            triggers,
+        ));
+        let _stop = StopAll(ctx.clone());
+        let by_scheduler = caches.pools.clone();
+        let (by_secret, secret_schedulers) = (caches.pools.clone(), scheduler_store);
+        controller
+            .watches_stream(schedulers, move |s: Scheduler| {
+                pools_of(&by_scheduler, s.namespace(), |name| name == s.name_any())
+            })
+            .watches_stream(secrets, move |m: PartialObjectMeta<Secret>| {
+                let ns = m.namespace();
+                let names: Vec<String> = secret_schedulers
+                    .state()
+                    .iter()
+                    .filter(|s| {
+                        s.namespace() == ns && s.spec.database.url_secret_ref.name == m.name_any()
+                    })
+                    .map(|s| s.name_any())
+                    .collect();
+                pools_of(&by_secret, ns, |name| names.iter().any(|n| n == name))
+            })
+            .reconcile_on(notified)
+            .run(reconcile, error_policy, ctx)
+            .for_each(|result| async move {
+                match result {
+                    Ok((object, _)) => tracing::debug!(pool = %object.name, "reconciled"),
+                    Err(controller::Error::ReconcilerFailed(e, _)) => {
+                        tracing::debug!(error = %e, "warm pool reconcile failed")
+                    }
+                    Err(e) => tracing::warn!(error = %e, "warm pool controller"),
                 }
-                Err(e) => tracing::warn!(error = %e, "warm pool controller"),
-            }
-        })
-        .await;
+            })
+            .await;
+    }
 }
 
 /// The WarmPools of `namespace` whose `spec.scheduler` passes `named`.
