@@ -17,7 +17,7 @@ use super::{
 use crate::crd::WarmPoolSpec;
 
 use super::pool_loop::PoolLoop;
-use super::report::{PassReport, PoolError, PoolEvent};
+use super::report::{Deletion, PassReport, PoolError, PoolEvent};
 
 impl PoolLoop {
     /// One pass at `now` (the operator's clock, for EC2's launch times).
@@ -27,28 +27,26 @@ impl PoolLoop {
         // Read after the observation: a deletion that began meanwhile
         // launches nothing in this pass already.
         let deletion = *self.deletion.borrow();
-        if let Some(d) = deletion {
-            self.spec.drain_timeout_seconds = d.drain_timeout_seconds;
-        }
         snap.deleting = deletion.map(|d| d.since);
         self.unavailable.retain(|_, until| *until > now);
         let unavailable = &self.unavailable;
         self.capacity_codes
             .retain(|o, _| unavailable.contains_key(o));
-        // A schedule under way replaces the idle range; one that cannot be
-        // read is a warning, and `spec.idle` holds.
+        // What the plan goes by is the spec as given, with two things of
+        // the moment over it: a schedule under way replaces the idle range
+        // (one that cannot be read is a warning, and `spec.idle` holds), and
+        // a deletion's drain time-out is the one it was told.
         let active = schedule::active(&self.spec.schedules, now);
-        let scheduled;
-        let spec = match &active {
-            Ok(Some(a)) => {
-                scheduled = WarmPoolSpec {
-                    idle: a.idle.clone(),
-                    ..self.spec.clone()
-                };
-                &scheduled
-            }
-            _ => &self.spec,
+        let spec = WarmPoolSpec {
+            idle: match &active {
+                Ok(Some(a)) => a.idle.clone(),
+                _ => self.spec.idle.clone(),
+            },
+            drain_timeout_seconds: deletion
+                .map_or(self.spec.drain_timeout_seconds, |d| d.drain_timeout_seconds),
+            ..self.spec.clone()
         };
+        let spec = &spec;
         let decided = plan(spec, &snap, &self.unavailable, &self.limits(), now);
         // What each instance was doing since the last pass is taken to be
         // what it does now; a gap longer than a few resyncs (the loop
@@ -105,8 +103,8 @@ impl PoolLoop {
                 false,
             ));
         }
-        if let Some(since) = snap.deleting {
-            self.announce_deletion(&decided, since, &mut report);
+        if let Some(d) = deletion {
+            self.announce_deletion(&decided, d, &mut report);
         } else {
             self.count_boot_failures(&decided, &snap, &mut report).await;
         }
@@ -190,13 +188,16 @@ impl PoolLoop {
     pub(super) fn announce_deletion(
         &self,
         plan: &PoolPlan,
-        since: DateTime<Utc>,
+        Deletion {
+            since,
+            drain_timeout_seconds,
+        }: Deletion,
         report: &mut PassReport,
     ) {
         if self.deletion_announced {
             return;
         }
-        let drain = crate::crd::spec_seconds(self.spec.drain_timeout_seconds);
+        let drain = crate::crd::spec_seconds(drain_timeout_seconds);
         let until = (since + drain).to_rfc3339();
         tracing::info!(pool = %self.pool, since = %since.to_rfc3339(), busy = plan.counts.busy,
             retiring = plan.retirements.len(), "WarmPool deleted: terminating its instances");
