@@ -174,3 +174,93 @@ fn the_service_account_carries_the_iam_role_annotation() {
         Some(arn)
     );
 }
+
+/// The pod labels of the chart's Deployment.
+fn pod_labels(docs: &[Value]) -> &serde_yaml::Mapping {
+    at(
+        deployment(docs),
+        &["spec", "template", "metadata", "labels"],
+    )
+    .and_then(Value::as_mapping)
+    .expect("pod labels")
+}
+
+/// Whether `selector` (a `matchLabels`) picks the operator's pods.
+fn selects_operator(docs: &[Value], selector: &Value) {
+    let labels = pod_labels(docs);
+    let wanted = selector.as_mapping().expect("matchLabels");
+    assert!(!wanted.is_empty(), "an empty selector picks every pod");
+    for (k, v) in wanted {
+        assert_eq!(labels.get(k), Some(v), "selects {k:?}");
+    }
+}
+
+#[test]
+fn two_replicas_get_a_disruption_budget_of_one_pod_at_a_time() {
+    let docs = render(&[]);
+    let pdb = object(&docs, "PodDisruptionBudget", RELEASE_NAMESPACE, FULLNAME);
+    assert_eq!(
+        at(pdb, &["spec", "maxUnavailable"]).and_then(Value::as_u64),
+        Some(1)
+    );
+    selects_operator(
+        &docs,
+        at(pdb, &["spec", "selector", "matchLabels"]).unwrap(),
+    );
+    for sets in [
+        &["replicaCount=1"][..],
+        &["podDisruptionBudget.enabled=false"][..],
+    ] {
+        let docs = render(sets);
+        assert!(
+            !inventory(&docs)
+                .iter()
+                .any(|(k, _, _)| k == "PodDisruptionBudget"),
+            "{sets:?}: a budget would block every drain"
+        );
+    }
+}
+
+#[test]
+fn the_network_policy_lets_in_the_metrics_port_and_out_dns_the_api_ec2_and_databases() {
+    let docs = render(&["networkPolicy.databasePorts={5432,6432}"]);
+    let policy = object(&docs, "NetworkPolicy", RELEASE_NAMESPACE, FULLNAME);
+    selects_operator(
+        &docs,
+        at(policy, &["spec", "podSelector", "matchLabels"]).unwrap(),
+    );
+    let ports = |rule: &Value| -> Vec<String> {
+        at(rule, &["ports"])
+            .and_then(Value::as_sequence)
+            .into_iter()
+            .flatten()
+            .map(|p| {
+                let port = match at(p, &["port"]) {
+                    Some(Value::Number(n)) => n.to_string(),
+                    Some(Value::String(s)) => s.clone(),
+                    other => panic!("a port {other:?}"),
+                };
+                format!("{}/{port}", str_at(p, &["protocol"]).unwrap_or("TCP"))
+            })
+            .collect()
+    };
+    let ingress = at(policy, &["spec", "ingress"])
+        .and_then(Value::as_sequence)
+        .expect("ingress rules");
+    assert_eq!(ingress.len(), 1);
+    assert_eq!(ports(&ingress[0]), ["TCP/http"], "the metrics port only");
+    let egress: Vec<String> = at(policy, &["spec", "egress"])
+        .and_then(Value::as_sequence)
+        .expect("egress rules")
+        .iter()
+        .flat_map(ports)
+        .collect();
+    assert_eq!(
+        egress,
+        ["UDP/53", "TCP/53", "TCP/443", "TCP/6443", "TCP/5432", "TCP/6432"]
+    );
+    let docs = render(&["networkPolicy.enabled=false"]);
+    assert!(!inventory(&docs)
+        .iter()
+        .any(|(k, _, _)| k == "NetworkPolicy"));
+}

@@ -149,6 +149,8 @@ fn default_values_grant_the_rules_in_the_release_namespace_only() {
             ("RoleBinding", RELEASE_NAMESPACE, &lease),
             ("Service", RELEASE_NAMESPACE, &metrics),
             ("Deployment", RELEASE_NAMESPACE, FULLNAME),
+            ("PodDisruptionBudget", RELEASE_NAMESPACE, FULLNAME),
+            ("NetworkPolicy", RELEASE_NAMESPACE, FULLNAME),
         ])
     );
     let role = object(&docs, "ClusterRole", "", FULLNAME);
@@ -190,6 +192,8 @@ fn a_watch_namespaces_list_gets_a_role_and_binding_in_each() {
             ("RoleBinding", RELEASE_NAMESPACE, &lease),
             ("Service", RELEASE_NAMESPACE, &metrics),
             ("Deployment", RELEASE_NAMESPACE, FULLNAME),
+            ("PodDisruptionBudget", RELEASE_NAMESPACE, FULLNAME),
+            ("NetworkPolicy", RELEASE_NAMESPACE, FULLNAME),
         ]),
         "no workload RoleBinding in the release namespace, which is not watched"
     );
@@ -227,6 +231,8 @@ fn watching_all_namespaces_uses_a_cluster_role() {
             ("RoleBinding", RELEASE_NAMESPACE, &lease),
             ("Service", RELEASE_NAMESPACE, &metrics),
             ("Deployment", RELEASE_NAMESPACE, FULLNAME),
+            ("PodDisruptionBudget", RELEASE_NAMESPACE, FULLNAME),
+            ("NetworkPolicy", RELEASE_NAMESPACE, FULLNAME),
         ])
     );
     let role = object(&docs, "ClusterRole", "", FULLNAME);
