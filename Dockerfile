@@ -1,6 +1,9 @@
 # syntax=docker/dockerfile:1
-# The operator image: orca-operator and orca-pool-agent, both fully static
-# (glibc linked in, TLS by rustls), on distroless's static base.
+# The operator image for users with Docker: the same layout as
+# scripts/image builds offline (image/Containerfile) — orca-operator and
+# orca-pool-agent, both fully static (glibc linked in, TLS by rustls), a CA
+# bundle, /etc/passwd and /etc/group with the nonroot user 65532 and an
+# empty /tmp, FROM scratch: no shell, nothing else.
 #
 #   docker build -t orca-operator .
 #
@@ -20,13 +23,18 @@ RUN --mount=type=cache,target=/usr/local/cargo/registry \
     rustup target add x86_64-unknown-linux-gnu \
  && cargo build --release --locked --target x86_64-unknown-linux-gnu \
         -p orca-operator -p orca-pool-agent \
- && mkdir -p /out \
- && cp target/x86_64-unknown-linux-gnu/release/orca-operator \
-       target/x86_64-unknown-linux-gnu/release/orca-pool-agent /out/
+ && mkdir -p /rootfs/etc/ssl/certs /rootfs/tmp \
+ && install -m 0755 target/x86_64-unknown-linux-gnu/release/orca-operator \
+        target/x86_64-unknown-linux-gnu/release/orca-pool-agent /rootfs/ \
+ && install -m 0644 image/passwd image/group /rootfs/etc/ \
+ && install -m 0644 /etc/ssl/certs/ca-certificates.crt /rootfs/etc/ssl/certs/ \
+ && chmod 1777 /rootfs/tmp
 
-FROM --platform=linux/amd64 gcr.io/distroless/static-debian12:nonroot
-COPY --from=build /out/orca-operator /orca-operator
-COPY --from=build /out/orca-pool-agent /orca-pool-agent
-USER nonroot:nonroot
+FROM scratch
+COPY --from=build /rootfs/ /
+LABEL org.opencontainers.image.title="orca-operator" \
+      org.opencontainers.image.description="The orca control plane: Scheduler rollouts with the overlap handover, and EC2 warm pools" \
+      org.opencontainers.image.licenses="Apache-2.0"
+USER 65532:65532
 ENTRYPOINT ["/orca-operator"]
 CMD ["run"]

@@ -96,6 +96,18 @@ PY
     export ORCA_HELM
 }
 
+# Debian's buildah, which builds the operator's FROM-scratch image
+# (scripts/image) with no registry and no daemon; the CA bundle the image
+# carries comes from Debian's ca-certificates.
+ensure_buildah() {
+    if ! command -v buildah >/dev/null 2>&1 || [ ! -f /etc/ssl/certs/ca-certificates.crt ]; then
+        echo "setup: installing Debian's buildah and ca-certificates" >&2
+        apt-get update -qq >&2
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+            buildah ca-certificates >&2
+    fi
+}
+
 # The test control plane: kube-apiserver, kube-controller-manager and etcd
 # built from Kubernetes' and etcd's Go modules (tests/kube/) by
 # scripts/build-kube, once per checkout; Go's own caches make a rebuild on

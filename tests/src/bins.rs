@@ -2,7 +2,7 @@
 //! `cargo build --workspace` (scripts/test does it first) into the same
 //! target directory as the test binary.
 
-use std::path::PathBuf;
+use std::{io, path::PathBuf};
 
 /// The path of workspace binary `name` (`orca-pool-agent`, `orca-operator`,
 /// `orca-sim`).
@@ -27,4 +27,18 @@ pub fn path(name: &str) -> PathBuf {
         );
     }
     bin
+}
+
+/// Where this machine's program `name` is: on this process's PATH, or in
+/// /usr/sbin or /usr/bin — for a command run with an environment of its
+/// own, which has no PATH.
+pub fn host_program(name: &str) -> io::Result<PathBuf> {
+    std::env::var_os("PATH")
+        .map(|p| std::env::split_paths(&p).collect::<Vec<_>>())
+        .unwrap_or_default()
+        .into_iter()
+        .chain(["/usr/sbin", "/usr/bin"].map(PathBuf::from))
+        .map(|d| d.join(name))
+        .find(|p| p.is_file())
+        .ok_or_else(|| io::Error::other(format!("{name} is not installed")))
 }

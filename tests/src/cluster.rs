@@ -12,9 +12,10 @@
 //! start fails the test and says what is missing.
 
 use std::{
+    collections::{BTreeMap, BTreeSet},
     path::{Path, PathBuf},
     process::{Child, Command, Stdio},
-    sync::{Mutex, OnceLock},
+    sync::{Arc, Mutex, OnceLock, PoisonError},
     time::{Duration, Instant},
 };
 
@@ -26,7 +27,10 @@ use kube::{
 };
 use orca_operator::local::spawn::{free_port, remove_stale_dirs, spawn_tied};
 
-use crate::node::{Node, NodeOptions};
+use crate::{
+    image::OciImage,
+    node::{Node, NodeImage, NodeOptions},
+};
 
 /// The Kubernetes release `tests/kube/go.mod` pins; k8s-openapi's
 /// `v1_33` types, which the operator uses, are served by it unchanged.
@@ -49,6 +53,9 @@ pub struct ControlPlane {
     /// come and go with their runtimes): the test node runs on it.
     runtime: tokio::runtime::Runtime,
     node: OnceLock<Node>,
+    /// The test node's images and the loopback ports its image pods reach.
+    images: Arc<Mutex<BTreeMap<String, NodeImage>>>,
+    exposed: Arc<Mutex<BTreeSet<u16>>>,
 }
 
 static SHARED: OnceLock<ControlPlane> = OnceLock::new();
@@ -118,6 +125,8 @@ impl ControlPlane {
                 .build()
                 .expect("invariant: a runtime can be built at fixture set-up"),
             node: OnceLock::new(),
+            images: Arc::default(),
+            exposed: Arc::default(),
         };
 
         let etcd_url = format!("http://127.0.0.1:{etcd_port}");
@@ -360,11 +369,52 @@ impl ControlPlane {
             .unwrap_or_default()
     }
 
+    /// Gives the test node image `reference`: the OCI archive `archive`,
+    /// unpacked once per reference; a pod of that image runs from it.
+    pub fn load_image(&self, reference: &str, archive: &Path) -> OciImage {
+        let dir = self.dir.join("images").join(random_hex(8));
+        let image = OciImage::open(archive, &dir.join("archive"))
+            .unwrap_or_else(|e| panic!("cannot read the image {}: {e:#}", archive.display()));
+        let root = dir.join("root");
+        image
+            .unpack(&root)
+            .unwrap_or_else(|e| panic!("cannot unpack the image {}: {e:#}", archive.display()));
+        let node_image = NodeImage {
+            root,
+            entrypoint: image.strings("Entrypoint"),
+            cmd: image.strings("Cmd"),
+            env: image.strings("Env"),
+            user: image.user(),
+            working_dir: image.config["WorkingDir"]
+                .as_str()
+                .unwrap_or_default()
+                .into(),
+        };
+        self.images
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(reference.into(), node_image);
+        image
+    }
+
+    /// Makes loopback `port` of this machine reachable from the test
+    /// node's image pods at the same address (a database's, moto's).
+    pub fn expose(&self, port: u16) {
+        self.exposed
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(port);
+    }
+
     fn start_node(&self) -> Node {
         let options = NodeOptions {
             name: NODE.into(),
             work_dir: self.dir.join("pods"),
             unpullable: vec![UNPULLABLE.into()],
+            images: self.images.clone(),
+            exposed: self.exposed.clone(),
+            api_port: self.port,
+            ca_file: self.dir.join("ca.crt"),
         };
         self.block_on(async {
             let client = self.client().await;

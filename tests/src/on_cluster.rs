@@ -6,7 +6,10 @@
 
 use std::{path::PathBuf, time::Duration};
 
-use k8s_openapi::api::core::v1::{Event, Pod, Secret};
+use k8s_openapi::api::{
+    coordination::v1::Lease,
+    core::v1::{Event, Pod, Secret},
+};
 use kube::{
     api::{ListParams, ObjectMeta, Patch, PatchParams, PostParams},
     Api, Client,
@@ -43,7 +46,7 @@ impl OnCluster {
 
     /// As [`OnCluster::new`], with no operator replica yet.
     pub async fn without_operator(prefix: &str) -> OnCluster {
-        OnCluster::staged(prefix, None).await
+        OnCluster::staged(prefix, None, &[]).await
     }
 
     /// As [`OnCluster::without_operator`], but the chart is installed in a
@@ -51,13 +54,21 @@ impl OnCluster {
     /// operator usually is: the stage's namespace can be deleted with
     /// everything in it, the operator's Role and RoleBinding there too.
     pub async fn apart(prefix: &str) -> OnCluster {
-        let stage = OnCluster::staged(prefix, Some(&format!("{prefix}-op"))).await;
+        let stage = OnCluster::staged(prefix, Some(&format!("{prefix}-op")), &[]).await;
         stage.with_replica("a").await
+    }
+
+    /// As [`OnCluster::without_operator`], the chart installed with `sets`
+    /// (`key=value`) over the tests' values: with `replicaCount` and an
+    /// image the test node has, the chart's own Deployment runs the
+    /// operator.
+    pub async fn installed_with(prefix: &str, sets: &[&str]) -> OnCluster {
+        OnCluster::staged(prefix, None, sets).await
     }
 
     /// The stage's namespace, the chart installed in it or in a namespace
     /// `<apart>-<random>` watching it, and the Secret `orca-db`.
-    async fn staged(prefix: &str, apart: Option<&str>) -> OnCluster {
+    async fn staged(prefix: &str, apart: Option<&str>, sets: &[&str]) -> OnCluster {
         let cp = ControlPlane::shared();
         let client = cp.client().await;
         let ns = cp.namespace(&client, prefix).await;
@@ -65,7 +76,7 @@ impl OnCluster {
             Some(apart) => cp.namespace(&client, apart).await,
             None => ns.clone(),
         };
-        let release = Release::install(cp, &op, &op, &[ns.as_str()], &[]);
+        let release = Release::install(cp, &op, &op, &[ns.as_str()], sets);
         let url = pg::Cluster::shared().migrated_db().await;
         let stage = OnCluster {
             cp,
@@ -84,6 +95,17 @@ impl OnCluster {
         let replica = Replica::start(self.cp, &self.client, &self.release, name).await;
         self.replicas.push(replica);
         self
+    }
+
+    /// Who holds the operator's Lease now, if anyone.
+    pub async fn lease_holder(&self) -> Option<String> {
+        Api::<Lease>::namespaced(self.client.clone(), &self.release.namespace)
+            .get_opt(&self.release.fullname())
+            .await
+            .ok()
+            .flatten()
+            .and_then(|l| l.spec?.holder_identity)
+            .filter(|h| !h.is_empty())
     }
 
     /// Creates or replaces Secret `name` with `key` = `value`.

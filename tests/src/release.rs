@@ -34,6 +34,22 @@ pub fn helm() -> PathBuf {
     path
 }
 
+/// Runs helm's `cmd` with `sets` (`key=value`) added; panics saying `what`
+/// failed, with helm's message.
+fn helm_with(mut cmd: Command, sets: &[&str], what: &str) {
+    for set in sets {
+        cmd.args(["--set", set]);
+    }
+    let out = cmd
+        .output()
+        .unwrap_or_else(|e| panic!("helm could not run: {e}"));
+    assert!(
+        out.status.success(),
+        "{what} failed: {}",
+        String::from_utf8_lossy(&out.stderr).trim()
+    );
+}
+
 /// The repository's root.
 pub fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
@@ -71,22 +87,29 @@ impl Release {
             .args(["--set", "replicaCount=0"])
             .args(["--set", &format!("clusterName={TEST_CLUSTER}")])
             .args(["--set", &format!("watchNamespaces={{{}}}", watch.join(","))]);
-        for set in sets {
-            cmd.args(["--set", set]);
-        }
-        let out = cmd
-            .output()
-            .unwrap_or_else(|e| panic!("helm could not run: {e}"));
-        assert!(
-            out.status.success(),
-            "helm install {name} failed: {}",
-            String::from_utf8_lossy(&out.stderr).trim()
-        );
+        helm_with(cmd, sets, &format!("helm install {name}"));
         Release {
             name: name.into(),
             namespace: namespace.into(),
             watch: watch.iter().map(|s| s.to_string()).collect(),
         }
+    }
+
+    /// `helm upgrade` of this release to the chart with its values kept and
+    /// `sets` (`key=value`) changed, as a user rolls a new image out.
+    pub fn upgrade(&self, cp: &ControlPlane, sets: &[&str]) {
+        let mut cmd = Command::new(helm());
+        cmd.arg("upgrade")
+            .arg(&self.name)
+            .arg(repo().join("charts/orca-operator"))
+            .args([
+                "--namespace",
+                &self.namespace,
+                "--reuse-values",
+                "--kubeconfig",
+            ])
+            .arg(cp.admin_kubeconfig());
+        helm_with(cmd, sets, &format!("helm upgrade {}", self.name));
     }
 
     /// The chart's full name for this release (its ServiceAccount, Lease).
@@ -339,32 +362,82 @@ fn jti(token: &str) -> String {
         .expect("invariant: a service-account token carries a jti")
 }
 
-/// The writes that took effect (the API server answered below 400) which
-/// the audit log records for credential `credential_id`, as `verb resource
-/// namespace/name at time` lines, in order. A write the server refused — a
-/// Lease renewal that lost to the new holder's, say — changed nothing.
-pub fn writes_by(cp: &ControlPlane, credential_id: &str) -> Vec<String> {
+/// The audit log's entries of requests that took effect (the API server
+/// answered below 400). A write the server refused — a Lease renewal that
+/// lost to the new holder's, say — changed nothing.
+fn took_effect(cp: &ControlPlane) -> Vec<serde_json::Value> {
     let text = std::fs::read_to_string(cp.audit_log()).unwrap_or_default();
     text.lines()
         .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
         .filter(|e| {
+            e["responseStatus"]["code"]
+                .as_i64()
+                .is_some_and(|c| c < 400)
+        })
+        .collect()
+}
+
+/// `verb resource[/subresource] ` of an audit entry.
+fn verb_and_resource(e: &serde_json::Value) -> String {
+    let o = &e["objectRef"];
+    format!(
+        "{} {}{}",
+        e["verb"].as_str().unwrap_or(""),
+        o["resource"].as_str().unwrap_or(""),
+        o["subresource"]
+            .as_str()
+            .map(|s| format!("/{s}"))
+            .unwrap_or_default(),
+    )
+}
+
+/// The writes that took effect in `namespace`, Leases aside, which the
+/// audit log records for a token bound to a pod (the test node's image pods
+/// have one each): `(pod, time, "verb resource name")`, in order.
+pub fn writes_by_pods(cp: &ControlPlane, namespace: &str) -> Vec<(String, String, String)> {
+    took_effect(cp)
+        .into_iter()
+        .filter(|e| {
+            matches!(
+                e["verb"].as_str(),
+                Some("create" | "update" | "patch" | "delete")
+            ) && e["objectRef"]["namespace"] == namespace
+                && e["objectRef"]["resource"] != "leases"
+        })
+        .filter_map(|e| {
+            let pod = e["user"]["extra"]["authentication.kubernetes.io/pod-name"][0].as_str()?;
+            Some((
+                pod.to_string(),
+                e["requestReceivedTimestamp"]
+                    .as_str()
+                    .unwrap_or("")
+                    .to_string(),
+                format!(
+                    "{} {}",
+                    verb_and_resource(&e),
+                    e["objectRef"]["name"].as_str().unwrap_or("")
+                ),
+            ))
+        })
+        .collect()
+}
+
+/// The writes that took effect which the audit log records for credential
+/// `credential_id`, as `verb resource namespace/name at time` lines, in
+/// order.
+pub fn writes_by(cp: &ControlPlane, credential_id: &str) -> Vec<String> {
+    took_effect(cp)
+        .into_iter()
+        .filter(|e| {
             e["user"]["extra"]["authentication.kubernetes.io/credential-id"]
                 .as_array()
                 .is_some_and(|ids| ids.iter().any(|id| id == credential_id))
-                && e["responseStatus"]["code"]
-                    .as_i64()
-                    .is_some_and(|c| c < 400)
         })
         .map(|e| {
             let o = &e["objectRef"];
             format!(
-                "{} {}{} {}/{} at {}",
-                e["verb"].as_str().unwrap_or(""),
-                o["resource"].as_str().unwrap_or(""),
-                o["subresource"]
-                    .as_str()
-                    .map(|s| format!("/{s}"))
-                    .unwrap_or_default(),
+                "{} {}/{} at {}",
+                verb_and_resource(&e),
                 o["namespace"].as_str().unwrap_or(""),
                 o["name"].as_str().unwrap_or(""),
                 e["requestReceivedTimestamp"].as_str().unwrap_or("")

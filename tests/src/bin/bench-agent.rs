@@ -2,7 +2,7 @@
 //! `| figure | value | target |` rows: hand-out latency (1 and 500 waiting
 //! agents), statements per idle agent per second, idle RSS, binary size,
 //! start-up time. It runs the static agent of `$ORCA_STATIC_AGENT`
-//! (scripts/build-agent) against a throwaway cluster of its own;
+//! (scripts/build-static) against a throwaway cluster of its own;
 //! scripts/bench runs it.
 
 use std::{
@@ -157,7 +157,7 @@ fn rss_kib(pid: u32) -> Result<u64> {
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() -> Result<()> {
     let bin = std::env::var("ORCA_STATIC_AGENT")
-        .context("ORCA_STATIC_AGENT is not set: scripts/bench builds the static agent with scripts/build-agent and sets it")?;
+        .context("ORCA_STATIC_AGENT is not set: scripts/bench builds the static agent with scripts/build-static and sets it")?;
     let size = std::fs::metadata(&bin)
         .with_context(|| format!("the static agent {bin}"))?
         .len();

@@ -40,20 +40,7 @@ impl Launch {
             .stderr(log)
             .process_group(0)
             .kill_on_drop(true);
-        let parent = std::process::id() as libc::pid_t;
-        // SAFETY: only async-signal-safe calls between fork and exec.
-        unsafe {
-            command.pre_exec(move || {
-                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
-                    return Err(io::Error::last_os_error());
-                }
-                // The parent died before the line above: nobody would kill it.
-                if libc::getppid() != parent {
-                    libc::_exit(1);
-                }
-                Ok(())
-            });
-        }
+        dies_with_the_node(&mut command);
         Ok(command)
     }
 
@@ -186,6 +173,8 @@ pub(super) async fn prepare(
                 name: c.name.clone(),
                 image: c.image.clone().unwrap_or_default(),
                 pid: None,
+                ready: None,
+                restarts: 0,
                 state: State::Waiting {
                     reason: reason.into(),
                     message,

@@ -4,9 +4,14 @@
 //! reporting their state in the pod's status as a kubelet would — as far as
 //! the tests need, and no further:
 //!
-//! - there are no images: a container must have a `command`, run with the
-//!   agent's own environment (less `ORCA_*`) under the pod's; an image listed
-//!   in [`NodeOptions::unpullable`] fails to pull, and no other image matters;
+//! - a container of an image the node has ([`NodeOptions::images`]: the
+//!   operator's own, unpacked from its OCI archive) runs from that image's
+//!   root file system, in a network of its own, with its service account's
+//!   token, probes and restarts — see `image_pod` for what is and is not
+//!   done as a kubelet does;
+//! - any other container must have a `command`, run with the agent's own
+//!   environment (less `ORCA_*`) under the pod's; an image listed in
+//!   [`NodeOptions::unpullable`] fails to pull, and no other image matters;
 //! - the containers of a pod start together once all can (image, command and
 //!   environment resolved), and are never restarted: `restartPolicy`
 //!   `OnFailure` and `Always` are treated as `Never`;
@@ -25,7 +30,7 @@
 //! is dropped, and dies with the test process at the latest.
 
 use std::{
-    collections::{BTreeMap, HashMap, HashSet},
+    collections::{BTreeMap, BTreeSet, HashMap, HashSet},
     io,
     os::unix::process::ExitStatusExt,
     path::{Path, PathBuf},
@@ -55,6 +60,7 @@ use tokio::{
 };
 
 mod environment;
+mod image_pod;
 mod launch;
 mod pod;
 mod pod_watch;
@@ -69,9 +75,9 @@ use self::{
     launch::{prepare, Launch, Waiting},
     pod::{deleting, grace, latest, run_pod, PodApi, Updates},
     pod_watch::watch_pods,
-    process::{exit_code, spawn, spawner, Groups, SpawnRequest},
+    process::{dies_with_the_node, exit_code, spawn, spawner, Groups, SpawnRequest},
     registration::{heartbeat, node_object, now, report_node},
-    running::run,
+    running::{fresh_dir, run},
     status::{pod_status, ContainerStatus, State},
 };
 
@@ -103,6 +109,31 @@ pub struct NodeOptions {
     /// Images that fail to pull (`ErrImagePull`), to test a pod that never
     /// starts: an exact image, or a prefix ending in `*`.
     pub unpullable: Vec<String>,
+    /// The images the node has, by reference (filled in as tests load
+    /// them); a pod whose containers are all of these runs from them.
+    pub images: Arc<Mutex<BTreeMap<String, NodeImage>>>,
+    /// The loopback ports of this machine that a pod in a network of its
+    /// own reaches at the same address (the API server's, the databases',
+    /// moto's), as a cluster network would route them.
+    pub exposed: Arc<Mutex<BTreeSet<u16>>>,
+    /// The API server as pods reach it: its loopback port (the
+    /// `KUBERNETES_SERVICE_PORT` of image pods) and its CA (their
+    /// `ca.crt`).
+    pub api_port: u16,
+    pub ca_file: PathBuf,
+}
+
+/// An image the node has: its root file system, unpacked, and its config.
+#[derive(Clone, Debug)]
+pub struct NodeImage {
+    pub root: PathBuf,
+    pub entrypoint: Vec<String>,
+    pub cmd: Vec<String>,
+    /// `KEY=value` each.
+    pub env: Vec<String>,
+    /// `uid[:gid]`, numeric; empty: root.
+    pub user: String,
+    pub working_dir: String,
 }
 
 /// A running test node. Dropping it stops the agent and SIGKILLs every
@@ -124,6 +155,10 @@ impl Node {
             name,
             work_dir,
             unpullable,
+            images,
+            exposed,
+            api_port,
+            ca_file,
         } = options;
         std::fs::create_dir_all(&work_dir)
             .with_context(|| format!("cannot create the test node's {}", work_dir.display()))?;
@@ -150,6 +185,10 @@ impl Node {
             node: name.clone(),
             work_dir: work_dir.clone(),
             unpullable,
+            images,
+            exposed,
+            api_port,
+            ca_file,
             groups: groups.clone(),
             spawner,
         });
@@ -191,11 +230,24 @@ struct Ctx {
     node: String,
     work_dir: PathBuf,
     unpullable: Vec<String>,
+    images: Arc<Mutex<BTreeMap<String, NodeImage>>>,
+    exposed: Arc<Mutex<BTreeSet<u16>>>,
+    api_port: u16,
+    ca_file: PathBuf,
     groups: Arc<Groups>,
     spawner: mpsc::Sender<SpawnRequest>,
 }
 
 impl Ctx {
+    /// The image `reference` if the node has it.
+    fn image(&self, reference: &str) -> Option<NodeImage> {
+        self.images
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(reference)
+            .cloned()
+    }
+
     fn unpullable(&self, image: &str) -> bool {
         self.unpullable.iter().any(|u| match u.strip_suffix('*') {
             Some(prefix) => image.starts_with(prefix),

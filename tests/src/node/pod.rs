@@ -63,6 +63,10 @@ pub(super) async fn run_pod(ctx: Arc<Ctx>, mut rx: Updates) {
         // Ended before this agent: only its deletion is left to do.
     } else if started_before {
         pod.lost(&bound).await;
+    } else if image_pod::of_images(&ctx, &bound) {
+        if !image_pod::run(&ctx, &pod, &mut rx).await {
+            return;
+        }
     } else if !run(&ctx, &pod, &mut rx).await {
         return;
     }
@@ -74,9 +78,9 @@ pub(super) async fn run_pod(ctx: Arc<Ctx>, mut rx: Updates) {
 /// A pod's name, uid and API, for its task.
 pub(super) struct PodApi {
     api: Api<Pod>,
-    namespace: String,
+    pub(super) namespace: String,
     pub(super) name: String,
-    uid: String,
+    pub(super) uid: String,
 }
 
 /// Waits until the pod is bound to this node, binding it if it is bound to
@@ -210,6 +214,8 @@ impl PodApi {
                 name: c.name.clone(),
                 image: c.image.clone().unwrap_or_default(),
                 pid: None,
+                ready: None,
+                restarts: 0,
                 state: State::Terminated {
                     code: 137,
                     reason: "ContainerStatusUnknown".into(),

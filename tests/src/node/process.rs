@@ -98,6 +98,25 @@ pub(super) fn spawner(
     Ok(tx)
 }
 
+/// Makes `command`'s process die with the spawner thread (the Node) or the
+/// test process, whichever goes first.
+pub(super) fn dies_with_the_node(command: &mut Command) {
+    let parent = std::process::id() as libc::pid_t;
+    // SAFETY: only async-signal-safe calls between fork and exec.
+    unsafe {
+        command.pre_exec(move || {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
+                return Err(io::Error::last_os_error());
+            }
+            // The parent died before the line above: nobody would kill it.
+            if libc::getppid() != parent {
+                libc::_exit(1);
+            }
+            Ok(())
+        });
+    }
+}
+
 /// Starts `command` through the spawner thread.
 pub(super) async fn spawn(ctx: &Ctx, command: Command) -> io::Result<Child> {
     let (reply, answer) = oneshot::channel();

@@ -81,6 +81,8 @@ pub(super) async fn run(ctx: &Ctx, pod: &PodApi, rx: &mut Updates) -> bool {
             image: launch.image.clone(),
             pid,
             state,
+            ready: None,
+            restarts: 0,
         };
         containers.push((status, launch));
     }
@@ -193,7 +195,7 @@ async fn wait(i: usize, mut child: Child) -> (usize, io::Result<ExitStatus>) {
 
 /// Empties (or makes) a pod's directory: a pod of the same name before it
 /// left its files there.
-fn fresh_dir(dir: &Path) -> io::Result<()> {
+pub(super) fn fresh_dir(dir: &Path) -> io::Result<()> {
     match std::fs::remove_dir_all(dir) {
         Ok(()) => {}
         Err(e) if e.kind() == io::ErrorKind::NotFound => {}

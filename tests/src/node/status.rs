@@ -36,11 +36,21 @@ pub(super) struct ContainerStatus {
     pub(super) image: String,
     pub(super) pid: Option<u32>,
     pub(super) state: State,
+    /// Whether its readiness probe passes; `None`: it has none, and is
+    /// ready while it runs.
+    pub(super) ready: Option<bool>,
+    /// How often it was restarted (`restartCount`).
+    pub(super) restarts: u32,
 }
 
 impl ContainerStatus {
     pub(super) fn running(&self) -> bool {
         matches!(self.state, State::Running { .. })
+    }
+
+    /// Running, and its readiness probe (if any) passes.
+    pub(super) fn is_ready(&self) -> bool {
+        self.running() && self.ready.unwrap_or(true)
     }
 
     fn to_json(&self) -> Value {
@@ -76,8 +86,8 @@ impl ContainerStatus {
             "name": self.name,
             "image": self.image,
             "imageID": self.image,
-            "restartCount": 0,
-            "ready": self.running(),
+            "restartCount": self.restarts,
+            "ready": self.is_ready(),
             "started": self.running(),
             "state": state,
         });
@@ -91,7 +101,7 @@ impl ContainerStatus {
 /// A status patch for the pod: `phase`, its addresses, conditions and
 /// containers.
 pub(super) fn pod_status(phase: &str, start: &str, containers: &[ContainerStatus]) -> Value {
-    let ready = !containers.is_empty() && containers.iter().all(ContainerStatus::running);
+    let ready = !containers.is_empty() && containers.iter().all(ContainerStatus::is_ready);
     let changed = now();
     let condition = |kind: &str, since: &str| {
         let mut c = json!({"type": kind, "status": "True", "lastTransitionTime": since});
@@ -102,7 +112,7 @@ pub(super) fn pod_status(phase: &str, start: &str, containers: &[ContainerStatus
             } else {
                 let unready: Vec<&str> = containers
                     .iter()
-                    .filter(|c| !c.running())
+                    .filter(|c| !c.is_ready())
                     .map(|c| c.name.as_str())
                     .collect();
                 c["reason"] = json!("ContainersNotReady");

@@ -65,7 +65,7 @@ async fn bad_arguments_and_urls_are_one_line_usage_errors_without_the_password()
 #[test]
 fn the_shipped_agent_is_static_and_runs() {
     let path = std::env::var("ORCA_STATIC_AGENT").unwrap_or_else(|_| {
-        panic!("ORCA_STATIC_AGENT is not set: export the path scripts/build-agent prints (scripts/test does)")
+        panic!("ORCA_STATIC_AGENT is not set: export scripts/build-static's directory/orca-pool-agent (scripts/test does)")
     });
     let file = std::process::Command::new("file")
         .arg("-b")

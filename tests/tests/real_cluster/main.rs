@@ -7,6 +7,7 @@
 
 mod deletion;
 mod handover;
+mod in_cluster;
 mod install;
 mod never_two;
 mod pool_deletion;

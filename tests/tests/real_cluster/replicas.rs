@@ -7,21 +7,9 @@
 
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::coordination::v1::Lease;
-use kube::Api;
 use orca_tests::{eventually::eventually, on_cluster::OnCluster, pg, release::writes_by};
 
 use super::{ready_with, scheduler, warm_pool::Ec2Stage};
-
-async fn holder(stage: &OnCluster) -> Option<String> {
-    Api::<Lease>::namespaced(stage.client.clone(), &stage.ns)
-        .get_opt(&stage.release.fullname())
-        .await
-        .ok()
-        .flatten()
-        .and_then(|l| l.spec?.holder_identity)
-        .filter(|h| !h.is_empty())
-}
 
 /// Two replicas, v1 Ready and one idle instance, every statement on the
 /// stage's database logged with its connection's application_name
@@ -64,7 +52,12 @@ async fn two_replicas(prefix: &str) -> (OnCluster, Ec2Stage, usize, String) {
     let first = eventually(
         "a replica holds the Lease",
         Duration::from_secs(30),
-        || async { holder(&stage).await.ok_or_else(|| "no holder".to_string()) },
+        || async {
+            stage
+                .lease_holder()
+                .await
+                .ok_or_else(|| "no holder".to_string())
+        },
     )
     .await;
     let leader = match first.as_str() {
@@ -112,7 +105,7 @@ async fn a_frozen_leader_that_lost_its_lease_never_acts_again() {
         "the standby takes the Lease",
         Duration::from_secs(60),
         || async {
-            match holder(&stage).await {
+            match stage.lease_holder().await {
                 Some(h) if h == new.name => Ok(()),
                 other => Err(format!("{other:?}")),
             }
@@ -215,7 +208,7 @@ async fn a_leader_stopped_by_sigterm_hands_over_at_once_and_acts_no_more() {
         "the standby leads, well within the 15 s lease duration",
         Duration::from_secs(8),
         || async {
-            match holder(&stage).await {
+            match stage.lease_holder().await {
                 Some(h) if h == new_name => Ok(()),
                 other => Err(format!("{other:?}")),
             }
