@@ -108,6 +108,16 @@ ensure_buildah() {
     fi
 }
 
+# promtool, from Debian's prometheus package, tests the chart's alert rules.
+ensure_promtool() {
+    if ! command -v promtool >/dev/null 2>&1; then
+        echo "setup: installing Debian's prometheus (for promtool)" >&2
+        apt-get update -qq >&2
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+            prometheus >&2
+    fi
+}
+
 # The test control plane: kube-apiserver, kube-controller-manager and etcd
 # built from Kubernetes' and etcd's Go modules (tests/kube/) by
 # scripts/build-kube, once per checkout; Go's own caches make a rebuild on

@@ -18,6 +18,7 @@ pub mod local;
 pub mod mock_api;
 pub mod moto;
 pub mod node;
+pub mod observability;
 pub mod on_cluster;
 pub mod pg;
 pub mod release;

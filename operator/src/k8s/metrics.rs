@@ -14,7 +14,10 @@ use prometheus_client::{
     registry::Registry,
 };
 
+use std::sync::atomic::AtomicI64;
+
 use crate::crd::{Phase, SchedulerStatus};
+use crate::pool::PoolMetrics;
 
 type Labels = Vec<(String, String)>;
 
@@ -32,6 +35,21 @@ const PHASES: [Phase; 8] = [
 fn handover_histogram() -> Histogram {
     // 1 s … ~4.5 h: a handover lasts as long as the old runs drain.
     Histogram::new(exponential_buckets(1.0, 2.0, 15))
+}
+
+/// Every metric the Kubernetes mode exports, registered in `registry`: the
+/// Scheduler's, the pools' and `orca_operator_leader` (1 while this replica
+/// holds the Lease and runs the controllers), which is returned last.
+pub fn register_all(registry: &mut Registry) -> (Metrics, PoolMetrics, Gauge<i64, AtomicI64>) {
+    let metrics = Metrics::register(registry);
+    let pool = PoolMetrics::register(registry);
+    let leading = Gauge::<i64, AtomicI64>::default();
+    registry.register(
+        "orca_operator_leader",
+        "1 while this replica holds the Lease and runs the controllers",
+        leading.clone(),
+    );
+    (metrics, pool, leading)
 }
 
 /// Cheap to clone: every family is shared.

@@ -5,24 +5,27 @@
 //! fence; the HTTP server for `/metrics`, `/healthz` and `/readyz` runs all
 //! along.
 
-use std::{net::SocketAddr, sync::Arc, time::Duration};
+use std::{
+    net::SocketAddr,
+    sync::{atomic::AtomicI64, Arc},
+    time::Duration,
+};
 
 use futures::{future, FutureExt};
 use kube::Client;
-use prometheus_client::registry::Registry;
+use prometheus_client::{metrics::gauge::Gauge, registry::Registry};
 use tracing::{info, warn};
 
 use super::{
     in_use,
     leader::{self, Election, Fence},
-    metrics::Metrics,
     names::MANAGER,
     scheduler::{self, Context},
     server::{self, Progress, Readiness},
     watches::Watches,
 };
 use crate::k8s::warmpool::{self, PoolControllerConfig};
-use crate::pool::{PoolMetrics, Tuning};
+use crate::pool::Tuning;
 
 /// How long a call about the Lease may take: well within the 12 s its
 /// fence stays open after a renewal starts.
@@ -103,8 +106,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         .unwrap_or_else(|| client.default_namespace().to_string());
 
     let mut registry = Registry::default();
-    let metrics = Metrics::register(&mut registry);
-    let pool_metrics = PoolMetrics::register(&mut registry);
+    let (metrics, pool_metrics, leading) = super::metrics::register_all(&mut registry);
     let registry = Arc::new(registry);
     let progress = Progress::new(Duration::from_secs(args.stuck_after_seconds));
     let ready = Readiness::with_progress(progress.clone());
@@ -133,13 +135,18 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
                 reporter: MANAGER.into(),
                 fence,
             };
-            controllers(
+            let term = Leading::new(&leading);
+            let controllers = controllers(
                 client.clone(),
                 namespaces.clone(),
                 role_binding.clone(),
                 ctx,
                 pools,
-            )
+            );
+            async move {
+                let _term = term;
+                controllers.await
+            }
         }
     };
     let election = Election::new(&args.lease_name, &lease_namespace, &identity);
@@ -184,6 +191,23 @@ async fn controllers(
     }
     future::join_all(runs).await;
     anyhow::bail!("the controllers' watches ended")
+}
+
+/// `orca_operator_leader` at 1 for as long as it lives: a term of
+/// leadership, however it ends (the controllers failed, or were dropped).
+struct Leading(Gauge<i64, AtomicI64>);
+
+impl Leading {
+    fn new(gauge: &Gauge<i64, AtomicI64>) -> Self {
+        gauge.set(1);
+        Leading(gauge.clone())
+    }
+}
+
+impl Drop for Leading {
+    fn drop(&mut self) {
+        self.0.set(0);
+    }
 }
 
 async fn shutdown_signal() {

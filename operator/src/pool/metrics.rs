@@ -24,6 +24,17 @@ fn wait_histogram() -> Histogram {
     Histogram::new(exponential_buckets(0.05, 2.0, 14))
 }
 
+/// A pass's counts, for [`PoolMetrics::counts`].
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Counts {
+    pub idle: i32,
+    pub busy: i32,
+    pub stopped: i32,
+    pub launching: i32,
+    /// The idle floor the pass kept to.
+    pub idle_min: i32,
+}
+
 /// Cheap to clone: every family is shared.
 #[derive(Clone, Debug)]
 pub struct PoolMetrics {
@@ -32,6 +43,9 @@ pub struct PoolMetrics {
     idle: Family<Labels, Gauge>,
     busy: Family<Labels, Gauge>,
     stopped: Family<Labels, Gauge>,
+    launching: Family<Labels, Gauge>,
+    idle_min: Family<Labels, Gauge>,
+    degraded: Family<Labels, Gauge>,
     starts: Family<Labels, Counter>,
     instance_seconds: Family<Labels, Counter<f64, AtomicU64>>,
     served: Family<Labels, Counter>,
@@ -56,6 +70,9 @@ impl PoolMetrics {
             idle: Family::default(),
             busy: Family::default(),
             stopped: Family::default(),
+            launching: Family::default(),
+            idle_min: Family::default(),
+            degraded: Family::default(),
             starts: Family::default(),
             instance_seconds: Family::default(),
             served: Family::default(),
@@ -74,6 +91,21 @@ impl PoolMetrics {
         );
         r.register("idle_instances", "Idle instances", m.idle.clone());
         r.register("busy_instances", "Busy instances", m.busy.clone());
+        r.register(
+            "launching_instances",
+            "Instances launched or started and not yet idle",
+            m.launching.clone(),
+        );
+        r.register(
+            "idle_min",
+            "The idle floor the last pass kept to (idle.min, or a schedule's)",
+            m.idle_min.clone(),
+        );
+        r.register(
+            "degraded",
+            "1 while the WarmPool's Degraded condition is True",
+            m.degraded.clone(),
+        );
         r.register(
             "stopped_instances",
             "Instances in the stopped reserve",
@@ -135,12 +167,24 @@ impl PoolMetrics {
         self.terminations.get_or_create(&l).inc_by(n as u64);
     }
 
-    /// Sets pool `p`'s idle, busy and stopped instances as the last pass
-    /// found them (`orca_pool_{idle,busy,stopped}_instances`).
-    pub fn counts(&self, p: &str, idle: u32, busy: u32, stopped: u32) {
-        self.idle.get_or_create(&pool(p)).set(i64::from(idle));
-        self.busy.get_or_create(&pool(p)).set(i64::from(busy));
-        self.stopped.get_or_create(&pool(p)).set(i64::from(stopped));
+    /// Sets pool `p`'s counts as the last pass found them
+    /// (`orca_pool_{idle,busy,stopped,launching}_instances`) and the idle
+    /// floor it kept to (`orca_pool_idle_min`).
+    pub fn counts(&self, p: &str, c: Counts) {
+        let set = |f: &Family<Labels, Gauge>, n: i32| f.get_or_create(&pool(p)).set(i64::from(n));
+        set(&self.idle, c.idle);
+        set(&self.busy, c.busy);
+        set(&self.stopped, c.stopped);
+        set(&self.launching, c.launching);
+        set(&self.idle_min, c.idle_min);
+    }
+
+    /// Whether pool `p`'s `Degraded` condition is True now
+    /// (`orca_pool_degraded`).
+    pub fn degraded(&self, p: &str, degraded: bool) {
+        self.degraded
+            .get_or_create(&pool(p))
+            .set(i64::from(degraded));
     }
 
     /// Adds `secs` of pool `p`'s instances of `instance_type`, spot or not,

@@ -48,7 +48,7 @@ mod world;
 pub use crate::fence::{Fence, Fenced};
 pub use ec2::{Ec2, Ec2Config, Ec2Error, Ownership};
 pub use live::Live;
-pub use metrics::PoolMetrics;
+pub use metrics::{Counts, PoolMetrics};
 pub use plan::{plan, Ec2Instance, Ec2State, Limits, Offering, PoolPlan, Reason, Snapshot};
 pub use pool_loop::PoolLoop;
 pub use report::{Deletion, PassReport, PoolError, PoolEvent};

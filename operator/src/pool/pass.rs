@@ -126,11 +126,16 @@ impl PoolLoop {
         report.status = self.status(&report, now);
         self.deletion_announced |= report.deleting;
         if let Some(m) = &self.metrics {
+            let s = &report.status;
             m.counts(
                 &self.pool,
-                report.status.idle as u32,
-                report.status.busy as u32,
-                report.status.stopped as u32,
+                super::metrics::Counts {
+                    idle: s.idle,
+                    busy: s.busy,
+                    stopped: s.stopped,
+                    launching: s.launching,
+                    idle_min: report.idle_min,
+                },
             );
         }
         Ok(report)

@@ -146,6 +146,7 @@ fn args(docs: &[Value]) -> Vec<String> {
         .collect()
 }
 
+mod alerts;
 mod crds;
 mod deployment;
 mod rbac;

@@ -165,6 +165,11 @@ async fn v1_to_v2_hands_over_with_runs_going_and_no_run_lost() {
         )),
         "{metrics}"
     );
+    // It says that it leads.
+    assert!(
+        metrics.lines().any(|l| l == "orca_operator_leader 1"),
+        "{metrics}"
+    );
 
     // The status is the operator's, by server-side apply.
     let object = stage.schedulers().get("orca").await.expect("the Scheduler");

@@ -87,6 +87,7 @@ pub(super) async fn write_back(
     for e in &events {
         ctx.say(wp, e).await;
     }
+    note_degraded(ctx, pool, &status);
     if state.last.as_ref() != Some(&status) {
         apply_status(&ctx.client, fence, wp, &status)
             .await
@@ -107,6 +108,17 @@ pub(super) async fn apply_status(
     write_status(&pools_api(client, wp), &wp.name_any(), status, fence)
         .await
         .map(|_| ())
+}
+
+/// `orca_pool_degraded` as `status` says.
+fn note_degraded(ctx: &PoolContext, pool: &str, status: &WarmPoolStatus) {
+    if let Some(m) = &ctx.config.metrics {
+        let degraded = status
+            .conditions
+            .iter()
+            .any(|c| c.type_ == "Degraded" && c.status == "True");
+        m.degraded(pool, degraded);
+    }
 }
 
 /// `Degraded` True for `reason`; its transition time stays while it was
@@ -130,9 +142,12 @@ pub(super) async fn degraded(
     status.observed_generation = wp.metadata.generation;
     // The message too: a deletion adds what to do about it.
     let changed = !crate::crd::degraded_already(&status.conditions, reason, &message);
+    let pool = key(&wp.namespace().unwrap_or_default(), &wp.name_any());
     if changed {
         mark_degraded(&mut status, reason, &message);
-        let pool = key(&wp.namespace().unwrap_or_default(), &wp.name_any());
+    }
+    note_degraded(ctx, &pool, &status);
+    if changed {
         let fence = &ctx.config.fence;
         apply_status(&ctx.client, fence, wp, &status)
             .await
