@@ -8,12 +8,14 @@
 //!   projected one the API server adds for the ServiceAccount (its token
 //!   from the TokenRequest API, bound to the pod; the cluster's CA; the
 //!   namespace), at `/var/run/secrets/kubernetes.io/serviceaccount`;
-//! - it runs `chroot`ed there, as the user of its `securityContext`, the
+//! - it runs `chroot`ed there (entered before its exec, so that it dies
+//!   with the node like every other container), as the user of its
+//!   `securityContext`, the
 //!   pod's, or the image's, with the image's `Env` under the container's
 //!   and `KUBERNETES_SERVICE_HOST`/`PORT`: the entrypoint and `Cmd` of the
 //!   image unless `command`/`args` replace them;
 //! - in a network namespace of its own (so two pods each listen on their
-//!   port), where [`NodeOptions::exposed`] ports of this machine's loopback —
+//!   port; made by `unshare --net`), where [`NodeOptions::exposed`] ports of this machine's loopback —
 //!   the API server's among them — are forwarded, so that the same
 //!   addresses reach them;
 //! - `httpGet` readiness and liveness probes (delay, period, timeout,
@@ -600,23 +602,29 @@ impl ImageRun {
         }
     }
 
-    /// `nsenter` into the pod's network and root, as its user, then the
-    /// container's argv with only its environment.
+    /// The container's argv with only its environment, in the pod's
+    /// network and root and as its user — entered in the child before the
+    /// exec, not by `nsenter`: a change of user clears the parent-death
+    /// signal, so it is set after the change, and the container dies with
+    /// the node (or the test process) whatever ends it.
     fn command(&self, sandbox: &Sandbox) -> io::Result<Command> {
         let log = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
             .open(sandbox.dir.join("log"))?;
-        // By its path: the command's own environment has no PATH.
-        let mut command = Command::new(crate::bins::host_program("nsenter")?);
+        let (program, args) = self
+            .argv
+            .split_first()
+            .ok_or_else(|| io::Error::other("no command"))?;
+        let net = File::open(&sandbox.net)?;
+        let root = std::ffi::CString::new(sandbox.root.as_os_str().as_encoded_bytes())?;
+        let wd = std::ffi::CString::new(self.working_dir.as_bytes())?;
+        let (uid, gid) = (self.uid, self.gid);
+        let parent = std::process::id() as libc::pid_t;
+        // An absolute path, found in the new root after the chroot.
+        let mut command = Command::new(program);
         command
-            .arg(format!("--net={}", sandbox.net.display()))
-            .arg(format!("--root={}", sandbox.root.display()))
-            .arg(format!("--wd={}", self.working_dir))
-            .arg(format!("--setuid={}", self.uid))
-            .arg(format!("--setgid={}", self.gid))
-            .arg("--")
-            .args(&self.argv)
+            .args(args)
             .env_clear()
             .envs(&self.env)
             .stdin(Stdio::null())
@@ -624,7 +632,28 @@ impl ImageRun {
             .stderr(log)
             .process_group(0)
             .kill_on_drop(true);
-        dies_with_the_node(&mut command);
+        // SAFETY: only async-signal-safe calls (system calls) between fork
+        // and exec; the strings and the namespace's file were made before.
+        unsafe {
+            command.pre_exec(move || {
+                let fail = || Err(io::Error::last_os_error());
+                if libc::setns(net.as_raw_fd(), libc::CLONE_NEWNET) != 0
+                    || libc::chroot(root.as_ptr()) != 0
+                    || libc::chdir(wd.as_ptr()) != 0
+                    || libc::setgroups(0, std::ptr::null()) != 0
+                    || libc::setgid(gid) != 0
+                    || libc::setuid(uid) != 0
+                    || libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0
+                {
+                    return fail();
+                }
+                // The node went before the line above: nobody would kill it.
+                if libc::getppid() != parent {
+                    libc::_exit(1);
+                }
+                Ok(())
+            });
+        }
         Ok(command)
     }
 }
