@@ -75,7 +75,7 @@ pub(super) async fn run(ctx: &Ctx, pod: &PodApi, rx: &mut Updates) -> bool {
             pod,
             &start,
             "Pending",
-            status_of(&spec.containers[0], waiting),
+            ContainerStatus::of(&spec.containers[0], waiting),
         )
         .await;
     };
@@ -91,7 +91,14 @@ pub(super) async fn run(ctx: &Ctx, pod: &PodApi, rx: &mut Updates) -> bool {
                     reason: "CreateContainerConfigError".into(),
                     message,
                 };
-                if !report_one(pod, &start, "Pending", status_of(container, waiting)).await {
+                if !report_one(
+                    pod,
+                    &start,
+                    "Pending",
+                    ContainerStatus::of(container, waiting),
+                )
+                .await
+                {
                     return false;
                 }
                 tokio::select! {
@@ -109,7 +116,13 @@ pub(super) async fn run(ctx: &Ctx, pod: &PodApi, rx: &mut Updates) -> bool {
                 reason: "CreateContainerError".into(),
                 message: format!("{e:#}"),
             };
-            return report_one(pod, &start, "Pending", status_of(container, waiting)).await;
+            return report_one(
+                pod,
+                &start,
+                "Pending",
+                ContainerStatus::of(container, waiting),
+            )
+            .await;
         }
     };
     let run = ImageRun::new(ctx, &spec, container, &image, env, &pod.name);
@@ -655,17 +668,6 @@ impl ImageRun {
             });
         }
         Ok(command)
-    }
-}
-
-fn status_of(c: &Container, state: State) -> ContainerStatus {
-    ContainerStatus {
-        name: c.name.clone(),
-        image: c.image.clone().unwrap_or_default(),
-        pid: None,
-        ready: None,
-        restarts: 0,
-        state,
     }
 }
 

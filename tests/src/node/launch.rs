@@ -169,17 +169,13 @@ pub(super) async fn prepare(
         .zip(waiting)
         .map(|(c, blocked)| {
             let (reason, message) = blocked.unwrap_or(("ContainerCreating", String::new()));
-            ContainerStatus {
-                name: c.name.clone(),
-                image: c.image.clone().unwrap_or_default(),
-                pid: None,
-                ready: None,
-                restarts: 0,
-                state: State::Waiting {
+            ContainerStatus::of(
+                c,
+                State::Waiting {
                     reason: reason.into(),
                     message,
                 },
-            }
+            )
         })
         .collect();
     Err(Waiting { containers, retry })

@@ -210,20 +210,18 @@ impl PodApi {
             .spec
             .iter()
             .flat_map(|s| &s.containers)
-            .map(|c| ContainerStatus {
-                name: c.name.clone(),
-                image: c.image.clone().unwrap_or_default(),
-                pid: None,
-                ready: None,
-                restarts: 0,
-                state: State::Terminated {
-                    code: 137,
-                    reason: "ContainerStatusUnknown".into(),
-                    message: "The container could not be located when the pod was terminated"
-                        .into(),
-                    started: None,
-                    finished: now(),
-                },
+            .map(|c| {
+                ContainerStatus::of(
+                    c,
+                    State::Terminated {
+                        code: 137,
+                        reason: "ContainerStatusUnknown".into(),
+                        message: "The container could not be located when the pod was terminated"
+                            .into(),
+                        started: None,
+                        finished: now(),
+                    },
+                )
             })
             .collect();
         let start = pod

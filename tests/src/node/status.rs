@@ -44,6 +44,19 @@ pub(super) struct ContainerStatus {
 }
 
 impl ContainerStatus {
+    /// Container `c` in `state`, with no process yet, no probe and no
+    /// restart.
+    pub(super) fn of(c: &Container, state: State) -> Self {
+        ContainerStatus {
+            name: c.name.clone(),
+            image: c.image.clone().unwrap_or_default(),
+            pid: None,
+            ready: None,
+            restarts: 0,
+            state,
+        }
+    }
+
     pub(super) fn running(&self) -> bool {
         matches!(self.state, State::Running { .. })
     }

@@ -21,7 +21,7 @@ use orca_tests::{
     release::writes_by_pods,
 };
 
-use super::{ready_with, scheduler, warm_pool::Ec2Stage};
+use super::{ready_with, scheduler, warm_pool::v1_and_one_idle};
 
 const REPOSITORY: &str = "localhost/orca-operator";
 const TAG: &str = "0.1.0";
@@ -132,15 +132,6 @@ async fn leader(
     .await
 }
 
-/// The loopback port of an `http://127.0.0.1:<port>` endpoint.
-fn port_of(endpoint: &str) -> u16 {
-    endpoint
-        .rsplit(':')
-        .next()
-        .and_then(|p| p.trim_end_matches('/').parse().ok())
-        .unwrap_or_else(|| panic!("no port in {endpoint}"))
-}
-
 /// Each pod's writes as one span `(first, last)`; every two spans must be
 /// apart: one leader's writes all come before the next one's.
 fn overlapping_leaders(writes: &[(String, String, String)]) -> Vec<String> {
@@ -183,28 +174,7 @@ async fn the_charts_deployment_runs_the_image_leads_hands_over_and_rolls_to_a_ne
     .await;
 
     // What a user installs it for, done by the operator in its pod.
-    stage
-        .apply_scheduler(&scheduler("orca", "v1", &[], ""))
-        .await;
-    let ec2 = Ec2Stage::new(&stage, "runners").await;
-    cp.expose(port_of(&ec2.proxy.endpoint()));
-    stage.create_pool(&ec2.pool("runners", 1, 3, 5)).await;
-    stage
-        .wait_scheduler(
-            "orca",
-            "v1 Ready",
-            Duration::from_secs(60),
-            ready_with("v1"),
-        )
-        .await;
-    stage
-        .wait_pool(
-            "runners",
-            "one idle instance",
-            Duration::from_secs(90),
-            |s| s.idle == 1,
-        )
-        .await;
+    let _ec2 = v1_and_one_idle(&stage).await;
     stage
         .apply_scheduler(&scheduler("orca", "v2", &[], ""))
         .await;

@@ -9,7 +9,10 @@ use std::time::{Duration, Instant};
 
 use orca_tests::{eventually::eventually, on_cluster::OnCluster, pg, release::writes_by};
 
-use super::{ready_with, scheduler, warm_pool::Ec2Stage};
+use super::{
+    ready_with, scheduler,
+    warm_pool::{v1_and_one_idle, Ec2Stage},
+};
 
 /// Two replicas, v1 Ready and one idle instance, every statement on the
 /// stage's database logged with its connection's application_name
@@ -28,27 +31,7 @@ async fn two_replicas(prefix: &str) -> (OnCluster, Ec2Stage, usize, String) {
     ))
     .await
     .unwrap();
-    stage
-        .apply_scheduler(&scheduler("orca", "v1", &[], ""))
-        .await;
-    let ec2 = Ec2Stage::new(&stage, "runners").await;
-    stage.create_pool(&ec2.pool("runners", 1, 3, 5)).await;
-    stage
-        .wait_scheduler(
-            "orca",
-            "v1 Ready",
-            Duration::from_secs(60),
-            ready_with("v1"),
-        )
-        .await;
-    stage
-        .wait_pool(
-            "runners",
-            "one idle instance",
-            Duration::from_secs(90),
-            |s| s.idle == 1,
-        )
-        .await;
+    let ec2 = v1_and_one_idle(&stage).await;
     let first = eventually(
         "a replica holds the Lease",
         Duration::from_secs(30),

@@ -45,6 +45,9 @@ impl Ec2Stage {
     pub async fn running(stage: &OnCluster, pool: &str, run_command: &str) -> Ec2Stage {
         let moto = orca_tests::moto::Moto::start();
         let proxy = Ec2Faults::start(&moto.endpoint());
+        // The operator's EC2 endpoint, reachable from the test node's image
+        // pods too (the in-cluster operator's).
+        stage.cp.expose(port_of(&proxy.endpoint()));
         let ec2 = warm::ec2(&moto.endpoint()).await;
         let subnets = warm::subnets(&ec2).await;
         let owner = Ownership::new(
@@ -97,6 +100,33 @@ impl Ec2Stage {
         spec.scheduler = "orca".into();
         WarmPool::new(name, spec)
     }
+}
+
+/// The loopback port of an `http://127.0.0.1:<port>` endpoint.
+fn port_of(endpoint: &str) -> u16 {
+    endpoint
+        .rsplit(':')
+        .next()
+        .and_then(|p| p.trim_end_matches('/').parse().ok())
+        .unwrap_or_else(|| panic!("no port in {endpoint}"))
+}
+
+/// Scheduler `orca` at `v1` Ready, then WarmPool `runners` (idle 1 to 3,
+/// 5 instances at most) on an [`Ec2Stage`] of its own, once it has its
+/// one idle instance.
+pub async fn v1_and_one_idle(stage: &OnCluster) -> Ec2Stage {
+    super::v1_ready(stage).await;
+    let ec2 = Ec2Stage::new(stage, "runners").await;
+    stage.create_pool(&ec2.pool("runners", 1, 3, 5)).await;
+    stage
+        .wait_pool(
+            "runners",
+            "one idle instance",
+            Duration::from_secs(90),
+            |s| s.idle == 1,
+        )
+        .await;
+    ec2
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
