@@ -32,6 +32,32 @@ struct Until {
 #[error("fenced: this replica does not hold the leader lease, or cannot tell that it still does")]
 pub struct Fenced;
 
+/// When a reconcile that found the fence closed looks again: by then this
+/// replica has renewed its Lease, or another leads and the controllers here
+/// have been stopped.
+pub const FENCED_RETRY: std::time::Duration = std::time::Duration::from_secs(15);
+
+/// The one question both controllers ask of an error before they count it
+/// as a failure: is it only the fence closing? Every error type that can
+/// carry a [`Fenced`], however deep, answers it here once, so no caller
+/// maps a fenced error from one type into another by hand.
+pub trait MaybeFenced {
+    /// The fence, if that is all this error is.
+    fn fenced(&self) -> Option<Fenced>;
+
+    /// Whether this error is only the fence closing: this replica may not
+    /// act, and there is nothing to report or retry as a failure.
+    fn is_fenced(&self) -> bool {
+        self.fenced().is_some()
+    }
+}
+
+impl MaybeFenced for Fenced {
+    fn fenced(&self) -> Option<Fenced> {
+        Some(*self)
+    }
+}
+
 impl Fence {
     /// A fence closed until [`Fence::hold_until`] opens it.
     pub fn new() -> Fence {

@@ -70,6 +70,18 @@ pub async fn ec2(endpoint: &str) -> Ec2 {
     Ec2::new(&Ec2Config::new(REGION, Some(endpoint))).await
 }
 
+/// An EC2 client for `endpoint` signing as IAM user `key` (see
+/// [`crate::iam`]).
+pub async fn ec2_as(endpoint: &str, key: &crate::iam::AccessKey) -> Ec2 {
+    aws_env();
+    Ec2::with_credentials(
+        &Ec2Config::new(REGION, Some(endpoint)),
+        &key.id,
+        &key.secret,
+    )
+    .await
+}
+
 /// Another AMI moto knows than [`IMAGE`]: the image a pool's spec is
 /// changed to, to make its instances drift.
 pub async fn another_image(ec2: &Ec2) -> String {
@@ -201,6 +213,17 @@ pub async fn hosts_with(
     run_command: &str,
     env: Vec<(String, String)>,
 ) -> Hosts {
+    hosts_on(ec2(endpoint).await, url, owner, run_command, env)
+}
+
+/// Local hosts as [`hosts_with`], listing the instances through `ec2`.
+pub fn hosts_on(
+    ec2: Ec2,
+    url: &str,
+    owner: Ownership,
+    run_command: &str,
+    env: Vec<(String, String)>,
+) -> Hosts {
     let cfg = HostConfig {
         agent: bins::path("orca-pool-agent"),
         database_url: url.into(),
@@ -214,7 +237,7 @@ pub async fn hosts_with(
         poll: Duration::from_millis(200),
         agent_stderr: std::env::var_os("ORCA_TEST_AGENT_STDERR").is_some(),
     };
-    Hosts::new(ec2(endpoint).await, owner, cfg)
+    Hosts::new(ec2, owner, cfg)
 }
 
 /// Launches `count` instances tagged as pool `pool`'s straight through

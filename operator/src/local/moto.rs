@@ -75,17 +75,42 @@ impl Moto {
 
     /// A GET of `path`; the body if it answered 200.
     pub fn get(&self, path: &str) -> Option<String> {
+        match self.request("GET", path, &[], "")? {
+            (200, body) => Some(body),
+            _ => None,
+        }
+    }
+
+    /// A POST of `body` to `path` with `headers`: (status, body), or
+    /// `None` if moto could not be asked.
+    pub fn post(&self, path: &str, headers: &[(&str, &str)], body: &str) -> Option<(u16, String)> {
+        self.request("POST", path, headers, body)
+    }
+
+    fn request(
+        &self,
+        method: &str,
+        path: &str,
+        headers: &[(&str, &str)],
+        body: &str,
+    ) -> Option<(u16, String)> {
         let mut stream = TcpStream::connect(("127.0.0.1", self.port)).ok()?;
         stream
             .set_read_timeout(Some(Duration::from_secs(10)))
             .ok()?;
-        write!(stream, "GET {path} HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n").ok()?;
+        let mut head = format!(
+            "{method} {path} HTTP/1.0\r\nHost: 127.0.0.1\r\nContent-Length: {}\r\n",
+            body.len()
+        );
+        for (k, v) in headers {
+            head.push_str(&format!("{k}: {v}\r\n"));
+        }
+        write!(stream, "{head}\r\n{body}").ok()?;
         let mut response = String::new();
         stream.read_to_string(&mut response).ok()?;
         let (head, body) = response.split_once("\r\n\r\n")?;
-        head.starts_with("HTTP/1.0 200")
-            .then(|| body.to_string())
-            .or_else(|| head.starts_with("HTTP/1.1 200").then(|| body.to_string()))
+        let status = head.split_whitespace().nth(1)?.parse().ok()?;
+        Some((status, body.to_string()))
     }
 }
 

@@ -128,9 +128,7 @@ impl<W: World> PoolLoop<W> {
                     }
                 }
                 tracing::warn!(pool = %self.pool, error = %e, count = ids.len(), "terminate failed");
-                report
-                    .events
-                    .push(PoolEvent::new("TerminateFailed", e.to_string(), true));
+                report.ec2_failed("TerminateFailed", &e);
                 return Ok(stayed + ids.len() as u32);
             }
         }
@@ -339,9 +337,7 @@ impl<W: World> PoolLoop<W> {
                     }
                     Err(e) => {
                         tracing::warn!(pool = %self.pool, offering = %offering, error = %e, "launch failed");
-                        report
-                            .events
-                            .push(PoolEvent::new("LaunchFailed", e.to_string(), true));
+                        report.ec2_failed("LaunchFailed", &e);
                         return Ok(());
                     }
                 }

@@ -34,7 +34,7 @@ pub use super::tags::{
     TAG_SCHEDULER, TAG_VALUE_MAX,
 };
 use crate::crd::Launch;
-use crate::fence::{Fence, Fenced};
+use crate::fence::{Fence, Fenced, MaybeFenced};
 
 /// TerminateInstances takes at most this many ids a call.
 pub const TERMINATE_BATCH: usize = 1000;
@@ -54,6 +54,21 @@ pub const CAPACITY_CODES: [&str; 8] = [
     // quota is used up.
     "SpotMaxPriceTooLow",
     "MaxSpotInstanceCountExceeded",
+];
+
+/// EC2 error codes that mean the call was not allowed: the credentials'
+/// policy lacks the action (`UnauthorizedOperation`; `AccessDenied` from
+/// other IAM-enforcing endpoints), or the credentials themselves were
+/// rejected. Neither passes by waiting; the pool is `Degraded`
+/// (`Unauthorized`) until a call of that action works.
+pub const DENIED_CODES: [&str; 7] = [
+    "UnauthorizedOperation",
+    "AccessDenied",
+    "AccessDeniedException",
+    "AuthFailure",
+    "InvalidClientTokenId",
+    "SignatureDoesNotMatch",
+    "ExpiredToken",
 ];
 
 /// Where the EC2 API is.
@@ -78,8 +93,9 @@ impl Ec2Config {
     }
 }
 
-/// Why an EC2 call failed: no capacity for the offering, throttled,
-/// refused, no answer, an answer missing a field, or not sent (fenced).
+/// Why an EC2 call failed: no capacity for the offering, throttled, not
+/// allowed, refused, no answer, an answer missing a field, or not sent
+/// (fenced).
 #[derive(Debug, thiserror::Error)]
 pub enum Ec2Error {
     #[error("{action}: no capacity for {offering}: {code}: {message}")]
@@ -91,6 +107,13 @@ pub enum Ec2Error {
     },
     #[error("{action}: throttled (RequestLimitExceeded)")]
     Throttled { action: &'static str },
+    /// The credentials may not make the call (see [`DENIED_CODES`]).
+    #[error("{}", denied(action, code, message))]
+    Denied {
+        action: &'static str,
+        code: String,
+        message: String,
+    },
     #[error("{action} refused: {code}: {message}")]
     Refused {
         action: &'static str,
@@ -118,7 +141,49 @@ pub enum Ec2Error {
     },
 }
 
-/// Sorts an error code into capacity, throttling or any other refusal.
+/// The words of an [`Ec2Error::Denied`]: which IAM action, and where the
+/// policy that allows it is described. AWS's own message is kept up to its
+/// encoded authorization details, which only `sts:DecodeAuthorizationMessage`
+/// reads.
+fn denied(action: &str, code: &str, message: &str) -> String {
+    let message = message
+        .split("Encoded authorization failure message")
+        .next()
+        .unwrap_or_default()
+        .trim();
+    let said = if message.is_empty() {
+        String::new()
+    } else {
+        format!(": {message}")
+    };
+    match code {
+        "UnauthorizedOperation" | "AccessDenied" | "AccessDeniedException" => format!(
+            "{action}: the operator's AWS credentials may not call ec2:{action} ({code}{said}); \
+             its IAM policy needs that action (docs/iam-policy.json)"
+        ),
+        _ => format!("{action}: AWS rejected the operator's credentials ({code}{said})"),
+    }
+}
+
+impl MaybeFenced for Ec2Error {
+    fn fenced(&self) -> Option<Fenced> {
+        match self {
+            Ec2Error::Fenced { source, .. } => Some(*source),
+            _ => None,
+        }
+    }
+}
+
+impl Ec2Error {
+    /// A call the credentials may not make: the `Unauthorized` condition's
+    /// message, if this is one.
+    pub fn denial(&self) -> Option<String> {
+        matches!(self, Ec2Error::Denied { .. }).then(|| self.to_string())
+    }
+}
+
+/// Sorts an error code into capacity, throttling, not allowed or any other
+/// refusal.
 pub fn classify(
     action: &'static str,
     offering: Option<&Offering>,
@@ -127,6 +192,11 @@ pub fn classify(
 ) -> Ec2Error {
     match (code, offering) {
         ("RequestLimitExceeded" | "Throttling", _) => Ec2Error::Throttled { action },
+        (c, _) if DENIED_CODES.contains(&c) => Ec2Error::Denied {
+            action,
+            code: c.into(),
+            message: message.into(),
+        },
         (c, Some(o)) if CAPACITY_CODES.contains(&c) => Ec2Error::Capacity {
             action,
             offering: o.clone(),
@@ -197,6 +267,19 @@ impl Ec2 {
     /// Credentials come from the default chain (environment, profile, IMDS,
     /// web identity); rustls on ring, like the rest of the operator.
     pub async fn new(cfg: &Ec2Config) -> Ec2 {
+        Ec2::build(cfg, None).await
+    }
+
+    /// As [`Ec2::new`], signing with this access key instead of the default
+    /// chain's: one process acting as several IAM principals (the tests'
+    /// operator and the hosts beside it).
+    pub async fn with_credentials(cfg: &Ec2Config, access_key_id: &str, secret: &str) -> Ec2 {
+        let credentials =
+            aws_sdk_ec2::config::Credentials::new(access_key_id, secret, None, None, "static");
+        Ec2::build(cfg, Some(credentials)).await
+    }
+
+    async fn build(cfg: &Ec2Config, credentials: Option<aws_sdk_ec2::config::Credentials>) -> Ec2 {
         let http = aws_smithy_http_client::Builder::new()
             .tls_provider(tls::Provider::Rustls(CryptoMode::Ring))
             .build_https();
@@ -212,6 +295,9 @@ impl Ec2 {
             );
         if let Some(endpoint) = &cfg.endpoint {
             loader = loader.endpoint_url(endpoint);
+        }
+        if let Some(credentials) = credentials {
+            loader = loader.credentials_provider(credentials);
         }
         Ec2 {
             client: Client::new(&loader.load().await),
@@ -573,6 +659,37 @@ mod tests {
             classify("RunInstances", Some(&o), "InvalidAMIID.NotFound", ""),
             Ec2Error::Refused { .. }
         ));
+        for code in DENIED_CODES {
+            assert!(
+                matches!(
+                    classify("StartInstances", Some(&o), code, "m"),
+                    Ec2Error::Denied { .. }
+                ),
+                "{code}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_denial_names_the_iam_action_without_the_encoded_details() {
+        let e = classify(
+            "RunInstances",
+            None,
+            "UnauthorizedOperation",
+            "You are not authorized to perform this operation. User: arn:aws:sts::1:assumed-role/orca/x \
+             is not authorized to perform: ec2:RunInstances on resource: arn:aws:ec2:eu-west-1:1:instance/* \
+             Encoded authorization failure message: AbCdEf0123",
+        );
+        let said = e.denial().expect("a denial");
+        assert!(said.contains("may not call ec2:RunInstances"), "{said}");
+        assert!(said.contains("docs/iam-policy.json"), "{said}");
+        assert!(!said.contains("AbCdEf0123"), "{said}");
+        let e = classify("DescribeInstances", None, "AuthFailure", "");
+        assert_eq!(
+            e.to_string(),
+            "DescribeInstances: AWS rejected the operator's credentials (AuthFailure)"
+        );
+        assert_eq!(classify("RunInstances", None, "Blocked", "").denial(), None);
     }
 
     #[tokio::test]

@@ -51,6 +51,6 @@ pub use live::Live;
 pub use metrics::{Counts, PoolMetrics};
 pub use plan::{plan, Ec2Instance, Ec2State, Limits, Offering, PoolPlan, Reason, Snapshot};
 pub use pool_loop::PoolLoop;
-pub use report::{Deletion, PassReport, PoolError, PoolEvent};
+pub use report::{Deletion, PassReport, PoolError, PoolEvent, UNAUTHORIZED};
 pub use tuning::Tuning;
 pub use world::World;

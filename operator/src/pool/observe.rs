@@ -210,7 +210,14 @@ impl PoolLoop {
         }
         let last = match timed_out.last() {
             Some(id) => {
-                let console = self.world.ec2.console_tail(id).await.unwrap_or_default();
+                let console = match self.world.ec2.console_tail(id).await {
+                    Ok(console) => console,
+                    // Said, so that a policy without the action is noticed.
+                    Err(e) if e.denial().is_some() => {
+                        "(not read: ec2:GetConsoleOutput is not allowed)".into()
+                    }
+                    Err(_) => String::new(),
+                };
                 Some((id.to_string(), orca_db::url::scrub(&console, &self.url.0)))
             }
             None => None,

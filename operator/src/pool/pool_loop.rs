@@ -230,16 +230,12 @@ impl<W> PoolLoop<W> {
         self
     }
 
+    /// An EC2 call's failure as the pass's (fenced or not: see
+    /// [`crate::fence::MaybeFenced`]).
     pub(super) fn ec2_error(&self, source: Ec2Error) -> PoolError {
-        match source {
-            Ec2Error::Fenced { source, .. } => PoolError::Fenced {
-                pool: self.pool.clone(),
-                source,
-            },
-            source => PoolError::Ec2 {
-                pool: self.pool.clone(),
-                source,
-            },
+        PoolError::Ec2 {
+            pool: self.pool.clone(),
+            source,
         }
     }
 }
@@ -302,6 +298,14 @@ impl PoolLoop {
     pub fn with_fence(mut self, fence: Fence) -> Self {
         self.world.ec2 = self.world.ec2.with_fence(fence.clone());
         self.world.fence = fence;
+        self
+    }
+
+    /// EC2 through `ec2` (say, [`Ec2::with_credentials`]: the tests' IAM
+    /// principal) rather than the default chain's client for the spec's
+    /// region and endpoint, until a spec moves the pool to another.
+    pub fn with_ec2(mut self, ec2: Ec2) -> Self {
+        self.world.ec2 = ec2.with_fence(self.world.fence.clone());
         self
     }
 

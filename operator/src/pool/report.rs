@@ -6,7 +6,7 @@ use orca_db::DbError;
 
 use super::{ec2::Ec2Error, plan::PoolPlan};
 use crate::crd::WarmPoolStatus;
-use crate::fence::Fenced;
+use crate::fence::{Fenced, MaybeFenced};
 
 /// Something worth a Kubernetes Event; `reason` is CamelCase.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -65,6 +65,38 @@ pub struct PassReport {
     pub active_schedule: Option<String>,
 }
 
+impl PassReport {
+    /// A Warning for an EC2 call that failed (`reason`, the error its
+    /// message): `Unauthorized` instead when the credentials may not make
+    /// the call, and the pool `Degraded` for it, which no boot failure
+    /// hides: waiting will not mend it, the IAM policy will.
+    pub fn ec2_failed(&mut self, reason: &'static str, e: &Ec2Error) {
+        let reason = if self.note_denial(e) {
+            UNAUTHORIZED
+        } else {
+            reason
+        };
+        self.events
+            .push(PoolEvent::new(reason, e.to_string(), true));
+    }
+
+    /// The pool `Degraded` (`Unauthorized`) if `e` is a call the
+    /// credentials may not make; whether it was.
+    pub fn note_denial(&mut self, e: &Ec2Error) -> bool {
+        match e.denial() {
+            Some(message) => {
+                self.degraded = Some((UNAUTHORIZED, message));
+                true
+            }
+            None => false,
+        }
+    }
+}
+
+/// The `Degraded` reason (and the Event's) of an EC2 call the operator's
+/// credentials may not make.
+pub const UNAUTHORIZED: &str = "Unauthorized";
+
 /// Why a pool's loop could not start or a pass failed: an EC2 call, the
 /// database, or the fence closed.
 #[derive(Debug, thiserror::Error)]
@@ -89,9 +121,27 @@ pub enum PoolError {
     },
 }
 
+impl MaybeFenced for PoolError {
+    fn fenced(&self) -> Option<Fenced> {
+        match self {
+            PoolError::Fenced { source, .. } => Some(*source),
+            PoolError::Ec2 { source, .. } => source.fenced(),
+            PoolError::Db { .. } => None,
+        }
+    }
+}
+
 impl PoolError {
-    /// The fence closed: this replica may not act; nothing to report.
-    pub fn is_fenced(&self) -> bool {
-        matches!(self, PoolError::Fenced { .. })
+    /// The `Degraded` reason of a pass that failed with this:
+    /// [`UNAUTHORIZED`] for a call the credentials may not make, else
+    /// `PassFailed`.
+    pub fn degraded_reason(&self) -> &'static str {
+        match self {
+            PoolError::Ec2 {
+                source: source @ Ec2Error::Denied { .. },
+                ..
+            } if source.denial().is_some() => UNAUTHORIZED,
+            _ => "PassFailed",
+        }
     }
 }

@@ -140,7 +140,7 @@ impl<W: World> PoolLoop<W> {
         now: DateTime<Utc>,
         report: &mut PassReport,
     ) -> Result<(), PoolError> {
-        if matches!(e, Ec2Error::Refused { .. }) {
+        if matches!(e, Ec2Error::Refused { .. } | Ec2Error::Denied { .. }) {
             return self
                 .retire_reserved("StartFailed", &e, starts, report)
                 .await;
@@ -152,16 +152,18 @@ impl<W: World> PoolLoop<W> {
         }
         report.throttled |= matches!(e, Ec2Error::Throttled { .. });
         tracing::warn!(pool = %self.pool, offering = %offering, error = %e, "start failed");
-        report
-            .events
-            .push(PoolEvent::new("StartFailed", e.to_string(), true));
+        report.ec2_failed("StartFailed", &e);
         Ok(())
     }
 
     /// EC2 did not stop `stopping`: refused for good, stopped again each
     /// pass they would fail each pass, their agents waiting for a stop that
     /// never comes — retired; otherwise their rows stay reserved, and the
-    /// next pass sees them still running and stops them again.
+    /// next pass sees them still running and stops them again. A stop the
+    /// credentials may not make is the latter: retired, they would be
+    /// launched again for the reserve and refused again, a loop of
+    /// launches; kept, they cost what the reserve would, the pool
+    /// `Degraded` until the policy allows the stop.
     async fn stop_failed(
         &mut self,
         stopping: &[&WithRow],
@@ -175,9 +177,7 @@ impl<W: World> PoolLoop<W> {
         }
         report.throttled |= matches!(e, Ec2Error::Throttled { .. });
         tracing::warn!(pool = %self.pool, error = %e, "stop failed");
-        report
-            .events
-            .push(PoolEvent::new("StopFailed", e.to_string(), true));
+        report.ec2_failed("StopFailed", &e);
         Ok(())
     }
 
@@ -194,6 +194,7 @@ impl<W: World> PoolLoop<W> {
         let ids: Vec<&str> = items.iter().map(|s| s.instance.as_str()).collect();
         tracing::warn!(pool = %self.pool, instances = ?ids, error = %error,
             "{what}: EC2 refused for good, the instances are retired");
+        report.note_denial(error);
         report.events.push(PoolEvent::new(
             what,
             format!(

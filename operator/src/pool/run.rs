@@ -7,6 +7,7 @@ use chrono::Utc;
 
 use super::pool_loop::PoolLoop;
 use super::report::{PassReport, PoolError};
+use crate::fence::MaybeFenced;
 
 impl PoolLoop {
     /// Passes until `stop` resolves: on a notification for this pool

@@ -163,16 +163,29 @@ fn the_metrics_service_and_the_optional_service_monitor_select_the_operator() {
 #[test]
 fn the_service_account_carries_the_iam_role_annotation() {
     let arn = "arn:aws:iam::111122223333:role/orca-operator";
-    let set = format!("serviceAccount.annotations.eks\\.amazonaws\\.com/role-arn={arn}");
-    let docs = render(&[&set]);
-    let sa = object(&docs, "ServiceAccount", RELEASE_NAMESPACE, FULLNAME);
-    assert_eq!(
+    let role_arn = |sets: &[&str]| {
+        let docs = render(sets);
+        let sa = object(&docs, "ServiceAccount", RELEASE_NAMESPACE, FULLNAME);
         str_at(
             sa,
-            &["metadata", "annotations", "eks.amazonaws.com/role-arn"]
-        ),
-        Some(arn)
-    );
+            &["metadata", "annotations", "eks.amazonaws.com/role-arn"],
+        )
+        .map(String::from)
+    };
+    assert_eq!(role_arn(&[]), None);
+    let value = format!("serviceAccount.roleArn={arn}");
+    assert_eq!(role_arn(&[&value]).as_deref(), Some(arn));
+    // The annotation written out by hand, as before the value existed.
+    let by_hand = format!("serviceAccount.annotations.eks\\.amazonaws\\.com/role-arn={arn}");
+    assert_eq!(role_arn(&[&by_hand]).as_deref(), Some(arn));
+    // Other annotations stay beside it.
+    let docs = render(&[&value, "serviceAccount.annotations.team=ci"]);
+    let sa = object(&docs, "ServiceAccount", RELEASE_NAMESPACE, FULLNAME);
+    assert_eq!(str_at(sa, &["metadata", "annotations", "team"]), Some("ci"));
+    // Not an IAM role's ARN: refused by the schema, naming the value.
+    let out = helm_template(&["serviceAccount.roleArn=orca-operator"]);
+    assert!(!out.status.success(), "a role name rendered as an ARN");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("roleArn"));
 }
 
 /// The pod labels of the chart's Deployment.

@@ -138,6 +138,9 @@ struct Running {
     stop: Vec<oneshot::Sender<()>>,
     events: Arc<Mutex<Vec<PoolEvent>>>,
     status: Arc<Mutex<WarmPoolStatus>>,
+    /// The last pass's failure, if it failed: its `Degraded` reason (as the
+    /// Kubernetes mode writes it) and message.
+    failed: Arc<Mutex<Option<(&'static str, String)>>>,
 }
 
 impl Running {
@@ -189,22 +192,31 @@ async fn start_with(
     let lp = PoolLoop::new(ns, name, spec, url, warm::tuning(Duration::from_secs(60)))
         .await
         .unwrap();
+    let hosts = warm::hosts_with(endpoint, url, warm::owner(pool), run_command, env).await;
+    spawn_running(lp, hosts)
+}
+
+/// `lp` and `hosts` running in the background until the [`Running`] is
+/// dropped.
+fn spawn_running(lp: PoolLoop, hosts: orca_operator::local::host::Hosts) -> Running {
     let events = Arc::new(Mutex::new(Vec::new()));
     let status = Arc::new(Mutex::new(WarmPoolStatus::default()));
-    let (sink, status_sink) = (events.clone(), status.clone());
+    let failed = Arc::new(Mutex::new(None));
+    let (sink, status_sink, failed_sink) = (events.clone(), status.clone(), failed.clone());
     let (stop_loop, stopped_loop) = oneshot::channel::<()>();
     tokio::spawn(lp.run(
-        move |r| {
-            if let Ok(r) = r {
+        move |r| match r {
+            Ok(r) => {
                 sink.lock().unwrap().extend(r.events.iter().cloned());
                 *status_sink.lock().unwrap() = r.status.clone();
+                *failed_sink.lock().unwrap() = None;
             }
+            Err(e) => *failed_sink.lock().unwrap() = Some((e.degraded_reason(), e.to_string())),
         },
         async move {
             let _ = stopped_loop.await;
         },
     ));
-    let hosts = warm::hosts_with(endpoint, url, warm::owner(pool), run_command, env).await;
     let (stop_hosts, stopped_hosts) = oneshot::channel::<()>();
     tokio::spawn(hosts.run(async move {
         let _ = stopped_hosts.await;
@@ -213,6 +225,7 @@ async fn start_with(
         stop: vec![stop_loop, stop_hosts],
         events,
         status,
+        failed,
     }
 }
 
@@ -225,6 +238,7 @@ impl Drop for Running {
 }
 
 mod convergence;
+mod iam;
 mod launches;
 mod refusals;
 mod reserve;

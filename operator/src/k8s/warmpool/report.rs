@@ -11,6 +11,7 @@ use super::{
     error::ControllerError,
     finalizer::let_go,
 };
+use crate::fence::MaybeFenced;
 use crate::{
     crd::{set_degraded, SecretKeyRef, WarmPool, WarmPoolStatus},
     k8s::{
@@ -57,21 +58,19 @@ pub(super) async fn write_back(
         }
         Err(e) if e.is_fenced() => {
             // Not a failure to show: this replica may not write either.
-            return Err(match e {
-                PoolError::Fenced { pool, source } => ControllerError::Fenced { pool, source },
-                other => ControllerError::Start {
-                    pool: pool.to_string(),
-                    source: other,
-                },
+            return Err(ControllerError::Start {
+                pool: pool.to_string(),
+                source: e,
             });
         }
         Err(e) => {
             tracing::warn!(pool = %pool, error = %e, "pool pass failed");
             let message = e.to_string();
+            let reason = e.degraded_reason();
             let mut status = state.last.clone().unwrap_or_default();
-            mark_degraded(&mut status, "PassFailed", &message);
+            mark_degraded(&mut status, reason, &message);
             let event = PoolEvent {
-                reason: "PassFailed",
+                reason,
                 message,
                 warning: true,
             };
