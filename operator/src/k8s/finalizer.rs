@@ -14,7 +14,7 @@ use serde::de::DeserializeOwned;
 use serde_json::{json, Value};
 
 use super::{
-    leader::{Fence, Fenced},
+    leader::{Fence, Fenced, MaybeFenced},
     names::MANAGER,
 };
 
@@ -29,6 +29,15 @@ pub enum FinalizerError {
     Build(#[source] serde_json::Error),
     #[error(transparent)]
     Fenced(#[from] Fenced),
+}
+
+impl MaybeFenced for FinalizerError {
+    fn fenced(&self) -> Option<Fenced> {
+        match self {
+            FinalizerError::Fenced(f) => Some(*f),
+            _ => None,
+        }
+    }
 }
 
 /// Whether `meta` lists `finalizer`.

@@ -62,6 +62,7 @@ use super::{
     watches::{SecretMeta, Watches},
 };
 use crate::crd::{Scheduler, WarmPool};
+use crate::fence::{Fenced, MaybeFenced, FENCED_RETRY};
 
 /// The finalizer that keeps a Secret while a Scheduler or WarmPool uses it,
 /// and the operator's RoleBinding while any is left in its namespace.
@@ -400,13 +401,30 @@ async fn reconcile_binding(binding: Arc<BindingMeta>, ctx: Arc<Ctx>) -> Result<A
     }
 }
 
+impl MaybeFenced for InUseError {
+    fn fenced(&self) -> Option<Fenced> {
+        match self {
+            InUseError::Finalizer { source, .. } => source.fenced(),
+            InUseError::Panicked { .. } => None,
+        }
+    }
+}
+
 fn binding_error_policy(_binding: Arc<BindingMeta>, error: &InUseError, _ctx: Arc<Ctx>) -> Action {
-    tracing::warn!(error = %error, "keeping the operator's RoleBinding failed");
-    Action::requeue(Duration::from_secs(15))
+    retry("keeping the operator's RoleBinding failed", error)
 }
 
 fn error_policy(_secret: Arc<SecretMeta>, error: &InUseError, _ctx: Arc<Ctx>) -> Action {
-    tracing::warn!(error = %error, "keeping a Secret in use failed");
+    retry("keeping a Secret in use failed", error)
+}
+
+/// Logs `error` (a fenced one is no failure) and looks again in 15 s.
+fn retry(what: &str, error: &InUseError) -> Action {
+    if error.is_fenced() {
+        tracing::debug!(error = %error, "fenced");
+        return Action::requeue(FENCED_RETRY);
+    }
+    tracing::warn!(error = %error, "{what}");
     Action::requeue(Duration::from_secs(15))
 }
 

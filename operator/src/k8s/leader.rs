@@ -43,7 +43,7 @@ use tokio::{
 };
 use tracing::{debug, info, warn};
 
-pub use crate::fence::{Fence, Fenced};
+pub use crate::fence::{Fence, Fenced, MaybeFenced};
 
 use super::server::Readiness;
 

@@ -14,7 +14,7 @@ use sha2::{Digest, Sha256};
 use tracing::info;
 
 use super::names::MANAGER;
-use crate::fence::{Fence, Fenced};
+use crate::fence::{Fence, Fenced, MaybeFenced};
 
 /// Why a status could not be written (both controllers).
 #[derive(Debug, thiserror::Error)]
@@ -25,6 +25,15 @@ pub enum StatusWriteError {
     Leftovers(#[source] kube::Error),
     #[error(transparent)]
     Fenced(#[from] Fenced),
+}
+
+impl MaybeFenced for StatusWriteError {
+    fn fenced(&self) -> Option<Fenced> {
+        match self {
+            StatusWriteError::Fenced(f) => Some(*f),
+            _ => None,
+        }
+    }
 }
 
 /// The Event's `action`. The Recorder folds Events of the same reason and

@@ -18,7 +18,7 @@ use tracing::info;
 
 use super::{context::Context, jobs, pods, watched::Expect};
 use crate::crd::Scheduler;
-use crate::fence::Fenced;
+use crate::fence::{Fenced, MaybeFenced};
 use crate::rollout::{Action, Decision};
 
 /// Why the act stage of a reconcile failed: the action that could not be
@@ -67,10 +67,12 @@ pub enum ActError {
     },
 }
 
-impl ActError {
-    /// The fence closed: the controllers are being stopped, nothing to retry.
-    pub fn is_fenced(&self) -> bool {
-        matches!(self, ActError::Fenced { .. })
+impl MaybeFenced for ActError {
+    fn fenced(&self) -> Option<Fenced> {
+        match self {
+            ActError::Fenced { source, .. } => Some(*source),
+            _ => None,
+        }
     }
 }
 

@@ -19,7 +19,7 @@ use tracing::info;
 use super::act::ActError;
 use super::{
     context::Context,
-    error::{FinalizerError, ObserveError, ReconcileError},
+    error::{FinalizerError, ReconcileError},
     report::{apply_status, publish},
 };
 use crate::crd::{set_condition, Phase, Scheduler};
@@ -67,15 +67,12 @@ fn finalizer_error(
     what: &'static str,
     s: &Scheduler,
 ) -> ReconcileError {
-    match e {
-        finalizer::FinalizerError::Fenced(f) => ObserveError::from(f).into(),
-        source => FinalizerError {
-            what,
-            scheduler: s.name_any(),
-            source,
-        }
-        .into(),
+    FinalizerError {
+        what,
+        scheduler: s.name_any(),
+        source: e,
     }
+    .into()
 }
 
 /// What deletion does next: decided from the snapshot alone.

@@ -3,7 +3,7 @@
 
 use super::act::ActError;
 use crate::{
-    fence::Fenced,
+    fence::{Fenced, MaybeFenced},
     k8s::{database, finalizer, guard, status::StatusWriteError},
 };
 
@@ -30,6 +30,15 @@ pub enum ObserveError {
     Fenced(#[from] Fenced),
 }
 
+impl MaybeFenced for ObserveError {
+    fn fenced(&self) -> Option<Fenced> {
+        match self {
+            ObserveError::Fenced(f) => Some(*f),
+            _ => None,
+        }
+    }
+}
+
 /// Why the status stage of a reconcile failed: the Scheduler's status could
 /// not be written.
 #[derive(Debug, thiserror::Error)]
@@ -53,6 +62,18 @@ pub enum ReconcileError {
     Finalizer(#[from] FinalizerError),
     #[error("{0}")]
     Panicked(guard::Panicked),
+}
+
+impl MaybeFenced for ReconcileError {
+    fn fenced(&self) -> Option<Fenced> {
+        match self {
+            ReconcileError::Observe(e) => e.fenced(),
+            ReconcileError::Act(e) => e.fenced(),
+            ReconcileError::Status(e) => e.source.fenced(),
+            ReconcileError::Finalizer(e) => e.source.fenced(),
+            ReconcileError::Panicked(_) => None,
+        }
+    }
 }
 
 impl ReconcileError {

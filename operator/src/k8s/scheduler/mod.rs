@@ -46,6 +46,7 @@ use super::{
     watches::{namespaced, Watches},
 };
 use crate::crd::{Scheduler, SecretKeyRef};
+use crate::fence::{MaybeFenced, FENCED_RETRY};
 use crate::rollout::{self, decide, Decision, Observed};
 
 /// The Scheduler controller over `scope` (a namespace; `None`: all),
@@ -296,12 +297,18 @@ async fn refused(
     Ok(Requeue::requeue(refusal::REFUSED_RETRY))
 }
 
-/// A failed reconcile is logged, counted and tried again shortly.
+/// A failed reconcile is logged, counted and tried again shortly; a fenced
+/// one is no failure of the Scheduler.
 pub fn error_policy(
     scheduler: Arc<Scheduler>,
     error: &ReconcileError,
     ctx: Arc<Context>,
 ) -> Requeue {
+    if error.is_fenced() {
+        // No failure of the Scheduler: this replica may not act.
+        tracing::debug!(error = %error, "fenced");
+        return Requeue::requeue(FENCED_RETRY);
+    }
     let ns = namespace_of(&scheduler);
     let name = scheduler.name_any();
     let delay = ctx.backoff.failed(&ns, &name);

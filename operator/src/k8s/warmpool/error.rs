@@ -3,7 +3,12 @@
 
 use crate::k8s::finalizer::FinalizerError;
 use crate::{
-    k8s::{database::SecretError, guard, leader::Fenced, status::StatusWriteError},
+    k8s::{
+        database::SecretError,
+        guard,
+        leader::{Fenced, MaybeFenced},
+        status::StatusWriteError,
+    },
     pool::PoolError,
 };
 
@@ -76,21 +81,34 @@ impl ControllerError {
         }
     }
 
-    /// A finalizer's failure; fenced, as every fenced error is.
-    pub(super) fn finalizer(pool: &str, e: FinalizerError) -> Self {
-        let pool = pool.to_string();
-        match e {
-            FinalizerError::Fenced(source) => ControllerError::Fenced { pool, source },
-            source => ControllerError::Finalizer { pool, source },
+    /// A finalizer's failure (fenced or not: see [`MaybeFenced`]).
+    pub(super) fn finalizer(pool: &str, source: FinalizerError) -> Self {
+        ControllerError::Finalizer {
+            pool: pool.to_string(),
+            source,
         }
     }
 
-    /// A status write's failure; fenced, as every fenced error is.
-    pub(super) fn status(pool: &str, e: StatusWriteError) -> Self {
-        let pool = pool.to_string();
-        match e {
-            StatusWriteError::Fenced(source) => ControllerError::Fenced { pool, source },
-            source => ControllerError::Status { pool, source },
+    /// A status write's failure (fenced or not: see [`MaybeFenced`]).
+    pub(super) fn status(pool: &str, source: StatusWriteError) -> Self {
+        ControllerError::Status {
+            pool: pool.to_string(),
+            source,
+        }
+    }
+}
+
+impl MaybeFenced for ControllerError {
+    fn fenced(&self) -> Option<Fenced> {
+        match self {
+            ControllerError::Fenced { source, .. } => Some(*source),
+            ControllerError::Start { source, .. } => source.fenced(),
+            ControllerError::Status { source, .. } => source.fenced(),
+            ControllerError::Finalizer { source, .. } => source.fenced(),
+            ControllerError::Ec2 { source, .. } => source.fenced(),
+            ControllerError::Kube { .. }
+            | ControllerError::Secret { .. }
+            | ControllerError::Panicked { .. } => None,
         }
     }
 }

@@ -48,7 +48,7 @@ mod retiring;
 mod stages;
 mod teardown;
 
-use std::{future::Future, sync::Arc, time::Duration};
+use std::{future::Future, sync::Arc};
 
 use futures::{channel::mpsc, StreamExt};
 use k8s_openapi::api::core::v1::Secret;
@@ -73,6 +73,7 @@ use context::{Caches, StopAll};
 pub use error::ControllerError;
 use report::degraded;
 
+use crate::fence::{MaybeFenced, FENCED_RETRY};
 use crate::{
     crd::{Scheduler, WarmPool},
     k8s::{guard, watches::Watches},
@@ -172,9 +173,9 @@ fn pools_of(
 /// … 5 min) and starts over after a success. A fenced one is no failure
 /// of the pool: this replica may not act.
 fn error_policy(wp: Arc<WarmPool>, error: &ControllerError, ctx: Arc<PoolContext>) -> Action {
-    if let ControllerError::Fenced { .. } = error {
+    if error.is_fenced() {
         tracing::debug!(error = %error, "fenced");
-        return Action::requeue(Duration::from_secs(15));
+        return Action::requeue(FENCED_RETRY);
     }
     let ns = wp.namespace().unwrap_or_else(|| "default".into());
     let name = wp.name_any();
@@ -224,7 +225,7 @@ pub async fn reconcile(
         ControllerError::Panicked { source, .. } => {
             Some((guard::INTERNAL_ERROR, source.to_string()))
         }
-        ControllerError::Fenced { .. } => None,
+        e if e.is_fenced() => None,
         e => guard::forbidden(e).map(|m| (guard::FORBIDDEN, m)),
     };
     if let Some((reason, message)) = said {
