@@ -1,26 +1,8 @@
-//! A paused pool, maxInstances over every small pool, and a pool of ten thousand.
+//! maxInstances over every small pool, and a pool of ten thousand.
 
 use super::*;
 
-#[test]
-fn paused_changes_nothing_but_still_counts() {
-    let mut s = spec(3, 3, 10);
-    s.paused = true;
-    let stale = PoolRow {
-        polled_secs: Some(99.0),
-        ..idle_row(1, "i-a", 40.0)
-    };
-    let p = run(
-        &s,
-        &snap(
-            vec![inst("i-a", 100), inst("i-b", 100), inst("i-c", 1000)],
-            vec![stale, busy_row(2, "i-b")],
-        ),
-    );
-    assert!(p.launches.is_empty() && p.retirements.is_empty());
-    assert_eq!(p.counts.busy, 1);
-}
-
+// Not a row: a property of the plan over every small pool, not one snapshot's.
 #[test]
 fn retirements_and_launches_together_never_exceed_max_instances() {
     // Every combination of a small pool: whatever the plan does, the
@@ -62,6 +44,7 @@ fn retirements_and_launches_together_never_exceed_max_instances() {
     }
 }
 
+// Not a row: a plan at scale, checked in the aggregate.
 #[test]
 fn ten_thousand_instances_plan_quickly_enough_to_matter_only_in_the_bench() {
     // Correctness at scale; the timing is bench-pool's job.

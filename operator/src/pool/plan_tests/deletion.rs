@@ -10,18 +10,49 @@ fn deleted(instances: Vec<Ec2Instance>, rows: Vec<PoolRow>, ago: i64) -> Snapsho
     }
 }
 
-#[test]
-fn deletion_table() {
-    /// The one instance of the case: with a live row, or without one.
-    enum I {
-        Row(PoolRow),
-        /// Launched by this loop 5 s ago, its agent not reported yet.
-        Ours,
-        /// Not launched by this loop, 5 s old: younger than the leak grace.
-        Unknown,
-        /// No live row, but rows once.
-        Known,
-    }
+/// The one instance of a row: with a live row, or without one.
+enum I {
+    Row(PoolRow),
+    /// Launched by this loop 5 s ago, its agent not reported yet.
+    Ours,
+    /// Not launched by this loop, 5 s old: younger than the leak grace.
+    Unknown,
+    /// No live row, but rows once.
+    Known,
+}
+
+/// What a deletion does: every retirement (instance, end; the reason
+/// always PoolDeleted), and how many are left busy.
+type Deleted = (Vec<(&'static str, End)>, u32);
+
+/// A row of a pool of one instance `i-x`, `paused` or not, deleted `ago`
+/// seconds before, with runs waiting: retired with `end`, or (None) left
+/// busy to its run.
+fn lone(what: &str, instance: I, paused: bool, ago: i64, end: Option<End>) -> Case<Deleted> {
+    let s = WarmPoolSpec {
+        paused,
+        ..spec(3, 5, 10)
+    };
+    let (age, rows, ours, known) = match instance {
+        I::Row(row) => (100, vec![row], false, false),
+        I::Ours => (5, vec![], true, false),
+        I::Unknown => (5, vec![], false, false),
+        I::Known => (100, vec![], false, true),
+    };
+    let sn = Snapshot {
+        ours: ours.then(|| "i-x".to_string()).into_iter().collect(),
+        known: known.then(|| "i-x".to_string()).into_iter().collect(),
+        demand: 2,
+        ..deleted(vec![inst("i-x", age)], rows, ago)
+    };
+    let want = match end {
+        Some(end) => (vec![("i-x", end)], 0),
+        None => (vec![], 1),
+    };
+    case(what, s, sn, want)
+}
+
+fn cases() -> Vec<Case<Deleted>> {
     let idle = idle_row(1, "i-x", 1.0);
     let stale = PoolRow {
         polled_secs: Some(99.0),
@@ -33,80 +64,8 @@ fn deletion_table() {
         idle_secs: None,
         ..idle_row(1, "i-x", 0.0)
     };
-    // (description, the instance, paused, seconds since the deletion) →
-    // how it is retired (always PoolDeleted); None: left to its run.
-    let cases: Vec<(&str, I, bool, i64, Option<End>)> = vec![
-        ("idle", I::Row(idle.clone()), false, 0, Some(End::Idle(1))),
-        ("stale idle", I::Row(stale), false, 0, Some(End::Idle(1))),
-        ("ours booting", I::Ours, false, 0, Some(End::Claim)),
-        (
-            "younger than the leak grace",
-            I::Unknown,
-            false,
-            0,
-            Some(End::Claim),
-        ),
-        (
-            "row ended by the scheduler",
-            I::Known,
-            false,
-            0,
-            Some(End::Claim),
-        ),
-        (
-            "claimed earlier",
-            I::Row(claim),
-            false,
-            0,
-            Some(End::Claimed(1)),
-        ),
-        (
-            "busy, drain time left",
-            I::Row(busy.clone()),
-            false,
-            3599,
-            None,
-        ),
-        (
-            "busy past the drain time-out",
-            I::Row(busy),
-            false,
-            3600,
-            Some(End::Busy(1)),
-        ),
-        ("idle, paused", I::Row(idle), true, 0, Some(End::Idle(1))),
-        ("booting, paused", I::Ours, true, 0, Some(End::Claim)),
-    ];
-    for (what, instance, paused, ago, want) in cases {
-        let mut s = spec(3, 5, 10);
-        s.paused = paused;
-        let (age, rows, ours, known) = match instance {
-            I::Row(row) => (100, vec![row], false, false),
-            I::Ours => (5, vec![], true, false),
-            I::Unknown => (5, vec![], false, false),
-            I::Known => (100, vec![], false, true),
-        };
-        let sn = Snapshot {
-            ours: ours.then(|| "i-x".to_string()).into_iter().collect(),
-            known: known.then(|| "i-x".to_string()).into_iter().collect(),
-            demand: 2,
-            ..deleted(vec![inst("i-x", age)], rows, ago)
-        };
-        let p = run(&s, &sn);
-        let got: Vec<(Reason, End)> = p.retirements.iter().map(|r| (r.reason, r.end)).collect();
-        let want: Vec<(Reason, End)> = want.map(|e| (Reason::PoolDeleted, e)).into_iter().collect();
-        assert_eq!(got, want, "{what}");
-        assert_eq!(p.counts.busy, u32::from(want.is_empty()), "{what}");
-        assert!(
-            p.launches.is_empty() && p.room == 0 && p.short == 0,
-            "{what}: {p:?}"
-        );
-    }
-}
 
-#[test]
-fn a_deleted_pool_launches_nothing_and_counts_what_is_left() {
-    let s = spec(3, 5, 10);
+    // Idle, busy, booting, shutting down, terminated with its claim left.
     let mut going = inst("i-going", 100);
     going.state = Ec2State::ShuttingDown;
     let mut gone = inst("i-gone", 100);
@@ -116,7 +75,7 @@ fn a_deleted_pool_launches_nothing_and_counts_what_is_left() {
         idle_secs: None,
         ..idle_row(9, "i-gone", 0.0)
     };
-    let sn = Snapshot {
+    let mixed = Snapshot {
         ours: ["i-boot".to_string()].into(),
         demand: 4,
         ..deleted(
@@ -137,29 +96,128 @@ fn a_deleted_pool_launches_nothing_and_counts_what_is_left() {
             10,
         )
     };
-    let p = run(&s, &sn);
-    assert_eq!(
-        retired(&p),
-        [
-            ("i-a", Reason::PoolDeleted),
-            ("i-b", Reason::PoolDeleted),
-            ("i-boot", Reason::PoolDeleted)
-        ]
+
+    let reserve = WarmPoolSpec {
+        stopped: Some(crate::crd::StoppedRange { min: 2, max: None }),
+        ..spec(0, 0, 10)
+    };
+    let stopped_and_woken = deleted(
+        vec![stopped("i-1"), inst("i-2", 100)],
+        vec![reserved_row(1, "i-1"), woken_row(2, "i-2", 3.0)],
+        0,
     );
-    assert_eq!(p.ends, [9]);
-    assert!(p.launches.is_empty() && p.fallback.is_empty());
-    assert_eq!((p.room, p.short), (0, 0));
-    assert_eq!(
-        p.counts,
-        Counts {
-            launching: 0,
-            idle: 0,
-            busy: 1,
-            terminating: 4,
-            ..Counts::default()
-        }
-    );
-    // Nothing left: an empty plan.
-    let p = run(&s, &deleted(vec![], vec![], 10));
-    assert_eq!(p, PoolPlan::default());
+
+    vec![
+        lone("idle", I::Row(idle.clone()), false, 0, Some(End::Idle(1))),
+        lone("stale idle", I::Row(stale), false, 0, Some(End::Idle(1))),
+        lone("ours booting", I::Ours, false, 0, Some(End::Claim)),
+        lone(
+            "younger than the leak grace",
+            I::Unknown,
+            false,
+            0,
+            Some(End::Claim),
+        ),
+        lone(
+            "row ended by the scheduler",
+            I::Known,
+            false,
+            0,
+            Some(End::Claim),
+        ),
+        lone(
+            "claimed earlier",
+            I::Row(claim),
+            false,
+            0,
+            Some(End::Claimed(1)),
+        ),
+        lone(
+            "busy, drain time left",
+            I::Row(busy.clone()),
+            false,
+            3599,
+            None,
+        ),
+        lone(
+            "busy past the drain time-out",
+            I::Row(busy),
+            false,
+            3600,
+            Some(End::Busy(1)),
+        ),
+        lone("idle, paused", I::Row(idle), true, 0, Some(End::Idle(1))),
+        lone("booting, paused", I::Ours, true, 0, Some(End::Claim)),
+        case(
+            "idle and booting retired, busy left to its run, the claim of one gone ended",
+            spec(3, 5, 10),
+            mixed,
+            (
+                vec![
+                    ("i-a", End::Idle(1)),
+                    ("i-b", End::Idle(2)),
+                    ("i-boot", End::Claim),
+                ],
+                1,
+            ),
+        )
+        .also(Also {
+            ends: Some(vec![9]),
+            counts: Some(Counts {
+                launching: 0,
+                idle: 0,
+                busy: 1,
+                terminating: 4,
+                ..Counts::default()
+            }),
+            ..Also::default()
+        }),
+        case(
+            "nothing left: an empty plan",
+            spec(3, 5, 10),
+            deleted(vec![], vec![], 10),
+            (vec![], 0),
+        )
+        .also(Also {
+            plan: Some(PoolPlan::default()),
+            ..Also::default()
+        }),
+        case(
+            "its reserve, stopped or started, is terminated by claiming the rows",
+            reserve,
+            stopped_and_woken,
+            (
+                vec![("i-1", End::Reserved(1)), ("i-2", End::Reserved(2))],
+                0,
+            ),
+        ),
+    ]
+}
+
+#[test]
+fn deletion_table() {
+    for c in cases() {
+        let (p, what) = (c.plan(), &c.name);
+        let got: Vec<(&str, End)> = p
+            .retirements
+            .iter()
+            .map(|r| (r.instance.as_str(), r.end))
+            .collect();
+        assert_eq!((got, p.counts.busy), c.want, "{what}");
+        assert!(
+            p.retirements
+                .iter()
+                .all(|r| r.reason == Reason::PoolDeleted),
+            "{what}: {p:?}"
+        );
+        // Nothing launched, started, or stopped; no row ended as gone.
+        assert!(
+            p.launches.is_empty() && p.fallback.is_empty() && p.room == 0 && p.short == 0,
+            "{what}: {p:?}"
+        );
+        assert!(
+            p.starts.is_empty() && p.stops.is_empty() && p.restops.is_empty() && p.gone.is_empty(),
+            "{what}: {p:?}"
+        );
+    }
 }

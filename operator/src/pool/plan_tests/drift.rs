@@ -24,33 +24,41 @@ fn new(id: &str, age: i64) -> Ec2Instance {
     }
 }
 
-fn stopped_row(id: i64, instance: &str) -> PoolRow {
-    PoolRow {
-        idle_secs: None,
-        reserved: true,
-        ..idle_row(id, instance, 0.0)
-    }
-}
-
 fn with_max(mut s: WarmPoolSpec, max_drifted: i32) -> WarmPoolSpec {
     s.disruption = Disruption { max_drifted };
     s
 }
 
-type Case = (
-    &'static str,
-    WarmPoolSpec,
-    Snapshot,
-    Vec<(&'static str, Reason)>,
-    u32,
-    u32,
-);
+/// What drift did: (retired, launches, counts.drifted).
+type Replaced = (Vec<(&'static str, Reason)>, u32, u32);
 
-#[test]
-fn drift_table() {
+fn cases() -> Vec<Case<Replaced>> {
     let two = with_max(spec(2, 2, 6), 1);
-    let cases: Vec<Case> = vec![
-        (
+    let mut reserve = with_max(spec(1, 1, 8), 1);
+    reserve.stopped = Some(StoppedRange {
+        min: 2,
+        max: Some(2),
+    });
+    let stopped = |i: Ec2Instance| Ec2Instance {
+        state: Ec2State::Stopped,
+        ..i
+    };
+    let reserve_2_drifted = Snapshot {
+        instances: vec![
+            stopped(old("i-a", 100)),
+            stopped(old("i-b", 100)),
+            stopped(new("i-c", 100)),
+        ],
+        rows: vec![
+            reserved_row(1, "i-a"),
+            reserved_row(2, "i-b"),
+            reserved_row(3, "i-c"),
+        ],
+        demand: 1,
+        ..Default::default()
+    };
+    vec![
+        row(
             "both idle drifted: one replacement launched, nothing retired yet",
             two.clone(),
             snap(
@@ -61,7 +69,7 @@ fn drift_table() {
             1,
             2,
         ),
-        (
+        row(
             "its replacement boots: nothing more, nothing retired",
             two.clone(),
             snap(
@@ -72,7 +80,7 @@ fn drift_table() {
             0,
             2,
         ),
-        (
+        row(
             "the replacement is idle: the longest idle drifted one goes, the next replacement launches",
             two.clone(),
             snap(
@@ -87,7 +95,7 @@ fn drift_table() {
             1,
             2,
         ),
-        (
+        row(
             "two at a time: both replacements launch at once",
             with_max(spec(2, 2, 6), 2),
             snap(
@@ -98,7 +106,7 @@ fn drift_table() {
             2,
             2,
         ),
-        (
+        row(
             "enough without it: a spare drifted one goes at once",
             two.clone(),
             snap(
@@ -113,7 +121,7 @@ fn drift_table() {
             0,
             1,
         ),
-        (
+        row(
             "busy drifted: left to its run, counted",
             two.clone(),
             snap(
@@ -128,7 +136,7 @@ fn drift_table() {
             0,
             1,
         ),
-        (
+        row(
             "maxDrifted 0: left to idleSeconds and maxUses, counted",
             with_max(spec(2, 2, 6), 0),
             snap(
@@ -139,7 +147,7 @@ fn drift_table() {
             0,
             2,
         ),
-        (
+        row(
             "an instance type no longer listed drifts too",
             two.clone(),
             snap(
@@ -161,7 +169,7 @@ fn drift_table() {
             0,
             1,
         ),
-        (
+        row(
             "launched before instances carried the hash: not known to drift",
             two.clone(),
             snap(
@@ -172,47 +180,45 @@ fn drift_table() {
             0,
             0,
         ),
-    ];
-    for (what, s, sn, want, launches, drifted) in cases {
-        let p = run(&s, &sn);
-        assert_eq!(retired(&p), want, "{what}");
-        assert_eq!(p.launch_count(), launches, "{what}: launches");
-        assert_eq!(p.counts.drifted, drifted, "{what}: drifted");
-    }
+        row(
+            "drifted stopped instances are never started, and go at the pace allowed",
+            reserve,
+            reserve_2_drifted,
+            vec![("i-a", Reason::Drifted)],
+            1,
+            2,
+        )
+        .also(Also {
+            starts: Some(vec!["i-c"]),
+            ..Also::default()
+        }),
+    ]
+}
+
+/// A row: (what, spec, snapshot) → (retired, launches, counts.drifted).
+fn row(
+    what: &str,
+    s: WarmPoolSpec,
+    sn: Snapshot,
+    retired: Vec<(&'static str, Reason)>,
+    launches: u32,
+    drifted: u32,
+) -> Case<Replaced> {
+    case(what, s, sn, (retired, launches, drifted))
 }
 
 #[test]
-fn drifted_stopped_instances_are_never_started_and_go_at_the_pace_allowed() {
-    let mut s = with_max(spec(1, 1, 8), 1);
-    s.stopped = Some(StoppedRange {
-        min: 2,
-        max: Some(2),
-    });
-    let stopped = |i: Ec2Instance| Ec2Instance {
-        state: Ec2State::Stopped,
-        ..i
-    };
-    let sn = Snapshot {
-        instances: vec![
-            stopped(old("i-a", 100)),
-            stopped(old("i-b", 100)),
-            stopped(new("i-c", 100)),
-        ],
-        rows: vec![
-            stopped_row(1, "i-a"),
-            stopped_row(2, "i-b"),
-            stopped_row(3, "i-c"),
-        ],
-        demand: 1,
-        ..Default::default()
-    };
-    let p = run(&s, &sn);
-    let started: Vec<&str> = p.starts.iter().map(|w| w.instance.as_str()).collect();
-    assert_eq!(started, ["i-c"], "the up-to-date one serves the run");
-    assert_eq!(retired(&p), [("i-a", Reason::Drifted)], "one at a time");
-    assert_eq!(p.counts.drifted, 2);
+fn drift_table() {
+    for c in cases() {
+        let (p, what) = (c.plan(), &c.name);
+        let (want, launches, drifted) = &c.want;
+        assert_eq!(&retired(&p), want, "{what}");
+        assert_eq!(p.launch_count(), *launches, "{what}: launches");
+        assert_eq!(p.counts.drifted, *drifted, "{what}: drifted");
+    }
 }
 
+// Not a row: passes replayed in turn, each fed the last one's plan.
 #[test]
 fn the_pool_never_drops_below_idle_min_while_replacing() {
     // Replaying passes over a pool of five drifted idle instances, two at

@@ -1,7 +1,9 @@
-//! Launches: the offerings in order, how many for idle.min and demand, in batches.
+//! Launches: the offerings in order, how many for idle.min and demand, in
+//! batches, counting what boots and what the listing lacks yet.
 
 use super::*;
 
+// Not a row: the order of offerings, a pure helper, no plan.
 #[test]
 fn offerings_try_each_type_in_every_subnet_then_the_next_type() {
     let s = spec(0, 0, 1);
@@ -20,140 +22,7 @@ fn offerings_try_each_type_in_every_subnet_then_the_next_type() {
     assert_eq!(offerings(&t), [off("", "")]);
 }
 
-/// (idle.min, idle.max, maxInstances, idle, busy, booting, demand) →
-/// (launches, short).
-type LaunchCase = (i32, i32, i32, usize, usize, usize, i64, u32, u32);
-
-#[test]
-fn launches_table() {
-    let cases: &[LaunchCase] = &[
-        (0, 0, 10, 0, 0, 0, 0, 0, 0),
-        (2, 4, 10, 0, 0, 0, 0, 2, 0),
-        (2, 4, 10, 1, 0, 0, 0, 1, 0),
-        (2, 4, 10, 2, 0, 0, 0, 0, 0),
-        (2, 4, 10, 1, 0, 1, 0, 0, 0), // booting counts
-        (2, 4, 10, 0, 0, 2, 0, 0, 0),
-        (2, 4, 10, 2, 3, 0, 3, 3, 0), // demand beyond idle.min
-        (2, 4, 5, 2, 3, 0, 3, 0, 3),  // maxInstances reached
-        (2, 4, 6, 0, 3, 0, 5, 3, 4),  // capped by maxInstances
-        (0, 0, 50, 0, 0, 0, 50, 50, 0),
-        (0, 0, 20, 0, 0, 5, 50, 15, 30),
-        (1, 1, 1, 0, 1, 0, 0, 0, 1), // a busy instance fills the pool
-        (3, 3, 10, 4, 0, 0, 0, 0, 0),
-    ];
-    for (n, &(min, max, cap, idle, busy, booting, demand, want, short)) in cases.iter().enumerate()
-    {
-        let s = spec(min, max, cap);
-        let mut instances = Vec::new();
-        let mut rows = Vec::new();
-        for k in 0..idle {
-            let id = format!("i-idle{k}");
-            instances.push(inst(&id, 100));
-            rows.push(idle_row(k as i64, &id, 10.0 + k as f64));
-        }
-        for k in 0..busy {
-            let id = format!("i-busy{k}");
-            instances.push(inst(&id, 100));
-            rows.push(busy_row(100 + k as i64, &id));
-        }
-        let mut ours = HashSet::new();
-        for k in 0..booting {
-            let id = format!("i-boot{k}");
-            instances.push(inst(&id, 5));
-            ours.insert(id);
-        }
-        let sn = Snapshot {
-            instances,
-            rows,
-            ours,
-            demand,
-            ..Default::default()
-        };
-        let p = run(&s, &sn);
-        assert_eq!(p.launch_count(), want, "case {n}: launches");
-        assert_eq!(p.short, short, "case {n}: short");
-        assert_eq!(p.counts.launching, booting as u32, "case {n}");
-        assert!(
-            sn.instances.len() as u32 + p.launch_count() - p.retirements.len() as u32
-                <= cap.max(sn.instances.len() as i32) as u32,
-            "case {n}: never past maxInstances"
-        );
-    }
-}
-
-#[test]
-fn launches_go_to_the_first_available_offering_in_batches() {
-    let s = spec(250, 250, 1000);
-    let limits = Limits {
-        max_batch: 100,
-        ..Limits::default()
-    };
-    let mut unavailable = BTreeMap::new();
-    unavailable.insert(off("t3.small", "subnet-a"), now() + Duration::seconds(60));
-    unavailable.insert(off("t3.medium", "subnet-a"), now() - Duration::seconds(1)); // expired
-    let p = plan(&s, &Snapshot::default(), &unavailable, &limits, now());
-    assert_eq!(
-        p.launches.iter().map(|b| b.count).collect::<Vec<_>>(),
-        [100, 100, 50]
-    );
-    assert!(p
-        .launches
-        .iter()
-        .all(|b| b.offering == off("t3.small", "subnet-b")));
-    assert_eq!(
-        p.fallback,
-        [off("t3.medium", "subnet-a"), off("t3.medium", "subnet-b")]
-    );
-}
-
-#[test]
-fn no_offering_available_launches_nothing_and_says_how_many_are_short() {
-    let s = spec(2, 2, 10);
-    let unavailable: BTreeMap<_, _> = offerings(&s.launch)
-        .into_iter()
-        .map(|o| (o, now() + Duration::seconds(100)))
-        .collect();
-    let p = plan(
-        &s,
-        &Snapshot::default(),
-        &unavailable,
-        &Limits::default(),
-        now(),
-    );
-    assert!(p.launches.is_empty());
-    assert_eq!(p.short, 2);
-}
-
-#[test]
-fn what_this_loop_launched_and_the_listing_lacks_yet_is_booting_and_takes_room() {
-    let mut s = spec(2, 2, 3);
-    let mut sn = snap(vec![inst("i-1", 100)], vec![idle_row(1, "i-1", 5.0)]);
-    sn.ours = HashSet::from(["i-2".to_string()]);
-    let p = run(&s, &sn);
-    assert_eq!((p.launch_count(), p.counts.launching), (0, 1));
-    // Two of ours unlisted and one listed fill maxInstances.
-    sn.ours.insert("i-3".into());
-    s.idle.min = 4;
-    s.idle.max = 4;
-    let p = run(&s, &sn);
-    assert_eq!((p.launch_count(), p.room, p.short), (0, 0, 1));
-    // Once listed, an instance of ours is counted once.
-    sn.instances.push(inst("i-2", 1));
-    let p = run(&s, &sn);
-    assert_eq!((p.counts.launching, p.room), (2, 0));
-    // One the listing lacks that was handed a run is busy, not booting.
-    sn.rows.push(busy_row(3, "i-3"));
-    let p = run(&s, &sn);
-    assert_eq!((p.counts.launching, p.counts.busy, p.room), (1, 1, 0));
-    // Its run over, its row ended (the agent powered it off): neither
-    // booting nor retired until a listing shows it.
-    sn.rows.pop();
-    sn.known.insert("i-3".into());
-    let p = run(&s, &sn);
-    assert_eq!((p.counts.launching, p.counts.busy, p.room), (1, 0, 1));
-    assert!(p.retirements.is_empty(), "{p:?}");
-}
-
+// Not a row: the order of offerings, a pure helper, no plan.
 #[test]
 fn spot_then_on_demand_tries_every_spot_offering_before_any_on_demand_one() {
     let mut launch = spec(0, 0, 1).launch;
@@ -176,39 +45,279 @@ fn spot_then_on_demand_tries_every_spot_offering_before_any_on_demand_one() {
     assert!(offerings(&launch).iter().all(|o| o.spot));
 }
 
-#[test]
-fn a_spot_notice_launches_the_replacement_at_once_and_a_leaving_instance_is_not_idle() {
-    let s = spec(1, 1, 10);
+/// A pool of `idle` idle and `busy` busy instances, `booting` more this loop
+/// launched (listed, no row yet), and `demand` runs waiting.
+fn pool(idle: usize, busy: usize, booting: usize, demand: i64) -> Snapshot {
+    let mut instances = Vec::new();
+    let mut rows = Vec::new();
+    for k in 0..idle {
+        let id = format!("i-idle{k}");
+        instances.push(inst(&id, 100));
+        rows.push(idle_row(k as i64, &id, 10.0 + k as f64));
+    }
+    for k in 0..busy {
+        let id = format!("i-busy{k}");
+        instances.push(inst(&id, 100));
+        rows.push(busy_row(100 + k as i64, &id));
+    }
+    let mut ours = HashSet::new();
+    for k in 0..booting {
+        let id = format!("i-boot{k}");
+        instances.push(inst(&id, 5));
+        ours.insert(id);
+    }
+    Snapshot {
+        instances,
+        rows,
+        ours,
+        demand,
+        ..Default::default()
+    }
+}
+
+/// What a row launches: (launches, short, counts.launching).
+type Launched = (u32, u32, u32);
+
+fn cases() -> Vec<Case<Launched>> {
+    let none_available = offerings(&spec(2, 2, 10).launch).into_iter().fold(
+        case(
+            "no offering available: nothing launched, all short",
+            spec(2, 2, 10),
+            Snapshot::default(),
+            (0, 2, 0),
+        ),
+        |c, o| c.held(o, 100),
+    );
+
+    // What this loop launched that the listing lacks yet: booting, taking
+    // room, until a listing shows it or its row ends.
+    let listed = snap(vec![inst("i-1", 100)], vec![idle_row(1, "i-1", 5.0)]);
+    let one_unlisted = Snapshot {
+        ours: HashSet::from(["i-2".to_string()]),
+        ..listed.clone()
+    };
+    let two_unlisted = Snapshot {
+        ours: HashSet::from(["i-2".to_string(), "i-3".to_string()]),
+        ..listed
+    };
+    let one_listed_since = Snapshot {
+        instances: vec![inst("i-1", 100), inst("i-2", 1)],
+        ..two_unlisted.clone()
+    };
+    let handed_a_run = Snapshot {
+        rows: vec![idle_row(1, "i-1", 5.0), busy_row(3, "i-3")],
+        ..one_listed_since.clone()
+    };
+    let its_row_ended = Snapshot {
+        known: HashSet::from(["i-3".to_string()]),
+        ..one_listed_since.clone()
+    };
+
+    // A spot notice: the interrupted busy instance's replacement is
+    // launched at once; an idle one whose agent is leaving goes by itself.
     let interrupted = PoolRow {
         interrupted: true,
         noticed: true,
         ..busy_row(1, "i-busy")
     };
+    let recommended = PoolRow {
+        interrupted: false,
+        ..interrupted.clone()
+    };
     let leaving = PoolRow {
         noticed: true,
         ..idle_row(2, "i-idle", 5.0)
     };
-    let snap = snap(
-        vec![inst("i-busy", 100), inst("i-idle", 100)],
-        vec![interrupted.clone(), leaving.clone()],
-    );
-    let p = run(&s, &snap);
-    assert_eq!((p.counts.busy, p.counts.idle), (1, 0));
-    assert!(p.retirements.is_empty(), "the leaving one goes by itself");
-    assert_eq!(
-        p.launch_count(),
-        2,
-        "idle.min, and the interrupted one's replacement"
-    );
-    // A rebalance recommendation on a busy instance launches nothing.
-    let recommended = PoolRow {
-        interrupted: false,
-        ..interrupted
-    };
-    let p = run(&s, &snap_with(&snap, vec![recommended, leaving]));
-    assert_eq!(p.launch_count(), 1);
+    let noticed = |rows| snap(vec![inst("i-busy", 100), inst("i-idle", 100)], rows);
+
+    vec![
+        case(
+            "idle.min 0, nothing waits: nothing launched",
+            spec(0, 0, 10),
+            pool(0, 0, 0, 0),
+            (0, 0, 0),
+        ),
+        case(
+            "an empty pool launches idle.min",
+            spec(2, 4, 10),
+            pool(0, 0, 0, 0),
+            (2, 0, 0),
+        ),
+        case(
+            "one idle of idle.min 2: one launched",
+            spec(2, 4, 10),
+            pool(1, 0, 0, 0),
+            (1, 0, 0),
+        ),
+        case(
+            "idle.min idle: nothing launched",
+            spec(2, 4, 10),
+            pool(2, 0, 0, 0),
+            (0, 0, 0),
+        ),
+        case(
+            "booting counts toward idle.min",
+            spec(2, 4, 10),
+            pool(1, 0, 1, 0),
+            (0, 0, 1),
+        ),
+        case(
+            "idle.min booting: nothing launched",
+            spec(2, 4, 10),
+            pool(0, 0, 2, 0),
+            (0, 0, 2),
+        ),
+        case(
+            "demand beyond idle.min is launched for",
+            spec(2, 4, 10),
+            pool(2, 3, 0, 3),
+            (3, 0, 0),
+        ),
+        case(
+            "maxInstances reached: the demand is short",
+            spec(2, 4, 5),
+            pool(2, 3, 0, 3),
+            (0, 3, 0),
+        ),
+        case(
+            "capped by maxInstances: the rest is short",
+            spec(2, 4, 6),
+            pool(0, 3, 0, 5),
+            (3, 4, 0),
+        ),
+        case(
+            "demand alone: one launched per run waiting",
+            spec(0, 0, 50),
+            pool(0, 0, 0, 50),
+            (50, 0, 0),
+        ),
+        case(
+            "demand with some booting, capped by maxInstances",
+            spec(0, 0, 20),
+            pool(0, 0, 5, 50),
+            (15, 30, 5),
+        ),
+        case(
+            "a busy instance fills the pool",
+            spec(1, 1, 1),
+            pool(0, 1, 0, 0),
+            (0, 1, 0),
+        ),
+        case(
+            "idle beyond idle.max: nothing launched",
+            spec(3, 3, 10),
+            pool(4, 0, 0, 0),
+            (0, 0, 0),
+        ),
+        none_available,
+        case(
+            "launches go to the first available offering, in batches",
+            spec(250, 250, 1000),
+            Snapshot::default(),
+            (250, 0, 0),
+        )
+        .held(off("t3.small", "subnet-a"), 60)
+        .held(off("t3.medium", "subnet-a"), -1)
+        .limits(Limits {
+            max_batch: 100,
+            ..Limits::default()
+        })
+        .also(Also {
+            batches: Some(vec![
+                (off("t3.small", "subnet-b"), 100),
+                (off("t3.small", "subnet-b"), 100),
+                (off("t3.small", "subnet-b"), 50),
+            ]),
+            fallback: Some(vec![
+                off("t3.medium", "subnet-a"),
+                off("t3.medium", "subnet-b"),
+            ]),
+            ..Also::default()
+        }),
+        case(
+            "one of ours the listing lacks is booting and counts toward idle.min",
+            spec(2, 2, 3),
+            one_unlisted,
+            (0, 0, 1),
+        ),
+        case(
+            "two of ours unlisted and one listed fill maxInstances",
+            spec(4, 4, 3),
+            two_unlisted,
+            (0, 1, 2),
+        )
+        .also(Also {
+            room: Some(0),
+            ..Also::default()
+        }),
+        case(
+            "once listed, one of ours is counted once",
+            spec(4, 4, 3),
+            one_listed_since,
+            (0, 1, 2),
+        )
+        .also(Also {
+            room: Some(0),
+            ..Also::default()
+        }),
+        case(
+            "one of ours unlisted that was handed a run is busy, not booting",
+            spec(4, 4, 3),
+            handed_a_run,
+            (0, 2, 1),
+        )
+        .also(Also {
+            busy: Some(1),
+            room: Some(0),
+            ..Also::default()
+        }),
+        case(
+            "one of ours unlisted whose row ended: neither booting nor retired until listed",
+            spec(4, 4, 3),
+            its_row_ended,
+            (1, 1, 1),
+        )
+        .also(Also {
+            busy: Some(0),
+            room: Some(1),
+            retired: Some(vec![]),
+            ..Also::default()
+        }),
+        case(
+            "a spot notice launches the replacement at once; a leaving instance is not idle",
+            spec(1, 1, 10),
+            noticed(vec![interrupted, leaving.clone()]),
+            (2, 0, 0),
+        )
+        .also(Also {
+            busy: Some(1),
+            idle: Some(0),
+            retired: Some(vec![]),
+            ..Also::default()
+        }),
+        case(
+            "a rebalance recommendation on a busy instance launches nothing for it",
+            spec(1, 1, 10),
+            noticed(vec![recommended, leaving]),
+            (1, 0, 0),
+        ),
+    ]
 }
 
-fn snap_with(s: &Snapshot, rows: Vec<PoolRow>) -> Snapshot {
-    Snapshot { rows, ..s.clone() }
+#[test]
+fn launches_table() {
+    for c in cases() {
+        let (p, what) = (c.plan(), &c.name);
+        assert_eq!(
+            (p.launch_count(), p.short, p.counts.launching),
+            c.want,
+            "{what}: (launches, short, launching)"
+        );
+        assert_eq!(p.launches.is_empty(), p.launch_count() == 0, "{what}");
+        let (listed, cap) = (c.snap.instances.len() as u32, c.spec.max_instances);
+        assert!(
+            listed + p.launch_count() - p.retirements.len() as u32 <= cap.max(listed as i32) as u32,
+            "{what}: never past maxInstances"
+        );
+    }
 }

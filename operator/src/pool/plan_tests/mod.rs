@@ -1,4 +1,6 @@
-//! Tables of (snapshot → plan) for the pool policy.
+//! Tables of (snapshot → plan) for the pool policy: each row a [`Case`], a
+//! named pass (spec, snapshot, offerings without capacity, clock) and what
+//! its plan must show.
 
 use std::collections::{BTreeMap, HashSet};
 
@@ -108,9 +110,185 @@ fn run(spec: &WarmPoolSpec, snap: &Snapshot) -> PoolPlan {
     plan(spec, snap, &BTreeMap::new(), &Limits::default(), now())
 }
 
+/// Stopped, in the reserve's state, 1000 s old.
+fn stopped(id: &str) -> Ec2Instance {
+    Ec2Instance {
+        state: Ec2State::Stopped,
+        ..inst(id, 1000)
+    }
+}
+
+/// A row of the stopped reserve.
+fn reserved_row(id: i64, instance: &str) -> PoolRow {
+    PoolRow {
+        idle_secs: None,
+        reserved: true,
+        ..idle_row(id, instance, 0.0)
+    }
+}
+
+/// A row started from the reserve `secs` ago, its agent not back yet.
+fn woken_row(id: i64, instance: &str, secs: f64) -> PoolRow {
+    PoolRow {
+        idle_secs: None,
+        woken_secs: Some(secs),
+        ..idle_row(id, instance, 0.0)
+    }
+}
+
 fn retired(p: &PoolPlan) -> Vec<(&str, Reason)> {
     p.retirements
         .iter()
         .map(|r| (r.instance.as_str(), r.reason))
         .collect()
+}
+
+/// Every retirement of a plan: (instance, reason, end), in order.
+fn retirements(p: &PoolPlan) -> Vec<(&str, Reason, End)> {
+    p.retirements
+        .iter()
+        .map(|r| (r.instance.as_str(), r.reason, r.end))
+        .collect()
+}
+
+/// One row of a table: a pass — the pool's spec and snapshot, the offerings
+/// without capacity and until when, the limits and the clock — and what its
+/// plan must show: `want`, which the row's table checks of every row, and
+/// `also`, which this row checks besides. Every failure names the row.
+struct Case<W> {
+    name: String,
+    spec: WarmPoolSpec,
+    snap: Snapshot,
+    held: BTreeMap<Offering, DateTime<Utc>>,
+    limits: Limits,
+    at: DateTime<Utc>,
+    want: W,
+    also: Also,
+}
+
+/// A row whose pass runs at `now()`, every offering available, with the
+/// default limits, checking only its table's `want`.
+fn case<W>(name: impl Into<String>, spec: WarmPoolSpec, snap: Snapshot, want: W) -> Case<W> {
+    Case {
+        name: name.into(),
+        spec,
+        snap,
+        held: BTreeMap::new(),
+        limits: Limits::default(),
+        at: now(),
+        want,
+        also: Also::default(),
+    }
+}
+
+impl<W> Case<W> {
+    /// `offering` has no capacity until `secs` after `now()` (a hold already
+    /// over, if negative).
+    fn held(mut self, offering: Offering, secs: i64) -> Self {
+        self.held.insert(offering, now() + Duration::seconds(secs));
+        self
+    }
+
+    /// The pass runs `secs` after `now()`.
+    fn at(mut self, secs: i64) -> Self {
+        self.at = now() + Duration::seconds(secs);
+        self
+    }
+
+    fn limits(mut self, limits: Limits) -> Self {
+        self.limits = limits;
+        self
+    }
+
+    /// What this row checks beyond its table's `want`.
+    fn also(mut self, also: Also) -> Self {
+        self.also = also;
+        self
+    }
+
+    /// Plans the pass and checks `also` of it; `want` is its table's to
+    /// check.
+    #[track_caller]
+    fn plan(&self) -> PoolPlan {
+        let p = plan(&self.spec, &self.snap, &self.held, &self.limits, self.at);
+        self.also.check(&self.name, &p);
+        p
+    }
+}
+
+/// What a row checks of its plan beyond its table's `want`; `None`: not
+/// checked.
+#[derive(Default)]
+struct Also {
+    /// Every retirement: (instance, reason, end), in order.
+    retired: Option<Vec<(&'static str, Reason, End)>>,
+    /// How many instances are launched (and no batch when none).
+    launches: Option<u32>,
+    /// Every launch batch: (offering, count), in order.
+    batches: Option<Vec<(Offering, u32)>>,
+    fallback: Option<Vec<Offering>>,
+    /// The instances started from the reserve, in order.
+    starts: Option<Vec<&'static str>>,
+    ends: Option<Vec<i64>>,
+    gone: Option<Vec<i64>>,
+    room: Option<u32>,
+    idle: Option<u32>,
+    busy: Option<u32>,
+    launching: Option<u32>,
+    terminating: Option<u32>,
+    counts: Option<Counts>,
+    /// The whole plan.
+    plan: Option<PoolPlan>,
+}
+
+impl Also {
+    #[track_caller]
+    fn check(&self, name: &str, p: &PoolPlan) {
+        if let Some(want) = &self.retired {
+            assert_eq!(&retirements(p), want, "{name}: retirements");
+        }
+        if let Some(want) = self.launches {
+            assert_eq!(p.launch_count(), want, "{name}: launches");
+            assert_eq!(p.launches.is_empty(), want == 0, "{name}: {p:?}");
+        }
+        if let Some(want) = &self.batches {
+            let got: Vec<(Offering, u32)> = p
+                .launches
+                .iter()
+                .map(|b| (b.offering.clone(), b.count))
+                .collect();
+            assert_eq!(&got, want, "{name}: batches");
+        }
+        if let Some(want) = &self.fallback {
+            assert_eq!(&p.fallback, want, "{name}: fallback");
+        }
+        if let Some(want) = &self.starts {
+            let got: Vec<&str> = p.starts.iter().map(|w| w.instance.as_str()).collect();
+            assert_eq!(&got, want, "{name}: starts");
+        }
+        if let Some(want) = &self.ends {
+            assert_eq!(&p.ends, want, "{name}: ends");
+        }
+        if let Some(want) = &self.gone {
+            assert_eq!(&p.gone, want, "{name}: gone");
+        }
+        let numbers = [
+            ("room", self.room, p.room),
+            ("idle", self.idle, p.counts.idle),
+            ("busy", self.busy, p.counts.busy),
+            ("launching", self.launching, p.counts.launching),
+            ("terminating", self.terminating, p.counts.terminating),
+        ];
+        for (what, want, got) in numbers {
+            if let Some(want) = want {
+                assert_eq!(got, want, "{name}: {what}");
+            }
+        }
+        if let Some(want) = &self.counts {
+            assert_eq!(&p.counts, want, "{name}: counts");
+        }
+        if let Some(want) = &self.plan {
+            assert_eq!(p, want, "{name}: the whole plan");
+        }
+    }
 }

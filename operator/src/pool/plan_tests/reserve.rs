@@ -5,29 +5,6 @@
 use super::*;
 use crate::crd::StoppedRange;
 
-fn stopped(id: &str) -> Ec2Instance {
-    Ec2Instance {
-        state: Ec2State::Stopped,
-        ..inst(id, 1000)
-    }
-}
-
-fn reserved_row(id: i64, instance: &str) -> PoolRow {
-    PoolRow {
-        idle_secs: None,
-        reserved: true,
-        ..idle_row(id, instance, 0.0)
-    }
-}
-
-fn woken_row(id: i64, instance: &str, secs: f64) -> PoolRow {
-    PoolRow {
-        idle_secs: None,
-        woken_secs: Some(secs),
-        ..idle_row(id, instance, 0.0)
-    }
-}
-
 /// What a case starts from.
 #[derive(Clone, Copy, Default)]
 struct Pool {
@@ -48,7 +25,8 @@ struct Pool {
 /// stopped.max, short, counts.idle, counts.stopped).
 type Did = (usize, usize, usize, u32, usize, u32, u32, u32);
 
-fn decide(p: Pool) -> (PoolPlan, Did) {
+/// The spec and snapshot a [`Pool`] describes.
+fn given(p: Pool) -> (WarmPoolSpec, Snapshot) {
     let s = WarmPoolSpec {
         stopped: p.reserve.map(|(min, max)| StoppedRange { min, max }),
         ..spec(p.idle_min, p.idle_max, p.max_instances)
@@ -81,13 +59,17 @@ fn decide(p: Pool) -> (PoolPlan, Did) {
         demand: p.demand,
         ..snap(instances, rows)
     };
-    let plan = run(&s, &snap);
+    (s, snap)
+}
+
+/// What a plan did, as [`Did`] says.
+fn did(plan: &PoolPlan) -> Did {
     let beyond = plan
         .retirements
         .iter()
         .filter(|r| r.reason == Reason::ReserveBeyondMax)
         .count();
-    let did = (
+    (
         plan.starts.len(),
         plan.stops.len(),
         plan.restops.len(),
@@ -96,19 +78,18 @@ fn decide(p: Pool) -> (PoolPlan, Did) {
         plan.short,
         plan.counts.idle,
         plan.counts.stopped,
-    );
-    (plan, did)
+    )
 }
 
-#[test]
-fn reserve_table() {
+/// The rows a [`Pool`] describes, then those of snapshots made by hand.
+fn cases() -> Vec<Case<Did>> {
     let base = Pool {
         idle_max: 5,
         reserve: Some((2, None)),
         max_instances: 10,
         ..Pool::default()
     };
-    let cases: &[(&str, Pool, Did)] = &[
+    let pools: &[(&str, Pool, Did)] = &[
         (
             "an empty pool launches for the reserve",
             base,
@@ -241,15 +222,17 @@ fn reserve_table() {
             (0, 2, 0, 0, 0, 0, 1, 2),
         ),
     ];
-    for (what, pool, want) in cases {
-        let (_, did) = decide(*pool);
-        assert_eq!(did, *want, "{what}");
-    }
+    let pooled = pools.iter().map(|&(what, pool, want)| {
+        let (s, snap) = given(pool);
+        case(what, s, snap, want)
+    });
+    pooled.chain(by_hand()).collect()
 }
 
-#[test]
-fn a_paused_pool_neither_starts_nor_stops() {
-    let snap = snap(
+/// Rows of snapshots made by hand: paused, started, held, stopped by hand.
+fn by_hand() -> Vec<Case<Did>> {
+    // A spare idle one, a stopped one, and one reserved still running.
+    let three = snap(
         vec![inst("i-1", 100), stopped("i-2"), inst("i-3", 100)],
         vec![
             idle_row(1, "i-1", 1.0),
@@ -257,109 +240,120 @@ fn a_paused_pool_neither_starts_nor_stops() {
             reserved_row(3, "i-3"),
         ],
     );
-    let demand = Snapshot {
+    let three_demand = Snapshot {
         demand: 4,
-        ..snap.clone()
+        ..three.clone()
     };
-    let mut s = WarmPoolSpec {
+    let reserve_3 = WarmPoolSpec {
         stopped: Some(StoppedRange { min: 3, max: None }),
         ..spec(0, 5, 10)
     };
-    // Unpaused, it would stop the spare idle one, start the stopped one for
-    // the demand, and stop the running reserved one again.
-    let (idle, busy) = (run(&s, &snap), run(&s, &demand));
-    assert_eq!(
-        (idle.stops.len(), busy.starts.len(), idle.restops.len()),
-        (1, 1, 1)
-    );
-    s.paused = true;
-    for p in [run(&s, &snap), run(&s, &demand)] {
-        assert!(p.starts.is_empty() && p.stops.is_empty() && p.restops.is_empty());
-        assert_eq!((p.counts.idle, p.counts.stopped), (1, 2));
-    }
-}
+    let paused = WarmPoolSpec {
+        paused: true,
+        ..reserve_3.clone()
+    };
 
-#[test]
-fn a_started_instance_boots_like_a_launch_and_times_out_like_one() {
-    let s = WarmPoolSpec {
+    let reserve_0 = WarmPoolSpec {
         stopped: Some(StoppedRange { min: 0, max: None }),
         ..spec(1, 1, 10)
     };
-    let p = run(
-        &s,
-        &snap(vec![inst("i-1", 1000)], vec![woken_row(1, "i-1", 20.0)]),
-    );
-    assert_eq!(p.counts.launching, 1);
-    assert_eq!(p.launch_count(), 0, "it counts toward idle.min");
-    assert!(p.retirements.is_empty());
-    let p = run(
-        &s,
-        &snap(vec![inst("i-1", 1000)], vec![woken_row(1, "i-1", 300.0)]),
-    );
-    assert_eq!(
-        p.retirements,
-        [Retirement {
-            instance: "i-1".into(),
-            reason: Reason::BootTimeout,
-            end: End::Reserved(1),
-        }]
-    );
-    assert_eq!(p.launch_count(), 1);
-}
+    let woken = |secs| snap(vec![inst("i-1", 1000)], vec![woken_row(1, "i-1", secs)]);
 
-#[test]
-fn a_reserve_whose_offering_has_no_capacity_is_not_started_and_launches_instead() {
-    let s = WarmPoolSpec {
+    let reserve_1 = WarmPoolSpec {
         stopped: Some(StoppedRange { min: 1, max: None }),
         ..spec(1, 1, 10)
     };
-    let snap = snap(vec![stopped("i-1")], vec![reserved_row(1, "i-1")]);
-    let held = BTreeMap::from([(off("t3.small", "subnet-a"), now() + Duration::minutes(3))]);
-    let p = plan(&s, &snap, &held, &Limits::default(), now());
-    assert!(p.starts.is_empty());
-    assert_eq!(p.launches[0].offering, off("t3.small", "subnet-b"));
-    assert_eq!(p.launch_count(), 1, "for idle.min; the reserve is full");
-    let p = plan(
-        &s,
-        &snap,
-        &held,
-        &Limits::default(),
-        now() + Duration::minutes(4),
-    );
-    assert_eq!(p.starts.len(), 1, "the hold is over");
-}
+    let one_stopped = snap(vec![stopped("i-1")], vec![reserved_row(1, "i-1")]);
+    let held = off("t3.small", "subnet-a");
 
-#[test]
-fn a_stopped_instance_with_an_idle_row_is_never_counted_idle() {
-    // Stopped by hand, or its stop raced a hand-out's row: no agent answers.
-    let s = WarmPoolSpec {
+    let reserve_2 = WarmPoolSpec {
         stopped: Some(StoppedRange { min: 2, max: None }),
         ..spec(1, 1, 10)
     };
-    let p = run(
-        &s,
-        &snap(vec![stopped("i-1")], vec![idle_row(1, "i-1", 1.0)]),
-    );
-    assert_eq!(p.gone, [1]);
-    assert_eq!((p.counts.idle, p.counts.stopped), (0, 0));
-    assert!(p.starts.is_empty());
+
+    vec![
+        case(
+            "unpaused: the spare idle one is stopped, the running reserved one stopped again",
+            reserve_3.clone(),
+            three.clone(),
+            (0, 1, 1, 0, 0, 0, 0, 3),
+        ),
+        case(
+            "unpaused, runs waiting: the stopped one is started",
+            reserve_3,
+            three_demand.clone(),
+            (1, 0, 1, 2, 0, 0, 1, 1),
+        ),
+        case(
+            "paused: nothing started or stopped, still counted",
+            paused.clone(),
+            three,
+            (0, 0, 0, 0, 0, 0, 1, 2),
+        ),
+        case(
+            "paused, runs waiting: nothing started or stopped, still counted",
+            paused,
+            three_demand,
+            (0, 0, 0, 0, 0, 0, 1, 2),
+        ),
+        case(
+            "a started instance boots like a launch: it counts toward idle.min",
+            reserve_0.clone(),
+            woken(20.0),
+            (0, 0, 0, 0, 0, 0, 0, 0),
+        )
+        .also(Also {
+            launching: Some(1),
+            retired: Some(vec![]),
+            ..Also::default()
+        }),
+        case(
+            "a started instance times out like a launch, and is replaced",
+            reserve_0,
+            woken(300.0),
+            (0, 0, 0, 1, 0, 0, 0, 0),
+        )
+        .also(Also {
+            retired: Some(vec![("i-1", Reason::BootTimeout, End::Reserved(1))]),
+            ..Also::default()
+        }),
+        case(
+            "a reserve whose offering has no capacity is not started; idle.min launches elsewhere",
+            reserve_1.clone(),
+            one_stopped.clone(),
+            (0, 0, 0, 1, 0, 0, 0, 1),
+        )
+        .held(held.clone(), 180)
+        .also(Also {
+            batches: Some(vec![(off("t3.small", "subnet-b"), 1)]),
+            ..Also::default()
+        }),
+        case(
+            "the hold over, the reserve is started",
+            reserve_1,
+            one_stopped,
+            (1, 0, 0, 1, 0, 0, 0, 0),
+        )
+        .held(held, 180)
+        .at(240),
+        // Stopped by hand, or its stop raced a hand-out's row: no agent answers.
+        case(
+            "a stopped instance with an idle row is never counted idle",
+            reserve_2,
+            snap(vec![stopped("i-1")], vec![idle_row(1, "i-1", 1.0)]),
+            (0, 0, 0, 3, 0, 0, 0, 0),
+        )
+        .also(Also {
+            gone: Some(vec![1]),
+            ..Also::default()
+        }),
+    ]
 }
 
 #[test]
-fn a_deleted_pool_terminates_its_reserve_by_claiming_the_rows() {
-    let s = WarmPoolSpec {
-        stopped: Some(StoppedRange { min: 2, max: None }),
-        ..spec(0, 0, 10)
-    };
-    let snap = Snapshot {
-        deleting: Some(now()),
-        ..snap(
-            vec![stopped("i-1"), inst("i-2", 100)],
-            vec![reserved_row(1, "i-1"), woken_row(2, "i-2", 3.0)],
-        )
-    };
-    let p = run(&s, &snap);
-    let ends: Vec<End> = p.retirements.iter().map(|r| r.end).collect();
-    assert_eq!(ends, [End::Reserved(1), End::Reserved(2)]);
-    assert!(p.starts.is_empty() && p.launches.is_empty());
+fn reserve_table() {
+    for c in cases() {
+        let p = c.plan();
+        assert_eq!(did(&p), c.want, "{}", c.name);
+    }
 }

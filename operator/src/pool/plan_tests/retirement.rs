@@ -1,58 +1,45 @@
-//! Retirement: idle beyond idle.max, stale, used up, leaked, hung, and replaced.
+//! Retirement: idle beyond idle.max, stale, used up, leaked, hung, and
+//! replaced; a paused pool retires nothing.
 
 use super::*;
 
-#[test]
-fn idle_beyond_max_retires_the_longest_idle_first() {
-    let s = spec(1, 2, 10);
-    let sn = snap(
-        vec![
-            inst("i-a", 100),
-            inst("i-b", 100),
-            inst("i-c", 100),
-            inst("i-d", 100),
-        ],
-        vec![
-            idle_row(1, "i-a", 5.0),
-            idle_row(2, "i-b", 50.0),
-            idle_row(3, "i-c", 20.0),
-            idle_row(4, "i-d", 1.0),
-        ],
-    );
-    let p = run(&s, &sn);
-    assert_eq!(
-        retired(&p),
-        [
-            ("i-b", Reason::IdleBeyondMax),
-            ("i-c", Reason::IdleBeyondMax)
-        ]
-    );
-    assert_eq!(p.retirements[0].end, End::Idle(2));
-    assert_eq!(p.counts.idle, 2);
-    assert_eq!(p.launch_count(), 0);
-}
-
-#[test]
-fn unserved_demand_keeps_idle_instances_beyond_idle_max() {
-    let s = spec(0, 1, 10);
-    let sn = Snapshot {
-        instances: vec![inst("i-a", 100), inst("i-b", 100), inst("i-c", 100)],
-        rows: vec![
-            idle_row(1, "i-a", 5.0),
-            idle_row(2, "i-b", 6.0),
-            idle_row(3, "i-c", 7.0),
-        ],
-        demand: 1,
+/// A pool of one instance `i-x`, `age` seconds old, with `row` or none; one
+/// that had rows once (`known`), or one this loop launched (`ours`).
+fn lone(age: i64, row: Option<PoolRow>, known: bool, ours: bool) -> Snapshot {
+    Snapshot {
+        instances: vec![inst("i-x", age)],
+        rows: row.into_iter().collect(),
+        known: known.then(|| "i-x".to_string()).into_iter().collect(),
+        ours: ours.then(|| "i-x".to_string()).into_iter().collect(),
+        demand: 0,
+        deleting: None,
         ..Default::default()
-    };
-    let p = run(&s, &sn);
-    assert_eq!(retired(&p), [("i-c", Reason::IdleBeyondMax)]);
-    assert_eq!(p.launch_count(), 0);
+    }
 }
 
-#[test]
-fn retirement_table() {
-    // (description, instance age, row, known, ours, max_uses, boot timeout) → reason
+/// `spec(0, 5, 10)` with `maxUses`.
+fn max_uses(n: i32) -> WarmPoolSpec {
+    WarmPoolSpec {
+        max_uses: n,
+        ..spec(0, 5, 10)
+    }
+}
+
+/// Two busy instances: `i-x` (row 1) seen hung for `secs` (or never), and
+/// `i-y`.
+fn hung(secs: Option<f64>) -> Snapshot {
+    let mut sn = snap(
+        vec![inst("i-x", 100), inst("i-y", 100)],
+        vec![busy_row(1, "i-x"), busy_row(2, "i-y")],
+    );
+    sn.hung.extend(secs.map(|secs| (1, secs)));
+    sn
+}
+
+/// Every retirement: (instance, reason, end), in order.
+type Retired = Vec<(&'static str, Reason, End)>;
+
+fn cases() -> Vec<Case<Retired>> {
     let stale = PoolRow {
         polled_secs: Some(31.0),
         ..idle_row(1, "i-x", 40.0)
@@ -75,179 +62,241 @@ fn retirement_table() {
         idle_secs: None,
         ..idle_row(1, "i-x", 0.0)
     };
-    type Case<'a> = (
-        &'a str,
-        i64,
-        Option<PoolRow>,
-        bool,
-        bool,
-        i32,
-        Option<(Reason, End)>,
+    let idle_4 = snap(
+        vec![
+            inst("i-a", 100),
+            inst("i-b", 100),
+            inst("i-c", 100),
+            inst("i-d", 100),
+        ],
+        vec![
+            idle_row(1, "i-a", 5.0),
+            idle_row(2, "i-b", 50.0),
+            idle_row(3, "i-c", 20.0),
+            idle_row(4, "i-d", 1.0),
+        ],
     );
-    let cases: Vec<Case> = vec![
-        (
-            "fresh idle",
-            100,
-            Some(idle_row(1, "i-x", 1.0)),
-            false,
-            false,
-            0,
-            None,
-        ),
-        (
-            "stale polled",
-            100,
-            Some(stale),
-            false,
-            false,
-            0,
-            Some((Reason::Stale, End::Idle(1))),
-        ),
-        (
-            "never polled",
-            100,
-            Some(never_polled),
-            false,
-            false,
-            0,
-            Some((Reason::Stale, End::Idle(1))),
-        ),
-        (
-            "max uses idle",
-            100,
-            Some(used.clone()),
-            false,
-            false,
-            3,
-            Some((Reason::MaxUses, End::Idle(1))),
-        ),
-        ("under max uses", 100, Some(used), false, false, 4, None),
-        (
-            "max uses but busy",
-            100,
-            Some(busy_used),
-            false,
-            false,
-            3,
-            None,
-        ),
-        ("busy", 100, Some(busy_row(1, "i-x")), false, false, 0, None),
-        (
-            "row ended by scheduler",
-            100,
-            None,
-            true,
-            false,
-            0,
-            Some((Reason::NoLiveRow, End::Claim)),
-        ),
-        ("ours booting", 299, None, false, true, 0, None),
-        (
-            "ours past boot timeout",
-            300,
-            None,
-            false,
-            true,
-            0,
-            Some((Reason::BootTimeout, End::Claim)),
-        ),
-        (
-            "unknown younger than grace",
-            299,
-            None,
-            false,
-            false,
-            0,
-            None,
-        ),
-        (
-            "leaked",
-            301,
-            None,
-            false,
-            false,
-            0,
-            Some((Reason::Leaked, End::Claim)),
-        ),
-        (
-            "claimed earlier",
-            100,
-            Some(claim),
-            false,
-            false,
-            0,
-            Some((Reason::NoLiveRow, End::Claimed(1))),
-        ),
-    ];
-    for (what, age, row, known, ours, max_uses, want) in cases {
-        let mut s = spec(0, 5, 10);
-        s.max_uses = max_uses;
-        let sn = Snapshot {
-            instances: vec![inst("i-x", age)],
-            rows: row.into_iter().collect(),
-            known: known.then(|| "i-x".to_string()).into_iter().collect(),
-            ours: ours.then(|| "i-x".to_string()).into_iter().collect(),
-            demand: 0,
-            deleting: None,
-            ..Default::default()
-        };
-        let p = run(&s, &sn);
-        let got = p.retirements.first().map(|r| (r.reason, r.end));
-        assert_eq!(got, want, "{what}");
-        assert!(p.retirements.len() <= 1, "{what}");
-    }
-}
-
-#[test]
-fn a_retired_instance_is_replaced_up_to_idle_min() {
-    let s = spec(2, 2, 2);
-    let stale = PoolRow {
-        polled_secs: Some(99.0),
-        ..idle_row(1, "i-a", 40.0)
+    let idle_3_demand_1 = Snapshot {
+        demand: 1,
+        ..snap(
+            vec![inst("i-a", 100), inst("i-b", 100), inst("i-c", 100)],
+            vec![
+                idle_row(1, "i-a", 5.0),
+                idle_row(2, "i-b", 6.0),
+                idle_row(3, "i-c", 7.0),
+            ],
+        )
     };
-    let p = run(
-        &s,
-        &snap(
-            vec![inst("i-a", 100), inst("i-b", 100)],
-            vec![stale, idle_row(2, "i-b", 3.0)],
-        ),
+    let stale_and_idle = snap(
+        vec![inst("i-a", 100), inst("i-b", 100)],
+        vec![
+            PoolRow {
+                polled_secs: Some(99.0),
+                ..idle_row(1, "i-a", 40.0)
+            },
+            idle_row(2, "i-b", 3.0),
+        ],
     );
-    assert_eq!(retired(&p), [("i-a", Reason::Stale)]);
-    assert_eq!(p.room, 1);
-    assert_eq!(p.launch_count(), 1);
+    let idle_seen_hung = Snapshot {
+        hung: [(1, 1e6)].into(),
+        ..snap(vec![inst("i-x", 100)], vec![idle_row(1, "i-x", 1.0)])
+    };
+    // Stale, busy, and leaked: what a paused pool leaves be.
+    let stale_busy_leaked = snap(
+        vec![inst("i-a", 100), inst("i-b", 100), inst("i-c", 1000)],
+        vec![
+            PoolRow {
+                polled_secs: Some(99.0),
+                ..idle_row(1, "i-a", 40.0)
+            },
+            busy_row(2, "i-b"),
+        ],
+    );
+    let grace = Limits::default().hung_grace_secs;
+    let hung_x = || vec![("i-x", Reason::Hung, End::Busy(1))];
+    let busy = |n| Also {
+        busy: Some(n),
+        ..Also::default()
+    };
+
+    vec![
+        case(
+            "fresh idle",
+            max_uses(0),
+            lone(100, Some(idle_row(1, "i-x", 1.0)), false, false),
+            vec![],
+        ),
+        case(
+            "stale polled",
+            max_uses(0),
+            lone(100, Some(stale), false, false),
+            vec![("i-x", Reason::Stale, End::Idle(1))],
+        ),
+        case(
+            "never polled",
+            max_uses(0),
+            lone(100, Some(never_polled), false, false),
+            vec![("i-x", Reason::Stale, End::Idle(1))],
+        ),
+        case(
+            "max uses idle",
+            max_uses(3),
+            lone(100, Some(used.clone()), false, false),
+            vec![("i-x", Reason::MaxUses, End::Idle(1))],
+        ),
+        case(
+            "under max uses",
+            max_uses(4),
+            lone(100, Some(used), false, false),
+            vec![],
+        ),
+        case(
+            "max uses but busy",
+            max_uses(3),
+            lone(100, Some(busy_used), false, false),
+            vec![],
+        ),
+        case(
+            "busy",
+            max_uses(0),
+            lone(100, Some(busy_row(1, "i-x")), false, false),
+            vec![],
+        ),
+        case(
+            "row ended by scheduler",
+            max_uses(0),
+            lone(100, None, true, false),
+            vec![("i-x", Reason::NoLiveRow, End::Claim)],
+        ),
+        case(
+            "ours booting",
+            max_uses(0),
+            lone(299, None, false, true),
+            vec![],
+        ),
+        case(
+            "ours past boot timeout",
+            max_uses(0),
+            lone(300, None, false, true),
+            vec![("i-x", Reason::BootTimeout, End::Claim)],
+        ),
+        case(
+            "unknown younger than grace",
+            max_uses(0),
+            lone(299, None, false, false),
+            vec![],
+        ),
+        case(
+            "leaked",
+            max_uses(0),
+            lone(301, None, false, false),
+            vec![("i-x", Reason::Leaked, End::Claim)],
+        ),
+        case(
+            "claimed earlier",
+            max_uses(0),
+            lone(100, Some(claim), false, false),
+            vec![("i-x", Reason::NoLiveRow, End::Claimed(1))],
+        ),
+        case(
+            "idle beyond idle.max: the longest idle go first",
+            spec(1, 2, 10),
+            idle_4,
+            vec![
+                ("i-b", Reason::IdleBeyondMax, End::Idle(2)),
+                ("i-c", Reason::IdleBeyondMax, End::Idle(3)),
+            ],
+        )
+        .also(Also {
+            idle: Some(2),
+            launches: Some(0),
+            ..Also::default()
+        }),
+        case(
+            "unserved demand keeps idle instances beyond idle.max",
+            spec(0, 1, 10),
+            idle_3_demand_1,
+            vec![("i-c", Reason::IdleBeyondMax, End::Idle(3))],
+        )
+        .also(Also {
+            launches: Some(0),
+            ..Also::default()
+        }),
+        case(
+            "a retired instance is replaced up to idle.min",
+            spec(2, 2, 2),
+            stale_and_idle,
+            vec![("i-a", Reason::Stale, End::Idle(1))],
+        )
+        .also(Also {
+            room: Some(1),
+            launches: Some(1),
+            ..Also::default()
+        }),
+        case("busy, never seen hung", max_uses(0), hung(None), vec![]).also(busy(2)),
+        case("busy, just seen hung", max_uses(0), hung(Some(0.0)), vec![]).also(busy(2)),
+        case(
+            "busy, hung just short of the grace",
+            max_uses(0),
+            hung(Some(grace - 0.5)),
+            vec![],
+        )
+        .also(busy(2)),
+        case(
+            "busy, hung the grace: retired",
+            max_uses(0),
+            hung(Some(grace)),
+            hung_x(),
+        )
+        .also(busy(1)),
+        case(
+            "busy, hung ten times the grace: retired",
+            max_uses(0),
+            hung(Some(grace * 10.0)),
+            hung_x(),
+        )
+        .also(busy(1)),
+        case(
+            "an idle row is never hung, whatever the snapshot says of it",
+            max_uses(0),
+            idle_seen_hung,
+            vec![],
+        ),
+        case(
+            "unpaused: the stale and the leaked are retired, idle.min launched",
+            spec(3, 3, 10),
+            stale_busy_leaked.clone(),
+            vec![
+                ("i-a", Reason::Stale, End::Idle(1)),
+                ("i-c", Reason::Leaked, End::Claim),
+            ],
+        )
+        .also(Also {
+            launches: Some(3),
+            busy: Some(1),
+            ..Also::default()
+        }),
+        case(
+            "paused: nothing retired or launched, still counted",
+            WarmPoolSpec {
+                paused: true,
+                ..spec(3, 3, 10)
+            },
+            stale_busy_leaked,
+            vec![],
+        )
+        .also(Also {
+            launches: Some(0),
+            busy: Some(1),
+            ..Also::default()
+        }),
+    ]
 }
 
 #[test]
-fn busy_instances_hung_past_the_grace_are_retired() {
-    // (seconds seen hung, or never) → retired as Hung
-    let limits = Limits::default();
-    for (hung, want) in [
-        (None, false),
-        (Some(0.0), false),
-        (Some(limits.hung_grace_secs - 0.5), false),
-        (Some(limits.hung_grace_secs), true),
-        (Some(limits.hung_grace_secs * 10.0), true),
-    ] {
-        let mut sn = snap(
-            vec![inst("i-x", 100), inst("i-y", 100)],
-            vec![busy_row(1, "i-x"), busy_row(2, "i-y")],
-        );
-        sn.hung.extend(hung.map(|secs| (1, secs)));
-        let p = run(&spec(0, 5, 10), &sn);
-        let got = p
-            .retirements
-            .iter()
-            .map(|r| (r.instance.as_str(), r.reason, r.end));
-        let want_retired = want.then_some(("i-x", Reason::Hung, End::Busy(1)));
-        assert_eq!(
-            got.collect::<Vec<_>>(),
-            want_retired.into_iter().collect::<Vec<_>>(),
-            "{hung:?}"
-        );
-        assert_eq!(p.counts.busy, if want { 1 } else { 2 }, "{hung:?}");
+fn retirement_table() {
+    for c in cases() {
+        let p = c.plan();
+        assert_eq!(retirements(&p), c.want, "{}", c.name);
     }
-    // An idle row is never hung, whatever the snapshot says of it.
-    let mut sn = snap(vec![inst("i-x", 100)], vec![idle_row(1, "i-x", 1.0)]);
-    sn.hung.insert(1, 1e6);
-    assert!(run(&spec(0, 5, 10), &sn).retirements.is_empty());
 }
