@@ -6,6 +6,7 @@ pub mod crd;
 pub mod fence;
 pub mod k8s;
 pub mod local;
+pub mod plugin;
 pub mod pool;
 pub mod rollout;
 pub mod scheduler_rows;

@@ -9,6 +9,7 @@ mod deletion;
 mod handover;
 mod in_cluster;
 mod install;
+mod kubectl_orca;
 mod never_two;
 mod pool_deletion;
 mod replicas;

@@ -1,0 +1,337 @@
+//! `kubectl orca`, the kubectl plugin (binary `kubectl-orca`): what a
+//! Scheduler or WarmPool is doing and why ([`render`]), and the changes an
+//! engineer makes to steer one — pause, resume, a rollout restart — each a
+//! patch of the resource the operator acts on, never a way around it. It
+//! reads only the Kubernetes API, with the user's kubeconfig: everything it
+//! shows is in the objects' status.
+
+pub mod render;
+
+use std::io::IsTerminal;
+
+use chrono::Utc;
+use clap::{Parser, Subcommand, ValueEnum};
+use futures::{StreamExt, TryStreamExt};
+use kube::{
+    api::{Patch, PatchParams},
+    config::KubeConfigOptions,
+    runtime::{watcher, WatchStreamExt},
+    Api, Client, Config, Resource, ResourceExt,
+};
+use serde::{de::DeserializeOwned, Serialize};
+use serde_json::json;
+
+use crate::crd::{Scheduler, WarmPool};
+
+/// The annotation `kubectl orca rollout restart` sets on a Scheduler's pod
+/// template: a new revision of the same image.
+pub const RESTARTED_AT: &str = "orca.dev/restartedAt";
+
+/// The field manager of the plugin's patches.
+const MANAGER: &str = "kubectl-orca";
+
+/// See and steer orca Schedulers and WarmPools.
+#[derive(Parser, Debug)]
+#[command(name = "kubectl orca", bin_name = "kubectl orca", version)]
+pub struct Cli {
+    /// The namespace; default: the kubeconfig context's.
+    #[arg(short, long, global = true)]
+    namespace: Option<String>,
+    /// The kubeconfig file; default: $KUBECONFIG, then ~/.kube/config.
+    #[arg(long, global = true)]
+    kubeconfig: Option<std::path::PathBuf>,
+    /// The kubeconfig context; default: its current one.
+    #[arg(long, global = true)]
+    context: Option<String>,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// What it is doing and why: phase, leader, instances and the last
+    /// handover of a Scheduler; instances by state, idle range, capacity
+    /// holds, cost and runs served of a WarmPool; the conditions of either.
+    Status {
+        kind: Kind,
+        name: String,
+        /// `text` (default), `json` or `yaml`: the object as the API has it.
+        #[arg(short, long, value_enum, default_value_t = Output::Text)]
+        output: Output,
+        /// Print it again at each change, until interrupted.
+        #[arg(short, long)]
+        watch: bool,
+    },
+    /// Sets spec.paused: a Scheduler rolls nothing out, a WarmPool
+    /// launches and retires nothing (its instances stay).
+    Pause { kind: Kind, name: String },
+    /// Clears spec.paused.
+    Resume { kind: Kind, name: String },
+    /// Rollouts of a Scheduler.
+    Rollout {
+        #[command(subcommand)]
+        command: RolloutCommand,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+enum RolloutCommand {
+    /// A new revision of the same image (the annotation
+    /// orca.dev/restartedAt on spec.podTemplate): handed over to as any
+    /// rollout is.
+    Restart {
+        /// `scheduler` (the only kind with rollouts).
+        kind: Kind,
+        name: String,
+    },
+}
+
+/// Which resource: `scheduler` (`schedulers`, `sched`) or `warmpool`
+/// (`warmpools`, `wp`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum Kind {
+    #[value(alias = "schedulers", alias = "sched")]
+    Scheduler,
+    #[value(alias = "warmpools", alias = "wp")]
+    Warmpool,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum Output {
+    Text,
+    Json,
+    Yaml,
+}
+
+/// Why a command failed, in one line.
+#[derive(Debug, thiserror::Error)]
+pub enum PluginError {
+    #[error("reading the kubeconfig: {0}")]
+    Config(String),
+    #[error("{kind} {namespace}/{name} not found")]
+    NotFound {
+        kind: &'static str,
+        namespace: String,
+        name: String,
+    },
+    #[error("{0}")]
+    Api(String),
+    #[error("rollout restart is for a scheduler; a warmpool has no rollouts")]
+    NoRollouts,
+}
+
+/// Runs the command `cli` names; what it prints goes to stdout.
+pub async fn run(cli: Cli) -> Result<(), PluginError> {
+    let options = KubeConfigOptions {
+        context: cli.context.clone(),
+        ..KubeConfigOptions::default()
+    };
+    let config = match &cli.kubeconfig {
+        Some(path) => {
+            let kubeconfig = kube::config::Kubeconfig::read_from(path)
+                .map_err(|e| PluginError::Config(format!("{}: {e}", path.display())))?;
+            Config::from_custom_kubeconfig(kubeconfig, &options).await
+        }
+        None => Config::from_kubeconfig(&options).await,
+    }
+    .map_err(|e| PluginError::Config(one_line(&e)))?;
+    let namespace = cli
+        .namespace
+        .clone()
+        .unwrap_or_else(|| config.default_namespace.clone());
+    let client = Client::try_from(config).map_err(|e| PluginError::Config(one_line(&e)))?;
+    let at = At { client, namespace };
+    match cli.command {
+        Command::Status {
+            kind,
+            name,
+            output,
+            watch,
+        } => {
+            let style = if output == Output::Text
+                && std::io::stdout().is_terminal()
+                && std::env::var_os("NO_COLOR").is_none()
+            {
+                render::Style::Colour
+            } else {
+                render::Style::Plain
+            };
+            match kind {
+                Kind::Scheduler => {
+                    at.status::<Scheduler>(&name, output, watch, |s| {
+                        render::scheduler(s, Utc::now(), style)
+                    })
+                    .await
+                }
+                Kind::Warmpool => {
+                    at.status::<WarmPool>(&name, output, watch, |p| {
+                        render::warm_pool(p, Utc::now(), style)
+                    })
+                    .await
+                }
+            }
+        }
+        Command::Pause { kind, name } => at.set_paused(kind, &name, true).await,
+        Command::Resume { kind, name } => at.set_paused(kind, &name, false).await,
+        Command::Rollout {
+            command: RolloutCommand::Restart { kind, name },
+        } => {
+            if kind != Kind::Scheduler {
+                return Err(PluginError::NoRollouts);
+            }
+            let now = Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
+            let patch = json!({"spec": {"podTemplate": {"annotations": {RESTARTED_AT: now}}}});
+            at.patch::<Scheduler>(&name, &patch).await?;
+            println!("scheduler {}/{name}: restarted at {now}", at.namespace);
+            Ok(())
+        }
+    }
+}
+
+/// The cluster and namespace a command works in.
+struct At {
+    client: Client,
+    namespace: String,
+}
+
+impl At {
+    fn api<K>(&self) -> Api<K>
+    where
+        K: Resource<Scope = kube::core::NamespaceResourceScope>,
+        K::DynamicType: Default,
+    {
+        Api::namespaced(self.client.clone(), &self.namespace)
+    }
+
+    /// Prints `name` (as `text`, or the object as JSON or YAML), and with
+    /// `watch` again at each change.
+    async fn status<K>(
+        &self,
+        name: &str,
+        output: Output,
+        watch: bool,
+        text: impl Fn(&K) -> String,
+    ) -> Result<(), PluginError>
+    where
+        K: Resource<Scope = kube::core::NamespaceResourceScope>
+            + Clone
+            + DeserializeOwned
+            + Serialize
+            + std::fmt::Debug
+            + Send
+            + 'static,
+        K::DynamicType: Default,
+    {
+        let api = self.api::<K>();
+        let show = |object: &K| -> Result<String, PluginError> {
+            let mut object = object.clone();
+            object.meta_mut().managed_fields = None;
+            Ok(match output {
+                Output::Text => text(&object),
+                Output::Json => serde_json::to_string_pretty(&object)
+                    .map(|s| s + "\n")
+                    .map_err(|e| PluginError::Api(e.to_string()))?,
+                Output::Yaml => {
+                    serde_yaml::to_string(&object).map_err(|e| PluginError::Api(e.to_string()))?
+                }
+            })
+        };
+        let object = self.get(&api, name).await?;
+        print!("{}", show(&object)?);
+        if !watch {
+            return Ok(());
+        }
+        let config = watcher::Config::default().fields(&format!("metadata.name={name}"));
+        let mut changes = watcher(api, config).applied_objects().boxed();
+        let mut last = object.resource_version();
+        while let Some(object) = changes
+            .try_next()
+            .await
+            .map_err(|e| PluginError::Api(one_line(&e)))?
+        {
+            if object.resource_version() != last {
+                last = object.resource_version();
+                println!("---");
+                print!("{}", show(&object)?);
+            }
+        }
+        Ok(())
+    }
+
+    async fn get<K>(&self, api: &Api<K>, name: &str) -> Result<K, PluginError>
+    where
+        K: Resource + Clone + DeserializeOwned + std::fmt::Debug,
+        K::DynamicType: Default,
+    {
+        match api.get_opt(name).await {
+            Ok(Some(object)) => Ok(object),
+            Ok(None) => Err(PluginError::NotFound {
+                kind: kind_name::<K>(),
+                namespace: self.namespace.clone(),
+                name: name.into(),
+            }),
+            Err(e) => Err(PluginError::Api(one_line(&e))),
+        }
+    }
+
+    async fn set_paused(&self, kind: Kind, name: &str, paused: bool) -> Result<(), PluginError> {
+        let patch = json!({"spec": {"paused": paused}});
+        match kind {
+            Kind::Scheduler => self.patch::<Scheduler>(name, &patch).await?,
+            Kind::Warmpool => self.patch::<WarmPool>(name, &patch).await?,
+        }
+        let word = if paused { "paused" } else { "resumed" };
+        println!("{} {}/{name}: {word}", kind_word(kind), self.namespace);
+        Ok(())
+    }
+
+    /// A merge patch of `name`'s spec (it must exist: a patch of a missing
+    /// object says so).
+    async fn patch<K>(&self, name: &str, patch: &serde_json::Value) -> Result<(), PluginError>
+    where
+        K: Resource<Scope = kube::core::NamespaceResourceScope>
+            + Clone
+            + DeserializeOwned
+            + std::fmt::Debug,
+        K::DynamicType: Default,
+    {
+        let api = self.api::<K>();
+        self.get(&api, name).await?;
+        api.patch(name, &PatchParams::apply(MANAGER), &Patch::Merge(patch))
+            .await
+            .map(|_| ())
+            .map_err(|e| PluginError::Api(one_line(&e)))
+    }
+}
+
+fn kind_name<K: Resource>() -> &'static str
+where
+    K::DynamicType: Default,
+{
+    if K::kind(&K::DynamicType::default()) == "Scheduler" {
+        "scheduler"
+    } else {
+        "warmpool"
+    }
+}
+
+fn kind_word(kind: Kind) -> &'static str {
+    match kind {
+        Kind::Scheduler => "scheduler",
+        Kind::Warmpool => "warmpool",
+    }
+}
+
+/// `e` and its sources on one line.
+fn one_line(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        let more = s.to_string();
+        if !text.contains(&more) {
+            text = format!("{text}: {more}");
+        }
+        source = s.source();
+    }
+    text.replace('\n', " ")
+}

@@ -1,0 +1,431 @@
+//! What `kubectl orca status` prints for a Scheduler or a WarmPool: read
+//! from the object alone (its spec and the status the operator writes), so
+//! that it needs nothing but the Kubernetes API. Pure: the object and the
+//! time it is read at in, text out.
+//!
+//! Kept whole, one concept: the plugin's text for both kinds, with the
+//! table, age and colour helpers they share, and their tests.
+
+use std::fmt::Write;
+
+use chrono::{DateTime, Utc};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use kube::ResourceExt;
+
+use crate::crd::{Scheduler, WarmPool};
+
+/// How the text is dressed: plain, or with ANSI colours (a terminal).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Style {
+    Plain,
+    Colour,
+}
+
+impl Style {
+    /// `text` in red (a problem), green (as it should be) or yellow (in
+    /// motion), on a terminal.
+    fn paint(self, text: &str, colour: Colour) -> String {
+        match self {
+            Style::Plain => text.to_string(),
+            Style::Colour => format!("\x1b[{}m{text}\x1b[0m", colour as u8),
+        }
+    }
+}
+
+#[derive(Clone, Copy)]
+enum Colour {
+    Red = 31,
+    Green = 32,
+    Yellow = 33,
+}
+
+/// The status of Scheduler `s` as of `now`: its phase and why, the image,
+/// the leader, each instance, the last handover's steps, its conditions.
+pub fn scheduler(s: &Scheduler, now: DateTime<Utc>, style: Style) -> String {
+    let status = s.status.clone().unwrap_or_default();
+    let mut out = String::new();
+    let phase = format!("{:?}", status.phase);
+    let colour = match phase.as_str() {
+        "Ready" => Colour::Green,
+        "Degraded" => Colour::Red,
+        _ => Colour::Yellow,
+    };
+    let _ = writeln!(
+        out,
+        "Scheduler {}/{}: {}{}",
+        s.namespace().unwrap_or_default(),
+        s.name_any(),
+        style.paint(&phase, colour),
+        why(&status.conditions)
+            .map(|w| format!(" ({w})"))
+            .unwrap_or_default()
+    );
+    if s.spec.paused {
+        let _ = writeln!(out, "  paused: spec.paused is true, nothing is rolled out");
+    }
+    let current = status.current_image.as_deref().unwrap_or("-");
+    let target = status.target_image.as_deref().unwrap_or(&s.spec.image);
+    let _ = if current == target {
+        writeln!(out, "Image:   {current}")
+    } else {
+        writeln!(out, "Image:   {current} -> {target}")
+    };
+    let _ = match &status.leader {
+        Some(l) => writeln!(
+            out,
+            "Leader:  {} (instance {}, {}){}",
+            l.pod,
+            l.instance,
+            l.image,
+            l.since
+                .as_deref()
+                .map(|t| format!(", since {}", when(t, now)))
+                .unwrap_or_default()
+        ),
+        None => writeln!(out, "Leader:  none"),
+    };
+    if status.draining > 0 {
+        let _ = writeln!(out, "Draining: {} instance(s)", status.draining);
+    }
+    out.push_str("\nInstances:\n");
+    let rows: Vec<Vec<String>> = status
+        .revisions
+        .iter()
+        .map(|r| {
+            vec![
+                r.pod.clone(),
+                r.revision.clone(),
+                r.instance.map(|i| i.to_string()).unwrap_or("-".into()),
+                r.role.clone().unwrap_or("-".into()),
+                r.runs.to_string(),
+                r.since
+                    .as_deref()
+                    .map(|t| age(t, now))
+                    .unwrap_or("-".into()),
+                r.image.clone(),
+            ]
+        })
+        .collect();
+    table(
+        &mut out,
+        &[
+            "POD", "REVISION", "INSTANCE", "ROLE", "RUNS", "AGE", "IMAGE",
+        ],
+        &rows,
+    );
+    if let Some(h) = &status.last_handover {
+        let _ = writeln!(out, "\nLast handover: {} -> {}", h.from, h.to);
+        for (step, at) in [
+            ("started", &h.started),
+            ("joined", &h.joined),
+            ("led", &h.led),
+            ("registered", &h.registered),
+            ("drained", &h.drained),
+        ] {
+            let shown = at.as_deref().map(|t| when(t, now)).unwrap_or("-".into());
+            let _ = writeln!(out, "  {step:<11}{shown}");
+        }
+    }
+    if let Some(started) = &status.rollout_started {
+        let _ = writeln!(out, "\nRollout in motion since {}", when(started, now));
+    }
+    if let Some(r) = &status.register {
+        let _ = writeln!(
+            out,
+            "\nRegister: revision {}, {} attempt(s), {} failed in a row",
+            r.revision, r.attempts, r.failures
+        );
+    }
+    conditions(&mut out, &status.conditions, now, style);
+    out
+}
+
+/// The status of WarmPool `p` as of `now`: its instances by state, the
+/// idle range it keeps and why, capacity holds, cost and runs served,
+/// where it ran before, its conditions.
+pub fn warm_pool(p: &WarmPool, now: DateTime<Utc>, style: Style) -> String {
+    let status = p.status.clone().unwrap_or_default();
+    let spec = &p.spec;
+    let mut out = String::new();
+    let available = status.conditions.iter().find(|c| c.type_ == "Available");
+    let headline = match available {
+        Some(c) if c.status == "True" => style.paint(&c.reason, Colour::Green),
+        Some(c) => style.paint(&c.reason, Colour::Yellow),
+        None => style.paint("Pending", Colour::Yellow),
+    };
+    let _ = writeln!(
+        out,
+        "WarmPool {}/{}: {headline}{}",
+        p.namespace().unwrap_or_default(),
+        p.name_any(),
+        why(&status.conditions)
+            .map(|w| format!(" ({w})"))
+            .unwrap_or_default()
+    );
+    if spec.paused {
+        let _ = writeln!(
+            out,
+            "  paused: spec.paused is true, nothing is launched or retired"
+        );
+    }
+    let _ = writeln!(
+        out,
+        "Scheduler: {}   Region: {}{}",
+        spec.scheduler,
+        spec.region,
+        spec.endpoint
+            .as_deref()
+            .map(|e| format!(" ({e})"))
+            .unwrap_or_default()
+    );
+    let _ = writeln!(
+        out,
+        "Instances: {} idle, {} busy, {} launching, {} stopped, {} terminating ({} drifted), at most {}",
+        status.idle,
+        status.busy,
+        status.launching,
+        status.stopped,
+        status.terminating,
+        status.drifted,
+        spec.max_instances
+    );
+    let _ = match &status.active_schedule {
+        Some(s) => writeln!(out, "Idle:      {s}"),
+        None => writeln!(
+            out,
+            "Idle:      {}..{} (spec.idle; no schedule under way)",
+            spec.idle.min, spec.idle.max
+        ),
+    };
+    if let Some(r) = &spec.stopped {
+        let _ = writeln!(
+            out,
+            "Reserve:   {} stopped wanted{}",
+            r.min,
+            r.max.map(|m| format!(", at most {m}")).unwrap_or_default()
+        );
+    }
+    if !status.capacity_errors.is_empty() {
+        out.push_str("\nCapacity holds:\n");
+        let rows: Vec<Vec<String>> = status
+            .capacity_errors
+            .iter()
+            .map(|c| {
+                vec![
+                    c.instance_type.clone(),
+                    c.subnet.clone(),
+                    if c.spot { "spot" } else { "onDemand" }.into(),
+                    c.code.clone(),
+                    when(&c.until, now),
+                ]
+            })
+            .collect();
+        table(
+            &mut out,
+            &["TYPE", "SUBNET", "CAPACITY", "CODE", "UNTIL"],
+            &rows,
+        );
+    }
+    if !status.instance_seconds.is_empty() {
+        out.push_str("\nInstance-hours:\n");
+        let hours = |s: i64| format!("{:.1}", s as f64 / 3600.0);
+        let rows: Vec<Vec<String>> = status
+            .instance_seconds
+            .iter()
+            .map(|c| {
+                vec![
+                    c.instance_type.clone(),
+                    c.capacity_type.clone(),
+                    hours(c.idle),
+                    hours(c.busy),
+                    hours(c.stopped),
+                    hours(c.booting),
+                ]
+            })
+            .collect();
+        table(
+            &mut out,
+            &["TYPE", "CAPACITY", "IDLE", "BUSY", "STOPPED", "BOOTING"],
+            &rows,
+        );
+    }
+    if let Some(r) = &status.runs_served {
+        let _ = writeln!(
+            out,
+            "\nRuns served: {} from idle, {} from the reserve, {} by a cold launch",
+            r.idle, r.reserve, r.cold
+        );
+    }
+    for f in &status.retiring {
+        let _ = writeln!(
+            out,
+            "\nRetiring: instances of Scheduler {} in {} (since {}), drained and terminated",
+            f.scheduler,
+            f.region,
+            when(&f.since, now)
+        );
+    }
+    conditions(&mut out, &status.conditions, now, style);
+    out
+}
+
+/// Why an object is as it is: a True `Degraded`'s message, else a True
+/// `Progressing`'s, else `Available`'s.
+fn why(conditions: &[Condition]) -> Option<String> {
+    let find = |t: &str, status: Option<&str>| {
+        conditions
+            .iter()
+            .find(|c| c.type_ == t && status.is_none_or(|s| c.status == s))
+    };
+    find("Degraded", Some("True"))
+        .or_else(|| find("Progressing", Some("True")))
+        .or_else(|| find("Available", None))
+        .map(|c| format!("{}: {}", c.reason, c.message))
+}
+
+fn conditions(out: &mut String, conditions: &[Condition], now: DateTime<Utc>, style: Style) {
+    if conditions.is_empty() {
+        return;
+    }
+    out.push_str("\nConditions:\n");
+    let rows: Vec<Vec<String>> = conditions
+        .iter()
+        .map(|c| {
+            let bad = (c.type_ == "Degraded") == (c.status == "True");
+            let status = if bad {
+                style.paint(&c.status, Colour::Red)
+            } else {
+                c.status.clone()
+            };
+            vec![
+                c.type_.clone(),
+                status,
+                c.reason.clone(),
+                age(&c.last_transition_time.0.to_string(), now),
+                c.message.clone(),
+            ]
+        })
+        .collect();
+    table(out, &["TYPE", "STATUS", "REASON", "AGE", "MESSAGE"], &rows);
+}
+
+/// `rows` under `head`, in columns two spaces apart (the last unpadded);
+/// a row of `-` when there are none.
+fn table(out: &mut String, head: &[&str], rows: &[Vec<String>]) {
+    let width = |i: usize| {
+        rows.iter()
+            .map(|r| visible_len(&r[i]))
+            .chain([head[i].len()])
+            .max()
+            .unwrap_or(0)
+    };
+    let widths: Vec<usize> = (0..head.len()).map(width).collect();
+    let head: Vec<String> = head.iter().map(|h| h.to_string()).collect();
+    let none: Vec<String> = vec!["-".to_string(); head.len()];
+    let body = if rows.is_empty() {
+        std::slice::from_ref(&none)
+    } else {
+        rows
+    };
+    for row in std::iter::once(&head).chain(body) {
+        let mut line = String::from("  ");
+        for (i, cell) in row.iter().enumerate() {
+            line.push_str(cell);
+            if i + 1 < row.len() {
+                line.push_str(&" ".repeat(widths[i] - visible_len(cell) + 2));
+            }
+        }
+        out.push_str(line.trim_end());
+        out.push('\n');
+    }
+}
+
+/// Characters a terminal shows: ANSI colour codes take no room.
+fn visible_len(s: &str) -> usize {
+    let mut n = 0;
+    let mut escaped = false;
+    for c in s.chars() {
+        match (escaped, c) {
+            (false, '\x1b') => escaped = true,
+            (true, 'm') => escaped = false,
+            (true, _) => {}
+            (false, _) => n += 1,
+        }
+    }
+    n
+}
+
+/// `at` (RFC 3339) and how long ago (or ahead) it is.
+fn when(at: &str, now: DateTime<Utc>) -> String {
+    format!("{at} ({})", relative(at, now))
+}
+
+/// How long ago `at` (RFC 3339) was: `5m`; `-` if it is not a time.
+fn age(at: &str, now: DateTime<Utc>) -> String {
+    match DateTime::parse_from_rfc3339(at) {
+        Ok(t) => span((now - t.with_timezone(&Utc)).num_seconds()),
+        Err(_) => "-".into(),
+    }
+}
+
+fn relative(at: &str, now: DateTime<Utc>) -> String {
+    match DateTime::parse_from_rfc3339(at) {
+        Ok(t) => {
+            let secs = (now - t.with_timezone(&Utc)).num_seconds();
+            if secs >= 0 {
+                format!("{} ago", span(secs))
+            } else {
+                format!("in {}", span(-secs))
+            }
+        }
+        Err(_) => "?".into(),
+    }
+}
+
+/// `secs` as kubectl shows an age: `42s`, `5m`, `3h`, `2d`.
+fn span(secs: i64) -> String {
+    match secs {
+        s if s < 120 => format!("{s}s"),
+        s if s < 7200 => format!("{}m", s / 60),
+        s if s < 172_800 => format!("{}h", s / 3600),
+        s => format!("{}d", s / 86_400),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ages_read_as_kubectl_shows_them() {
+        let now = DateTime::parse_from_rfc3339("2026-12-02T12:00:00Z")
+            .unwrap()
+            .with_timezone(&Utc);
+        for (at, shown) in [
+            ("2026-12-02T11:59:30Z", "30s"),
+            ("2026-12-02T11:55:00Z", "5m"),
+            ("2026-12-02T09:00:00Z", "3h"),
+            ("2026-11-28T12:00:00Z", "4d"),
+            ("not a time", "-"),
+        ] {
+            assert_eq!(age(at, now), shown, "{at}");
+        }
+        assert_eq!(
+            when("2026-12-02T12:03:00Z", now),
+            "2026-12-02T12:03:00Z (in 3m)"
+        );
+    }
+
+    #[test]
+    fn colours_take_no_room_in_a_column() {
+        let mut out = String::new();
+        let red = Style::Colour.paint("True", Colour::Red);
+        table(
+            &mut out,
+            &["A", "B"],
+            &[vec![red, "x".into()], vec!["False".into(), "y".into()]],
+        );
+        let plain: String = out.replace("\x1b[31m", "").replace("\x1b[0m", "");
+        assert_eq!(plain, "  A      B\n  True   x\n  False  y\n");
+    }
+}
