@@ -10,6 +10,7 @@ pub mod plugin;
 pub mod pool;
 pub mod rollout;
 pub mod scheduler_rows;
+pub mod window;
 
 #[cfg(test)]
 mod properties;

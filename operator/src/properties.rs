@@ -15,8 +15,8 @@ use chrono::{DateTime, Duration, TimeZone, Utc};
 use proptest::prelude::*;
 
 use crate::crd::{
-    Database, Handover, IdleRange, IdleSchedule, Launch, OnDelete, SchedulerSpec, SchedulerStatus,
-    SecretKeyRef, StoppedRange, WarmPoolSpec, MAX_SECONDS,
+    Database, Handover, IdleRange, IdleSchedule, Launch, OnDelete, Period, SchedulerSpec,
+    SchedulerStatus, SecretKeyRef, StoppedRange, WarmPoolSpec, MAX_SECONDS,
 };
 use crate::pool::{plan, schedule, Ec2Instance, Ec2State, Limits, Offering, Snapshot};
 use crate::rollout::{
@@ -108,9 +108,11 @@ fn idle_schedule() -> impl Strategy<Value = IdleSchedule> {
         0i32..=10_000,
     )
         .prop_map(|(cron, tz, duration, min)| IdleSchedule {
-            cron,
-            timezone: tz.into(),
-            duration,
+            period: Period {
+                cron,
+                timezone: tz.into(),
+                duration,
+            },
             idle: IdleRange { min, max: min },
         })
 }
@@ -170,6 +172,7 @@ fn scheduler_spec() -> impl Strategy<Value = SchedulerSpec> {
                     },
                     pod_template: None,
                     paused,
+                    maintenance_windows: vec![],
                 }
             },
         )
@@ -299,6 +302,7 @@ fn observed() -> impl Strategy<Value = Observed> {
                 instances,
                 now,
                 clock_offset: Duration::zero(),
+                rollout_now: None,
             })
     })
 }

@@ -5,11 +5,13 @@
 
 mod api_doc;
 mod condition;
+mod period;
 mod scheduler;
 mod warmpool;
 
 pub use api_doc::api_markdown;
 pub use condition::{degraded_already, set_condition, set_degraded};
+pub use period::Period;
 pub use scheduler::*;
 pub use warmpool::*;
 

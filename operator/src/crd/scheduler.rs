@@ -85,6 +85,18 @@ pub struct SchedulerSpec {
     /// its phase is Paused. Default false.
     #[serde(default)]
     pub paused: bool,
+    /// Periods in which a rollout may start, e.g. {cron: "0 2 * * 2-4",
+    /// timezone: Europe/Berlin, duration: 3h}. Outside all of them a new
+    /// revision waits, the Deferred condition saying so and status.nextWindow
+    /// until when; a rollout that has started goes on past its window's end.
+    /// The annotation orca.dev/rollout-now set to the waiting revision (the
+    /// Deferred condition names it; kubectl orca rollout now sets it) starts
+    /// that revision at once.
+    /// The first deployment and replacing a current pod that exited never wait.
+    /// Default none: rollouts start at once. At most 20.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 20))]
+    pub maintenance_windows: Vec<super::period::Period>,
 }
 
 fn default_true() -> bool {
@@ -350,6 +362,10 @@ pub struct SchedulerStatus {
     /// 10 s × 2^recentRestarts, at most 320 s.
     #[serde(default)]
     pub recent_restarts: i32,
+    /// When the next maintenance window starts (RFC 3339), while a new
+    /// revision waits for one (the Deferred condition).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_window: Option<String>,
     /// The register Jobs of the target revision: attempts and failures.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub register: Option<RegisterStatus>,

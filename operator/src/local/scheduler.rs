@@ -113,6 +113,11 @@ impl LocalScheduler {
             instances,
             now: chrono::Utc::now(),
             clock_offset: chrono::TimeDelta::zero(),
+            rollout_now: s
+                .metadata
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get(crate::rollout::ROLLOUT_NOW).cloned()),
         };
         let observed = match db_now {
             Some(now) => observed.on_database_clock(now),

@@ -1,9 +1,10 @@
 //! `kubectl orca`, the kubectl plugin (binary `kubectl-orca`): what a
 //! Scheduler or WarmPool is doing and why ([`render`]), and the changes an
-//! engineer makes to steer one — pause, resume, a rollout restart — each a
-//! patch of the resource the operator acts on, never a way around it. It
-//! reads only the Kubernetes API, with the user's kubeconfig: everything it
-//! shows is in the objects' status.
+//! engineer makes to steer one — pause, resume, a rollout restart, a
+//! rollout now outside the maintenance windows — each a patch of the
+//! resource the operator acts on, never a way around it. It reads only the
+//! Kubernetes API, with the user's kubeconfig: everything it shows is in
+//! the objects' status.
 
 pub mod render;
 
@@ -80,6 +81,13 @@ enum RolloutCommand {
     /// orca.dev/restartedAt on spec.podTemplate): handed over to as any
     /// rollout is.
     Restart {
+        /// `scheduler` (the only kind with rollouts).
+        kind: Kind,
+        name: String,
+    },
+    /// Starts the revision that waits for a maintenance window now (the
+    /// annotation orca.dev/rollout-now, naming that revision: once).
+    Now {
         /// `scheduler` (the only kind with rollouts).
         kind: Kind,
         name: String,
@@ -173,6 +181,23 @@ pub async fn run(cli: Cli) -> Result<(), PluginError> {
         }
         Command::Pause { kind, name } => at.set_paused(kind, &name, true).await,
         Command::Resume { kind, name } => at.set_paused(kind, &name, false).await,
+        Command::Rollout {
+            command: RolloutCommand::Now { kind, name },
+        } => {
+            if kind != Kind::Scheduler {
+                return Err(PluginError::NoRollouts);
+            }
+            let scheduler = at.get(&at.api::<Scheduler>(), &name).await?;
+            let revision = crate::rollout::revision_of(&scheduler.spec);
+            let patch =
+                json!({"metadata": {"annotations": {crate::rollout::ROLLOUT_NOW: revision}}});
+            at.patch::<Scheduler>(&name, &patch).await?;
+            println!(
+                "scheduler {}/{name}: revision {revision} ({}) rolls out now",
+                at.namespace, scheduler.spec.image
+            );
+            Ok(())
+        }
         Command::Rollout {
             command: RolloutCommand::Restart { kind, name },
         } => {
@@ -285,7 +310,7 @@ impl At {
         Ok(())
     }
 
-    /// A merge patch of `name`'s spec (it must exist: a patch of a missing
+    /// A merge patch of `name` (it must exist: a patch of a missing
     /// object says so).
     async fn patch<K>(&self, name: &str, patch: &serde_json::Value) -> Result<(), PluginError>
     where

@@ -126,6 +126,13 @@ pub fn scheduler(s: &Scheduler, now: DateTime<Utc>, style: Style) -> String {
             let _ = writeln!(out, "  {step:<11}{shown}");
         }
     }
+    if let Some(next) = &status.next_window {
+        let _ = writeln!(
+            out,
+            "\nWaiting for the next maintenance window: {} (kubectl orca rollout now starts it now)",
+            when(next, now)
+        );
+    }
     if let Some(started) = &status.rollout_started {
         let _ = writeln!(out, "\nRollout in motion since {}", when(started, now));
     }
@@ -270,6 +277,7 @@ pub fn warm_pool(p: &WarmPool, now: DateTime<Utc>, style: Style) -> String {
 }
 
 /// Why an object is as it is: a True `Degraded`'s message, else a True
+/// `Deferred`'s (a revision waiting for a maintenance window), else a True
 /// `Progressing`'s, else `Available`'s.
 fn why(conditions: &[Condition]) -> Option<String> {
     let find = |t: &str, status: Option<&str>| {
@@ -278,6 +286,7 @@ fn why(conditions: &[Condition]) -> Option<String> {
             .find(|c| c.type_ == t && status.is_none_or(|s| c.status == s))
     };
     find("Degraded", Some("True"))
+        .or_else(|| find("Deferred", Some("True")))
         .or_else(|| find("Progressing", Some("True")))
         .or_else(|| find("Available", None))
         .map(|c| format!("{}: {}", c.reason, c.message))

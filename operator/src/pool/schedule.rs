@@ -4,38 +4,21 @@
 //! its duration; the first schedule (in spec order) with a period under way
 //! wins, and with none `spec.idle` holds.
 //!
-//! A WarmPool's schedules are user input that every pass reads, so nothing
-//! here may panic or take long whatever the spec says: a period is at most
-//! [`MAX_PERIOD_DAYS`] long (a longer one is refused, naming the field), and
-//! finding the period under way is one backward search of the cron
-//! expression — the latest start at or before now — never a walk over the
-//! starts within a period.
+//! Reading a period is [`crate::window`]'s.
 
-use std::str::FromStr;
-
-use chrono::{DateTime, Duration, Utc};
-use chrono_tz::Tz;
-use croner::Cron;
+use chrono::{DateTime, Utc};
 
 use crate::crd::{IdleRange, IdleSchedule, WarmPoolSpec};
+use crate::window::{Window, WindowError};
 
-/// A schedule the operator cannot read, named by its field.
+/// A schedule the operator cannot read, named by its field
+/// (`spec.schedules[2].timezone: …`).
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
-pub enum ScheduleError {
-    #[error("spec.schedules[{index}].cron: {value:?} is not a cron expression: {reason}")]
-    Cron {
-        index: usize,
-        value: String,
-        reason: String,
-    },
-    #[error("spec.schedules[{index}].timezone: {value:?} is not a time zone of the IANA database (e.g. Europe/Berlin)")]
-    Timezone { index: usize, value: String },
-    #[error("spec.schedules[{index}].duration: {value:?} is not a duration (e.g. 10h, 30m, 1h30m): {reason}")]
-    Duration {
-        index: usize,
-        value: String,
-        reason: String,
-    },
+#[error("spec.schedules[{index}].{source}")]
+pub struct ScheduleError {
+    pub index: usize,
+    #[source]
+    pub source: WindowError,
 }
 
 /// A schedule whose period is under way.
@@ -55,9 +38,9 @@ impl Active {
         format!(
             "schedules[{}] ({} {}, {}): idle {}..{} until {}",
             self.index,
-            s.cron,
-            s.timezone,
-            s.duration,
+            s.period.cron,
+            s.period.timezone,
+            s.period.duration,
             self.idle.min,
             self.idle.max,
             self.until.to_rfc3339()
@@ -65,43 +48,8 @@ impl Active {
     }
 }
 
-/// The longest period a schedule may have: a year and a day. Longer ones
-/// are refused (the CRD already refuses most), so that no time computed
-/// from a period can leave chrono's range.
-pub const MAX_PERIOD_DAYS: i64 = 366;
-
-struct Parsed {
-    cron: Cron,
-    tz: Tz,
-    duration: Duration,
-}
-
-fn parse(index: usize, s: &IdleSchedule) -> Result<Parsed, ScheduleError> {
-    let cron = Cron::from_str(&s.cron).map_err(|e| ScheduleError::Cron {
-        index,
-        value: s.cron.clone(),
-        reason: e.to_string(),
-    })?;
-    let tz = Tz::from_str(&s.timezone).map_err(|_| ScheduleError::Timezone {
-        index,
-        value: s.timezone.clone(),
-    })?;
-    let bad_duration = |reason: String| ScheduleError::Duration {
-        index,
-        value: s.duration.clone(),
-        reason,
-    };
-    let std = humantime::parse_duration(&s.duration).map_err(|e| bad_duration(e.to_string()))?;
-    let duration = Duration::from_std(std).map_err(|e| bad_duration(e.to_string()))?;
-    if duration <= Duration::zero() {
-        return Err(bad_duration("it must be longer than zero".into()));
-    }
-    if duration > Duration::days(MAX_PERIOD_DAYS) {
-        return Err(bad_duration(format!(
-            "a period lasts at most {MAX_PERIOD_DAYS} days"
-        )));
-    }
-    Ok(Parsed { cron, tz, duration })
+fn parse(index: usize, s: &IdleSchedule) -> Result<Window, ScheduleError> {
+    Window::parse(&s.period).map_err(|source| ScheduleError { index, source })
 }
 
 /// Every schedule readable, or the first that is not.
@@ -120,21 +68,11 @@ pub fn active(
     now: DateTime<Utc>,
 ) -> Result<Option<Active>, ScheduleError> {
     for (index, s) in schedules.iter().enumerate() {
-        let p = parse(index, s)?;
-        let local = now.with_timezone(&p.tz);
-        let Ok(start) = p.cron.find_previous_occurrence(&local, true) else {
-            // No start at all before now (say, the 31st of February).
-            continue;
-        };
-        let Some(until) = start.checked_add_signed(p.duration) else {
-            // Past chrono's last year: not a period of this world.
-            continue;
-        };
-        if until > local {
+        if let Some(until) = parse(index, s)?.under_way(now) {
             return Ok(Some(Active {
                 index,
                 idle: s.idle.clone(),
-                until: until.with_timezone(&Utc),
+                until,
             }));
         }
     }
@@ -143,15 +81,17 @@ pub fn active(
 
 #[cfg(test)]
 mod tests {
-    use chrono::TimeZone;
+    use chrono::{Duration, TimeZone};
 
     use super::*;
 
     fn sched(cron: &str, tz: &str, duration: &str, min: i32) -> IdleSchedule {
         IdleSchedule {
-            cron: cron.into(),
-            timezone: tz.into(),
-            duration: duration.into(),
+            period: crate::crd::Period {
+                cron: cron.into(),
+                timezone: tz.into(),
+                duration: duration.into(),
+            },
             idle: IdleRange { min, max: min },
         }
     }

@@ -28,6 +28,7 @@ use super::{
     revision::{is_host_of, new_pod, revision_of},
     snapshot::*,
     status::StatusDraft,
+    window,
 };
 use crate::backoff::doubling;
 
@@ -61,6 +62,9 @@ pub fn decide(o: &Observed) -> Decision {
         Err(problem) => return d.finish_unobserved(problem),
     };
     let target = revision_of(&o.spec);
+    if let Some(deferral) = window::deferral(o, &target) {
+        return d.finish_deferred(&target, &deferral);
+    }
     d.begin(&target);
     let mut steps = Steps::new(o, rows, &target, &mut d);
     steps.start(&mut d);

@@ -9,6 +9,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time as KubeTime;
 use super::{
     snapshot::*,
     status::{rfc3339, to_jiff, StatusDraft, SAID_WHEN_DEGRADED},
+    window::{Deferral, ROLLOUT_NOW},
 };
 use crate::crd::{set_condition, HandoverStatus, Phase, RevisionStatus};
 
@@ -16,6 +17,60 @@ impl StatusDraft<'_> {
     pub(super) fn finish_paused(mut self) -> Decision {
         self.status.phase = Phase::Paused;
         self.conditions(None, Some(("Paused", "spec.paused is true".into())));
+        self.decision()
+    }
+
+    /// `target` waits for a maintenance window (see [`super::window`]):
+    /// nothing is done, the status says until when, and the Scheduler looks
+    /// again when the window starts.
+    pub(super) fn finish_deferred(mut self, target: &str, why: &Deferral) -> Decision {
+        let o = self.o;
+        let now_hint = format!(
+            "the annotation {ROLLOUT_NOW}={target} (kubectl orca rollout now) starts it now"
+        );
+        let (reason, message) = match (&why.invalid, why.next) {
+            (Some(invalid), _) => {
+                self.degrade("InvalidMaintenanceWindow", invalid.clone());
+                (
+                    "InvalidMaintenanceWindow",
+                    format!(
+                        "revision {target} ({}) waits: a maintenance window cannot be read; {now_hint}",
+                        o.spec.image
+                    ),
+                )
+            }
+            (None, Some(next)) => {
+                self.status.next_window = Some(rfc3339(next));
+                let wait = (next - o.now).to_std().unwrap_or_default();
+                self.requeue = self.requeue.min(wait.max(Duration::from_secs(1)));
+                (
+                    "OutsideMaintenanceWindow",
+                    format!(
+                        "revision {target} ({}) waits for the next maintenance window, at {}; {now_hint}",
+                        o.spec.image,
+                        rfc3339(next)
+                    ),
+                )
+            }
+            (None, None) => (
+                "OutsideMaintenanceWindow",
+                format!(
+                    "revision {target} ({}) waits: no maintenance window starts again; {now_hint}",
+                    o.spec.image
+                ),
+            ),
+        };
+        let was = o
+            .status
+            .conditions
+            .iter()
+            .any(|c| c.type_ == "Deferred" && c.status == "True");
+        if !was {
+            self.event(Event::normal("Deferred", message.clone()));
+        }
+        self.deferred = Some((reason.into(), message));
+        let degraded = self.degraded.clone();
+        self.conditions(degraded, None);
         self.decision()
     }
 
@@ -210,6 +265,18 @@ impl StatusDraft<'_> {
             None => make("Degraded", false, "AsExpected", String::new()),
         };
         self.status.conditions = vec![available, progressing, degraded];
+        if !self.o.spec.maintenance_windows.is_empty() {
+            let deferred = match self.deferred.clone() {
+                Some((reason, message)) => make("Deferred", true, &reason, message),
+                None => make(
+                    "Deferred",
+                    false,
+                    "NotWaiting",
+                    "no revision waits for a maintenance window".into(),
+                ),
+            };
+            self.status.conditions.push(deferred);
+        }
     }
 
     pub(super) fn decision(self) -> Decision {

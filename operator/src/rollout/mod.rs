@@ -10,6 +10,7 @@ mod register_status;
 mod revision;
 mod snapshot;
 mod status;
+mod window;
 
 #[cfg(test)]
 mod tests;
@@ -20,3 +21,4 @@ pub use revision::{
     revision_of, scheduler_label, Revision,
 };
 pub use snapshot::*;
+pub use window::{deferral, Deferral, ROLLOUT_NOW};

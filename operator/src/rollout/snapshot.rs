@@ -135,6 +135,9 @@ pub struct Observed {
     /// How far the pods' and Jobs' times were moved onto the database clock
     /// (see [`Observed::on_database_clock`]); zero when they were not.
     pub clock_offset: chrono::TimeDelta,
+    /// The annotation [`super::ROLLOUT_NOW`]: the revision to roll out
+    /// now, outside the maintenance windows.
+    pub rollout_now: Option<String>,
 }
 
 /// Why the database could not be observed; a `Degraded` reason.

@@ -39,6 +39,9 @@ pub(super) struct StatusDraft<'a> {
     /// The target revision is not the one the status was written for: a
     /// new rollout.
     pub(super) target_changed: bool,
+    /// The target revision waits for a maintenance window: the `Deferred`
+    /// condition's (reason, message).
+    pub(super) deferred: Option<(String, String)>,
     pub(super) requeue: Duration,
 }
 
@@ -51,6 +54,8 @@ impl<'a> StatusDraft<'a> {
         let mut status = o.status.clone();
         status.observed_generation = o.generation;
         status.target_image = Some(o.spec.image.clone());
+        // Said again by the pass that defers, if one does.
+        status.next_window = None;
         StatusDraft {
             o,
             actions: Vec::new(),
@@ -61,6 +66,7 @@ impl<'a> StatusDraft<'a> {
             stop_world: false,
             alone: false,
             target_changed: false,
+            deferred: None,
             requeue: QUIET,
         }
     }

@@ -17,7 +17,7 @@ use std::{
 };
 
 use chrono::Utc;
-use orca_operator::crd::{IdleRange, IdleSchedule, StoppedRange, WarmPoolSpec};
+use orca_operator::crd::{IdleRange, IdleSchedule, Period, StoppedRange, WarmPoolSpec};
 use orca_operator::pool::{
     plan::{plan, Ec2Instance, Ec2State, Limits, Offering, PoolRow, Snapshot},
     schedule, PoolLoop, Tuning,
@@ -105,9 +105,11 @@ fn bench_plan() {
         .map(|cron| (*cron, "Europe/Berlin", "1h"))
         .chain([("* * * * *", "UTC", "10m")])
         .map(|(cron, tz, duration)| IdleSchedule {
-            cron: cron.into(),
-            timezone: tz.into(),
-            duration: duration.into(),
+            period: Period {
+                cron: cron.into(),
+                timezone: tz.into(),
+                duration: duration.into(),
+            },
             idle: IdleRange { min: 1, max: 2 },
         })
         .collect();

@@ -66,7 +66,7 @@ where
 
 /// `kubectl orca <args>` in the stage's namespace, kubectl finding the
 /// plugin on PATH: (exit success, stdout, stderr).
-fn kubectl_orca(stage: &OnCluster, args: &[&str]) -> (bool, String, String) {
+pub(super) fn kubectl_orca(stage: &OnCluster, args: &[&str]) -> (bool, String, String) {
     let plugin_dir = bins::path("kubectl-orca")
         .parent()
         .expect("a binary has a directory")

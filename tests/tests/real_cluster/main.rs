@@ -18,6 +18,7 @@ mod teardown;
 mod tenancy;
 mod visibility;
 mod warm_pool;
+mod windows;
 
 use orca_operator::crd::{Phase, Scheduler, SchedulerStatus};
 use orca_tests::on_cluster::orca_sim;

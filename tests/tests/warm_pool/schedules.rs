@@ -2,15 +2,17 @@
 //! it, and one that cannot be read is said and changes nothing.
 
 use chrono::{DurationRound, Timelike};
-use orca_operator::crd::{IdleRange, IdleSchedule};
+use orca_operator::crd::{IdleRange, IdleSchedule, Period};
 
 use super::*;
 
 fn schedule(cron: String, timezone: &str, min: i32) -> IdleSchedule {
     IdleSchedule {
-        cron,
-        timezone: timezone.into(),
-        duration: "10m".into(),
+        period: Period {
+            cron,
+            timezone: timezone.into(),
+            duration: "10m".into(),
+        },
         idle: IdleRange { min, max: min },
     }
 }

@@ -359,6 +359,7 @@ mod tests {
             instances,
             now: Utc.timestamp_opt(1_800_000_000, 0).unwrap(),
             clock_offset: chrono::TimeDelta::zero(),
+            rollout_now: None,
         }
     }
 

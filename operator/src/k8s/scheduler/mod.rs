@@ -373,6 +373,7 @@ async fn observe(
         instances,
         now: chrono::Utc::now(),
         clock_offset: chrono::TimeDelta::zero(),
+        rollout_now: scheduler.annotations().get(rollout::ROLLOUT_NOW).cloned(),
     };
     let observed = match db_now {
         Some(now) => observed.on_database_clock(now),

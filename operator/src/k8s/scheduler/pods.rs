@@ -361,6 +361,7 @@ pub(crate) mod tests {
                     priority_class_name: Some("orca-critical".into()),
                 }),
                 paused: false,
+                maintenance_windows: vec![],
             },
         );
         s.metadata.namespace = Some("jobs".into());

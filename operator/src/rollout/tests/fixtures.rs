@@ -44,6 +44,7 @@ pub(super) fn spec(image: &str) -> SchedulerSpec {
         },
         pod_template: None,
         paused: false,
+        maintenance_windows: vec![],
     }
 }
 
@@ -149,6 +150,7 @@ pub(super) fn observed(
         instances: Ok(rows),
         now: at(now),
         clock_offset: chrono::TimeDelta::zero(),
+        rollout_now: None,
     }
 }
 

@@ -14,6 +14,7 @@ mod registration;
 mod restarts;
 mod start;
 mod supersede;
+mod windows;
 
 use fixtures::*;
 
@@ -30,6 +31,7 @@ fn cases() -> Vec<Case> {
         .chain(database::shared_database_cases())
         .chain(deadlines::deadline_cases())
         .chain(registration::register_cases())
+        .chain(windows::window_cases())
         .collect()
 }
 

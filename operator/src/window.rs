@@ -1,0 +1,93 @@
+//! Periods read: when a cron expression's period is under way and when the
+//! next one starts, in its time zone (see [`crate::crd::Period`]). Pure;
+//! the WarmPool's idle schedules and the Scheduler's maintenance windows
+//! both ask it.
+//!
+//! Periods are user input read at every pass, so nothing here may panic or
+//! take long whatever the spec says: a period is at most
+//! [`MAX_PERIOD_DAYS`] long (a longer one is refused, naming the field), and
+//! each question is one search of the cron expression, never a walk over
+//! the starts within a period.
+
+use std::str::FromStr;
+
+use chrono::{DateTime, Duration, Utc};
+use chrono_tz::Tz;
+use croner::Cron;
+
+use crate::crd::Period;
+
+/// The longest period: a year and a day. Longer ones are refused (the CRD
+/// already refuses most), so that no time computed from a period can leave
+/// chrono's range.
+pub const MAX_PERIOD_DAYS: i64 = 366;
+
+/// A field of a period the operator cannot read; the field's name is the
+/// caller's to add (`spec.schedules[0].`).
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum WindowError {
+    #[error("cron: {value:?} is not a cron expression: {reason}")]
+    Cron { value: String, reason: String },
+    #[error("timezone: {value:?} is not a time zone of the IANA database (e.g. Europe/Berlin)")]
+    Timezone { value: String },
+    #[error("duration: {value:?} is not a duration (e.g. 10h, 30m, 1h30m): {reason}")]
+    Duration { value: String, reason: String },
+}
+
+/// A period, read.
+#[derive(Debug, Clone)]
+pub struct Window {
+    cron: Cron,
+    tz: Tz,
+    duration: Duration,
+}
+
+impl Window {
+    /// `p` read, or the first of its fields that cannot be.
+    pub fn parse(p: &Period) -> Result<Window, WindowError> {
+        let cron = Cron::from_str(&p.cron).map_err(|e| WindowError::Cron {
+            value: p.cron.clone(),
+            reason: e.to_string(),
+        })?;
+        let tz = Tz::from_str(&p.timezone).map_err(|_| WindowError::Timezone {
+            value: p.timezone.clone(),
+        })?;
+        let bad_duration = |reason: String| WindowError::Duration {
+            value: p.duration.clone(),
+            reason,
+        };
+        let std =
+            humantime::parse_duration(&p.duration).map_err(|e| bad_duration(e.to_string()))?;
+        let duration = Duration::from_std(std).map_err(|e| bad_duration(e.to_string()))?;
+        if duration <= Duration::zero() {
+            return Err(bad_duration("it must be longer than zero".into()));
+        }
+        if duration > Duration::days(MAX_PERIOD_DAYS) {
+            return Err(bad_duration(format!(
+                "a period lasts at most {MAX_PERIOD_DAYS} days"
+            )));
+        }
+        Ok(Window { cron, tz, duration })
+    }
+
+    /// When the period under way at `now` ends, if one is: its latest
+    /// start at or before `now` is less than its duration ago. Of the
+    /// periods under way that latest one ends last.
+    pub fn under_way(&self, now: DateTime<Utc>) -> Option<DateTime<Utc>> {
+        let local = now.with_timezone(&self.tz);
+        // No start at all before now (say, the 31st of February).
+        let start = self.cron.find_previous_occurrence(&local, true).ok()?;
+        // Past chrono's last year: not a period of this world.
+        let until = start.checked_add_signed(self.duration)?;
+        (until > local).then(|| until.with_timezone(&Utc))
+    }
+
+    /// When the next period starts after `now`; none if it never does.
+    pub fn next_start(&self, now: DateTime<Utc>) -> Option<DateTime<Utc>> {
+        let local = now.with_timezone(&self.tz);
+        self.cron
+            .find_next_occurrence(&local, false)
+            .ok()
+            .map(|t| t.with_timezone(&Utc))
+    }
+}
