@@ -377,6 +377,7 @@ fn pool_spec() -> impl Strategy<Value = WarmPoolSpec> {
                     on_delete: OnDelete::Terminate,
                     drain_timeout_seconds: drain,
                     disruption: crate::crd::Disruption { max_drifted: 2 },
+                    maintenance_windows: vec![],
                 }
             },
         )

@@ -91,3 +91,27 @@ impl Window {
             .map(|t| t.with_timezone(&Utc))
     }
 }
+
+/// Where `now` stands among a list of periods (`spec.maintenanceWindows`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Standing {
+    /// One of them is under way.
+    pub open: bool,
+    /// When the next one starts; none if none ever starts again.
+    pub next: Option<DateTime<Utc>>,
+}
+
+/// Where `now` stands among `periods`, or the first that cannot be read
+/// (its place in the list, and why).
+pub fn standing(periods: &[Period], now: DateTime<Utc>) -> Result<Standing, (usize, WindowError)> {
+    let mut next: Option<DateTime<Utc>> = None;
+    let mut open = false;
+    for (i, p) in periods.iter().enumerate() {
+        let w = Window::parse(p).map_err(|e| (i, e))?;
+        open |= w.under_way(now).is_some();
+        if let Some(start) = w.next_start(now) {
+            next = Some(next.map_or(start, |n| n.min(start)));
+        }
+    }
+    Ok(Standing { open, next })
+}

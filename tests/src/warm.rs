@@ -158,6 +158,7 @@ pub fn spec(
         on_delete: Default::default(),
         drain_timeout_seconds: 3600,
         disruption: Default::default(),
+        maintenance_windows: vec![],
     }
 }
 

@@ -117,6 +117,15 @@ pub struct WarmPoolSpec {
     /// listed) are replaced. Default: one at a time.
     #[serde(default)]
     pub disruption: Disruption,
+    /// Periods in which voluntary disruption may happen: replacing drifted
+    /// instances (running or in the stopped reserve). Outside all of them
+    /// drifted instances stay until a window opens; dead, hung, leaked or
+    /// timed-out instances are still replaced at once, and a deleted pool
+    /// still terminates everything. Same fields as schedules. Default none:
+    /// any time. At most 20.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 20))]
+    pub maintenance_windows: Vec<Period>,
 }
 
 /// How drifted instances are replaced: idle and stopped ones first, each

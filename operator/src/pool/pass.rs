@@ -86,6 +86,15 @@ impl PoolLoop {
                 .events
                 .push(PoolEvent::new("InvalidSchedule", e.to_string(), true));
         }
+        if let Err((i, e)) = crate::window::standing(&self.spec.maintenance_windows, now) {
+            report.events.push(PoolEvent::new(
+                "InvalidMaintenanceWindow",
+                format!(
+                    "spec.maintenanceWindows[{i}].{e}; drifted instances wait until it is fixed"
+                ),
+                true,
+            ));
+        }
         if decided.counts.drifted > 0 {
             self.announce_drift(&snap, &mut report);
         }

@@ -299,7 +299,14 @@ pub fn plan(
     // Drifted instances (see `super::drift`) are replaced, at most
     // `disruption.maxDrifted` at a time: idle and stopped ones apart.
     let hash = super::drift::launch_hash(&spec.launch);
-    let max_drifted = spec.disruption.max_drifted.max(0) as usize;
+    // Outside the maintenance windows (or with one that cannot be read,
+    // which the pass reports) none is replaced.
+    let max_drifted = match crate::window::standing(&spec.maintenance_windows, now) {
+        Ok(s) if s.open || spec.maintenance_windows.is_empty() => {
+            spec.disruption.max_drifted.max(0) as usize
+        }
+        _ => 0,
+    };
     let is_drifted = |i: &Ec2Instance| super::drift::drifted(spec, &hash, i);
     let mut old_idle: Vec<(&Ec2Instance, &PoolRow)> = Vec::new();
     let mut old_reserve: Vec<(&Ec2Instance, &PoolRow)> = Vec::new();
@@ -544,11 +551,16 @@ pub fn plan(
     let spare_idle = idle.len().saturating_sub(need as usize);
     let max_idle = (i64::from(spec.idle.max.max(0)) + snap.demand.max(0)) as usize;
     // Sorted only when some go (a pool of many idle instances, most passes
-    // keeping them all, skips it).
+    // keeping them all, skips it). Drifted ones kept (outside the
+    // maintenance windows, or with maxDrifted 0) go first: going anyway,
+    // the out-of-date should.
     if spare_idle > 0 || idle.len() > max_idle {
         idle.sort_unstable_by(|a, b| {
             let (x, y) = (a.1.idle_secs.unwrap_or(0.0), b.1.idle_secs.unwrap_or(0.0));
-            y.total_cmp(&x).then_with(|| a.0.id.cmp(&b.0.id))
+            is_drifted(b.0)
+                .cmp(&is_drifted(a.0))
+                .then_with(|| y.total_cmp(&x))
+                .then_with(|| a.0.id.cmp(&b.0.id))
         });
     }
     let spare_booting = (idle.len() + booting as usize)

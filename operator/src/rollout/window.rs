@@ -10,7 +10,7 @@
 use chrono::{DateTime, Utc};
 
 use super::snapshot::{Observed, PodState};
-use crate::window::Window;
+use crate::window::standing;
 
 /// The annotation that starts a waiting revision at once: its value is the
 /// revision (`kubectl orca rollout now` sets it). Naming the revision makes
@@ -45,28 +45,17 @@ pub fn deferral(o: &Observed, target: &str) -> Option<Deferral> {
     if !running_one_leads(o, target) {
         return None;
     }
-    let mut next: Option<DateTime<Utc>> = None;
-    for (i, w) in windows.iter().enumerate() {
-        let w = match Window::parse(w) {
-            Ok(w) => w,
-            Err(e) => {
-                return Some(Deferral {
-                    next: None,
-                    invalid: Some(format!("spec.maintenanceWindows[{i}].{e}")),
-                })
-            }
-        };
-        if w.under_way(o.now).is_some() {
-            return None;
-        }
-        if let Some(start) = w.next_start(o.now) {
-            next = Some(next.map_or(start, |n| n.min(start)));
-        }
+    match standing(windows, o.now) {
+        Ok(s) if s.open => None,
+        Ok(s) => Some(Deferral {
+            next: s.next,
+            invalid: None,
+        }),
+        Err((i, e)) => Some(Deferral {
+            next: None,
+            invalid: Some(format!("spec.maintenanceWindows[{i}].{e}")),
+        }),
     }
-    Some(Deferral {
-        next,
-        invalid: None,
-    })
 }
 
 /// A pod of another revision than `target` runs, not being deleted, and

@@ -24,6 +24,16 @@ fn new(id: &str, age: i64) -> Ec2Instance {
     }
 }
 
+/// `s` with one maintenance window, 3 h from each start `cron` names (UTC).
+fn windowed(mut s: WarmPoolSpec, cron: &str) -> WarmPoolSpec {
+    s.maintenance_windows = vec![crate::crd::Period {
+        cron: cron.into(),
+        timezone: "UTC".into(),
+        duration: "3h".into(),
+    }];
+    s
+}
+
 fn with_max(mut s: WarmPoolSpec, max_drifted: i32) -> WarmPoolSpec {
     s.disruption = Disruption { max_drifted };
     s
@@ -179,6 +189,77 @@ fn cases() -> Vec<Case<Replaced>> {
             vec![],
             0,
             0,
+        ),
+        // The clock is 12:00 UTC: a window from 02:00 is over, one from
+        // 11:00 is under way.
+        row(
+            "outside its maintenance windows drifted idle ones stay: nothing launched for them",
+            windowed(two.clone(), "0 2 * * *"),
+            snap(
+                vec![old("i-a", 100), old("i-b", 100)],
+                vec![idle_row(1, "i-a", 30.0), idle_row(2, "i-b", 10.0)],
+            ),
+            vec![],
+            0,
+            2,
+        ),
+        row(
+            "inside a window they are replaced as without windows",
+            windowed(two.clone(), "0 11 * * *"),
+            snap(
+                vec![old("i-a", 100), old("i-b", 100)],
+                vec![idle_row(1, "i-a", 30.0), idle_row(2, "i-b", 10.0)],
+            ),
+            vec![],
+            1,
+            2,
+        ),
+        row(
+            "outside its windows a spare drifted one is the one retired as idle beyond max",
+            windowed(two.clone(), "0 2 * * *"),
+            snap(
+                vec![new("i-a", 100), new("i-b", 100), old("i-c", 100)],
+                vec![
+                    idle_row(1, "i-a", 1.0),
+                    idle_row(2, "i-b", 1.0),
+                    idle_row(3, "i-c", 1.0),
+                ],
+            ),
+            vec![("i-c", Reason::IdleBeyondMax)],
+            0,
+            1,
+        ),
+        row(
+            "outside its windows a dead instance is still replaced: its row is stale",
+            windowed(two.clone(), "0 2 * * *"),
+            snap(
+                vec![old("i-a", 100), new("i-b", 100)],
+                vec![
+                    PoolRow {
+                        polled_secs: Some(600.0),
+                        ..idle_row(1, "i-a", 30.0)
+                    },
+                    idle_row(2, "i-b", 1.0),
+                ],
+            ),
+            vec![("i-a", Reason::Stale)],
+            1,
+            1,
+        ),
+        row(
+            "a window that cannot be read holds drift as outside one",
+            {
+                let mut s = windowed(two.clone(), "0 11 * * *");
+                s.maintenance_windows[0].timezone = "Mars/Olympus".into();
+                s
+            },
+            snap(
+                vec![old("i-a", 100), old("i-b", 100)],
+                vec![idle_row(1, "i-a", 30.0), idle_row(2, "i-b", 10.0)],
+            ),
+            vec![],
+            0,
+            2,
         ),
         row(
             "drifted stopped instances are never started, and go at the pace allowed",

@@ -50,6 +50,7 @@ pub(in crate::pool) fn spec(min: i32, max: i32, max_instances: i32) -> WarmPoolS
         on_delete: OnDelete::Terminate,
         drain_timeout_seconds: 3600,
         disruption: Default::default(),
+        maintenance_windows: vec![],
     }
 }
 
