@@ -7,7 +7,8 @@
 //! to the other, and `helm upgrade` to a new tag rolls the Deployment
 //! (kube-controller-manager's Deployment controller) with never two
 //! leaders acting at once, as the API server's audit log tells; a standby
-//! that hangs is restarted by its liveness probe.
+//! that hangs is restarted by its liveness probe; and the teardown, the
+//! WarmPool's instances terminated before it goes and then the Scheduler.
 
 use std::{collections::BTreeMap, time::Duration};
 
@@ -21,7 +22,7 @@ use orca_tests::{
     release::writes_by_pods,
 };
 
-use super::{ready_with, scheduler, warm_pool::v1_and_one_idle};
+use super::{pool_deletion, ready_with, scheduler, warm_pool::v1_and_one_idle};
 
 const REPOSITORY: &str = "localhost/orca-operator";
 const TAG: &str = "0.1.0";
@@ -174,7 +175,7 @@ async fn the_charts_deployment_runs_the_image_leads_hands_over_and_rolls_to_a_ne
     .await;
 
     // What a user installs it for, done by the operator in its pod.
-    let _ec2 = v1_and_one_idle(&stage).await;
+    let ec2 = v1_and_one_idle(&stage).await;
     stage
         .apply_scheduler(&scheduler("orca", "v2", &[], ""))
         .await;
@@ -295,4 +296,31 @@ async fn the_charts_deployment_runs_the_image_leads_hands_over_and_rolls_to_a_ne
     )
     .await;
     assert_eq!(stage.lease_holder().await.as_deref(), Some(third.as_str()));
+
+    // Teardown by the in-cluster operator: the WarmPool deleted, its
+    // finalizer holds it until EC2 lists none of its instances running,
+    // then the Scheduler deleted goes once its instances have drained.
+    assert_eq!(pool_deletion::up(&ec2).await.len(), 3);
+    pool_deletion::delete(&stage, "runners")
+        .await
+        .expect("held by the finalizer");
+    pool_deletion::gone(&stage, "runners", Duration::from_secs(60)).await;
+    assert_eq!(
+        pool_deletion::up(&ec2).await,
+        Vec::<String>::new(),
+        "the WarmPool went before its instances"
+    );
+    stage
+        .schedulers()
+        .delete("orca", &DeleteParams::default())
+        .await
+        .expect("deleting the Scheduler");
+    eventually("Scheduler orca gone", Duration::from_secs(60), || async {
+        match stage.schedulers().get_opt("orca").await {
+            Ok(None) => Ok(()),
+            Ok(Some(s)) => Err(format!("{:?}", s.status.map(|s| s.phase))),
+            Err(e) => Err(e.to_string()),
+        }
+    })
+    .await;
 }

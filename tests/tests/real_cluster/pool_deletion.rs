@@ -13,7 +13,7 @@ use orca_tests::{eventually::eventually, on_cluster::OnCluster};
 use super::{scheduler, warm_pool::Ec2Stage};
 
 /// The pool's instances EC2 lists as pending or running, sorted.
-async fn up(ec2: &Ec2Stage) -> Vec<String> {
+pub(super) async fn up(ec2: &Ec2Stage) -> Vec<String> {
     let listed = ec2
         .ec2
         .describe(&ec2.owner)
@@ -60,7 +60,7 @@ async fn two_idle(
 
 /// Deletes WarmPool `name`; the object as the API server answered (held
 /// by the finalizer), if it was not deleted at once.
-async fn delete(stage: &OnCluster, name: &str) -> Option<orca_operator::crd::WarmPool> {
+pub(super) async fn delete(stage: &OnCluster, name: &str) -> Option<orca_operator::crd::WarmPool> {
     stage
         .pools()
         .delete(name, &DeleteParams::default())
@@ -70,7 +70,7 @@ async fn delete(stage: &OnCluster, name: &str) -> Option<orca_operator::crd::War
 }
 
 /// Waits until WarmPool `name` is gone.
-async fn gone(stage: &OnCluster, name: &str, within: Duration) {
+pub(super) async fn gone(stage: &OnCluster, name: &str, within: Duration) {
     eventually(&format!("WarmPool {name} gone"), within, || async {
         match stage
             .pools()
