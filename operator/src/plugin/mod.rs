@@ -290,11 +290,7 @@ impl At {
     {
         match api.get_opt(name).await {
             Ok(Some(object)) => Ok(object),
-            Ok(None) => Err(PluginError::NotFound {
-                kind: kind_name::<K>(),
-                namespace: self.namespace.clone(),
-                name: name.into(),
-            }),
+            Ok(None) => Err(self.not_found::<K>(name)),
             Err(e) => Err(PluginError::Api(one_line(&e))),
         }
     }
@@ -310,8 +306,8 @@ impl At {
         Ok(())
     }
 
-    /// A merge patch of `name` (it must exist: a patch of a missing
-    /// object says so).
+    /// A merge patch of `name`; a missing object is [`PluginError::NotFound`]
+    /// (the API server's 404: a merge patch never creates one).
     async fn patch<K>(&self, name: &str, patch: &serde_json::Value) -> Result<(), PluginError>
     where
         K: Resource<Scope = kube::core::NamespaceResourceScope>
@@ -321,11 +317,25 @@ impl At {
         K::DynamicType: Default,
     {
         let api = self.api::<K>();
-        self.get(&api, name).await?;
-        api.patch(name, &PatchParams::apply(MANAGER), &Patch::Merge(patch))
+        match api
+            .patch(name, &PatchParams::apply(MANAGER), &Patch::Merge(patch))
             .await
-            .map(|_| ())
-            .map_err(|e| PluginError::Api(one_line(&e)))
+        {
+            Ok(_) => Ok(()),
+            Err(kube::Error::Api(e)) if e.code == 404 => Err(self.not_found::<K>(name)),
+            Err(e) => Err(PluginError::Api(one_line(&e))),
+        }
+    }
+
+    fn not_found<K: Resource>(&self, name: &str) -> PluginError
+    where
+        K::DynamicType: Default,
+    {
+        PluginError::NotFound {
+            kind: kind_name::<K>(),
+            namespace: self.namespace.clone(),
+            name: name.into(),
+        }
     }
 }
 

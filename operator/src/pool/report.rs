@@ -138,9 +138,9 @@ impl PoolError {
     pub fn degraded_reason(&self) -> &'static str {
         match self {
             PoolError::Ec2 {
-                source: source @ Ec2Error::Denied { .. },
+                source: Ec2Error::Denied { .. },
                 ..
-            } if source.denial().is_some() => UNAUTHORIZED,
+            } => UNAUTHORIZED,
             _ => "PassFailed",
         }
     }

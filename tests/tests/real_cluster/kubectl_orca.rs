@@ -189,6 +189,12 @@ async fn status_pause_resume_and_restart_through_kubectl() {
         err,
         format!("kubectl orca: scheduler {}/nope not found\n", stage.ns)
     );
+    let (ok, _, err) = kubectl_orca(&stage, &["pause", "warmpool", "nope"]);
+    assert!(!ok);
+    assert_eq!(
+        err,
+        format!("kubectl orca: warmpool {}/nope not found\n", stage.ns)
+    );
     let (ok, _, err) = kubectl_orca(&stage, &["rollout", "restart", "warmpool", "pool"]);
     assert!(!ok);
     assert_eq!(err.lines().count(), 1, "{err}");

@@ -67,14 +67,24 @@ fn cases() -> Vec<Case<Replaced>> {
         demand: 1,
         ..Default::default()
     };
+    // Two idle of an old launch spec; and one old beside two new, all idle.
+    let two_old_idle = snap(
+        vec![old("i-a", 100), old("i-b", 100)],
+        vec![idle_row(1, "i-a", 30.0), idle_row(2, "i-b", 10.0)],
+    );
+    let spare_old = snap(
+        vec![new("i-a", 100), new("i-b", 100), old("i-c", 100)],
+        vec![
+            idle_row(1, "i-a", 1.0),
+            idle_row(2, "i-b", 1.0),
+            idle_row(3, "i-c", 1.0),
+        ],
+    );
     vec![
         row(
             "both idle drifted: one replacement launched, nothing retired yet",
             two.clone(),
-            snap(
-                vec![old("i-a", 100), old("i-b", 100)],
-                vec![idle_row(1, "i-a", 30.0), idle_row(2, "i-b", 10.0)],
-            ),
+            two_old_idle.clone(),
             vec![],
             1,
             2,
@@ -108,10 +118,7 @@ fn cases() -> Vec<Case<Replaced>> {
         row(
             "two at a time: both replacements launch at once",
             with_max(spec(2, 2, 6), 2),
-            snap(
-                vec![old("i-a", 100), old("i-b", 100)],
-                vec![idle_row(1, "i-a", 30.0), idle_row(2, "i-b", 10.0)],
-            ),
+            two_old_idle.clone(),
             vec![],
             2,
             2,
@@ -119,14 +126,7 @@ fn cases() -> Vec<Case<Replaced>> {
         row(
             "enough without it: a spare drifted one goes at once",
             two.clone(),
-            snap(
-                vec![new("i-a", 100), new("i-b", 100), old("i-c", 100)],
-                vec![
-                    idle_row(1, "i-a", 1.0),
-                    idle_row(2, "i-b", 1.0),
-                    idle_row(3, "i-c", 1.0),
-                ],
-            ),
+            spare_old.clone(),
             vec![("i-c", Reason::Drifted)],
             0,
             1,
@@ -149,10 +149,7 @@ fn cases() -> Vec<Case<Replaced>> {
         row(
             "maxDrifted 0: left to idleSeconds and maxUses, counted",
             with_max(spec(2, 2, 6), 0),
-            snap(
-                vec![old("i-a", 100), old("i-b", 100)],
-                vec![idle_row(1, "i-a", 30.0), idle_row(2, "i-b", 10.0)],
-            ),
+            two_old_idle.clone(),
             vec![],
             0,
             2,
@@ -195,10 +192,7 @@ fn cases() -> Vec<Case<Replaced>> {
         row(
             "outside its maintenance windows drifted idle ones stay: nothing launched for them",
             windowed(two.clone(), "0 2 * * *"),
-            snap(
-                vec![old("i-a", 100), old("i-b", 100)],
-                vec![idle_row(1, "i-a", 30.0), idle_row(2, "i-b", 10.0)],
-            ),
+            two_old_idle.clone(),
             vec![],
             0,
             2,
@@ -206,10 +200,7 @@ fn cases() -> Vec<Case<Replaced>> {
         row(
             "inside a window they are replaced as without windows",
             windowed(two.clone(), "0 11 * * *"),
-            snap(
-                vec![old("i-a", 100), old("i-b", 100)],
-                vec![idle_row(1, "i-a", 30.0), idle_row(2, "i-b", 10.0)],
-            ),
+            two_old_idle.clone(),
             vec![],
             1,
             2,
@@ -217,14 +208,7 @@ fn cases() -> Vec<Case<Replaced>> {
         row(
             "outside its windows a spare drifted one is the one retired as idle beyond max",
             windowed(two.clone(), "0 2 * * *"),
-            snap(
-                vec![new("i-a", 100), new("i-b", 100), old("i-c", 100)],
-                vec![
-                    idle_row(1, "i-a", 1.0),
-                    idle_row(2, "i-b", 1.0),
-                    idle_row(3, "i-c", 1.0),
-                ],
-            ),
+            spare_old.clone(),
             vec![("i-c", Reason::IdleBeyondMax)],
             0,
             1,
@@ -253,10 +237,7 @@ fn cases() -> Vec<Case<Replaced>> {
                 s.maintenance_windows[0].timezone = "Mars/Olympus".into();
                 s
             },
-            snap(
-                vec![old("i-a", 100), old("i-b", 100)],
-                vec![idle_row(1, "i-a", 30.0), idle_row(2, "i-b", 10.0)],
-            ),
+            two_old_idle.clone(),
             vec![],
             0,
             2,
