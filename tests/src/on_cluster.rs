@@ -192,6 +192,19 @@ impl OnCluster {
             .unwrap_or_else(|e| panic!("setting {name}'s idle.min: {e}"));
     }
 
+    /// Sets WarmPool `name`'s `idle.min` to `min` and waits (90 s at most)
+    /// until that many of its instances are idle: its status then.
+    pub async fn scale_idle(&self, name: &str, min: i32) -> WarmPoolStatus {
+        self.set_idle_min(name, min).await;
+        self.wait_pool(
+            name,
+            &format!("{min} idle instances"),
+            Duration::from_secs(90),
+            move |s| s.idle == min,
+        )
+        .await
+    }
+
     /// Scheduler `name`'s status once `ready` holds of it; past `within`,
     /// a panic with the status, the pods and Jobs, and the operator's log.
     pub async fn wait_scheduler(

@@ -200,15 +200,7 @@ async fn the_charts_deployment_runs_the_image_leads_hands_over_and_rolls_to_a_ne
         h != first
     })
     .await;
-    stage.set_idle_min("runners", 2).await;
-    stage
-        .wait_pool(
-            "runners",
-            "two idle instances",
-            Duration::from_secs(90),
-            |s| s.idle == 2,
-        )
-        .await;
+    stage.scale_idle("runners", 2).await;
     two_ready(&stage, TAG, Duration::from_secs(60)).await;
 
     // A new tag: the Deployment rolls both pods, and the new ones lead.
@@ -221,15 +213,7 @@ async fn the_charts_deployment_runs_the_image_leads_hands_over_and_rolls_to_a_ne
         |h| rolled.iter().any(|p| p == h),
     )
     .await;
-    stage.set_idle_min("runners", 3).await;
-    stage
-        .wait_pool(
-            "runners",
-            "three idle instances",
-            Duration::from_secs(90),
-            |s| s.idle == 3,
-        )
-        .await;
+    stage.scale_idle("runners", 3).await;
 
     // Never two leaders at once: each pod's writes in the namespace, from
     // the audit log, come all before or all after any other pod's.

@@ -201,15 +201,7 @@ async fn a_leader_stopped_by_sigterm_hands_over_at_once_and_acts_no_more() {
     assert!(signalled.elapsed() < Duration::from_secs(10));
 
     // Work for the new leader: a second idle instance.
-    stage.set_idle_min("runners", 2).await;
-    stage
-        .wait_pool(
-            "runners",
-            "two idle instances under the new leader",
-            Duration::from_secs(90),
-            |s| s.idle == 2,
-        )
-        .await;
+    stage.scale_idle("runners", 2).await;
 
     let writes_after = writes_by(stage.cp, &old_credential);
     let writes: Vec<&String> = writes_after[writes_before.len().min(writes_after.len())..]

@@ -275,15 +275,7 @@ async fn a_restarted_operator_keeps_the_capacity_hold_and_transition_times() {
     );
 
     // More wanted: launched on t3.medium, t3.small not tried while held.
-    stage.set_idle_min("runners", 2).await;
-    stage
-        .wait_pool(
-            "runners",
-            "two idle instances",
-            Duration::from_secs(90),
-            |s| s.idle == 2,
-        )
-        .await;
+    stage.scale_idle("runners", 2).await;
     let tried: Vec<_> = ec2
         .proxy
         .calls_of("RunInstances")
