@@ -49,6 +49,12 @@ impl Window {
             value: p.cron.clone(),
             reason: e.to_string(),
         })?;
+        if let Some(why) = never_fires(&p.cron) {
+            return Err(WindowError::Cron {
+                value: p.cron.clone(),
+                reason: why,
+            });
+        }
         let tz = Tz::from_str(&p.timezone).map_err(|_| WindowError::Timezone {
             value: p.timezone.clone(),
         })?;
@@ -92,6 +98,43 @@ impl Window {
     }
 }
 
+/// Why `cron` never fires, if it is one of the expressions that cannot:
+/// days of the month none of its months has (`0 0 31 2,4 *`), with any
+/// day of the week. A search for such an expression's next or last start
+/// walks the calendar for centuries before it gives up, at every pass.
+/// Only plain numbers are looked at; anything else fires.
+fn never_fires(cron: &str) -> Option<String> {
+    const DAYS: [u32; 12] = [31, 29, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31];
+    const NAMES: [&str; 12] = [
+        "jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec",
+    ];
+    let fields: Vec<&str> = cron.split_whitespace().collect();
+    let [_, _, dom, month, dow] = fields.as_slice() else {
+        return None;
+    };
+    if !matches!(*dow, "*" | "?") {
+        return None;
+    }
+    let days: Vec<u32> = dom
+        .split(',')
+        .map(|d| d.parse().ok())
+        .collect::<Option<_>>()?;
+    let months: Vec<usize> = month
+        .split(',')
+        .map(|m| {
+            m.parse::<usize>().ok().or_else(|| {
+                NAMES
+                    .iter()
+                    .position(|n| n.eq_ignore_ascii_case(m))
+                    .map(|i| i + 1)
+            })
+        })
+        .collect::<Option<_>>()?;
+    let fits = |d: u32, m: usize| (1..=12).contains(&m) && d <= DAYS[m - 1];
+    let never = months.iter().all(|&m| days.iter().all(|&d| !fits(d, m)));
+    never.then(|| format!("it never fires: none of its months has day {dom}"))
+}
+
 /// Where `now` stands among a list of periods (`spec.maintenanceWindows`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Standing {
@@ -114,4 +157,39 @@ pub fn standing(periods: &[Period], now: DateTime<Utc>) -> Result<Standing, (usi
         }
     }
     Ok(Standing { open, next })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn period(cron: &str) -> Period {
+        Period {
+            cron: cron.into(),
+            timezone: "UTC".into(),
+            duration: "1h".into(),
+        }
+    }
+
+    #[test]
+    fn an_expression_that_never_fires_is_refused_without_a_search() {
+        for cron in [
+            "* * 31 4,2 *",
+            "38 */20 31 6,11 *",
+            "0 0 30 feb *",
+            "0 0 31 2,4,6 ?",
+        ] {
+            let e = Window::parse(&period(cron)).expect_err(cron);
+            assert!(e.to_string().contains("never fires"), "{cron}: {e}");
+        }
+        for cron in [
+            "0 0 29 2 *",
+            "0 0 31 1,2 *",
+            "0 0 31 2 1",
+            "0 0 L 2 *",
+            "0 0 30 */2 *",
+        ] {
+            assert!(Window::parse(&period(cron)).is_ok(), "{cron}");
+        }
+    }
 }
