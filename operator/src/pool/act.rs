@@ -183,11 +183,13 @@ impl<W: World> PoolLoop<W> {
     }
 
     async fn call(&mut self, call: Call<'_>, ids: &[String]) -> Result<(), Ec2Error> {
-        match call {
-            Call::Terminate => self.world.terminate(ids).await,
-            Call::Stop => self.world.stop(ids).await,
-            Call::Start(offering) => self.world.start(ids, offering).await,
-        }
+        let (action, outcome) = match call {
+            Call::Terminate => ("TerminateInstances", self.world.terminate(ids).await),
+            Call::Stop => ("StopInstances", self.world.stop(ids).await),
+            Call::Start(offering) => ("StartInstances", self.world.start(ids, offering).await),
+        };
+        self.denials.record(action, &outcome);
+        outcome
     }
 
     /// Launches the plan's batches, minus one instance for each retirement
@@ -384,7 +386,9 @@ impl<W: World> PoolLoop<W> {
                 user_data,
                 owner: &self.owner,
             };
-            match self.world.run(&req).await {
+            let outcome = self.world.run(&req).await;
+            self.denials.record("RunInstances", &outcome);
+            match outcome {
                 Err(Ec2Error::Throttled { action })
                     if backoff.attempts() + 1 < self.tuning.throttle_attempts =>
                 {

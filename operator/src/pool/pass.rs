@@ -132,6 +132,11 @@ impl PoolLoop {
         {
             self.listing = Some(listing);
         }
+        // A refusal of the credentials outlasts the pass that met it (see
+        // `Denials`), over any boot failure: the IAM policy mends it.
+        if let Some(message) = self.denials.standing() {
+            report.degraded = Some((super::report::UNAUTHORIZED, message.to_string()));
+        }
         report.status = self.status(&report, now);
         self.deletion_announced |= report.deleting;
         if let Some(m) = &self.metrics {

@@ -26,7 +26,7 @@ use crate::crd::{WarmPoolSpec, WarmPoolStatus};
 use crate::fence::Fence;
 
 use super::live::Live;
-use super::report::{Deletion, PoolError};
+use super::report::{Deletion, Denials, PoolError};
 use super::tuning::Tuning;
 
 /// An EC2 listing of the pool, kept for the passes that follow it closely.
@@ -117,6 +117,8 @@ pub struct PoolLoop<W = Live> {
     /// The Scheduler's stale limit: a busy instance whose run has not beaten
     /// for this long looks hung. `None`: [`Tuning::stale`].
     pub(super) run_stale: Option<Duration>,
+    /// EC2 actions the credentials were refused and not allowed since.
+    pub(super) denials: Denials,
     /// Boot time-outs in a row, and the launch back-off they earned.
     pub(super) boot: super::boot::BootFailures,
     /// Instances this loop launched that reported (had a row).
@@ -157,6 +159,7 @@ impl<W> PoolLoop<W> {
             cost_at: None,
             listing: None,
             hung_since: HashMap::new(),
+            denials: Denials::default(),
             conditions: Vec::new(),
             deletion: watch::channel(None).1,
             deletion_announced: false,
@@ -353,6 +356,7 @@ impl PoolLoop {
             &self.tuning.cluster,
         );
         self.spec = spec;
+        self.denials.clear();
     }
 
     pub(super) fn limits(&self) -> Limits {

@@ -97,6 +97,41 @@ impl PassReport {
 /// credentials may not make.
 pub const UNAUTHORIZED: &str = "Unauthorized";
 
+/// The EC2 actions the credentials were last refused, kept between passes:
+/// a pass that does not make the call again (the instance went by itself,
+/// no run asked for the reserve) proves nothing, so the pool stays
+/// `Degraded` until the action is allowed once or the spec changes.
+#[derive(Clone, Debug, Default)]
+pub struct Denials(std::collections::BTreeMap<&'static str, String>);
+
+impl Denials {
+    /// Remembers what a call of `action` answered: a denial stands, a
+    /// success ends it; any other error says nothing of the policy.
+    pub fn record<T>(&mut self, action: &'static str, outcome: &Result<T, Ec2Error>) {
+        match outcome {
+            Ok(_) => {
+                self.0.remove(action);
+            }
+            Err(e) => {
+                if let Some(message) = e.denial() {
+                    self.0.insert(action, message);
+                }
+            }
+        }
+    }
+
+    /// The `Degraded` message of a denial still standing, if any.
+    pub fn standing(&self) -> Option<&str> {
+        self.0.values().next().map(String::as_str)
+    }
+
+    /// Forgets every denial: the spec changed, and what it needs may be
+    /// other calls.
+    pub fn clear(&mut self) {
+        self.0.clear();
+    }
+}
+
 /// Why a pool's loop could not start or a pass failed: an EC2 call, the
 /// database, or the fence closed.
 #[derive(Debug, thiserror::Error)]
@@ -143,5 +178,40 @@ impl PoolError {
             } => UNAUTHORIZED,
             _ => "PassFailed",
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn denied(action: &'static str) -> Result<(), Ec2Error> {
+        Err(super::super::ec2::classify(
+            action,
+            None,
+            "UnauthorizedOperation",
+            "not allowed",
+        ))
+    }
+
+    #[test]
+    fn a_denial_stands_until_the_action_is_allowed_once() {
+        let mut d = Denials::default();
+        d.record("StartInstances", &denied("StartInstances"));
+        assert!(d.standing().unwrap().contains("ec2:StartInstances"));
+        // Other calls, and other errors of the same call, say nothing of it.
+        d.record("TerminateInstances", &Ok(()));
+        d.record::<()>(
+            "StartInstances",
+            &Err(Ec2Error::Throttled {
+                action: "StartInstances",
+            }),
+        );
+        assert!(d.standing().is_some());
+        d.record("StartInstances", &Ok(()));
+        assert_eq!(d.standing(), None);
+        d.record("RunInstances", &denied("RunInstances"));
+        d.clear();
+        assert_eq!(d.standing(), None);
     }
 }

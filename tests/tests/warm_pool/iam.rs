@@ -204,16 +204,31 @@ async fn without_run_instances_a_launch_is_unauthorized() {
         .is_empty());
 }
 
+/// An instance whose agent stopped answering must go, and only the
+/// operator can make it: without the action the pool stays `Degraded`
+/// pass after pass and the instance runs on, not forgotten. (A retirement
+/// after `maxUses` would not show it: the host powers off by itself after
+/// its last run and EC2 ends the instance without the operator.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn without_terminate_instances_a_retirement_is_unauthorized() {
     let pool = "iam/terminate";
-    let stage = as_principal(pool, Some("ec2:TerminateInstances"), shape(1, 1, 0, 1)).await;
+    let mut stage = as_principal(pool, Some("ec2:TerminateInstances"), shape(1, 1, 0, 0)).await;
     eventually_true("one idle", Duration::from_secs(60), || async {
         stage.running.status().idle == 1
     })
     .await;
-    hand_out_all(&stage.url, pool, [1]).await;
+    stage.running.hang_hosts();
     degraded_without("TerminateInstances", &stage).await;
+    // Still so a few passes later, the instance still running.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    degraded_without("TerminateInstances", &stage).await;
+    let tries = stage.faults.calls_of("TerminateInstances").len();
+    assert!(tries >= 2, "tried once and forgotten: {tries} calls");
+    let listed = stage.admin.describe(&warm::owner(pool)).await.unwrap();
+    assert!(
+        listed.iter().any(|i| i.state == Ec2State::Running),
+        "{listed:?}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -264,6 +279,10 @@ async fn without_start_instances_a_start_is_unauthorized_and_the_run_launched_fo
     // fresh launch.
     let served = served.await.unwrap();
     assert_eq!(served.len(), 1, "{served:?}");
+    // No run asks for the reserve now, so no pass calls StartInstances:
+    // the refusal still stands, for the next run would meet it.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    degraded_without("StartInstances", &stage).await;
 }
 
 #[test]

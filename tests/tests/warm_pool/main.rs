@@ -135,7 +135,10 @@ async fn hand_out_all(
 
 /// A pool loop running in the background; its events are collected.
 struct Running {
-    stop: Vec<oneshot::Sender<()>>,
+    stop_loop: Option<oneshot::Sender<()>>,
+    /// Stops the hosts: their agents are killed, as a machine that hangs,
+    /// and EC2 still lists their instances running.
+    stop_hosts: Option<oneshot::Sender<()>>,
     events: Arc<Mutex<Vec<PoolEvent>>>,
     status: Arc<Mutex<WarmPoolStatus>>,
     /// The last pass's failure, if it failed: its `Degraded` reason (as the
@@ -144,6 +147,14 @@ struct Running {
 }
 
 impl Running {
+    /// Hangs every host: their agents stop answering, their instances run
+    /// on until the pool terminates them.
+    fn hang_hosts(&mut self) {
+        if let Some(s) = self.stop_hosts.take() {
+            let _ = s.send(());
+        }
+    }
+
     fn events(&self) -> Vec<PoolEvent> {
         self.events.lock().unwrap().clone()
     }
@@ -222,7 +233,8 @@ fn spawn_running(lp: PoolLoop, hosts: orca_operator::local::host::Hosts) -> Runn
         let _ = stopped_hosts.await;
     }));
     Running {
-        stop: vec![stop_loop, stop_hosts],
+        stop_loop: Some(stop_loop),
+        stop_hosts: Some(stop_hosts),
         events,
         status,
         failed,
@@ -231,7 +243,10 @@ fn spawn_running(lp: PoolLoop, hosts: orca_operator::local::host::Hosts) -> Runn
 
 impl Drop for Running {
     fn drop(&mut self) {
-        for s in self.stop.drain(..) {
+        for s in [self.stop_loop.take(), self.stop_hosts.take()]
+            .into_iter()
+            .flatten()
+        {
             let _ = s.send(());
         }
     }
