@@ -12,6 +12,7 @@ pub mod cluster;
 pub mod counting;
 pub mod ec2_faults;
 pub mod eventually;
+pub mod forecast_sim;
 pub mod iam;
 pub mod image;
 pub mod imds;

@@ -136,6 +136,7 @@ pub fn spec(
         endpoint: Some(endpoint.into()),
         idle: IdleRange { min, max },
         schedules: vec![],
+        forecast: None,
         stopped: None,
         max_instances,
         idle_seconds: 600,

@@ -123,30 +123,6 @@ pub async fn had_rows(db: &Db, pool: &str, ids: &[String]) -> Result<HashSet<Str
     Ok(rows.iter().map(|r| r.get(0)).collect())
 }
 
-/// How long each demand served since `after` (the database's epoch
-/// seconds of a `served`, from an earlier call) waited, in seconds; and the
-/// newest `served` seen.
-pub async fn served_waits(
-    db: &Db,
-    pool: &str,
-    after: Option<f64>,
-) -> Result<(Vec<f64>, Option<f64>), DbError> {
-    let rows = db
-        .query(
-            "select extract(epoch from served - asked)::float8,
-                    extract(epoch from served)::float8
-             from orca.pool_demand
-             where pool = $1 and served is not null
-               and served > coalesce(to_timestamp($2), now() - interval '1 minute')
-             order by served",
-            &[&pool, &after],
-        )
-        .await?;
-    let waits = rows.iter().map(|r| r.get::<_, f64>(0)).collect();
-    let newest = rows.last().map(|r| r.get::<_, f64>(1)).or(after);
-    Ok((waits, newest))
-}
-
 /// The race-free end (docs/protocol.md#the-race-free-end) of many idle rows
 /// in one statement, by the operator: [`super::end_idle`]'s statement over a
 /// set of ids. Each row is locked and rechecked on its own, so a hand-out
@@ -174,44 +150,133 @@ pub struct Served {
     pub cold: u64,
 }
 
+impl Served {
+    /// Counts one hand-out from `source`.
+    pub fn add(&mut self, source: Source) {
+        match source {
+            Source::Idle => self.idle += 1,
+            Source::Reserve => self.reserve += 1,
+            Source::Cold => self.cold += 1,
+        }
+    }
+}
+
+/// Where the instance handed to a run came from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Source {
+    /// Idle already when the run asked.
+    Idle,
+    /// Started from the stopped reserve.
+    Reserve,
+    /// The run asked, found none, and waited: a cold launch, or an instance
+    /// that went idle meanwhile.
+    Cold,
+}
+
+impl Source {
+    /// Every source, in the order the status and the metrics show them.
+    pub const ALL: [Source; 3] = [Source::Idle, Source::Reserve, Source::Cold];
+
+    /// The metrics' `from` label: `idle`, `reserve` or `cold`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Source::Idle => "idle",
+            Source::Reserve => "reserve",
+            Source::Cold => "cold",
+        }
+    }
+}
+
+/// One run handed an instance of the pool.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct HandOut {
+    pub source: Source,
+    /// Its time to start: from the run's first ask that found no instance
+    /// to the hand-out, in seconds by the database's clock; 0 for a run
+    /// that found one at once.
+    pub waited: f64,
+    /// When it was handed out (the database's epoch seconds).
+    pub at: f64,
+}
+
 /// The hand-outs of `pool` whose idle row ended after `after` (the
-/// database's epoch seconds from an earlier call; `None`: the last minute),
-/// by where they were served from, and the newest such end seen. A
-/// hand-out ends the idle row and makes the run's row at the same `now()`,
-/// and marks the run's demand served at it too: that is how the three are
-/// joined.
-pub async fn hand_outs_since(
-    db: &Db,
-    pool: &str,
-    after: Option<f64>,
-) -> Result<(Served, Option<f64>), DbError> {
+/// database's epoch seconds), oldest first. A hand-out ends the idle row
+/// and makes the run's row at the same `now()`, and marks the run's demand
+/// served at it too: that is how the three are joined.
+pub async fn hand_outs_since(db: &Db, pool: &str, after: f64) -> Result<Vec<HandOut>, DbError> {
     let rows = db
         .query(
             "select w.woken is not null,
-                    exists (select 1 from orca.pool_demand d
-                            where d.pool = $1 and d.run = h.run and d.start = h.start
-                              and d.served = h.created),
+                    extract(epoch from h.created - (
+                        select d.asked from orca.pool_demand d
+                        where d.pool = $1 and d.run = h.run and d.start = h.start
+                          and d.served = h.created
+                        order by d.asked limit 1))::float8,
                     extract(epoch from w.ended)::float8
              from orca.instances w
              join orca.instances h
                on h.instance = w.instance and h.pooled and h.created = w.ended
              where w.pool = $1 and w.ended_by = 'handout'
-               and w.ended > coalesce(to_timestamp($2), now() - interval '1 minute')",
+               and w.ended > to_timestamp($2)
+             order by w.ended",
             &[&pool, &after],
         )
         .await?;
-    let mut served = Served::default();
-    let mut newest = after;
-    for r in &rows {
-        match (r.get::<_, bool>(0), r.get::<_, bool>(1)) {
-            (true, _) => served.reserve += 1,
-            (false, true) => served.cold += 1,
-            (false, false) => served.idle += 1,
-        }
-        let at: f64 = r.get(2);
-        newest = Some(newest.map_or(at, |n| n.max(at)));
-    }
-    Ok((served, newest))
+    Ok(rows
+        .iter()
+        .map(|r| {
+            let waited: Option<f64> = r.get(1);
+            let source = match (r.get::<_, bool>(0), waited) {
+                (true, _) => Source::Reserve,
+                (false, Some(_)) => Source::Cold,
+                (false, None) => Source::Idle,
+            };
+            HandOut {
+                source,
+                waited: waited.unwrap_or(0.0).max(0.0),
+                at: r.get(2),
+            }
+        })
+        .collect())
+}
+
+/// The runs of `pool` that needed an instance in the last `weeks` weeks,
+/// counted by slice of `slice_secs` (slice `k` is `[k * slice_secs,
+/// (k + 1) * slice_secs)` in epoch seconds): each hand-out at the run's
+/// first ask if it had to ask (it waited), else at the hand-out. Runs that
+/// gave up before a hand-out are not counted.
+pub async fn demand_history(
+    db: &Db,
+    pool: &str,
+    slice_secs: i64,
+    weeks: i32,
+) -> Result<Vec<(i64, u32)>, DbError> {
+    let rows = db
+        .query(
+            "select floor(extract(epoch from coalesce(
+                        (select min(d.asked) from orca.pool_demand d
+                         where d.pool = $1 and d.run = h.run and d.start = h.start
+                           and d.served = h.created),
+                        w.ended))::float8 / $2::float8)::int8,
+                    count(*)
+             from orca.instances w
+             join orca.instances h
+               on h.instance = w.instance and h.pooled and h.created = w.ended
+             where w.pool = $1 and w.ended_by = 'handout'
+               and w.ended > now() - make_interval(weeks => $3)
+             group by 1",
+            &[&pool, &(slice_secs.max(1) as f64), &weeks],
+        )
+        .await?;
+    Ok(rows
+        .iter()
+        .map(|r| {
+            (
+                r.get(0),
+                r.get::<_, i64>(1).clamp(0, i64::from(u32::MAX)) as u32,
+            )
+        })
+        .collect())
 }
 
 /// Takes idle rows into the stopped reserve, race-free as

@@ -5,14 +5,18 @@
 
 mod api_doc;
 mod condition;
+mod forecast;
 mod period;
 mod scheduler;
+mod time_to_start;
 mod warmpool;
 
 pub use api_doc::api_markdown;
 pub use condition::{degraded_already, set_condition, set_degraded};
+pub use forecast::{Forecast, ForecastHour, ForecastStatus};
 pub use period::Period;
 pub use scheduler::*;
+pub use time_to_start::{StartFigures, TimeToStart};
 pub use warmpool::*;
 
 use kube::CustomResourceExt;

@@ -60,6 +60,10 @@ pub struct WarmPoolSpec {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 20))]
     pub schedules: Vec<IdleSchedule>,
+    /// Raise the idle floor ahead of the demand the pool's own history
+    /// foresees for each hour of the week (see Forecast). Default none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub forecast: Option<super::forecast::Forecast>,
     /// A reserve of instances kept stopped: launched, booted once, their
     /// agents reported, then stopped (no compute bill, EBS only). When idle
     /// instances fall below idle.min or runs wait, reserve instances are
@@ -376,6 +380,10 @@ pub struct WarmPoolStatus {
     /// spec.idle holds.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub active_schedule: Option<String>,
+    /// With spec.forecast: the idle floor of the next hours, and how many
+    /// weeks of history it came from.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub forecast: Option<super::forecast::ForecastStatus>,
     /// Instance-seconds the operator has seen, by instance type and capacity
     /// type (onDemand or spot): idle, busy, stopped (EBS only), and booting
     /// (booting, starting, being stopped or retired). What the pool cost.
@@ -384,6 +392,10 @@ pub struct WarmPoolStatus {
     /// Runs handed an instance, by where it came from.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub runs_served: Option<RunsServed>,
+    /// How long runs waited for an instance over the last hour, by where it
+    /// came from (idle, reserve, cold).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub time_to_start: Option<super::time_to_start::TimeToStart>,
     /// The conditions Available (at least idle.min instances idle), Progressing
     /// (instances booting) and Degraded (the first warning of the last pass, or
     /// why the pool cannot run); while the WarmPool is being deleted, Terminating

@@ -204,6 +204,25 @@ pub fn warm_pool(p: &WarmPool, now: DateTime<Utc>, style: Style) -> String {
             spec.idle.min, spec.idle.max
         ),
     };
+    if let Some(f) = &status.forecast {
+        // Each hour ahead by its local start, e.g. `15:00 3`.
+        let hours: Vec<String> = f
+            .next
+            .iter()
+            .map(|h| {
+                let at = DateTime::parse_from_rfc3339(&h.from)
+                    .map(|t| t.format("%H:%M").to_string())
+                    .unwrap_or_else(|_| h.from.clone());
+                format!("{at} {}", h.idle_min)
+            })
+            .collect();
+        let _ = writeln!(
+            out,
+            "Forecast:  idle floor {} (UTC; from {} week(s) of history)",
+            hours.join(", "),
+            f.weeks
+        );
+    }
     if let Some(r) = &spec.stopped {
         let _ = writeln!(
             out,
@@ -262,6 +281,34 @@ pub fn warm_pool(p: &WarmPool, now: DateTime<Utc>, style: Style) -> String {
             "\nRuns served: {} from idle, {} from the reserve, {} by a cold launch",
             r.idle, r.reserve, r.cold
         );
+    }
+    if let Some(t) = &status.time_to_start {
+        let _ = writeln!(
+            out,
+            "\nTime to start (the last {}):",
+            match t.window_seconds {
+                3600 => "hour".to_string(),
+                s => span(s),
+            }
+        );
+        let rows: Vec<Vec<String>> = [
+            ("idle", &t.idle),
+            ("reserve", &t.reserve),
+            ("cold", &t.cold),
+        ]
+        .into_iter()
+        .filter_map(|(source, f)| {
+            let f = f.as_ref()?;
+            Some(vec![
+                source.to_string(),
+                f.runs.to_string(),
+                millis(f.p50_millis),
+                millis(f.p95_millis),
+                millis(f.max_millis),
+            ])
+        })
+        .collect();
+        table(&mut out, &["SOURCE", "RUNS", "P50", "P95", "MAX"], &rows);
     }
     for f in &status.retiring {
         let _ = writeln!(
@@ -401,9 +448,26 @@ fn span(secs: i64) -> String {
     }
 }
 
+/// A wait in milliseconds as a person reads it: `0s`, `850ms`, `4.2s`,
+/// `1m05s`.
+fn millis(ms: i64) -> String {
+    match ms {
+        0 => "0s".into(),
+        m if m < 1000 => format!("{m}ms"),
+        m if m < 60_000 => format!("{:.1}s", m as f64 / 1000.0),
+        m => format!("{}m{:02}s", m / 60_000, (m % 60_000) / 1000),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn waits_read_in_the_unit_that_fits() {
+        let shown: Vec<String> = [0, 850, 4210, 65_000].into_iter().map(millis).collect();
+        assert_eq!(shown, ["0s", "850ms", "4.2s", "1m05s"]);
+    }
 
     #[test]
     fn ages_read_as_kubectl_shows_them() {

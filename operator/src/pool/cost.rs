@@ -1,8 +1,10 @@
 //! What the pool costs (docs/operations.md#pool-metrics): instance-seconds
 //! by instance type, capacity type and what the instance was doing (idle,
 //! busy, stopped, or in between: booting, starting, being stopped or
-//! retired), and where the runs handed an instance were served from. Kept
-//! in the status, so a restarted operator counts on from there.
+//! retired), where the runs handed an instance were served from and how
+//! long they waited. Kept in the status, so a restarted operator counts on
+//! from there (the waits of the last hour are read again from the
+//! database).
 
 use std::collections::{BTreeMap, HashMap};
 use std::time::{Duration, Instant};
@@ -10,7 +12,16 @@ use std::time::{Duration, Instant};
 use orca_db::pool::Served;
 
 use super::plan::{Ec2Instance, Ec2State, PoolRow, Snapshot};
-use crate::crd::{InstanceSeconds, RunsServed, WarmPoolStatus};
+use super::starts::Starts;
+use crate::crd::{InstanceSeconds, RunsServed, TimeToStart, WarmPoolStatus};
+
+/// The totals a status shows.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Totals {
+    pub instance_seconds: Vec<InstanceSeconds>,
+    pub runs_served: Option<RunsServed>,
+    pub time_to_start: Option<TimeToStart>,
+}
 
 /// How often the totals in the status are brought up to date when nothing
 /// else in it changes: a steady pool's status is not rewritten every pass
@@ -74,11 +85,13 @@ type Kind = (String, bool);
 pub struct Cost {
     seconds: BTreeMap<Kind, BTreeMap<Use, f64>>,
     pub served: Served,
+    /// The hand-outs of the last hour, for the time to start.
+    pub starts: Starts,
     /// The database's time of the newest hand-out counted.
     pub(super) handed_mark: Option<f64>,
     /// What the status shows, when it was brought up to date, and the rest
     /// of the status it was shown with.
-    shown: (Vec<InstanceSeconds>, Option<RunsServed>),
+    shown: Totals,
     shown_at: Option<Instant>,
     shown_with: Option<WarmPoolStatus>,
 }
@@ -119,8 +132,8 @@ impl Cost {
     }
 
     /// The totals as the status keeps them, whole seconds.
-    pub fn status(&self) -> (Vec<InstanceSeconds>, Option<RunsServed>) {
-        let seconds = self
+    pub fn status(&self) -> Totals {
+        let instance_seconds = self
             .seconds
             .iter()
             .map(|((t, spot), by)| {
@@ -136,19 +149,23 @@ impl Cost {
             })
             .collect();
         let s = self.served;
-        let served = (s.idle + s.reserve + s.cold > 0).then_some(RunsServed {
+        let runs_served = (s.idle + s.reserve + s.cold > 0).then_some(RunsServed {
             idle: s.idle as i64,
             reserve: s.reserve as i64,
             cold: s.cold as i64,
         });
-        (seconds, served)
+        Totals {
+            instance_seconds,
+            runs_served,
+            time_to_start: self.starts.figures(),
+        }
     }
 
     /// The totals for a status whose other fields are `rest`: brought up to
     /// date when `rest` differs from the last one (the status is written
     /// then anyway) or [`SHOWN_EVERY`] after the last time; else as shown
     /// before.
-    pub fn shown(&mut self, rest: &WarmPoolStatus) -> (Vec<InstanceSeconds>, Option<RunsServed>) {
+    pub fn shown(&mut self, rest: &WarmPoolStatus) -> Totals {
         let due = self.shown_at.is_none_or(|at| at.elapsed() >= SHOWN_EVERY);
         if due || self.shown_with.as_ref() != Some(rest) {
             self.shown = self.status();
@@ -249,8 +266,9 @@ mod tests {
             reserve: 1,
             cold: 2,
         });
-        let (seconds, served) = cost.status();
-        let by: Vec<(&str, &str, [i64; 4])> = seconds
+        let totals = cost.status();
+        let by: Vec<(&str, &str, [i64; 4])> = totals
+            .instance_seconds
             .iter()
             .map(|s| {
                 (
@@ -268,8 +286,8 @@ mod tests {
             ]
         );
         let mut again = Cost::default();
-        again.restore(&seconds, served.as_ref());
-        assert_eq!(again.status(), (seconds, served));
+        again.restore(&totals.instance_seconds, totals.runs_served.as_ref());
+        assert_eq!(again.status(), totals);
     }
 
     #[test]
@@ -286,13 +304,13 @@ mod tests {
         };
         cost.tally(&snap, Duration::from_secs(10));
         let first = cost.shown(&steady);
-        assert_eq!(first.0[0].idle, 10);
+        assert_eq!(first.instance_seconds[0].idle, 10);
         // Seconds pass, nothing else changes: the status stays as it was,
         // so a steady pool's status is not written again.
         cost.tally(&snap, Duration::from_secs(10));
         assert_eq!(cost.shown(&steady), first);
         // Something else changes: the totals come along.
         let busy = WarmPoolStatus { busy: 1, ..steady };
-        assert_eq!(cost.shown(&busy).0[0].idle, 20);
+        assert_eq!(cost.shown(&busy).instance_seconds[0].idle, 20);
     }
 }

@@ -1,11 +1,11 @@
 //! The pool's Prometheus metrics (docs/operations.md#pool-metrics):
-//! launches, terminations by reason, idle instances, how long demand
-//! waited, capacity errors and throttling. Registered into the registry the
+//! launches, terminations by reason, idle instances, runs' time to start,
+//! capacity errors and throttling. Registered into the registry the
 //! `/metrics` server owns.
 
 use std::sync::atomic::AtomicU64;
 
-use orca_db::pool::Served;
+use orca_db::pool::{Served, Source};
 use prometheus_client::{
     metrics::{
         counter::Counter,
@@ -50,7 +50,7 @@ pub struct PoolMetrics {
     instance_seconds: Family<Labels, Counter<f64, AtomicU64>>,
     served: Family<Labels, Counter>,
     stops: Family<Labels, Counter>,
-    demand_wait: Family<Labels, Histogram, fn() -> Histogram>,
+    time_to_start: Family<Labels, Histogram, fn() -> Histogram>,
     capacity_errors: Family<Labels, Counter>,
     throttled: Family<Labels, Counter>,
     reconcile_errors: Family<Labels, Counter>,
@@ -77,7 +77,7 @@ impl PoolMetrics {
             instance_seconds: Family::default(),
             served: Family::default(),
             stops: Family::default(),
-            demand_wait: Family::new_with_constructor(wait_histogram),
+            time_to_start: Family::new_with_constructor(wait_histogram),
             capacity_errors: Family::default(),
             throttled: Family::default(),
             reconcile_errors: Family::default(),
@@ -132,9 +132,9 @@ impl PoolMetrics {
             m.stops.clone(),
         );
         r.register(
-            "demand_wait_seconds",
-            "How long a run that found no idle instance waited for one",
-            m.demand_wait.clone(),
+            "time_to_start_seconds",
+            "How long a run waited for an instance (first ask that found none to the hand-out), by where it came from (idle, reserve, cold)",
+            m.time_to_start.clone(),
         );
         r.register(
             "capacity_errors",
@@ -219,10 +219,12 @@ impl PoolMetrics {
         self.stops.get_or_create(&pool(p)).inc_by(n as u64);
     }
 
-    /// Records that a run of pool `p` waited `seconds` for an instance
-    /// (`orca_pool_demand_wait_seconds`).
-    pub fn demand_waited(&self, p: &str, seconds: f64) {
-        self.demand_wait.get_or_create(&pool(p)).observe(seconds);
+    /// Observes one run's time to start in pool `p`, by where its instance
+    /// came from (`orca_pool_time_to_start_seconds`).
+    pub fn time_to_start(&self, p: &str, source: Source, seconds: f64) {
+        let mut l = pool(p);
+        l.push(("from".into(), source.as_str().into()));
+        self.time_to_start.get_or_create(&l).observe(seconds);
     }
 
     /// Counts a launch of pool `p` refused for capacity, by instance type,

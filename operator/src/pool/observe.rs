@@ -56,7 +56,6 @@ impl PoolLoop {
         };
         let pool = self.pool.clone();
         let count_uses = self.spec.max_uses > 0;
-        let mark = self.served_mark;
         let live = self
             .world
             .read(async |db| orca_db::pool::live_rows(db, &pool, count_uses).await)
@@ -99,25 +98,30 @@ impl PoolLoop {
             .world
             .read(async |db| orca_db::pool::open_demand(db, &pool).await)
             .await?;
-        let (waits, newest) = self
+        // The hand-outs since the last pass; at the loop's first, those of
+        // the last hour, for the time to start, of which only the last
+        // minute's are counted as served (the status restored the rest).
+        let first = self.cost.handed_mark.is_none();
+        let after = self
+            .cost
+            .handed_mark
+            .unwrap_or(listed - super::starts::WINDOW_SECS);
+        let outs = self
             .world
-            .read(async |db| orca_db::pool::served_waits(db, &pool, mark).await)
+            .read(async |db| orca_db::pool::hand_outs_since(db, &pool, after).await)
             .await?;
-        self.served_mark = newest;
-        let handed_mark = self.cost.handed_mark;
-        let (served, newest) = self
-            .world
-            .read(async |db| orca_db::pool::hand_outs_since(db, &pool, handed_mark).await)
-            .await?;
-        self.cost.handed_mark = newest;
+        self.cost.handed_mark = outs.last().map(|h| h.at).or(Some(after));
+        let mut served = orca_db::pool::Served::default();
+        for h in outs.iter().filter(|h| !first || h.at > listed - 60.0) {
+            served.add(h.source);
+            if let Some(m) = &self.metrics {
+                m.time_to_start(&self.pool, h.source, h.waited);
+            }
+        }
+        self.cost.starts.add(&outs, listed);
         self.cost.add_served(served);
         if let Some(m) = &self.metrics {
             m.served(&self.pool, served);
-        }
-        if let Some(m) = &self.metrics {
-            for w in waits {
-                m.demand_waited(&self.pool, w);
-            }
         }
         // An id stays ours while EC2 lists it, or briefly before it does.
         self.ours.retain(|id, at| {

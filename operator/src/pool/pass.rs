@@ -11,10 +11,17 @@ use std::{
 use chrono::{DateTime, Utc};
 
 use super::{
+    forecast::{self, Demand, Floors},
     plan::{plan, Ec2Instance, PoolPlan, Snapshot},
     schedule,
 };
 use crate::crd::WarmPoolSpec;
+
+/// How often the forecast is made again from the database's history.
+pub const FORECAST_EVERY: Duration = Duration::from_secs(3600);
+
+/// The hours ahead whose floor `status.forecast` shows.
+const FORECAST_HOURS_SHOWN: usize = 6;
 
 use super::pool_loop::PoolLoop;
 use super::report::{Deletion, PassReport, PoolError, PoolEvent};
@@ -37,10 +44,16 @@ impl PoolLoop {
         // (one that cannot be read is a warning, and `spec.idle` holds), and
         // a deletion's drain time-out is the one it was told.
         let active = schedule::active(&self.spec.schedules, now);
+        // And the forecast raises the floor of either, within its max.
+        let floors = self.floors(now).await?;
+        let idle = match &active {
+            Ok(Some(a)) => a.idle.clone(),
+            _ => self.spec.idle.clone(),
+        };
         let spec = WarmPoolSpec {
-            idle: match &active {
-                Ok(Some(a)) => a.idle.clone(),
-                _ => self.spec.idle.clone(),
+            idle: match &floors {
+                Some(f) => f.raise(&idle, now),
+                None => idle,
             },
             drain_timeout_seconds: deletion
                 .map_or(self.spec.drain_timeout_seconds, |d| d.drain_timeout_seconds),
@@ -79,6 +92,14 @@ impl PoolLoop {
                 Ok(Some(a)) => Some(a.describe(&self.spec)),
                 _ => None,
             },
+            forecast: floors.map(|f| {
+                f.status(now, FORECAST_HOURS_SHOWN, |t| {
+                    match schedule::active(&self.spec.schedules, t) {
+                        Ok(Some(a)) => a.idle,
+                        _ => self.spec.idle.clone(),
+                    }
+                })
+            }),
             ..PassReport::default()
         };
         if let Err(e) = &active {
@@ -153,6 +174,33 @@ impl PoolLoop {
             );
         }
         Ok(report)
+    }
+
+    /// The forecast's floors with `spec.forecast`: from the database's
+    /// history once every [`FORECAST_EVERY`] (and after a new spec), else
+    /// as made last.
+    async fn floors(&mut self, now: DateTime<Utc>) -> Result<Option<Floors>, PoolError> {
+        let Some(spec) = self.spec.forecast.clone() else {
+            self.floors = None;
+            return Ok(None);
+        };
+        if let Some((made, f)) = &self.floors {
+            if made.elapsed() < FORECAST_EVERY {
+                return Ok(Some(f.clone()));
+            }
+        }
+        let pool = self.pool.clone();
+        let counts = self
+            .world
+            .read(async |db| {
+                orca_db::pool::demand_history(db, &pool, spec.lead_seconds, spec.weeks).await
+            })
+            .await?;
+        let mut demand = Demand::new(spec.lead_seconds);
+        demand.counts = counts.into_iter().collect();
+        let f = forecast::floors(&spec, &demand, now);
+        self.floors = Some((Instant::now(), f.clone()));
+        Ok(Some(f))
     }
 
     /// A `Drifted` event, once per launch spec: how many instances run an

@@ -91,7 +91,6 @@ pub struct PoolLoop<W = Live> {
     pub(super) ours: HashMap<String, Instant>,
     pub(super) backoff: Backoff,
     pub(super) metrics: Option<PoolMetrics>,
-    pub(super) served_mark: Option<f64>,
     /// Instance-seconds and runs served so far, and when they were last
     /// counted.
     pub(super) cost: super::cost::Cost,
@@ -119,6 +118,8 @@ pub struct PoolLoop<W = Live> {
     pub(super) run_stale: Option<Duration>,
     /// EC2 actions the credentials were refused and not allowed since.
     pub(super) denials: Denials,
+    /// The forecast's floors and when they were made (`spec.forecast`).
+    pub(super) floors: Option<(Instant, super::forecast::Floors)>,
     /// Boot time-outs in a row, and the launch back-off they earned.
     pub(super) boot: super::boot::BootFailures,
     /// Instances this loop launched that reported (had a row).
@@ -154,12 +155,12 @@ impl<W> PoolLoop<W> {
             capacity_codes: HashMap::new(),
             ours: HashMap::new(),
             metrics: None,
-            served_mark: None,
             cost: Default::default(),
             cost_at: None,
             listing: None,
             hung_since: HashMap::new(),
             denials: Denials::default(),
+            floors: None,
             conditions: Vec::new(),
             deletion: watch::channel(None).1,
             deletion_announced: false,
@@ -357,6 +358,7 @@ impl PoolLoop {
         );
         self.spec = spec;
         self.denials.clear();
+        self.floors = None;
     }
 
     pub(super) fn limits(&self) -> Limits {

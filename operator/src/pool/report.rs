@@ -63,6 +63,9 @@ pub struct PassReport {
     pub idle_min: i32,
     /// The schedule whose period is under way (`status.activeSchedule`).
     pub active_schedule: Option<String>,
+    /// With `spec.forecast`: the floor of the hours ahead
+    /// (`status.forecast`).
+    pub forecast: Option<crate::crd::ForecastStatus>,
 }
 
 impl PassReport {

@@ -114,14 +114,19 @@ impl<W> PoolLoop<W> {
             launch_batches: self.launch_batches as i64,
             capacity_errors,
             active_schedule: report.active_schedule.clone(),
+            forecast: report.forecast.clone(),
             // The Kubernetes mode's, which knows the Secret and the places.
             database_secret: None,
             retiring: Vec::new(),
             instance_seconds: Vec::new(),
             runs_served: None,
+            time_to_start: None,
             conditions: self.conditions.clone(),
         };
-        (status.instance_seconds, status.runs_served) = self.cost.shown(&status);
+        let totals = self.cost.shown(&status);
+        status.instance_seconds = totals.instance_seconds;
+        status.runs_served = totals.runs_served;
+        status.time_to_start = totals.time_to_start;
         status
     }
 }

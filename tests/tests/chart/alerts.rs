@@ -82,7 +82,7 @@ fn the_dashboard_is_a_configmap_the_grafana_sidecar_loads() {
         .flatten()
         .filter_map(|p| p["title"].as_str())
         .collect();
-    for wanted in ["Handovers", "Hand-out", "Pool sizes", "Cost"] {
+    for wanted in ["Handovers", "Time to start", "Pool sizes", "Cost"] {
         assert!(
             titles.iter().any(|t| t.starts_with(wanted)),
             "no {wanted} panel: {titles:?}"
@@ -129,7 +129,7 @@ fn every_family() -> String {
     );
     pool.started(p, 1);
     pool.stopped(p, 1);
-    pool.demand_waited(p, 1.0);
+    pool.time_to_start(p, orca_db::pool::Source::Cold, 1.0);
     pool.capacity_error(p, "t3.micro", "subnet-1", "InsufficientInstanceCapacity");
     pool.throttle(p);
     pool.reconcile_failed(p, "api");

@@ -253,6 +253,7 @@ impl Drop for Running {
 }
 
 mod convergence;
+mod forecast;
 mod iam;
 mod launches;
 mod refusals;
@@ -262,4 +263,5 @@ mod schedules;
 mod sizing;
 mod spot;
 mod tenancy;
+mod time_to_start;
 mod user_data;

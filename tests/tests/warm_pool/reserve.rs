@@ -155,6 +155,16 @@ async fn a_reserve_of_two_is_kept_stopped_and_started_for_a_burst_before_any_lau
     let status = running.status();
     let served = status.runs_served.clone().unwrap();
     assert!(served.reserve >= 1, "{served:?}");
+    // And how long they waited, by the same sources: a start from the
+    // reserve is no instant hand-out.
+    let t = status.time_to_start.clone().unwrap();
+    let runs = |f: &Option<orca_operator::crd::StartFigures>| f.as_ref().map_or(0, |f| f.runs);
+    assert_eq!(
+        (runs(&t.idle), runs(&t.reserve), runs(&t.cold)),
+        (served.idle, served.reserve, served.cold),
+        "{t:?}"
+    );
+    assert!(t.reserve.as_ref().unwrap().max_millis > 0, "{t:?}");
     let [seconds] = &status.instance_seconds[..] else {
         panic!(
             "one instance type and capacity type: {:?}",

@@ -28,6 +28,7 @@ pub(in crate::pool) fn spec(min: i32, max: i32, max_instances: i32) -> WarmPoolS
         endpoint: None,
         idle: IdleRange { min, max },
         schedules: vec![],
+        forecast: None,
         stopped: None,
         max_instances,
         idle_seconds: 600,

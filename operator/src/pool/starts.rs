@@ -1,0 +1,117 @@
+//! Time to start: the pool's hand-outs of the last hour, each with where
+//! its instance came from and how long its run waited, for the status's
+//! figures (the metrics' histogram takes each hand-out as it is seen).
+
+use std::collections::VecDeque;
+
+use orca_db::pool::{HandOut, Source};
+
+use crate::crd::{StartFigures, TimeToStart};
+
+/// How far back the status's figures reach, in seconds.
+pub const WINDOW_SECS: f64 = 3600.0;
+
+/// The most hand-outs kept: beyond it the oldest go first, so a pool
+/// serving thousands of runs an hour costs the operator a bounded memory.
+const KEPT: usize = 20_000;
+
+/// The hand-outs of the last [`WINDOW_SECS`], oldest first.
+#[derive(Clone, Debug, Default)]
+pub struct Starts {
+    kept: VecDeque<HandOut>,
+}
+
+impl Starts {
+    /// Adds hand-outs seen (oldest first) and drops those older than the
+    /// window at `now` (the database's epoch seconds).
+    pub fn add(&mut self, seen: &[HandOut], now: f64) {
+        self.kept.extend(seen.iter().copied());
+        while self.kept.front().is_some_and(|h| h.at <= now - WINDOW_SECS) || self.kept.len() > KEPT
+        {
+            self.kept.pop_front();
+        }
+    }
+
+    /// The figures by source; `None` before any hand-out in the window.
+    pub fn figures(&self) -> Option<TimeToStart> {
+        if self.kept.is_empty() {
+            return None;
+        }
+        let of = |source: Source| {
+            let mut waits: Vec<f64> = self
+                .kept
+                .iter()
+                .filter(|h| h.source == source)
+                .map(|h| h.waited)
+                .collect();
+            if waits.is_empty() {
+                return None;
+            }
+            waits.sort_by(f64::total_cmp);
+            let millis = |q: f64| {
+                // The nearest rank: the smallest wait at least `q` of the
+                // runs did not exceed.
+                let rank = ((q * waits.len() as f64).ceil() as usize).clamp(1, waits.len());
+                (waits[rank - 1] * 1000.0).round() as i64
+            };
+            Some(StartFigures {
+                runs: waits.len() as i64,
+                p50_millis: millis(0.5),
+                p95_millis: millis(0.95),
+                max_millis: millis(1.0),
+            })
+        };
+        Some(TimeToStart {
+            window_seconds: WINDOW_SECS as i64,
+            idle: of(Source::Idle),
+            reserve: of(Source::Reserve),
+            cold: of(Source::Cold),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn out(source: Source, waited: f64, at: f64) -> HandOut {
+        HandOut { source, waited, at }
+    }
+
+    #[test]
+    fn figures_are_by_source_over_the_last_hour() {
+        let mut s = Starts::default();
+        assert_eq!(s.figures(), None);
+        let mut seen: Vec<HandOut> = (1..=20)
+            .map(|i| out(Source::Cold, f64::from(i), 1000.0 + f64::from(i)))
+            .collect();
+        seen.push(out(Source::Idle, 0.0, 1030.0));
+        s.add(&seen, 1100.0);
+        let f = s.figures().unwrap();
+        assert_eq!(f.window_seconds, 3600);
+        let cold = f.cold.unwrap();
+        assert_eq!(
+            (cold.runs, cold.p50_millis, cold.p95_millis, cold.max_millis),
+            (20, 10_000, 19_000, 20_000)
+        );
+        assert_eq!(f.idle.unwrap().max_millis, 0);
+        assert_eq!(f.reserve, None);
+        // An hour on, only what came since counts.
+        s.add(&[out(Source::Reserve, 2.5, 4640.0)], 4645.0);
+        let f = s.figures().unwrap();
+        assert_eq!((f.cold, f.idle), (None, None));
+        assert_eq!(f.reserve.unwrap().p50_millis, 2500);
+        s.add(&[], 9000.0);
+        assert_eq!(s.figures(), None);
+    }
+
+    #[test]
+    fn the_window_keeps_a_bounded_number() {
+        let mut s = Starts::default();
+        let seen: Vec<HandOut> = (0..KEPT + 10)
+            .map(|i| out(Source::Idle, 0.0, 100.0 + i as f64 * 0.01))
+            .collect();
+        s.add(&seen, 400.0);
+        assert_eq!(s.figures().unwrap().idle.unwrap().runs, KEPT as i64);
+    }
+}
