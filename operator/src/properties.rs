@@ -457,6 +457,12 @@ fn pool_snapshot() -> impl Strategy<Value = Snapshot> {
         .prop_map(|(instances, rows, demand, deleting, hung)| Snapshot {
             known: instances.iter().step_by(3).map(|i| i.id.clone()).collect(),
             ours: instances.iter().step_by(4).map(|i| i.id.clone()).collect(),
+            drain: instances
+                .iter()
+                .skip(1)
+                .step_by(5)
+                .map(|i| i.id.clone())
+                .collect(),
             made_before_listing: rows.iter().map(|r| (r.id, 1.0)).collect(),
             hung: hung.into_iter().collect(),
             instances,

@@ -396,6 +396,10 @@ pub struct WarmPoolStatus {
     /// came from (idle, reserve, cold).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub time_to_start: Option<super::time_to_start::TimeToStart>,
+    /// The instances one by one (at most 100; the counts above count all):
+    /// state, age, type, uses and whether drifted.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub instances: Vec<super::roster::PoolInstance>,
     /// The conditions Available (at least idle.min instances idle), Progressing
     /// (instances booting) and Degraded (the first warning of the last pass, or
     /// why the pool cannot run); while the WarmPool is being deleted, Terminating

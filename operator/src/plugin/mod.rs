@@ -1,10 +1,13 @@
 //! `kubectl orca`, the kubectl plugin (binary `kubectl-orca`): what a
 //! Scheduler or WarmPool is doing and why ([`render`]), and the changes an
 //! engineer makes to steer one — pause, resume, a rollout restart, a
-//! rollout now outside the maintenance windows — each a patch of the
-//! resource the operator acts on, never a way around it. It reads only the
-//! Kubernetes API, with the user's kubeconfig: everything it shows is in
-//! the objects' status.
+//! rollout now outside the maintenance windows, a drain of instances —
+//! each a patch of the resource the operator acts on, never a way around
+//! it. It reads only the Kubernetes API, with the user's kubeconfig:
+//! everything it shows is in the objects' status.
+//!
+//! Kept whole, one concept: the plugin's command line and what each
+//! command does, a few lines each on the one client they share.
 
 pub mod render;
 
@@ -68,6 +71,17 @@ enum Command {
     Pause { kind: Kind, name: String },
     /// Clears spec.paused.
     Resume { kind: Kind, name: String },
+    /// Retires a WarmPool's instances once they are not in a run (the
+    /// annotation orca.dev/drain): a busy one finishes its run first; each
+    /// is replaced as any retirement is.
+    Drain {
+        /// `warmpool` (a Scheduler's pods are drained by its rollouts).
+        kind: Kind,
+        name: String,
+        /// The instance ids, e.g. i-0123456789abcdef0.
+        #[arg(required = true)]
+        instances: Vec<String>,
+    },
     /// Rollouts of a Scheduler.
     Rollout {
         #[command(subcommand)]
@@ -126,6 +140,10 @@ pub enum PluginError {
     Api(String),
     #[error("rollout restart is for a scheduler; a warmpool has no rollouts")]
     NoRollouts,
+    #[error("drain is for a warmpool's instances; a scheduler's pods are drained by its rollouts")]
+    NoDrain,
+    #[error("{0:?} is not an instance of warmpool {1}: its status lists {2}")]
+    NotAnInstance(String, String, String),
 }
 
 /// Runs the command `cli` names; what it prints goes to stdout.
@@ -178,6 +196,16 @@ pub async fn run(cli: Cli) -> Result<(), PluginError> {
                     .await
                 }
             }
+        }
+        Command::Drain {
+            kind,
+            name,
+            instances,
+        } => {
+            if kind != Kind::Warmpool {
+                return Err(PluginError::NoDrain);
+            }
+            at.drain(&name, instances).await
         }
         Command::Pause { kind, name } => at.set_paused(kind, &name, true).await,
         Command::Resume { kind, name } => at.set_paused(kind, &name, false).await,
@@ -293,6 +321,48 @@ impl At {
             Ok(None) => Err(self.not_found::<K>(name)),
             Err(e) => Err(PluginError::Api(one_line(&e))),
         }
+    }
+
+    /// Adds `instances` to the WarmPool's drain annotation. While its
+    /// status lists every instance, an id it does not list is refused (a
+    /// typo would drain nothing) and ids of instances gone are dropped.
+    async fn drain(&self, name: &str, instances: Vec<String>) -> Result<(), PluginError> {
+        let pool = self.get(&self.api::<WarmPool>(), name).await?;
+        let listed: Vec<String> = pool
+            .status
+            .as_ref()
+            .map(|s| s.instances.iter().map(|i| i.id.clone()).collect())
+            .unwrap_or_default();
+        let complete = !listed.is_empty() && listed.len() < crate::pool::roster::LISTED;
+        if complete {
+            if let Some(unknown) = instances.iter().find(|i| !listed.contains(i)) {
+                return Err(PluginError::NotAnInstance(
+                    unknown.clone(),
+                    format!("{}/{name}", self.namespace),
+                    listed.join(", "),
+                ));
+            }
+        }
+        let mut drain: std::collections::BTreeSet<String> = pool
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(crate::pool::DRAIN))
+            .map(|v| crate::pool::drain_of(v).into_iter().collect())
+            .unwrap_or_default();
+        if complete {
+            drain.retain(|i| listed.contains(i));
+        }
+        drain.extend(instances.iter().cloned());
+        let value = drain.into_iter().collect::<Vec<_>>().join(",");
+        let patch = json!({"metadata": {"annotations": {crate::pool::DRAIN: value}}});
+        self.patch::<WarmPool>(name, &patch).await?;
+        println!(
+            "warmpool {}/{name}: draining {} (each retired once it is not in a run)",
+            self.namespace,
+            instances.join(", ")
+        );
+        Ok(())
     }
 
     async fn set_paused(&self, kind: Kind, name: &str, paused: bool) -> Result<(), PluginError> {

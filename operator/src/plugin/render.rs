@@ -231,6 +231,37 @@ pub fn warm_pool(p: &WarmPool, now: DateTime<Utc>, style: Style) -> String {
             r.max.map(|m| format!(", at most {m}")).unwrap_or_default()
         );
     }
+    if !status.instances.is_empty() {
+        out.push_str("\nInstances:\n");
+        let rows: Vec<Vec<String>> = status
+            .instances
+            .iter()
+            .map(|i| {
+                vec![
+                    i.id.clone(),
+                    i.state.clone(),
+                    age(&i.launched, now),
+                    format!("{}{}", i.instance_type, if i.spot { " (spot)" } else { "" }),
+                    i.uses.map_or("-".into(), |u| u.to_string()),
+                    if i.drifted { "yes" } else { "no" }.into(),
+                ]
+            })
+            .collect();
+        table(
+            &mut out,
+            &["ID", "STATE", "AGE", "TYPE", "USES", "DRIFTED"],
+            &rows,
+        );
+        let listed = status.instances.len() as i64;
+        let all = i64::from(status.idle)
+            + i64::from(status.busy)
+            + i64::from(status.launching)
+            + i64::from(status.stopped)
+            + i64::from(status.terminating);
+        if listed >= crate::pool::roster::LISTED as i64 && all > listed {
+            let _ = writeln!(out, "  … and {} more", all - listed);
+        }
+    }
     if !status.capacity_errors.is_empty() {
         out.push_str("\nCapacity holds:\n");
         let rows: Vec<Vec<String>> = status

@@ -144,6 +144,7 @@ impl PoolLoop {
             deleting: None,
             made_before_listing,
             hung,
+            drain: self.drain.clone(),
         };
         Ok((snap, listing, reused))
     }

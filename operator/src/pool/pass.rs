@@ -102,6 +102,7 @@ impl PoolLoop {
             }),
             ..PassReport::default()
         };
+        report.instances = super::roster::roster(spec, &snap, &decided);
         if let Err(e) = &active {
             report
                 .events

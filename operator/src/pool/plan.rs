@@ -47,6 +47,9 @@ pub struct Snapshot {
     /// more, or whose run's heartbeat is stale, and for how many seconds
     /// they have been seen so.
     pub hung: HashMap<i64, f64>,
+    /// Instances a person asked to drain (the WarmPool's annotation
+    /// `orca.dev/drain`): each retired once it is not in a run.
+    pub drain: HashSet<String>,
 }
 
 /// The knobs of the policy that are not in the spec.
@@ -104,10 +107,13 @@ pub enum Reason {
     /// missing permission, an instance that cannot stop): it would be
     /// parked for good.
     ReserveFailed,
+    /// A person asked for it to go (`kubectl orca drain`): retired once it
+    /// is not in a run.
+    Drained,
 }
 
 impl Reason {
-    pub const ALL: [Reason; 11] = [
+    pub const ALL: [Reason; 12] = [
         Reason::IdleBeyondMax,
         Reason::Stale,
         Reason::MaxUses,
@@ -119,6 +125,7 @@ impl Reason {
         Reason::ReserveBeyondMax,
         Reason::Drifted,
         Reason::ReserveFailed,
+        Reason::Drained,
     ];
 
     /// The CamelCase name: the event reason and the metric's `reason`
@@ -136,6 +143,7 @@ impl Reason {
             Reason::ReserveBeyondMax => "ReserveBeyondMax",
             Reason::Drifted => "Drifted",
             Reason::ReserveFailed => "ReserveFailed",
+            Reason::Drained => "Drained",
         }
     }
 }
@@ -363,6 +371,15 @@ pub fn plan(
         out.counts.drifted += u32::from(drifted);
         match rows.get(i.id.as_str()) {
             Some(row) if row.claim => retire(&mut out, i, Reason::NoLiveRow, End::Claimed(row.id)),
+            // Asked to drain: it goes once it is not in a run (a busy one
+            // finishes it; a hand-out that wins the race gives it one more).
+            Some(row) if snap.drain.contains(&i.id) && row.reserved => {
+                retire(&mut out, i, Reason::Drained, End::Reserved(row.id))
+            }
+            Some(row) if snap.drain.contains(&i.id) && row.idle_secs.is_some() => {
+                retire(&mut out, i, Reason::Drained, End::Idle(row.id))
+            }
+            None if snap.drain.contains(&i.id) => retire(&mut out, i, Reason::Drained, End::Claim),
             Some(row) if row.reserved => match i.state {
                 Ec2State::Stopped if drifted && max_drifted > 0 => old_reserve.push((i, row)),
                 Ec2State::Stopped => reserve.push((i, row)),

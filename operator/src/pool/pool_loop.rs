@@ -120,6 +120,8 @@ pub struct PoolLoop<W = Live> {
     pub(super) denials: Denials,
     /// The forecast's floors and when they were made (`spec.forecast`).
     pub(super) floors: Option<(Instant, super::forecast::Floors)>,
+    /// Instances to drain ([`PoolLoop::set_drain`]).
+    pub(super) drain: HashSet<String>,
     /// Boot time-outs in a row, and the launch back-off they earned.
     pub(super) boot: super::boot::BootFailures,
     /// Instances this loop launched that reported (had a row).
@@ -161,6 +163,7 @@ impl<W> PoolLoop<W> {
             hung_since: HashMap::new(),
             denials: Denials::default(),
             floors: None,
+            drain: HashSet::new(),
             conditions: Vec::new(),
             deletion: watch::channel(None).1,
             deletion_announced: false,
@@ -215,6 +218,13 @@ impl<W> PoolLoop<W> {
     /// (`Hung`). Without it, [`Tuning::stale`].
     pub fn set_run_stale(&mut self, stale: Duration) {
         self.run_stale = Some(stale);
+    }
+
+    /// The instances a person asked to drain (the WarmPool's annotation
+    /// [`super::drain::DRAIN`]): each is retired once it is not in a run, and replaced
+    /// as any retirement is.
+    pub fn set_drain(&mut self, instances: HashSet<String>) {
+        self.drain = instances;
     }
 
     pub(super) fn run_stale(&self) -> Duration {

@@ -66,6 +66,8 @@ pub struct PassReport {
     /// With `spec.forecast`: the floor of the hours ahead
     /// (`status.forecast`).
     pub forecast: Option<crate::crd::ForecastStatus>,
+    /// The instances one by one (`status.instances`).
+    pub instances: Vec<crate::crd::PoolInstance>,
 }
 
 impl PassReport {

@@ -115,6 +115,7 @@ impl<W> PoolLoop<W> {
             capacity_errors,
             active_schedule: report.active_schedule.clone(),
             forecast: report.forecast.clone(),
+            instances: report.instances.clone(),
             // The Kubernetes mode's, which knows the Secret and the places.
             database_secret: None,
             retiring: Vec::new(),

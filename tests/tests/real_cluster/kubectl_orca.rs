@@ -1,7 +1,7 @@
 //! `kubectl orca` against the real API server, run by kubectl itself as a
 //! plugin found on PATH: `status` of a Scheduler mid-handover and of a
 //! WarmPool with capacity holds, compared with golden files
-//! (`tests/golden/kubectl-orca/`); `-o json`; `pause`, `resume` and
+//! (`tests/golden/kubectl-orca/`); `-o json`; `drain`, `pause`, `resume` and
 //! `rollout restart` as patches of the objects; one-line errors.
 //!
 //! The statuses are written by the test (the status subresource, validated
@@ -180,6 +180,46 @@ async fn status_pause_resume_and_restart_through_kubectl() {
         orca_operator::rollout::revision_of(&restarted),
         before,
         "a restart is a new revision of the same image"
+    );
+
+    // Drain: the annotation the operator retires instances by, added to.
+    let drain_of = |p: &orca_operator::crd::WarmPool| {
+        p.metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get("orca.dev/drain").cloned())
+    };
+    let (ok, out, err) = kubectl_orca(&stage, &["drain", "wp", "pool", "i-0b2"]);
+    assert!(ok, "{err}");
+    assert_eq!(
+        out,
+        format!(
+            "warmpool {}/pool: draining i-0b2 (each retired once it is not in a run)\n",
+            stage.ns
+        )
+    );
+    let (ok, _, err) = kubectl_orca(&stage, &["drain", "wp", "pool", "i-0a1"]);
+    assert!(ok, "{err}");
+    assert_eq!(
+        drain_of(&pools.get("pool").await.unwrap()).as_deref(),
+        Some("i-0a1,i-0b2")
+    );
+    // An id the status does not list is a typo, refused; nothing changed.
+    let (ok, _, err) = kubectl_orca(&stage, &["drain", "wp", "pool", "i-typo"]);
+    assert!(!ok);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(
+        err.contains("\"i-typo\" is not an instance of warmpool"),
+        "{err}"
+    );
+    assert_eq!(
+        drain_of(&pools.get("pool").await.unwrap()).as_deref(),
+        Some("i-0a1,i-0b2")
+    );
+    let (ok, _, err) = kubectl_orca(&stage, &["drain", "scheduler", "orca", "i-0a1"]);
+    assert!(
+        !ok && err.contains("drain is for a warmpool's instances"),
+        "{err}"
     );
 
     // Errors: one line, naming what was wrong; nothing changed.

@@ -253,6 +253,7 @@ impl Drop for Running {
 }
 
 mod convergence;
+mod drain;
 mod forecast;
 mod iam;
 mod launches;

@@ -82,6 +82,14 @@ pub(super) async fn run_stages(
         return Ok(Action::requeue(Duration::from_secs(30)));
     };
     state.deletion.send_replace(deletion);
+    state.lp.set_drain(
+        wp.metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(crate::pool::DRAIN))
+            .map(|v| crate::pool::drain_of(v))
+            .unwrap_or_default(),
+    );
     let outcome = state.lp.pass(Utc::now()).await;
     for e in retiring::pass_all(&wp, &mut state.retiring).await {
         ctx.say(&wp, &e).await;

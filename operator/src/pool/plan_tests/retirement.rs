@@ -1,5 +1,5 @@
-//! Retirement: idle beyond idle.max, stale, used up, leaked, hung, and
-//! replaced; a paused pool retires nothing.
+//! Retirement: idle beyond idle.max, stale, used up, leaked, hung,
+//! drained, and replaced; a paused pool retires nothing.
 
 use super::*;
 
@@ -112,6 +112,14 @@ fn cases() -> Vec<Case<Retired>> {
             busy_row(2, "i-b"),
         ],
     );
+    let drained = |mut sn: Snapshot| {
+        sn.drain.insert("i-x".to_string());
+        sn
+    };
+    let two_idle_drain_x = drained(snap(
+        vec![inst("i-x", 100), inst("i-y", 100)],
+        vec![idle_row(1, "i-x", 1.0), idle_row(2, "i-y", 1.0)],
+    ));
     let grace = Limits::default().hung_grace_secs;
     let hung_x = || vec![("i-x", Reason::Hung, End::Busy(1))];
     let busy = |n| Also {
@@ -276,6 +284,30 @@ fn cases() -> Vec<Case<Retired>> {
             busy: Some(1),
             ..Also::default()
         }),
+        case(
+            "drained idle: retired, and replaced up to idle.min",
+            spec(2, 2, 10),
+            two_idle_drain_x,
+            vec![("i-x", Reason::Drained, End::Idle(1))],
+        )
+        .also(Also {
+            idle: Some(1),
+            launches: Some(1),
+            ..Also::default()
+        }),
+        case(
+            "drained busy: it finishes its run first",
+            max_uses(0),
+            drained(lone(100, Some(busy_row(1, "i-x")), false, false)),
+            vec![],
+        )
+        .also(busy(1)),
+        case(
+            "drained booting: it goes before it is handed a run",
+            max_uses(0),
+            drained(lone(10, None, false, true)),
+            vec![("i-x", Reason::Drained, End::Claim)],
+        ),
         case(
             "paused: nothing retired or launched, still counted",
             WarmPoolSpec {
