@@ -225,13 +225,17 @@ fn no_file_of_the_operator_imports_its_importer() {
 
 /// The pure cores: what decides, with no I/O of its own — every file of
 /// `rollout/` (the Scheduler's decision and its tables), and these.
-const CORE: [&str; 7] = [
+const CORE: [&str; 11] = [
     "pool/plan.rs",
     "pool/schedule.rs",
     "pool/drift.rs",
     "pool/holds.rs",
     "pool/instance.rs",
     "pool/boot.rs",
+    "pool/forecast.rs",
+    "pool/starts.rs",
+    "pool/roster.rs",
+    "pool/drain.rs",
     "backoff.rs",
 ];
 

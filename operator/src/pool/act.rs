@@ -281,6 +281,8 @@ impl<W: World> PoolLoop<W> {
                         let learnt = Instant::now();
                         for id in &ids {
                             self.ours.insert(id.clone(), learnt);
+                            self.launch_times
+                                .insert(id.clone(), (now, offering.clone()));
                         }
                         if let Some(m) = &self.metrics {
                             m.launched(&self.pool, count);

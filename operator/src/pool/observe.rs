@@ -130,6 +130,8 @@ impl PoolLoop {
                 .any(|i| &i.id == id && i.state.is_present())
                 || at.elapsed() < Duration::from_secs(300)
         });
+        let ours = &self.ours;
+        self.launch_times.retain(|id, _| ours.contains_key(id));
         let listing = Listing {
             taken,
             clock: listed,

@@ -17,14 +17,14 @@ use super::{
 };
 use crate::crd::WarmPoolSpec;
 
+use super::pool_loop::PoolLoop;
+use super::report::{Deletion, PassReport, PoolError, PoolEvent};
+
 /// How often the forecast is made again from the database's history.
 pub const FORECAST_EVERY: Duration = Duration::from_secs(3600);
 
 /// The hours ahead whose floor `status.forecast` shows.
 const FORECAST_HOURS_SHOWN: usize = 6;
-
-use super::pool_loop::PoolLoop;
-use super::report::{Deletion, PassReport, PoolError, PoolEvent};
 
 impl PoolLoop {
     /// One pass at `now` (the operator's clock, for EC2's launch times).
@@ -102,7 +102,6 @@ impl PoolLoop {
             }),
             ..PassReport::default()
         };
-        report.instances = super::roster::roster(spec, &snap, &decided);
         if let Err(e) = &active {
             report
                 .events
@@ -142,6 +141,7 @@ impl PoolLoop {
         let failed_ends = self.retire(&decided, &mut report).await?;
         self.reserve(&decided, now, &mut report).await?;
         self.launch(&decided, failed_ends, now, &mut report).await?;
+        report.instances = super::roster::roster(spec, &snap, &decided, &self.launch_times);
         // What this pass terminated, ended, stopped or started would look
         // otherwise in a reused listing; what it launched is counted as the
         // loop's own.

@@ -120,6 +120,10 @@ pub struct PoolLoop<W = Live> {
     pub(super) denials: Denials,
     /// The forecast's floors and when they were made (`spec.forecast`).
     pub(super) floors: Option<(Instant, super::forecast::Floors)>,
+    /// When this loop launched each of `ours` (by its own clock), and in
+    /// which offering: the status lists an instance so from the pass that
+    /// launched it on, and the listing's own time does not change it again.
+    pub(super) launch_times: HashMap<String, (DateTime<Utc>, Offering)>,
     /// Instances to drain ([`PoolLoop::set_drain`]).
     pub(super) drain: HashSet<String>,
     /// Boot time-outs in a row, and the launch back-off they earned.
@@ -163,6 +167,7 @@ impl<W> PoolLoop<W> {
             hung_since: HashMap::new(),
             denials: Denials::default(),
             floors: None,
+            launch_times: HashMap::new(),
             drain: HashSet::new(),
             conditions: Vec::new(),
             deletion: watch::channel(None).1,

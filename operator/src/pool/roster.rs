@@ -5,9 +5,11 @@
 
 use std::collections::{HashMap, HashSet};
 
+use chrono::{DateTime, Utc};
+
 use super::{
     drift,
-    plan::{Ec2State, PoolPlan, Snapshot},
+    plan::{Ec2State, Offering, PoolPlan, Snapshot},
 };
 use crate::crd::{PoolInstance, WarmPoolSpec};
 
@@ -15,9 +17,18 @@ use crate::crd::{PoolInstance, WarmPoolSpec};
 /// all): a status stays a small object whatever the pool's size.
 pub const LISTED: usize = 100;
 
-/// The instances of `snap` as `plan` leaves them, those in a run first,
-/// then idle, booting, stopped and retiring, the oldest first in each.
-pub fn roster(spec: &WarmPoolSpec, snap: &Snapshot, plan: &PoolPlan) -> Vec<PoolInstance> {
+/// The instances of `snap` as `plan` leaves them, and those this loop
+/// launched that EC2 does not list yet (booting, as the plan counts them):
+/// those in a run first, then idle, booting, stopped and retiring, the
+/// oldest first in each. An instance in `launch_times` (launched by this
+/// loop) is listed with that time and offering, known before EC2 lists it,
+/// so that its first listing changes nothing.
+pub fn roster(
+    spec: &WarmPoolSpec,
+    snap: &Snapshot,
+    plan: &PoolPlan,
+    launch_times: &HashMap<String, (DateTime<Utc>, Offering)>,
+) -> Vec<PoolInstance> {
     let hash = drift::launch_hash(&spec.launch);
     let rows: HashMap<&str, _> = snap.rows.iter().map(|r| (r.instance.as_str(), r)).collect();
     let retiring: HashSet<&str> = plan
@@ -51,7 +62,10 @@ pub fn roster(spec: &WarmPoolSpec, snap: &Snapshot, plan: &PoolPlan) -> Vec<Pool
                 PoolInstance {
                     id: i.id.clone(),
                     state: state.into(),
-                    launched: i.launched.to_rfc3339(),
+                    launched: launch_times
+                        .get(&i.id)
+                        .map_or(&i.launched, |(at, _)| at)
+                        .to_rfc3339(),
                     instance_type: i.offering.instance_type.clone(),
                     spot: i.offering.spot,
                     uses: (spec.max_uses > 0).then(|| row.map_or(0, |r| r.uses)),
@@ -60,6 +74,23 @@ pub fn roster(spec: &WarmPoolSpec, snap: &Snapshot, plan: &PoolPlan) -> Vec<Pool
             )
         })
         .collect();
+    for (id, (at, offering)) in launch_times {
+        if snap.known.contains(id) || snap.instances.iter().any(|i| &i.id == id) {
+            continue;
+        }
+        listed.push((
+            2,
+            PoolInstance {
+                id: id.clone(),
+                state: "booting".into(),
+                launched: at.to_rfc3339(),
+                instance_type: offering.instance_type.clone(),
+                spot: offering.spot,
+                uses: (spec.max_uses > 0).then_some(0),
+                drifted: false,
+            },
+        ));
+    }
     listed.sort_by(|(a, x), (b, y)| {
         a.cmp(b)
             .then(x.launched.cmp(&y.launched))
@@ -130,7 +161,7 @@ mod tests {
             ],
             ..Snapshot::default()
         };
-        let listed = roster(&s, &snap, &PoolPlan::default());
+        let listed = roster(&s, &snap, &PoolPlan::default(), &HashMap::new());
         let shown: Vec<(&str, &str, Option<i64>, bool)> = listed
             .iter()
             .map(|i| (i.id.as_str(), i.state.as_str(), i.uses, i.drifted))
@@ -149,9 +180,44 @@ mod tests {
         assert_eq!(listed[0].launched, "2026-12-02T11:50:00+00:00");
         // Uses are counted only with maxUses.
         s.max_uses = 0;
-        assert!(roster(&s, &snap, &PoolPlan::default())
+        assert!(roster(&s, &snap, &PoolPlan::default(), &HashMap::new())
             .iter()
             .all(|i| i.uses.is_none()));
+    }
+
+    #[test]
+    fn an_instance_launched_by_the_loop_is_listed_as_it_launched_it_listed_or_not() {
+        let s = spec(1, 2, 10);
+        let at: DateTime<Utc> = "2026-12-02T11:59:30Z".parse().unwrap();
+        let spot = Offering {
+            instance_type: s.launch.instance_types[0].clone(),
+            subnet: s.launch.subnet_ids[0].clone(),
+            spot: true,
+        };
+        let times = HashMap::from([("i-new".to_string(), (at, spot))]);
+        // The pass that launched it: EC2 did not list it yet.
+        let before = roster(&s, &Snapshot::default(), &PoolPlan::default(), &times);
+        // The next: EC2 lists it, with a launch time of its own.
+        let hash = drift::launch_hash(&s.launch);
+        let mut listed = inst("i-new", Ec2State::Pending, 0, &hash);
+        listed.offering = times["i-new"].1.clone();
+        let snap = Snapshot {
+            instances: vec![listed],
+            ..Snapshot::default()
+        };
+        let after = roster(&s, &snap, &PoolPlan::default(), &times);
+        assert_eq!(
+            before, after,
+            "the status would be written again for nothing"
+        );
+        assert_eq!(
+            (
+                before[0].state.as_str(),
+                before[0].launched.as_str(),
+                before[0].spot
+            ),
+            ("booting", "2026-12-02T11:59:30+00:00", true)
+        );
     }
 
     #[test]
@@ -163,6 +229,9 @@ mod tests {
                 .collect(),
             ..Snapshot::default()
         };
-        assert_eq!(roster(&s, &snap, &PoolPlan::default()).len(), LISTED);
+        assert_eq!(
+            roster(&s, &snap, &PoolPlan::default(), &HashMap::new()).len(),
+            LISTED
+        );
     }
 }

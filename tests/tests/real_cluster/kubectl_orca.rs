@@ -1,7 +1,7 @@
 //! `kubectl orca` against the real API server, run by kubectl itself as a
 //! plugin found on PATH: `status` of a Scheduler mid-handover and of a
 //! WarmPool with capacity holds, compared with golden files
-//! (`tests/golden/kubectl-orca/`); `-o json`; `drain`, `pause`, `resume` and
+//! (`tests/golden/kubectl-orca/`); `-o json`; `--watch`; `drain`, `pause`, `resume` and
 //! `rollout restart` as patches of the objects; one-line errors.
 //!
 //! The statuses are written by the test (the status subresource, validated
@@ -65,8 +65,8 @@ where
 }
 
 /// `kubectl orca <args>` in the stage's namespace, kubectl finding the
-/// plugin on PATH: (exit success, stdout, stderr).
-pub(super) fn kubectl_orca(stage: &OnCluster, args: &[&str]) -> (bool, String, String) {
+/// plugin on PATH, not run yet.
+fn command(stage: &OnCluster, args: &[&str]) -> Command {
     let plugin_dir = bins::path("kubectl-orca")
         .parent()
         .expect("a binary has a directory")
@@ -75,22 +75,49 @@ pub(super) fn kubectl_orca(stage: &OnCluster, args: &[&str]) -> (bool, String, S
         &std::env::var_os("PATH").unwrap_or_default(),
     )))
     .unwrap();
-    let out = Command::new(orca_tests::on_cluster::kubectl())
-        .arg("orca")
+    let mut cmd = Command::new(orca_tests::on_cluster::kubectl());
+    cmd.arg("orca")
         .args([
             "--kubeconfig",
             &stage.cp.admin_kubeconfig().to_string_lossy(),
         ])
         .args(["-n", &stage.ns])
         .args(args)
-        .env("PATH", path)
-        .output()
-        .expect("kubectl runs");
+        .env("PATH", path);
+    cmd
+}
+
+/// `kubectl orca <args>` run to its end: (exit success, stdout, stderr).
+pub(super) fn kubectl_orca(stage: &OnCluster, args: &[&str]) -> (bool, String, String) {
+    let out = command(stage, args).output().expect("kubectl runs");
     (
         out.status.success(),
         String::from_utf8_lossy(&out.stdout).into_owned(),
         String::from_utf8_lossy(&out.stderr).into_owned(),
     )
+}
+
+/// The lines `watching` prints until one `until` is true (10 s at most).
+async fn lines_until(
+    watching: &mut tokio::io::Lines<tokio::io::BufReader<tokio::process::ChildStdout>>,
+    until: impl Fn(&str) -> bool,
+) -> Vec<String> {
+    let mut seen = Vec::new();
+    let read = async {
+        while let Some(line) = watching.next_line().await.expect("stdout reads") {
+            let done = until(&line);
+            seen.push(line);
+            if done {
+                return true;
+            }
+        }
+        false
+    };
+    let found = tokio::time::timeout(std::time::Duration::from_secs(10), read)
+        .await
+        .unwrap_or(false);
+    assert!(found, "not printed within 10 s; printed: {seen:?}");
+    seen
 }
 
 /// `actual` with the fixture's times and the namespace put back as
@@ -150,6 +177,28 @@ async fn status_pause_resume_and_restart_through_kubectl() {
     assert!(ok);
     let object: WarmPool = serde_yaml::from_str(&out).expect("-o yaml is the object");
     assert_eq!(object.status.unwrap().idle, 2);
+
+    // --watch: printed again when the object changes, until interrupted.
+    let mut child =
+        tokio::process::Command::from(command(&stage, &["status", "wp", "pool", "--watch"]))
+            .stdout(std::process::Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("kubectl runs");
+    let mut watching =
+        tokio::io::AsyncBufReadExt::lines(tokio::io::BufReader::new(child.stdout.take().unwrap()));
+    lines_until(&mut watching, |l| l.starts_with("Instances: 2 idle")).await;
+    pools
+        .patch_status(
+            "pool",
+            &PatchParams::default(),
+            &Patch::Merge(serde_json::json!({"status": {"idle": 5}})),
+        )
+        .await
+        .unwrap();
+    let again = lines_until(&mut watching, |l| l.starts_with("Instances: 5 idle")).await;
+    assert!(again.iter().any(|l| l == "---"), "{again:?}");
+    child.kill().await.unwrap();
 
     // Steering: each a change of the resource the operator acts on.
     let (ok, out, err) = kubectl_orca(&stage, &["pause", "scheduler", "orca"]);
