@@ -46,10 +46,7 @@ impl PoolLoop {
         let active = schedule::active(&self.spec.schedules, now);
         // And the forecast raises the floor of either, within its max.
         let floors = self.floors(now).await?;
-        let idle = match &active {
-            Ok(Some(a)) => a.idle.clone(),
-            _ => self.spec.idle.clone(),
-        };
+        let idle = schedule::idle_of(&self.spec, &active);
         let spec = WarmPoolSpec {
             idle: match &floors {
                 Some(f) => f.raise(&idle, now),
@@ -94,10 +91,7 @@ impl PoolLoop {
             },
             forecast: floors.map(|f| {
                 f.status(now, FORECAST_HOURS_SHOWN, |t| {
-                    match schedule::active(&self.spec.schedules, t) {
-                        Ok(Some(a)) => a.idle,
-                        _ => self.spec.idle.clone(),
-                    }
+                    schedule::idle_at(&self.spec, t)
                 })
             }),
             ..PassReport::default()

@@ -60,6 +60,20 @@ pub fn check(schedules: &[IdleSchedule]) -> Result<(), ScheduleError> {
     Ok(())
 }
 
+/// The idle range `spec` keeps at `t`: the schedule under way's, else
+/// `spec.idle` (also when a schedule cannot be read; the pass warns).
+pub fn idle_at(spec: &WarmPoolSpec, t: DateTime<Utc>) -> IdleRange {
+    idle_of(spec, &active(&spec.schedules, t))
+}
+
+/// The idle range of `spec` with `active` (what [`active`] said).
+pub fn idle_of(spec: &WarmPoolSpec, active: &Result<Option<Active>, ScheduleError>) -> IdleRange {
+    match active {
+        Ok(Some(a)) => a.idle.clone(),
+        _ => spec.idle.clone(),
+    }
+}
+
 /// The first schedule with a period under way at `now`: its latest start at
 /// or before `now` is less than its duration ago. Of the periods under way
 /// that latest one ends last, so it says until when the schedule holds.
