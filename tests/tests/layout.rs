@@ -253,7 +253,7 @@ const ADAPTER_PATHS: [&str; 9] = [
 ];
 
 /// The operator's own modules that hold one.
-const ADAPTER_FILES: [&str; 12] = [
+const ADAPTER_FILES: [&str; 13] = [
     "k8s/",
     "local/",
     "scheduler_rows.rs",
@@ -266,6 +266,7 @@ const ADAPTER_FILES: [&str; 12] = [
     "pool/act.rs",
     "pool/reserve.rs",
     "pool/run.rs",
+    "pool/listings.rs",
 ];
 
 #[test]

@@ -1,6 +1,7 @@
 //! The Scheduler's database as the Kubernetes mode reaches it: the URL from
-//! the Secret `spec.database.urlSecretRef` names, a connection kept per
-//! Scheduler (so a reconcile does not reconnect), and the rows of
+//! the Secret `spec.database.urlSecretRef` names, one connection kept per
+//! database for the Schedulers on it (so a reconcile does not reconnect,
+//! and a thousand Schedulers on one database make one connection), and the rows of
 //! `orca.schedulers` as [`InstanceView`](crate::rollout::InstanceView)s.
 //!
 //! Whatever goes wrong here that a user can fix (no Secret, no key, a bad
@@ -8,15 +9,11 @@
 //! condition with its reason, never a crash loop, and never the password —
 //! the URL text is kept only to connect and to notice that it changed.
 
-use std::{
-    collections::HashMap,
-    sync::{Arc, Mutex},
-};
+use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::Secret;
 use kube::Api;
-use orca_db::{ConnectOptions, DatabaseUrl, Db, DbError};
-use sha2::{Digest, Sha256};
+use orca_db::{DatabaseUrl, Db, DbError};
 
 use crate::crd::SecretKeyRef;
 use crate::rollout::Problem;
@@ -112,35 +109,32 @@ fn scrub(message: &str, secret: &str) -> String {
     }
 }
 
-/// One connection per Scheduler, replaced when the Secret's URL changes or
-/// the connection drops.
-#[derive(Default)]
-pub struct Connections {
-    open: Mutex<Open>,
-    /// The operator replica (its pod's name): part of the connections'
-    /// `application_name`, so the database tells the replicas apart.
-    replica: Option<String>,
+/// The Scheduler controller's connections: one per database, shared by
+/// the Schedulers on it (see [`crate::connections`]), made again when the
+/// Secret's URL changes or the connection drops.
+pub struct Connections(crate::connections::Connections);
+
+impl Default for Connections {
+    fn default() -> Self {
+        Connections(crate::connections::Connections::named("orca-operator"))
+    }
 }
 
-/// (namespace, name) → (a digest of the URL text, the connection).
-type Open = HashMap<(String, String), (Vec<u8>, Arc<Db>)>;
-
-fn fingerprint(url_text: &str) -> Vec<u8> {
-    Sha256::digest(url_text.as_bytes()).to_vec()
+fn user(namespace: &str, name: &str) -> String {
+    format!("{namespace}/{name}")
 }
 
 impl Connections {
     /// No connections yet, for operator replica `replica`: its connections
     /// carry the name in their `application_name`.
     pub fn of_replica(replica: &str) -> Self {
-        Connections {
-            replica: Some(replica.to_string()),
-            ..Connections::default()
-        }
+        Connections(crate::connections::Connections::named(&format!(
+            "orca-operator/{replica}"
+        )))
     }
 
-    /// The connection of Scheduler `namespace/name` to `url`: the one kept
-    /// if it is to the same URL and still open, else a new one.
+    /// The connection of Scheduler `namespace/name` to `url`: its
+    /// database's, if it is still open, else a new one.
     pub async fn get(
         &self,
         namespace: &str,
@@ -148,32 +142,18 @@ impl Connections {
         url_text: &str,
         url: &DatabaseUrl,
     ) -> Result<Arc<Db>, DbError> {
-        let key = (namespace.to_string(), name.to_string());
-        let print = fingerprint(url_text);
-        if let Some((kept, db)) = self.lock().get(&key) {
-            if *kept == print && !db.is_closed() {
-                return Ok(db.clone());
-            }
-        }
-        let name = match &self.replica {
-            Some(replica) => format!("orca-operator/{replica}"),
-            None => "orca-operator".to_string(),
-        };
-        let db = Arc::new(orca_db::connect(url, &ConnectOptions::named(&name)).await?);
-        self.lock().insert(key, (print, db.clone()));
-        Ok(db)
+        self.0.get(&user(namespace, name), url_text, url).await
     }
 
-    /// Drops Scheduler `namespace/name`'s connection (it failed, or the
-    /// Scheduler is gone).
+    /// Scheduler `namespace/name` lets go of its connection (it failed, or
+    /// the Scheduler is gone).
     pub fn forget(&self, namespace: &str, name: &str) {
-        self.lock()
-            .remove(&(namespace.to_string(), name.to_string()));
+        self.0.forget(&user(namespace, name));
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, Open> {
-        // A panic while holding this lock leaves a map that is still whole.
-        self.open.lock().unwrap_or_else(|e| e.into_inner())
+    /// The databases the controller keeps a connection to.
+    pub fn databases(&self) -> usize {
+        self.0.databases()
     }
 }
 

@@ -25,7 +25,7 @@ use super::{
     watches::Watches,
 };
 use crate::k8s::warmpool::{self, PoolControllerConfig};
-use crate::pool::Tuning;
+use crate::pool::{Listings, Tuning};
 
 /// How long a call about the Lease may take: well within the 12 s its
 /// fence stays open after a renewal starts.
@@ -134,6 +134,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
                 metrics: Some(pool_metrics.clone()),
                 reporter: MANAGER.into(),
                 fence,
+                listings: Listings::default(),
             };
             let term = Leading::new(&leading);
             let controllers = controllers(

@@ -31,7 +31,7 @@ use crate::{
     pool::{
         drift::moved,
         ec2::{Ec2, Ec2Config},
-        Deletion, PoolLoop, Tuning,
+        Deletion, Listings, PoolLoop, Tuning,
     },
 };
 
@@ -57,6 +57,8 @@ pub struct LocalPools {
     /// moved, until nothing is left there.
     retiring: Vec<(String, Running)>,
     moto: Option<Moto>,
+    /// The pools' shared EC2 listings.
+    listings: Listings,
     /// Pools that could not start, and why (said once).
     refused: BTreeMap<String, String>,
 }
@@ -70,6 +72,7 @@ impl LocalPools {
             running: BTreeMap::new(),
             retiring: Vec::new(),
             moto: None,
+            listings: Listings::default(),
             refused: BTreeMap::new(),
         }
     }
@@ -166,7 +169,8 @@ impl LocalPools {
         };
         let mut pool_loop = PoolLoop::new(namespace, name, spec.clone(), url, tuning)
             .await
-            .map_err(|e| e.to_string())?;
+            .map_err(|e| e.to_string())?
+            .with_listings(&self.listings);
         pool_loop.set_run_stale(run_stale);
         let ec2 = Ec2::new(&Ec2Config::new(&spec.region, endpoint.as_deref())).await;
         let agent = sibling("orca-pool-agent")

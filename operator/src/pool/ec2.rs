@@ -9,7 +9,7 @@
 //! Kept whole, one concept: every EC2 call the pool makes, each fenced, with
 //! its answers sorted into errors the loop acts on; and its tests.
 
-use std::time::Duration;
+use std::{collections::HashMap, sync::Mutex, time::Duration};
 
 use aws_config::{retry::RetryConfig, timeout::TimeoutConfig, BehaviorVersion, Region};
 use aws_sdk_ec2::{
@@ -71,8 +71,23 @@ pub const DENIED_CODES: [&str; 7] = [
     "ExpiredToken",
 ];
 
+/// An instance of a listing, with the ownership tags that say whose it is.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Tagged {
+    /// Its `orca.dev/pool` tag, if it has one.
+    pub pool: Option<String>,
+    /// Its `orca.dev/scheduler` tag, if it has one.
+    pub scheduler: Option<String>,
+    /// Its `orca.dev/cluster` tag, if it has one (instances launched
+    /// before that tag existed have none).
+    pub cluster: Option<String>,
+    /// The instance; `None` if EC2's answer lacked its id, state or launch
+    /// time.
+    pub instance: Option<Ec2Instance>,
+}
+
 /// Where the EC2 API is.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Ec2Config {
     pub region: String,
     /// Another endpoint (VPC endpoints, moto's server).
@@ -265,9 +280,32 @@ pub struct Ec2 {
 
 impl Ec2 {
     /// Credentials come from the default chain (environment, profile, IMDS,
-    /// web identity); rustls on ring, like the rest of the operator.
+    /// web identity); rustls on ring, like the rest of the operator. One
+    /// client per `cfg` in the process, shared by the pools there (its
+    /// connections, its TLS set-up and its credentials' cache).
     pub async fn new(cfg: &Ec2Config) -> Ec2 {
-        Ec2::build(cfg, None).await
+        static CLIENTS: Mutex<Option<HashMap<Ec2Config, Client>>> = Mutex::new(None);
+        let kept = |clients: &Mutex<Option<HashMap<Ec2Config, Client>>>| {
+            let clients = clients.lock().unwrap_or_else(|e| e.into_inner());
+            clients.as_ref().and_then(|c| c.get(cfg).cloned())
+        };
+        if let Some(client) = kept(&CLIENTS) {
+            return Ec2 {
+                client,
+                fence: Fence::always(),
+            };
+        }
+        let made = Ec2::build(cfg, None).await;
+        let mut clients = CLIENTS.lock().unwrap_or_else(|e| e.into_inner());
+        let client = clients
+            .get_or_insert_with(HashMap::new)
+            .entry(cfg.clone())
+            .or_insert(made.client)
+            .clone();
+        Ec2 {
+            client,
+            fence: Fence::always(),
+        }
     }
 
     /// As [`Ec2::new`], signing with this access key instead of the default
@@ -338,30 +376,22 @@ impl Ec2 {
             .collect()
     }
 
-    /// Every instance of `owner`'s pool, in any state, and apart from them
-    /// those launched before instances carried the cluster's
-    /// tag (they have the other ownership tags and no [`TAG_CLUSTER`]) and
-    /// not terminated: whether those are this cluster's only its database
-    /// can tell. One listing, filtered on the tags they share; another
-    /// cluster's instances are dropped.
-    pub async fn describe_with_untagged(
-        &self,
-        owner: &Ownership,
-    ) -> Result<(Vec<Ec2Instance>, Vec<Ec2Instance>), Ec2Error> {
-        let (mut ours, mut untagged) = (Vec::new(), Vec::new());
-        for i in self.list(&owner.legacy_tags()).await? {
-            let parsed = instance(&i).ok_or(Ec2Error::Malformed {
-                action: "DescribeInstances",
-                what: "an instance id, state or launch time",
-            })?;
-            match i.tags().iter().find(|t| t.key() == Some(TAG_CLUSTER)) {
-                Some(t) if t.value() == Some(owner.cluster.as_str()) => ours.push(parsed),
-                Some(_) => {}
-                None if parsed.state.is_present() => untagged.push(parsed),
-                None => {}
-            }
-        }
-        Ok((ours, untagged))
+    /// Every instance with the tags `filter`, in any state, each with the
+    /// values of its pool's, Scheduler's and cluster's tags: one listing,
+    /// page by page, for as many pools as the filter covers (see
+    /// [`super::listings`]).
+    pub async fn describe_tagged(&self, filter: &[(&str, &str)]) -> Result<Vec<Tagged>, Ec2Error> {
+        Ok(self
+            .list(filter)
+            .await?
+            .iter()
+            .map(|i| Tagged {
+                pool: tag(i, TAG_POOL),
+                scheduler: tag(i, TAG_SCHEDULER),
+                cluster: tag(i, TAG_CLUSTER),
+                instance: instance(i),
+            })
+            .collect())
     }
 
     /// The last lines of instance `id`'s console (`GetConsoleOutput`), at

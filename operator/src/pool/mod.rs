@@ -3,7 +3,8 @@
 //! and leaked instances — never one that was just handed a run.
 //!
 //! Every pass is observe → decide → act:
-//! - observe: `DescribeInstances` by the ownership tags *first* ([`ec2`]),
+//! - observe: `DescribeInstances` by the ownership tags *first* ([`ec2`];
+//!   one listing for the operator's pools of a region, see [`listings`]),
 //!   then the pool's live `orca.instances` rows and unserved demand
 //!   (`orca_db::pool`), so anything seen in the database is at least as new;
 //! - decide: the pure [`plan::plan`];
@@ -31,6 +32,7 @@ pub mod ec2;
 pub mod forecast;
 pub mod holds;
 pub mod instance;
+pub mod listings;
 mod live;
 pub mod metrics;
 mod observe;
@@ -52,6 +54,7 @@ mod world;
 pub use crate::fence::{Fence, Fenced};
 pub use drain::{drain_of, DRAIN};
 pub use ec2::{Ec2, Ec2Config, Ec2Error, Ownership};
+pub use listings::Listings;
 pub use live::Live;
 pub use metrics::{Counts, PoolMetrics};
 pub use plan::{plan, Ec2Instance, Ec2State, Limits, Offering, PoolPlan, Reason, Snapshot};

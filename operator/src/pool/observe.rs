@@ -10,50 +10,56 @@ use std::{
 
 use super::plan::{Ec2Instance, PoolPlan, Snapshot};
 
-use super::pool_loop::{Listing, PoolLoop};
+use super::listings::Want;
+use super::pool_loop::PoolLoop;
 use super::report::{PassReport, PoolError, PoolEvent};
 
 impl PoolLoop {
-    /// Observes: EC2 first (or the last listing, see
-    /// [`Tuning::listing_reuse`]), then the rows and the demand.
-    pub(super) async fn observe(&mut self) -> Result<(Snapshot, Listing), PoolError> {
-        let (snap, listing, reused) = self.observe_once().await?;
-        // An instance the reused listing shows alive lost its last row since
-        // (its agent powered it off, say): the listing cannot tell whether it
-        // still runs, so look again rather than terminate it twice.
+    /// Observes: EC2 first (a listing of the pool's place new enough for
+    /// it, see [`super::listings`]), then the rows and the demand.
+    pub(super) async fn observe(&mut self) -> Result<Snapshot, PoolError> {
+        // A deletion, and a pass after one that failed while it acted, list
+        // anew.
+        let deleting = self.deletion.borrow().is_some();
+        let after = match self.fresh_after {
+            Some(after) if !deleting => after,
+            _ => Instant::now(),
+        };
+        let (snap, reused) = self.observe_once(after).await?;
+        // An instance a listing made before this pass shows alive lost its
+        // last row since (its agent powered it off, say): the listing
+        // cannot tell whether it still runs, so look again rather than
+        // terminate it twice.
         if reused
             && snap
                 .instances
                 .iter()
                 .any(|i| i.state.is_present() && snap.known.contains(&i.id))
         {
-            let (snap, listing, _) = self.observe_once().await?;
-            return Ok((snap, listing));
+            return Ok(self.observe_once(Instant::now()).await?.0);
         }
-        Ok((snap, listing))
+        Ok(snap)
     }
 
-    /// One observation: the last listing if it may be reused (taking it;
-    /// then `true`), else a new one.
-    pub(super) async fn observe_once(&mut self) -> Result<(Snapshot, Listing, bool), PoolError> {
-        let reusable = self.listing.take().filter(|l| {
-            l.taken.elapsed() < self.tuning.listing_reuse && self.deletion.borrow().is_none()
-        });
-        let reused = reusable.is_some();
-        let (taken, listed, instances) = match reusable {
-            Some(l) => (l.taken, l.clock, l.instances),
-            None => {
-                // The database's clock just before the listing: a row made
-                // after it may be of an instance the listing does not show.
-                let clock = self
-                    .world
-                    .read(async |db| orca_db::pool::clock(db).await)
-                    .await?;
-                let taken = Instant::now();
-                let instances = self.list().await?;
-                (taken, clock, instances)
-            }
-        };
+    /// One observation, with a listing asked for after `after`; and
+    /// whether it was asked for before this observation began.
+    pub(super) async fn observe_once(
+        &mut self,
+        after: Instant,
+    ) -> Result<(Snapshot, bool), PoolError> {
+        // The database's clock, then the listing: a row made after the
+        // listing was asked for may be of an instance it does not show.
+        // A listing asked for before the clock was read is placed on the
+        // database's clock by the time between them, counted from after the
+        // read: never later than it was.
+        let clock = self
+            .world
+            .read(async |db| orca_db::pool::clock(db).await)
+            .await?;
+        let read = Instant::now();
+        let (asked, instances) = self.list(after).await?;
+        let reused = asked < read;
+        let listed = clock - read.saturating_duration_since(asked).as_secs_f64();
         let pool = self.pool.clone();
         let count_uses = self.spec.max_uses > 0;
         let live = self
@@ -132,11 +138,6 @@ impl PoolLoop {
         });
         let ours = &self.ours;
         self.launch_times.retain(|id, _| ours.contains_key(id));
-        let listing = Listing {
-            taken,
-            clock: listed,
-            instances: instances.clone(),
-        };
         let snap = Snapshot {
             instances,
             rows: live,
@@ -148,48 +149,61 @@ impl PoolLoop {
             hung,
             drain: self.drain.clone(),
         };
-        Ok((snap, listing, reused))
+        Ok((snap, reused))
     }
 
-    /// The pool's instances, listed: by all the ownership tags, or, for the
-    /// loop's first listing, by those the instances launched before they
-    /// carried the cluster's tag have too — and those of them whose agents
-    /// reported to this pool's database are adopted: tagged with this
-    /// cluster's name (so that later listings, which filter on it, show
-    /// them) and listed as the pool's. One without a row here may be
-    /// another cluster's, and is left alone (its agent powers it off once
-    /// idle). One listing either way.
-    pub(super) async fn list(&mut self) -> Result<Vec<Ec2Instance>, PoolError> {
-        if self.adopted {
-            let listed = self.world.ec2.describe(&self.owner).await;
-            return listed.map_err(|e| self.ec2_error(e));
+    /// The pool's instances in a listing asked for after `after`, and when
+    /// it was asked for. For the loop's first listing, one that shows the
+    /// instances launched before instances carried the cluster's tag too —
+    /// and those of them whose agents reported to this pool's database are
+    /// adopted: tagged with this cluster's name (so that later listings,
+    /// which filter on it, show them) and listed as the pool's. One without
+    /// a row here may be another cluster's, and is left alone (its agent
+    /// powers it off once idle).
+    pub(super) async fn list(
+        &mut self,
+        after: Instant,
+    ) -> Result<(Instant, Vec<Ec2Instance>), PoolError> {
+        let want = Want {
+            after,
+            within: self.tuning.listing_reuse,
+            untagged: !self.adopted,
+        };
+        let place = self.place.clone();
+        let ec2 = &self.world.ec2;
+        let taken = place
+            .take(&self.owner, want, async |filter: &[(&str, &str)]| {
+                ec2.describe_tagged(filter).await
+            })
+            .await;
+        let (asked, group) = taken.map_err(|e| self.ec2_error(e))?;
+        let (mut instances, untagged) = (group.ours, group.untagged);
+        if self.adopted || untagged.is_empty() {
+            self.adopted = true;
+            return Ok((asked, instances));
         }
-        let listed = self.world.ec2.describe_with_untagged(&self.owner).await;
-        let (mut instances, untagged) = listed.map_err(|e| self.ec2_error(e))?;
-        if !untagged.is_empty() {
-            let ids: Vec<String> = untagged.iter().map(|i| i.id.clone()).collect();
-            let pool = self.pool.clone();
-            let mut ours: Vec<String> = self
-                .world
-                .read(async |db| orca_db::pool::had_rows(db, &pool, &ids).await)
-                .await?
-                .into_iter()
-                .collect();
-            ours.sort();
-            if ours.is_empty() {
-                tracing::info!(pool = %self.pool, instances = ?ids,
-                    "instances with this pool's tags but no cluster's and no row in its database: \
-                     another cluster's, left alone");
-            } else {
-                let tagged = self.world.ec2.tag_cluster(&ours, &self.owner).await;
-                tagged.map_err(|e| self.ec2_error(e))?;
-                tracing::info!(pool = %self.pool, instances = ?ours, cluster = %self.owner.cluster, "adopted");
-                instances.extend(untagged.into_iter().filter(|i| ours.contains(&i.id)));
-                self.just_adopted = ours;
-            }
+        let ids: Vec<String> = untagged.iter().map(|i| i.id.clone()).collect();
+        let pool = self.pool.clone();
+        let mut ours: Vec<String> = self
+            .world
+            .read(async |db| orca_db::pool::had_rows(db, &pool, &ids).await)
+            .await?
+            .into_iter()
+            .collect();
+        ours.sort();
+        if ours.is_empty() {
+            tracing::info!(pool = %self.pool, instances = ?ids,
+                "instances with this pool's tags but no cluster's and no row in its database: \
+                 another cluster's, left alone");
+        } else {
+            let tagged = self.world.ec2.tag_cluster(&ours, &self.owner).await;
+            tagged.map_err(|e| self.ec2_error(e))?;
+            tracing::info!(pool = %self.pool, instances = ?ours, cluster = %self.owner.cluster, "adopted");
+            instances.extend(untagged.into_iter().filter(|i| ours.contains(&i.id)));
+            self.just_adopted = ours;
         }
         self.adopted = true;
-        Ok(instances)
+        Ok((asked, instances))
     }
 
     /// Boot time-outs in a row (`plan`'s `BootTimeout` retirements, none of

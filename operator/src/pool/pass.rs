@@ -29,7 +29,7 @@ const FORECAST_HOURS_SHOWN: usize = 6;
 impl PoolLoop {
     /// One pass at `now` (the operator's clock, for EC2's launch times).
     pub async fn pass(&mut self, now: DateTime<Utc>) -> Result<PassReport, PoolError> {
-        let (mut snap, listing) = self.observe().await?;
+        let mut snap = self.observe().await?;
         let adopted = std::mem::take(&mut self.just_adopted);
         // Read after the observation: a deletion that began meanwhile
         // launches nothing in this pass already.
@@ -132,22 +132,26 @@ impl PoolLoop {
         } else {
             self.count_boot_failures(&decided, &snap, &mut report).await;
         }
-        let failed_ends = self.retire(&decided, &mut report).await?;
-        self.reserve(&decided, now, &mut report).await?;
-        self.launch(&decided, failed_ends, now, &mut report).await?;
-        report.instances = super::roster::roster(spec, &snap, &decided, &self.launch_times);
-        // What this pass terminated, ended, stopped or started would look
-        // otherwise in a reused listing; what it launched is counted as the
-        // loop's own.
-        if decided.retirements.is_empty()
+        // What this pass terminates, ends, stops or starts would look
+        // otherwise in a listing asked for before it is done: the next
+        // passes take none of those (and if the pass fails on the way, the
+        // next lists anew). What it launches is counted as the loop's own.
+        let acts = !(decided.retirements.is_empty()
             && decided.ends.is_empty()
             && decided.gone.is_empty()
             && decided.stops.is_empty()
             && decided.restops.is_empty()
-            && decided.starts.is_empty()
-        {
-            self.listing = Some(listing);
+            && decided.starts.is_empty());
+        if acts {
+            self.fresh_after = None;
         }
+        let failed_ends = self.retire(&decided, &mut report).await?;
+        self.reserve(&decided, now, &mut report).await?;
+        self.launch(&decided, failed_ends, now, &mut report).await?;
+        if acts {
+            self.fresh_after = Some(Instant::now());
+        }
+        report.instances = super::roster::roster(spec, &snap, &decided, &self.launch_times);
         // A refusal of the credentials outlasts the pass that met it (see
         // `Denials`), over any boot failure: the IAM policy mends it.
         if let Some(message) = self.denials.standing() {

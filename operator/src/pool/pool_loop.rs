@@ -3,10 +3,14 @@
 //! it launched, its holds and back-offs — and how it is made and told of
 //! a new spec, a deletion or a fence. Its passes are in `observe.rs`,
 //! `pass.rs`, `act.rs` and `status.rs`; its own run in `run.rs`.
+//!
+//! Kept whole, one concept: what a loop keeps between passes, and each way
+//! of making it (its world, its fence, its listings and connections).
 
 use std::{
     collections::{BTreeMap, HashMap, HashSet},
     fmt,
+    sync::Arc,
     time::{Duration, Instant},
 };
 
@@ -20,24 +24,16 @@ use crate::backoff::Backoff;
 use super::{
     ec2::{Ec2, Ec2Config, Ec2Error, Ownership},
     metrics::PoolMetrics,
-    plan::{Ec2Instance, Limits, Offering},
+    plan::{Limits, Offering},
 };
 use crate::crd::{WarmPoolSpec, WarmPoolStatus};
 use crate::fence::Fence;
 
-use super::live::Live;
+use super::listings::{Listings, Place};
+use super::live::{Live, Shared};
 use super::report::{Deletion, Denials, PoolError};
 use super::tuning::Tuning;
-
-/// An EC2 listing of the pool, kept for the passes that follow it closely.
-#[derive(Clone, Debug)]
-pub(super) struct Listing {
-    /// When the listing was asked for.
-    pub(super) taken: Instant,
-    /// The database's clock just before.
-    pub(super) clock: f64,
-    pub(super) instances: Vec<Ec2Instance>,
-}
+use crate::connections::Connections;
 
 /// The URL text as the user-data needs it; never shown.
 #[derive(Clone)]
@@ -95,8 +91,14 @@ pub struct PoolLoop<W = Live> {
     /// counted.
     pub(super) cost: super::cost::Cost,
     pub(super) cost_at: Option<Instant>,
-    /// The last EC2 listing, while a pass may reuse it.
-    pub(super) listing: Option<Listing>,
+    /// Where the loop lists EC2: a place of its own, or one it shares with
+    /// the operator's other pools there ([`PoolLoop::with_listings`]).
+    pub(super) place: Arc<Place>,
+    pub(super) listings: Option<Listings>,
+    /// A pass may take a listing asked for after this (the loop's last
+    /// act, or its start); `None`: the next pass lists anew (an act was
+    /// under way when a pass failed).
+    pub(super) fresh_after: Option<Instant>,
     /// Busy rows seen hung, and the database's clock at the listing of the
     /// pass that first saw each so.
     pub(super) hung_since: HashMap<i64, f64>,
@@ -163,7 +165,9 @@ impl<W> PoolLoop<W> {
             metrics: None,
             cost: Default::default(),
             cost_at: None,
-            listing: None,
+            place: Place::own(),
+            listings: None,
+            fresh_after: Some(Instant::now()),
             hung_since: HashMap::new(),
             denials: Denials::default(),
             floors: None,
@@ -291,6 +295,8 @@ impl PoolLoop {
             reconnect: Reconnect::new(url, ConnectOptions::named(&tuning.application_name("pool")))
                 .listen("orca_pool"),
             db: None,
+            shared: None,
+            held: None,
             fence: Fence::always(),
         };
         Ok(PoolLoop::with_world(
@@ -311,6 +317,22 @@ impl PoolLoop {
         self
     }
 
+    /// The loop's statements go over its database's connection in
+    /// `connections`, shared with the controller's other pools there,
+    /// rather than a connection of its own; nothing listens on it (the
+    /// controller listens, one connection per database).
+    pub fn sharing(mut self, connections: &Arc<Connections>) -> Self {
+        let url = self.world.reconnect.url().clone();
+        self.world.shared = Some(Shared::new(
+            connections.clone(),
+            &self.pool,
+            &self.url.0,
+            url,
+        ));
+        self.world.db = None;
+        self
+    }
+
     /// Every EC2 call and statement of the loop checks `fence` first. A
     /// loop is built with [`Fence::always`] (the local mode, which has no
     /// election); the Kubernetes mode sets its Lease's.
@@ -325,6 +347,19 @@ impl PoolLoop {
     /// region and endpoint, until a spec moves the pool to another.
     pub fn with_ec2(mut self, ec2: Ec2) -> Self {
         self.world.ec2 = ec2.with_fence(self.world.fence.clone());
+        // Its credentials are its own: so are its listings.
+        self.listings = None;
+        self.place = Place::own();
+        self
+    }
+
+    /// The loop lists EC2 with the operator's other pools of its region,
+    /// endpoint and cluster (see [`super::listings`]): one
+    /// `DescribeInstances` for all of them, each pass taking one that is
+    /// new enough for it.
+    pub fn with_listings(mut self, listings: &Listings) -> Self {
+        self.place = listings.place(&self.world.ec2_config, &self.owner);
+        self.listings = Some(listings.clone());
         self
     }
 
@@ -357,7 +392,7 @@ impl PoolLoop {
     /// A changed spec (Kubernetes: a new generation); a changed region or
     /// endpoint gets a new EC2 client, and the next pass lists afresh.
     pub async fn set_spec(&mut self, spec: WarmPoolSpec) {
-        self.listing = None;
+        self.fresh_after = Some(Instant::now());
         let cfg = Ec2Config::new(&spec.region, spec.endpoint.as_deref());
         if cfg != self.world.ec2_config {
             self.world.ec2 = Ec2::new(&cfg).await.with_fence(self.world.fence.clone());
@@ -371,6 +406,9 @@ impl PoolLoop {
             &self.tuning.operator,
             &self.tuning.cluster,
         );
+        if let Some(listings) = &self.listings {
+            self.place = listings.place(&self.world.ec2_config, &self.owner);
+        }
         self.spec = spec;
         self.denials.clear();
         self.floors = None;

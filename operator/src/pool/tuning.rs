@@ -32,10 +32,13 @@ pub struct Tuning {
     /// several: part of its connections' `application_name`, so the
     /// database tells the replicas apart (`pg_stat_activity`, the logs).
     pub replica: Option<String>,
-    /// A pass within this long of the last EC2 listing reuses it, unless a
-    /// pass since terminated or ended something or failed, the spec
-    /// changed, or the pool is being deleted: a hand-out's launch then waits for no listing. What
-    /// the loop launched since is counted from what EC2 answered. Zero:
+    /// A listing serves the passes of the pools of its place (see
+    /// [`super::listings`]) for this long, except a pass of a pool that
+    /// acted (terminated, ended, stopped or started something) since it
+    /// was asked for, changed its spec, or is being deleted: a hand-out's
+    /// launch then waits for no listing, and the operator's idle pools of
+    /// one region make one `DescribeInstances` per this long between them.
+    /// What a loop launched since is counted from what EC2 answered. Zero:
     /// every pass lists.
     pub listing_reuse: Duration,
     /// `RunInstances` calls per batch when throttled, same `ClientToken`.
@@ -68,7 +71,7 @@ impl Default for Tuning {
         Tuning {
             resync: Duration::from_secs(20),
             min_gap: Duration::from_millis(25),
-            listing_reuse: Duration::from_secs(5),
+            listing_reuse: Duration::from_secs(15),
             stale: Duration::from_secs(30),
             leak_grace: None,
             capacity_hold: Duration::from_secs(180),

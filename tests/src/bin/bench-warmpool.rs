@@ -102,6 +102,7 @@ impl Stage {
             reporter: "orca-operator".into(),
             fence: Fence::always(),
             progress: Default::default(),
+            listings: Default::default(),
         };
         let mut watches = Watches::new(&client, &Some(ns.clone()));
         let run = warmpool::run(client, config, &mut watches);

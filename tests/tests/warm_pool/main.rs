@@ -261,6 +261,7 @@ mod refusals;
 mod reserve;
 mod retirement;
 mod schedules;
+mod shared_listing;
 mod sizing;
 mod spot;
 mod tenancy;

@@ -63,6 +63,7 @@ fn config(fence: Fence) -> PoolControllerConfig {
         reporter: "orca-operator".into(),
         fence,
         progress: Default::default(),
+        listings: Default::default(),
     }
 }
 

@@ -190,8 +190,8 @@ impl Watched {
         Some(meta.map(|m| m.resource_version().unwrap_or_default()))
     }
 
-    /// The URL Scheduler `ns/name` last read, if from `secret`'s `key` at
-    /// `version`.
+    /// The URL of `secret`'s `key` at `version`, as Scheduler `ns/name` or
+    /// another of its namespace last read it.
     pub fn url(
         &self,
         ns: &str,
@@ -200,9 +200,17 @@ impl Watched {
         key_: &str,
         version: &str,
     ) -> Option<ReadUrl> {
-        locked(&self.urls)
-            .get(&key(ns, name))
-            .filter(|u| u.secret == secret && u.key == key_ && u.version == version)
+        let same = |u: &&ReadUrl| u.secret == secret && u.key == key_ && u.version == version;
+        let urls = locked(&self.urls);
+        // Its own read, or another Scheduler's of the same Secret at the
+        // same version: a thousand Schedulers on one Secret read it once.
+        urls.get(&key(ns, name))
+            .filter(same)
+            .or_else(|| {
+                urls.iter()
+                    .find(|((n, _), u)| n == ns && same(u))
+                    .map(|(_, u)| u)
+            })
             .cloned()
     }
 

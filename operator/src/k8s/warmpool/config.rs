@@ -8,7 +8,7 @@ use kube::{Api, Client, ResourceExt};
 use crate::{
     crd::WarmPool,
     k8s::{leader::Fence, server::Progress},
-    pool::{PoolMetrics, Tuning},
+    pool::{Listings, PoolMetrics, Tuning},
 };
 
 /// What the WarmPool controller needs besides the client.
@@ -24,6 +24,9 @@ pub struct PoolControllerConfig {
     /// Until when this replica may act: its Lease's ([`Fence::always`]
     /// without an election).
     pub fence: Fence,
+    /// The pools' EC2 listings, one per region and endpoint, shared
+    /// between them (see [`crate::pool::listings`]).
+    pub listings: Listings,
 }
 
 /// A pool's name in logs, locks and metrics: `namespace/name`.

@@ -31,6 +31,7 @@ use super::{
 };
 use crate::{
     backoff::{Backoff, PerObject},
+    connections::Connections,
     crd::{Scheduler, WarmPool, WarmPoolStatus},
     k8s::status::post_event,
     pool::{Deletion, PoolEvent, PoolLoop},
@@ -88,6 +89,8 @@ pub struct PoolContext {
     /// The database each pool's loop runs on, for the listeners.
     pub(super) databases: Mutex<HashMap<String, DatabaseKey>>,
     pub(super) listeners: Listeners,
+    /// The pools' connections: one per database, shared by its pools.
+    pub(super) connections: Arc<Connections>,
     /// The uids of the WarmPools this replica put the finalizer on.
     pub(super) finalized: Mutex<HashSet<String>>,
     /// Whether a reconcile waited for the watches to list, and whether it
@@ -121,6 +124,7 @@ impl PoolContext {
                 config.fence.clone(),
                 config.tuning.application_name("listen"),
             ),
+            connections: Arc::new(Connections::named(&config.tuning.application_name("pool"))),
             client,
             config,
             caches,

@@ -150,8 +150,9 @@ pub(super) async fn prepare(
         pool: pool.to_string(),
         source,
     })?
-    .not_listening()
+    .sharing(&ctx.connections)
     .with_fence(ctx.config.fence.clone())
+    .with_listings(&ctx.config.listings)
     .with_deletion(told)
     .remember(wp.metadata.uid.as_deref().unwrap_or_default(), &remembered);
     if let Some(m) = &ctx.config.metrics {

@@ -51,6 +51,7 @@ pub(super) fn retire(config: &PoolControllerConfig, lp: PoolLoop, place: FormerP
     let lp = lp
         .with_deletion(told)
         .with_fence(config.fence.clone())
+        .with_listings(&config.listings)
         .without_metrics();
     Retiring {
         place,

@@ -1,0 +1,445 @@
+//! One EC2 listing for many pools (docs/architecture.md#one-listing-for-many-pools).
+//!
+//! EC2 throttles `DescribeInstances` per account and region, for everything
+//! the account runs. So the pools of one operator that list in the same
+//! place (region, endpoint, the operator's and the cluster's tags) share
+//! their listings: one paginated call, filtered by the operator's and the
+//! cluster's tags, serves every pool of the place for
+//! [`super::Tuning::listing_reuse`]. A pool's instances are picked out of it
+//! by their pool and Scheduler tags, as the pool's own filter would.
+//!
+//! A pass may take a listing only if it was asked for after the pool's
+//! last act: what the pool terminated, stopped, started
+//! or ended would look otherwise in an older one. Its own launches are
+//! counted apart (the loop's `ours`), and rows made after the listing was
+//! asked for are never taken for rows of gone instances (the pass reads
+//! the database's clock, and places the listing on it).
+//!
+//! A pass the last listing serves takes it without waiting. While a new
+//! one is under way, the passes it does not serve wait for it, and take it
+//! if it is new enough for them: a burst of passes makes one call.
+//!
+//! Kept whole, one concept: which listing a pass may take, and the tables
+//! that pin that rule down.
+
+use std::{
+    collections::HashMap,
+    sync::{Arc, Mutex},
+    time::{Duration, Instant},
+};
+
+use super::{
+    ec2::{Ec2Config, Ec2Error, Tagged},
+    plan::Ec2Instance,
+    tags::{Ownership, TAG_CLUSTER, TAG_OPERATOR},
+};
+
+/// The places where pools list, each with its last listing: one per
+/// operator (the Kubernetes mode's controller, the local mode).
+#[derive(Clone, Default)]
+pub struct Listings {
+    places: Arc<Mutex<HashMap<PlaceKey, Arc<Place>>>>,
+}
+
+/// Where a listing is made, and for whom.
+#[derive(Clone, Debug, Hash, PartialEq, Eq)]
+struct PlaceKey {
+    region: String,
+    endpoint: Option<String>,
+    operator: String,
+    cluster: String,
+}
+
+impl Listings {
+    /// The place of `owner`'s pool, listing through `cfg`: shared with
+    /// every pool of the same region, endpoint, operator and cluster.
+    pub(super) fn place(&self, cfg: &Ec2Config, owner: &Ownership) -> Arc<Place> {
+        let key = PlaceKey {
+            region: cfg.region.clone(),
+            endpoint: cfg.endpoint.clone(),
+            operator: owner.operator.clone(),
+            cluster: owner.cluster.clone(),
+        };
+        // A panic while holding this lock leaves a map that is still whole.
+        let mut places = self.places.lock().unwrap_or_else(|e| e.into_inner());
+        places
+            .entry(key)
+            .or_insert_with(|| Arc::new(Place::new(true)))
+            .clone()
+    }
+}
+
+/// Where one or more pools list, and its last listing.
+pub(super) struct Place {
+    /// Shared: listed by the operator's and the cluster's tags, for every
+    /// pool there; else the one pool's own, by all its ownership tags.
+    shared: bool,
+    /// The last listing: a pass it serves takes it without waiting.
+    last: Mutex<Option<Arc<Taken>>>,
+    /// Held while a listing is under way.
+    listing: tokio::sync::Mutex<()>,
+}
+
+/// What a pass asks of a listing.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Want {
+    /// It was asked for after this: the pool's last act.
+    pub(super) after: Instant,
+    /// And less than this long ago.
+    pub(super) within: Duration,
+    /// It shows the instances launched before instances carried the
+    /// cluster's tag too (the loop's first listing, which adopts them).
+    pub(super) untagged: bool,
+}
+
+/// One listing, sorted by pool.
+#[derive(Debug)]
+struct Taken {
+    asked: Instant,
+    untagged: bool,
+    pools: HashMap<(String, String), Group>,
+}
+
+/// One pool's instances in a listing.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub(super) struct Group {
+    /// Those with the cluster's tag.
+    pub(super) ours: Vec<Ec2Instance>,
+    /// Those without it, not terminated (the listing asked for them).
+    pub(super) untagged: Vec<Ec2Instance>,
+    /// One of the pool's instances came without an id, a state or a
+    /// launch time.
+    malformed: bool,
+}
+
+/// `listed`, sorted by pool (its pool and Scheduler tags): those of
+/// `cluster`, and those without a cluster's tag that are not terminated.
+/// Another cluster's, and those without a pool's or a Scheduler's tag, are
+/// no pool's here.
+pub(super) fn sort(listed: Vec<Tagged>, cluster: &str) -> HashMap<(String, String), Group> {
+    let mut pools: HashMap<(String, String), Group> = HashMap::new();
+    for t in listed {
+        let (Some(pool), Some(scheduler)) = (t.pool, t.scheduler) else {
+            continue;
+        };
+        let ours = match t.cluster.as_deref() {
+            Some(c) if c == cluster => true,
+            Some(_) => continue,
+            None => false,
+        };
+        let group = pools.entry((pool, scheduler)).or_default();
+        match t.instance {
+            None => group.malformed = true,
+            Some(i) if ours => group.ours.push(i),
+            Some(i) if i.state.is_present() => group.untagged.push(i),
+            Some(_) => {}
+        }
+    }
+    pools
+}
+
+impl Place {
+    fn new(shared: bool) -> Place {
+        Place {
+            shared,
+            last: Mutex::new(None),
+            listing: tokio::sync::Mutex::new(()),
+        }
+    }
+
+    /// A place of one pool's own: its listings filter by all its ownership
+    /// tags and serve it alone (a loop with EC2 credentials of its own).
+    pub(super) fn own() -> Arc<Place> {
+        Arc::new(Place::new(false))
+    }
+
+    /// `owner`'s instances in a listing `want` takes, and when that listing
+    /// was asked for: the place's last if it will do, else a new one, made
+    /// by `list` with the filter it is given (or, if another pass's
+    /// listing under way will do once it is done, that one). A failed
+    /// listing fails the passes that asked for it; the place's last stays.
+    pub(super) async fn take<F>(
+        &self,
+        owner: &Ownership,
+        want: Want,
+        list: F,
+    ) -> Result<(Instant, Group), Ec2Error>
+    where
+        F: AsyncFnOnce(&[(&str, &str)]) -> Result<Vec<Tagged>, Ec2Error>,
+    {
+        if let Some(taken) = self.fitting(want) {
+            return taken.of(owner);
+        }
+        let _listing = self.listing.lock().await;
+        // The one under way while this pass waited may do.
+        if let Some(taken) = self.fitting(want) {
+            return taken.of(owner);
+        }
+        let filter: Vec<(&str, &str)> = match (self.shared, want.untagged) {
+            (true, true) => vec![(TAG_OPERATOR, &owner.operator)],
+            (true, false) => vec![
+                (TAG_OPERATOR, &owner.operator),
+                (TAG_CLUSTER, &owner.cluster),
+            ],
+            (false, true) => owner.legacy_tags().to_vec(),
+            (false, false) => owner.tags().to_vec(),
+        };
+        let asked = Instant::now();
+        let listed = list(&filter).await?;
+        let taken = Taken {
+            asked,
+            untagged: want.untagged,
+            pools: sort(listed, &owner.cluster),
+        };
+        let out = taken.of(owner);
+        *self.last.lock().unwrap_or_else(|e| e.into_inner()) = Some(Arc::new(taken));
+        out
+    }
+
+    /// The last listing, if it will do for `want`.
+    fn fitting(&self, want: Want) -> Option<Arc<Taken>> {
+        let last = self.last.lock().unwrap_or_else(|e| e.into_inner());
+        last.as_ref()
+            .filter(|t| {
+                t.asked >= want.after
+                    && t.asked.elapsed() < want.within
+                    && (t.untagged || !want.untagged)
+            })
+            .cloned()
+    }
+}
+
+impl Taken {
+    fn of(&self, owner: &Ownership) -> Result<(Instant, Group), Ec2Error> {
+        let key = (owner.pool.clone(), owner.scheduler.clone());
+        let group = self.pools.get(&key).cloned().unwrap_or_default();
+        if group.malformed {
+            return Err(Ec2Error::Malformed {
+                action: "DescribeInstances",
+                what: "an instance id, state or launch time",
+            });
+        }
+        Ok((self.asked, group))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use chrono::Utc;
+
+    use super::*;
+    use crate::pool::plan::{Ec2State, Offering};
+
+    fn owner(pool: &str) -> Ownership {
+        Ownership::new("ns", pool, "sched", "orca-operator", "east")
+    }
+
+    fn tagged(id: &str, pool: &str, cluster: Option<&str>, state: Ec2State) -> Tagged {
+        let o = owner(pool);
+        Tagged {
+            pool: Some(o.pool),
+            scheduler: Some(o.scheduler),
+            cluster: cluster.map(str::to_string),
+            instance: Some(Ec2Instance {
+                id: id.into(),
+                state,
+                launched: Utc::now(),
+                offering: Offering::default(),
+                launch: None,
+                image: None,
+            }),
+        }
+    }
+
+    fn ids(g: &Group) -> Vec<&str> {
+        g.ours.iter().map(|i| i.id.as_str()).collect()
+    }
+
+    /// The place's listing as `calls` counts them, answering `listed`.
+    async fn take(
+        place: &Place,
+        pool: &str,
+        want: Want,
+        calls: &AtomicUsize,
+        listed: &[Tagged],
+    ) -> (Instant, Group) {
+        place
+            .take(&owner(pool), want, async |_filter: &[(&str, &str)]| {
+                calls.fetch_add(1, Ordering::SeqCst);
+                Ok(listed.to_vec())
+            })
+            .await
+            .unwrap()
+    }
+
+    fn want(after: Instant) -> Want {
+        Want {
+            after,
+            within: Duration::from_secs(60),
+            untagged: false,
+        }
+    }
+
+    #[test]
+    fn a_listing_is_sorted_by_pool_and_another_clusters_instances_are_no_ones() {
+        let listed = vec![
+            tagged("i-a1", "a", Some("east"), Ec2State::Running),
+            tagged("i-b1", "b", Some("east"), Ec2State::Running),
+            tagged("i-a2", "a", Some("west"), Ec2State::Running),
+            tagged("i-a3", "a", None, Ec2State::Running),
+            tagged("i-a4", "a", None, Ec2State::Terminated),
+            Tagged {
+                pool: None,
+                ..tagged("i-x", "a", Some("east"), Ec2State::Running)
+            },
+        ];
+        let pools = sort(listed, "east");
+        let a = &pools[&(owner("a").pool, owner("a").scheduler)];
+        let b = &pools[&(owner("b").pool, owner("b").scheduler)];
+        assert_eq!(ids(a), ["i-a1"]);
+        assert_eq!(a.untagged.len(), 1);
+        assert_eq!(a.untagged[0].id, "i-a3");
+        assert_eq!(ids(b), ["i-b1"]);
+        assert!(b.untagged.is_empty());
+        assert_eq!(pools.len(), 2);
+    }
+
+    #[test]
+    fn a_pool_of_another_scheduler_with_the_same_name_is_another_pool() {
+        let mut other = tagged("i-o", "a", Some("east"), Ec2State::Running);
+        other.scheduler =
+            Some(Ownership::new("ns", "a", "other", "orca-operator", "east").scheduler);
+        let pools = sort(
+            vec![tagged("i-a", "a", Some("east"), Ec2State::Running), other],
+            "east",
+        );
+        assert_eq!(
+            ids(&pools[&(owner("a").pool, owner("a").scheduler)]),
+            ["i-a"]
+        );
+    }
+
+    #[tokio::test]
+    async fn one_listing_serves_every_pool_of_the_place_until_one_acts() {
+        let place = Place::new(true);
+        let calls = AtomicUsize::new(0);
+        let listed = [
+            tagged("i-a", "a", Some("east"), Ec2State::Running),
+            tagged("i-b", "b", Some("east"), Ec2State::Running),
+        ];
+        let start = Instant::now();
+        let (asked, a) = take(&place, "a", want(start), &calls, &listed).await;
+        let (again, b) = take(&place, "b", want(start), &calls, &listed).await;
+        assert_eq!((ids(&a), ids(&b)), (vec!["i-a"], vec!["i-b"]));
+        assert_eq!((calls.load(Ordering::SeqCst), again), (1, asked));
+        // A pool with no instances in the listing has none.
+        let (_, c) = take(&place, "c", want(start), &calls, &listed).await;
+        assert_eq!((calls.load(Ordering::SeqCst), c), (1, Group::default()));
+        // Pool b acted after the listing was asked for: it lists again; a
+        // does not, and takes that newer listing.
+        let acted = Instant::now();
+        let (newer, _) = take(&place, "b", want(acted), &calls, &listed).await;
+        assert!(newer >= acted);
+        let (a_newer, _) = take(&place, "a", want(start), &calls, &listed).await;
+        assert_eq!((calls.load(Ordering::SeqCst), a_newer), (2, newer));
+    }
+
+    #[tokio::test]
+    async fn an_old_listing_or_one_without_the_untagged_is_taken_again() {
+        let place = Place::new(true);
+        let calls = AtomicUsize::new(0);
+        let start = Instant::now();
+        take(&place, "a", want(start), &calls, &[]).await;
+        let adopting = Want {
+            untagged: true,
+            ..want(start)
+        };
+        take(&place, "a", adopting, &calls, &[]).await;
+        assert_eq!(calls.load(Ordering::SeqCst), 2, "the first had no untagged");
+        // The one with the untagged serves those without the need.
+        take(&place, "b", want(start), &calls, &[]).await;
+        assert_eq!(calls.load(Ordering::SeqCst), 2);
+        let fresh_only = Want {
+            within: Duration::ZERO,
+            ..want(start)
+        };
+        take(&place, "b", fresh_only, &calls, &[]).await;
+        assert_eq!(
+            calls.load(Ordering::SeqCst),
+            3,
+            "past `within`, listed anew"
+        );
+    }
+
+    #[tokio::test]
+    async fn passes_that_ask_at_once_make_one_call() {
+        let place = Arc::new(Place::new(true));
+        let calls = Arc::new(AtomicUsize::new(0));
+        let start = Instant::now();
+        let mut tasks = Vec::new();
+        for pool in ["a", "b", "c", "d"] {
+            let (place, calls) = (place.clone(), calls.clone());
+            tasks.push(tokio::spawn(async move {
+                place
+                    .take(&owner(pool), want(start), async |_f: &[(&str, &str)]| {
+                        calls.fetch_add(1, Ordering::SeqCst);
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                        Ok(vec![])
+                    })
+                    .await
+                    .unwrap()
+            }));
+        }
+        for t in tasks {
+            t.await.unwrap();
+        }
+        assert_eq!(calls.load(Ordering::SeqCst), 1);
+    }
+
+    #[tokio::test]
+    async fn a_malformed_instance_fails_its_own_pool_only() {
+        let place = Place::new(true);
+        let calls = AtomicUsize::new(0);
+        let mut broken = tagged("i-a", "a", Some("east"), Ec2State::Running);
+        broken.instance = None;
+        let listed = [broken, tagged("i-b", "b", Some("east"), Ec2State::Running)];
+        let start = Instant::now();
+        let (_, b) = take(&place, "b", want(start), &calls, &listed).await;
+        assert_eq!(ids(&b), ["i-b"]);
+        let a = place
+            .take(&owner("a"), want(start), async |_f: &[(&str, &str)]| {
+                Ok(vec![])
+            })
+            .await;
+        assert!(matches!(a, Err(Ec2Error::Malformed { .. })), "{a:?}");
+    }
+
+    #[test]
+    fn a_shared_place_filters_by_operator_and_cluster_an_own_one_by_every_tag() {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        let seen = Mutex::new(Vec::new());
+        for (shared, untagged) in [(true, false), (true, true), (false, false), (false, true)] {
+            let place = Place::new(shared);
+            let w = Want {
+                untagged,
+                ..want(Instant::now())
+            };
+            rt.block_on(place.take(&owner("a"), w, async |f: &[(&str, &str)]| {
+                let keys: Vec<String> = f.iter().map(|(k, _)| k.to_string()).collect();
+                seen.lock().unwrap().push(keys);
+                Ok(vec![])
+            }))
+            .unwrap();
+        }
+        let seen = seen.into_inner().unwrap();
+        assert_eq!(seen[0], [TAG_OPERATOR, TAG_CLUSTER]);
+        assert_eq!(seen[1], [TAG_OPERATOR]);
+        assert_eq!(seen[2].len(), 4);
+        assert_eq!(seen[3].len(), 3);
+        assert!(!seen[3].contains(&TAG_CLUSTER.to_string()));
+    }
+}
