@@ -249,6 +249,11 @@ impl Replica {
         }
     }
 
+    /// Its process id, while it runs.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(|c| c.id())
+    }
+
     /// Its `/metrics`, as Prometheus would scrape it.
     pub fn scrape(&self) -> String {
         self.get("/metrics")

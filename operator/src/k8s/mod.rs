@@ -8,7 +8,7 @@
 //! - [`warmpool`] — the WarmPool controller around a pool's pass
 //!   ([`crate::pool`]): its watches and triggers, finalizer and write-back;
 //! - shared: [`database`] (a Scheduler's Secret → its database URL, a
-//!   connection kept per Scheduler), [`status`] (status by server-side
+//!   connection kept per database), [`status`] (status by server-side
 //!   apply, the Events), [`names`] (the labels and [`MANAGER`]);
 //! - [`metrics`], [`server`] — the Prometheus registry and `/metrics`,
 //!   `/healthz`, `/readyz`;
@@ -29,6 +29,12 @@ pub mod server;
 pub mod status;
 pub mod warmpool;
 pub mod watches;
+
+/// Reconciles each controller runs at once (kube's controller queues the
+/// rest): a replica starting over a thousand objects sends the API server
+/// a steady stream of requests rather than a thousand at once, and holds
+/// the memory of so many passes, not of all.
+pub const RECONCILE_CONCURRENCY: u16 = 32;
 
 pub use metrics::Metrics;
 pub use names::*;

@@ -62,6 +62,17 @@ where
     }
 }
 
+/// What no controller reads of an object, dropped before the store keeps
+/// it: the field managers' bookkeeping and `kubectl apply`'s copy of the
+/// whole object, most of the memory of a thousand objects.
+fn slim<K: Resource>(object: &mut K) {
+    let meta = object.meta_mut();
+    meta.managed_fields = None;
+    if let Some(annotations) = &mut meta.annotations {
+        annotations.remove("kubectl.kubernetes.io/last-applied-configuration");
+    }
+}
+
 /// One list-and-watch of `K` whose store and events any number of
 /// subscribers share; it does nothing until [`Watch::run`] is polled.
 pub struct Watch<K: Resource<DynamicType = ()> + Clone + 'static> {
@@ -104,9 +115,8 @@ where
             return;
         }
         let kind = K::kind(&());
-        let stream =
-            reflector::reflector(self.writer, watcher(self.api, watcher::Config::default()))
-                .default_backoff();
+        let stream = watcher(self.api, watcher::Config::default()).modify(slim);
+        let stream = reflector::reflector(self.writer, stream).default_backoff();
         let mut stream = std::pin::pin!(stream);
         while let Some(event) = stream.next().await {
             match event {

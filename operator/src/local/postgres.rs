@@ -26,7 +26,13 @@ pub struct Cluster {
     port: u16,
     user: Option<(u32, u32)>,
     server: Mutex<Option<Child>>,
+    /// The server's `max_connections`.
+    max_connections: u32,
 }
+
+/// The `max_connections` of the clusters the tests share, and of the local
+/// mode's.
+pub const MAX_CONNECTIONS: u32 = 700;
 
 static SHARED: OnceLock<Cluster> = OnceLock::new();
 static NEXT_DB: AtomicU32 = AtomicU32::new(1);
@@ -68,16 +74,22 @@ fn bin_dir() -> PathBuf {
 impl Cluster {
     /// The cluster this process shares; started on first use.
     pub fn shared() -> &'static Cluster {
-        SHARED.get_or_init(Cluster::start_new)
+        SHARED.get_or_init(|| Cluster::start_new(MAX_CONNECTIONS))
     }
 
     /// A cluster of the caller's own (the local mode's; tests that stop the
     /// server); stopped and removed when dropped.
     pub fn private() -> Cluster {
-        Cluster::start_new()
+        Cluster::start_new(MAX_CONNECTIONS)
     }
 
-    fn start_new() -> Cluster {
+    /// A cluster of the caller's own that takes `max_connections` (the
+    /// benchmarks' thousands of agents, each a backend).
+    pub fn private_for(max_connections: u32) -> Cluster {
+        Cluster::start_new(max_connections)
+    }
+
+    fn start_new(max_connections: u32) -> Cluster {
         let bin = bin_dir();
         remove_stale_dirs("orca-pg-");
         let n = NEXT_DB.fetch_add(1, Ordering::Relaxed);
@@ -124,6 +136,7 @@ impl Cluster {
             port: free_port(),
             user,
             server: Mutex::new(None),
+            max_connections,
         };
         cluster.start();
         cluster
@@ -154,7 +167,7 @@ impl Cluster {
                 "-c",
                 "full_page_writes=off",
                 "-c",
-                "max_connections=700",
+                &format!("max_connections={}", self.max_connections),
                 "-c",
                 "shared_buffers=64MB",
                 "-c",

@@ -1,6 +1,7 @@
 //! Figures of the pool agent (docs/architecture.md#benchmarks), as
-//! `| figure | value | target |` rows: hand-out latency (1 and 500 waiting
-//! agents), statements per idle agent per second, idle RSS, binary size,
+//! `| figure | value | target |` rows: hand-out latency (1, 500 and 2000
+//! waiting agents, each a real agent process with its own backend),
+//! statements per idle agent per second, idle RSS, binary size,
 //! start-up time. It runs the static agent of `$ORCA_STATIC_AGENT`
 //! (scripts/build-static) against a throwaway cluster of its own;
 //! scripts/bench runs it.
@@ -25,6 +26,8 @@ use tokio::{
 
 const FRESH: Duration = Duration::from_secs(60);
 const MANY: usize = 500;
+/// The most agents waiting on one database the bench runs.
+const MOST: usize = 2000;
 
 /// An agent whose `next` line is timed when it arrives.
 struct Agent {
@@ -127,7 +130,7 @@ fn row(figure: &str, value: String, target: &str) {
     println!("| {figure} | {value} | {target} |");
 }
 
-fn latency_rows(what: &str, mut samples: Vec<f64>) {
+fn latency_rows(what: &str, mut samples: Vec<f64>, p99_target: &str) {
     samples.sort_by(f64::total_cmp);
     row(
         &format!("hand-out → `next` line, {what}, p50"),
@@ -141,8 +144,62 @@ fn latency_rows(what: &str, mut samples: Vec<f64>) {
             percentile(&samples, 0.99),
             samples.len()
         ),
-        "≤ 100 ms",
+        p99_target,
     );
+}
+
+/// `n` agents of `pool_name` waiting at once, each a process with its own
+/// backend, idle.
+async fn waiting(
+    bin: &str,
+    url: &str,
+    db: &Db,
+    pool_name: &str,
+    n: usize,
+) -> Result<HashMap<String, Agent>> {
+    // Started 250 at a time, each lot idle before the next, as instances
+    // boot over a while: the server forks one backend at a time, and two
+    // thousand connecting in one second would time out waiting for it.
+    let mut agents = HashMap::new();
+    for k in 0..n {
+        let instance = format!("i-{}-{k}", pool_name.replace('/', "-"));
+        let agent = spawn(
+            bin,
+            url,
+            &["pool-next", &instance, "0", "0", "600"],
+            pool_name,
+        )?;
+        agents.insert(instance, agent);
+        if agents.len() % 250 == 0 || agents.len() == n {
+            idle(db, pool_name, agents.len() as i64).await?;
+        }
+    }
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    Ok(agents)
+}
+
+/// 200 hand-outs one after another, 20 ms apart, while `agents` wait.
+async fn hand_outs(
+    db: &mut Db,
+    pool_name: &str,
+    agents: &mut HashMap<String, Agent>,
+) -> Result<Vec<f64>> {
+    let mut samples = Vec::new();
+    for run in 1..=200i64 {
+        samples.push(ms(timed_hand_out(db, pool_name, 1000 + run, agents).await?));
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    Ok(samples)
+}
+
+/// The host's memory available now (`MemAvailable`), in MiB.
+fn available_mib() -> Result<u64> {
+    let info = std::fs::read_to_string("/proc/meminfo")?;
+    info.lines()
+        .find_map(|l| l.strip_prefix("MemAvailable:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        .map(|kib| kib / 1024)
+        .context("no MemAvailable in /proc/meminfo")
 }
 
 fn rss_kib(pid: u32) -> Result<u64> {
@@ -161,7 +218,8 @@ async fn main() -> Result<()> {
     let size = std::fs::metadata(&bin)
         .with_context(|| format!("the static agent {bin}"))?
         .len();
-    let cluster = pg::Cluster::private();
+    // Each waiting agent is a backend: room for the most, and the bench's.
+    let cluster = pg::Cluster::private_for(MOST as u32 + 100);
     let url = cluster.migrated_db().await;
     let mut db = pg::connect(&url).await;
 
@@ -237,22 +295,13 @@ async fn main() -> Result<()> {
         ));
         served = (run.to_string(), "0".to_string());
     }
-    latency_rows("1 agent waiting", one);
+    latency_rows("1 agent waiting", one, "≤ 100 ms");
 
-    // 500 agents waiting at once.
-    let mut agents = HashMap::new();
-    for k in 0..MANY {
-        let instance = format!("i-many{k}");
-        let agent = spawn(
-            &bin,
-            &url,
-            &["pool-next", &instance, "0", "0", "600"],
-            "bench/many",
-        )?;
-        agents.insert(instance, agent);
-    }
-    idle(&db, "bench/many", MANY as i64).await?;
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    // 500 agents waiting at once, and the host memory they and their
+    // backends take.
+    let before = available_mib()?;
+    let mut agents = waiting(&bin, &url, &db, "bench/many", MANY).await?;
+    let mib_per_agent = before.saturating_sub(available_mib()?) as f64 / MANY as f64;
 
     // Statements: transactions committed in the database while only the
     // idle agents talk to it (the bench's two reads aside). Backends report
@@ -292,18 +341,40 @@ async fn main() -> Result<()> {
     );
 
     // 200 hand-outs one after another, while 500 to 301 agents wait.
-    let mut many = Vec::new();
-    for run in 1..=200i64 {
-        many.push(ms(timed_hand_out(
-            &mut db,
-            "bench/many",
-            1000 + run,
-            &mut agents,
-        )
-        .await?));
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    latency_rows("500 agents waiting", many);
+    let many = hand_outs(&mut db, "bench/many", &mut agents).await?;
+    latency_rows("500 agents waiting", many, "≤ 100 ms");
     drop(agents);
+
+    // 1000, then 2000 on one database, if the host has the memory for them
+    // (as the 500 took, and a quarter more). The agents, their backends
+    // and the database share this host, as the figures' names say.
+    for n in [MOST / 2, MOST] {
+        let free = available_mib()?;
+        let need = (mib_per_agent * n as f64 * 1.25) as u64;
+        if free < need {
+            row(
+                &format!("hand-out → `next` line, {n} agents waiting"),
+                format!("not run: {free} MiB available, {need} MiB needed"),
+                "p99 ≤ 50 ms",
+            );
+            return Ok(());
+        }
+        let pool_name = format!("bench/wait{n}");
+        let mut agents = waiting(&bin, &url, &db, &pool_name, n).await?;
+        let used = free.saturating_sub(available_mib()?);
+        let samples = hand_outs(&mut db, &pool_name, &mut agents).await?;
+        latency_rows(
+            &format!("{n} agents waiting (real agent processes and their backends on this host with the database)"),
+            samples,
+            "≤ 50 ms",
+        );
+        row(
+            &format!("host memory taken by {n} waiting agents and their backends"),
+            format!("{used} MiB"),
+            "what sizing a database host needs",
+        );
+        drop(agents);
+        tokio::time::sleep(Duration::from_secs(5)).await;
+    }
     Ok(())
 }

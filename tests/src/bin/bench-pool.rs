@@ -5,7 +5,9 @@
 //! - a pool dropping below target (a hand-out takes its idle instance) →
 //!   its `RunInstances` call, p50/p99 (moto's server behind a counting
 //!   proxy, a real PostgreSQL, the loop woken by LISTEN);
-//! - EC2 calls in a steady-state minute of an idle pool of 100;
+//! - EC2 calls in a steady-state minute of an idle pool of 100, and of 200
+//!   idle pools of one region sharing their listings; a hand-out's launch
+//!   beside those 200;
 //! - demand → hand-out from the stopped reserve (real agents on local
 //!   hosts, moto behind the counting proxy), and the EC2 calls it took;
 //! - `plan` for 10 000 instances with a stopped reserve and a schedule.
@@ -20,7 +22,7 @@ use chrono::Utc;
 use orca_operator::crd::{IdleRange, IdleSchedule, Period, StoppedRange, WarmPoolSpec};
 use orca_operator::pool::{
     plan::{plan, Ec2Instance, Ec2State, Limits, Offering, PoolRow, Snapshot},
-    schedule, PoolLoop, Tuning,
+    schedule, Listings, PoolLoop, Tuning,
 };
 use orca_tests::{ec2_faults::Ec2Faults, moto::Moto, pg, warm};
 
@@ -333,19 +335,30 @@ async fn add_idle_rows(db: &orca_db::Db, pool: &str, ids: &[String]) {
     .unwrap_or_else(|e| panic!("inserting idle rows: {e}"));
 }
 
-async fn bench_below_target(moto: &Moto, url: &str) {
+/// A pool whose idle instance a hand-out takes, 40 times: from the
+/// hand-out to the pool's `RunInstances`, p50/p99. With `beside`, the pool
+/// lists with those pools (`Listings`), and the figure says so.
+async fn bench_below_target(moto: &Moto, url: &str, beside: Option<(&Listings, &str)>) {
     let faults = Ec2Faults::start(&moto.endpoint());
     let ec2 = warm::ec2(&moto.endpoint()).await;
     let subnets = warm::subnets(&ec2).await;
-    let pool = "bench/latency";
+    let name = if beside.is_some() {
+        "latency-shared"
+    } else {
+        "latency"
+    };
+    let pool = &format!("bench/{name}");
     let spec = warm::spec(&faults.endpoint(), &["t3.micro"], &subnets[..1], 1, 1, 1000);
     let tuning = Tuning {
         leak_grace: Some(Duration::from_secs(600)),
         ..Tuning::default()
     };
-    let lp = PoolLoop::new("bench", "latency", spec, url, tuning)
+    let mut lp = PoolLoop::new("bench", name, spec, url, tuning)
         .await
         .unwrap_or_else(|e| panic!("pool loop: {e}"));
+    if let Some((listings, _)) = beside {
+        lp = lp.with_listings(listings);
+    }
     let (launched_tx, launched_rx) = mpsc::channel::<Vec<String>>();
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     tokio::spawn(lp.run(
@@ -373,8 +386,9 @@ async fn bench_below_target(moto: &Moto, url: &str) {
     }
     let _ = stop_tx.send(());
     samples.sort();
+    let with = beside.map_or(String::new(), |(_, what)| format!(", {what}"));
     row(
-        "pool below target → RunInstances, p50 / p99 (40 hand-outs)",
+        &format!("pool below target → RunInstances, p50 / p99 (40 hand-outs{with})"),
         format!(
             "{} / {}",
             ms(percentile(&samples, 0.5)),
@@ -456,6 +470,24 @@ async fn bench_drift(moto: &Moto, url: &str, max_drifted: i32) {
     );
 }
 
+/// The agents' beat of the pools `like` names, once a second for all of
+/// them, until aborted.
+fn agents_beat(url: &str, like: &'static str) -> tokio::task::JoinHandle<()> {
+    let url = url.to_string();
+    tokio::spawn(async move {
+        let db = pg::connect(&url).await;
+        loop {
+            let _ = db
+                .execute(
+                    "update orca.instances set polled = now() where pool like $1 and ended is null",
+                    &[&like],
+                )
+                .await;
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        }
+    })
+}
+
 async fn recv(rx: &mpsc::Receiver<Vec<String>>) -> Vec<String> {
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
@@ -479,20 +511,7 @@ async fn bench_steady_state(moto: &Moto, url: &str) {
         warm::launch_by_hand(&ec2, pool, &subnets[0], 100, &format!("bench-{pool}-100")).await;
     let db = pg::connect(url).await;
     add_idle_rows(&db, pool, &ids).await;
-    // The agents' beat, once a second for all of them.
-    let beat_url = url.to_string();
-    let beat = tokio::spawn(async move {
-        let db = pg::connect(&beat_url).await;
-        loop {
-            let _ = db
-                .execute(
-                    "update orca.instances set polled = now() where pool = 'bench/steady' and ended is null",
-                    &[],
-                )
-                .await;
-            tokio::time::sleep(Duration::from_secs(1)).await;
-        }
-    });
+    let beat = agents_beat(url, "bench/steady");
     let spec = warm::spec(
         &faults.endpoint(),
         &["t3.micro"],
@@ -519,19 +538,7 @@ async fn bench_steady_state(moto: &Moto, url: &str) {
     let calls = faults.calls();
     let _ = stop_tx.send(());
     beat.abort();
-    let mut by_action: BTreeMap<String, usize> = BTreeMap::new();
-    for c in &calls {
-        *by_action.entry(c.action.clone()).or_default() += 1;
-    }
-    let text = if by_action.is_empty() {
-        "none".to_string()
-    } else {
-        by_action
-            .iter()
-            .map(|(a, n)| format!("{n} {a}"))
-            .collect::<Vec<_>>()
-            .join(", ")
-    };
+    let text = by_action(&calls);
     row(
         &format!(
             "EC2 calls per steady-state minute, idle pool of 100 (resync {} s)",
@@ -540,6 +547,88 @@ async fn bench_steady_state(moto: &Moto, url: &str) {
         text,
         "a few Describe calls, nothing else",
     );
+}
+
+/// `pools` idle pools of one instance each, in one region and endpoint,
+/// their loops sharing one `Listings` with the production tuning (resync
+/// 20 s): the EC2 calls of a steady minute between all of them; then, with
+/// them still running, a hand-out's launch in one more pool of the place.
+async fn bench_many_pools(moto: &Moto, url: &str, pools: usize) {
+    let faults = Ec2Faults::start(&moto.endpoint());
+    let ec2 = warm::ec2(&moto.endpoint()).await;
+    let subnets = warm::subnets(&ec2).await;
+    let db = pg::connect(url).await;
+    let names: Vec<String> = (0..pools).map(|i| format!("many/p{i:03}")).collect();
+    for name in &names {
+        let ids = warm::launch_by_hand(&ec2, name, &subnets[0], 1, &format!("bench-{name}")).await;
+        add_idle_rows(&db, name, &ids).await;
+    }
+    let beat = agents_beat(url, "many/%");
+    let tuning = Tuning {
+        leak_grace: Some(Duration::from_secs(600)),
+        ..Tuning::default()
+    };
+    let listings = Listings::default();
+    let mut stops = Vec::new();
+    for name in &names {
+        let spec = warm::spec(&faults.endpoint(), &["t3.micro"], &subnets[..1], 1, 1, 3);
+        let (_, short) = name.split_once('/').unwrap_or(("many", name));
+        let lp = PoolLoop::new("many", short, spec, url, tuning.clone())
+            .await
+            .unwrap_or_else(|e| panic!("pool loop: {e}"))
+            .with_listings(&listings);
+        let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+        tokio::spawn(lp.run(|_| {}, async move {
+            let _ = stop_rx.await;
+        }));
+        stops.push(stop_tx);
+    }
+    // Past the first passes, count a minute.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    faults.forget_calls();
+    tokio::time::sleep(Duration::from_secs(60)).await;
+    let calls = faults.calls();
+    row(
+        &format!(
+            "EC2 calls per steady-state minute, {pools} idle pools of one region sharing their listings (resync {} s, listings reused {} s)",
+            tuning.resync.as_secs(),
+            tuning.listing_reuse.as_secs()
+        ),
+        by_action(&calls),
+        "≤ 6",
+    );
+    bench_below_target(
+        moto,
+        url,
+        Some((
+            &listings,
+            &format!("{pools} idle pools beside it sharing its listings"),
+        )),
+    )
+    .await;
+    for stop in stops {
+        let _ = stop.send(());
+    }
+    beat.abort();
+    db.execute("delete from orca.instances where pool like 'many/%'", &[])
+        .await
+        .unwrap_or_else(|e| panic!("clearing the pools' rows: {e}"));
+}
+
+/// `calls`, counted by action: "3 DescribeInstances, 1 RunInstances".
+fn by_action(calls: &[orca_tests::ec2_faults::Call]) -> String {
+    let mut by_action: BTreeMap<String, usize> = BTreeMap::new();
+    for c in calls {
+        *by_action.entry(c.action.clone()).or_default() += 1;
+    }
+    if by_action.is_empty() {
+        return "none".to_string();
+    }
+    by_action
+        .iter()
+        .map(|(a, n)| format!("{n} {a}"))
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 fn main() {
@@ -554,8 +643,9 @@ fn main() {
     runtime.block_on(async {
         let moto = Moto::start();
         let url = pg::Cluster::shared().migrated_db().await;
-        bench_below_target(&moto, &url).await;
+        bench_below_target(&moto, &url, None).await;
         bench_steady_state(&moto, &url).await;
+        bench_many_pools(&moto, &url, 200).await;
         // With max = min the instance back from its run finds the reserve
         // refilled by a launch and is retired; with room up to max it is
         // stopped instead.

@@ -14,6 +14,7 @@ mod never_two;
 mod pool_deletion;
 mod replicas;
 mod rollouts;
+mod scale;
 mod teardown;
 mod tenancy;
 mod visibility;

@@ -27,7 +27,7 @@ use kube::{
     api::ListParams,
     core::PartialObjectMeta,
     runtime::{
-        controller::Action as Requeue,
+        controller::{self, Action as Requeue},
         reflector::{self, ObjectRef},
         watcher, Controller, WatchStreamExt,
     },
@@ -86,6 +86,7 @@ pub fn run(
         );
         let named = scheduler_store.clone();
         Controller::for_stream(schedulers.applied_objects(), scheduler_store)
+            .with_config(controller::Config::default().concurrency(super::RECONCILE_CONCURRENCY))
             .owns_stream(pods)
             .owns_stream(jobs)
             .watches_stream(

@@ -107,8 +107,11 @@ pub fn run(
         let changed = pools
             .applied_objects()
             .predicate_filter(predicates::generation, Default::default());
-        let controller = Controller::for_stream(changed, pool_store)
-            .with_config(controller::Config::default().debounce(config.tuning.min_gap));
+        let controller = Controller::for_stream(changed, pool_store).with_config(
+            controller::Config::default()
+                .debounce(config.tuning.min_gap)
+                .concurrency(super::RECONCILE_CONCURRENCY),
+        );
         let caches = Caches {
             schedulers: scheduler_store.clone(),
             secrets: secret_store,

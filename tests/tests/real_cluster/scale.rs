@@ -1,0 +1,108 @@
+//! Many objects on one database and one region: the operator's connections
+//! to the database and its EC2 listings do not grow with them.
+
+use std::time::Duration;
+
+use kube::api::ListParams;
+use orca_operator::crd::WarmPool;
+use orca_tests::{ec2_faults::Ec2Faults, eventually::eventually, on_cluster::OnCluster, pg, warm};
+
+use super::scheduler;
+
+const SCHEDULERS: usize = 6;
+const POOLS: usize = 4;
+
+/// How many Schedulers and WarmPools have a status of their generation.
+async fn reconciled(stage: &OnCluster) -> (usize, usize) {
+    let schedulers = stage.schedulers().list(&ListParams::default()).await;
+    let pools = stage.pools().list(&ListParams::default()).await;
+    let (Ok(schedulers), Ok(pools)) = (schedulers, pools) else {
+        return (0, 0);
+    };
+    let s = schedulers
+        .items
+        .iter()
+        .filter(|s| {
+            s.status
+                .as_ref()
+                .is_some_and(|st| st.observed_generation == s.metadata.generation)
+        })
+        .count();
+    let p = pools
+        .items
+        .iter()
+        .filter(|p| {
+            p.status
+                .as_ref()
+                .is_some_and(|st| st.observed_generation == p.metadata.generation)
+        })
+        .count();
+    (s, p)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn schedulers_and_pools_on_one_database_share_its_connections_and_their_listings() {
+    let stage = OnCluster::new("scale").await;
+    let moto = orca_tests::moto::Moto::start();
+    let proxy = Ec2Faults::start(&moto.endpoint());
+    let subnets = warm::subnets(&warm::ec2(&moto.endpoint()).await).await;
+    for i in 0..SCHEDULERS {
+        let s = scheduler(&format!("s-{i}"), "v1", &[], "  paused: true\n");
+        stage.apply_scheduler(&s).await;
+    }
+    for i in 0..POOLS {
+        let mut spec = warm::spec(&proxy.endpoint(), &["t3.micro"], &subnets[..1], 0, 0, 2);
+        spec.scheduler = format!("s-{i}");
+        stage
+            .create_pool(&WarmPool::new(&format!("p-{i}"), spec))
+            .await;
+    }
+    eventually(
+        "every Scheduler and WarmPool with its first status",
+        Duration::from_secs(60),
+        || async {
+            let (s, p) = reconciled(&stage).await;
+            if s == SCHEDULERS && p == POOLS {
+                Ok(())
+            } else {
+                Err(format!("{s} Schedulers and {p} WarmPools"))
+            }
+        },
+    )
+    .await;
+
+    // One connection for the Schedulers, one for the pools, one listening.
+    let db = pg::connect(&stage.url).await;
+    let sessions: Vec<(String, i64)> = db
+        .query(
+            "select application_name, count(*) from pg_stat_activity
+             where datname = current_database() and application_name like 'orca-operator%'
+             group by 1 order by 1",
+            &[],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| (r.get(0), r.get(1)))
+        .collect();
+    let replica = &stage.replicas[0].name;
+    assert_eq!(
+        sessions,
+        [
+            (format!("orca-operator-listen/{replica}"), 1),
+            (format!("orca-operator-pool/{replica}"), 1),
+            (format!("orca-operator/{replica}"), 1),
+        ],
+        "the operator's sessions on the database, by application_name"
+    );
+
+    // A resync of every pool (20 s) in this window: the pools list EC2
+    // together, not one listing each.
+    proxy.forget_calls();
+    tokio::time::sleep(Duration::from_secs(21)).await;
+    let lists = proxy.calls_of("DescribeInstances").len();
+    assert!(
+        (1..=2).contains(&lists),
+        "{lists} DescribeInstances in 21 s for {POOLS} pools"
+    );
+}
