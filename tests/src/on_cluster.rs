@@ -150,6 +150,38 @@ impl OnCluster {
         .unwrap_or_else(|e| panic!("applying {} {name}: {e}", K::kind(&dt)));
     }
 
+    /// How many Schedulers and WarmPools of the stage have a status of
+    /// their generation, read from the API server's watch cache
+    /// (`resourceVersion=0`: cheap for the server to answer often).
+    pub async fn with_first_status(&self) -> (usize, usize) {
+        let cached = kube::api::ListParams::default().match_any();
+        let (Ok(schedulers), Ok(pools)) = (
+            self.schedulers().list(&cached).await,
+            self.pools().list(&cached).await,
+        ) else {
+            return (0, 0);
+        };
+        let s = schedulers
+            .items
+            .iter()
+            .filter(|s| {
+                s.status
+                    .as_ref()
+                    .is_some_and(|st| st.observed_generation == s.metadata.generation)
+            })
+            .count();
+        let p = pools
+            .items
+            .iter()
+            .filter(|p| {
+                p.status
+                    .as_ref()
+                    .is_some_and(|st| st.observed_generation == p.metadata.generation)
+            })
+            .count();
+        (s, p)
+    }
+
     pub fn schedulers(&self) -> Api<Scheduler> {
         Api::namespaced(self.client.clone(), &self.ns)
     }

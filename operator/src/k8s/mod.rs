@@ -30,12 +30,6 @@ pub mod status;
 pub mod warmpool;
 pub mod watches;
 
-/// Reconciles each controller runs at once (kube's controller queues the
-/// rest): a replica starting over a thousand objects sends the API server
-/// a steady stream of requests rather than a thousand at once, and holds
-/// the memory of so many passes, not of all.
-pub const RECONCILE_CONCURRENCY: u16 = 32;
-
 pub use metrics::Metrics;
 pub use names::*;
 pub use run::{run, RunArgs};

@@ -12,3 +12,9 @@ pub const LABEL_SEQUENCE: &str = "orca.dev/sequence";
 pub const LABEL_COMPONENT: &str = "orca.dev/component";
 /// The name the operator writes objects and events as.
 pub const MANAGER: &str = "orca-operator";
+
+/// Reconciles each controller runs at once (kube's controller queues the
+/// rest): a replica starting over a thousand objects sends the API server
+/// a steady stream of requests rather than a thousand at once, and holds
+/// the memory of so many passes, not of all.
+pub const RECONCILE_CONCURRENCY: u16 = 32;

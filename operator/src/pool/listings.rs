@@ -16,8 +16,9 @@
 //! the database's clock, and places the listing on it).
 //!
 //! A pass the last listing serves takes it without waiting. While a new
-//! one is under way, the passes it does not serve wait for it, and take it
-//! if it is new enough for them: a burst of passes makes one call.
+//! one is under way, a pass takes the last one if it is less than twice
+//! `listing_reuse` old; else it waits for the new one, and takes it if it
+//! is new enough for it: a burst of passes makes one call.
 //!
 //! Kept whole, one concept: which listing a pass may take, and the tables
 //! that pin that rule down.
@@ -35,10 +36,27 @@ use super::{
 };
 
 /// The places where pools list, each with its last listing: one per
-/// operator (the Kubernetes mode's controller, the local mode).
-#[derive(Clone, Default)]
+/// operator (the Kubernetes mode's controller in one term as leader, the
+/// local mode).
+#[derive(Clone)]
 pub struct Listings {
     places: Arc<Mutex<HashMap<PlaceKey, Arc<Place>>>>,
+    /// When they were made: no loop of this operator acted before, and a
+    /// replica that led before stopped acting before this one led.
+    made: Instant,
+    /// The last act of each pool's loops since (`namespace/name`); `None`
+    /// while one is under way (or a pass failed in one).
+    acts: Arc<Mutex<HashMap<String, Option<Instant>>>>,
+}
+
+impl Default for Listings {
+    fn default() -> Self {
+        Listings {
+            places: Default::default(),
+            made: Instant::now(),
+            acts: Default::default(),
+        }
+    }
 }
 
 /// Where a listing is made, and for whom.
@@ -51,6 +69,25 @@ struct PlaceKey {
 }
 
 impl Listings {
+    /// What a new loop of `pool` may take: a listing asked for after the
+    /// last act of the pool's loops before it, or after these listings
+    /// were made. So the loops a starting operator makes take one listing
+    /// between them, not one each.
+    pub(super) fn floor(&self, pool: &str) -> Instant {
+        let acts = self.acts.lock().unwrap_or_else(|e| e.into_inner());
+        match acts.get(pool) {
+            None => self.made,
+            Some(Some(t)) => (*t).max(self.made),
+            Some(None) => Instant::now(),
+        }
+    }
+
+    /// A loop of `pool` begins to act (`done` false), or is done acting.
+    pub(super) fn acting(&self, pool: &str, done: bool) {
+        let mut acts = self.acts.lock().unwrap_or_else(|e| e.into_inner());
+        acts.insert(pool.to_string(), done.then(Instant::now));
+    }
+
     /// The place of `owner`'s pool, listing through `cfg`: shared with
     /// every pool of the same region, endpoint, operator and cluster.
     pub(super) fn place(&self, cfg: &Ec2Config, owner: &Ownership) -> Arc<Place> {
@@ -170,7 +207,22 @@ impl Place {
         if let Some(taken) = self.fitting(want) {
             return taken.of(owner);
         }
-        let _listing = self.listing.lock().await;
+        let _listing = match self.listing.try_lock() {
+            Ok(listing) => listing,
+            Err(_) => {
+                // Another pass's listing is under way: the last one, if it
+                // is less than twice as old as `within` allows, will do
+                // meanwhile (a hand-out's launch waits for no listing).
+                let meanwhile = Want {
+                    within: want.within * 2,
+                    ..want
+                };
+                if let Some(taken) = self.fitting(meanwhile) {
+                    return taken.of(owner);
+                }
+                self.listing.lock().await
+            }
+        };
         // The one under way while this pass waited may do.
         if let Some(taken) = self.fitting(want) {
             return taken.of(owner);
@@ -280,6 +332,33 @@ mod tests {
             within: Duration::from_secs(60),
             untagged: false,
         }
+    }
+
+    #[test]
+    fn a_new_loop_takes_a_listing_from_after_its_pools_last_act() {
+        let listings = Listings::default();
+        let made = listings.made;
+        assert_eq!(
+            listings.floor("ns/a"),
+            made,
+            "no act yet: since they were made"
+        );
+        listings.acting("ns/a", false);
+        let during = Instant::now();
+        assert!(
+            listings.floor("ns/a") >= during,
+            "an act under way: a new listing"
+        );
+        listings.acting("ns/a", true);
+        let done = listings.floor("ns/a");
+        assert!(done > made && done <= Instant::now());
+        std::thread::sleep(Duration::from_millis(5));
+        assert_eq!(listings.floor("ns/a"), done, "after the act, from its end");
+        assert_eq!(
+            listings.floor("ns/b"),
+            made,
+            "another pool's act is not its"
+        );
     }
 
     #[test]
@@ -396,6 +475,68 @@ mod tests {
             t.await.unwrap();
         }
         assert_eq!(calls.load(Ordering::SeqCst), 1);
+    }
+
+    /// Pool b's listing, fresh, taking `ms` (counted in `calls`).
+    fn listing_under_way(
+        place: &Arc<Place>,
+        calls: &Arc<AtomicUsize>,
+        within: Duration,
+        ms: u64,
+    ) -> tokio::task::JoinHandle<(Instant, Group)> {
+        let (place, calls) = (place.clone(), calls.clone());
+        tokio::spawn(async move {
+            let fresh = Want {
+                within,
+                ..want(Instant::now())
+            };
+            place
+                .take(&owner("b"), fresh, async |_f: &[(&str, &str)]| {
+                    calls.fetch_add(1, Ordering::SeqCst);
+                    tokio::time::sleep(Duration::from_millis(ms)).await;
+                    Ok(vec![])
+                })
+                .await
+                .unwrap()
+        })
+    }
+
+    #[tokio::test]
+    async fn while_a_listing_is_under_way_a_pass_takes_the_last_one_if_not_too_old() {
+        let place = Arc::new(Place::new(true));
+        let calls = Arc::new(AtomicUsize::new(0));
+        let start = Instant::now();
+        let within = Duration::from_millis(300);
+        let fast = Want {
+            within,
+            ..want(start)
+        };
+        take(&place, "a", fast, &calls, &[]).await;
+        // Past `within`, not past twice it.
+        tokio::time::sleep(Duration::from_millis(350)).await;
+        let slow = listing_under_way(&place, &calls, within, 400);
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let asked = Instant::now();
+        let (taken, _) = take(&place, "a", fast, &calls, &[]).await;
+        assert!(taken < asked, "the last listing, taken at once");
+        assert!(
+            asked.elapsed() < Duration::from_millis(300),
+            "it did not wait"
+        );
+        slow.await.unwrap();
+        assert_eq!(calls.load(Ordering::SeqCst), 2);
+        // Past twice `within`, a pass waits for the one under way.
+        tokio::time::sleep(Duration::from_millis(650)).await;
+        let slow = listing_under_way(&place, &calls, within, 200);
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let asked = Instant::now();
+        let (taken, _) = take(&place, "a", fast, &calls, &[]).await;
+        assert!(
+            taken >= asked - Duration::from_millis(100),
+            "the new one, waited for"
+        );
+        slow.await.unwrap();
+        assert_eq!(calls.load(Ordering::SeqCst), 3, "and not listed again");
     }
 
     #[tokio::test]

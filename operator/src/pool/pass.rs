@@ -144,12 +144,18 @@ impl PoolLoop {
             && decided.starts.is_empty());
         if acts {
             self.fresh_after = None;
+            if let Some(l) = &self.listings {
+                l.acting(&self.pool, false);
+            }
         }
         let failed_ends = self.retire(&decided, &mut report).await?;
         self.reserve(&decided, now, &mut report).await?;
         self.launch(&decided, failed_ends, now, &mut report).await?;
         if acts {
             self.fresh_after = Some(Instant::now());
+            if let Some(l) = &self.listings {
+                l.acting(&self.pool, true);
+            }
         }
         report.instances = super::roster::roster(spec, &snap, &decided, &self.launch_times);
         // A refusal of the credentials outlasts the pass that met it (see

@@ -359,6 +359,7 @@ impl PoolLoop {
     /// new enough for it.
     pub fn with_listings(mut self, listings: &Listings) -> Self {
         self.place = listings.place(&self.world.ec2_config, &self.owner);
+        self.fresh_after = Some(listings.floor(&self.pool));
         self.listings = Some(listings.clone());
         self
     }

@@ -3,7 +3,6 @@
 
 use std::time::Duration;
 
-use kube::api::ListParams;
 use orca_operator::crd::WarmPool;
 use orca_tests::{ec2_faults::Ec2Faults, eventually::eventually, on_cluster::OnCluster, pg, warm};
 
@@ -11,34 +10,6 @@ use super::scheduler;
 
 const SCHEDULERS: usize = 6;
 const POOLS: usize = 4;
-
-/// How many Schedulers and WarmPools have a status of their generation.
-async fn reconciled(stage: &OnCluster) -> (usize, usize) {
-    let schedulers = stage.schedulers().list(&ListParams::default()).await;
-    let pools = stage.pools().list(&ListParams::default()).await;
-    let (Ok(schedulers), Ok(pools)) = (schedulers, pools) else {
-        return (0, 0);
-    };
-    let s = schedulers
-        .items
-        .iter()
-        .filter(|s| {
-            s.status
-                .as_ref()
-                .is_some_and(|st| st.observed_generation == s.metadata.generation)
-        })
-        .count();
-    let p = pools
-        .items
-        .iter()
-        .filter(|p| {
-            p.status
-                .as_ref()
-                .is_some_and(|st| st.observed_generation == p.metadata.generation)
-        })
-        .count();
-    (s, p)
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn schedulers_and_pools_on_one_database_share_its_connections_and_their_listings() {
@@ -61,7 +32,7 @@ async fn schedulers_and_pools_on_one_database_share_its_connections_and_their_li
         "every Scheduler and WarmPool with its first status",
         Duration::from_secs(60),
         || async {
-            let (s, p) = reconciled(&stage).await;
+            let (s, p) = stage.with_first_status().await;
             if s == SCHEDULERS && p == POOLS {
                 Ok(())
             } else {

@@ -86,7 +86,9 @@ pub fn run(
         );
         let named = scheduler_store.clone();
         Controller::for_stream(schedulers.applied_objects(), scheduler_store)
-            .with_config(controller::Config::default().concurrency(super::RECONCILE_CONCURRENCY))
+            .with_config(
+                controller::Config::default().concurrency(super::names::RECONCILE_CONCURRENCY),
+            )
             .owns_stream(pods)
             .owns_stream(jobs)
             .watches_stream(

@@ -110,7 +110,7 @@ pub fn run(
         let controller = Controller::for_stream(changed, pool_store).with_config(
             controller::Config::default()
                 .debounce(config.tuning.min_gap)
-                .concurrency(super::RECONCILE_CONCURRENCY),
+                .concurrency(super::names::RECONCILE_CONCURRENCY),
         );
         let caches = Caches {
             schedulers: scheduler_store.clone(),
