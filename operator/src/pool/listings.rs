@@ -115,6 +115,49 @@ pub(super) struct Place {
     last: Mutex<Option<Arc<Taken>>>,
     /// Held while a listing is under way.
     listing: tokio::sync::Mutex<()>,
+    /// The last listing that failed, and when, while none has worked since.
+    failed: Mutex<Option<(Instant, Ec2Error)>>,
+}
+
+/// After a failed listing, the place's passes are told so for this long
+/// without another call.
+const FAILED_FOR: Duration = Duration::from_secs(5);
+/// While a listing is under way, a failure this recent is told rather than
+/// waited on: a region or endpoint that does not answer costs one call's
+/// time-out at a time, not one per pool in turn, and holds none of the
+/// controller's reconciles for long.
+const FAILED_WHILE_LISTING: Duration = Duration::from_secs(120);
+
+/// `e` again, for another pass: all but a capacity error (not a listing's)
+/// and a fence's (each pass checks its own).
+fn again(e: &Ec2Error) -> Option<Ec2Error> {
+    Some(match e {
+        Ec2Error::Throttled { action } => Ec2Error::Throttled { action },
+        Ec2Error::Denied {
+            action,
+            code,
+            message,
+        } => Ec2Error::Denied {
+            action,
+            code: code.clone(),
+            message: message.clone(),
+        },
+        Ec2Error::Refused {
+            action,
+            code,
+            message,
+        } => Ec2Error::Refused {
+            action,
+            code: code.clone(),
+            message: message.clone(),
+        },
+        Ec2Error::Transport { action, source } => Ec2Error::Transport {
+            action,
+            source: source.to_string().into(),
+        },
+        Ec2Error::Malformed { action, what } => Ec2Error::Malformed { action, what },
+        Ec2Error::Capacity { .. } | Ec2Error::Fenced { .. } => return None,
+    })
 }
 
 /// What a pass asks of a listing.
@@ -181,6 +224,7 @@ impl Place {
             shared,
             last: Mutex::new(None),
             listing: tokio::sync::Mutex::new(()),
+            failed: Mutex::new(None),
         }
     }
 
@@ -207,9 +251,15 @@ impl Place {
         if let Some(taken) = self.fitting(want) {
             return taken.of(owner);
         }
+        if let Some(e) = self.failure(FAILED_FOR) {
+            return Err(e);
+        }
         let _listing = match self.listing.try_lock() {
             Ok(listing) => listing,
             Err(_) => {
+                if let Some(e) = self.failure(FAILED_WHILE_LISTING) {
+                    return Err(e);
+                }
                 // Another pass's listing is under way: the last one, if it
                 // is less than twice as old as `within` allows, will do
                 // meanwhile (a hand-out's launch waits for no listing).
@@ -223,9 +273,12 @@ impl Place {
                 self.listing.lock().await
             }
         };
-        // The one under way while this pass waited may do.
+        // The one under way while this pass waited may do; or it failed.
         if let Some(taken) = self.fitting(want) {
             return taken.of(owner);
+        }
+        if let Some(e) = self.failure(FAILED_FOR) {
+            return Err(e);
         }
         let filter: Vec<(&str, &str)> = match (self.shared, want.untagged) {
             (true, true) => vec![(TAG_OPERATOR, &owner.operator)],
@@ -237,7 +290,17 @@ impl Place {
             (false, false) => owner.tags().to_vec(),
         };
         let asked = Instant::now();
-        let listed = list(&filter).await?;
+        let listed = match list(&filter).await {
+            Ok(listed) => listed,
+            Err(e) => {
+                if let Some(kept) = again(&e) {
+                    *self.failed.lock().unwrap_or_else(|p| p.into_inner()) =
+                        Some((Instant::now(), kept));
+                }
+                return Err(e);
+            }
+        };
+        *self.failed.lock().unwrap_or_else(|p| p.into_inner()) = None;
         let taken = Taken {
             asked,
             untagged: want.untagged,
@@ -246,6 +309,15 @@ impl Place {
         let out = taken.of(owner);
         *self.last.lock().unwrap_or_else(|e| e.into_inner()) = Some(Arc::new(taken));
         out
+    }
+
+    /// The last failed listing's error, if it failed within `within`.
+    fn failure(&self, within: Duration) -> Option<Ec2Error> {
+        let failed = self.failed.lock().unwrap_or_else(|e| e.into_inner());
+        failed
+            .as_ref()
+            .filter(|(at, _)| at.elapsed() < within)
+            .and_then(|(_, e)| again(e))
     }
 
     /// The last listing, if it will do for `want`.
@@ -452,10 +524,13 @@ mod tests {
         );
     }
 
-    #[tokio::test]
-    async fn passes_that_ask_at_once_make_one_call() {
-        let place = Arc::new(Place::new(true));
-        let calls = Arc::new(AtomicUsize::new(0));
+    /// Pools a to d take a listing at once, each listing taking 50 ms and
+    /// failing if `fail`: what each got.
+    async fn four_at_once(
+        place: &Arc<Place>,
+        calls: &Arc<AtomicUsize>,
+        fail: bool,
+    ) -> Vec<Result<(Instant, Group), Ec2Error>> {
         let start = Instant::now();
         let mut tasks = Vec::new();
         for pool in ["a", "b", "c", "d"] {
@@ -465,14 +540,30 @@ mod tests {
                     .take(&owner(pool), want(start), async |_f: &[(&str, &str)]| {
                         calls.fetch_add(1, Ordering::SeqCst);
                         tokio::time::sleep(Duration::from_millis(50)).await;
+                        if fail {
+                            return Err(Ec2Error::Transport {
+                                action: "DescribeInstances",
+                                source: "no answer".into(),
+                            });
+                        }
                         Ok(vec![])
                     })
                     .await
-                    .unwrap()
             }));
         }
+        let mut out = Vec::new();
         for t in tasks {
-            t.await.unwrap();
+            out.push(t.await.unwrap());
+        }
+        out
+    }
+
+    #[tokio::test]
+    async fn passes_that_ask_at_once_make_one_call() {
+        let place = Arc::new(Place::new(true));
+        let calls = Arc::new(AtomicUsize::new(0));
+        for got in four_at_once(&place, &calls, false).await {
+            got.unwrap();
         }
         assert_eq!(calls.load(Ordering::SeqCst), 1);
     }
@@ -537,6 +628,27 @@ mod tests {
         );
         slow.await.unwrap();
         assert_eq!(calls.load(Ordering::SeqCst), 3, "and not listed again");
+    }
+
+    #[tokio::test]
+    async fn a_listing_that_fails_slowly_is_made_once_for_the_passes_of_its_place() {
+        let place = Arc::new(Place::new(true));
+        let calls = Arc::new(AtomicUsize::new(0));
+        let start = Instant::now();
+        for got in four_at_once(&place, &calls, true).await {
+            let e = got.expect_err("the listing failed");
+            assert!(matches!(e, Ec2Error::Transport { .. }), "{e}");
+        }
+        assert_eq!(calls.load(Ordering::SeqCst), 1, "one call for the four");
+        // A pass right after is told so without a call.
+        let again = place
+            .take(&owner("a"), want(start), async |_f: &[(&str, &str)]| {
+                calls.fetch_add(1, Ordering::SeqCst);
+                Ok(vec![])
+            })
+            .await;
+        assert!(again.is_err());
+        assert_eq!(calls.load(Ordering::SeqCst), 1);
     }
 
     #[tokio::test]
