@@ -142,20 +142,23 @@ impl PoolLoop {
             && decided.stops.is_empty()
             && decided.restops.is_empty()
             && decided.starts.is_empty());
+        // A loop that replaces this one (a new database) has no `ours`: it
+        // must not take a listing from before this pass's launches either.
+        let launches = decided.launch_count() > 0;
         if acts {
             self.fresh_after = None;
-            if let Some(l) = &self.listings {
-                l.acting(&self.pool, false);
-            }
+        }
+        if let Some(l) = self.listings.as_ref().filter(|_| acts || launches) {
+            l.acting(&self.pool, false);
         }
         let failed_ends = self.retire(&decided, &mut report).await?;
         self.reserve(&decided, now, &mut report).await?;
         self.launch(&decided, failed_ends, now, &mut report).await?;
         if acts {
             self.fresh_after = Some(Instant::now());
-            if let Some(l) = &self.listings {
-                l.acting(&self.pool, true);
-            }
+        }
+        if let Some(l) = self.listings.as_ref().filter(|_| acts || launches) {
+            l.acting(&self.pool, true);
         }
         report.instances = super::roster::roster(spec, &snap, &decided, &self.launch_times);
         // A refusal of the credentials outlasts the pass that met it (see
