@@ -147,11 +147,6 @@ impl Connections {
         }
     }
 
-    /// The databases this controller keeps a connection to.
-    pub fn databases(&self) -> usize {
-        self.lock().slots.len()
-    }
-
     fn lock(&self) -> MutexGuard<'_, Open> {
         // A panic while holding this lock leaves maps that are still whole.
         self.open.lock().unwrap_or_else(|e| e.into_inner())

@@ -9,7 +9,7 @@
 //! condition with its reason, never a crash loop, and never the password —
 //! the URL text is kept only to connect and to notice that it changed.
 
-use std::sync::Arc;
+use std::{collections::HashMap, sync::Arc};
 
 use k8s_openapi::api::core::v1::Secret;
 use kube::Api;
@@ -109,6 +109,65 @@ fn scrub(message: &str, secret: &str) -> String {
     }
 }
 
+/// What [`read_url`] read: the URL text and its parse, or the [`Problem`].
+pub type ReadUrl = Result<(String, DatabaseUrl), Problem>;
+
+/// The database URLs read from Secrets, each at the Secret's
+/// `resourceVersion` as the watch of Secrets' metadata shows it, shared by
+/// both controllers: the thousand Schedulers and WarmPools on one Secret
+/// read it once, and those that ask at the same time (a replica's start)
+/// wait for that one read rather than each making its own. A read that
+/// fails is not kept: the next one tries again.
+#[derive(Default)]
+pub struct SecretUrls {
+    read: std::sync::Mutex<HashMap<(String, String, String), Arc<UrlSlot>>>,
+}
+
+/// One Secret key's last read and the version it was read at; its lock is
+/// held while it is read.
+type UrlSlot = tokio::sync::Mutex<Option<(String, ReadUrl)>>;
+
+impl SecretUrls {
+    /// The URL in `secret_ref`'s Secret of `namespace`, whose watch shows
+    /// it at `version`: as read at that version, else read now.
+    pub async fn read(
+        &self,
+        secrets: &Api<Secret>,
+        namespace: &str,
+        secret_ref: &SecretKeyRef,
+        version: &str,
+    ) -> Result<ReadUrl, SecretError> {
+        let slot = self
+            .read
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .entry((
+                namespace.to_string(),
+                secret_ref.name.clone(),
+                secret_ref.key.clone(),
+            ))
+            .or_default()
+            .clone();
+        let mut last = slot.lock().await;
+        if let Some((at, read)) = last.as_ref() {
+            if at == version {
+                return Ok(read.clone());
+            }
+        }
+        let read = read_url(secrets, namespace, secret_ref).await?;
+        *last = Some((version.to_string(), read.clone()));
+        Ok(read)
+    }
+
+    /// Secret `namespace/name` is gone: what was read of it is not kept.
+    pub fn forget(&self, namespace: &str, name: &str) {
+        self.read
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .retain(|(ns, secret, _), _| !(ns == namespace && secret == name));
+    }
+}
+
 /// The Scheduler controller's connections: one per database, shared by
 /// the Schedulers on it (see [`crate::connections`]), made again when the
 /// Secret's URL changes or the connection drops.
@@ -149,11 +208,6 @@ impl Connections {
     /// the Scheduler is gone).
     pub fn forget(&self, namespace: &str, name: &str) {
         self.0.forget(&user(namespace, name));
-    }
-
-    /// The databases the controller keeps a connection to.
-    pub fn databases(&self) -> usize {
-        self.0.databases()
     }
 }
 

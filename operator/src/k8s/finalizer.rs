@@ -25,6 +25,8 @@ pub enum FinalizerError {
     Read(#[source] kube::Error),
     #[error("patching its finalizers: {0}")]
     Patch(#[source] kube::Error),
+    #[error("its finalizers changed since it was read: {0}")]
+    Changed(#[source] kube::Error),
     #[error("building the JSON patch of its finalizers: {0}")]
     Build(#[source] serde_json::Error),
     #[error(transparent)]
@@ -140,6 +142,21 @@ where
     let patched = api
         .patch_metadata(&name, &params, &Patch::<()>::Json(patch))
         .await
-        .map_err(FinalizerError::Patch)?;
+        .map_err(|e| {
+            if test_failed(&e) {
+                FinalizerError::Changed(e)
+            } else {
+                FinalizerError::Patch(e)
+            }
+        })?;
     Ok(patched.metadata.resource_version)
+}
+
+/// A `test` of the JSON patch that failed: the object changed since it was
+/// read (another pass of this replica's, whose write the watch had not
+/// brought back yet). The API server answers 422 with no cause; a field it
+/// finds invalid is named as the cause.
+fn test_failed(e: &kube::Error) -> bool {
+    matches!(e, kube::Error::Api(s)
+        if s.code == 422 && s.details.as_ref().is_none_or(|d| d.causes.is_empty()))
 }

@@ -121,17 +121,27 @@ impl Ctx {
 }
 
 /// Who uses Secret `namespace/name`: `Kind namespace/name` of each user.
+/// One look at each Scheduler and each WarmPool: it runs on every change
+/// of either, and a replica's start brings a change of each of thousands.
 fn users(
     schedulers: &[Arc<Scheduler>],
     pools: &[Arc<WarmPool>],
     namespace: &str,
     name: &str,
 ) -> Vec<(ObjectReference, String)> {
-    let ns = Some(namespace.to_string());
-    let names = |s: &Scheduler| s.spec.database.url_secret_ref.name == name;
-    let mut out: Vec<(ObjectReference, String)> = schedulers
+    let here = |m: &kube::core::ObjectMeta| m.namespace.as_deref() == Some(namespace);
+    let naming: Vec<&Scheduler> = schedulers
         .iter()
-        .filter(|s| s.namespace() == ns && names(s))
+        .filter(|s| here(&s.metadata) && s.spec.database.url_secret_ref.name == name)
+        .map(|s| s.as_ref())
+        .collect();
+    // A WarmPool uses the Secret through its Scheduler.
+    let through: HashSet<&str> = naming
+        .iter()
+        .filter_map(|s| s.metadata.name.as_deref())
+        .collect();
+    let mut out: Vec<(ObjectReference, String)> = naming
+        .iter()
         .map(|s| {
             (
                 s.object_ref(&()),
@@ -139,15 +149,12 @@ fn users(
             )
         })
         .collect();
-    for p in pools.iter().filter(|p| p.namespace() == ns) {
+    for p in pools.iter().filter(|p| here(&p.metadata)) {
         let recorded = p.status.as_ref().is_some_and(|s| {
             s.database_secret.as_ref().is_some_and(|r| r.name == name)
                 || s.retiring.iter().any(|r| r.database_secret.name == name)
         });
-        let through = schedulers
-            .iter()
-            .any(|s| s.namespace() == ns && s.name_any() == p.spec.scheduler && names(s));
-        if recorded || through {
+        if recorded || through.contains(p.spec.scheduler.as_str()) {
             out.push((
                 p.object_ref(&()),
                 format!("WarmPool {namespace}/{}", p.name_any()),
@@ -423,6 +430,15 @@ fn retry(what: &str, error: &InUseError) -> Action {
     if error.is_fenced() {
         tracing::debug!(error = %error, "fenced");
         return Action::requeue(FENCED_RETRY);
+    }
+    if let InUseError::Finalizer {
+        source: FinalizerError::Changed(_),
+        ..
+    } = error
+    {
+        // A pass of this replica's changed it a moment ago: no failure.
+        tracing::debug!(error = %error, "{what}; looking again");
+        return Action::requeue(Duration::from_secs(1));
     }
     tracing::warn!(error = %error, "{what}");
     Action::requeue(Duration::from_secs(15))

@@ -9,6 +9,8 @@
 //! reflector of its own. A watch error is logged here, once for all, and
 //! the watch backs off and resumes; subscribers see only events.
 
+use std::{sync::Arc, time::Instant};
+
 use futures::{channel::mpsc, Stream, StreamExt};
 use k8s_openapi::{api::core::v1::Secret, NamespaceResourceScope};
 use kube::{
@@ -17,10 +19,11 @@ use kube::{
         reflector::{self, store::Writer, Store},
         watcher, WatchStreamExt,
     },
-    Api, Client, Resource,
+    Api, Client, Resource, ResourceExt,
 };
 use serde::de::DeserializeOwned;
 
+use super::database::SecretUrls;
 use crate::crd::{Scheduler, WarmPool};
 
 /// A Secret's metadata: the operator keeps no Secret's data.
@@ -73,6 +76,9 @@ fn slim<K: Resource>(object: &mut K) {
     }
 }
 
+/// What is told of an object a [`Watch`] sees deleted.
+type Deleted<K> = Box<dyn Fn(&K) + Send>;
+
 /// One list-and-watch of `K` whose store and events any number of
 /// subscribers share; it does nothing until [`Watch::run`] is polled.
 pub struct Watch<K: Resource<DynamicType = ()> + Clone + 'static> {
@@ -80,6 +86,8 @@ pub struct Watch<K: Resource<DynamicType = ()> + Clone + 'static> {
     store: Store<K>,
     writer: Writer<K>,
     subscribers: Vec<mpsc::UnboundedSender<watcher::Event<K>>>,
+    /// Told of each object the watch sees deleted.
+    deleted: Option<Deleted<K>>,
 }
 
 impl<K> Watch<K>
@@ -95,7 +103,15 @@ where
             store,
             writer,
             subscribers: Vec::new(),
+            deleted: None,
         }
+    }
+
+    /// `deleted` is told of each object the watch sees deleted, before
+    /// the subscribers.
+    pub fn on_delete(mut self, deleted: impl Fn(&K) + Send + 'static) -> Self {
+        self.deleted = Some(Box::new(deleted));
+        self
     }
 
     /// A new subscriber: every event from the watch's start on.
@@ -118,9 +134,19 @@ where
         let stream = watcher(self.api, watcher::Config::default()).modify(slim);
         let stream = reflector::reflector(self.writer, stream).default_backoff();
         let mut stream = std::pin::pin!(stream);
+        let started = Instant::now();
+        let mut listed = false;
         while let Some(event) = stream.next().await {
             match event {
                 Ok(event) => {
+                    if matches!(event, watcher::Event::InitDone) && !listed {
+                        listed = true;
+                        tracing::info!(kind = %kind, objects = self.store.state().len(),
+                            seconds = started.elapsed().as_secs_f64(), "listed");
+                    }
+                    if let (watcher::Event::Delete(gone), Some(deleted)) = (&event, &self.deleted) {
+                        deleted(gone);
+                    }
                     self.subscribers
                         .retain(|s| s.unbounded_send(event.clone()).is_ok());
                     if self.subscribers.is_empty() {
@@ -143,15 +169,26 @@ pub struct Watches {
     /// The Secrets' metadata: a change tells who reads one to read it
     /// again.
     pub secrets: Watch<SecretMeta>,
+    /// The database URLs read from those Secrets, at the versions the
+    /// watch shows; what was read of a deleted Secret goes with it.
+    pub urls: Arc<SecretUrls>,
 }
 
 impl Watches {
     /// The watches of `scope` (a namespace; `None`: all).
     pub fn new(client: &Client, scope: &Option<String>) -> Self {
+        let urls = Arc::new(SecretUrls::default());
+        let gone = urls.clone();
         Self {
             schedulers: Watch::new(namespaced(client, scope)),
             pools: Watch::new(namespaced(client, scope)),
-            secrets: Watch::new(namespaced(client, scope)),
+            secrets: Watch::new(namespaced(client, scope)).on_delete(move |m: &SecretMeta| {
+                gone.forget(
+                    m.metadata.namespace.as_deref().unwrap_or_default(),
+                    &m.name_any(),
+                )
+            }),
+            urls,
         }
     }
 

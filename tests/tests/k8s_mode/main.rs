@@ -85,4 +85,5 @@ fn condition<'a>(status: &'a Value, type_: &str) -> &'a Value {
 mod degraded;
 mod election;
 mod fence;
+mod secret_urls;
 mod status;

@@ -33,7 +33,7 @@ use kube::{
     },
     Api, Client, ResourceExt,
 };
-use orca_db::{DatabaseUrl, Db};
+use orca_db::Db;
 use tracing::{warn, Instrument};
 
 use self::act::{act, ActError};
@@ -66,6 +66,7 @@ pub fn run(
         (namespaced(&client, &scope), namespaced(&client, &scope));
     let (scheduler_store, schedulers) = watches.schedulers.subscribe().stream();
     let (secret_store, secrets) = watches.secrets.subscribe().stream();
+    let urls = watches.urls.clone();
     async move {
         let ours = watcher::Config::default().labels(LABEL_SCHEDULER);
         let (pod_store, writer) = reflector::store::<Pod>();
@@ -82,6 +83,7 @@ pub fn run(
                 pods: pod_store,
                 jobs: job_store,
                 secrets: secret_store,
+                urls,
             },
         );
         let named = scheduler_store.clone();
@@ -334,7 +336,7 @@ async fn observe(
     let spec = &scheduler.spec;
     let mut db = None;
     let mut db_now = None;
-    let instances = match database_url(ctx, ns, &name, &spec.database.url_secret_ref).await? {
+    let instances = match database_url(ctx, ns, &spec.database.url_secret_ref).await? {
         Err(problem) => Err(problem),
         Ok((text, url)) => match ctx.connections.get(ns, &name, &text, &url).await {
             Err(e) => Err(crate::scheduler_rows::db_problem(&e)),
@@ -413,35 +415,13 @@ async fn list_owned(
     Ok((pods.items, jobs.items))
 }
 
-/// The database URL in Scheduler `name`'s Secret: read again only when the
-/// watch of Secrets shows its `resourceVersion` moved (or without the
-/// watch, or when the watch holds no such Secret — it may lag a new one).
+/// The database URL in Scheduler `name`'s Secret (see
+/// [`watched::Watched::read_url`]).
 async fn database_url(
     ctx: &Context,
     ns: &str,
-    name: &str,
     secret_ref: &SecretKeyRef,
-) -> Result<Result<(String, DatabaseUrl), rollout::Problem>, database::SecretError> {
+) -> Result<database::ReadUrl, database::SecretError> {
     let secrets = Api::<Secret>::namespaced(ctx.client.clone(), ns);
-    let Some(Some(version)) = ctx.watched.secret_version(ns, &secret_ref.name).await else {
-        return database::read_url(&secrets, ns, secret_ref).await;
-    };
-    if let Some(known) = ctx
-        .watched
-        .url(ns, name, &secret_ref.name, &secret_ref.key, &version)
-    {
-        return Ok(known.read);
-    }
-    let read = database::read_url(&secrets, ns, secret_ref).await?;
-    ctx.watched.remember_url(
-        ns,
-        name,
-        watched::ReadUrl {
-            secret: secret_ref.name.clone(),
-            key: secret_ref.key.clone(),
-            version,
-            read: read.clone(),
-        },
-    );
-    Ok(read)
+    ctx.watched.read_url(&secrets, ns, secret_ref).await
 }

@@ -17,7 +17,7 @@ use std::{
     collections::HashMap,
     sync::{
         atomic::{AtomicBool, Ordering},
-        Mutex, MutexGuard,
+        Arc, Mutex, MutexGuard,
     },
     time::{Duration, Instant},
 };
@@ -26,9 +26,11 @@ use k8s_openapi::api::{batch::v1::Job, core::v1::Pod, core::v1::Secret};
 use kube::{
     core::PartialObjectMeta,
     runtime::reflector::{ObjectRef, Store},
-    ResourceExt,
+    Api, ResourceExt,
 };
 
+use crate::crd::SecretKeyRef;
+use crate::k8s::database::{self, ReadUrl, SecretError, SecretUrls};
 use crate::k8s::names::LABEL_SCHEDULER;
 use crate::rollout;
 
@@ -42,6 +44,9 @@ pub struct Stores {
     pub pods: Store<Pod>,
     pub jobs: Store<Job>,
     pub secrets: Store<PartialObjectMeta<Secret>>,
+    /// The URLs read from those Secrets (shared with the WarmPool
+    /// controller).
+    pub urls: Arc<SecretUrls>,
 }
 
 /// A write the stores must show before a pass may believe them.
@@ -53,22 +58,12 @@ pub enum Expect {
     JobDeleted(String),
 }
 
-/// The database URL as last read from a Secret, at its `resourceVersion`.
-#[derive(Clone)]
-pub struct ReadUrl {
-    pub secret: String,
-    pub key: String,
-    pub version: String,
-    pub read: Result<(String, orca_db::DatabaseUrl), rollout::Problem>,
-}
-
-/// The watches' stores, each Scheduler's writes not yet seen in them, and
-/// the URL each last read: what lets a pass skip the API.
+/// The watches' stores and each Scheduler's writes not yet seen in them:
+/// what lets a pass skip the API.
 #[derive(Default)]
 pub struct Watched {
     scopes: Mutex<Vec<(Option<String>, Stores)>>,
     expected: Mutex<HashMap<(String, String), Vec<Expect>>>,
-    urls: Mutex<HashMap<(String, String), ReadUrl>>,
     /// Whether a pass waited for the watches to list, and whether it said
     /// that they had not.
     waited: AtomicBool,
@@ -168,62 +163,46 @@ impl Watched {
             .pods
             .state()
             .iter()
-            .filter(|p| p.namespace().as_deref() == Some(ns) && ours(p.labels()))
+            .filter(|p| p.metadata.namespace.as_deref() == Some(ns) && ours(p.labels()))
             .map(|p| (**p).clone())
             .collect();
         let jobs = stores
             .jobs
             .state()
             .iter()
-            .filter(|j| j.namespace().as_deref() == Some(ns) && ours(j.labels()))
+            .filter(|j| j.metadata.namespace.as_deref() == Some(ns) && ours(j.labels()))
             .map(|j| (**j).clone())
             .collect();
         Some((pods, jobs))
     }
 
-    /// The `resourceVersion` of Secret `ns/secret` as its watch has it:
-    /// `Some(None)` when the watch has listed and holds no such Secret,
-    /// `None` without a ready watch.
-    pub async fn secret_version(&self, ns: &str, secret: &str) -> Option<Option<String>> {
-        let stores = self.ready(ns).await?;
-        let meta = stores.secrets.get(&ObjectRef::new(secret).within(ns));
-        Some(meta.map(|m| m.resource_version().unwrap_or_default()))
-    }
-
-    /// The URL of `secret`'s `key` at `version`, as Scheduler `ns/name` or
-    /// another of its namespace last read it.
-    pub fn url(
+    /// The database URL in `secret_ref`'s Secret of `ns`: read again only
+    /// when the watch of Secrets shows its `resourceVersion` moved, and
+    /// once for all the Schedulers and WarmPools on it (see
+    /// [`SecretUrls`]); from the API each time without the watch, or when
+    /// the watch holds no such Secret (it may lag a new one).
+    pub async fn read_url(
         &self,
+        secrets: &Api<Secret>,
         ns: &str,
-        name: &str,
-        secret: &str,
-        key_: &str,
-        version: &str,
-    ) -> Option<ReadUrl> {
-        let same = |u: &&ReadUrl| u.secret == secret && u.key == key_ && u.version == version;
-        let urls = locked(&self.urls);
-        // Its own read, or another Scheduler's of the same Secret at the
-        // same version: a thousand Schedulers on one Secret read it once.
-        urls.get(&key(ns, name))
-            .filter(same)
-            .or_else(|| {
-                urls.iter()
-                    .find(|((n, _), u)| n == ns && same(u))
-                    .map(|(_, u)| u)
-            })
-            .cloned()
-    }
-
-    /// Scheduler `ns/name` read `read`: kept for [`Watched::url`] until the
-    /// Secret's version moves.
-    pub fn remember_url(&self, ns: &str, name: &str, read: ReadUrl) {
-        locked(&self.urls).insert(key(ns, name), read);
+        secret_ref: &SecretKeyRef,
+    ) -> Result<ReadUrl, SecretError> {
+        let Some(stores) = self.ready(ns).await else {
+            return database::read_url(secrets, ns, secret_ref).await;
+        };
+        let Some(meta) = stores
+            .secrets
+            .get(&ObjectRef::new(&secret_ref.name).within(ns))
+        else {
+            return database::read_url(secrets, ns, secret_ref).await;
+        };
+        let version = meta.resource_version().unwrap_or_default();
+        stores.urls.read(secrets, ns, secret_ref, &version).await
     }
 
     /// Scheduler `ns/name` is gone: nothing of it is kept.
     pub fn forget(&self, ns: &str, name: &str) {
         locked(&self.expected).remove(&key(ns, name));
-        locked(&self.urls).remove(&key(ns, name));
     }
 }
 
@@ -284,6 +263,7 @@ mod tests {
                 pods: pod_store,
                 jobs,
                 secrets,
+                urls: Default::default(),
             },
         );
         (w, pod_writer)

@@ -33,7 +33,7 @@ use crate::{
     backoff::{Backoff, PerObject},
     connections::Connections,
     crd::{Scheduler, WarmPool, WarmPoolStatus},
-    k8s::status::post_event,
+    k8s::{database::SecretUrls, status::post_event},
     pool::{Deletion, PoolEvent, PoolLoop},
 };
 
@@ -75,6 +75,9 @@ pub(super) struct Caches {
     pub(super) schedulers: Store<Scheduler>,
     pub(super) secrets: Store<PartialObjectMeta<Secret>>,
     pub(super) pools: Store<WarmPool>,
+    /// The URLs read from the Secrets (shared with the Scheduler
+    /// controller).
+    pub(super) urls: Arc<SecretUrls>,
 }
 
 /// What every reconcile of the WarmPool controller shares.

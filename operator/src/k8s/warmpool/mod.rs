@@ -91,6 +91,7 @@ pub fn run(
     let (scheduler_store, schedulers) = watches.schedulers.subscribe().stream();
     let (secret_store, secrets) = watches.secrets.subscribe().stream();
     let (pool_store, pools) = watches.pools.subscribe().stream();
+    let urls = watches.urls.clone();
     async move {
         // The store keeps every change; a pool cares only for a new spec
         // (its Secret, say), not for the Scheduler controller's status
@@ -116,6 +117,7 @@ pub fn run(
             schedulers: scheduler_store.clone(),
             secrets: secret_store,
             pools: controller.store(),
+            urls,
         };
         let ctx = Arc::new(PoolContext::with(
             client,

@@ -100,12 +100,16 @@ pub(super) async fn prepare(
         }
     }
     let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), &ns);
-    let read = read_url(&secrets, &ns, secret_ref)
-        .await
-        .map_err(|source| ControllerError::Secret {
-            pool: pool.to_string(),
-            source,
-        })?;
+    // Read once for all the pools and Schedulers on the Secret at this
+    // version; from the API without the watch's version.
+    let read = match (&source.version, &ctx.caches) {
+        (Some(version), Some(caches)) => caches.urls.read(&secrets, &ns, secret_ref, version).await,
+        _ => read_url(&secrets, &ns, secret_ref).await,
+    }
+    .map_err(|source| ControllerError::Secret {
+        pool: pool.to_string(),
+        source,
+    })?;
     let (url_text, url) = match read {
         Ok(read) => read,
         Err(problem) => {
