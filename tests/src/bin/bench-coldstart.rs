@@ -114,16 +114,16 @@ async fn api_requests(client: &Client) -> BTreeMap<String, f64> {
     counts
 }
 
-/// The writes between `before` and `after`: in all, and by verb and
-/// resource, most first.
-fn writes(before: &BTreeMap<String, f64>, after: &BTreeMap<String, f64>) -> (f64, String) {
+/// The requests of `verbs` between `before` and `after`: in all, and by
+/// verb and resource, most first.
+fn requests(
+    before: &BTreeMap<String, f64>,
+    after: &BTreeMap<String, f64>,
+    verbs: &[&str],
+) -> (f64, String) {
     let mut by: Vec<(String, f64)> = after
         .iter()
-        .filter(|(k, _)| {
-            ["POST", "PUT", "PATCH", "APPLY", "DELETE"]
-                .iter()
-                .any(|v| k.starts_with(v))
-        })
+        .filter(|(k, _)| verbs.iter().any(|v| k.starts_with(&format!("{v} "))))
         .map(|(k, v)| (k.clone(), v - before.get(k).copied().unwrap_or(0.0)))
         .filter(|(_, n)| *n > 0.0)
         .collect();
@@ -280,20 +280,17 @@ async fn bench() {
         ),
         "≤ 10 s",
     );
-    let mut reads: Vec<(String, f64)> = after
-        .iter()
-        .filter(|(k, _)| ["GET", "LIST", "WATCH"].iter().any(|v| k.starts_with(v)))
-        .map(|(k, v)| (k.clone(), v - before.get(k).copied().unwrap_or(0.0)))
-        .filter(|(_, n)| *n > 0.0)
-        .collect();
-    reads.sort_by(|a, b| b.1.total_cmp(&a.1));
-    let reads: Vec<String> = reads.iter().map(|(k, n)| format!("{n:.0} {k}")).collect();
+    let (_, reads) = requests(&before, &after, &["GET", "LIST", "WATCH"]);
     row(
         "the API server's reads until then (the watches' lists, each Secret read once)",
-        reads.join(", "),
+        reads,
         "no read per object",
     );
-    let (total, list) = writes(&before, &after);
+    let (total, list) = requests(
+        &before,
+        &after,
+        &["POST", "PUT", "PATCH", "APPLY", "DELETE"],
+    );
     row(
         "the API server's writes until then",
         format!("{total:.0}: {list}"),

@@ -4,9 +4,10 @@
 //! the API server answers from etcd).
 
 use http::{Method, StatusCode};
+use k8s_openapi::api::core::v1::Secret;
 use kube::Api;
 use orca_operator::crd::SecretKeyRef;
-use orca_operator::k8s::database::SecretUrls;
+use orca_operator::k8s::database::{ReadUrl, SecretError, SecretUrls};
 
 use super::*;
 
@@ -15,6 +16,16 @@ fn orca_db() -> SecretKeyRef {
         name: "orca-db".into(),
         key: "url".into(),
     }
+}
+
+/// A read of `orca-db` at `version`, under way.
+fn spawn_read(
+    urls: &Arc<SecretUrls>,
+    secrets: &Api<Secret>,
+    version: &'static str,
+) -> JoinHandle<Result<ReadUrl, SecretError>> {
+    let (urls, secrets) = (urls.clone(), secrets.clone());
+    tokio::spawn(async move { urls.read(&secrets, NS, &orca_db(), version).await })
 }
 
 /// Serves one GET of the Secret `orca-db` with `url`; then no other call
@@ -38,23 +49,15 @@ async fn serve_one_read(verifier: &mut ApiServerVerifier, url: &str) {
 async fn many_readers_at_once_of_one_version_make_one_read() {
     let (client, mut verifier) = mock_client();
     let urls = Arc::new(SecretUrls::default());
-    let secrets: Api<k8s_openapi::api::core::v1::Secret> = Api::namespaced(client, NS);
-    let readers: Vec<_> = (0..16)
-        .map(|_| {
-            let (urls, secrets) = (urls.clone(), secrets.clone());
-            tokio::spawn(async move { urls.read(&secrets, NS, &orca_db(), "7").await })
-        })
-        .collect();
+    let secrets: Api<Secret> = Api::namespaced(client, NS);
+    let readers: Vec<_> = (0..16).map(|_| spawn_read(&urls, &secrets, "7")).collect();
     serve_one_read(&mut verifier, "postgres://orca:pw@db-a/orca").await;
     for r in readers {
         let (text, _) = r.await.unwrap().unwrap().unwrap();
         assert_eq!(text, "postgres://orca:pw@db-a/orca");
     }
     // A new version is read again, once.
-    let again = {
-        let (urls, secrets) = (urls.clone(), secrets.clone());
-        tokio::spawn(async move { urls.read(&secrets, NS, &orca_db(), "8").await })
-    };
+    let again = spawn_read(&urls, &secrets, "8");
     serve_one_read(&mut verifier, "postgres://orca:pw@db-b/orca").await;
     let (text, _) = again.await.unwrap().unwrap().unwrap();
     assert_eq!(text, "postgres://orca:pw@db-b/orca");
@@ -73,11 +76,8 @@ async fn many_readers_at_once_of_one_version_make_one_read() {
 async fn a_failed_read_is_not_kept_and_a_deleted_secret_is_forgotten() {
     let (client, mut verifier) = mock_client();
     let urls = Arc::new(SecretUrls::default());
-    let secrets: Api<k8s_openapi::api::core::v1::Secret> = Api::namespaced(client, NS);
-    let first = {
-        let (urls, secrets) = (urls.clone(), secrets.clone());
-        tokio::spawn(async move { urls.read(&secrets, NS, &orca_db(), "7").await })
-    };
+    let secrets: Api<Secret> = Api::namespaced(client, NS);
+    let first = spawn_read(&urls, &secrets, "7");
     let call = verifier.next("a GET of the Secret").await;
     call.answer(
         StatusCode::INTERNAL_SERVER_ERROR,
@@ -86,19 +86,13 @@ async fn a_failed_read_is_not_kept_and_a_deleted_secret_is_forgotten() {
     );
     assert!(first.await.unwrap().is_err(), "a failed read is an error");
     // Tried again, not the failure kept.
-    let second = {
-        let (urls, secrets) = (urls.clone(), secrets.clone());
-        tokio::spawn(async move { urls.read(&secrets, NS, &orca_db(), "7").await })
-    };
+    let second = spawn_read(&urls, &secrets, "7");
     serve_one_read(&mut verifier, "postgres://orca:pw@db-a/orca").await;
     assert!(second.await.unwrap().unwrap().is_ok());
     // Deleted: what was read of it is not kept (read again if it comes
     // back at the same version).
     urls.forget(NS, "orca-db");
-    let third = {
-        let (urls, secrets) = (urls.clone(), secrets.clone());
-        tokio::spawn(async move { urls.read(&secrets, NS, &orca_db(), "7").await })
-    };
+    let third = spawn_read(&urls, &secrets, "7");
     serve_one_read(&mut verifier, "postgres://orca:pw@db-a/orca").await;
     assert!(third.await.unwrap().unwrap().is_ok());
 }
