@@ -59,7 +59,7 @@ use super::{
     names::MANAGER,
     server::Progress,
     status::post_event,
-    watches::{SecretMeta, Watches},
+    watches::{Listed, SecretMeta, Watches},
 };
 use crate::crd::{Scheduler, WarmPool};
 use crate::fence::{Fenced, MaybeFenced, FENCED_RETRY};
@@ -98,6 +98,8 @@ struct Ctx {
     /// The Secrets' metadata: the RoleBinding goes only after every Secret
     /// kept in its namespace has been let go, or the operator could not.
     secrets: Store<SecretMeta>,
+    /// Whether the watches of those three have listed.
+    listed: [Listed; 3],
     /// Asks the RoleBinding's controller to look again.
     to_binding: mpsc::UnboundedSender<()>,
     /// What was said on the users already: the uids of Secrets whose
@@ -106,17 +108,13 @@ struct Ctx {
 }
 
 impl Ctx {
-    /// Whether the watches of Schedulers and WarmPools have listed, waiting
-    /// a little for them.
+    /// Whether the watches of Schedulers, WarmPools and Secrets have
+    /// listed, waiting a little for them.
     async fn listed(&self) -> bool {
-        let both = async {
-            self.schedulers.wait_until_ready().await.is_ok()
-                && self.pools.wait_until_ready().await.is_ok()
-                && self.secrets.wait_until_ready().await.is_ok()
-        };
-        tokio::time::timeout(Duration::from_secs(5), both)
+        let all = future::join_all(self.listed.iter().map(Listed::wait));
+        tokio::time::timeout(Duration::from_secs(5), all)
             .await
-            .unwrap_or(false)
+            .is_ok_and(|listed| listed.into_iter().all(|l| l))
     }
 }
 
@@ -176,9 +174,9 @@ pub fn run(
     (fence, progress): (Fence, Progress),
     watches: &mut Watches,
 ) -> impl Future<Output = ()> + Send + 'static {
-    let (secret_store, secret_stream) = watches.secrets.subscribe().stream();
-    let (scheduler_store, schedulers) = watches.schedulers.subscribe().stream();
-    let (pool_store, pools) = watches.pools.subscribe().stream();
+    let (secret_store, secrets_listed, secret_stream) = watches.secrets.subscribe().stream();
+    let (scheduler_store, schedulers_listed, schedulers) = watches.schedulers.subscribe().stream();
+    let (pool_store, pools_listed, pools) = watches.pools.subscribe().stream();
     async move {
         let secret_stream = secret_stream.applied_objects();
         // Each change of a Scheduler or WarmPool — a deletion included: the
@@ -228,6 +226,7 @@ pub fn run(
             schedulers: scheduler_store,
             pools: pool_store,
             secrets: secret_store.clone(),
+            listed: [schedulers_listed, pools_listed, secrets_listed],
             to_binding: to_binding_after_secrets,
             said: Mutex::new(HashSet::new()),
         });

@@ -18,3 +18,9 @@ pub const MANAGER: &str = "orca-operator";
 /// a steady stream of requests rather than a thousand at once, and holds
 /// the memory of so many passes, not of all.
 pub const RECONCILE_CONCURRENCY: u16 = 32;
+
+/// How long after a controller's start its passes wait for the watches'
+/// first listing rather than read from the API: the passes of a start
+/// over a thousand objects all find their Secret and Scheduler in the
+/// stores, and a watch that cannot list (RBAC) holds them up no longer.
+pub const FIRST_LISTING: std::time::Duration = std::time::Duration::from_secs(5);

@@ -8,10 +8,20 @@
 //! The store is updated before a subscriber sees the event, as with a
 //! reflector of its own. A watch error is logged here, once for all, and
 //! the watch backs off and resumes; subscribers see only events.
+//!
+//! Whether a store has listed is asked through its one [`Listed`], never
+//! through the store itself: kube's `Store::wait_until_ready` wakes only
+//! the last of the tasks that wait on it at once, and the others sleep
+//! until something else wakes them (at a cold start, every pass but one
+//! sat out its whole time-out).
 
-use std::{sync::Arc, time::Instant};
+use std::{sync::Arc, time::Duration};
 
-use futures::{channel::mpsc, Stream, StreamExt};
+use futures::{
+    channel::mpsc,
+    future::{self, BoxFuture, Shared},
+    FutureExt, Stream, StreamExt,
+};
 use k8s_openapi::{api::core::v1::Secret, NamespaceResourceScope};
 use kube::{
     core::PartialObjectMeta,
@@ -29,6 +39,59 @@ use crate::crd::{Scheduler, WarmPool};
 /// A Secret's metadata: the operator keeps no Secret's data.
 pub type SecretMeta = PartialObjectMeta<Secret>;
 
+/// Whether one store has listed, for any number of tasks waiting at once.
+/// Make one per store, where the store is made, and hand out clones: two
+/// of them on one store would again take each other's wake-up.
+#[derive(Clone)]
+pub struct Listed(Shared<BoxFuture<'static, bool>>);
+
+impl Listed {
+    /// The one `Listed` of `store`.
+    pub fn of<K>(store: &Store<K>) -> Self
+    where
+        K: Resource<DynamicType = ()> + Clone + Send + Sync + 'static,
+    {
+        let store = store.clone();
+        Listed(
+            async move { store.wait_until_ready().await.is_ok() }
+                .boxed()
+                .shared(),
+        )
+    }
+
+    /// Waits until the store has listed: `false` if its watch ended first.
+    pub async fn wait(&self) -> bool {
+        self.0.clone().await
+    }
+}
+
+/// The first listing of some stores, as the passes of one controller wait
+/// for it: every pass that starts before the deadline waits for it (until
+/// then at most), none after — then a pass reads from the API instead.
+#[derive(Clone)]
+pub struct FirstListing {
+    stores: Vec<Listed>,
+    deadline: tokio::time::Instant,
+}
+
+impl FirstListing {
+    /// `stores`, waited for until `wait` from now.
+    pub fn new(stores: Vec<Listed>, wait: Duration) -> Self {
+        Self {
+            stores,
+            deadline: tokio::time::Instant::now() + wait,
+        }
+    }
+
+    /// Whether every store has listed, waiting until the deadline.
+    pub async fn ready(&self) -> bool {
+        let all = future::join_all(self.stores.iter().map(Listed::wait));
+        tokio::time::timeout_at(self.deadline, all)
+            .await
+            .is_ok_and(|listed| listed.into_iter().all(|l| l))
+    }
+}
+
 /// `Api` of `K` in `scope` (a namespace; `None`: all).
 pub fn namespaced<K>(client: &Client, scope: &Option<String>) -> Api<K>
 where
@@ -45,6 +108,8 @@ where
 pub struct Feed<K: Resource<DynamicType = ()> + Clone + 'static> {
     /// The watch's store, shared by every subscriber.
     pub store: Store<K>,
+    /// Whether the store has listed.
+    pub listed: Listed,
     /// Every event of the watch, in order, after the store has it.
     pub events: mpsc::UnboundedReceiver<watcher::Event<K>>,
 }
@@ -59,9 +124,10 @@ where
         self,
     ) -> (
         Store<K>,
+        Listed,
         impl Stream<Item = watcher::Result<watcher::Event<K>>>,
     ) {
-        (self.store, self.events.map(Ok))
+        (self.store, self.listed, self.events.map(Ok))
     }
 }
 
@@ -84,6 +150,7 @@ type Deleted<K> = Box<dyn Fn(&K) + Send>;
 pub struct Watch<K: Resource<DynamicType = ()> + Clone + 'static> {
     api: Api<K>,
     store: Store<K>,
+    listed: Listed,
     writer: Writer<K>,
     subscribers: Vec<mpsc::UnboundedSender<watcher::Event<K>>>,
     /// Told of each object the watch sees deleted.
@@ -100,6 +167,7 @@ where
         let (store, writer) = reflector::store();
         Self {
             api,
+            listed: Listed::of(&store),
             store,
             writer,
             subscribers: Vec::new(),
@@ -120,6 +188,7 @@ where
         self.subscribers.push(to);
         Feed {
             store: self.store.clone(),
+            listed: self.listed.clone(),
             events,
         }
     }
@@ -134,7 +203,7 @@ where
         let stream = watcher(self.api, watcher::Config::default()).modify(slim);
         let stream = reflector::reflector(self.writer, stream).default_backoff();
         let mut stream = std::pin::pin!(stream);
-        let started = Instant::now();
+        let started = std::time::Instant::now();
         let mut listed = false;
         while let Some(event) = stream.next().await {
             match event {
@@ -195,5 +264,60 @@ impl Watches {
     /// Runs the three watches until their subscribers have gone.
     pub async fn run(self) {
         futures::join!(self.schedulers.run(), self.pools.run(), self.secrets.run());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::Pod;
+
+    /// Sixteen passes waiting at once on a store that has not listed.
+    fn waiting(listed: &Listed) -> Vec<tokio::task::JoinHandle<bool>> {
+        (0..16)
+            .map(|_| {
+                let listed = listed.clone();
+                tokio::spawn(async move { listed.wait().await })
+            })
+            .collect()
+    }
+
+    #[tokio::test]
+    async fn every_pass_waiting_for_a_listing_wakes_when_it_comes() {
+        let (store, mut writer) = reflector::store::<Pod>();
+        let listed = Listed::of(&store);
+        let passes = waiting(&listed);
+        // Let each of them poll (and register its wake-up) first.
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        writer.apply_watcher_event(&watcher::Event::Init);
+        writer.apply_watcher_event(&watcher::Event::InitDone);
+        let woken = tokio::time::timeout(Duration::from_secs(2), future::join_all(passes))
+            .await
+            .expect("a pass still waits after the store listed");
+        assert!(woken.into_iter().all(|w| w.expect("no pass panicked")));
+    }
+
+    #[tokio::test]
+    async fn a_pass_before_the_deadline_waits_for_the_listing() {
+        let (store, mut writer) = reflector::store::<Pod>();
+        let first = FirstListing::new(vec![Listed::of(&store)], Duration::from_secs(30));
+        let lists = async move {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            writer.apply_watcher_event(&watcher::Event::Init);
+            writer.apply_watcher_event(&watcher::Event::InitDone);
+        };
+        let (ready, ()) = tokio::join!(first.ready(), lists);
+        assert!(ready, "the pass waited and uses the stores");
+    }
+
+    #[tokio::test]
+    async fn a_store_that_never_lists_holds_passes_up_until_the_deadline_only() {
+        let (store, _writer) = reflector::store::<Pod>();
+        let first = FirstListing::new(vec![Listed::of(&store)], Duration::from_millis(100));
+        // Each pass, before the deadline and after it, reads the API.
+        for _ in 0..2 {
+            let ready = tokio::time::timeout(Duration::from_secs(10), first.ready()).await;
+            assert_eq!(ready.ok(), Some(false));
+        }
     }
 }

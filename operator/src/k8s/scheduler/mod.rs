@@ -42,8 +42,8 @@ pub use self::error::{ObserveError, ReconcileError, StatusError};
 use self::report::{apply_status, publish};
 use super::{
     database, guard,
-    names::LABEL_SCHEDULER,
-    watches::{namespaced, Watches},
+    names::{self, LABEL_SCHEDULER},
+    watches::{namespaced, FirstListing, Listed, Watches},
 };
 use crate::crd::{Scheduler, SecretKeyRef};
 use crate::fence::{MaybeFenced, FENCED_RETRY};
@@ -64,8 +64,8 @@ pub fn run(
 ) -> impl Future<Output = ()> + Send + 'static {
     let (pods, jobs): (Api<Pod>, Api<Job>) =
         (namespaced(&client, &scope), namespaced(&client, &scope));
-    let (scheduler_store, schedulers) = watches.schedulers.subscribe().stream();
-    let (secret_store, secrets) = watches.secrets.subscribe().stream();
+    let (scheduler_store, _, schedulers) = watches.schedulers.subscribe().stream();
+    let (secret_store, secrets_listed, secrets) = watches.secrets.subscribe().stream();
     let urls = watches.urls.clone();
     async move {
         let ours = watcher::Config::default().labels(LABEL_SCHEDULER);
@@ -77,6 +77,11 @@ pub fn run(
         let jobs = reflector::reflector(writer, watcher(jobs, ours))
             .default_backoff()
             .touched_objects();
+        let listed = vec![
+            Listed::of(&pod_store),
+            Listed::of(&job_store),
+            secrets_listed,
+        ];
         ctx.watched.register(
             scope,
             watched::Stores {
@@ -84,13 +89,12 @@ pub fn run(
                 jobs: job_store,
                 secrets: secret_store,
                 urls,
+                listed: FirstListing::new(listed, names::FIRST_LISTING),
             },
         );
         let named = scheduler_store.clone();
         Controller::for_stream(schedulers.applied_objects(), scheduler_store)
-            .with_config(
-                controller::Config::default().concurrency(super::names::RECONCILE_CONCURRENCY),
-            )
+            .with_config(controller::Config::default().concurrency(names::RECONCILE_CONCURRENCY))
             .owns_stream(pods)
             .owns_stream(jobs)
             .watches_stream(

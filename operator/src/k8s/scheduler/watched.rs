@@ -32,6 +32,7 @@ use kube::{
 use crate::crd::SecretKeyRef;
 use crate::k8s::database::{self, ReadUrl, SecretError, SecretUrls};
 use crate::k8s::names::LABEL_SCHEDULER;
+use crate::k8s::watches::FirstListing;
 use crate::rollout;
 
 /// How long a pass waits for the stores to show its Scheduler's last
@@ -47,6 +48,8 @@ pub struct Stores {
     /// The URLs read from those Secrets (shared with the WarmPool
     /// controller).
     pub urls: Arc<SecretUrls>,
+    /// The first listing of the pods, the Jobs and the Secrets.
+    pub listed: FirstListing,
 }
 
 /// A write the stores must show before a pass may believe them.
@@ -64,9 +67,7 @@ pub enum Expect {
 pub struct Watched {
     scopes: Mutex<Vec<(Option<String>, Stores)>>,
     expected: Mutex<HashMap<(String, String), Vec<Expect>>>,
-    /// Whether a pass waited for the watches to list, and whether it said
-    /// that they had not.
-    waited: AtomicBool,
+    /// Whether a pass said that the watches had not listed.
     warned: AtomicBool,
 }
 
@@ -85,26 +86,16 @@ impl Watched {
         locked(&self.scopes).push((scope, stores));
     }
 
-    /// The stores covering `ns` once they have listed, waiting a few
-    /// seconds for that the first time; `None` without them.
+    /// The stores covering `ns` once they have listed, waiting for that
+    /// in the controller's first seconds; `None` without them.
     pub async fn ready(&self, ns: &str) -> Option<Stores> {
         let stores = locked(&self.scopes)
             .iter()
             .find(|(scope, _)| scope.as_deref().is_none_or(|s| s == ns))
             .map(|(_, s)| s.clone())?;
-        let ready = async {
-            let _ = stores.pods.wait_until_ready().await;
-            let _ = stores.jobs.wait_until_ready().await;
-            let _ = stores.secrets.wait_until_ready().await;
-        };
-        let wait = if self.waited.swap(true, Ordering::Relaxed) {
-            Duration::ZERO
-        } else {
-            Duration::from_secs(5)
-        };
-        match tokio::time::timeout(wait, ready).await {
-            Ok(()) => Some(stores),
-            Err(_) => {
+        match stores.listed.ready().await {
+            true => Some(stores),
+            false => {
                 if !self.warned.swap(true, Ordering::Relaxed) {
                     tracing::warn!(
                         "the watches of pods, Jobs and Secrets have not listed yet; \
@@ -220,6 +211,7 @@ fn met(stores: &Stores, ns: &str, e: &Expect) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::k8s::watches::Listed;
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
     use kube::runtime::{reflector, watcher::Event};
 
@@ -257,6 +249,11 @@ mod tests {
         secret_writer.apply_watcher_event(&Event::Init);
         secret_writer.apply_watcher_event(&Event::InitDone);
         let w = Watched::default();
+        let listed = vec![
+            Listed::of(&pod_store),
+            Listed::of(&jobs),
+            Listed::of(&secrets),
+        ];
         w.register(
             Some("ns".into()),
             Stores {
@@ -264,6 +261,7 @@ mod tests {
                 jobs,
                 secrets,
                 urls: Default::default(),
+                listed: FirstListing::new(listed, Duration::ZERO),
             },
         );
         (w, pod_writer)

@@ -8,7 +8,6 @@ use std::{
         atomic::{AtomicBool, Ordering},
         Arc, Mutex,
     },
-    time::Duration,
 };
 
 use futures::channel::mpsc;
@@ -33,7 +32,7 @@ use crate::{
     backoff::{Backoff, PerObject},
     connections::Connections,
     crd::{Scheduler, WarmPool, WarmPoolStatus},
-    k8s::{database::SecretUrls, status::post_event},
+    k8s::{database::SecretUrls, status::post_event, watches::FirstListing},
     pool::{Deletion, PoolEvent, PoolLoop},
 };
 
@@ -78,6 +77,8 @@ pub(super) struct Caches {
     /// The URLs read from the Secrets (shared with the Scheduler
     /// controller).
     pub(super) urls: Arc<SecretUrls>,
+    /// The first listing of the Schedulers and the Secrets.
+    pub(super) listed: FirstListing,
 }
 
 /// What every reconcile of the WarmPool controller shares.
@@ -96,9 +97,7 @@ pub struct PoolContext {
     pub(super) connections: Arc<Connections>,
     /// The uids of the WarmPools this replica put the finalizer on.
     pub(super) finalized: Mutex<HashSet<String>>,
-    /// Whether a reconcile waited for the watches to list, and whether it
-    /// said that they had not.
-    pub(super) waited: AtomicBool,
+    /// Whether a reconcile said that the watches had not listed.
     pub(super) warned: AtomicBool,
     /// Failed reconciles in a row, per WarmPool.
     pub(super) backoff: PerObject,
@@ -134,7 +133,6 @@ impl PoolContext {
             pools: Mutex::new(HashMap::new()),
             databases: Mutex::new(HashMap::new()),
             finalized: Mutex::new(HashSet::new()),
-            waited: AtomicBool::new(false),
             warned: AtomicBool::new(false),
             backoff: PerObject::default(),
         }
@@ -166,25 +164,16 @@ impl PoolContext {
         locked(&self.databases).clear();
     }
 
-    /// The watches' stores once they have listed, waiting a few seconds
-    /// for that; `None` if they have not (a watch refused — say, RBAC
-    /// without `list` on Secrets): then the Scheduler and the Secret are
-    /// read from the API, as without the watches.
+    /// The watches' stores once they have listed, waiting for that in the
+    /// controller's first seconds ([`FIRST_LISTING`](crate::k8s::names::FIRST_LISTING));
+    /// `None` if they have not (a watch refused — say, RBAC without `list`
+    /// on Secrets): then the Scheduler and the Secret are read from the
+    /// API, as without the watches.
     pub(super) async fn ready_caches(&self) -> Option<&Caches> {
         let caches = self.caches.as_ref()?;
-        let ready = async {
-            let _ = caches.schedulers.wait_until_ready().await;
-            let _ = caches.secrets.wait_until_ready().await;
-        };
-        // Waited once already: look, but do not hold the pass up again.
-        let wait = if self.waited.swap(true, Ordering::Relaxed) {
-            Duration::ZERO
-        } else {
-            Duration::from_secs(5)
-        };
-        match tokio::time::timeout(wait, ready).await {
-            Ok(()) => Some(caches),
-            Err(_) => {
+        match caches.listed.ready().await {
+            true => Some(caches),
+            false => {
                 if !self.warned.swap(true, Ordering::Relaxed) {
                     tracing::warn!(
                         "the watches of Schedulers and Secrets have not listed yet; \

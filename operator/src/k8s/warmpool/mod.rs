@@ -76,7 +76,10 @@ use report::degraded;
 use crate::fence::{MaybeFenced, FENCED_RETRY};
 use crate::{
     crd::{Scheduler, WarmPool},
-    k8s::{guard, watches::Watches},
+    k8s::{
+        guard, names,
+        watches::{FirstListing, Watches},
+    },
 };
 
 /// The WarmPool controller, following the WarmPools, Schedulers and
@@ -88,9 +91,9 @@ pub fn run(
     config: PoolControllerConfig,
     watches: &mut Watches,
 ) -> impl Future<Output = ()> + Send + 'static {
-    let (scheduler_store, schedulers) = watches.schedulers.subscribe().stream();
-    let (secret_store, secrets) = watches.secrets.subscribe().stream();
-    let (pool_store, pools) = watches.pools.subscribe().stream();
+    let (scheduler_store, scheduler_listed, schedulers) = watches.schedulers.subscribe().stream();
+    let (secret_store, secret_listed, secrets) = watches.secrets.subscribe().stream();
+    let (pool_store, _, pools) = watches.pools.subscribe().stream();
     let urls = watches.urls.clone();
     async move {
         // The store keeps every change; a pool cares only for a new spec
@@ -111,13 +114,14 @@ pub fn run(
         let controller = Controller::for_stream(changed, pool_store).with_config(
             controller::Config::default()
                 .debounce(config.tuning.min_gap)
-                .concurrency(super::names::RECONCILE_CONCURRENCY),
+                .concurrency(names::RECONCILE_CONCURRENCY),
         );
         let caches = Caches {
             schedulers: scheduler_store.clone(),
             secrets: secret_store,
             pools: controller.store(),
             urls,
+            listed: FirstListing::new(vec![scheduler_listed, secret_listed], names::FIRST_LISTING),
         };
         let ctx = Arc::new(PoolContext::with(
             client,
