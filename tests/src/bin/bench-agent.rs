@@ -132,21 +132,29 @@ fn row(figure: &str, value: String, target: &str) {
     println!("| {figure} | {value} | {target} |");
 }
 
-fn latency_rows(what: &str, mut samples: Vec<f64>, p99_target: &str) {
+/// What holds the hand-out back when many agents wait on one database, as
+/// the p99 row says when it misses its target.
+const WALL: &str = "missed; the wall: this host's 2 cores carry the agents, \
+    their backends and the database, and each hand-out's commit wakes every \
+    listening backend (NOTIFY's fan-out)";
+
+fn latency_rows(what: &str, mut samples: Vec<f64>, p99_target_ms: f64) {
     samples.sort_by(f64::total_cmp);
     row(
         &format!("hand-out → `next` line, {what}, p50"),
         format!("{:.1} ms", percentile(&samples, 0.5)),
         "≤ 20 ms",
     );
+    let p99 = percentile(&samples, 0.99);
+    let missed = if p99 > p99_target_ms {
+        format!("; {WALL}")
+    } else {
+        String::new()
+    };
     row(
         &format!("hand-out → `next` line, {what}, p99"),
-        format!(
-            "{:.1} ms ({} hand-outs)",
-            percentile(&samples, 0.99),
-            samples.len()
-        ),
-        p99_target,
+        format!("{p99:.1} ms ({} hand-outs{missed})", samples.len()),
+        &format!("≤ {p99_target_ms} ms"),
     );
 }
 
@@ -300,7 +308,7 @@ async fn main() -> Result<()> {
             .0));
         served = (run.to_string(), "0".to_string());
     }
-    latency_rows("1 agent waiting", one, "≤ 100 ms");
+    latency_rows("1 agent waiting", one, 100.0);
 
     // 500 agents waiting at once, and the host memory they and their
     // backends take.
@@ -347,7 +355,7 @@ async fn main() -> Result<()> {
 
     // 200 hand-outs one after another, while 500 to 301 agents wait.
     let (many, _) = hand_outs(&mut db, "bench/many", &mut agents).await?;
-    latency_rows("500 agents waiting", many, "≤ 100 ms");
+    latency_rows("500 agents waiting", many, 100.0);
     drop(agents);
 
     // 1000, then 2000 on one database, if the host has the memory for them
@@ -381,7 +389,7 @@ async fn main() -> Result<()> {
         latency_rows(
             &format!("{n} agents waiting (real agent processes and their backends on this host with the database)"),
             samples,
-            "≤ 50 ms",
+            50.0,
         );
         row(
             &format!("host memory taken by {n} waiting agents and their backends"),
