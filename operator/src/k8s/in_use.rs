@@ -111,10 +111,9 @@ impl Ctx {
     /// Whether the watches of Schedulers, WarmPools and Secrets have
     /// listed, waiting a little for them.
     async fn listed(&self) -> bool {
-        let all = future::join_all(self.listed.iter().map(Listed::wait));
-        tokio::time::timeout(Duration::from_secs(5), all)
+        tokio::time::timeout(Duration::from_secs(5), Listed::all(&self.listed))
             .await
-            .is_ok_and(|listed| listed.into_iter().all(|l| l))
+            .unwrap_or(false)
     }
 }
 

@@ -63,6 +63,15 @@ impl Listed {
     pub async fn wait(&self) -> bool {
         self.0.clone().await
     }
+
+    /// Waits until each of `stores` has listed: `false` if a watch ended
+    /// first.
+    pub async fn all(stores: &[Listed]) -> bool {
+        future::join_all(stores.iter().map(Listed::wait))
+            .await
+            .into_iter()
+            .all(|listed| listed)
+    }
 }
 
 /// The first listing of some stores, as the passes of one controller wait
@@ -85,10 +94,9 @@ impl FirstListing {
 
     /// Whether every store has listed, waiting until the deadline.
     pub async fn ready(&self) -> bool {
-        let all = future::join_all(self.stores.iter().map(Listed::wait));
-        tokio::time::timeout_at(self.deadline, all)
+        tokio::time::timeout_at(self.deadline, Listed::all(&self.stores))
             .await
-            .is_ok_and(|listed| listed.into_iter().all(|l| l))
+            .unwrap_or(false)
     }
 }
 
