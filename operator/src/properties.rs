@@ -348,6 +348,7 @@ fn pool_spec() -> impl Strategy<Value = WarmPoolSpec> {
                     .collect();
                 WarmPoolSpec {
                     scheduler: "orca".into(),
+                    class_ref: None,
                     region: "us-east-1".into(),
                     endpoint: None,
                     idle: IdleRange { min, max },

@@ -131,6 +131,7 @@ pub fn spec(
     max_instances: i32,
 ) -> WarmPoolSpec {
     WarmPoolSpec {
+        class_ref: None,
         scheduler: "sched".into(),
         region: REGION.into(),
         endpoint: Some(endpoint.into()),

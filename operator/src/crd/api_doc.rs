@@ -9,7 +9,7 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::{
 };
 use kube::CustomResourceExt;
 
-use super::{scheduler::Scheduler, warmpool::WarmPool};
+use super::{class::WarmPoolClass, scheduler::Scheduler, warmpool::WarmPool};
 
 /// Fields of Kubernetes' own types: shown by type, not field by field.
 const KUBERNETES_TYPES: [(&str, &str); 8] = [
@@ -33,7 +33,7 @@ pub fn api_markdown() -> String {
          that breaks it is refused with a message naming the field. `kubectl explain` \
          shows the same descriptions.\n",
     );
-    for crd in [Scheduler::crd(), WarmPool::crd()] {
+    for crd in [Scheduler::crd(), WarmPool::crd(), WarmPoolClass::crd()] {
         kind_section(&crd, &mut out);
     }
     out
@@ -50,8 +50,14 @@ fn kind_section(crd: &CustomResourceDefinition, out: &mut String) {
     ));
     let short = names.short_names.clone().unwrap_or_default().join(", ");
     out.push_str(&format!(
-        "Namespaced; plural `{}`, short name `{}`.",
-        names.plural, short
+        "{}; plural `{}`, short name `{}`.",
+        if crd.spec.scope == "Cluster" {
+            "Cluster-scoped"
+        } else {
+            "Namespaced"
+        },
+        names.plural,
+        short
     ));
     if let Some(columns) = &version.additional_printer_columns {
         let shown: Vec<String> = columns.iter().map(|c| c.name.clone()).collect();

@@ -1,9 +1,11 @@
-//! The custom resources, `orca.dev/v1alpha1` `Scheduler` and `WarmPool`
+//! The custom resources, `orca.dev/v1alpha1` `Scheduler`, `WarmPool` and
+//! `WarmPoolClass`
 //! (docs/api.md). The CRD YAML in `crds/` is generated from these types
 //! (`orca-operator crds`), with the validation the API server applies:
 //! required fields, ranges, enums and CEL rules where fields relate.
 
 mod api_doc;
+mod class;
 mod condition;
 mod forecast;
 mod period;
@@ -13,6 +15,7 @@ mod time_to_start;
 mod warmpool;
 
 pub use api_doc::api_markdown;
+pub use class::*;
 pub use condition::{degraded_already, set_condition, set_degraded};
 pub use forecast::{Forecast, ForecastHour, ForecastStatus};
 pub use period::Period;
@@ -38,7 +41,7 @@ pub fn spec_seconds(n: i64) -> chrono::TimeDelta {
 /// Every CRD of the project as one YAML stream, as `crds/` holds it.
 pub fn crds_yaml() -> String {
     let mut out = String::new();
-    for crd in [Scheduler::crd(), WarmPool::crd()] {
+    for crd in [Scheduler::crd(), WarmPool::crd(), WarmPoolClass::crd()] {
         out.push_str("---\n");
         out.push_str(&serde_yaml::to_string(&crd).expect("invariant: a CRD serialises to YAML"));
     }

@@ -37,6 +37,9 @@ use serde::{Deserialize, Serialize};
 #[x_kube(validation = Rule::new("self.idle.max <= self.maxInstances").message("idle.max must not exceed maxInstances"))]
 #[x_kube(validation = Rule::new("!has(self.stopped) || self.stopped.min <= self.maxInstances").message("stopped.min must not exceed maxInstances"))]
 #[x_kube(validation = Rule::new("!has(self.stopped) || !has(self.launch.capacityType) || self.launch.capacityType == 'onDemand'").message("stopped needs launch.capacityType onDemand: spot instances are not stopped and started"))]
+#[x_kube(validation = Rule::new("has(self.classRef) || size(self.region) > 0").message("region must not be empty (or name a class: classRef)"))]
+#[x_kube(validation = Rule::new("has(self.classRef) || has(self.launch.launchTemplate) || (has(self.launch.imageId) && has(self.launch.instanceTypes) && size(self.launch.instanceTypes) > 0 && has(self.launch.subnetIds) && size(self.launch.subnetIds) > 0)").message("launch needs a launchTemplate, or an imageId with instanceTypes and subnetIds (or name a class: classRef)"))]
+#[x_kube(validation = Rule::new("has(self.classRef) || (has(self.launch.runCommand) && size(self.launch.runCommand) > 0)").message("launch.runCommand must not be empty (or name a class: classRef)"))]
 #[x_kube(validation = Rule::new("!has(self.schedules) || self.schedules.all(s, s.idle.max <= self.maxInstances)").message("schedules[].idle.max must not exceed maxInstances"))]
 #[serde(rename_all = "camelCase")]
 pub struct WarmPoolSpec {
@@ -44,11 +47,20 @@ pub struct WarmPoolSpec {
     /// the pool and its instances use. Required, non-empty.
     #[x_kube(validation = Rule::new("self.size() > 0").message("scheduler must name a Scheduler"))]
     pub scheduler: String,
-    /// The EC2 region to launch in. Required, non-empty.
-    #[x_kube(validation = Rule::new("self.size() > 0").message("region must not be empty"))]
+    /// The WarmPoolClass the pool launches as: its region, endpoint and
+    /// launch, within its instance types, capacity types and limits. With a
+    /// class the pool sets none of region, endpoint and the launch fields
+    /// but instanceTypes (a subset of the class's) and capacityType (one it
+    /// allows). Default none: the pool says all of it itself (which a
+    /// chart installed with tenancy.requireClass refuses).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub class_ref: Option<super::class::ClassRef>,
+    /// The EC2 region to launch in. Required, non-empty, without a classRef;
+    /// with one, the class's.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
     pub region: String,
     /// Another EC2 endpoint URL, e.g. a VPC endpoint (the tests use moto's
-    /// server). Default: the region's.
+    /// server). Default: the region's (with a classRef, the class's).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub endpoint: Option<String>,
     /// How many idle instances to keep warm, and at most. Required.
@@ -94,7 +106,10 @@ pub struct WarmPoolSpec {
     #[serde(default = "default_boot_timeout")]
     #[schemars(range(min = 1, max = 31536000))]
     pub boot_timeout_seconds: i64,
-    /// How instances are launched and what they run. Required.
+    /// How instances are launched and what they run. Required without a
+    /// classRef; with one, only instanceTypes and capacityType, to narrow
+    /// the class's.
+    #[serde(default)]
     pub launch: Launch,
     /// true: nothing is launched or terminated, except once the WarmPool is
     /// deleted with onDelete Terminate; the status still counts the instances.
@@ -232,7 +247,6 @@ pub struct IdleSchedule {
 /// How instances are launched: a launch template, or an image with types,
 /// subnets and security groups.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, KubeSchema)]
-#[x_kube(validation = Rule::new("has(self.launchTemplate) || (has(self.imageId) && size(self.instanceTypes) > 0 && size(self.subnetIds) > 0)").message("launch needs a launchTemplate, or an imageId with instanceTypes and subnetIds"))]
 #[serde(rename_all = "camelCase")]
 pub struct Launch {
     /// The EC2 launch template to launch from; the fields below, where set,
@@ -273,8 +287,8 @@ pub struct Launch {
     /// What runs a handed-out run on the instance: a shell command (sh -c) with
     /// ORCA_RUN, ORCA_START, ORCA_HEAD, ORCA_NEW_CODE and ORCA_INSTANCE in its
     /// environment, besides ORCA_DATABASE_URL and ORCA_POOL. Required,
-    /// non-empty.
-    #[x_kube(validation = Rule::new("self.size() > 0").message("runCommand must not be empty"))]
+    /// non-empty (with a classRef, the class's).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
     pub run_command: String,
     /// What capacity to launch: onDemand (the default), spot, or
     /// spotThenOnDemand (spot in every instance type and subnet first, then
@@ -289,6 +303,27 @@ pub struct Launch {
     pub database_url_file: Option<String>,
 }
 
+impl Default for Launch {
+    fn default() -> Self {
+        Launch {
+            launch_template: None,
+            image_id: None,
+            instance_types: Vec::new(),
+            subnet_ids: Vec::new(),
+            security_group_ids: Vec::new(),
+            iam_instance_profile: None,
+            tags: BTreeMap::new(),
+            agent_path: default_agent_path(),
+            run_command: String::new(),
+            capacity_type: CapacityType::OnDemand,
+            database_url_file: None,
+        }
+    }
+}
+
+/// The agent's path on the image when none is given.
+pub const DEFAULT_AGENT_PATH: &str = "/usr/local/bin/orca-pool-agent";
+
 /// On-demand or spot capacity.
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Default, JsonSchema)]
 #[serde(rename_all = "camelCase")]
@@ -300,13 +335,22 @@ pub enum CapacityType {
 }
 
 impl CapacityType {
+    /// Its name in the spec.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CapacityType::OnDemand => "onDemand",
+            CapacityType::Spot => "spot",
+            CapacityType::SpotThenOnDemand => "spotThenOnDemand",
+        }
+    }
+
     fn is_on_demand(&self) -> bool {
         *self == CapacityType::OnDemand
     }
 }
 
 fn default_agent_path() -> String {
-    "/usr/local/bin/orca-pool-agent".into()
+    DEFAULT_AGENT_PATH.into()
 }
 
 /// A launch template, by id or by name.
@@ -375,6 +419,13 @@ pub struct WarmPoolStatus {
     /// drainTimeoutSeconds after the change), never left behind.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub retiring: Vec<FormerPlace>,
+    /// With a classRef: the region the class gave the pool's instances, so
+    /// that a deletion after the class's still finds and terminates them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub class_region: Option<String>,
+    /// With a classRef: the class's EC2 endpoint, if not the region's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub class_endpoint: Option<String>,
     /// The schedule whose period is under way (its place in spec.schedules, its
     /// cron expression, the idle range and when the period ends); none while
     /// spec.idle holds.

@@ -238,8 +238,8 @@ impl<W: World> PoolLoop<W> {
             .collect();
         let mut at = 0usize;
         for batch in &plan.launches {
-            let count = batch.count.min(budget);
-            if count == 0 {
+            let wanted = batch.count.min(budget);
+            if wanted == 0 {
                 break;
             }
             let mut mismatched = false;
@@ -252,6 +252,10 @@ impl<W: World> PoolLoop<W> {
                     ));
                     return Ok(());
                 };
+                let count = self.granted(offering, wanted, report);
+                if count == 0 {
+                    return Ok(());
+                }
                 let token = client_token(&self.launch_id, self.launch_batches);
                 let answer = self.run_batch(offering, count, &token, &user_data).await;
                 // A token EC2 answered is used up; one whose answer was lost
@@ -263,6 +267,14 @@ impl<W: World> PoolLoop<W> {
                         | Ec2Error::Fenced { .. })
                 ) {
                     self.launch_batches += 1;
+                }
+                // What a class granted and EC2 did not launch is given back
+                // (one whose answer was lost may have launched: it stays
+                // counted until the next listing says).
+                if let (Err(e), Some(b)) = (&answer, &self.budget) {
+                    if !matches!(e, Ec2Error::Transport { .. }) {
+                        b.release(&offering.instance_type, count);
+                    }
                 }
                 match answer {
                     // The token was EC2's already, for another request: the
@@ -348,6 +360,26 @@ impl<W: World> PoolLoop<W> {
             }
         }
         Ok(())
+    }
+
+    /// Of `wanted` instances of `offering`, how many the pool's class
+    /// grants (all of them without a class); fewer is said once a pass
+    /// (`LimitReached`, a warning: the pool's `Degraded` condition names
+    /// the limit and the usage).
+    fn granted(&mut self, offering: &Offering, wanted: u32, report: &mut PassReport) -> u32 {
+        let Some(budget) = &self.budget else {
+            return wanted;
+        };
+        let grant = budget.grant(&offering.instance_type, wanted);
+        if let Some(why) = grant.held_back {
+            if !report.events.iter().any(|e| e.reason == "LimitReached") {
+                tracing::info!(pool = %self.pool, wanted, granted = grant.count, "{why}");
+                report
+                    .events
+                    .push(PoolEvent::new("LimitReached", why, true));
+            }
+        }
+        grant.count
     }
 
     /// Holds `offering`, refused with `code`, for the capacity hold, and

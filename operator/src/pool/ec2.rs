@@ -394,6 +394,37 @@ impl Ec2 {
             .collect())
     }
 
+    /// The default vCPUs of each of `types` (`DescribeInstanceTypes`); a
+    /// type EC2 does not describe is left out.
+    pub async fn vcpus(&self, types: &[String]) -> Result<Vec<(String, i64)>, Ec2Error> {
+        const ACTION: &str = "DescribeInstanceTypes";
+        let mut out = Vec::new();
+        for chunk in types.chunks(100) {
+            self.check(ACTION)?;
+            let answer = self
+                .client
+                .describe_instance_types()
+                .set_instance_types(Some(
+                    chunk
+                        .iter()
+                        .map(|t| InstanceType::from(t.as_str()))
+                        .collect(),
+                ))
+                .send()
+                .await
+                .map_err(|e| sdk_error(ACTION, None, e))?;
+            for t in answer.instance_types() {
+                if let (Some(name), Some(vcpus)) = (
+                    t.instance_type(),
+                    t.v_cpu_info().and_then(|v| v.default_v_cpus()),
+                ) {
+                    out.push((name.as_str().to_string(), i64::from(vcpus)));
+                }
+            }
+        }
+        Ok(out)
+    }
+
     /// The last lines of instance `id`'s console (`GetConsoleOutput`), at
     /// most 300 characters, one line; empty if EC2 has none yet.
     pub async fn console_tail(&self, id: &str) -> Result<String, Ec2Error> {

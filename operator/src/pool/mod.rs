@@ -25,6 +25,8 @@ mod act;
 #[cfg(test)]
 mod act_tests;
 pub mod boot;
+pub mod budget;
+pub mod class;
 pub mod cost;
 pub mod drain;
 pub mod drift;

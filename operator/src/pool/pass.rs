@@ -30,6 +30,7 @@ impl PoolLoop {
     /// One pass at `now` (the operator's clock, for EC2's launch times).
     pub async fn pass(&mut self, now: DateTime<Utc>) -> Result<PassReport, PoolError> {
         let mut snap = self.observe().await?;
+        self.count_held(&snap).await?;
         let adopted = std::mem::take(&mut self.just_adopted);
         // Read after the observation: a deletion that began meanwhile
         // launches nothing in this pass already.
@@ -248,6 +249,41 @@ impl PoolLoop {
             false,
         ));
         self.drift_announced = Some(hash);
+    }
+
+    /// Tells the pool's class what the pool holds — its present instances
+    /// and those it launched that the listing does not show yet — and
+    /// learns the vCPUs of the types it may launch (`DescribeInstanceTypes`,
+    /// once per type for the whole operator).
+    async fn count_held(&mut self, snap: &Snapshot) -> Result<(), PoolError> {
+        let Some(budget) = &self.budget else {
+            return Ok(());
+        };
+        let mut by_type: std::collections::BTreeMap<String, i64> = Default::default();
+        let listed: HashSet<&str> = snap.instances.iter().map(|i| i.id.as_str()).collect();
+        for i in snap.instances.iter().filter(|i| i.state.is_present()) {
+            *by_type.entry(i.offering.instance_type.clone()).or_default() += 1;
+        }
+        for (id, (_, offering)) in &self.launch_times {
+            if !listed.contains(id.as_str()) && self.ours.contains_key(id) {
+                *by_type.entry(offering.instance_type.clone()).or_default() += 1;
+            }
+        }
+        budget.held(by_type);
+        let unknown = budget
+            .budgets()
+            .unknown_vcpus(&self.spec.launch.instance_types);
+        if !unknown.is_empty() {
+            match self.world.ec2.vcpus(&unknown).await {
+                Ok(vcpus) => budget.budgets().learn_vcpus(vcpus),
+                Err(e @ super::Ec2Error::Fenced { .. }) => return Err(self.ec2_error(e)),
+                // Not known: no launch of those types under a vCPU limit
+                // until a pass learns them.
+                Err(e) => tracing::warn!(pool = %self.pool, error = %e,
+                    "the vCPUs of the pool's instance types are not known"),
+            }
+        }
+        Ok(())
     }
 
     /// Whether EC2 listed none of the pool's instances as present, and

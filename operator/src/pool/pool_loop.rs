@@ -138,6 +138,9 @@ pub struct PoolLoop<W = Live> {
     /// Launch batches EC2 answered (`status.launchBatches`): the number of
     /// the next one.
     pub(super) launch_batches: u64,
+    /// The class's book, for a pool with a class: every launch is granted
+    /// by it first ([`PoolLoop::set_budget`]).
+    pub(super) budget: Option<super::budget::Budget>,
 }
 
 impl<W> PoolLoop<W> {
@@ -184,6 +187,7 @@ impl<W> PoolLoop<W> {
             booted: HashSet::new(),
             launch_id: own_launch_id(&pool),
             launch_batches: 0,
+            budget: None,
             pool,
         }
     }
@@ -238,6 +242,19 @@ impl<W> PoolLoop<W> {
 
     pub(super) fn run_stale(&self) -> Duration {
         self.run_stale.unwrap_or(self.tuning.stale)
+    }
+
+    /// The book of the pool's class, which grants its launches (`None`: a
+    /// pool without a class, held by maxInstances only).
+    pub fn set_budget(&mut self, budget: Option<super::budget::Budget>) {
+        let same = match (&self.budget, &budget) {
+            (Some(a), Some(b)) => a.class() == b.class(),
+            (None, None) => true,
+            _ => false,
+        };
+        if !same {
+            self.budget = budget;
+        }
     }
 
     /// No metrics: a loop draining where the pool ran before must not set

@@ -119,6 +119,8 @@ impl<W> PoolLoop<W> {
             // The Kubernetes mode's, which knows the Secret and the places.
             database_secret: None,
             retiring: Vec::new(),
+            class_region: None,
+            class_endpoint: None,
             instance_seconds: Vec::new(),
             runs_served: None,
             time_to_start: None,
