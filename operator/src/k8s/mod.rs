@@ -16,6 +16,7 @@
 //!   behind its [`crate::fence::Fence`];
 //! - [`run()`] — wires it all.
 
+pub mod classes;
 pub mod database;
 pub mod finalizer;
 pub mod guard;

@@ -22,8 +22,9 @@ use super::{
     names::MANAGER,
     scheduler::{self, Context},
     server::{self, Progress, Readiness},
-    watches::Watches,
+    watches::{ClusterWatches, Watches},
 };
+use crate::k8s::classes::{self, ClassSources};
 use crate::k8s::warmpool::{self, PoolControllerConfig};
 use crate::pool::{Listings, Tuning};
 
@@ -135,6 +136,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
                 reporter: MANAGER.into(),
                 fence,
                 listings: Listings::default(),
+                budgets: Default::default(),
             };
             let term = Leading::new(&leading);
             let controllers = controllers(
@@ -172,12 +174,27 @@ async fn controllers(
         namespaces.into_iter().map(Some).collect()
     };
     let mut runs = Vec::new();
+    // The classes and the Namespaces' labels: one watch each, whatever the
+    // scopes.
+    let mut cluster = ClusterWatches::new(&client);
+    let classes = cluster.classes.subscribe();
+    let labels = cluster.namespaces.subscribe();
+    let mut sources = ClassSources {
+        classes: classes.store,
+        namespaces: labels.store,
+        pools: Vec::new(),
+        listed: vec![classes.listed, labels.listed],
+        scopes: scopes.clone(),
+    };
     for scope in scopes {
         // One watch each of Schedulers, WarmPools and Secrets per scope,
         // which every controller follows.
         let mut watches = Watches::new(&client, &scope);
+        let scope_pools = watches.pools.subscribe();
+        sources.pools.push(scope_pools.store);
+        sources.listed.push(scope_pools.listed);
         runs.push(scheduler::run(client.clone(), scope.clone(), ctx.clone(), &mut watches).boxed());
-        runs.push(warmpool::run(client.clone(), pools.clone(), &mut watches).boxed());
+        runs.push(warmpool::run(client.clone(), pools.clone(), &mut watches, &mut cluster).boxed());
         runs.push(
             in_use::run(
                 client.clone(),
@@ -190,6 +207,18 @@ async fn controllers(
         );
         runs.push(watches.run().boxed());
     }
+    runs.push(
+        classes::run(
+            client.clone(),
+            pools.fence.clone(),
+            pools.budgets.clone(),
+            sources,
+        )
+        .map(|()| future::pending::<()>())
+        .flatten()
+        .boxed(),
+    );
+    runs.push(cluster.run().boxed());
     future::join_all(runs).await;
     anyhow::bail!("the controllers' watches ended")
 }

@@ -22,7 +22,10 @@ use futures::{
     future::{self, BoxFuture, Shared},
     FutureExt, Stream, StreamExt,
 };
-use k8s_openapi::{api::core::v1::Secret, NamespaceResourceScope};
+use k8s_openapi::{
+    api::core::v1::{Namespace, Secret},
+    NamespaceResourceScope,
+};
 use kube::{
     core::PartialObjectMeta,
     runtime::{
@@ -34,10 +37,13 @@ use kube::{
 use serde::de::DeserializeOwned;
 
 use super::database::SecretUrls;
-use crate::crd::{Scheduler, WarmPool};
+use crate::crd::{Scheduler, WarmPool, WarmPoolClass};
 
 /// A Secret's metadata: the operator keeps no Secret's data.
 pub type SecretMeta = PartialObjectMeta<Secret>;
+
+/// A Namespace's metadata: its labels, which a WarmPoolClass selects by.
+pub type NamespaceMeta = PartialObjectMeta<Namespace>;
 
 /// Whether one store has listed, for any number of tasks waiting at once.
 /// Make one per store, where the store is made, and hand out clones: two
@@ -272,6 +278,27 @@ impl Watches {
     /// Runs the three watches until their subscribers have gone.
     pub async fn run(self) {
         futures::join!(self.schedulers.run(), self.pools.run(), self.secrets.run());
+    }
+}
+
+/// The cluster-wide watches, one for every scope: the WarmPoolClasses and
+/// the Namespaces' metadata (their labels).
+pub struct ClusterWatches {
+    pub classes: Watch<WarmPoolClass>,
+    pub namespaces: Watch<NamespaceMeta>,
+}
+
+impl ClusterWatches {
+    pub fn new(client: &Client) -> Self {
+        Self {
+            classes: Watch::new(Api::all(client.clone())),
+            namespaces: Watch::new(Api::all(client.clone())),
+        }
+    }
+
+    /// Runs both watches until their subscribers have gone.
+    pub async fn run(self) {
+        futures::join!(self.classes.run(), self.namespaces.run());
     }
 }
 

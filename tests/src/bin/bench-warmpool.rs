@@ -26,7 +26,7 @@ use orca_operator::{
     fence::Fence,
     k8s::{
         warmpool::{self, PoolControllerConfig},
-        watches::Watches,
+        watches::{ClusterWatches, Watches},
     },
     pool::{Ownership, Tuning},
 };
@@ -103,11 +103,13 @@ impl Stage {
             fence: Fence::always(),
             progress: Default::default(),
             listings: Default::default(),
+            budgets: Default::default(),
         };
         let mut watches = Watches::new(&client, &Some(ns.clone()));
-        let run = warmpool::run(client, config, &mut watches);
+        let mut cluster = ClusterWatches::new(&client);
+        let run = warmpool::run(client, config, &mut watches, &mut cluster);
         let controller = tokio::spawn(async move {
-            futures::join!(run, watches.run());
+            futures::join!(run, watches.run(), cluster.run());
         });
         Stage {
             admin,

@@ -64,6 +64,7 @@ fn config(fence: Fence) -> PoolControllerConfig {
         fence,
         progress: Default::default(),
         listings: Default::default(),
+        budgets: Default::default(),
     }
 }
 

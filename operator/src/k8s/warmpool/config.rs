@@ -1,14 +1,14 @@
 //! What the WarmPool controller is configured with, and the names every
 //! stage uses: a pool's key, its WarmPools' `Api`, the locks' rule.
 
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use kube::{Api, Client, ResourceExt};
 
 use crate::{
     crd::WarmPool,
     k8s::{leader::Fence, server::Progress},
-    pool::{Listings, PoolMetrics, Tuning},
+    pool::{budget::Budgets, Listings, PoolMetrics, Tuning},
 };
 
 /// What the WarmPool controller needs besides the client.
@@ -27,6 +27,9 @@ pub struct PoolControllerConfig {
     /// The pools' EC2 listings, one per region and endpoint, shared
     /// between them (see [`crate::pool::listings`]).
     pub listings: Listings,
+    /// What the pools of each WarmPoolClass hold, and the grants of their
+    /// launches: one for the whole operator, every scope's pools together.
+    pub budgets: Arc<Budgets>,
 }
 
 /// A pool's name in logs, locks and metrics: `namespace/name`.

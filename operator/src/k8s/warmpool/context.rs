@@ -31,8 +31,12 @@ use super::{
 use crate::{
     backoff::{Backoff, PerObject},
     connections::Connections,
-    crd::{Scheduler, WarmPool, WarmPoolStatus},
-    k8s::{database::SecretUrls, status::post_event, watches::FirstListing},
+    crd::{Scheduler, WarmPool, WarmPoolClass, WarmPoolStatus},
+    k8s::{
+        database::SecretUrls,
+        status::post_event,
+        watches::{FirstListing, NamespaceMeta},
+    },
     pool::{Deletion, PoolEvent, PoolLoop},
 };
 
@@ -79,6 +83,11 @@ pub(super) struct Caches {
     pub(super) urls: Arc<SecretUrls>,
     /// The first listing of the Schedulers and the Secrets.
     pub(super) listed: FirstListing,
+    /// The WarmPoolClasses and the Namespaces' labels (cluster-wide).
+    pub(super) classes: Store<WarmPoolClass>,
+    pub(super) namespaces: Store<NamespaceMeta>,
+    /// Their first listing.
+    pub(super) cluster_listed: FirstListing,
 }
 
 /// What every reconcile of the WarmPool controller shares.

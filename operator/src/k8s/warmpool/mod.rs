@@ -37,6 +37,7 @@
 //! Nothing here shows the URL: problems reading it are `Degraded`
 //! conditions with a reason (never the password).
 
+mod class;
 mod config;
 mod context;
 mod error;
@@ -75,10 +76,10 @@ use report::degraded;
 
 use crate::fence::{MaybeFenced, FENCED_RETRY};
 use crate::{
-    crd::{Scheduler, WarmPool},
+    crd::{Scheduler, WarmPool, WarmPoolClass},
     k8s::{
         guard, names,
-        watches::{FirstListing, Watches},
+        watches::{ClusterWatches, FirstListing, NamespaceMeta, Watches},
     },
 };
 
@@ -90,10 +91,13 @@ pub fn run(
     client: Client,
     config: PoolControllerConfig,
     watches: &mut Watches,
+    cluster: &mut ClusterWatches,
 ) -> impl Future<Output = ()> + Send + 'static {
     let (scheduler_store, scheduler_listed, schedulers) = watches.schedulers.subscribe().stream();
     let (secret_store, secret_listed, secrets) = watches.secrets.subscribe().stream();
     let (pool_store, _, pools) = watches.pools.subscribe().stream();
+    let (class_store, class_listed, classes) = cluster.classes.subscribe().stream();
+    let (namespace_store, namespace_listed, namespaces) = cluster.namespaces.subscribe().stream();
     let urls = watches.urls.clone();
     async move {
         // The store keeps every change; a pool cares only for a new spec
@@ -103,6 +107,12 @@ pub fn run(
             .touched_objects()
             .predicate_filter(predicates::generation, Default::default());
         let secrets = secrets.touched_objects();
+        let classes = classes
+            .touched_objects()
+            .predicate_filter(predicates::generation, Default::default());
+        let namespaces = namespaces
+            .touched_objects()
+            .predicate_filter(predicates::labels, Default::default());
         let (triggers, notified) = mpsc::unbounded();
         // A new generation (a spec change, or the deletion: the API server
         // bumps it with deletionTimestamp) is reconciled; the controller's
@@ -122,6 +132,12 @@ pub fn run(
             pools: controller.store(),
             urls,
             listed: FirstListing::new(vec![scheduler_listed, secret_listed], names::FIRST_LISTING),
+            classes: class_store,
+            namespaces: namespace_store,
+            cluster_listed: FirstListing::new(
+                vec![class_listed, namespace_listed],
+                names::FIRST_LISTING,
+            ),
         };
         let ctx = Arc::new(PoolContext::with(
             client,
@@ -132,6 +148,7 @@ pub fn run(
         let _stop = StopAll(ctx.clone());
         let by_scheduler = caches.pools.clone();
         let (by_secret, secret_schedulers) = (caches.pools.clone(), scheduler_store);
+        let (by_class, by_namespace) = (caches.pools.clone(), caches.pools.clone());
         controller
             .watches_stream(schedulers, move |s: Scheduler| {
                 pools_of(&by_scheduler, s.namespace(), |name| name == s.name_any())
@@ -147,6 +164,20 @@ pub fn run(
                     .map(|s| s.name_any())
                     .collect();
                 pools_of(&by_secret, ns, |name| names.iter().any(|n| n == name))
+            })
+            .watches_stream(classes, move |c: WarmPoolClass| {
+                of_class(&by_class, |p| {
+                    p.spec
+                        .class_ref
+                        .as_ref()
+                        .is_some_and(|r| r.name == c.name_any())
+                })
+            })
+            .watches_stream(namespaces, move |n: NamespaceMeta| {
+                let ns = Some(n.name_any());
+                of_class(&by_namespace, |p| {
+                    p.namespace() == ns && p.spec.class_ref.is_some()
+                })
             })
             .reconcile_on(notified)
             .run(reconcile, error_policy, ctx)
@@ -173,6 +204,19 @@ fn pools_of(
         .state()
         .iter()
         .filter(|p| p.namespace() == namespace && named(&p.spec.scheduler))
+        .map(|p| ObjectRef::from_obj(p.as_ref()))
+        .collect()
+}
+
+/// The WarmPools that pass `chosen`.
+fn of_class(
+    pools: &Store<WarmPool>,
+    chosen: impl Fn(&WarmPool) -> bool,
+) -> Vec<ObjectRef<WarmPool>> {
+    pools
+        .state()
+        .iter()
+        .filter(|p| chosen(p))
         .map(|p| ObjectRef::from_obj(p.as_ref()))
         .collect()
 }

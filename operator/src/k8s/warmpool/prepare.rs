@@ -83,15 +83,16 @@ pub(super) async fn prepare(
     }
     // A new spec that moves the pool (another Scheduler, region or
     // endpoint) gets a loop of its own; the old one drains the old place.
+    // (A class's change reaches the pool's spec without a new generation.)
     let moving = slot.as_ref().is_some_and(|s| {
-        same && s.generation != wp.metadata.generation
+        same && (s.generation != wp.metadata.generation || s.lp.spec() != &wp.spec)
             && crate::pool::drift::moved(s.lp.spec(), &wp.spec)
     });
     if same && !moving {
         let state = slot.as_mut().expect("invariant: `same` holds a state");
         let unchanged = state.source == source && source.version.is_some();
         if unchanged {
-            if state.generation != wp.metadata.generation {
+            if state.generation != wp.metadata.generation || state.lp.spec() != &wp.spec {
                 state.lp.set_spec(wp.spec.clone()).await;
                 state.generation = wp.metadata.generation;
                 tracing::info!(pool = %pool, generation = ?wp.metadata.generation, "new spec");
@@ -124,7 +125,7 @@ pub(super) async fn prepare(
         let state = slot.as_mut().expect("invariant: `same` holds a state");
         if state.database == database {
             state.source = source;
-            if state.generation != wp.metadata.generation {
+            if state.generation != wp.metadata.generation || state.lp.spec() != &wp.spec {
                 state.lp.set_spec(wp.spec.clone()).await;
                 state.generation = wp.metadata.generation;
                 tracing::info!(pool = %pool, generation = ?wp.metadata.generation, "new spec");

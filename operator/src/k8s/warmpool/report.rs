@@ -83,6 +83,11 @@ pub(super) async fn write_back(
         key: state.source.key.clone(),
     });
     status.retiring = state.retiring.iter().map(|r| r.place.clone()).collect();
+    // The spec here is the class's: where the instances are.
+    if wp.spec.class_ref.is_some() {
+        status.class_region = Some(wp.spec.region.clone());
+        status.class_endpoint = wp.spec.endpoint.clone();
+    }
     for e in &events {
         ctx.say(wp, e).await;
     }

@@ -9,6 +9,7 @@ use chrono::{DateTime, Utc};
 use kube::{runtime::controller::Action, Resource, ResourceExt};
 
 use super::{
+    class,
     config::{key, locked, FINALIZER},
     context::PoolContext,
     error::ControllerError,
@@ -55,6 +56,16 @@ pub(super) async fn run_stages(
             drain_timeout_seconds: wp.spec.drain_timeout_seconds,
         }),
     };
+    // With a class, every stage from here on sees the spec the class
+    // makes of the pool; one the class refuses runs no loop.
+    let wp = match class::effective(wp.clone(), &ctx, &pool, deletion.is_some()).await? {
+        Ok(wp) => wp,
+        Err(refusal) => {
+            ctx.forget(&pool);
+            degraded(&ctx, &wp, refusal.reason, refusal.message).await?;
+            return Ok(Action::requeue(Duration::from_secs(30)));
+        }
+    };
     if deletion.is_none() && !ctx.has_finalizer(&wp) {
         // Before anything is launched: a deletion then waits for the
         // instances.
@@ -81,6 +92,13 @@ pub(super) async fn run_stages(
     let Some(state) = guard.as_mut() else {
         return Ok(Action::requeue(Duration::from_secs(30)));
     };
+    state.lp.set_budget(wp.spec.class_ref.as_ref().map(|c| {
+        ctx.config.budgets.budget(
+            &c.name,
+            &pool,
+            wp.namespace().as_deref().unwrap_or("default"),
+        )
+    }));
     state.deletion.send_replace(deletion);
     state.lp.set_drain(
         wp.metadata
