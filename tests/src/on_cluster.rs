@@ -46,7 +46,7 @@ impl OnCluster {
 
     /// As [`OnCluster::new`], with no operator replica yet.
     pub async fn without_operator(prefix: &str) -> OnCluster {
-        OnCluster::staged(prefix, None, &[]).await
+        OnCluster::staged(prefix, None, &[], &[]).await
     }
 
     /// As [`OnCluster::without_operator`], but the chart is installed in a
@@ -54,7 +54,7 @@ impl OnCluster {
     /// operator usually is: the stage's namespace can be deleted with
     /// everything in it, the operator's Role and RoleBinding there too.
     pub async fn apart(prefix: &str) -> OnCluster {
-        let stage = OnCluster::staged(prefix, Some(&format!("{prefix}-op")), &[]).await;
+        let stage = OnCluster::staged(prefix, Some(&format!("{prefix}-op")), &[], &[]).await;
         stage.with_replica("a").await
     }
 
@@ -63,12 +63,23 @@ impl OnCluster {
     /// image the test node has, the chart's own Deployment runs the
     /// operator.
     pub async fn installed_with(prefix: &str, sets: &[&str]) -> OnCluster {
-        OnCluster::staged(prefix, None, sets).await
+        OnCluster::staged(prefix, None, &[], sets).await
+    }
+
+    /// As [`OnCluster::installed_with`], the operator watching the
+    /// namespaces `also` (made by the test) too; no replica yet.
+    pub async fn watching(prefix: &str, also: &[String], sets: &[&str]) -> OnCluster {
+        OnCluster::staged(prefix, None, also, sets).await
     }
 
     /// The stage's namespace, the chart installed in it or in a namespace
-    /// `<apart>-<random>` watching it, and the Secret `orca-db`.
-    async fn staged(prefix: &str, apart: Option<&str>, sets: &[&str]) -> OnCluster {
+    /// `<apart>-<random>` watching it (and `also`), and the Secret `orca-db`.
+    async fn staged(
+        prefix: &str,
+        apart: Option<&str>,
+        also: &[String],
+        sets: &[&str],
+    ) -> OnCluster {
         let cp = ControlPlane::shared();
         let client = cp.client().await;
         let ns = cp.namespace(&client, prefix).await;
@@ -76,7 +87,9 @@ impl OnCluster {
             Some(apart) => cp.namespace(&client, apart).await,
             None => ns.clone(),
         };
-        let release = Release::install(cp, &op, &op, &[ns.as_str()], sets);
+        let mut watch = vec![ns.as_str()];
+        watch.extend(also.iter().map(String::as_str));
+        let release = Release::install(cp, &op, &op, &watch, sets);
         let url = pg::Cluster::shared().migrated_db().await;
         let stage = OnCluster {
             cp,

@@ -86,7 +86,9 @@ impl Release {
             .arg(cp.admin_kubeconfig())
             .args(["--set", "replicaCount=0"])
             .args(["--set", &format!("clusterName={TEST_CLUSTER}")])
-            .args(["--set", &format!("watchNamespaces={{{}}}", watch.join(","))]);
+            .args(["--set", &format!("watchNamespaces={{{}}}", watch.join(","))])
+            // The tests of inline pools; those of classes set it true.
+            .args(["--set", "tenancy.requireClass=false"]);
         helm_with(cmd, sets, &format!("helm install {name}"));
         Release {
             name: name.into(),
@@ -137,24 +139,29 @@ impl Release {
 
     /// A token of the chart's ServiceAccount, from the TokenRequest API.
     pub async fn token(&self, client: &Client) -> String {
-        let request = TokenRequest {
-            spec: TokenRequestSpec {
-                audiences: vec![],
-                expiration_seconds: Some(3600),
-                bound_object_ref: None,
-            },
-            ..Default::default()
-        };
-        let answer: TokenRequest =
-            Api::<ServiceAccount>::namespaced(client.clone(), &self.namespace)
-                .create_subresource("token", &self.fullname(), &PostParams::default(), &request)
-                .await
-                .unwrap_or_else(|e| panic!("a token for ServiceAccount {}: {e}", self.fullname()));
-        answer
-            .status
-            .map(|s| s.token)
-            .expect("invariant: the API server answers a TokenRequest with a token")
+        token_of(client, &self.namespace, &self.fullname()).await
     }
+}
+
+/// A token (an hour's) of ServiceAccount `namespace/name`, from the
+/// TokenRequest API.
+pub async fn token_of(client: &Client, namespace: &str, name: &str) -> String {
+    let request = TokenRequest {
+        spec: TokenRequestSpec {
+            audiences: vec![],
+            expiration_seconds: Some(3600),
+            bound_object_ref: None,
+        },
+        ..Default::default()
+    };
+    let answer: TokenRequest = Api::<ServiceAccount>::namespaced(client.clone(), namespace)
+        .create_subresource("token", name, &PostParams::default(), &request)
+        .await
+        .unwrap_or_else(|e| panic!("a token for ServiceAccount {namespace}/{name}: {e}"));
+    answer
+        .status
+        .map(|s| s.token)
+        .expect("invariant: the API server answers a TokenRequest with a token")
 }
 
 /// The operator binary the replicas run: this workspace's, or

@@ -87,6 +87,25 @@ enum Command {
         #[command(subcommand)]
         command: RolloutCommand,
     },
+    /// WarmPoolClasses.
+    Class {
+        #[command(subcommand)]
+        command: ClassCommand,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+enum ClassCommand {
+    /// Prints a WarmPoolClass holding an inline WarmPool's region, endpoint
+    /// and launch, and the patch that moves the pool onto it: its instances
+    /// stay (their launch spec is the same), nothing is replaced.
+    FromPool {
+        /// The WarmPool (with an inline launch).
+        name: String,
+        /// The class's name; default: the pool's.
+        #[arg(long)]
+        class_name: Option<String>,
+    },
 }
 
 #[derive(Subcommand, Debug)]
@@ -144,6 +163,8 @@ pub enum PluginError {
     NoDrain,
     #[error("{0:?} is not an instance of warmpool {1}: its status lists {2}")]
     NotAnInstance(String, String, String),
+    #[error("warmpool {0} has a class already (classRef {1}): nothing to move")]
+    HasClass(String, String),
 }
 
 /// Runs the command `cli` names; what it prints goes to stdout.
@@ -226,6 +247,22 @@ pub async fn run(cli: Cli) -> Result<(), PluginError> {
             );
             Ok(())
         }
+        Command::Class {
+            command: ClassCommand::FromPool { name, class_name },
+        } => {
+            let pool = at.get(&at.api::<WarmPool>(), &name).await?;
+            if let Some(class) = &pool.spec.class_ref {
+                return Err(PluginError::HasClass(
+                    format!("{}/{name}", at.namespace),
+                    class.name.clone(),
+                ));
+            }
+            print!(
+                "{}",
+                class_from_pool(&pool, class_name.as_deref().unwrap_or(&name))
+            );
+            Ok(())
+        }
         Command::Rollout {
             command: RolloutCommand::Restart { kind, name },
         } => {
@@ -239,6 +276,46 @@ pub async fn run(cli: Cli) -> Result<(), PluginError> {
             Ok(())
         }
     }
+}
+
+/// The WarmPoolClass `class` that holds `pool`'s region, endpoint and launch
+/// (its instance types and capacity type the class's only ones; the
+/// namespace alone admitted; no limits, to set before applying), then, as a
+/// comment, the patch that moves the pool onto it. Launched from the class,
+/// the pool's launch spec is the same as before: no instance drifts.
+pub fn class_from_pool(pool: &WarmPool, class: &str) -> String {
+    let ns = pool.namespace().unwrap_or_else(|| "default".into());
+    let mut launch = pool.spec.launch.clone();
+    let types = std::mem::take(&mut launch.instance_types);
+    let capacity = std::mem::take(&mut launch.capacity_type);
+    let object = json!({
+        "apiVersion": "orca.dev/v1alpha1",
+        "kind": "WarmPoolClass",
+        "metadata": {"name": class},
+        "spec": {
+            "region": pool.spec.region,
+            "endpoint": pool.spec.endpoint,
+            "launch": launch,
+            "instanceTypes": types,
+            "capacityTypes": [capacity],
+            "namespaces": {"matchLabels": {"kubernetes.io/metadata.name": ns}},
+        },
+    });
+    let mut object = object;
+    if pool.spec.endpoint.is_none() {
+        object["spec"].as_object_mut().map(|s| s.remove("endpoint"));
+    }
+    let yaml = serde_yaml::to_string(&object).unwrap_or_default();
+    format!(
+        "# The class holding WarmPool {ns}/{}'s launch; set spec.limits and\n\
+         # spec.namespaceLimits, apply it, then move the pool onto it (its\n\
+         # instances stay):\n\
+         #   kubectl patch warmpool {} -n {ns} --type merge -p \\\n\
+         #     '{{\"spec\":{{\"classRef\":{{\"name\":\"{class}\"}},\"region\":null,\"endpoint\":null,\"launch\":null}}}}'\n\
+         {yaml}",
+        pool.name_any(),
+        pool.name_any(),
+    )
 }
 
 /// The cluster and namespace a command works in.

@@ -5,6 +5,7 @@
 //! a cluster, on one. One control plane serves every test of this binary;
 //! each test has a namespace, a release and a database of its own.
 
+mod classes;
 mod deletion;
 mod handover;
 mod in_cluster;
