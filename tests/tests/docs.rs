@@ -57,7 +57,7 @@ fn every_crd_property_has_a_description() {
         }
         kinds.push(kind);
     }
-    assert_eq!(kinds, ["Scheduler", "WarmPool"]);
+    assert_eq!(kinds, ["Scheduler", "WarmPool", "WarmPoolClass"]);
     assert!(
         walk.properties > 50,
         "only {} properties walked: is the schema where the test looks?",

@@ -94,14 +94,6 @@ pub struct ClassLimits {
     pub vcpus: Option<i64>,
 }
 
-/// A WarmPool's class, by name.
-#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, KubeSchema)]
-pub struct ClassRef {
-    /// The WarmPoolClass's name. Required, non-empty.
-    #[x_kube(validation = Rule::new("self.size() > 0").message("classRef.name must name a WarmPoolClass"))]
-    pub name: String,
-}
-
 /// What the class's pools hold, as the leading operator last counted it.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default, JsonSchema)]
 #[serde(rename_all = "camelCase")]

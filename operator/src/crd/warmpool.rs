@@ -54,7 +54,7 @@ pub struct WarmPoolSpec {
     /// allows). Default none: the pool says all of it itself (which a
     /// chart installed with tenancy.requireClass refuses).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub class_ref: Option<super::class::ClassRef>,
+    pub class_ref: Option<ClassRef>,
     /// The EC2 region to launch in. Required, non-empty, without a classRef;
     /// with one, the class's.
     #[serde(default, skip_serializing_if = "String::is_empty")]
@@ -145,6 +145,14 @@ pub struct WarmPoolSpec {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 20))]
     pub maintenance_windows: Vec<Period>,
+}
+
+/// A WarmPool's class, by name.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, KubeSchema)]
+pub struct ClassRef {
+    /// The WarmPoolClass's name. Required, non-empty.
+    #[x_kube(validation = Rule::new("self.size() > 0").message("classRef.name must name a WarmPoolClass"))]
+    pub name: String,
 }
 
 /// How drifted instances are replaced: idle and stopped ones first, each

@@ -289,6 +289,7 @@ pub struct ClusterWatches {
 }
 
 impl ClusterWatches {
+    /// Both watches, over the whole cluster.
     pub fn new(client: &Client) -> Self {
         Self {
             classes: Watch::new(Api::all(client.clone())),

@@ -9,6 +9,9 @@
 //! launched since; a pool of the class without a loop here (stopped by a
 //! problem, or not reconciled yet since a restart) counts as its status
 //! last said, its vCPUs at the class's largest type.
+//!
+//! Kept whole, one concept: the book of a class and the one way launches
+//! are granted from it, with the tests that race two pools through it.
 
 use std::{
     collections::{BTreeMap, HashMap},

@@ -150,4 +150,5 @@ mod alerts;
 mod crds;
 mod deployment;
 mod rbac;
+mod tenancy;
 mod values;

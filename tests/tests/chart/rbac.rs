@@ -122,6 +122,29 @@ fn assert_binds_operator(binding: &Value, role_kind: &str, role_name: &str) {
     );
 }
 
+/// `objects` and what `tenancy` adds with its defaults: the classes'
+/// reader and its binding, the aggregated roles, the admission policy and
+/// its binding (tests/tests/chart/tenancy.rs looks into each).
+fn with_tenancy(mut objects: Vec<(String, String, String)>) -> Vec<(String, String, String)> {
+    let named = |kind: &str, suffix: &str| {
+        (
+            kind.to_string(),
+            String::new(),
+            format!("{FULLNAME}-{suffix}"),
+        )
+    };
+    objects.extend([
+        named("ClusterRole", "classes"),
+        named("ClusterRoleBinding", "classes"),
+        named("ClusterRole", "edit"),
+        named("ClusterRole", "view"),
+        named("ValidatingAdmissionPolicy", "warmpool-class"),
+        named("ValidatingAdmissionPolicyBinding", "warmpool-class"),
+    ]);
+    objects.sort();
+    objects
+}
+
 fn lease_role_name() -> String {
     format!("{FULLNAME}-leader-election")
 }
@@ -141,7 +164,7 @@ fn default_values_grant_the_rules_in_the_release_namespace_only() {
     let metrics = format!("{FULLNAME}-metrics");
     assert_eq!(
         inventory(&docs),
-        owned(&[
+        with_tenancy(owned(&[
             ("ServiceAccount", RELEASE_NAMESPACE, FULLNAME),
             ("ClusterRole", "", FULLNAME),
             ("RoleBinding", RELEASE_NAMESPACE, FULLNAME),
@@ -151,7 +174,7 @@ fn default_values_grant_the_rules_in_the_release_namespace_only() {
             ("Deployment", RELEASE_NAMESPACE, FULLNAME),
             ("PodDisruptionBudget", RELEASE_NAMESPACE, FULLNAME),
             ("NetworkPolicy", RELEASE_NAMESPACE, FULLNAME),
-        ])
+        ]))
     );
     let role = object(&docs, "ClusterRole", "", FULLNAME);
     let granted = grants(role);
@@ -183,7 +206,7 @@ fn a_watch_namespaces_list_gets_a_role_and_binding_in_each() {
     let metrics = format!("{FULLNAME}-metrics");
     assert_eq!(
         inventory(&docs),
-        owned(&[
+        with_tenancy(owned(&[
             ("ServiceAccount", RELEASE_NAMESPACE, FULLNAME),
             ("ClusterRole", "", FULLNAME),
             ("RoleBinding", "team-a", FULLNAME),
@@ -194,7 +217,7 @@ fn a_watch_namespaces_list_gets_a_role_and_binding_in_each() {
             ("Deployment", RELEASE_NAMESPACE, FULLNAME),
             ("PodDisruptionBudget", RELEASE_NAMESPACE, FULLNAME),
             ("NetworkPolicy", RELEASE_NAMESPACE, FULLNAME),
-        ]),
+        ])),
         "no workload RoleBinding in the release namespace, which is not watched"
     );
     let role = object(&docs, "ClusterRole", "", FULLNAME);
@@ -223,7 +246,7 @@ fn watching_all_namespaces_uses_a_cluster_role() {
     let metrics = format!("{FULLNAME}-metrics");
     assert_eq!(
         inventory(&docs),
-        owned(&[
+        with_tenancy(owned(&[
             ("ServiceAccount", RELEASE_NAMESPACE, FULLNAME),
             ("ClusterRole", "", FULLNAME),
             ("ClusterRoleBinding", "", FULLNAME),
@@ -233,7 +256,7 @@ fn watching_all_namespaces_uses_a_cluster_role() {
             ("Deployment", RELEASE_NAMESPACE, FULLNAME),
             ("PodDisruptionBudget", RELEASE_NAMESPACE, FULLNAME),
             ("NetworkPolicy", RELEASE_NAMESPACE, FULLNAME),
-        ])
+        ]))
     );
     let role = object(&docs, "ClusterRole", "", FULLNAME);
     assert_eq!(grants(role), workload_grants());

@@ -1,0 +1,145 @@
+//! Tenancy: the operator reads WarmPoolClasses and Namespaces; a
+//! namespace's editors and viewers reach Schedulers and WarmPools through
+//! aggregated roles, never WarmPoolClasses' writes; the admission policy
+//! covers the watched namespaces and spares the operator's own writes.
+
+use super::*;
+
+fn named(suffix: &str) -> String {
+    format!("{FULLNAME}-{suffix}")
+}
+
+fn rules(role: &Value) -> Vec<(Vec<String>, Vec<String>)> {
+    at(role, &["rules"])
+        .and_then(Value::as_sequence)
+        .expect("a role has rules")
+        .iter()
+        .map(|r| {
+            let list = |k: &str| -> Vec<String> {
+                at(r, &[k])
+                    .and_then(Value::as_sequence)
+                    .map(|v| {
+                        v.iter()
+                            .filter_map(|s| s.as_str().map(String::from))
+                            .collect()
+                    })
+                    .unwrap_or_default()
+            };
+            (list("resources"), list("verbs"))
+        })
+        .collect()
+}
+
+#[test]
+fn the_operator_reads_classes_and_namespaces_and_writes_only_the_classes_status() {
+    let docs = render(&[]);
+    let role = object(&docs, "ClusterRole", "", &named("classes"));
+    let rules = rules(role);
+    assert!(rules.contains(&(
+        vec!["warmpoolclasses".into()],
+        vec!["get".into(), "list".into(), "watch".into()]
+    )));
+    assert!(rules.contains(&(vec!["warmpoolclasses/status".into()], vec!["patch".into()])));
+    assert!(rules.contains(&(
+        vec!["namespaces".into()],
+        vec!["get".into(), "list".into(), "watch".into()]
+    )));
+    assert_eq!(rules.len(), 3, "{rules:?}");
+}
+
+#[test]
+fn editors_write_pools_and_schedulers_viewers_read_them_and_nobody_gets_classes_writes() {
+    let docs = render(&[]);
+    let edit = object(&docs, "ClusterRole", "", &named("edit"));
+    assert_eq!(
+        str_at(
+            edit,
+            &[
+                "metadata",
+                "labels",
+                "rbac.authorization.k8s.io/aggregate-to-edit"
+            ]
+        ),
+        Some("true")
+    );
+    for (resources, verbs) in rules(edit) {
+        assert!(
+            !resources.iter().any(|r| r.starts_with("warmpoolclasses")),
+            "{resources:?}"
+        );
+        assert!(verbs.contains(&"create".to_string()));
+    }
+    let view = object(&docs, "ClusterRole", "", &named("view"));
+    assert_eq!(
+        str_at(
+            view,
+            &[
+                "metadata",
+                "labels",
+                "rbac.authorization.k8s.io/aggregate-to-view"
+            ]
+        ),
+        Some("true")
+    );
+    for (_, verbs) in rules(view) {
+        assert_eq!(verbs, ["get", "list", "watch"]);
+    }
+    let off = render(&["tenancy.aggregateRoles=false"]);
+    assert!(!inventory(&off).iter().any(|(_, _, n)| n == &named("edit")));
+}
+
+#[test]
+fn the_admission_policy_covers_the_watched_namespaces_and_spares_the_operator() {
+    let docs = render(&["watchNamespaces={team-a,team-b}"]);
+    let policy = object(
+        &docs,
+        "ValidatingAdmissionPolicy",
+        "",
+        &named("warmpool-class"),
+    );
+    let conditions =
+        serde_yaml::to_string(at(policy, &["spec", "matchConditions"]).unwrap()).unwrap();
+    assert!(
+        conditions.contains(&format!(
+            "system:serviceaccount:{RELEASE_NAMESPACE}:{FULLNAME}"
+        )),
+        "{conditions}"
+    );
+    let validations = serde_yaml::to_string(at(policy, &["spec", "validations"]).unwrap()).unwrap();
+    for field in [
+        "spec.classRef is required",
+        "spec.region",
+        "spec.endpoint",
+        "spec.launch.imageId",
+        "spec.launch.launchTemplate",
+        "spec.launch.subnetIds",
+        "spec.launch.securityGroupIds",
+        "spec.launch.iamInstanceProfile",
+    ] {
+        assert!(validations.contains(field), "{field} in {validations}");
+    }
+    let binding = object(
+        &docs,
+        "ValidatingAdmissionPolicyBinding",
+        "",
+        &named("warmpool-class"),
+    );
+    let selector =
+        serde_yaml::to_string(at(binding, &["spec", "matchResources"]).unwrap()).unwrap();
+    assert!(
+        selector.contains("team-a") && selector.contains("team-b"),
+        "{selector}"
+    );
+    let all = render(&["watchAllNamespaces=true"]);
+    let binding = object(
+        &all,
+        "ValidatingAdmissionPolicyBinding",
+        "",
+        &named("warmpool-class"),
+    );
+    assert!(at(binding, &["spec", "matchResources"]).is_none());
+    let off = render(&["tenancy.requireClass=false"]);
+    assert!(!inventory(&off)
+        .iter()
+        .any(|(k, _, _)| k.starts_with("ValidatingAdmissionPolicy")));
+}
