@@ -157,7 +157,12 @@ fn every_example_is_the_type_its_kind_names_and_passes_the_crd_schema() {
             Some("Scheduler") => serde_json::from_value::<Scheduler>(doc.clone()).map(drop),
             Some("WarmPool") => serde_json::from_value::<WarmPool>(doc.clone()).map(drop),
             Some("Secret") => serde_json::from_value::<Secret>(doc.clone()).map(drop),
-            other => panic!("{at}: kind {other:?} is neither Scheduler, WarmPool nor Secret"),
+            Some("WarmPoolClass") => {
+                serde_json::from_value::<orca_operator::crd::WarmPoolClass>(doc.clone()).map(drop)
+            }
+            other => panic!(
+                "{at}: kind {other:?} is neither Scheduler, WarmPool, WarmPoolClass nor Secret"
+            ),
         };
         if let Err(e) = parsed {
             panic!("{at} does not parse as its kind: {e}");
@@ -189,6 +194,27 @@ fn every_example_is_the_type_its_kind_names_and_passes_the_crd_schema() {
         secret.string_data.is_some(),
         "the example Secret is written as stringData, for the eye"
     );
+}
+
+/// The class example admits its pool example, in a namespace labelled as
+/// it asks.
+#[test]
+fn the_class_example_runs_its_pool_example() {
+    let docs = documents(&repo().join("examples/warmpoolclass.yaml"));
+    let of = |kind: &str| {
+        docs.iter()
+            .find(|d| d["kind"] == kind)
+            .unwrap_or_else(|| panic!("no {kind} in examples/warmpoolclass.yaml"))
+            .clone()
+    };
+    let class: orca_operator::crd::WarmPoolClass =
+        serde_json::from_value(of("WarmPoolClass")).expect("the class");
+    let pool: WarmPool = serde_json::from_value(of("WarmPool")).expect("its pool");
+    let labels = [("team".to_string(), "pipelines".to_string())].into();
+    let spec = orca_operator::pool::class::resolve("shared", &class.spec, &labels, &pool.spec)
+        .unwrap_or_else(|e| panic!("the class refuses its example pool: {e:?}"));
+    assert_eq!(spec.launch.instance_types, ["m6i.large"]);
+    assert_eq!(spec.launch.image_id, class.spec.launch.image_id);
 }
 
 #[test]
