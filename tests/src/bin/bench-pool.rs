@@ -10,7 +10,9 @@
 //!   beside those 200;
 //! - demand → hand-out from the stopped reserve (real agents on local
 //!   hosts, moto behind the counting proxy), and the EC2 calls it took;
-//! - `plan` for 10 000 instances with a stopped reserve and a schedule.
+//! - `plan` for 10 000 instances with a stopped reserve and a schedule;
+//! - a pool's pass, 200 pools over 5 WarmPoolClasses at their limits,
+//!   beside the same 200 pools without a class.
 
 use std::{
     collections::BTreeMap,
@@ -19,8 +21,11 @@ use std::{
 };
 
 use chrono::Utc;
-use orca_operator::crd::{IdleRange, IdleSchedule, Period, StoppedRange, WarmPoolSpec};
+use orca_operator::crd::{
+    IdleRange, IdleSchedule, Period, StoppedRange, WarmPoolClassSpec, WarmPoolSpec,
+};
 use orca_operator::pool::{
+    budget::{Budgets, Member},
     plan::{plan, Ec2Instance, Ec2State, Limits, Offering, PoolRow, Snapshot},
     schedule, Listings, PoolLoop, Tuning,
 };
@@ -615,6 +620,130 @@ async fn bench_many_pools(moto: &Moto, url: &str, pools: usize) {
         .unwrap_or_else(|e| panic!("clearing the pools' rows: {e}"));
 }
 
+/// The time of one pass of each of 200 pools (one idle instance each,
+/// sharing their listings), one pool after another, three rounds: the
+/// pools steady without a class (today's), then on 5 classes of 40
+/// instances each, every pool wanting one more than its class has room
+/// for — each pass counts what it holds and is refused its launch
+/// (`LimitReached`). Mean and p99 of a pass, and the ratio.
+async fn bench_class_passes(url: &str) {
+    const POOLS: usize = 200;
+    const CLASSES: usize = 5;
+    let moto = Moto::start();
+    let ec2 = warm::ec2(&moto.endpoint()).await;
+    let subnets = warm::subnets(&ec2).await;
+    let db = pg::connect(url).await;
+    let names: Vec<String> = (0..POOLS).map(|i| format!("classed/p{i:03}")).collect();
+    for name in &names {
+        let ids = warm::launch_by_hand(&ec2, name, &subnets[0], 1, &format!("bench-{name}")).await;
+        add_idle_rows(&db, name, &ids).await;
+    }
+    let beat = agents_beat(url, "classed/%");
+    let tuning = Tuning {
+        leak_grace: Some(Duration::from_secs(600)),
+        ..Tuning::default()
+    };
+    let budgets = std::sync::Arc::new(Budgets::default());
+    let mut class: WarmPoolClassSpec = serde_yaml::from_str(&format!(
+        "region: {}\nlaunch: {{imageId: {}, runCommand: 'true'}}\ninstanceTypes: [t3.micro]\n\
+         limits: {{instances: {}, vcpus: 100000}}\n",
+        warm::REGION,
+        warm::IMAGE,
+        POOLS / CLASSES
+    ))
+    .unwrap_or_else(|e| panic!("the bench's class: {e}"));
+    class.launch.subnet_ids = subnets[..1].to_vec();
+    let class_of = |i: usize| format!("class-{}", i % CLASSES);
+    for c in 0..CLASSES {
+        budgets.set_limits(&class_of(c), &class);
+        let members = (0..POOLS)
+            .filter(|i| i % CLASSES == c)
+            .map(|i| Member {
+                pool: names[i].clone(),
+                namespace: "classed".into(),
+                instances: 1,
+            })
+            .collect();
+        budgets.set_members(&class_of(c), members);
+    }
+    let listings = Listings::default();
+    let mut figures = Vec::new();
+    for classed in [false, true] {
+        let mut loops = Vec::new();
+        for (i, name) in names.iter().enumerate() {
+            let (min, max) = if classed { (2, 3) } else { (1, 3) };
+            let spec = warm::spec(
+                &moto.endpoint(),
+                &["t3.micro"],
+                &subnets[..1],
+                min,
+                min,
+                max,
+            );
+            let (_, short) = name.split_once('/').unwrap_or(("classed", name));
+            let mut lp = PoolLoop::new("classed", short, spec, url, tuning.clone())
+                .await
+                .unwrap_or_else(|e| panic!("pool loop: {e}"))
+                .with_listings(&listings);
+            if classed {
+                lp.set_budget(Some(budgets.budget(&class_of(i), name, "classed")));
+            }
+            loops.push(lp);
+        }
+        let mut times = Vec::new();
+        let mut held_back = 0;
+        for round in 0..4 {
+            for lp in &mut loops {
+                let started = Instant::now();
+                let report = lp
+                    .pass(Utc::now())
+                    .await
+                    .unwrap_or_else(|e| panic!("a pass of {}: {e}", lp.pool()));
+                // The first round warms the loops up (connections, vCPUs).
+                if round > 0 {
+                    times.push(started.elapsed());
+                    held_back += report
+                        .events
+                        .iter()
+                        .filter(|e| e.reason == "LimitReached")
+                        .count();
+                }
+                assert!(report.launched.is_empty(), "{} launched", lp.pool());
+            }
+        }
+        times.sort();
+        let mean = times.iter().sum::<Duration>() / times.len() as u32;
+        let what = if classed {
+            format!("{POOLS} pools over {CLASSES} classes at their limits (every pass held back: {held_back} of {})", times.len())
+        } else {
+            format!("{POOLS} steady pools without a class (today's)")
+        };
+        row(
+            &format!(
+                "a pool's pass, {what}, mean / p99 (3 rounds, one pass at a time, listings shared)"
+            ),
+            format!("{} / {}", ms(mean), ms(percentile(&times, 0.99))),
+            if classed { "≤ 1.5 × today's" } else { "—" },
+        );
+        figures.push(mean);
+    }
+    row(
+        "a pass on classes at their limits ÷ today's (mean)",
+        format!(
+            "{:.2} ×",
+            figures[1].as_secs_f64() / figures[0].as_secs_f64()
+        ),
+        "≤ 1.5 ×",
+    );
+    beat.abort();
+    db.execute(
+        "delete from orca.instances where pool like 'classed/%'",
+        &[],
+    )
+    .await
+    .unwrap_or_else(|e| panic!("clearing the pools' rows: {e}"));
+}
+
 /// `calls`, counted by action: "3 DescribeInstances, 1 RunInstances".
 fn by_action(calls: &[orca_tests::ec2_faults::Call]) -> String {
     let mut by_action: BTreeMap<String, usize> = BTreeMap::new();
@@ -635,11 +764,19 @@ fn main() {
     warm::aws_env();
     println!("| figure | value | target |");
     println!("|---|---|---|");
-    bench_plan();
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
         .expect("invariant: a runtime can be built");
+    // `bench-pool classes`: that figure alone.
+    if std::env::args().nth(1).as_deref() == Some("classes") {
+        runtime.block_on(async {
+            let url = pg::Cluster::shared().migrated_db().await;
+            bench_class_passes(&url).await;
+        });
+        return;
+    }
+    bench_plan();
     runtime.block_on(async {
         let moto = Moto::start();
         let url = pg::Cluster::shared().migrated_db().await;
@@ -648,6 +785,7 @@ fn main() {
         // A moto of its own: its 200 pools' instances would slow the
         // listings of the figures after it.
         bench_many_pools(&Moto::start(), &url, 200).await;
+        bench_class_passes(&url).await;
         // With max = min the instance back from its run finds the reserve
         // refilled by a launch and is retired; with room up to max it is
         // stopped instead.
