@@ -40,7 +40,12 @@ fn kubectl_apply(stage: &OnCluster, yaml: &str, dry_run: bool) -> (bool, String)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_example_applies_with_kubectl_after_helm_install() {
     let stage = OnCluster::without_operator("examples").await;
-    for file in ["secret.yaml", "scheduler.yaml", "warmpool.yaml"] {
+    for file in [
+        "secret.yaml",
+        "scheduler.yaml",
+        "warmpool.yaml",
+        "warmpoolclass.yaml",
+    ] {
         let yaml = std::fs::read_to_string(example(file)).expect("reading an example");
         let (ok, out) = kubectl_apply(&stage, &yaml, false);
         assert!(ok, "kubectl apply -f examples/{file}: {out}");
@@ -58,6 +63,21 @@ async fn every_example_applies_with_kubectl_after_helm_install() {
         .await
         .expect("the example WarmPool");
     assert_eq!((pool.spec.idle.min, pool.spec.idle.max), (2, 4));
+    // The class is cluster-scoped: it goes with the test, not its namespace.
+    let classes: kube::Api<orca_operator::crd::WarmPoolClass> =
+        kube::Api::all(stage.client.clone());
+    let class = classes
+        .get("shared")
+        .await
+        .expect("the example WarmPoolClass");
+    assert_eq!(
+        class.spec.namespace_limits.and_then(|l| l.instances),
+        Some(20)
+    );
+    classes
+        .delete("shared", &Default::default())
+        .await
+        .expect("deleting the example class");
 }
 
 /// `pool` (examples/warmpool.yaml) with one schedule.

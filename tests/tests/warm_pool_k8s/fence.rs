@@ -45,6 +45,9 @@ async fn aborting_the_controller_stops_every_pool_loop() {
         &mut cluster,
     );
     let controller = tokio::spawn(async move {
+        // Held (not run: the mock serves no classes) and dropped with the
+        // controller, as `k8s::run` holds them.
+        let _cluster = cluster;
         futures::join!(run, watches.run());
     });
     k8s.until("the pool launching", |k| {
