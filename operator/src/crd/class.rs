@@ -56,7 +56,7 @@ pub struct WarmPoolClassSpec {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub instance_types: Vec<String>,
     /// The capacity types a pool may use; the first is a pool's when it
-    /// names none that is allowed. Default [onDemand].
+    /// names none that is allowed. Default: onDemand alone.
     #[serde(default = "default_capacity_types")]
     #[schemars(length(min = 1))]
     pub capacity_types: Vec<CapacityType>,

@@ -48,6 +48,10 @@ pub(super) fn place_of(
 /// launched there.
 pub(super) fn retire(config: &PoolControllerConfig, lp: PoolLoop, place: FormerPlace) -> Retiring {
     let (tell, told) = watch::channel(Some(deletion_of(&place, lp.spec())));
+    let mut lp = lp;
+    // It launches nothing, and the pool's count in its class is the new
+    // loop's to report, not the old place's.
+    lp.set_budget(None);
     let lp = lp
         .with_deletion(told)
         .with_fence(config.fence.clone())
