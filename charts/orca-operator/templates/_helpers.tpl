@@ -112,3 +112,19 @@ watch every Secret); record events.
 {{- fail "watchAllNamespaces: true and a watchNamespaces list contradict each other; set one of them" }}
 {{- end }}
 {{- end }}
+
+{{/*
+The tenancy switches, as "true" or "". A release made before they existed
+and upgraded with --reuse-values has no `tenancy` at all (Helm then keeps
+the old chart's defaults, not this one's): its aggregated roles are added,
+its admission policy is not — it would refuse changes to the inline pools
+such a release runs.
+*/}}
+{{- define "orca-operator.requireClass" -}}
+{{- $tenancy := .Values.tenancy | default dict }}
+{{- if and (hasKey $tenancy "requireClass") $tenancy.requireClass }}true{{ end }}
+{{- end }}
+{{- define "orca-operator.aggregateRoles" -}}
+{{- $tenancy := .Values.tenancy | default dict }}
+{{- if or (not (hasKey $tenancy "aggregateRoles")) $tenancy.aggregateRoles }}true{{ end }}
+{{- end }}

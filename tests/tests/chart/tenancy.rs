@@ -143,3 +143,26 @@ fn the_admission_policy_covers_the_watched_namespaces_and_spares_the_operator() 
         .iter()
         .any(|(k, _, _)| k.starts_with("ValidatingAdmissionPolicy")));
 }
+
+/// A release made before `tenancy` existed, upgraded with `--reuse-values`
+/// (Helm keeps the old chart's defaults: no `tenancy` key at all): the
+/// chart renders, the operator can still read classes, editors get the
+/// aggregated roles, and no admission policy appears that would refuse
+/// changes to the inline pools such a release runs.
+#[test]
+fn a_release_without_tenancy_values_renders_with_the_roles_and_without_the_policy() {
+    let docs = render(&["tenancy=null"]);
+    let names: Vec<(String, String, String)> = inventory(&docs);
+    assert!(names
+        .iter()
+        .any(|(k, _, n)| k == "ClusterRole" && n == &named("classes")));
+    assert!(names
+        .iter()
+        .any(|(k, _, n)| k == "ClusterRole" && n == &named("edit")));
+    assert!(
+        !names
+            .iter()
+            .any(|(k, _, _)| k.starts_with("ValidatingAdmissionPolicy")),
+        "{names:?}"
+    );
+}
