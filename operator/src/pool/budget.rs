@@ -191,8 +191,7 @@ impl Book {
             .max()
             .unwrap_or(0);
         let mut out: BTreeMap<String, Usage> = BTreeMap::new();
-        for (pool, h) in &self.held {
-            let _ = pool;
+        for h in self.held.values() {
             let u = out.entry(h.namespace.clone()).or_default();
             for (t, n) in &h.by_type {
                 u.instances += n;
@@ -291,58 +290,63 @@ impl Budget {
                 held_back: None,
             };
         }
-        let per_vcpus = vcpus.get(instance_type).copied();
         let usage = book.by_namespace(&vcpus);
         let mut total = Usage::default();
         for u in usage.values() {
             total.add(*u);
         }
         let mine = usage.get(&self.namespace).copied().unwrap_or_default();
-        let mut rooms: Vec<Room> = Vec::new();
-        let mut consider =
-            |limits: &ClassLimits, used: Usage, scope: String, prefix: &'static str| {
-                if let Some(max) = limits.instances {
-                    rooms.push(Room {
-                        count: (max - used.instances).max(0),
-                        limit: if prefix == "limits" {
-                            "limits.instances"
-                        } else {
-                            "namespaceLimits.instances"
-                        },
-                        max,
-                        used: used.instances,
-                        per: 1,
-                        scope: scope.clone(),
-                    });
-                }
-                if let Some(max) = limits.vcpus {
-                    let per = per_vcpus.unwrap_or(0);
-                    rooms.push(Room {
-                        count: if per > 0 {
-                            (max - used.vcpus).max(0) / per
-                        } else {
-                            0
-                        },
-                        limit: if prefix == "limits" {
-                            "limits.vcpus"
-                        } else {
-                            "namespaceLimits.vcpus"
-                        },
-                        max,
-                        used: used.vcpus,
-                        per,
-                        scope,
-                    });
-                }
-            };
-        consider(&book.limits, total, "all its pools".into(), "limits");
-        consider(
-            &book.namespace_limits,
-            mine,
-            format!("the pools of namespace {}", self.namespace),
-            "namespaceLimits",
-        );
-        let tightest = rooms.into_iter().min_by_key(|r| r.count);
+        // Each limit set, the room it leaves for `instance_type` (whose
+        // vCPUs, unknown, leave none).
+        let per = vcpus.get(instance_type).copied().unwrap_or(0);
+        let rooms = [
+            (
+                book.limits.instances,
+                "limits.instances",
+                total.instances,
+                1,
+                "all its pools".to_string(),
+            ),
+            (
+                book.limits.vcpus,
+                "limits.vcpus",
+                total.vcpus,
+                per,
+                "all its pools".to_string(),
+            ),
+            (
+                book.namespace_limits.instances,
+                "namespaceLimits.instances",
+                mine.instances,
+                1,
+                format!("the pools of namespace {}", self.namespace),
+            ),
+            (
+                book.namespace_limits.vcpus,
+                "namespaceLimits.vcpus",
+                mine.vcpus,
+                per,
+                format!("the pools of namespace {}", self.namespace),
+            ),
+        ];
+        let rooms = rooms
+            .into_iter()
+            .filter_map(|(max, limit, used, per, scope)| {
+                let max = max?;
+                Some(Room {
+                    count: if per > 0 {
+                        (max - used).max(0) / per
+                    } else {
+                        0
+                    },
+                    limit,
+                    max,
+                    used,
+                    per,
+                    scope,
+                })
+            });
+        let tightest = rooms.min_by_key(|r| r.count);
         let count = tightest
             .as_ref()
             .map_or(wanted as i64, |r| r.count.min(wanted as i64)) as u32;
@@ -354,7 +358,7 @@ impl Budget {
                     self.class, r.limit
                 )
             } else {
-                let unit = if r.per == 1 && r.limit.ends_with("instances") {
+                let unit = if r.limit.ends_with("instances") {
                     "instances"
                 } else {
                     "vCPUs"

@@ -247,14 +247,12 @@ impl<W> PoolLoop<W> {
     /// The book of the pool's class, which grants its launches (`None`: a
     /// pool without a class, held by maxInstances only).
     pub fn set_budget(&mut self, budget: Option<super::budget::Budget>) {
-        let same = match (&self.budget, &budget) {
-            (Some(a), Some(b)) => a.class() == b.class(),
-            (None, None) => true,
-            _ => false,
-        };
-        if !same {
-            self.budget = budget;
-        }
+        self.budget = budget;
+    }
+
+    /// The class whose book grants the pool's launches, if any.
+    pub fn budget_class(&self) -> Option<&str> {
+        self.budget.as_ref().map(|b| b.class())
     }
 
     /// No metrics: a loop draining where the pool ran before must not set

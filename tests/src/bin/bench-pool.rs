@@ -477,8 +477,27 @@ async fn bench_drift(moto: &Moto, url: &str, max_drifted: i32) {
 
 /// The agents' beat of the pools `like` names, once a second for all of
 /// them, until aborted.
-fn agents_beat(url: &str, like: &'static str) -> tokio::task::JoinHandle<()> {
-    let url = url.to_string();
+/// `pools` pools `<namespace>/pNNN` of one idle instance each, launched by
+/// hand into `subnet` with their idle rows, and their agents beating: the
+/// pools' names, and the beat's task.
+async fn idle_by_hand(
+    ec2: &orca_operator::pool::Ec2,
+    db: &orca_db::Db,
+    url: &str,
+    namespace: &str,
+    pools: usize,
+    subnet: &str,
+) -> (Vec<String>, tokio::task::JoinHandle<()>) {
+    let names: Vec<String> = (0..pools).map(|i| format!("{namespace}/p{i:03}")).collect();
+    for name in &names {
+        let ids = warm::launch_by_hand(ec2, name, subnet, 1, &format!("bench-{name}")).await;
+        add_idle_rows(db, name, &ids).await;
+    }
+    (names, agents_beat(url, &format!("{namespace}/%")))
+}
+
+fn agents_beat(url: &str, like: &str) -> tokio::task::JoinHandle<()> {
+    let (url, like) = (url.to_string(), like.to_string());
     tokio::spawn(async move {
         let db = pg::connect(&url).await;
         loop {
@@ -563,12 +582,7 @@ async fn bench_many_pools(moto: &Moto, url: &str, pools: usize) {
     let ec2 = warm::ec2(&moto.endpoint()).await;
     let subnets = warm::subnets(&ec2).await;
     let db = pg::connect(url).await;
-    let names: Vec<String> = (0..pools).map(|i| format!("many/p{i:03}")).collect();
-    for name in &names {
-        let ids = warm::launch_by_hand(&ec2, name, &subnets[0], 1, &format!("bench-{name}")).await;
-        add_idle_rows(&db, name, &ids).await;
-    }
-    let beat = agents_beat(url, "many/%");
+    let (names, beat) = idle_by_hand(&ec2, &db, url, "many", pools, &subnets[0]).await;
     let tuning = Tuning {
         leak_grace: Some(Duration::from_secs(600)),
         ..Tuning::default()
@@ -633,12 +647,7 @@ async fn bench_class_passes(url: &str) {
     let ec2 = warm::ec2(&moto.endpoint()).await;
     let subnets = warm::subnets(&ec2).await;
     let db = pg::connect(url).await;
-    let names: Vec<String> = (0..POOLS).map(|i| format!("classed/p{i:03}")).collect();
-    for name in &names {
-        let ids = warm::launch_by_hand(&ec2, name, &subnets[0], 1, &format!("bench-{name}")).await;
-        add_idle_rows(&db, name, &ids).await;
-    }
-    let beat = agents_beat(url, "classed/%");
+    let (names, beat) = idle_by_hand(&ec2, &db, url, "classed", POOLS, &subnets[0]).await;
     let tuning = Tuning {
         leak_grace: Some(Duration::from_secs(600)),
         ..Tuning::default()

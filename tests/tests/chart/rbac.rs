@@ -4,11 +4,11 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use super::*;
 
-type Grants = BTreeMap<(String, String), BTreeSet<String>>;
+pub(super) type Grants = BTreeMap<(String, String), BTreeSet<String>>;
 
 /// Every (apiGroup, resource) a Role or ClusterRole grants, with its verbs;
 /// a wildcard anywhere fails the test.
-fn grants(role: &Value) -> Grants {
+pub(super) fn grants(role: &Value) -> Grants {
     let mut out = Grants::new();
     let rules = at(role, &["rules"])
         .and_then(Value::as_sequence)
@@ -41,7 +41,7 @@ fn grants(role: &Value) -> Grants {
     out
 }
 
-fn expected(items: &[(&str, &str, &[&str])]) -> Grants {
+pub(super) fn expected(items: &[(&str, &str, &[&str])]) -> Grants {
     items
         .iter()
         .map(|(group, resource, verbs)| {

@@ -3,48 +3,25 @@
 //! aggregated roles, never WarmPoolClasses' writes; the admission policy
 //! covers the watched namespaces and spares the operator's own writes.
 
+use super::rbac::{expected, grants};
 use super::*;
 
 fn named(suffix: &str) -> String {
     format!("{FULLNAME}-{suffix}")
 }
 
-fn rules(role: &Value) -> Vec<(Vec<String>, Vec<String>)> {
-    at(role, &["rules"])
-        .and_then(Value::as_sequence)
-        .expect("a role has rules")
-        .iter()
-        .map(|r| {
-            let list = |k: &str| -> Vec<String> {
-                at(r, &[k])
-                    .and_then(Value::as_sequence)
-                    .map(|v| {
-                        v.iter()
-                            .filter_map(|s| s.as_str().map(String::from))
-                            .collect()
-                    })
-                    .unwrap_or_default()
-            };
-            (list("resources"), list("verbs"))
-        })
-        .collect()
-}
-
 #[test]
 fn the_operator_reads_classes_and_namespaces_and_writes_only_the_classes_status() {
     let docs = render(&[]);
     let role = object(&docs, "ClusterRole", "", &named("classes"));
-    let rules = rules(role);
-    assert!(rules.contains(&(
-        vec!["warmpoolclasses".into()],
-        vec!["get".into(), "list".into(), "watch".into()]
-    )));
-    assert!(rules.contains(&(vec!["warmpoolclasses/status".into()], vec!["patch".into()])));
-    assert!(rules.contains(&(
-        vec!["namespaces".into()],
-        vec!["get".into(), "list".into(), "watch".into()]
-    )));
-    assert_eq!(rules.len(), 3, "{rules:?}");
+    assert_eq!(
+        grants(role),
+        expected(&[
+            ("orca.dev", "warmpoolclasses", &["get", "list", "watch"]),
+            ("orca.dev", "warmpoolclasses/status", &["patch"]),
+            ("", "namespaces", &["get", "list", "watch"]),
+        ])
+    );
 }
 
 #[test]
@@ -62,12 +39,9 @@ fn editors_write_pools_and_schedulers_viewers_read_them_and_nobody_gets_classes_
         ),
         Some("true")
     );
-    for (resources, verbs) in rules(edit) {
-        assert!(
-            !resources.iter().any(|r| r.starts_with("warmpoolclasses")),
-            "{resources:?}"
-        );
-        assert!(verbs.contains(&"create".to_string()));
+    for ((_, resource), verbs) in grants(edit) {
+        assert!(!resource.starts_with("warmpoolclasses"), "{resource}");
+        assert!(verbs.contains("create"), "{resource}: {verbs:?}");
     }
     let view = object(&docs, "ClusterRole", "", &named("view"));
     assert_eq!(
@@ -81,8 +55,8 @@ fn editors_write_pools_and_schedulers_viewers_read_them_and_nobody_gets_classes_
         ),
         Some("true")
     );
-    for (_, verbs) in rules(view) {
-        assert_eq!(verbs, ["get", "list", "watch"]);
+    for (_, verbs) in grants(view) {
+        assert_eq!(verbs, ["get", "list", "watch"].map(String::from).into());
     }
     let off = render(&["tenancy.aggregateRoles=false"]);
     assert!(!inventory(&off).iter().any(|(_, _, n)| n == &named("edit")));

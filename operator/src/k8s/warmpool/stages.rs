@@ -92,13 +92,14 @@ pub(super) async fn run_stages(
     let Some(state) = guard.as_mut() else {
         return Ok(Action::requeue(Duration::from_secs(30)));
     };
-    state.lp.set_budget(wp.spec.class_ref.as_ref().map(|c| {
-        ctx.config.budgets.budget(
-            &c.name,
-            &pool,
-            wp.namespace().as_deref().unwrap_or("default"),
-        )
-    }));
+    // A handle on the class's book, made when the loop's class changes.
+    let class = wp.spec.class_ref.as_ref().map(|c| c.name.as_str());
+    if state.lp.budget_class() != class {
+        let ns = wp.namespace().unwrap_or_else(|| "default".into());
+        state
+            .lp
+            .set_budget(class.map(|c| ctx.config.budgets.budget(c, &pool, &ns)));
+    }
     state.deletion.send_replace(deletion);
     state.lp.set_drain(
         wp.metadata
