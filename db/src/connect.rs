@@ -126,6 +126,8 @@ async fn connect_inner(
     let hosts = config.get_hosts().to_vec();
     let ports = config.get_ports().to_vec();
     let mut last = String::from("no host to try");
+    // A server that refused the credentials, if every host failed.
+    let mut refused = false;
     for (i, host) in hosts.iter().enumerate() {
         let port = ports.get(i).or(ports.first()).copied().unwrap_or(5432);
         let (client, connection) = match host {
@@ -141,6 +143,7 @@ async fn connect_inner(
                 match config.connect_raw(stream, tokio_postgres::NoTls).await {
                     Ok((c, conn)) => (c, spawn_connection(conn)),
                     Err(e) => {
+                        refused |= is_refusal(&e);
                         last = e.to_string();
                         continue;
                     }
@@ -160,6 +163,7 @@ async fn connect_inner(
                 match config.connect_raw(stream, tls).await {
                     Ok((c, conn)) => (c, spawn_connection(conn)),
                     Err(e) => {
+                        refused |= is_refusal(&e);
                         last = e.to_string();
                         continue;
                     }
@@ -175,7 +179,19 @@ async fn connect_inner(
             limit: opts.statement_timeout + Duration::from_secs(2),
         });
     }
+    if refused {
+        return Err(DbError::Refused {
+            target: target.to_string(),
+            reason: last,
+        });
+    }
     Err(fail(last))
+}
+
+/// SQLSTATE class 28, invalid authorization: the server refused the
+/// user or its password.
+fn is_refusal(e: &tokio_postgres::Error) -> bool {
+    e.code().is_some_and(|c| c.code().starts_with("28"))
 }
 
 type Spawned = (AbortHandle, mpsc::UnboundedReceiver<Notification>);

@@ -12,6 +12,10 @@ pub enum DbError {
     MissingUrl(&'static str),
     #[error("cannot connect to {target}: {reason}")]
     Connect { target: String, reason: String },
+    /// The server answered and refused the URL's credentials (SQLSTATE
+    /// class 28): a wrong or rotated password, an unknown user.
+    #[error("{target} refused the credentials: {reason}")]
+    Refused { target: String, reason: String },
     #[error("{what} on {target} timed out after {after:?}")]
     Timeout {
         what: &'static str,
@@ -33,10 +37,15 @@ impl DbError {
     /// statement wrong: the caller should reconnect and try again.
     pub fn is_connection(&self) -> bool {
         match self {
-            DbError::Connect { .. } | DbError::Timeout { .. } => true,
+            DbError::Connect { .. } | DbError::Refused { .. } | DbError::Timeout { .. } => true,
             DbError::Statement { source, .. } => is_connection_error(source),
             DbError::Url(_) | DbError::MissingUrl(_) | DbError::Migration(_) => false,
         }
+    }
+
+    /// Whether the server refused the credentials (see [`DbError::Refused`]).
+    pub fn is_refused(&self) -> bool {
+        matches!(self, DbError::Refused { .. })
     }
 
     /// The SQLSTATE of a statement's error, if the server sent one.

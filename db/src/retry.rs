@@ -35,9 +35,22 @@ impl Reconnect {
     /// The connection, connecting first if there is none: tries every second
     /// until the server answers.
     pub async fn db(&mut self) -> &mut Db {
+        while self.connect_unless_refused().await.is_err() {
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        }
+        self.db
+            .as_mut()
+            .expect("invariant: the loop above leaves a connection")
+    }
+
+    /// Connects if there is no connection, trying every second while the
+    /// server can't be reached; a server that refuses the URL's credentials
+    /// ([`DbError::is_refused`]) is the error, for the caller to find
+    /// another URL ([`Reconnect::set_url`]) or to wait.
+    pub async fn connect_unless_refused(&mut self) -> Result<(), DbError> {
         loop {
             if self.db.as_ref().is_some_and(|db| !db.is_closed()) {
-                break;
+                return Ok(());
             }
             self.db = None;
             match self.try_connect().await {
@@ -50,13 +63,20 @@ impl Reconnect {
                 }
                 Err(e) => {
                     self.lost(&e);
+                    if e.is_refused() {
+                        return Err(e);
+                    }
                     tokio::time::sleep(Duration::from_secs(1)).await;
                 }
             }
         }
-        self.db
-            .as_mut()
-            .expect("invariant: the loop above leaves a connection")
+    }
+
+    /// Connects to `url` from now on (the connection there is, if any, is
+    /// dropped).
+    pub fn set_url(&mut self, url: DatabaseUrl) {
+        self.url = url;
+        self.db = None;
     }
 
     /// Connects once, without retrying (and LISTENs).

@@ -6,9 +6,9 @@ use std::{ffi::OsString, time::Duration};
 
 use orca_db::{DatabaseUrl, DbError};
 
-use crate::imds::Endpoint;
+use crate::{imds::Endpoint, ssm::Parameter};
 
-pub const USAGE: &str = "usage: orca-pool-agent pool-wait <instance> <run> <start> | orca-pool-agent pool-next <instance> <run> <start> <seconds> | orca-pool-agent pool-watch <instance>";
+pub const USAGE: &str = "usage: orca-pool-agent pool-wait <instance> <run> <start> | orca-pool-agent pool-next <instance> <run> <start> <seconds> | orca-pool-agent pool-watch <instance> | orca-pool-agent database-url";
 
 pub const HELP: &str = "\
 orca-pool-agent: an EC2 instance's side of the orca warm pool
@@ -32,12 +32,26 @@ usage:
       recommendation on the instance's row; exits 0 once an interruption is
       recorded (at once if the metadata service is disabled), else runs until
       stopped
+  orca-pool-agent database-url
+      prints the database URL read from ORCA_DATABASE_URL_PARAMETER (for the
+      user-data script to give the run command); exits 1 if it can't be read
 
 exit: 0 and 1 as above; 2 for bad arguments or a missing or malformed URL
 
 environment:
   ORCA_DATABASE_URL          libpq-style URL (sslmode=disable|prefer|require|verify-full,
-                             sslrootcert=<CA bundle>); required
+                             sslrootcert=<CA bundle>); required unless
+                             ORCA_DATABASE_URL_PARAMETER is set
+  ORCA_DATABASE_URL_PARAMETER
+                             an SSM Parameter Store parameter (SecureString) holding
+                             the URL: read at start when ORCA_DATABASE_URL is unset,
+                             and again when the database refuses the URL; with the
+                             instance role's credentials from the metadata service
+                             (or AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY,
+                             AWS_SESSION_TOKEN when set)
+  ORCA_DATABASE_URL_REGION   the parameter's region; required with the parameter
+  ORCA_DATABASE_URL_ENDPOINT SSM's endpoint, http(s)://<host>[:<port>] (default
+                             https://ssm.<region>.amazonaws.com)
   ORCA_POOL                  the pool (namespace/name) of a fresh instance; required
                              for pool-next <instance> 0 0 <seconds>
   ORCA_LOG                   log filter (default: info); logs go to stderr
@@ -83,6 +97,14 @@ pub enum UsageError {
     Imds(String),
     #[error("{0}")]
     Url(DbError),
+    #[error("no database: set ORCA_DATABASE_URL or ORCA_DATABASE_URL_PARAMETER")]
+    NoDatabase,
+    #[error("database-url reads ORCA_DATABASE_URL_PARAMETER, which is not set")]
+    NoParameter,
+    #[error("ORCA_DATABASE_URL_PARAMETER is set without ORCA_DATABASE_URL_REGION, the parameter's region")]
+    NoRegion,
+    #[error("ORCA_DATABASE_URL_ENDPOINT `{0}` is not http(s)://<host>[:<port>]")]
+    SsmEndpoint(String),
 }
 
 /// What to run.
@@ -109,11 +131,21 @@ pub enum Command {
         /// As for `Next`.
         imds: Option<Endpoint>,
     },
+    /// Prints the parameter's value.
+    DatabaseUrl,
+}
+
+/// Where the database URL comes from: the environment's, else the
+/// parameter's (read at start); the parameter, if named, is read again
+/// when the database refuses the URL.
+pub struct Database {
+    pub url: Option<DatabaseUrl>,
+    pub parameter: Option<Parameter>,
 }
 
 pub enum Parsed {
     Help,
-    Run(Command, Box<DatabaseUrl>),
+    Run(Command, Box<Database>),
 }
 
 /// Parses the arguments (without the program's name) and the environment.
@@ -161,10 +193,46 @@ pub fn parse(args: impl Iterator<Item = OsString>) -> Result<Parsed, UsageError>
                 imds: imds()?,
             }
         }
+        "database-url" => {
+            let [] = fixed("database-url", rest)?;
+            Command::DatabaseUrl
+        }
         other => return Err(UsageError::UnknownCommand(other.to_string())),
     };
-    let url = DatabaseUrl::from_env("ORCA_DATABASE_URL").map_err(UsageError::Url)?;
-    Ok(Parsed::Run(command, Box::new(url)))
+    let parameter = parameter()?;
+    if matches!(command, Command::DatabaseUrl) {
+        return match parameter {
+            Some(parameter) => Ok(Parsed::Run(
+                command,
+                Box::new(Database {
+                    url: None,
+                    parameter: Some(parameter),
+                }),
+            )),
+            None => Err(UsageError::NoParameter),
+        };
+    }
+    let url = match DatabaseUrl::from_env("ORCA_DATABASE_URL") {
+        Ok(url) => Some(url),
+        Err(DbError::MissingUrl(_)) if parameter.is_some() => None,
+        Err(DbError::MissingUrl(_)) => return Err(UsageError::NoDatabase),
+        Err(e) => return Err(UsageError::Url(e)),
+    };
+    Ok(Parsed::Run(command, Box::new(Database { url, parameter })))
+}
+
+/// The parameter named by `ORCA_DATABASE_URL_PARAMETER`, if any.
+fn parameter() -> Result<Option<Parameter>, UsageError> {
+    let var = |k: &str| std::env::var(k).ok().filter(|v| !v.trim().is_empty());
+    let Some(name) = var("ORCA_DATABASE_URL_PARAMETER") else {
+        return Ok(None);
+    };
+    let region = var("ORCA_DATABASE_URL_REGION").ok_or(UsageError::NoRegion)?;
+    let endpoint = match var("ORCA_DATABASE_URL_ENDPOINT") {
+        None => None,
+        Some(url) => Some(Endpoint::parse(&url).ok_or(UsageError::SsmEndpoint(url))?),
+    };
+    Ok(Some(Parameter::new(name, region, endpoint, imds()?)))
 }
 
 fn fixed<'a, const N: usize>(
@@ -224,8 +292,10 @@ fn imds() -> Result<Option<Endpoint>, UsageError> {
         return Ok(None);
     }
     match std::env::var("ORCA_POOL_AGENT_IMDS") {
-        Err(_) => Ok(Some(Endpoint::default())),
-        Ok(url) => Endpoint::parse(&url).map(Some).ok_or(UsageError::Imds(url)),
+        Err(_) => Ok(Some(Endpoint::imds())),
+        Ok(url) => Endpoint::parse_http(&url)
+            .map(Some)
+            .ok_or(UsageError::Imds(url)),
     }
 }
 
@@ -254,6 +324,7 @@ mod tests {
             &["pool-watch"],
             &["pool-watch", "i-1", "2"],
             &["pool-watch", "i 1"],
+            &["database-url", "x"],
         ] {
             match parse(args(bad)) {
                 Err(e) => {

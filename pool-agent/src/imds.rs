@@ -7,11 +7,10 @@
 use std::time::{Duration, Instant};
 
 use orca_db::pool::Notice;
-use tokio::{
-    io::{AsyncReadExt, AsyncWriteExt},
-    net::TcpStream,
-    sync::watch,
-};
+use tokio::sync::watch;
+
+pub use crate::http::Endpoint;
+use crate::http::{call, CallError};
 
 /// How often the notices are read.
 pub const TICK: Duration = Duration::from_secs(1);
@@ -24,72 +23,15 @@ const CALL_LIMIT: Duration = Duration::from_secs(1);
 const TOKEN_TTL_SECS: u64 = 21_600;
 const TOKEN_RENEW_AFTER: Duration = Duration::from_secs(TOKEN_TTL_SECS - 600);
 
-/// The most of an answer read: the notices are a few dozen bytes.
-const MAX_ANSWER: u64 = 64 * 1024;
-
 const INSTANCE_ACTION: &str = "/latest/meta-data/spot/instance-action";
 const REBALANCE: &str = "/latest/meta-data/events/recommendations/rebalance";
+const CREDENTIALS: &str = "/latest/meta-data/iam/security-credentials/";
 
-/// Where the service is: `169.254.169.254:80`, or (tests only) the
-/// `http://<host>:<port>` of `ORCA_POOL_AGENT_IMDS`.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Endpoint {
-    /// `host:port`, to connect to.
-    addr: String,
-    /// The `Host` header.
-    host: String,
-}
-
-impl Default for Endpoint {
-    fn default() -> Self {
-        Endpoint {
-            addr: "169.254.169.254:80".into(),
-            host: "169.254.169.254".into(),
-        }
-    }
-}
-
-impl Endpoint {
-    /// `http://<host>[:<port>]`, with or without a trailing `/`; `None` if
-    /// it is not one.
-    pub fn parse(url: &str) -> Option<Endpoint> {
-        let authority = url.strip_prefix("http://")?.trim_end_matches('/');
-        let ok = !authority.is_empty()
-            && authority
-                .chars()
-                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | ':' | '[' | ']'));
-        if !ok {
-            return None;
-        }
-        let has_port = match authority.rsplit_once(':') {
-            Some((_, port)) if !authority.ends_with(']') => {
-                port.parse::<u16>().ok()?;
-                true
-            }
-            _ => false,
-        };
-        Some(Endpoint {
-            addr: if has_port {
-                authority.to_string()
-            } else {
-                format!("{authority}:80")
-            },
-            host: authority.to_string(),
-        })
-    }
-}
-
-/// Why a call got no answer that could be used; one line each.
-#[derive(Debug, thiserror::Error)]
-enum CallError {
-    #[error("no answer within {0:?}")]
-    Timeout(Duration),
-    #[error("{0}")]
-    Io(#[from] std::io::Error),
-    #[error("a malformed answer")]
-    Malformed,
-    #[error("HTTP {0} to {1}")]
-    Status(u16, &'static str),
+/// An instance role's temporary credentials; never shown.
+pub struct RoleKeys {
+    pub access_key_id: String,
+    pub secret_access_key: String,
+    pub token: String,
 }
 
 /// An IMDSv2 client with its session token.
@@ -160,26 +102,64 @@ impl Imds {
         Ok(None)
     }
 
+    /// The instance role's credentials, as the SDKs read them
+    /// (`iam/security-credentials/<role>`); `None` if the instance has no
+    /// role.
+    pub async fn credentials(&mut self) -> Result<Option<RoleKeys>, CallError> {
+        let Some(roles) = self.get(CREDENTIALS).await? else {
+            return Ok(None);
+        };
+        let Some(role) = roles.lines().map(str::trim).find(|r| !r.is_empty()) else {
+            return Ok(None);
+        };
+        if !role
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"+=,.@_-".contains(&b))
+        {
+            return Err(CallError::Malformed);
+        }
+        let Some(json) = self.get(&format!("{CREDENTIALS}{role}")).await? else {
+            return Ok(None);
+        };
+        let v: serde_json::Value = serde_json::from_str(&json).map_err(|_| CallError::Malformed)?;
+        let text = |k: &str| {
+            v[k].as_str()
+                .map(str::to_string)
+                .ok_or(CallError::Malformed)
+        };
+        Ok(Some(RoleKeys {
+            access_key_id: text("AccessKeyId")?,
+            secret_access_key: text("SecretAccessKey")?,
+            token: text("Token")?,
+        }))
+    }
+
     /// The body of a 200 for `path`, `None` for a 404. A 401 (the token
     /// expired, or the service restarted) gets a new token and one more try.
-    async fn get(&mut self, path: &'static str) -> Result<Option<String>, CallError> {
+    async fn get(&mut self, path: &str) -> Result<Option<String>, CallError> {
         for _ in 0..2 {
             let token = self.token().await?;
             let (status, body) = call(
                 &self.endpoint,
                 "GET",
                 path,
-                ("X-aws-ec2-metadata-token", &token),
+                &[("X-aws-ec2-metadata-token", &token)],
+                b"",
+                CALL_LIMIT,
             )
             .await?;
             match status {
-                200 => return Ok(Some(body)),
+                200 => {
+                    return String::from_utf8(body)
+                        .map(Some)
+                        .map_err(|_| CallError::Malformed)
+                }
                 404 => return Ok(None),
                 401 => self.token = None,
-                other => return Err(CallError::Status(other, path)),
+                other => return Err(CallError::Status(other, path.to_string())),
             }
         }
-        Err(CallError::Status(401, path))
+        Err(CallError::Status(401, path.to_string()))
     }
 
     async fn token(&mut self) -> Result<String, CallError> {
@@ -193,15 +173,18 @@ impl Imds {
             &self.endpoint,
             "PUT",
             "/latest/api/token",
-            (
+            &[(
                 "X-aws-ec2-metadata-token-ttl-seconds",
                 &TOKEN_TTL_SECS.to_string(),
-            ),
+            )],
+            b"",
+            CALL_LIMIT,
         )
         .await?;
+        let body = String::from_utf8(body).map_err(|_| CallError::Malformed)?;
         let token = body.trim();
         if status != 200 {
-            return Err(CallError::Status(status, "/latest/api/token"));
+            return Err(CallError::Status(status, "/latest/api/token".into()));
         }
         // The token goes into a header line: nothing may break out of it.
         if token.is_empty() || !token.bytes().all(|b| b.is_ascii_graphic()) {
@@ -251,80 +234,6 @@ pub async fn changed(rx: &mut watch::Receiver<Option<Notice>>) {
     }
 }
 
-/// One request on a connection of its own (`Connection: close`), its status
-/// and body.
-async fn call(
-    endpoint: &Endpoint,
-    method: &str,
-    path: &str,
-    (name, value): (&str, &str),
-) -> Result<(u16, String), CallError> {
-    let exchange = async {
-        let mut stream = TcpStream::connect(&endpoint.addr).await?;
-        let request = format!(
-            "{method} {path} HTTP/1.1\r\nHost: {host}\r\n{name}: {value}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
-            host = endpoint.host,
-        );
-        stream.write_all(request.as_bytes()).await?;
-        let mut answer = Vec::new();
-        (&mut stream)
-            .take(MAX_ANSWER)
-            .read_to_end(&mut answer)
-            .await?;
-        Ok::<_, CallError>(answer)
-    };
-    let answer = tokio::time::timeout(CALL_LIMIT, exchange)
-        .await
-        .map_err(|_| CallError::Timeout(CALL_LIMIT))??;
-    parse(&answer).ok_or(CallError::Malformed)
-}
-
-/// An HTTP/1.1 answer read to its end: the status and the body (by
-/// `Content-Length`, chunked, or up to the close).
-fn parse(answer: &[u8]) -> Option<(u16, String)> {
-    let split = answer.windows(4).position(|w| w == b"\r\n\r\n")?;
-    let head = std::str::from_utf8(&answer[..split]).ok()?;
-    let mut body = &answer[split + 4..];
-    let mut lines = head.split("\r\n");
-    let status: u16 = lines
-        .next()?
-        .strip_prefix("HTTP/1.")?
-        .get(2..5)?
-        .parse()
-        .ok()?;
-    let mut chunked = false;
-    for line in lines {
-        let (name, value) = line.split_once(':')?;
-        let value = value.trim();
-        if name.eq_ignore_ascii_case("content-length") {
-            body = body.get(..value.parse::<usize>().ok()?)?;
-        } else if name.eq_ignore_ascii_case("transfer-encoding") {
-            chunked = value.eq_ignore_ascii_case("chunked");
-        }
-    }
-    let body = if chunked {
-        dechunk(body)?
-    } else {
-        body.to_vec()
-    };
-    Some((status, String::from_utf8(body).ok()?))
-}
-
-fn dechunk(mut body: &[u8]) -> Option<Vec<u8>> {
-    let mut out = Vec::new();
-    loop {
-        let end = body.windows(2).position(|w| w == b"\r\n")?;
-        let size = std::str::from_utf8(&body[..end]).ok()?;
-        let size = usize::from_str_radix(size.split(';').next()?.trim(), 16).ok()?;
-        body = &body[end + 2..];
-        if size == 0 {
-            return Some(out);
-        }
-        out.extend_from_slice(body.get(..size)?);
-        body = body.get(size + 2..)?;
-    }
-}
-
 /// The string value of `"key"` in a flat JSON object such as
 /// `{"action":"terminate","time":"…"}`; for the log line only.
 fn field<'a>(json: &'a str, key: &str) -> Option<&'a str> {
@@ -339,49 +248,6 @@ fn field<'a>(json: &'a str, key: &str) -> Option<&'a str> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn endpoints() {
-        assert_eq!(
-            Endpoint::parse("http://127.0.0.1:8111/"),
-            Some(Endpoint {
-                addr: "127.0.0.1:8111".into(),
-                host: "127.0.0.1:8111".into()
-            })
-        );
-        assert_eq!(
-            Endpoint::parse("http://169.254.169.254"),
-            Some(Endpoint::default())
-        );
-        for bad in [
-            "",
-            "127.0.0.1:80",
-            "https://x",
-            "http://",
-            "http://a:b",
-            "http://a b",
-            "http://a:80/x",
-        ] {
-            assert_eq!(Endpoint::parse(bad), None, "{bad}");
-        }
-    }
-
-    #[test]
-    fn answers() {
-        let plain =
-            b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 5\r\n\r\nhello";
-        assert_eq!(parse(plain), Some((200, "hello".into())));
-        let closed = b"HTTP/1.0 404 Not Found\r\n\r\n<html>gone</html>";
-        assert_eq!(parse(closed), Some((404, "<html>gone</html>".into())));
-        let chunked = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n4\r\nabcd\r\n2;x=1\r\nef\r\n0\r\n\r\n";
-        assert_eq!(parse(chunked), Some((200, "abcdef".into())));
-        assert_eq!(parse(b"HTTP/1.1 200 OK\r\n"), None);
-        assert_eq!(parse(b"SSH-2.0\r\n\r\n"), None);
-        assert_eq!(
-            parse(b"HTTP/1.1 200 OK\r\nContent-Length: 9\r\n\r\nshort"),
-            None
-        );
-    }
 
     #[test]
     fn fields() {

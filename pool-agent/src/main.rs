@@ -3,23 +3,27 @@
 //! `next` line; logs go to stderr, a line per event.
 
 mod cli;
+mod http;
 mod imds;
 mod next;
 mod session;
 mod spot;
+mod ssm;
 mod wait;
 
-use std::process::ExitCode;
+use std::{process::ExitCode, time::Duration};
+
+use orca_db::DatabaseUrl;
 
 use tracing_subscriber::{filter::LevelFilter, EnvFilter};
 
 fn main() -> ExitCode {
-    let (command, url) = match cli::parse(std::env::args_os().skip(1)) {
+    let (command, database) = match cli::parse(std::env::args_os().skip(1)) {
         Ok(cli::Parsed::Help) => {
             print!("{}", cli::HELP);
             return ExitCode::SUCCESS;
         }
-        Ok(cli::Parsed::Run(command, url)) => (command, *url),
+        Ok(cli::Parsed::Run(command, database)) => (command, *database),
         Err(e) => {
             eprintln!("orca-pool-agent: {}", e.to_string().replace('\n', " "));
             return ExitCode::from(2);
@@ -48,6 +52,16 @@ fn main() -> ExitCode {
         }
     };
     runtime.block_on(async {
+        if let cli::Command::DatabaseUrl = command {
+            return print_url(database).await;
+        }
+        let Some(url) = url(&database).await else {
+            return ExitCode::from(1);
+        };
+        let url = session::Source {
+            url,
+            parameter: database.parameter,
+        };
         match command {
             cli::Command::Wait {
                 instance,
@@ -66,6 +80,62 @@ fn main() -> ExitCode {
                 next::pool_next(url, &instance, run, start, wait, pool.as_deref(), notices).await
             }
             cli::Command::Watch { instance, imds } => spot::pool_watch(url, &instance, imds).await,
+            cli::Command::DatabaseUrl => unreachable!("handled above"),
         }
     })
+}
+
+/// How long an agent without `ORCA_DATABASE_URL` tries to read its
+/// parameter at start before it gives up (exit 1: the instance powers off).
+const FIRST_READ: Duration = Duration::from_secs(60);
+
+/// The environment's URL, else the parameter's, tried every 2 s for
+/// [`FIRST_READ`]; `None` (said on stderr) if there is none.
+async fn url(database: &cli::Database) -> Option<DatabaseUrl> {
+    if let Some(url) = &database.url {
+        return Some(url.clone());
+    }
+    let parameter = database.parameter.as_ref()?;
+    let by = tokio::time::Instant::now() + FIRST_READ;
+    loop {
+        match parameter.read().await {
+            Ok(text) => match DatabaseUrl::parse(&text) {
+                Ok(url) => return Some(url),
+                Err(e) => {
+                    tracing::error!(parameter = %parameter.name, error = %e,
+                        "the parameter does not hold a database URL");
+                    return None;
+                }
+            },
+            Err(e) if tokio::time::Instant::now() >= by => {
+                tracing::error!(error = %e, "cannot read the database URL's parameter; giving up");
+                return None;
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot read the database URL's parameter; trying again");
+                tokio::time::sleep(Duration::from_secs(2)).await;
+            }
+        }
+    }
+}
+
+/// `database-url`: the parameter's value on stdout.
+async fn print_url(database: cli::Database) -> ExitCode {
+    use std::io::Write;
+    let Some(parameter) = database.parameter else {
+        return ExitCode::from(2);
+    };
+    match parameter.read().await {
+        Ok(text) => {
+            let mut out = std::io::stdout().lock();
+            if writeln!(out, "{text}").and_then(|_| out.flush()).is_err() {
+                return ExitCode::from(1);
+            }
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            tracing::error!(error = %e, "cannot read the database URL's parameter");
+            ExitCode::from(1)
+        }
+    }
 }

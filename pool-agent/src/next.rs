@@ -14,15 +14,12 @@
 
 use std::{io::Write, process::ExitCode, time::Duration};
 
-use orca_db::{
-    pool::{self, Look, Notice},
-    DatabaseUrl,
-};
+use orca_db::pool::{self, Look, Notice};
 use tokio::{sync::watch, time::Instant};
 
 use crate::{
     imds,
-    session::{until_done, until_done_by, Session},
+    session::{until_done, until_done_by, Session, Source},
 };
 
 /// How often the agent beats `polled` and looks without a notification.
@@ -93,7 +90,7 @@ impl Limit {
 }
 
 pub async fn pool_next(
-    url: DatabaseUrl,
+    db: Source,
     instance: &str,
     run: i64,
     start: i32,
@@ -103,7 +100,7 @@ pub async fn pool_next(
 ) -> ExitCode {
     // From here, whether or not the database answers.
     let mut limit = Limit::new(wait);
-    let mut s = Session::new(url, &[format!("orca_i_{instance}")]);
+    let mut s = Session::new(db, &[format!("orca_i_{instance}")]);
     let Some(mine) = until_done_by!(s, limit.by(), |db| pool::mark_idle(
         db, instance, run, start, pool_name
     )) else {

@@ -1,13 +1,34 @@
 //! The agent's one connection: LISTENs on its channels (again after every
 //! reconnect), retries every second while the database can't be reached, and
 //! says so once on stderr, not every second (the `Reconnect` of orca-db).
+//! With the URL from a parameter, a connection the server refuses (the
+//! password was rotated) reads the parameter again and connects with what
+//! it holds now.
 
 use std::time::Duration;
 
 use orca_db::{ConnectOptions, DatabaseUrl, Db, DbError, Reconnect};
+use tokio::time::Instant;
+
+use crate::ssm::Parameter;
+
+/// How often, at most, a refused connection reads the parameter again: a
+/// database that refuses every instance of a pool must not make them all
+/// call SSM every second.
+const REREAD_AFTER: Duration = Duration::from_secs(30);
+
+/// Where the agent's database URL comes from.
+pub struct Source {
+    pub url: DatabaseUrl,
+    /// The parameter it was read from, to read again when refused.
+    pub parameter: Option<Parameter>,
+}
 
 pub struct Session {
     conn: Reconnect,
+    parameter: Option<Parameter>,
+    /// When the parameter was last read.
+    read_at: Option<Instant>,
     /// The error of a statement that keeps failing though the connection
     /// is fine, logged once until a statement succeeds.
     failing: Option<String>,
@@ -72,7 +93,8 @@ macro_rules! until_done_by {
 pub(crate) use until_done_by;
 
 impl Session {
-    pub fn new(url: DatabaseUrl, channels: &[String]) -> Self {
+    pub fn new(source: Source, channels: &[String]) -> Self {
+        let url = source.url;
         // Short limits: a lost database must be noticed within seconds, and
         // every statement of the agent is a single-row one.
         let opts = ConnectOptions {
@@ -86,6 +108,8 @@ impl Session {
             .fold(Reconnect::new(url, opts), |c, ch| c.listen(ch.as_str()));
         Session {
             conn,
+            parameter: source.parameter,
+            read_at: None,
             failing: None,
         }
     }
@@ -93,7 +117,44 @@ impl Session {
     /// The connection; connects (and LISTENs) first if there is none,
     /// trying every second.
     pub async fn db(&mut self) -> &mut Db {
+        while self.conn.connect_unless_refused().await.is_err() {
+            if !self.reread().await {
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            }
+        }
         self.conn.db().await
+    }
+
+    /// The server refused the URL: reads the parameter again, unless it
+    /// was read lately; whether its value is now in use.
+    async fn reread(&mut self) -> bool {
+        let Some(parameter) = &self.parameter else {
+            return false;
+        };
+        if self.read_at.is_some_and(|at| at.elapsed() < REREAD_AFTER) {
+            return false;
+        }
+        self.read_at = Some(Instant::now());
+        let text = match parameter.read().await {
+            Ok(text) => text,
+            Err(e) => {
+                tracing::warn!(error = %e, "the database refused the URL, and its parameter cannot be read again");
+                return false;
+            }
+        };
+        match DatabaseUrl::parse(&text) {
+            Ok(url) => {
+                tracing::info!(parameter = %parameter.name,
+                    "the database refused the URL; connecting with the parameter's value as read now");
+                self.conn.set_url(url);
+                true
+            }
+            Err(e) => {
+                tracing::warn!(parameter = %parameter.name, error = %e,
+                    "the parameter's new value is not a database URL");
+                false
+            }
+        }
     }
 
     pub fn succeeded(&mut self) {

@@ -6,17 +6,14 @@
 
 use std::process::ExitCode;
 
-use orca_db::{
-    pool::{self, Notice},
-    DatabaseUrl,
-};
+use orca_db::pool::{self, Notice};
 
 use crate::{
     imds::{self, Endpoint},
-    session::{until_done, Session},
+    session::{until_done, Session, Source},
 };
 
-pub async fn pool_watch(url: DatabaseUrl, instance: &str, endpoint: Option<Endpoint>) -> ExitCode {
+pub async fn pool_watch(db: Source, instance: &str, endpoint: Option<Endpoint>) -> ExitCode {
     if endpoint.is_none() {
         tracing::info!(
             instance,
@@ -27,7 +24,7 @@ pub async fn pool_watch(url: DatabaseUrl, instance: &str, endpoint: Option<Endpo
     let mut notices = imds::watch(endpoint);
     // No channels: it only writes, and connects only once there is a
     // notice, so a run costs the database no session of its own.
-    let mut s = Session::new(url, &[]);
+    let mut s = Session::new(db, &[]);
     loop {
         imds::changed(&mut notices).await;
         let Some(notice) = *notices.borrow_and_update() else {

@@ -5,14 +5,14 @@
 
 use std::{process::ExitCode, time::Duration};
 
-use orca_db::{pool, DatabaseUrl};
+use orca_db::pool;
 
-use crate::session::Session;
+use crate::session::{Session, Source};
 
-pub async fn pool_wait(url: DatabaseUrl, instance: &str, run: i64, start: i32) -> ExitCode {
+pub async fn pool_wait(db: Source, instance: &str, run: i64, start: i32) -> ExitCode {
     // A change of the run's status or start, or the end of the row.
     let channels = [format!("orca_run_{run}"), format!("orca_i_{instance}")];
-    let mut s = Session::new(url, &channels);
+    let mut s = Session::new(db, &channels);
     tracing::info!(instance, run, start, "waiting for the run to end");
     loop {
         let db = s.db().await;

@@ -1,0 +1,193 @@
+//! The database URL from SSM Parameter Store (docs/protocol.md#the-database-url):
+//! the user-data names a `SecureString` parameter rather than carrying the
+//! password, and the agent reads it with the instance's own role. One
+//! signed `GetParameter` call (SigV4 by `aws-sigv4`, over the agent's own
+//! HTTP), credentials from the environment or else from the instance
+//! metadata service, as the AWS SDKs take them. The value is never logged.
+
+use std::time::{Duration, SystemTime};
+
+use aws_credential_types::Credentials;
+use aws_sigv4::{
+    http_request::{sign, SignableBody, SignableRequest, SigningSettings},
+    sign::v4,
+};
+
+use crate::{
+    http::{call, CallError, Endpoint},
+    imds::Imds,
+};
+
+/// The bound on one call, connect to last byte.
+const CALL_LIMIT: Duration = Duration::from_secs(10);
+
+/// A parameter holding a database URL, and how to reach it.
+#[derive(Clone, Debug)]
+pub struct Parameter {
+    /// `/orca/<cluster>/<namespace>/<scheduler>/database-url`.
+    pub name: String,
+    pub region: String,
+    /// SSM's endpoint: `https://ssm.<region>.amazonaws.com` unless given.
+    pub endpoint: Endpoint,
+    /// Where the instance role's credentials are read when the environment
+    /// has none; `None`: metadata disabled.
+    pub imds: Option<Endpoint>,
+}
+
+/// Why the parameter could not be read; one line, never its value.
+#[derive(Debug, thiserror::Error)]
+pub enum SsmError {
+    #[error("no AWS credentials: neither AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY nor an instance role (the metadata service is disabled)")]
+    NoMetadata,
+    #[error("no AWS credentials: the instance has no role (its instance profile grants ssm:GetParameter on the parameter)")]
+    NoRole,
+    #[error("the instance metadata service: {0}")]
+    Imds(CallError),
+    #[error("signing the request: {0}")]
+    Signing(String),
+    #[error("SSM at {endpoint}: {source}")]
+    Call {
+        endpoint: String,
+        #[source]
+        source: CallError,
+    },
+    #[error("SSM refused GetParameter {name}: HTTP {status} {code}: {message}")]
+    Refused {
+        name: String,
+        status: u16,
+        code: String,
+        message: String,
+    },
+    #[error("SSM's answer for {0} holds no parameter value")]
+    Malformed(String),
+}
+
+impl Parameter {
+    /// The parameter `name` of `region`, at SSM's own endpoint unless
+    /// `endpoint` is given.
+    pub fn new(
+        name: String,
+        region: String,
+        endpoint: Option<Endpoint>,
+        imds: Option<Endpoint>,
+    ) -> Self {
+        let endpoint = endpoint.unwrap_or_else(|| Endpoint {
+            addr: format!("ssm.{region}.amazonaws.com:443"),
+            host: format!("ssm.{region}.amazonaws.com"),
+            tls: true,
+        });
+        Parameter {
+            name,
+            region,
+            endpoint,
+            imds,
+        }
+    }
+
+    /// The parameter's value, decrypted.
+    pub async fn read(&self) -> Result<String, SsmError> {
+        let credentials = self.credentials().await?;
+        let body = serde_json::json!({ "Name": self.name, "WithDecryption": true }).to_string();
+        let scheme = if self.endpoint.tls { "https" } else { "http" };
+        let url = format!("{scheme}://{}/", self.endpoint.host);
+        let unsigned = [
+            ("content-type", "application/x-amz-json-1.1"),
+            ("x-amz-target", "AmazonSSM.GetParameter"),
+        ];
+        let identity = credentials.into();
+        let params = v4::SigningParams::builder()
+            .identity(&identity)
+            .region(&self.region)
+            .name("ssm")
+            .time(SystemTime::now())
+            .settings(SigningSettings::default())
+            .build()
+            .map_err(|e| SsmError::Signing(e.to_string()))?
+            .into();
+        let signable = SignableRequest::new(
+            "POST",
+            &url,
+            unsigned.iter().copied(),
+            SignableBody::Bytes(body.as_bytes()),
+        )
+        .map_err(|e| SsmError::Signing(e.to_string()))?;
+        let (instructions, _) = sign(signable, &params)
+            .map_err(|e| SsmError::Signing(e.to_string()))?
+            .into_parts();
+        let signed: Vec<(String, String)> = instructions
+            .headers()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        let headers: Vec<(&str, &str)> = unsigned
+            .iter()
+            .copied()
+            .chain(signed.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+            .collect();
+        let (status, answer) = call(
+            &self.endpoint,
+            "POST",
+            "/",
+            &headers,
+            body.as_bytes(),
+            CALL_LIMIT,
+        )
+        .await
+        .map_err(|source| SsmError::Call {
+            endpoint: self.endpoint.host.clone(),
+            source,
+        })?;
+        let answer: serde_json::Value = serde_json::from_slice(&answer).unwrap_or_default();
+        if status != 200 {
+            // `__type` may be `namespace#Code`; the message is AWS's own
+            // (no value of the parameter is in an error).
+            let code = answer["__type"].as_str().unwrap_or("?");
+            let code = code.rsplit('#').next().unwrap_or(code).to_string();
+            let message = answer["message"]
+                .as_str()
+                .or(answer["Message"].as_str())
+                .unwrap_or("")
+                .replace('\n', " ");
+            return Err(SsmError::Refused {
+                name: self.name.clone(),
+                status,
+                code,
+                message,
+            });
+        }
+        answer["Parameter"]["Value"]
+            .as_str()
+            .map(|v| v.trim().to_string())
+            .filter(|v| !v.is_empty())
+            .ok_or_else(|| SsmError::Malformed(self.name.clone()))
+    }
+
+    /// The environment's keys (`AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`,
+    /// `AWS_SESSION_TOKEN`), else the instance role's.
+    async fn credentials(&self) -> Result<Credentials, SsmError> {
+        let var = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
+        if let (Some(id), Some(secret)) = (var("AWS_ACCESS_KEY_ID"), var("AWS_SECRET_ACCESS_KEY")) {
+            return Ok(Credentials::new(
+                id,
+                secret,
+                var("AWS_SESSION_TOKEN"),
+                None,
+                "environment",
+            ));
+        }
+        let Some(imds) = &self.imds else {
+            return Err(SsmError::NoMetadata);
+        };
+        let keys = Imds::new(imds.clone())
+            .credentials()
+            .await
+            .map_err(SsmError::Imds)?
+            .ok_or(SsmError::NoRole)?;
+        Ok(Credentials::new(
+            keys.access_key_id,
+            keys.secret_access_key,
+            Some(keys.token),
+            None,
+            "instance role",
+        ))
+    }
+}
