@@ -109,8 +109,20 @@ enum Command {
     },
 }
 
+/// The AWS SDK logs request and response bodies when this is `true`: the
+/// instances' user-data and the database URL parameter's value would be in
+/// the operator's log.
+const SIGNABLE_BODY: &str = "LOG_SIGNABLE_BODY";
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    if std::env::var_os(SIGNABLE_BODY).is_some() {
+        eprintln!(
+            "orca-operator: {SIGNABLE_BODY} is set: the AWS SDK would log request bodies \
+             (user-data, the database URL); unset it"
+        );
+        return ExitCode::from(2);
+    }
     init_logs(cli.log_json);
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(rt) => rt,

@@ -373,6 +373,7 @@ fn pool_spec() -> impl Strategy<Value = WarmPoolSpec> {
                         agent_path: "/usr/local/bin/orca-pool-agent".into(),
                         run_command: "run".into(),
                         database_url_file: None,
+                        database_url_in: Default::default(),
                         capacity_type: Default::default(),
                     },
                     paused: false,

@@ -305,10 +305,37 @@ pub struct Launch {
     #[serde(default, skip_serializing_if = "CapacityType::is_on_demand")]
     pub capacity_type: CapacityType,
     /// A file on the image holding the database URL, which the user-data script
-    /// reads. Unset (the default): the URL, password included, is written into
-    /// the user-data, readable by anyone allowed ec2:DescribeInstanceAttribute.
+    /// reads; databaseUrlIn is then not used.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub database_url_file: Option<String>,
+    /// How the instances get the database URL when no databaseUrlFile is set.
+    /// parameter (the default): the operator keeps it in the SSM Parameter
+    /// Store SecureString /orca/CLUSTER/NAMESPACE/SCHEDULER/database-url of the
+    /// pool's region, and the user-data names only the parameter, which the
+    /// agent reads with the instance's role (docs/operations.md#aws-permissions).
+    /// userData: the URL, password included, is written into the user-data,
+    /// readable by anyone allowed ec2:DescribeInstanceAttribute and by every
+    /// process on the instance; a Warning Event says so at each launch.
+    /// Changing it replaces no instance: new launches use the new way.
+    #[serde(default, skip_serializing_if = "DatabaseUrlIn::is_parameter")]
+    pub database_url_in: DatabaseUrlIn,
+}
+
+/// Where the user-data gets the database URL from.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Default, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub enum DatabaseUrlIn {
+    /// An SSM Parameter Store SecureString the operator keeps.
+    #[default]
+    Parameter,
+    /// The user-data itself, password included.
+    UserData,
+}
+
+impl DatabaseUrlIn {
+    fn is_parameter(&self) -> bool {
+        *self == DatabaseUrlIn::Parameter
+    }
 }
 
 impl Default for Launch {
@@ -325,6 +352,7 @@ impl Default for Launch {
             run_command: String::new(),
             capacity_type: CapacityType::OnDemand,
             database_url_file: None,
+            database_url_in: DatabaseUrlIn::Parameter,
         }
     }
 }

@@ -16,7 +16,7 @@ use std::{collections::BTreeMap, time::Instant};
 
 use chrono::{DateTime, Utc};
 
-use crate::backoff::Backoff;
+use crate::{backoff::Backoff, fence::MaybeFenced};
 
 use super::{
     ec2::{client_token, Ec2Error, RunRequest},
@@ -24,7 +24,8 @@ use super::{
     plan::{offerings, End, Offering, PoolPlan, Reason},
     pool_loop::PoolLoop,
     report::{PassReport, PoolError, PoolEvent},
-    userdata::{self, DatabaseSource},
+    ssm, tags,
+    userdata::{self, DatabaseSource, UserData},
     world::World,
 };
 
@@ -201,6 +202,21 @@ impl<W: World> PoolLoop<W> {
         now: DateTime<Utc>,
         report: &mut PassReport,
     ) -> Result<(), PoolError> {
+        // The parameter follows the URL (a rotated Secret) at every pass,
+        // launching or not: agents read it again when refused.
+        let parameter = self.parameter_name();
+        let source = DatabaseSource::for_spec(&self.spec, &self.url.0, &parameter);
+        let published = match source {
+            DatabaseSource::Parameter { name, .. } => {
+                let tags = [
+                    (tags::TAG_CLUSTER, self.owner.cluster.as_str()),
+                    (tags::TAG_SCHEDULER, self.owner.scheduler.as_str()),
+                    (tags::TAG_OPERATOR, self.owner.operator.as_str()),
+                ];
+                Some(self.world.publish(name, &self.url.0, &tags).await)
+            }
+            _ => None,
+        };
         let mut budget = plan.launch_count().min(plan.room.saturating_sub(stayed));
         if plan.short > 0 {
             let (reason, warning) = if plan.launches.is_empty() && plan.room > 0 {
@@ -224,11 +240,34 @@ impl<W: World> PoolLoop<W> {
         if self.boot.holding().is_some() {
             return Ok(());
         }
-        let user_data = userdata::render(
-            &self.spec,
-            &self.pool,
-            DatabaseSource::for_spec(&self.spec, &self.url.0),
-        );
+        if let Some(source) = published.as_ref().and_then(|p| p.as_ref().err()?.fenced()) {
+            return Err(PoolError::Fenced {
+                pool: self.pool.clone(),
+                source,
+            });
+        }
+        if let Some(Err(e)) = published {
+            tracing::warn!(pool = %self.pool, error = %e, "no launch: the database URL parameter cannot be written");
+            report.events.push(PoolEvent::new(
+                "DatabaseUrlParameter",
+                format!(
+                    "{budget} launch(es) held: the database URL parameter cannot be written: {e}"
+                ),
+                true,
+            ));
+            return Ok(());
+        }
+        if let DatabaseSource::Url(_) = source {
+            report.events.push(PoolEvent::new(
+                "DatabaseUrlInUserData",
+                "the launch's user-data carries the database URL, password included \
+                 (launch.databaseUrlIn: userData): anyone allowed ec2:DescribeInstanceAttribute \
+                 and every process on the instances can read it"
+                    .into(),
+                true,
+            ));
+        }
+        let user_data = userdata::render(&self.spec, &self.pool, source);
         let chain: Vec<Offering> = plan
             .launches
             .first()
@@ -402,13 +441,19 @@ impl<W: World> PoolLoop<W> {
         (until, held.len())
     }
 
+    /// The SSM parameter of this pool's Scheduler's database URL.
+    pub(super) fn parameter_name(&self) -> String {
+        let namespace = self.pool.split_once('/').map_or("", |(ns, _)| ns);
+        ssm::parameter_name(&self.tuning.cluster, namespace, &self.spec.scheduler)
+    }
+
     /// One batch, retried with the same token while EC2 throttles.
     async fn run_batch(
         &mut self,
         offering: &Offering,
         count: u32,
         token: &str,
-        user_data: &str,
+        user_data: &UserData,
     ) -> Result<Vec<String>, Ec2Error> {
         let mut backoff = Backoff::new(self.tuning.backoff_base, self.tuning.backoff_cap);
         loop {

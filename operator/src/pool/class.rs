@@ -48,6 +48,10 @@ pub fn owned_fields_set(pool: &WarmPoolSpec) -> Vec<&'static str> {
         (l.agent_path != DEFAULT_AGENT_PATH, "spec.launch.agentPath"),
         (!l.run_command.is_empty(), "spec.launch.runCommand"),
         (l.database_url_file.is_some(), "spec.launch.databaseUrlFile"),
+        (
+            l.database_url_in != Default::default(),
+            "spec.launch.databaseUrlIn",
+        ),
     ]
     .into_iter()
     .filter_map(|(set, field)| set.then_some(field))

@@ -267,8 +267,15 @@ pub struct RunRequest<'a> {
     pub count: u32,
     pub token: &'a str,
     /// The rendered script (see [`super::userdata`]); base64-encoded here.
-    pub user_data: &'a str,
+    pub user_data: &'a super::userdata::UserData,
     pub owner: &'a Ownership,
+}
+
+/// The AWS SDK's HTTP client as the operator uses it: rustls on ring.
+pub(super) fn http_client() -> aws_sdk_ec2::config::SharedHttpClient {
+    aws_smithy_http_client::Builder::new()
+        .tls_provider(tls::Provider::Rustls(CryptoMode::Ring))
+        .build_https()
 }
 
 /// An EC2 client for one region and endpoint, behind a fence.
@@ -276,6 +283,8 @@ pub struct RunRequest<'a> {
 pub struct Ec2 {
     client: Client,
     fence: Fence,
+    /// The access key it signs with, when not the default chain's.
+    keys: Option<aws_sdk_ec2::config::Credentials>,
 }
 
 impl Ec2 {
@@ -293,6 +302,7 @@ impl Ec2 {
             return Ec2 {
                 client,
                 fence: Fence::always(),
+                keys: None,
             };
         }
         let made = Ec2::build(cfg, None).await;
@@ -305,6 +315,7 @@ impl Ec2 {
         Ec2 {
             client,
             fence: Fence::always(),
+            keys: None,
         }
     }
 
@@ -314,13 +325,13 @@ impl Ec2 {
     pub async fn with_credentials(cfg: &Ec2Config, access_key_id: &str, secret: &str) -> Ec2 {
         let credentials =
             aws_sdk_ec2::config::Credentials::new(access_key_id, secret, None, None, "static");
-        Ec2::build(cfg, Some(credentials)).await
+        let mut ec2 = Ec2::build(cfg, Some(credentials.clone())).await;
+        ec2.keys = Some(credentials);
+        ec2
     }
 
     async fn build(cfg: &Ec2Config, credentials: Option<aws_sdk_ec2::config::Credentials>) -> Ec2 {
-        let http = aws_smithy_http_client::Builder::new()
-            .tls_provider(tls::Provider::Rustls(CryptoMode::Ring))
-            .build_https();
+        let http = http_client();
         let mut loader = aws_config::defaults(BehaviorVersion::latest())
             .region(Region::new(cfg.region.clone()))
             .http_client(http)
@@ -340,6 +351,7 @@ impl Ec2 {
         Ec2 {
             client: Client::new(&loader.load().await),
             fence: Fence::always(),
+            keys: None,
         }
     }
 
@@ -360,6 +372,40 @@ impl Ec2 {
     /// mode and the tests: subnets, instances made by hand); not fenced.
     pub fn client(&self) -> &Client {
         &self.client
+    }
+
+    /// The access key its calls are signed with, when not the default
+    /// chain's ([`Ec2::with_credentials`]).
+    pub fn credentials(&self) -> Option<aws_sdk_ec2::config::Credentials> {
+        self.keys.clone()
+    }
+
+    /// The user-data instance `id` boots with, decoded (what anyone
+    /// allowed `ec2:DescribeInstanceAttribute` reads); `None` if it has
+    /// none. Not the operator's own call: for the tests and the local
+    /// mode, to see what an instance was given.
+    pub async fn user_data(&self, id: &str) -> Result<Option<String>, Ec2Error> {
+        // Not a call of the operator's: no ACTION constant (the IAM test
+        // reads those as the operator's calls).
+        let action = "DescribeInstanceAttribute";
+        self.check(action)?;
+        let out = self
+            .client
+            .describe_instance_attribute()
+            .instance_id(id)
+            .attribute(aws_sdk_ec2::types::InstanceAttributeName::UserData)
+            .send()
+            .await
+            .map_err(|e| sdk_error(action, None, e))?;
+        let Some(encoded) = out.user_data.and_then(|u| u.value) else {
+            return Ok(None);
+        };
+        let bytes =
+            aws_smithy_types::base64::decode(&encoded).map_err(|_| Ec2Error::Malformed {
+                action,
+                what: "base64 user-data",
+            })?;
+        Ok(Some(String::from_utf8_lossy(&bytes).into_owned()))
     }
 
     /// Every instance with all the ownership tags, in any state.
@@ -545,7 +591,7 @@ impl Ec2 {
                     .build(),
             )
             .tag_specifications(tags.build())
-            .user_data(aws_smithy_types::base64::encode(req.user_data));
+            .user_data(aws_smithy_types::base64::encode(req.user_data.as_str()));
         let launch = req.launch;
         if let Some(t) = &launch.launch_template {
             let mut spec = LaunchTemplateSpecification::builder()
@@ -785,7 +831,7 @@ mod tests {
             offering: &off(),
             count: 1,
             token: "t",
-            user_data: "",
+            user_data: &"".into(),
             owner: &owner,
         };
         assert!(matches!(

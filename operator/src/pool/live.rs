@@ -29,6 +29,10 @@ pub struct Live {
     pub(super) held: Option<Arc<Db>>,
     /// Until when the loop may act; always open unless set.
     pub(super) fence: Fence,
+    /// The credentials of an EC2 client given to the loop
+    /// ([`super::PoolLoop::with_ec2`]), for its SSM calls too; `None`: the
+    /// default chain's.
+    pub(super) credentials: Option<aws_sdk_ssm::config::Credentials>,
 }
 
 /// A loop's share of its database's connection.

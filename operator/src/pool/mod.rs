@@ -46,6 +46,7 @@ mod reserve;
 pub mod roster;
 mod run;
 pub mod schedule;
+pub mod ssm;
 pub mod starts;
 mod status;
 pub mod tags;

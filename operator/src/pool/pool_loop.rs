@@ -313,6 +313,7 @@ impl PoolLoop {
             shared: None,
             held: None,
             fence: Fence::always(),
+            credentials: None,
         };
         Ok(PoolLoop::with_world(
             owner,
@@ -361,6 +362,7 @@ impl PoolLoop {
     /// principal) rather than the default chain's client for the spec's
     /// region and endpoint, until a spec moves the pool to another.
     pub fn with_ec2(mut self, ec2: Ec2) -> Self {
+        self.world.credentials = ec2.credentials();
         self.world.ec2 = ec2.with_fence(self.world.fence.clone());
         // Its credentials are its own: so are its listings.
         self.listings = None;

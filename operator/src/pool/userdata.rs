@@ -6,29 +6,84 @@
 //! retired, left for a spot notice, or waited `idleSeconds` and a minute for
 //! nothing).
 //!
-//! User-data is readable by anyone allowed `ec2:DescribeInstanceAttribute`,
-//! so `launch.databaseUrlFile` (a file baked into the image) is the safer
-//! way to give the agent its database URL: then the script only names the
-//! file, and no password is in it.
+//! User-data is readable by anyone allowed `ec2:DescribeInstanceAttribute`
+//! and by every process on the instance, so by default it holds no
+//! password: it names the SSM parameter the operator keeps the URL in
+//! (see [`super::ssm`]), which `orca-pool-agent database-url` reads with
+//! the instance's role; or a file baked into the image
+//! (`launch.databaseUrlFile`). Only `databaseUrlIn: userData` writes the
+//! URL itself into the script.
 
-use crate::crd::WarmPoolSpec;
+use std::fmt;
+
+use crate::crd::{DatabaseUrlIn, WarmPoolSpec};
 
 /// Where the agent gets `ORCA_DATABASE_URL`.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy)]
 pub enum DatabaseSource<'a> {
     /// Written into the script: carries the password.
     Url(&'a str),
     /// A file on the image holding the URL.
     File(&'a str),
+    /// An SSM parameter of `region` (at `endpoint`, if not SSM's own).
+    Parameter {
+        name: &'a str,
+        region: &'a str,
+        endpoint: Option<&'a str>,
+    },
+}
+
+impl fmt::Debug for DatabaseSource<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            DatabaseSource::Url(_) => f.write_str("Url(***)"),
+            DatabaseSource::File(file) => write!(f, "File({file:?})"),
+            DatabaseSource::Parameter { name, region, .. } => {
+                write!(f, "Parameter({name:?} in {region})")
+            }
+        }
+    }
 }
 
 impl<'a> DatabaseSource<'a> {
-    /// The spec's choice: its `databaseUrlFile` if set, else `url`.
-    pub fn for_spec(spec: &'a WarmPoolSpec, url: &'a str) -> Self {
-        match &spec.launch.database_url_file {
-            Some(file) => DatabaseSource::File(file),
-            None => DatabaseSource::Url(url),
+    /// The spec's choice: its `databaseUrlFile` if set, else the parameter
+    /// `parameter` of the spec's region, or `url` itself with
+    /// `databaseUrlIn: userData`.
+    pub fn for_spec(spec: &'a WarmPoolSpec, url: &'a str, parameter: &'a str) -> Self {
+        match (&spec.launch.database_url_file, spec.launch.database_url_in) {
+            (Some(file), _) => DatabaseSource::File(file),
+            (None, DatabaseUrlIn::UserData) => DatabaseSource::Url(url),
+            (None, DatabaseUrlIn::Parameter) => DatabaseSource::Parameter {
+                name: parameter,
+                region: &spec.region,
+                endpoint: spec.endpoint.as_deref(),
+            },
         }
+    }
+}
+
+/// A rendered script. It may carry the database URL (`databaseUrlIn:
+/// userData`), so its `Debug` shows only its size.
+#[derive(Clone, PartialEq, Eq)]
+pub struct UserData(String);
+
+impl UserData {
+    /// The script's text, for `RunInstances` only.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl From<&str> for UserData {
+    /// A script written by hand (the tests' launches as another launcher).
+    fn from(text: &str) -> Self {
+        UserData(text.to_string())
+    }
+}
+
+impl fmt::Debug for UserData {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "UserData({} bytes)", self.0.len())
     }
 }
 
@@ -38,15 +93,43 @@ pub fn shell_quote(s: &str) -> String {
 }
 
 /// Renders the script for the pool `pool` (`namespace/name`).
-pub fn render(spec: &WarmPoolSpec, pool: &str, db: DatabaseSource<'_>) -> String {
-    let database = match db {
-        DatabaseSource::Url(url) => format!("ORCA_DATABASE_URL={}", shell_quote(url)),
-        DatabaseSource::File(file) => format!(
-            "ORCA_DATABASE_URL=$(cat {}) || {{ echo 'orca: cannot read the database URL file' >&2; halt_now; }}",
-            shell_quote(file)
+pub fn render(spec: &WarmPoolSpec, pool: &str, db: DatabaseSource<'_>) -> UserData {
+    // Each way ends with ORCA_DATABASE_URL set (the agent and the run
+    // command read it); the parameter's is read again before each run, so
+    // that a run gets the URL as it is now.
+    let (database, refresh) = match db {
+        DatabaseSource::Url(url) => (format!("ORCA_DATABASE_URL={}", shell_quote(url)), ""),
+        DatabaseSource::File(file) => (
+            format!(
+                "ORCA_DATABASE_URL=$(cat {}) || {{ echo 'orca: cannot read the database URL file' >&2; halt_now; }}",
+                shell_quote(file)
+            ),
+            "",
+        ),
+        DatabaseSource::Parameter {
+            name,
+            region,
+            endpoint,
+        } => (
+            format!(
+                "ORCA_DATABASE_URL_PARAMETER={name}\nORCA_DATABASE_URL_REGION={region}\n{endpoint}\
+                 export ORCA_DATABASE_URL_PARAMETER ORCA_DATABASE_URL_REGION\n\
+                 # The agent retries for a minute, with the instance role's credentials.\n\
+                 ORCA_DATABASE_URL=$(\"$AGENT\" database-url) \\\n    \
+                 || {{ echo 'orca: cannot read the database URL parameter' >&2; halt_now; }}",
+                name = shell_quote(name),
+                region = shell_quote(region),
+                endpoint = endpoint
+                    .map(|e| format!(
+                        "ORCA_DATABASE_URL_ENDPOINT={}\nexport ORCA_DATABASE_URL_ENDPOINT\n",
+                        shell_quote(e)
+                    ))
+                    .unwrap_or_default(),
+            ),
+            "    url=$(\"$AGENT\" database-url) && ORCA_DATABASE_URL=$url\n",
         ),
     };
-    format!(
+    UserData(format!(
         r#"#!/bin/sh
 # orca warm pool instance of {pool_comment}: rendered by orca-operator.
 set -u
@@ -60,10 +143,10 @@ if [ -f "$0" ] && [ "$(dirname "$0")" != "$PER_BOOT" ]; then
 fi
 ORCA_POOL={pool}
 export ORCA_POOL
-{database}
-export ORCA_DATABASE_URL
 AGENT={agent}
 RUN_COMMAND={run_command}
+{database}
+export ORCA_DATABASE_URL
 IMDS=http://169.254.169.254/latest
 tries=0
 until TOKEN=$(curl -sf -X PUT -H 'X-aws-ec2-metadata-token-ttl-seconds: 300' "$IMDS/api/token") \
@@ -84,7 +167,7 @@ while line=$("$AGENT" pool-next "$ORCA_INSTANCE" "$run" "$start" {seconds}); do
     # While the run goes on, pool-watch records a spot notice on its row.
     "$AGENT" pool-watch "$ORCA_INSTANCE" &
     watch=$!
-    ORCA_RUN=$run ORCA_START=$start \
+{refresh}    ORCA_RUN=$run ORCA_START=$start \
         ORCA_HEAD=$(echo "$line" | cut -d' ' -f4) \
         ORCA_NEW_CODE=$(echo "$line" | cut -d' ' -f5) \
         sh -c "$RUN_COMMAND" || echo "orca: run $run at $start exited $?" >&2
@@ -99,7 +182,7 @@ halt_now
         agent = shell_quote(&spec.launch.agent_path),
         run_command = shell_quote(&spec.launch.run_command),
         seconds = spec.idle_seconds.max(1),
-    )
+    ))
 }
 
 #[cfg(test)]

@@ -9,6 +9,7 @@ use super::{
     live::Live,
     plan::Offering,
     report::PoolError,
+    ssm::{Ssm, SsmError},
 };
 
 /// Everything the act step does to the pool's rows and to EC2.
@@ -63,6 +64,14 @@ pub trait World {
         &mut self,
         req: &RunRequest<'_>,
     ) -> impl Future<Output = Result<Vec<String>, Ec2Error>> + Send;
+    /// Makes the SSM parameter `name` of the pool's region hold `value`
+    /// (the database URL), tagged `tags` when created: whether it wrote.
+    fn publish(
+        &mut self,
+        name: &str,
+        value: &str,
+        tags: &[(&str, &str)],
+    ) -> impl Future<Output = Result<bool, SsmError>> + Send;
 }
 
 impl World for Live {
@@ -125,5 +134,20 @@ impl World for Live {
 
     async fn run(&mut self, req: &RunRequest<'_>) -> Result<Vec<String>, Ec2Error> {
         self.ec2.run(req).await
+    }
+
+    async fn publish(
+        &mut self,
+        name: &str,
+        value: &str,
+        tags: &[(&str, &str)],
+    ) -> Result<bool, SsmError> {
+        let ssm = match &self.credentials {
+            None => Ssm::new(&self.ec2_config).await,
+            Some(credentials) => Ssm::with_credentials(&self.ec2_config, credentials.clone()).await,
+        };
+        ssm.with_fence(self.fence.clone())
+            .publish(name, value, tags)
+            .await
     }
 }

@@ -1,7 +1,7 @@
 //! The WarmPool's finalizer [`FINALIZER`], through the shared
 //! [`crate::k8s::finalizer`] (JSON patches that test what they change).
 
-use kube::{runtime::controller::Action, Client};
+use kube::{runtime::controller::Action, Client, ResourceExt};
 
 use super::{
     config::{pools_api, FINALIZER},
@@ -10,9 +10,14 @@ use super::{
 };
 pub use crate::k8s::finalizer::FinalizerError;
 use crate::{
-    crd::WarmPool,
+    crd::{DatabaseUrlIn, WarmPool},
+    fence::MaybeFenced,
     k8s::{finalizer, leader::Fence},
-    pool::PoolEvent,
+    pool::{
+        ec2::Ec2Config,
+        ssm::{self, Ssm},
+        PoolEvent,
+    },
 };
 
 pub(super) fn has(wp: &WarmPool) -> bool {
@@ -80,4 +85,57 @@ pub(super) async fn let_go(
         ctx.say(wp, &event).await;
     }
     Ok(Action::await_change())
+}
+
+/// The last of `wp`'s instances is gone (`onDelete: Terminate`): its
+/// Scheduler's database URL parameter in its region is deleted, unless
+/// another WarmPool of that Scheduler may still launch with it there (one
+/// whose region is not known yet counts as one). A parameter that cannot
+/// be deleted is said in a Warning Event, and holds nothing up.
+pub(super) async fn release_parameter(wp: &WarmPool, ctx: &PoolContext, pool: &str) {
+    let launch = &wp.spec.launch;
+    if launch.database_url_file.is_some() || launch.database_url_in != DatabaseUrlIn::Parameter {
+        return;
+    }
+    // Without the watches' store nothing says who else uses it: kept.
+    let Some(caches) = &ctx.caches else {
+        return;
+    };
+    let namespace = wp.namespace().unwrap_or_default();
+    let endpoint = wp.spec.endpoint.as_deref();
+    let shared = caches.pools.state().iter().any(|other| {
+        let status = other.status.as_ref();
+        let region = Some(other.spec.region.as_str())
+            .filter(|r| !r.is_empty())
+            .or(status.and_then(|s| s.class_region.as_deref()));
+        let other_endpoint = other
+            .spec
+            .endpoint
+            .as_deref()
+            .or(status.and_then(|s| s.class_endpoint.as_deref()));
+        other.uid() != wp.uid()
+            && other.namespace().as_deref() == Some(namespace.as_str())
+            && other.spec.scheduler == wp.spec.scheduler
+            && region.is_none_or(|r| r == wp.spec.region && other_endpoint == endpoint)
+    });
+    if shared {
+        return;
+    }
+    let name = ssm::parameter_name(&ctx.config.tuning.cluster, &namespace, &wp.spec.scheduler);
+    let ssm = Ssm::new(&Ec2Config::new(&wp.spec.region, endpoint))
+        .await
+        .with_fence(ctx.config.fence.clone());
+    match ssm.delete(&name).await {
+        Ok(()) => {}
+        Err(e) if e.is_fenced() => {}
+        Err(e) => {
+            tracing::warn!(pool = %pool, error = %e, "the database URL parameter was not deleted");
+            let event = PoolEvent::new(
+                "DatabaseUrlParameter",
+                format!("the database URL parameter was left: {e}; delete it by hand"),
+                true,
+            );
+            ctx.say(wp, &event).await;
+        }
+    }
 }

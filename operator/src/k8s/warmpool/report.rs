@@ -9,7 +9,7 @@ use super::{
     config::{key, pools_api},
     context::{PoolContext, PoolState},
     error::ControllerError,
-    finalizer::let_go,
+    finalizer::{let_go, release_parameter},
 };
 use crate::fence::MaybeFenced;
 use crate::{
@@ -45,6 +45,7 @@ pub(super) async fn write_back(
                     ctx.say(wp, e).await;
                 }
                 // None of its instances left: the finalizer goes.
+                release_parameter(wp, ctx, pool).await;
                 return let_go(
                     wp,
                     ctx,

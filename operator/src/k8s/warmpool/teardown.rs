@@ -16,7 +16,7 @@ use kube::{runtime::controller::Action, ResourceExt};
 use super::{
     context::PoolContext,
     error::{ControllerError, UrlProblem},
-    finalizer::let_go,
+    finalizer::{let_go, release_parameter},
     report::degraded,
 };
 use crate::{
@@ -63,6 +63,7 @@ pub(super) async fn without_database(
         .map(|i| i.id)
         .collect();
     if present.is_empty() {
+        release_parameter(wp, ctx, pool).await;
         return let_go(
             wp,
             ctx,

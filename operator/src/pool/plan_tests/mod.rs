@@ -46,6 +46,7 @@ pub(in crate::pool) fn spec(min: i32, max: i32, max_instances: i32) -> WarmPoolS
             agent_path: "/usr/local/bin/orca-pool-agent".into(),
             run_command: "run".into(),
             database_url_file: None,
+            database_url_in: Default::default(),
             capacity_type: Default::default(),
         },
         paused: false,

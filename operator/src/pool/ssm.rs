@@ -1,0 +1,284 @@
+//! The database URL in SSM Parameter Store (docs/operations.md#the-database-url-on-the-instances):
+//! for each Scheduler whose pools launch with `databaseUrlIn: parameter`,
+//! the operator keeps the URL as the `SecureString`
+//! `/orca/<cluster>/<namespace>/<scheduler>/database-url` in each region
+//! its pools run in, and the user-data names only the parameter. A write is
+//! made only when the value differs from the one this process last wrote
+//! there (a restart writes once more); the parameter is deleted when the
+//! last pool of the Scheduler in that region is deleted with its instances.
+
+use std::{
+    collections::HashMap,
+    sync::{Mutex, OnceLock},
+    time::Duration,
+};
+
+use aws_sdk_ssm::{
+    config::{Region, StalledStreamProtectionConfig},
+    error::{DisplayErrorContext, ProvideErrorMetadata},
+    types::{ParameterType, Tag},
+    Client,
+};
+use sha2::{Digest, Sha256};
+
+use super::ec2::Ec2Config;
+use crate::fence::{Fence, Fenced, MaybeFenced};
+
+/// The parameter holding the database URL of Scheduler
+/// `namespace/scheduler`, for the operator of `cluster`.
+pub fn parameter_name(cluster: &str, namespace: &str, scheduler: &str) -> String {
+    format!("/orca/{cluster}/{namespace}/{scheduler}/database-url")
+}
+
+/// Why an SSM call failed; never with the parameter's value.
+#[derive(Debug, thiserror::Error)]
+pub enum SsmError {
+    #[error("ssm:{action} on {name}: {code}: {message}")]
+    Refused {
+        action: &'static str,
+        name: String,
+        code: String,
+        message: String,
+    },
+    #[error("ssm:{action} on {name} failed: {reason}")]
+    Transport {
+        action: &'static str,
+        name: String,
+        reason: String,
+    },
+    #[error("ssm:{action} on {name} not sent: {source}")]
+    Fenced {
+        action: &'static str,
+        name: String,
+        #[source]
+        source: Fenced,
+    },
+}
+
+impl MaybeFenced for SsmError {
+    fn fenced(&self) -> Option<Fenced> {
+        match self {
+            SsmError::Fenced { source, .. } => Some(*source),
+            _ => None,
+        }
+    }
+}
+
+/// An SSM client for one region and endpoint (the pool's: moto's server
+/// in the tests), behind a fence.
+#[derive(Clone, Debug)]
+pub struct Ssm {
+    client: Client,
+    config: Ec2Config,
+    fence: Fence,
+}
+
+type Written = HashMap<(Ec2Config, String), [u8; 32]>;
+
+/// What this process last wrote to each parameter (region, endpoint,
+/// name), as a digest: a write is made only when the value changes.
+fn written() -> &'static Mutex<Written> {
+    static WRITTEN: OnceLock<Mutex<Written>> = OnceLock::new();
+    WRITTEN.get_or_init(Default::default)
+}
+
+fn digest(value: &str) -> [u8; 32] {
+    Sha256::digest(value.as_bytes()).into()
+}
+
+impl Ssm {
+    /// The SSM API where `cfg` has EC2's: its region, and its endpoint if
+    /// one is given. Credentials from the default chain, as for EC2.
+    pub async fn new(cfg: &Ec2Config) -> Ssm {
+        static CLIENTS: OnceLock<Mutex<HashMap<Ec2Config, Client>>> = OnceLock::new();
+        let clients = CLIENTS.get_or_init(Default::default);
+        let kept = clients
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(cfg)
+            .cloned();
+        let client = match kept {
+            Some(client) => client,
+            None => {
+                let made = Self::build(cfg, None).await;
+                clients
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .entry(cfg.clone())
+                    .or_insert(made)
+                    .clone()
+            }
+        };
+        Ssm {
+            client,
+            config: cfg.clone(),
+            fence: Fence::always(),
+        }
+    }
+
+    /// As [`Ssm::new`], signing with `credentials` (a loop given an EC2
+    /// client of its own credentials); not kept for others.
+    pub async fn with_credentials(
+        cfg: &Ec2Config,
+        credentials: aws_sdk_ssm::config::Credentials,
+    ) -> Ssm {
+        Ssm {
+            client: Self::build(cfg, Some(credentials)).await,
+            config: cfg.clone(),
+            fence: Fence::always(),
+        }
+    }
+
+    async fn build(
+        cfg: &Ec2Config,
+        credentials: Option<aws_sdk_ssm::config::Credentials>,
+    ) -> Client {
+        let mut loader = aws_config::defaults(aws_config::BehaviorVersion::latest())
+            .region(Region::new(cfg.region.clone()))
+            .http_client(super::ec2::http_client())
+            .stalled_stream_protection(StalledStreamProtectionConfig::disabled())
+            .timeout_config(
+                aws_config::timeout::TimeoutConfig::builder()
+                    .operation_timeout(cfg.call_timeout)
+                    .connect_timeout(Duration::from_secs(5))
+                    .build(),
+            );
+        if let Some(endpoint) = &cfg.endpoint {
+            loader = loader.endpoint_url(endpoint);
+        }
+        if let Some(credentials) = credentials {
+            loader = loader.credentials_provider(credentials);
+        }
+        Client::new(&loader.load().await)
+    }
+
+    /// Its calls are made only while `fence` is open.
+    pub fn with_fence(mut self, fence: Fence) -> Self {
+        self.fence = fence;
+        self
+    }
+
+    /// Makes `name` hold `value` (a `SecureString` under the account's
+    /// `aws/ssm` key, tagged with `tags` when created), unless this process
+    /// wrote that value there already. Whether it wrote.
+    pub async fn publish(
+        &self,
+        name: &str,
+        value: &str,
+        tags: &[(&str, &str)],
+    ) -> Result<bool, SsmError> {
+        let key = (self.config.clone(), name.to_string());
+        let want = digest(value);
+        if written()
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&key)
+            == Some(&want)
+        {
+            return Ok(false);
+        }
+        self.check("PutParameter", name)?;
+        // Tags may be given only to a new parameter, and Overwrite only
+        // without them: create first, overwrite if it exists.
+        let tags: Vec<Tag> = tags
+            .iter()
+            .filter_map(|(k, v)| Tag::builder().key(*k).value(*v).build().ok())
+            .collect();
+        let created = self
+            .client
+            .put_parameter()
+            .name(name)
+            .value(value)
+            .r#type(ParameterType::SecureString)
+            .description("orca: the database URL of a Scheduler's warm pool instances")
+            .set_tags(Some(tags))
+            .send()
+            .await;
+        let outcome = match created {
+            Ok(_) => Ok(()),
+            Err(e) if e.code() == Some("ParameterAlreadyExists") => {
+                self.check("PutParameter", name)?;
+                self.client
+                    .put_parameter()
+                    .name(name)
+                    .value(value)
+                    .r#type(ParameterType::SecureString)
+                    .overwrite(true)
+                    .send()
+                    .await
+                    .map(|_| ())
+                    .map_err(|e| error("PutParameter", name, e))
+            }
+            Err(e) => Err(error("PutParameter", name, e)),
+        };
+        outcome?;
+        written()
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(key, want);
+        tracing::info!(parameter = %name, region = %self.config.region, "database URL parameter written");
+        Ok(true)
+    }
+
+    /// Deletes `name` (gone already is fine).
+    pub async fn delete(&self, name: &str) -> Result<(), SsmError> {
+        written()
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&(self.config.clone(), name.to_string()));
+        self.check("DeleteParameter", name)?;
+        match self.client.delete_parameter().name(name).send().await {
+            Ok(_) => {
+                tracing::info!(parameter = %name, region = %self.config.region, "database URL parameter deleted");
+                Ok(())
+            }
+            Err(e) if e.code() == Some("ParameterNotFound") => Ok(()),
+            Err(e) => Err(error("DeleteParameter", name, e)),
+        }
+    }
+
+    fn check(&self, action: &'static str, name: &str) -> Result<(), SsmError> {
+        self.fence.check().map_err(|source| SsmError::Fenced {
+            action,
+            name: name.to_string(),
+            source,
+        })
+    }
+}
+
+fn error<E>(action: &'static str, name: &str, e: aws_sdk_ssm::error::SdkError<E>) -> SsmError
+where
+    E: ProvideErrorMetadata + std::error::Error + 'static,
+{
+    match e.code() {
+        Some(code) => SsmError::Refused {
+            action,
+            name: name.to_string(),
+            code: code.to_string(),
+            message: e.message().unwrap_or_default().replace('\n', " "),
+        },
+        // An answer that is not SSM's JSON (a proxy's, an XML refusal):
+        // its status, not its whole text.
+        None => SsmError::Transport {
+            action,
+            name: name.to_string(),
+            reason: match e.raw_response() {
+                Some(raw) => format!("an unreadable answer, HTTP {}", raw.status().as_u16()),
+                None => DisplayErrorContext(&e).to_string().replace('\n', " "),
+            },
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names() {
+        assert_eq!(
+            parameter_name("prod-eu", "team-a", "orca"),
+            "/orca/prod-eu/team-a/orca/database-url"
+        );
+    }
+}
