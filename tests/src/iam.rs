@@ -40,15 +40,18 @@ pub fn actions(policy: &Value) -> Vec<String> {
     all
 }
 
-/// `policy` as moto can check it: each statement's EC2 actions on `*`,
-/// without conditions, and without `without` (`ec2:StopInstances`, say).
+/// `policy` as moto can check it: each statement's EC2 and SSM actions on
+/// `*`, without conditions, and without `without` (`ec2:StopInstances`,
+/// say).
 pub fn as_moto_checks(policy: &Value, without: Option<&str>) -> Value {
     let statements: Vec<Value> = statements(policy)
         .iter()
         .filter_map(|s| {
             let actions: Vec<String> = strings(&s["Action"])
                 .into_iter()
-                .filter(|a| a.starts_with("ec2:") && Some(a.as_str()) != without)
+                .filter(|a| {
+                    (a.starts_with("ec2:") || a.starts_with("ssm:")) && Some(a.as_str()) != without
+                })
                 .collect();
             (!actions.is_empty()).then(
                 || json!({"Sid": s["Sid"], "Effect": "Allow", "Action": actions, "Resource": "*"}),

@@ -5,7 +5,9 @@
 //! a token the service issued, as on EC2 (401 otherwise), and the tokens
 //! can be expired at will, and an answer carrying a notice can be held
 //! back until the test lets it go, to time a race. The agent finds it through
-//! `ORCA_POOL_AGENT_IMDS` (a test-only setting).
+//! `ORCA_POOL_AGENT_IMDS` (a test-only setting). It also serves the
+//! instance role [`ROLE`]'s credentials (`iam/security-credentials/`), with
+//! which the agent reads the database URL's parameter.
 
 use std::{
     net::SocketAddr,
@@ -23,6 +25,9 @@ use tokio::{
 const ACTION: &str = "/latest/meta-data/spot/instance-action";
 const REBALANCE: &str = "/latest/meta-data/events/recommendations/rebalance";
 const TOKEN: &str = "/latest/api/token";
+const CREDENTIALS: &str = "/latest/meta-data/iam/security-credentials/";
+/// The instance role the stand-in serves credentials of.
+pub const ROLE: &str = "orca-pool-instance";
 
 #[derive(Default)]
 struct State {
@@ -35,6 +40,8 @@ struct State {
     issued: u64,
     refused: u64,
     polls: u64,
+    /// Reads of the role's credentials.
+    credential_reads: u64,
     /// Answers carrying a notice wait for a [`FakeImds::release`].
     hold: bool,
 }
@@ -147,6 +154,10 @@ impl FakeImds {
 
     /// Reads of `spot/instance-action` answered so far, with or without a
     /// notice: the agent's polls.
+    pub fn credential_reads(&self) -> u64 {
+        self.state().credential_reads
+    }
+
     pub fn polls(&self) -> u64 {
         self.state().polls
     }
@@ -201,6 +212,27 @@ async fn answer(mut stream: TcpStream, shared: Arc<Shared>) {
                         (200, format!("t{}-{}", s.generation, s.issued), false)
                     }
                     None => (400, String::new(), false),
+                }
+            }
+            (Some("GET"), Some(path)) if path.starts_with(CREDENTIALS) => {
+                if !valid(&s) {
+                    s.refused += 1;
+                    (401, String::new(), false)
+                } else if path == CREDENTIALS {
+                    (200, ROLE.to_string(), false)
+                } else if path.strip_prefix(CREDENTIALS) == Some(ROLE) {
+                    s.credential_reads += 1;
+                    let body = serde_json::json!({
+                        "Code": "Success",
+                        "Type": "AWS-HMAC",
+                        "AccessKeyId": "ASIAINSTANCEROLE",
+                        "SecretAccessKey": "instance-role-secret",
+                        "Token": "instance-role-session-token",
+                        "Expiration": "2099-01-01T00:00:00Z",
+                    });
+                    (200, body.to_string(), false)
+                } else {
+                    (404, String::new(), false)
                 }
             }
             (Some("GET"), Some(path)) if path == ACTION || path == REBALANCE => {

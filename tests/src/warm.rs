@@ -154,6 +154,7 @@ pub fn spec(
             agent_path: "/usr/local/bin/orca-pool-agent".into(),
             run_command: "true".into(),
             database_url_file: None,
+            database_url_in: Default::default(),
             capacity_type: Default::default(),
         },
         paused: false,
@@ -272,7 +273,7 @@ pub async fn launch_by_hand(
         offering: &offering,
         count,
         token,
-        user_data: "#!/bin/sh\n",
+        user_data: &"#!/bin/sh\n".into(),
         owner: &owner,
     })
     .await

@@ -299,6 +299,24 @@ fn the_policy_allows_every_ec2_call_the_operator_makes_scoped_by_its_own_tags() 
         .map(|rest| format!("ec2:{}", rest.trim_end_matches("\";")))
         .collect();
     assert!(called.len() >= 7, "{called:?}");
+    // The database URL's parameter: each SSM call the operator makes (its
+    // fence check names it), and the tags given at its creation.
+    let ssm = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../operator/src/pool/ssm.rs"),
+    )
+    .unwrap();
+    let mut called = called;
+    for piece in ssm.split("self.check(\"").skip(1) {
+        let action = format!("ssm:{}", &piece[..piece.find('"').unwrap()]);
+        if !called.contains(&action) {
+            called.push(action);
+        }
+    }
+    assert!(
+        ssm.contains(".set_tags("),
+        "the parameter is no longer tagged at creation"
+    );
+    called.push("ssm:AddTagsToResource".into());
     let allowed = iam::actions(&policy);
     for action in &called {
         assert!(allowed.contains(action), "{action} is not in the policy");

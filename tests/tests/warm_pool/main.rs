@@ -253,6 +253,7 @@ impl Drop for Running {
 }
 
 mod convergence;
+mod database_parameter;
 mod drain;
 mod forecast;
 mod iam;

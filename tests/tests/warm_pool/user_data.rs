@@ -3,8 +3,9 @@
 use super::*;
 
 #[test]
-fn user_data_passes_sh_n_and_holds_no_password_with_a_url_file() {
+fn user_data_passes_sh_n_and_holds_no_password_unless_asked() {
     let secret = "postgres://orca:s3cr3t-pw@db.internal:5432/orca";
+    let parameter = "/orca/c1/ns/sched/database-url";
     let mut spec = warm::spec(
         "http://unused",
         &["t3.micro"],
@@ -13,16 +14,32 @@ fn user_data_passes_sh_n_and_holds_no_password_with_a_url_file() {
         0,
         1,
     );
-    let with_url = userdata::render(&spec, "ns/pool", DatabaseSource::for_spec(&spec, secret));
+    let render = |spec: &orca_operator::crd::WarmPoolSpec| {
+        userdata::render(
+            spec,
+            "ns/pool",
+            DatabaseSource::for_spec(spec, secret, parameter),
+        )
+    };
+    let by_default = render(&spec).as_str().to_string();
+    assert!(!by_default.contains("s3cr3t-pw"), "{by_default}");
+    assert!(by_default.contains(&format!("ORCA_DATABASE_URL_PARAMETER='{parameter}'")));
+    spec.launch.database_url_in = orca_operator::crd::DatabaseUrlIn::UserData;
+    let asked = render(&spec);
     assert!(
-        with_url.contains(secret),
-        "the default puts the URL in user-data"
+        !format!("{asked:?}").contains("s3cr3t"),
+        "the user-data's Debug shows its text"
+    );
+    let asked = asked.as_str().to_string();
+    assert!(
+        asked.contains(secret),
+        "databaseUrlIn: userData puts the URL in user-data"
     );
     spec.launch.database_url_file = Some("/etc/orca/database-url".into());
-    let with_file = userdata::render(&spec, "ns/pool", DatabaseSource::for_spec(&spec, secret));
+    let with_file = render(&spec).as_str().to_string();
     assert!(!with_file.contains("s3cr3t-pw"), "{with_file}");
     assert!(with_file.contains("/etc/orca/database-url"));
-    for script in [&with_url, &with_file] {
+    for script in [&by_default, &asked, &with_file] {
         let out = std::process::Command::new("sh")
             .args(["-n", "-c", script])
             .output()
@@ -41,7 +58,19 @@ fn user_data_passes_sh_n_and_holds_no_password_with_a_url_file() {
 /// itself to run again on the next boot.
 #[test]
 fn user_data_serves_a_run_then_powers_off() {
-    let dir = std::env::temp_dir().join(format!("orca-userdata-{}", std::process::id()));
+    serves_a_run_then_powers_off(false);
+}
+
+/// As above, with the URL read from its parameter by `database-url` at
+/// the start and again before the run.
+#[test]
+fn user_data_reads_the_parameter_and_serves_a_run() {
+    serves_a_run_then_powers_off(true);
+}
+
+fn serves_a_run_then_powers_off(parameter: bool) {
+    let dir =
+        std::env::temp_dir().join(format!("orca-userdata-{}-{parameter}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
     let d = dir.display();
@@ -61,7 +90,8 @@ fn user_data_serves_a_run_then_powers_off() {
     stub(
         "agent",
         &format!(
-            r#"if [ "$1" = pool-watch ]; then echo "$*" >> {d}/watch.calls; echo $$ > {d}/watch.pid; exec sleep 30; fi
+            r#"if [ "$1" = database-url ]; then echo "$ORCA_DATABASE_URL_PARAMETER $ORCA_DATABASE_URL_REGION" >> {d}/url.calls; echo postgres://u:p@h/db; exit 0; fi
+if [ "$1" = pool-watch ]; then echo "$*" >> {d}/watch.calls; echo $$ > {d}/watch.pid; exec sleep 30; fi
 echo "$*" >> {d}/agent.calls
 if [ ! -e {d}/served ]; then touch {d}/served; echo "next 42 1 10.0.0.1:7077 1"; exit 0; fi
 exit 1"#
@@ -78,13 +108,20 @@ exit 1"#
         1,
     );
     spec.launch.agent_path = dir.join("agent").display().to_string();
-    spec.launch.database_url_file = Some(dir.join("url").display().to_string());
+    if !parameter {
+        spec.launch.database_url_file = Some(dir.join("url").display().to_string());
+    }
     // Long enough for pool-watch to start beside it.
     spec.launch.run_command = format!("sleep 0.5; env | grep ^ORCA_ | sort > {d}/env");
-    let script = userdata::render(&spec, "ns/pool", DatabaseSource::for_spec(&spec, "unused"));
+    let script = userdata::render(
+        &spec,
+        "ns/pool",
+        DatabaseSource::for_spec(&spec, "unused", "/orca/c1/ns/sched/database-url"),
+    );
+    let script = script.as_str();
     // cloud-init runs the user-data as a file of its own.
     let first = dir.join("part-001");
-    std::fs::write(&first, &script).unwrap();
+    std::fs::write(&first, script).unwrap();
     let per_boot = dir.join("per-boot");
     let boot = |file: &std::path::Path| {
         let out = std::process::Command::new("sh")
@@ -120,6 +157,13 @@ exit 1"#
         calls.lines().collect::<Vec<_>>(),
         ["pool-next i-0stub 0 0 600", "pool-next i-0stub 42 1 600"]
     );
+    let url_reads = std::fs::read_to_string(dir.join("url.calls")).unwrap_or_default();
+    if parameter {
+        let read = format!("/orca/c1/ns/sched/database-url {}", spec.region);
+        assert_eq!(url_reads.lines().collect::<Vec<_>>(), [&read, &read]);
+    } else {
+        assert_eq!(url_reads, "", "a URL file needs no parameter");
+    }
     assert!(dir.join("halted").exists(), "no power-off");
     // pool-watch ran beside the run, and not past it.
     let watched = std::fs::read_to_string(dir.join("watch.calls")).unwrap();

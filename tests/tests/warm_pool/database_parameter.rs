@@ -1,0 +1,174 @@
+//! The database URL kept in SSM Parameter Store (moto's), not in the
+//! user-data: what a launch writes, what the instances boot with, and the
+//! real agent reading it with the instance role's credentials from a
+//! metadata stand-in; a rotated URL reaches the next agent; no log line,
+//! at trace, holds the password or the user-data.
+
+use std::{
+    io::Write,
+    sync::{Arc, Mutex},
+};
+
+use orca_tests::{bins, imds::FakeImds};
+
+use super::*;
+
+/// Every line logged, at trace, while it is the thread's subscriber.
+#[derive(Clone, Default)]
+struct Lines(Arc<Mutex<Vec<u8>>>);
+
+impl Write for Lines {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// The value of `NAME='…'` in the script, unquoted.
+fn assigned(script: &str, name: &str) -> Option<String> {
+    let prefix = format!("{name}=");
+    script.lines().find_map(|l| {
+        let v = l.strip_prefix(&prefix)?;
+        Some(v.trim_matches('\'').to_string())
+    })
+}
+
+/// `orca-pool-agent database-url`, in the environment the user-data
+/// gives it, on an instance whose role the metadata stand-in serves (no
+/// keys of its own): what it prints, or its stderr.
+async fn read_as_instance(script: &str, imds: &FakeImds) -> Result<String, String> {
+    // Not blocking: the metadata stand-in answers on this test's thread.
+    let mut cmd = tokio::process::Command::new(bins::path("orca-pool-agent"));
+    cmd.arg("database-url")
+        .env_remove("AWS_ACCESS_KEY_ID")
+        .env_remove("AWS_SECRET_ACCESS_KEY")
+        .env_remove("AWS_SESSION_TOKEN")
+        .env_remove("AWS_EC2_METADATA_DISABLED")
+        .env_remove("ORCA_DATABASE_URL")
+        .env("ORCA_POOL_AGENT_IMDS", imds.url());
+    for name in [
+        "ORCA_DATABASE_URL_PARAMETER",
+        "ORCA_DATABASE_URL_REGION",
+        "ORCA_DATABASE_URL_ENDPOINT",
+    ] {
+        if let Some(v) = assigned(script, name) {
+            cmd.env(name, v);
+        }
+    }
+    let out = cmd.output().await.expect("orca-pool-agent runs");
+    if out.status.success() {
+        Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
+    } else {
+        Err(String::from_utf8_lossy(&out.stderr).into_owned())
+    }
+}
+
+#[tokio::test]
+async fn the_user_data_names_a_parameter_the_agent_reads_and_a_rotation_reaches_it() {
+    let (moto, url, ec2, subnets) = warm::Stage::new().await.parts();
+    let lines = Lines::default();
+    let writer = lines.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_max_level(tracing::Level::TRACE)
+        .with_writer(move || writer.clone())
+        .finish();
+    let _logs = tracing::subscriber::set_default(subscriber);
+    let imds = FakeImds::start().await;
+    let pool = "vault/pool";
+    // The URL as the Secret holds it, password and all (the test cluster
+    // trusts local connections, so any password connects).
+    let with_password = |pw: &str| url.replacen("postgres@", &format!("postgres:{pw}@"), 1);
+    let first = with_password("first-s3cret");
+    let spec = warm::spec(&moto.endpoint(), &["t3.micro"], &subnets, 2, 4, 4);
+    let mut lp = warm::pool_loop(pool, spec.clone(), &first).await;
+    lp.pass(Utc::now()).await.unwrap();
+    let launched = present(&ec2, pool).await;
+    assert_eq!(launched.len(), 2, "minIdle 2 launches two");
+    let parameter = format!(
+        "/orca/{}/vault/sched/database-url",
+        warm::tuning(Duration::from_secs(60)).cluster
+    );
+    let mut script = String::new();
+    for i in &launched {
+        script = ec2
+            .user_data(&i.id)
+            .await
+            .unwrap()
+            .expect("a launch has user-data");
+        assert!(
+            !script.contains("first-s3cret"),
+            "the password is in {}'s user-data:\n{script}",
+            i.id
+        );
+        assert!(
+            !script.contains("postgres://"),
+            "a URL is in {}'s user-data",
+            i.id
+        );
+        assert_eq!(
+            assigned(&script, "ORCA_DATABASE_URL_PARAMETER"),
+            Some(parameter.clone())
+        );
+    }
+    assert_eq!(read_as_instance(&script, &imds).await, Ok(first.clone()));
+    assert!(
+        imds.credential_reads() >= 1,
+        "the agent did not use the instance role's credentials"
+    );
+
+    // The Secret changes: the pool's next loop writes the new URL, and an
+    // agent reads the new one.
+    let second = with_password("second-s3cret");
+    drop(lp);
+    let mut lp = warm::pool_loop(pool, spec.clone(), &second).await;
+    lp.pass(Utc::now()).await.unwrap();
+    assert_eq!(read_as_instance(&script, &imds).await, Ok(second.clone()));
+
+    // Asked for, the URL is in the user-data, with a Warning Event.
+    let mut asked = spec.clone();
+    asked.launch.database_url_in = orca_operator::crd::DatabaseUrlIn::UserData;
+    asked.idle.min = 3;
+    lp.set_spec(asked).await;
+    let report = lp.pass(Utc::now()).await.unwrap();
+    assert!(
+        report
+            .events
+            .iter()
+            .any(|e| e.reason == "DatabaseUrlInUserData" && e.warning),
+        "{:?}",
+        report.events
+    );
+    let newest: Vec<String> = present(&ec2, pool)
+        .await
+        .into_iter()
+        .map(|i| i.id)
+        .filter(|id| !launched.iter().any(|l| &l.id == id))
+        .collect();
+    assert_eq!(newest.len(), 1);
+    let script_with_url = ec2.user_data(&newest[0]).await.unwrap().unwrap();
+    assert!(script_with_url.contains("second-s3cret"));
+
+    // At trace, nothing logged the passwords or a script.
+    drop(_logs);
+    let logged = String::from_utf8_lossy(&lines.0.lock().unwrap()).into_owned();
+    assert!(
+        logged.lines().count() > 50,
+        "too little was logged to prove anything"
+    );
+    for secret in [
+        "first-s3cret",
+        "second-s3cret",
+        "#!/bin/sh",
+        "ORCA_DATABASE_URL_PARAMETER",
+    ] {
+        let hit = logged.lines().find(|l| l.contains(secret));
+        assert!(
+            hit.is_none(),
+            "`{secret}` was logged: {}",
+            hit.unwrap_or_default()
+        );
+    }
+}
