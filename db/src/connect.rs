@@ -144,7 +144,7 @@ async fn connect_inner(
                     Ok((c, conn)) => (c, spawn_connection(conn)),
                     Err(e) => {
                         refused |= is_refusal(&e);
-                        last = e.to_string();
+                        last = said(&e);
                         continue;
                     }
                 }
@@ -164,7 +164,7 @@ async fn connect_inner(
                     Ok((c, conn)) => (c, spawn_connection(conn)),
                     Err(e) => {
                         refused |= is_refusal(&e);
-                        last = e.to_string();
+                        last = said(&e);
                         continue;
                     }
                 }
@@ -186,6 +186,16 @@ async fn connect_inner(
         });
     }
     Err(fail(last))
+}
+
+/// The server's own words when it answered (`password authentication
+/// failed for user "x"`), else the error's: tokio-postgres says only "db
+/// error" for an error the server sent.
+fn said(e: &tokio_postgres::Error) -> String {
+    match e.as_db_error() {
+        Some(db) => format!("{} (SQLSTATE {})", db.message(), db.code().code()),
+        None => e.to_string(),
+    }
 }
 
 /// SQLSTATE class 28, invalid authorization: the server refused the

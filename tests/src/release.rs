@@ -146,9 +146,15 @@ impl Release {
 /// A token (an hour's) of ServiceAccount `namespace/name`, from the
 /// TokenRequest API.
 pub async fn token_of(client: &Client, namespace: &str, name: &str) -> String {
+    token_for(client, namespace, name, &[]).await
+}
+
+/// As [`token_of`], for `audiences` (e.g. `sts.amazonaws.com`, as EKS
+/// projects it for IAM roles for service accounts).
+pub async fn token_for(client: &Client, namespace: &str, name: &str, audiences: &[&str]) -> String {
     let request = TokenRequest {
         spec: TokenRequestSpec {
-            audiences: vec![],
+            audiences: audiences.iter().map(|a| a.to_string()).collect(),
             expiration_seconds: Some(3600),
             bound_object_ref: None,
         },
@@ -207,6 +213,21 @@ impl Replica {
         name: &str,
         extra: &[&str],
     ) -> Replica {
+        Replica::start_as(cp, client, release, name, extra, &[], true).await
+    }
+
+    /// As [`Replica::start_with`], `env` set last (`RUST_LOG=trace`, say);
+    /// without `keys`, no AWS keys of its own: its AWS credentials come
+    /// from `env` alone (web identity, say).
+    pub async fn start_as(
+        cp: &ControlPlane,
+        client: &Client,
+        release: &Release,
+        name: &str,
+        extra: &[&str],
+        env: &[(&str, &str)],
+        keys: bool,
+    ) -> Replica {
         let token = release.token(client).await;
         let dir = std::env::temp_dir().join(format!(
             "orca-replica-{}-{}-{name}",
@@ -234,8 +255,6 @@ impl Replica {
             .env("POD_NAME", name)
             .env("POD_NAMESPACE", &release.namespace)
             .env("RUST_LOG", "info")
-            .env("AWS_ACCESS_KEY_ID", &aws_key_id)
-            .env("AWS_SECRET_ACCESS_KEY", "test-secret")
             .env_remove("AWS_PROFILE")
             .env_remove("ORCA_DATABASE_URL")
             .stdin(Stdio::null())
@@ -244,6 +263,19 @@ impl Replica {
                     .expect("invariant: a new file can be cloned"),
             )
             .stderr(out);
+        if keys {
+            cmd.env("AWS_ACCESS_KEY_ID", &aws_key_id)
+                .env("AWS_SECRET_ACCESS_KEY", "test-secret");
+        } else {
+            for key in [
+                "AWS_ACCESS_KEY_ID",
+                "AWS_SECRET_ACCESS_KEY",
+                "AWS_SESSION_TOKEN",
+            ] {
+                cmd.env_remove(key);
+            }
+        }
+        cmd.envs(env.iter().copied());
         let child = orca_operator::local::spawn::spawn_tied(cmd, None)
             .unwrap_or_else(|e| panic!("orca-operator could not start: {e}"));
         Replica {

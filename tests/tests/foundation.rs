@@ -354,3 +354,19 @@ fn moto_starts_and_answers() {
         moto.endpoint()
     );
 }
+
+/// With `LOG_SIGNABLE_BODY` set the AWS SDK would log request bodies (the
+/// user-data, the database URL parameter's value): the operator does not
+/// start, and says why in one line.
+#[test]
+fn the_operator_refuses_to_start_with_log_signable_body() {
+    let out = Command::new(bins::path("orca-operator"))
+        .args(["run", "--cluster-name", "c"])
+        .env("LOG_SIGNABLE_BODY", "true")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(said.lines().count(), 1, "{said}");
+    assert!(said.contains("LOG_SIGNABLE_BODY"), "{said}");
+}

@@ -19,6 +19,11 @@ use orca_db::{migrate, ConnectOptions, DatabaseUrl};
 
 use super::spawn::{drop_to, free_port, remove_stale_dirs, spawn_tied};
 
+/// The role whose members log in with a password over TCP; every other
+/// connection to a throwaway cluster is trusted. Created by whoever needs
+/// it (`create role orca_password_auth nologin`).
+pub const PASSWORD_ROLE: &str = "orca_password_auth";
+
 /// A PostgreSQL server of the test's own.
 pub struct Cluster {
     bin: PathBuf,
@@ -130,6 +135,17 @@ impl Cluster {
                 String::from_utf8_lossy(&out.stderr).trim()
             );
         }
+        // Every local connection is trusted, but for the members of
+        // PASSWORD_ROLE over TCP: they log in with their password, so a
+        // rotated one is refused (what the agent's re-read of its URL meets).
+        let hba = dir.join("data/pg_hba.conf");
+        let trusted = std::fs::read_to_string(&hba)
+            .unwrap_or_else(|e| panic!("reading {}: {e}", hba.display()));
+        std::fs::write(
+            &hba,
+            format!("host all +{PASSWORD_ROLE} 127.0.0.1/32 scram-sha-256\n{trusted}"),
+        )
+        .unwrap_or_else(|e| panic!("writing {}: {e}", hba.display()));
         let cluster = Cluster {
             bin,
             dir,

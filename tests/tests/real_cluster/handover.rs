@@ -8,7 +8,7 @@ use k8s_openapi::api::batch::v1::Job;
 use kube::{api::ListParams, Api};
 use orca_tests::{on_cluster::OnCluster, pg, sim::probe};
 
-use super::{ready_with, scheduler};
+use super::{handed_over_to, ready_with, scheduler};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn v1_to_v2_hands_over_with_runs_going_and_no_run_lost() {
@@ -43,12 +43,7 @@ async fn v1_to_v2_hands_over_with_runs_going_and_no_run_lost() {
             "orca",
             "the handover completes",
             Duration::from_secs(90),
-            |s| {
-                ready_with("v2")(s)
-                    && s.last_handover
-                        .as_ref()
-                        .is_some_and(|h| h.drained.is_some())
-            },
+            handed_over_to("v2"),
         )
         .await;
 

@@ -5,6 +5,7 @@
 //! a cluster, on one. One control plane serves every test of this binary;
 //! each test has a namespace, a release and a database of its own.
 
+mod aws_identity;
 mod classes;
 mod deletion;
 mod handover;
@@ -16,6 +17,7 @@ mod pool_deletion;
 mod replicas;
 mod rollouts;
 mod scale;
+mod secrets_in_logs;
 mod teardown;
 mod tenancy;
 mod visibility;
@@ -67,6 +69,16 @@ pub async fn v1_ready(stage: &orca_tests::on_cluster::OnCluster) -> SchedulerSta
             ready_with("v1"),
         )
         .await
+}
+
+/// Ready with `image` leading, and the handover to it drained.
+pub fn handed_over_to(image: &'static str) -> impl Fn(&SchedulerStatus) -> bool {
+    move |s| {
+        ready_with(image)(s)
+            && s.last_handover
+                .as_ref()
+                .is_some_and(|h| h.drained.is_some())
+    }
 }
 
 /// Ready, with `image` leading.

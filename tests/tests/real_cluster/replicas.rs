@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use orca_tests::{eventually::eventually, on_cluster::OnCluster, pg, release::writes_by};
 
 use super::{
-    ready_with, scheduler,
+    handed_over_to, scheduler,
     warm_pool::{v1_and_one_idle, Ec2Stage},
 };
 
@@ -112,12 +112,7 @@ async fn a_frozen_leader_that_lost_its_lease_never_acts_again() {
             "orca",
             "v2 Ready under the new leader",
             Duration::from_secs(90),
-            |s| {
-                ready_with("v2")(s)
-                    && s.last_handover
-                        .as_ref()
-                        .is_some_and(|h| h.drained.is_some())
-            },
+            handed_over_to("v2"),
         )
         .await;
     stage

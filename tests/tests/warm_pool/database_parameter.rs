@@ -172,3 +172,94 @@ async fn the_user_data_names_a_parameter_the_agent_reads_and_a_rotation_reaches_
         );
     }
 }
+
+/// An agent whose URL's password was rotated away is refused by the
+/// database: it reads the parameter again, connects with the URL it holds
+/// now and makes its warm row.
+#[tokio::test]
+async fn an_agent_refused_by_the_database_reads_the_parameter_again() {
+    use orca_operator::local::postgres::PASSWORD_ROLE;
+    let (moto, url, ec2, subnets) = warm::Stage::new().await.parts();
+    let imds = FakeImds::start().await;
+    let admin = pg::connect(&url).await;
+    // A login of its own, with a password (members of PASSWORD_ROLE are
+    // not trusted by the test cluster).
+    let user = format!("rotated_{}", std::process::id());
+    admin
+        .batch(&format!(
+            "do $$ begin create role {PASSWORD_ROLE} nologin; \
+             exception when duplicate_object then null; end $$; \
+             create role {user} login superuser password 'old-pw' in role {PASSWORD_ROLE};"
+        ))
+        .await
+        .unwrap();
+    let as_user = |pw: &str| url.replacen("postgres@", &format!("{user}:{pw}@"), 1);
+    let (old, new) = (as_user("old-pw"), as_user("new-pw"));
+    let pool = "rotate/pool";
+    let spec = warm::spec(&moto.endpoint(), &["t3.micro"], &subnets, 1, 1, 1);
+    // The password is rotated: the Secret (the pool's URL) says the new one.
+    admin
+        .batch(&format!("alter role {user} password 'new-pw'"))
+        .await
+        .unwrap();
+    let mut lp = warm::pool_loop(pool, spec, &new).await;
+    lp.pass(Utc::now()).await.unwrap();
+    let launched = present(&ec2, pool).await;
+    let script = ec2.user_data(&launched[0].id).await.unwrap().unwrap();
+    let refused = orca_db::connect(
+        &orca_db::DatabaseUrl::parse(&old).unwrap(),
+        &orca_db::ConnectOptions::named("orca-tests"),
+    )
+    .await;
+    assert!(
+        matches!(&refused, Err(e) if e.is_refused()),
+        "the old password still connects: {:?}",
+        refused.err()
+    );
+
+    let mut agent = tokio::process::Command::new(bins::path("orca-pool-agent"));
+    agent
+        .args(["pool-next", "i-rotated", "0", "0", "600"])
+        .env("ORCA_DATABASE_URL", &old)
+        .env("ORCA_POOL", pool)
+        .env("ORCA_POOL_AGENT_IMDS", imds.url())
+        .env_remove("AWS_ACCESS_KEY_ID")
+        .env_remove("AWS_SECRET_ACCESS_KEY")
+        .env_remove("AWS_SESSION_TOKEN")
+        .env_remove("AWS_EC2_METADATA_DISABLED")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true);
+    for name in [
+        "ORCA_DATABASE_URL_PARAMETER",
+        "ORCA_DATABASE_URL_REGION",
+        "ORCA_DATABASE_URL_ENDPOINT",
+    ] {
+        if let Some(v) = assigned(&script, name) {
+            agent.env(name, v);
+        }
+    }
+    let mut agent = agent.spawn().expect("orca-pool-agent starts");
+    let rows = eventually_true(
+        "the refused agent's warm row, made with the parameter's URL",
+        Duration::from_secs(20),
+        || async {
+            admin
+                .query(
+                    "select 1 from orca.instances where instance = 'i-rotated' and ended is null",
+                    &[],
+                )
+                .await
+                .map(|r| !r.is_empty())
+                .unwrap_or(false)
+        },
+    );
+    rows.await;
+    let _ = agent.start_kill();
+    let out = agent.wait_with_output().await.unwrap();
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !said.contains("old-pw") && !said.contains("new-pw"),
+        "a password in the agent's log:\n{said}"
+    );
+}
