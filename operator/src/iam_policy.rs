@@ -150,16 +150,16 @@ fn any_key() -> Vec<String> {
     vec!["arn:aws:kms:*:*:key/*".to_string()]
 }
 
-/// `statement` allowed only as SSM's own call (`kms:ViaService`), for a
-/// parameter under `cluster`'s path (SSM's encryption context names the
-/// parameter).
-fn via_ssm(statement: Statement, cluster: &str) -> Statement {
+/// `statement` allowed only as SSM's own call (`kms:ViaService`), for the
+/// parameters `parameters` names (SSM's encryption context carries the
+/// parameter's ARN).
+fn via_ssm(statement: Statement, parameters: &str) -> Statement {
     statement
         .when("StringLike", "kms:ViaService", json!("ssm.*.amazonaws.com"))
         .when(
             "StringLike",
             "kms:EncryptionContext:PARAMETER_ARN",
-            json!(parameter_arn(&format!("{}/*", parameter_path(cluster)))),
+            json!(parameter_arn(parameters)),
         )
 }
 
@@ -263,7 +263,7 @@ pub fn operator_policy(cluster: &str, pass_roles: &[String]) -> Policy {
             ),
             via_ssm(
                 Statement::allow("EncryptParametersViaSsm", &["kms:Encrypt"], any_key()),
-                cluster,
+                &format!("{path}/*"),
             ),
         ],
     }
@@ -287,7 +287,7 @@ pub fn instance_policy(cluster: &str, scheduler: Option<(&str, &str)>) -> Policy
             ),
             via_ssm(
                 Statement::allow("DecryptTheDatabaseUrlViaSsm", &["kms:Decrypt"], any_key()),
-                cluster,
+                &parameter,
             ),
         ],
     }

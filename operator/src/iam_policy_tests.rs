@@ -335,6 +335,11 @@ fn an_instance_reads_its_schedulers_url_only() {
             policy,
             &via("kms:Decrypt", "s3.eu-west-1.amazonaws.com", &own)
         ));
+        // Another Scheduler's of the same cluster: only with the cluster's
+        // policy.
+        let sibling = database_url_parameter("blue", "team", "other");
+        let decrypts = allows(policy, &via("kms:Decrypt", ssm, &sibling));
+        assert_eq!(decrypts, std::ptr::eq(policy, &all), "{sibling}");
         // Nothing of EC2, nothing written.
         assert!(!allows(
             policy,
