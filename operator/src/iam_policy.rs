@@ -19,6 +19,7 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 use serde_json::{json, Value};
 
+use crate::pool::ssm::parameter_name;
 use crate::pool::tags::{cluster_name, TAG_CLUSTER, TAG_OPERATOR, TAG_POOL, TAG_SCHEDULER};
 
 /// The roles the operator may pass to EC2 when no `--pass-role` names
@@ -124,18 +125,10 @@ fn ec2(kind: &str) -> String {
     format!("arn:aws:ec2:*:{account}:{kind}/*")
 }
 
-/// The SSM path under which the operator keeps `cluster`'s parameters.
+/// The SSM path under which the operator keeps `cluster`'s parameters
+/// (each Scheduler's database URL, [`parameter_name`]).
 pub fn parameter_path(cluster: &str) -> String {
     format!("/orca/{cluster}")
-}
-
-/// The SSM parameter holding the database URL of Scheduler
-/// `namespace/scheduler` of `cluster`, which its pool instances read.
-pub fn database_url_parameter(cluster: &str, namespace: &str, scheduler: &str) -> String {
-    format!(
-        "{}/{namespace}/{scheduler}/database-url",
-        parameter_path(cluster)
-    )
 }
 
 /// The ARN of SSM parameter `name` (which starts with '/') in any region
@@ -248,18 +241,13 @@ pub fn operator_policy(cluster: &str, pass_roles: &[String]) -> Policy {
                 json!("ec2.amazonaws.com"),
             ),
             Statement::allow(
-                "KeepDatabaseUrlParameters",
+                "KeepTheDatabaseUrlParameters",
                 &[
                     "ssm:PutParameter",
-                    "ssm:DeleteParameter",
                     "ssm:AddTagsToResource",
+                    "ssm:DeleteParameter",
                 ],
                 vec![parameter_arn(&format!("{path}/*"))],
-            ),
-            Statement::allow(
-                "ListDatabaseUrlParameters",
-                &["ssm:GetParametersByPath"],
-                vec![parameter_arn(&path), parameter_arn(&format!("{path}/*"))],
             ),
             via_ssm(
                 Statement::allow("EncryptParametersViaSsm", &["kms:Encrypt"], any_key()),
@@ -274,7 +262,7 @@ pub fn operator_policy(cluster: &str, pass_roles: &[String]) -> Policy {
 /// cluster's Schedulers, decrypted through SSM.
 pub fn instance_policy(cluster: &str, scheduler: Option<(&str, &str)>) -> Policy {
     let parameter = match scheduler {
-        Some((namespace, name)) => database_url_parameter(cluster, namespace, name),
+        Some((namespace, name)) => parameter_name(cluster, namespace, name),
         None => format!("{}/*", parameter_path(cluster)),
     };
     Policy {

@@ -10,6 +10,7 @@ use std::collections::BTreeMap;
 use serde_json::Value;
 
 use crate::iam_policy::*;
+use crate::pool::ssm::parameter_name;
 use crate::pool::tags::{TAG_CLUSTER, TAG_OPERATOR, TAG_POOL, TAG_SCHEDULER};
 
 /// One request as IAM sees it: the action, the resource and the context's
@@ -253,7 +254,7 @@ fn parameter(name: &str) -> String {
 
 #[test]
 fn the_operator_keeps_parameters_only_under_its_clusters_path() {
-    let own = parameter(&database_url_parameter("blue", "team", "morca"));
+    let own = parameter(&parameter_name("blue", "team", "morca"));
     for action in [
         "ssm:PutParameter",
         "ssm:DeleteParameter",
@@ -261,8 +262,8 @@ fn the_operator_keeps_parameters_only_under_its_clusters_path() {
     ] {
         assert!(allows(&blue(), &request(action, &own)), "{action}");
         for other in [
-            database_url_parameter("green", "team", "morca"),
-            database_url_parameter("blue-2", "team", "morca"),
+            parameter_name("green", "team", "morca"),
+            parameter_name("blue-2", "team", "morca"),
             "/orca/blue".to_string(),
             "/orca/other".to_string(),
         ] {
@@ -272,14 +273,15 @@ fn the_operator_keeps_parameters_only_under_its_clusters_path() {
             );
         }
     }
-    let list = |path: &str| request("ssm:GetParametersByPath", &parameter(path));
-    assert!(allows(&blue(), &list("/orca/blue")));
-    assert!(allows(&blue(), &list("/orca/blue/team")));
-    assert!(!allows(&blue(), &list("/orca")));
-    assert!(!allows(&blue(), &list("/orca/blue-2")));
-    assert!(!allows(&blue(), &list("/orca/green")));
-    // It never reads a value.
+    // The path is the names' own.
+    assert!(
+        own.contains(&format!("parameter{}/", parameter_path("blue"))),
+        "{own}"
+    );
+    // It never reads a value back, nor lists them.
     assert!(!allows(&blue(), &request("ssm:GetParameter", &own)));
+    let list = request("ssm:GetParametersByPath", &parameter("/orca/blue"));
+    assert!(!allows(&blue(), &list));
 }
 
 /// A KMS call SSM makes for a parameter: through `service`, for `name`.
@@ -291,14 +293,14 @@ fn via(action: &'static str, service: &str, name: &str) -> Request {
 
 #[test]
 fn keys_are_used_only_through_ssm_for_this_clusters_parameters() {
-    let own = database_url_parameter("blue", "team", "morca");
+    let own = parameter_name("blue", "team", "morca");
     let ssm = "ssm.eu-west-1.amazonaws.com";
     assert!(allows(&blue(), &via("kms:Encrypt", ssm, &own)));
     assert!(!allows(
         &blue(),
         &via("kms:Encrypt", "s3.eu-west-1.amazonaws.com", &own)
     ));
-    let theirs = database_url_parameter("green", "team", "morca");
+    let theirs = parameter_name("green", "team", "morca");
     assert!(!allows(&blue(), &via("kms:Encrypt", ssm, &theirs)));
     assert!(!allows(&blue(), &via("kms:Decrypt", ssm, &own)));
     let direct = request(
@@ -313,10 +315,7 @@ fn an_instance_reads_its_schedulers_url_only() {
     let one = instance_policy("blue", Some(("team", "morca")));
     let all = instance_policy("blue", None);
     let get = |c: &str, ns: &str, s: &str| {
-        request(
-            "ssm:GetParameter",
-            &parameter(&database_url_parameter(c, ns, s)),
-        )
+        request("ssm:GetParameter", &parameter(&parameter_name(c, ns, s)))
     };
     assert!(allows(&one, &get("blue", "team", "morca")));
     assert!(!allows(&one, &get("blue", "team", "other")));
@@ -326,10 +325,10 @@ fn an_instance_reads_its_schedulers_url_only() {
     assert!(!allows(&all, &get("green", "team", "morca")));
     assert!(!allows(&all, &get("blue-2", "team", "morca")));
     let ssm = "ssm.eu-west-1.amazonaws.com";
-    let own = database_url_parameter("blue", "team", "morca");
+    let own = parameter_name("blue", "team", "morca");
     for policy in [&one, &all] {
         assert!(allows(policy, &via("kms:Decrypt", ssm, &own)));
-        let theirs = database_url_parameter("green", "team", "morca");
+        let theirs = parameter_name("green", "team", "morca");
         assert!(!allows(policy, &via("kms:Decrypt", ssm, &theirs)));
         assert!(!allows(
             policy,
@@ -337,7 +336,7 @@ fn an_instance_reads_its_schedulers_url_only() {
         ));
         // Another Scheduler's of the same cluster: only with the cluster's
         // policy.
-        let sibling = database_url_parameter("blue", "team", "other");
+        let sibling = parameter_name("blue", "team", "other");
         let decrypts = allows(policy, &via("kms:Decrypt", ssm, &sibling));
         assert_eq!(decrypts, std::ptr::eq(policy, &all), "{sibling}");
         // Nothing of EC2, nothing written.

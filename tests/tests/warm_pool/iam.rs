@@ -324,9 +324,9 @@ fn the_policy_allows_every_ec2_call_the_operator_makes_scoped_by_its_cluster() {
         assert!(allowed.contains(action), "{action} is not in the policy");
     }
     // And nothing it does not call, but passing the instance profile's
-    // role, the encryption SSM asks of a customer key in the operator's
-    // name, and (for now) listing the cluster's parameters.
-    let beside = ["iam:PassRole", "kms:Encrypt", "ssm:GetParametersByPath"];
+    // role, and the encryption SSM asks of a customer key in the
+    // operator's name.
+    let beside = ["iam:PassRole", "kms:Encrypt"];
     for action in &allowed {
         assert!(
             called.contains(action) || beside.contains(&action.as_str()),
