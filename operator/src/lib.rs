@@ -5,6 +5,7 @@ pub mod backoff;
 pub mod connections;
 pub mod crd;
 pub mod fence;
+pub mod iam_policy;
 pub mod k8s;
 pub mod local;
 pub mod plugin;
@@ -13,5 +14,7 @@ pub mod rollout;
 pub mod scheduler_rows;
 pub mod window;
 
+#[cfg(test)]
+mod iam_policy_tests;
 #[cfg(test)]
 mod properties;

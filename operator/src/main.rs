@@ -58,6 +58,10 @@ enum Command {
     Crds,
     /// Prints the API reference of the CRDs (what `docs/api.md` holds).
     ApiDocs,
+    /// Prints the least IAM policy of one cluster's operator (what
+    /// `docs/iam-policy.json` holds for an example cluster), or with
+    /// `--instance-role` that of its pool instances' role.
+    IamPolicy(orca_operator::iam_policy::IamPolicyArgs),
     /// Prints a line per scheduler instance not long gone, oldest first.
     Instances {
         #[command(flatten)]
@@ -183,6 +187,10 @@ async fn run(command: Command) -> anyhow::Result<ExitCode> {
         Command::ApiDocs => {
             use std::io::Write;
             let _ = std::io::stdout().write_all(crd::api_markdown().as_bytes());
+        }
+        Command::IamPolicy(args) => {
+            use std::io::Write;
+            let _ = std::io::stdout().write_all(args.render().as_bytes());
         }
         Command::Instances { db, stale_seconds } => {
             return instances_cmd::instances(&db.url()?, secs(stale_seconds)?).await

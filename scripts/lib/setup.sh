@@ -40,8 +40,18 @@ ensure_moto() {
         python3 -m venv "$venv" >&2
         "$venv/bin/pip" install -q 'moto[server]>=5,<6' >&2
     fi
+    # parliament, the IAM policy linter the tests run on the policies
+    # `orca-operator iam-policy` prints. Pinned to one version, so that
+    # every machine lints against the same lists of actions and keys; a
+    # venv with another version gets this one.
+    local parliament="parliament==1.6.4"
+    if [ "$("$venv/bin/parliament" --version 2>/dev/null)" != "${parliament/==/ }" ]; then
+        echo "setup: installing $parliament into $venv" >&2
+        "$venv/bin/pip" install -q "$parliament" >&2
+    fi
     ORCA_MOTO_SERVER="$venv/bin/moto_server"
-    export ORCA_MOTO_SERVER
+    ORCA_PARLIAMENT="$venv/bin/parliament"
+    export ORCA_MOTO_SERVER ORCA_PARLIAMENT
 }
 
 # helm (and kubectl) for the chart's checks. Neither Debian nor PyPI has

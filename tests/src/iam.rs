@@ -1,12 +1,16 @@
 //! IAM on moto's EC2 server: users with a policy of their own, then moto
-//! made to enforce every caller's policy; and the operator's policy
-//! (`docs/iam-policy.json`) cut down to what moto can check.
+//! made to enforce every caller's policy; the operator's policy
+//! (`docs/iam-policy.json`) cut down to what moto can check; and the
+//! documented policies with the `orca-operator iam-policy` arguments that
+//! print them.
 //!
 //! moto evaluates a policy's actions, but for EC2 it checks every call
 //! against the resource `*` and with no condition keys, so a statement
 //! scoped by ARN or condition would allow nothing there. [`as_moto_checks`]
-//! keeps each statement's actions and drops the scoping: what these tests
-//! prove is the set of actions, exactly.
+//! keeps each statement's EC2 and SSM actions and drops the scoping: what
+//! these tests prove is the set of actions, exactly. The statements of
+//! other services (passing the instance role, the parameters' KMS keys)
+//! go: moto asks for none of them.
 
 use std::path::PathBuf;
 
@@ -21,9 +25,43 @@ pub struct AccessKey {
     pub secret: String,
 }
 
+/// The cluster the documented policies are rendered for: the docs'
+/// example `clusterName`.
+pub const DOCS_CLUSTER: &str = "prod-eu-1";
+
+/// Each documented policy: its file under `docs/`, and the arguments of
+/// `orca-operator` that print it (the operator's, and the instance role's
+/// of the docs' example Scheduler, `pipelines/orca`).
+pub const DOCUMENTED: [(&str, &[&str]); 2] = [
+    (
+        "iam-policy.json",
+        &["iam-policy", "--cluster-name", DOCS_CLUSTER],
+    ),
+    (
+        "iam-instance-policy.json",
+        &[
+            "iam-policy",
+            "--instance-role",
+            "--cluster-name",
+            DOCS_CLUSTER,
+            "--namespace",
+            "pipelines",
+            "--scheduler",
+            "orca",
+        ],
+    ),
+];
+
+/// The path of `docs/<file>`.
+pub fn docs_file(file: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../docs")
+        .join(file)
+}
+
 /// `docs/iam-policy.json`, the operator's policy as an operator installs it.
 pub fn policy() -> Value {
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../docs/iam-policy.json");
+    let path = docs_file("iam-policy.json");
     let text = std::fs::read_to_string(&path)
         .unwrap_or_else(|e| panic!("reading {}: {e}", path.display()));
     serde_json::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
@@ -42,7 +80,7 @@ pub fn actions(policy: &Value) -> Vec<String> {
 
 /// `policy` as moto can check it: each statement's EC2 and SSM actions on
 /// `*`, without conditions, and without `without` (`ec2:StopInstances`,
-/// say).
+/// say); a statement with neither goes.
 pub fn as_moto_checks(policy: &Value, without: Option<&str>) -> Value {
     let statements: Vec<Value> = statements(policy)
         .iter()

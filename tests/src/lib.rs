@@ -1,8 +1,8 @@
 //! Fixtures for the integration and end-to-end tests: a throwaway
 //! PostgreSQL cluster ([`pg`]), moto's EC2 server ([`moto`]) and the
 //! project's own binaries as child processes ([`bins`]); a stand-in for an
-//! instance's metadata service ([`imds`]); and the reference scheduler
-//! `orca-sim` ([`sim`]).
+//! instance's metadata service ([`imds`]); the IAM policy linter
+//! ([`parliament`]); and the reference scheduler `orca-sim` ([`sim`]).
 //!
 //! A fixture that cannot start fails the test with a message saying what is
 //! missing; nothing here skips.
@@ -22,6 +22,7 @@ pub mod moto;
 pub mod node;
 pub mod observability;
 pub mod on_cluster;
+pub mod parliament;
 pub mod pg;
 pub mod release;
 pub mod sim;

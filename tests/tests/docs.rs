@@ -1,5 +1,7 @@
 //! The repository explains itself: `docs/api.md` is what the CRD types
-//! generate, and every description `kubectl explain` would show is there.
+//! generate, the documented IAM policies are what `orca-operator
+//! iam-policy` renders, and every description `kubectl explain` would show
+//! is there.
 
 use std::path::PathBuf;
 
@@ -16,6 +18,31 @@ fn docs_api_md_is_what_the_crd_types_generate() {
         on_disk == orca_operator::crd::api_markdown(),
         "docs/api.md is stale: run `cargo run -p orca-operator -- api-docs > docs/api.md`"
     );
+}
+
+#[test]
+fn docs_iam_policies_are_what_the_command_renders() {
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct IamPolicy {
+        #[command(flatten)]
+        args: orca_operator::iam_policy::IamPolicyArgs,
+    }
+    for (file, args) in orca_tests::iam::DOCUMENTED {
+        let path = orca_tests::iam::docs_file(file);
+        let on_disk =
+            std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        let rendered = IamPolicy::try_parse_from(args)
+            .unwrap_or_else(|e| panic!("{args:?}: {e}"))
+            .args
+            .render();
+        assert!(
+            on_disk == rendered,
+            "docs/{file} is stale: run `cargo run -p orca-operator -- {} > docs/{file}`",
+            args.join(" ")
+        );
+    }
 }
 
 /// The fields whose types are Kubernetes' own: they need a description of

@@ -55,7 +55,7 @@ pub struct RunArgs {
     /// (`orca.dev/cluster`), and only instances tagged so are listed,
     /// counted or terminated. Changing it later leaves the instances
     /// launched under the old name to their agents.
-    #[arg(long, env = "ORCA_CLUSTER_NAME", value_parser = cluster_name)]
+    #[arg(long, env = "ORCA_CLUSTER_NAME", value_parser = crate::pool::tags::cluster_name)]
     pub cluster_name: String,
     /// The operator's RoleBinding in each watched namespace (the chart's,
     /// with `watchNamespaces`): kept while Schedulers or WarmPools are left
@@ -68,21 +68,6 @@ pub struct RunArgs {
     /// the replica.
     #[arg(long, default_value_t = 300, value_parser = clap::value_parser!(u64).range(1..))]
     pub stuck_after_seconds: u64,
-}
-
-/// A cluster name: 1 to 63 of letters, digits, '-', '_' and '.', as a tag
-/// value and a label value take it.
-fn cluster_name(s: &str) -> Result<String, String> {
-    let ok = (1..=63).contains(&s.len())
-        && s.chars()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
-    if ok {
-        Ok(s.to_string())
-    } else {
-        Err(format!(
-            "{s:?} is not a cluster name: 1 to 63 of letters, digits, '-', '_' and '.'"
-        ))
-    }
 }
 
 /// Runs the Kubernetes mode until SIGTERM or Ctrl-C.

@@ -174,7 +174,8 @@ fn denied(action: &str, code: &str, message: &str) -> String {
     match code {
         "UnauthorizedOperation" | "AccessDenied" | "AccessDeniedException" => format!(
             "{action}: the operator's AWS credentials may not call ec2:{action} ({code}{said}); \
-             its IAM policy needs that action (docs/iam-policy.json)"
+             its IAM policy needs that action, for this cluster's name (`orca-operator iam-policy \
+             --cluster-name <name>` prints it; docs/iam-policy.json)"
         ),
         _ => format!("{action}: AWS rejected the operator's credentials ({code}{said})"),
     }

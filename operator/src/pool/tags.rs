@@ -24,6 +24,22 @@ pub const TAG_IMAGE: &str = "orca.dev/image";
 /// EC2 takes tag values of at most this many characters.
 pub const TAG_VALUE_MAX: usize = 256;
 
+/// A cluster name (`--cluster-name`), checked: 1 to 63 of letters, digits,
+/// '-', '_' and '.', as a tag value and a label value take it, so that it
+/// is [`TAG_CLUSTER`]'s value as it stands.
+pub fn cluster_name(s: &str) -> Result<String, String> {
+    let ok = (1..=63).contains(&s.len())
+        && s.chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
+    if ok {
+        Ok(s.to_string())
+    } else {
+        Err(format!(
+            "{s:?} is not a cluster name: 1 to 63 of letters, digits, '-', '_' and '.'"
+        ))
+    }
+}
+
 /// Whose instances these are: the values of the ownership tags.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Ownership {

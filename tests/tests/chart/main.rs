@@ -1,7 +1,8 @@
 //! The Helm chart as `helm template` renders it (helm from `ORCA_HELM`,
 //! which `ensure_helm` in scripts/lib/setup.sh provides): the objects it
 //! makes, RBAC that grants exactly the verbs the operator uses, a locked-down
-//! Deployment, and CRDs that are the ones the Rust types generate.
+//! Deployment, CRDs that are the ones the Rust types generate, and the notes
+//! an install prints.
 
 use std::{
     path::{Path, PathBuf},
@@ -149,6 +150,7 @@ fn args(docs: &[Value]) -> Vec<String> {
 mod alerts;
 mod crds;
 mod deployment;
+mod notes;
 mod rbac;
 mod tenancy;
 mod values;

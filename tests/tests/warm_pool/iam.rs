@@ -3,8 +3,10 @@
 //! keeps its stopped reserve, starts it for runs and terminates without one
 //! refusal; a user without any one of those actions sees the pool
 //! `Degraded` (`Unauthorized`) naming it. moto checks actions only (see
-//! `orca_tests::iam`); the policy's scoping is checked for naming the tags
-//! the operator sets.
+//! `orca_tests::iam`); the policy's scoping is checked here for naming the
+//! tags the operator sets, and this cluster's name wherever it acts on or
+//! tags an instance (what it allows and refuses, statement by statement,
+//! in the operator's unit tests of `iam_policy`).
 
 use orca_operator::crd::{StoppedRange, WarmPoolSpec};
 use orca_operator::pool::ec2::{TAG_CLUSTER, TAG_OPERATOR, TAG_POOL, TAG_SCHEDULER};
@@ -286,7 +288,7 @@ async fn without_start_instances_a_start_is_unauthorized_and_the_run_launched_fo
 }
 
 #[test]
-fn the_policy_allows_every_ec2_call_the_operator_makes_scoped_by_its_own_tags() {
+fn the_policy_allows_every_ec2_call_the_operator_makes_scoped_by_its_cluster() {
     let policy = iam::policy();
     // Each EC2 action the pool's adapter calls, as its source names them.
     let source = std::fs::read_to_string(
@@ -321,16 +323,17 @@ fn the_policy_allows_every_ec2_call_the_operator_makes_scoped_by_its_own_tags() 
     for action in &called {
         assert!(allowed.contains(action), "{action} is not in the policy");
     }
-    // And nothing the operator does not call, but passing the instance
-    // profile's role.
+    // And nothing it does not call, but passing the instance profile's
+    // role, and the encryption SSM asks of a customer key in the
+    // operator's name.
+    let beside = ["iam:PassRole", "kms:Encrypt"];
     for action in &allowed {
         assert!(
-            called.contains(action) || action == "iam:PassRole",
+            called.contains(action) || beside.contains(&action.as_str()),
             "{action} is allowed but never called"
         );
     }
-    // Every tag a condition names is one of the ownership tags, and a
-    // launch must carry all four.
+    // Every tag a condition names is one of the ownership tags.
     let ours = [TAG_POOL, TAG_SCHEDULER, TAG_OPERATOR, TAG_CLUSTER];
     for statement in iam::statements(&policy) {
         for (_, keys) in statement["Condition"].as_object().into_iter().flatten() {
@@ -341,33 +344,50 @@ fn the_policy_allows_every_ec2_call_the_operator_makes_scoped_by_its_own_tags() 
             }
         }
     }
+    // A launch carries all four, the cluster's with this cluster's name.
     let launch = iam::statements(&policy)
         .into_iter()
         .find(|s| s["Sid"] == "LaunchOwnedInstances")
         .expect("the launch statement");
-    let required: Vec<&str> = launch["Condition"]["StringLike"]
-        .as_object()
-        .unwrap()
-        .keys()
-        .filter_map(|k| k.strip_prefix("aws:RequestTag/"))
-        .collect();
     for tag in ours {
-        assert!(required.contains(&tag), "a launch need not carry {tag}");
+        let (operator, value) = if tag == TAG_CLUSTER {
+            ("StringEquals", iam::DOCS_CLUSTER)
+        } else {
+            ("StringLike", "?*")
+        };
+        let key = format!("aws:RequestTag/{tag}");
+        assert_eq!(
+            launch["Condition"][operator][&key], value,
+            "a launch need not carry {tag}"
+        );
     }
-    // Nothing else acts on an instance without the pool's tags.
+    // Nothing acts on an instance but one tagged with this cluster's name,
+    // and nothing tags one but with it.
+    let cluster = |statement: &serde_json::Value, kind: &str| {
+        statement["Condition"]["StringEquals"][format!("aws:{kind}Tag/{TAG_CLUSTER}")].clone()
+    };
     for statement in iam::statements(&policy) {
-        let acts = iam::strings(&statement["Action"]).iter().any(|a| {
+        let actions = iam::strings(&statement["Action"]);
+        let acts = actions.iter().any(|a| {
             [
                 "ec2:TerminateInstances",
                 "ec2:StopInstances",
                 "ec2:StartInstances",
+                "ec2:GetConsoleOutput",
             ]
             .contains(&a.as_str())
         });
         if acts {
-            assert!(
-                statement["Condition"]["StringLike"][format!("aws:ResourceTag/{TAG_POOL}")]
-                    .is_string(),
+            assert_eq!(
+                cluster(&statement, "Resource"),
+                iam::DOCS_CLUSTER,
+                "{statement}"
+            );
+        }
+        if actions.iter().any(|a| a == "ec2:CreateTags") {
+            assert_eq!(
+                cluster(&statement, "Request"),
+                iam::DOCS_CLUSTER,
                 "{statement}"
             );
         }

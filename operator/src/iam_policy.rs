@@ -1,0 +1,351 @@
+//! The least IAM policies of one cluster, rendered (`orca-operator
+//! iam-policy`; `docs/iam-policy.json` is its output for the docs' example
+//! cluster, `docs/iam-instance-policy.json` that of `--instance-role`).
+//!
+//! The operator's policy keeps clusters that share an AWS account apart by
+//! IAM itself, not only by the operator's own filters: it may act on an
+//! instance only where `orca.dev/cluster` is this cluster's name, launch or
+//! tag at launch only with that name in the request, adopt only an instance
+//! no cluster has claimed yet (the one-time adoption after an upgrade from
+//! a version that did not set the tag), pass only the roles it is given,
+//! and keep the Schedulers' database URLs only under this cluster's path of
+//! the SSM Parameter Store. The pool instances' role may read one
+//! Scheduler's parameter (or the cluster's), decrypted only through SSM.
+//!
+//! Pure: names in, JSON out; nothing here calls AWS.
+
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+use serde_json::{json, Value};
+
+use crate::pool::ssm::parameter_name;
+use crate::pool::tags::{cluster_name, TAG_CLUSTER, TAG_OPERATOR, TAG_POOL, TAG_SCHEDULER};
+
+/// The roles the operator may pass to EC2 when no `--pass-role` names
+/// them: any account's roles whose names start `orca-pool-`.
+pub const DEFAULT_PASS_ROLE: &str = "arn:aws:iam::*:role/orca-pool-*";
+
+/// The arguments of `orca-operator iam-policy`.
+#[derive(clap::Args, Clone, Debug)]
+pub struct IamPolicyArgs {
+    /// The cluster's name, as the chart's `clusterName` (`--cluster-name`
+    /// of `orca-operator run`).
+    #[arg(long, value_parser = cluster_name)]
+    pub cluster_name: String,
+    /// A role the operator may pass to EC2 (the role of a WarmPool's
+    /// instance profile), as an ARN; repeat for several. None: any role
+    /// named `orca-pool-*`.
+    #[arg(long = "pass-role", value_name = "ARN", value_parser = role_arn,
+          conflicts_with = "instance_role")]
+    pub pass_roles: Vec<String>,
+    /// Print the pool instances' role's policy instead of the operator's.
+    #[arg(long)]
+    pub instance_role: bool,
+    /// With `--instance-role`: the Scheduler's namespace (with
+    /// `--scheduler`); without both, the cluster's every Scheduler.
+    #[arg(long, value_parser = dns_label, requires_all = ["instance_role", "scheduler"])]
+    pub namespace: Option<String>,
+    /// With `--instance-role`: the Scheduler whose database URL the
+    /// instances read (with `--namespace`).
+    #[arg(long, value_parser = dns_subdomain, requires_all = ["instance_role", "namespace"])]
+    pub scheduler: Option<String>,
+}
+
+impl IamPolicyArgs {
+    /// The policy these arguments ask for, rendered.
+    pub fn render(&self) -> String {
+        let policy = if self.instance_role {
+            let scheduler = self.namespace.as_deref().zip(self.scheduler.as_deref());
+            instance_policy(&self.cluster_name, scheduler)
+        } else {
+            operator_policy(&self.cluster_name, &self.pass_roles)
+        };
+        render(&policy)
+    }
+}
+
+/// An IAM policy document.
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct Policy {
+    /// Always `2012-10-17`, the version that allows policy variables.
+    #[serde(rename = "Version")]
+    pub version: &'static str,
+    /// The statements, each an `Allow`.
+    #[serde(rename = "Statement")]
+    pub statements: Vec<Statement>,
+}
+
+/// One `Allow` statement.
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct Statement {
+    /// What the statement is for, in CamelCase.
+    #[serde(rename = "Sid")]
+    pub sid: &'static str,
+    /// Always `Allow`: nothing here denies.
+    #[serde(rename = "Effect")]
+    pub effect: &'static str,
+    /// The actions, `service:Action`.
+    #[serde(rename = "Action")]
+    pub actions: Vec<&'static str>,
+    /// The resources' ARNs (or `*`).
+    #[serde(rename = "Resource")]
+    pub resources: Vec<String>,
+    /// Operator → condition key → value(s); sorted, so the output is
+    /// stable.
+    #[serde(rename = "Condition", skip_serializing_if = "BTreeMap::is_empty")]
+    pub conditions: BTreeMap<&'static str, BTreeMap<String, Value>>,
+}
+
+impl Statement {
+    fn allow(sid: &'static str, actions: &[&'static str], resources: Vec<String>) -> Self {
+        Statement {
+            sid,
+            effect: "Allow",
+            actions: actions.to_vec(),
+            resources,
+            conditions: BTreeMap::new(),
+        }
+    }
+
+    /// Adds `key` `value` under `operator`.
+    fn when(mut self, operator: &'static str, key: impl Into<String>, value: Value) -> Self {
+        self.conditions
+            .entry(operator)
+            .or_default()
+            .insert(key.into(), value);
+        self
+    }
+}
+
+/// The ARN of an EC2 resource of `kind` (`instance`, `subnet`, …) in any
+/// region and account; images have no account in their ARN.
+fn ec2(kind: &str) -> String {
+    let account = if kind == "image" { "" } else { "*" };
+    format!("arn:aws:ec2:*:{account}:{kind}/*")
+}
+
+/// The SSM path under which the operator keeps `cluster`'s parameters
+/// (each Scheduler's database URL, [`parameter_name`]).
+pub fn parameter_path(cluster: &str) -> String {
+    format!("/orca/{cluster}")
+}
+
+/// The ARN of SSM parameter `name` (which starts with '/') in any region
+/// and account.
+fn parameter_arn(name: &str) -> String {
+    format!("arn:aws:ssm:*:*:parameter{name}")
+}
+
+/// Any KMS key of any region and account: which key encrypts a parameter
+/// is the parameter's choice, and the conditions keep the use to SSM.
+fn any_key() -> Vec<String> {
+    vec!["arn:aws:kms:*:*:key/*".to_string()]
+}
+
+/// `statement` allowed only as SSM's own call (`kms:ViaService`), for the
+/// parameters `parameters` names (SSM's encryption context carries the
+/// parameter's ARN).
+fn via_ssm(statement: Statement, parameters: &str) -> Statement {
+    statement
+        .when("StringLike", "kms:ViaService", json!("ssm.*.amazonaws.com"))
+        .when(
+            "StringLike",
+            "kms:EncryptionContext:PARAMETER_ARN",
+            json!(parameter_arn(parameters)),
+        )
+}
+
+/// The operator's least policy for `cluster`: it may pass `pass_roles` to
+/// EC2 (none: [`DEFAULT_PASS_ROLE`]).
+pub fn operator_policy(cluster: &str, pass_roles: &[String]) -> Policy {
+    let request_tag = |tag: &str| format!("aws:RequestTag/{tag}");
+    let resource_tag = |tag: &str| format!("aws:ResourceTag/{tag}");
+    let present = json!("?*");
+    let ours = json!(cluster);
+    let roles = if pass_roles.is_empty() {
+        vec![DEFAULT_PASS_ROLE.to_string()]
+    } else {
+        pass_roles.to_vec()
+    };
+    let path = parameter_path(cluster);
+    Policy {
+        version: "2012-10-17",
+        statements: vec![
+            Statement::allow(
+                "ListInstances",
+                &["ec2:DescribeInstances", "ec2:DescribeInstanceTypes"],
+                vec!["*".to_string()],
+            ),
+            Statement::allow(
+                "LaunchOwnedInstances",
+                &["ec2:RunInstances"],
+                vec![ec2("instance")],
+            )
+            .when("StringEquals", request_tag(TAG_CLUSTER), ours.clone())
+            .when("StringLike", request_tag(TAG_POOL), present.clone())
+            .when("StringLike", request_tag(TAG_SCHEDULER), present.clone())
+            .when("StringLike", request_tag(TAG_OPERATOR), present.clone()),
+            // The launch's other resources. The tags go on the instance
+            // alone (a request's tags are asked of the resource type they
+            // are given for), so none of these can be held to them; the
+            // instance, which every launch makes, is.
+            Statement::allow(
+                "LaunchFrom",
+                &["ec2:RunInstances"],
+                [
+                    "image",
+                    "subnet",
+                    "security-group",
+                    "network-interface",
+                    "volume",
+                    "launch-template",
+                    "spot-instances-request",
+                ]
+                .map(ec2)
+                .to_vec(),
+            ),
+            Statement::allow("TagAtLaunch", &["ec2:CreateTags"], vec![ec2("instance")])
+                .when("StringEquals", "ec2:CreateAction", json!("RunInstances"))
+                .when("StringEquals", request_tag(TAG_CLUSTER), ours.clone()),
+            Statement::allow(
+                "AdoptUnclaimedInstances",
+                &["ec2:CreateTags"],
+                vec![ec2("instance")],
+            )
+            .when("Null", resource_tag(TAG_CLUSTER), json!("true"))
+            .when("StringLike", resource_tag(TAG_POOL), present.clone())
+            .when("StringLike", resource_tag(TAG_OPERATOR), present.clone())
+            .when(
+                "ForAllValues:StringEquals",
+                "aws:TagKeys",
+                json!([TAG_CLUSTER]),
+            )
+            .when("StringEquals", request_tag(TAG_CLUSTER), ours.clone()),
+            Statement::allow(
+                "ActOnOwnedInstances",
+                &[
+                    "ec2:TerminateInstances",
+                    "ec2:StopInstances",
+                    "ec2:StartInstances",
+                    "ec2:GetConsoleOutput",
+                ],
+                vec![ec2("instance")],
+            )
+            .when("StringEquals", resource_tag(TAG_CLUSTER), ours)
+            .when("StringLike", resource_tag(TAG_POOL), present.clone())
+            .when("StringLike", resource_tag(TAG_OPERATOR), present),
+            Statement::allow("PassTheInstanceRole", &["iam:PassRole"], roles).when(
+                "StringEquals",
+                "iam:PassedToService",
+                json!("ec2.amazonaws.com"),
+            ),
+            Statement::allow(
+                "KeepTheDatabaseUrlParameters",
+                &[
+                    "ssm:PutParameter",
+                    "ssm:AddTagsToResource",
+                    "ssm:DeleteParameter",
+                ],
+                vec![parameter_arn(&format!("{path}/*"))],
+            ),
+            via_ssm(
+                Statement::allow("EncryptParametersViaSsm", &["kms:Encrypt"], any_key()),
+                &format!("{path}/*"),
+            ),
+        ],
+    }
+}
+
+/// The pool instances' least policy: read the database URL of Scheduler
+/// `namespace/scheduler` of `cluster`, or with `None` of any of the
+/// cluster's Schedulers, decrypted through SSM.
+pub fn instance_policy(cluster: &str, scheduler: Option<(&str, &str)>) -> Policy {
+    let parameter = match scheduler {
+        Some((namespace, name)) => parameter_name(cluster, namespace, name),
+        None => format!("{}/*", parameter_path(cluster)),
+    };
+    Policy {
+        version: "2012-10-17",
+        statements: vec![
+            Statement::allow(
+                "ReadTheDatabaseUrl",
+                &["ssm:GetParameter"],
+                vec![parameter_arn(&parameter)],
+            ),
+            via_ssm(
+                Statement::allow("DecryptTheDatabaseUrlViaSsm", &["kms:Decrypt"], any_key()),
+                &parameter,
+            ),
+        ],
+    }
+}
+
+/// `policy` as the command prints it: pretty JSON, two spaces an indent, a
+/// newline at the end.
+pub fn render(policy: &Policy) -> String {
+    let mut text = serde_json::to_string_pretty(policy).expect("invariant: a policy is plain JSON");
+    text.push('\n');
+    text
+}
+
+/// A role ARN for `--pass-role`: `arn:aws:iam::<account>:role/<name>`,
+/// the account 12 digits (or `*`), the name with its path, `*` and `?`
+/// allowed.
+fn role_arn(s: &str) -> Result<String, String> {
+    let ok = s
+        .strip_prefix("arn:aws:iam::")
+        .and_then(|rest| rest.split_once(":role/"))
+        .is_some_and(|(account, name)| {
+            (account == "*" || (account.len() == 12 && account.bytes().all(|b| b.is_ascii_digit())))
+                && !name.is_empty()
+                && name.len() <= 512
+                && !name.starts_with('/')
+                && !name.ends_with('/')
+                && name
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || "+=,.@_-/*?".contains(c))
+        });
+    checked(s, ok, "an IAM role ARN: arn:aws:iam::<account>:role/<name>")
+}
+
+/// A namespace: a DNS label, 1 to 63 of lowercase letters, digits and
+/// '-', starting and ending with a letter or digit.
+fn dns_label(s: &str) -> Result<String, String> {
+    let ok = s.len() <= 63 && dns_name(s, false);
+    checked(
+        s,
+        ok,
+        "a namespace: 1 to 63 of lowercase letters, digits and '-'",
+    )
+}
+
+/// A Scheduler's name: a DNS subdomain, 1 to 253 of lowercase letters,
+/// digits, '-' and '.', starting and ending with a letter or digit.
+fn dns_subdomain(s: &str) -> Result<String, String> {
+    let ok = s.len() <= 253 && dns_name(s, true);
+    checked(
+        s,
+        ok,
+        "a Scheduler's name: 1 to 253 of lowercase letters, digits, '-' and '.'",
+    )
+}
+
+/// `s` if `ok`, else the one line that says it is not `what`.
+fn checked(s: &str, ok: bool, what: &str) -> Result<String, String> {
+    if ok {
+        Ok(s.to_string())
+    } else {
+        Err(format!("{s:?} is not {what}"))
+    }
+}
+
+/// Lowercase letters, digits, '-' (and '.' if `dots`), starting and ending
+/// with a letter or digit; not empty.
+fn dns_name(s: &str, dots: bool) -> bool {
+    let edge = |c: Option<char>| c.is_some_and(|c| c.is_ascii_lowercase() || c.is_ascii_digit());
+    s.chars()
+        .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || (dots && c == '.'))
+        && edge(s.chars().next())
+        && edge(s.chars().last())
+}
