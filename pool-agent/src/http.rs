@@ -150,17 +150,43 @@ async fn exchange<S: AsyncRead + AsyncWrite + Unpin>(
 ) -> Result<Vec<u8>, CallError> {
     stream.write_all(request).await?;
     let mut answer = Vec::new();
-    // A server that closes without TLS's close_notify still sent its
-    // whole answer (its length is checked by the parse).
-    match (&mut stream)
-        .take(MAX_ANSWER)
-        .read_to_end(&mut answer)
-        .await
-    {
-        Ok(_) => Ok(answer),
-        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof && !answer.is_empty() => Ok(answer),
-        Err(e) => Err(e.into()),
+    let mut buf = [0u8; 8192];
+    loop {
+        // A server that keeps the connection open despite `Connection:
+        // close` has answered once its Content-Length is read.
+        if complete(&answer) {
+            return Ok(answer);
+        }
+        match stream.read(&mut buf).await {
+            Ok(0) => return Ok(answer),
+            Ok(n) => {
+                answer.extend_from_slice(&buf[..n]);
+                if answer.len() as u64 > MAX_ANSWER {
+                    return Err(CallError::Malformed);
+                }
+            }
+            // A server that closes without TLS's close_notify still sent
+            // its whole answer (its length is checked by the parse).
+            Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof && !answer.is_empty() => {
+                return Ok(answer)
+            }
+            Err(e) => return Err(e.into()),
+        }
     }
+}
+
+/// Whether `answer` holds a whole answer by its `Content-Length` (one
+/// without it, or chunked, ends with the connection).
+fn complete(answer: &[u8]) -> bool {
+    let Some(split) = answer.windows(4).position(|w| w == b"\r\n\r\n") else {
+        return false;
+    };
+    let head = String::from_utf8_lossy(&answer[..split]);
+    head.split("\r\n")
+        .filter_map(|l| l.split_once(':'))
+        .find(|(k, _)| k.trim().eq_ignore_ascii_case("content-length"))
+        .and_then(|(_, v)| v.trim().parse::<usize>().ok())
+        .is_some_and(|len| answer.len() >= split + 4 + len)
 }
 
 /// rustls on ring with the system's roots, made once.

@@ -317,3 +317,26 @@ pub async fn hand_out_until_launch(
         tokio::time::sleep(Duration::from_millis(2)).await;
     }
 }
+
+/// The value of SSM parameter `name` at `endpoint` (moto's, or a proxy in
+/// front of it), as the real agent's `database-url` reads it with the
+/// tests' keys; `None` if SSM has no such parameter.
+pub async fn parameter(endpoint: &str, name: &str) -> Option<String> {
+    let out = tokio::process::Command::new(bins::path("orca-pool-agent"))
+        .arg("database-url")
+        .env("ORCA_DATABASE_URL_PARAMETER", name)
+        .env("ORCA_DATABASE_URL_REGION", REGION)
+        .env("ORCA_DATABASE_URL_ENDPOINT", endpoint)
+        .env("AWS_ACCESS_KEY_ID", "testing")
+        .env("AWS_SECRET_ACCESS_KEY", "testing")
+        .env("AWS_EC2_METADATA_DISABLED", "true")
+        .output()
+        .await
+        .expect("orca-pool-agent runs");
+    let said = String::from_utf8_lossy(&out.stderr);
+    match out.status.code() {
+        Some(0) => Some(String::from_utf8_lossy(&out.stdout).trim().to_string()),
+        Some(1) if said.contains("ParameterNotFound") => None,
+        _ => panic!("reading parameter {name}: {said}"),
+    }
+}

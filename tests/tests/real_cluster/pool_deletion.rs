@@ -12,6 +12,17 @@ use orca_tests::{eventually::eventually, on_cluster::OnCluster};
 
 use super::{scheduler, warm_pool::Ec2Stage};
 
+/// The database URL parameter of Scheduler `orca` of the stage, as SSM
+/// holds it behind `ec2`'s proxy.
+async fn url_parameter(stage: &OnCluster, ec2: &Ec2Stage) -> Option<String> {
+    let name = orca_operator::pool::ssm::parameter_name(
+        orca_tests::release::TEST_CLUSTER,
+        &stage.ns,
+        "orca",
+    );
+    orca_tests::warm::parameter(&ec2.proxy.endpoint(), &name).await
+}
+
 /// The pool's instances EC2 lists as pending or running, sorted.
 pub(super) async fn up(ec2: &Ec2Stage) -> Vec<String> {
     let listed = ec2
@@ -90,6 +101,11 @@ async fn a_deleted_warm_pool_terminates_its_instances_before_it_goes() {
     let stage = OnCluster::new("pooldel").await;
     let ec2 = Ec2Stage::new(&stage, "runners").await;
     let ids = two_idle(&stage, &ec2, "runners", OnDelete::Terminate).await;
+    assert_eq!(
+        url_parameter(&stage, &ec2).await.as_deref(),
+        Some(stage.url.as_str()),
+        "the instances' database URL is not in its parameter"
+    );
 
     let held = delete(&stage, "runners")
         .await
@@ -106,6 +122,11 @@ async fn a_deleted_warm_pool_terminates_its_instances_before_it_goes() {
     assert!(
         ec2.proxy.calls_of("RunInstances").is_empty(),
         "launched while deleting"
+    );
+    assert_eq!(
+        url_parameter(&stage, &ec2).await,
+        None,
+        "the parameter outlived the Scheduler's last pool there"
     );
     let terminated: Vec<String> = ec2
         .proxy
@@ -158,5 +179,10 @@ async fn an_orphaned_warm_pool_goes_at_once_and_leaves_its_instances() {
     // Left running: nothing terminated them, a while after.
     tokio::time::sleep(Duration::from_secs(3)).await;
     assert_eq!(up(&ec2).await, ids, "the instances are left running");
+    assert_eq!(
+        url_parameter(&stage, &ec2).await.as_deref(),
+        Some(stage.url.as_str()),
+        "the parameter the left instances read was deleted"
+    );
     assert!(ec2.proxy.calls_of("TerminateInstances").is_empty());
 }
