@@ -68,9 +68,30 @@ pub struct Release {
 /// another: the test control plane is one cluster.
 pub const TEST_CLUSTER: &str = "test-cluster";
 
+/// The CRDs on the test control plane, once per test binary (one control
+/// plane each): the orca-operator-crds chart as a release of its own,
+/// `orca-crds` in `default`, as a platform team that manages them apart
+/// installs them. A cluster's CRDs have one owner; the tests' many releases
+/// of the operator's chart leave them to it (`crds.install=false`).
+fn crds_once(cp: &ControlPlane) {
+    static INSTALLED: std::sync::OnceLock<()> = std::sync::OnceLock::new();
+    INSTALLED.get_or_init(|| {
+        let mut cmd = Command::new(helm());
+        cmd.args(["install", "orca-crds"])
+            .arg(repo().join("charts/orca-operator-crds"))
+            .args(["--namespace", "default", "--wait", "--timeout", "60s"])
+            .arg("--kubeconfig")
+            .arg(cp.admin_kubeconfig());
+        helm_with(cmd, &[], "helm install orca-crds");
+    });
+}
+
 impl Release {
     /// `helm install <name> charts/orca-operator` into `namespace`, watching
     /// `watch`, with `sets` (`key=value`) added; no replicas of its own.
+    /// The CRDs come from the test binary's one orca-operator-crds release
+    /// ([`crds_once`]), unless `sets` says `crds.install=`: a test that
+    /// does decides about the CRDs itself.
     pub fn install(
         cp: &ControlPlane,
         name: &str,
@@ -78,6 +99,10 @@ impl Release {
         watch: &[&str],
         sets: &[&str],
     ) -> Release {
+        let own_crds = sets.iter().any(|s| s.starts_with("crds.install="));
+        if !own_crds {
+            crds_once(cp);
+        }
         let mut cmd = Command::new(helm());
         cmd.arg("install")
             .arg(name)
@@ -89,6 +114,9 @@ impl Release {
             .args(["--set", &format!("watchNamespaces={{{}}}", watch.join(","))])
             // The tests of inline pools; those of classes set it true.
             .args(["--set", "tenancy.requireClass=false"]);
+        if !own_crds {
+            cmd.args(["--set", "crds.install=false"]);
+        }
         helm_with(cmd, sets, &format!("helm install {name}"));
         Release {
             name: name.into(),
@@ -304,6 +332,12 @@ impl Replica {
     pub fn health(&self) -> Result<(u16, String), String> {
         self.get("/healthz")
             .map_err(|e| format!("replica {}'s /healthz: {e}", self.name))
+    }
+
+    /// Its `/readyz`: (status code, body), or why it could not be asked.
+    pub fn readiness(&self) -> Result<(u16, String), String> {
+        self.get("/readyz")
+            .map_err(|e| format!("replica {}'s /readyz: {e}", self.name))
     }
 
     /// `GET path` of its HTTP server: (status code, body).

@@ -11,6 +11,7 @@ mod forecast;
 mod period;
 mod roster;
 mod scheduler;
+pub mod schema;
 mod time_to_start;
 mod warmpool;
 
@@ -38,10 +39,21 @@ pub fn spec_seconds(n: i64) -> chrono::TimeDelta {
     chrono::TimeDelta::seconds(n.clamp(0, MAX_SECONDS))
 }
 
+/// Every CRD of the project, stamped with the schema it is
+/// ([`schema::SCHEMA_ANNOTATION`]) and kept by Helm when its release goes.
+pub fn crds(
+) -> Vec<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition>
+{
+    [Scheduler::crd(), WarmPool::crd(), WarmPoolClass::crd()]
+        .into_iter()
+        .map(schema::stamped)
+        .collect()
+}
+
 /// Every CRD of the project as one YAML stream, as `crds/` holds it.
 pub fn crds_yaml() -> String {
     let mut out = String::new();
-    for crd in [Scheduler::crd(), WarmPool::crd(), WarmPoolClass::crd()] {
+    for crd in crds() {
         out.push_str("---\n");
         out.push_str(&serde_yaml::to_string(&crd).expect("invariant: a CRD serialises to YAML"));
     }

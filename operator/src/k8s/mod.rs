@@ -14,9 +14,12 @@
 //!   `/healthz`, `/readyz`;
 //! - [`leader`] — only the holder of a `Lease` runs the controllers,
 //!   behind its [`crate::fence::Fence`];
+//! - [`crd_check`] — at start, CRDs older than this build hold the replica
+//!   back from the election, saying so;
 //! - [`run()`] — wires it all.
 
 pub mod classes;
+pub mod crd_check;
 pub mod database;
 pub mod finalizer;
 pub mod guard;

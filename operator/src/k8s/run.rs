@@ -17,7 +17,7 @@ use prometheus_client::{metrics::gauge::Gauge, registry::Registry};
 use tracing::{info, warn};
 
 use super::{
-    in_use,
+    crd_check, in_use,
     leader::{self, Election, Fence},
     names::MANAGER,
     scheduler::{self, Context},
@@ -137,9 +137,20 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
             }
         }
     };
+    let mut shutdown = Box::pin(shutdown_signal());
+    // CRDs older than this build: stand for nothing until they are
+    // upgraded (crd_check), rather than write fields that are pruned.
+    let lease = crd_check::lease_reference(&args.lease_name, &lease_namespace);
+    tokio::select! {
+        () = crd_check::wait_for_crds(&client, &ready, lease, &identity) => {}
+        () = &mut shutdown => {
+            server.abort();
+            return Ok(());
+        }
+    }
     let election = Election::new(&args.lease_name, &lease_namespace, &identity);
     info!(lease = %args.lease_name, namespace = %lease_namespace, identity = %identity, "waiting for the lease");
-    let led = leader::lead(lease_client, election, ready, work, shutdown_signal()).await;
+    let led = leader::lead(lease_client, election, ready, work, shutdown).await;
     server.abort();
     led
 }

@@ -9,7 +9,7 @@ use std::{
     net::SocketAddr,
     sync::{
         atomic::{AtomicBool, AtomicU64, Ordering},
-        Arc, Mutex,
+        Arc, Mutex, PoisonError,
     },
     time::{Duration, Instant},
 };
@@ -22,6 +22,8 @@ use prometheus_client::registry::Registry;
 #[derive(Clone, Default, Debug)]
 pub struct Readiness {
     ready: Arc<AtomicBool>,
+    /// Why this replica holds back from everything, if it does.
+    held: Arc<Mutex<Option<String>>>,
     progress: Progress,
 }
 
@@ -30,8 +32,24 @@ impl Readiness {
     pub fn with_progress(progress: Progress) -> Self {
         Readiness {
             ready: Arc::default(),
+            held: Arc::default(),
             progress,
         }
+    }
+
+    /// This replica holds back from the election and every controller
+    /// because of `why` (one line, with what to do), or no longer does:
+    /// `/readyz` fails saying so meanwhile.
+    pub fn hold(&self, why: Option<String>) {
+        *self.held.lock().unwrap_or_else(PoisonError::into_inner) = why;
+    }
+
+    /// Why this replica holds back, if it does ([`Readiness::hold`]).
+    pub fn held(&self) -> Option<String> {
+        self.held
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
     }
 
     /// Whether `/readyz` answers ready: this replica knows whether it
@@ -223,12 +241,17 @@ async fn metrics(State(s): State<Shared>) -> impl IntoResponse {
 }
 
 async fn readyz(State(s): State<Shared>) -> impl IntoResponse {
-    if s.ready.get() {
-        (StatusCode::OK, "ready\n")
+    if let Some(why) = s.ready.held() {
+        (
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("not ready: {why}\n"),
+        )
+    } else if s.ready.get() {
+        (StatusCode::OK, "ready\n".to_string())
     } else {
         (
             StatusCode::SERVICE_UNAVAILABLE,
-            "not ready: the lease is not settled yet\n",
+            "not ready: the lease is not settled yet\n".to_string(),
         )
     }
 }

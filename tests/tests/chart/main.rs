@@ -16,6 +16,12 @@ const RELEASE: &str = "orca";
 const RELEASE_NAMESPACE: &str = "orca-system";
 /// The release's full name: "<release>-<chart>" unless one holds the other.
 const FULLNAME: &str = "orca-orca-operator";
+/// The CRDs, in the order they are rendered.
+const CRDS: [&str; 3] = [
+    "schedulers.orca.dev",
+    "warmpools.orca.dev",
+    "warmpoolclasses.orca.dev",
+];
 
 fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))

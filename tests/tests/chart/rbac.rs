@@ -103,8 +103,12 @@ fn namespace_grants(role: &Value) -> Grants {
 
 /// The operator's election gets the Lease, creates it once, and takes,
 /// renews and releases it with PATCH; it never updates (PUT) it.
+/// And posts Events on it (a replica held back at start says why there).
 fn lease_grants() -> Grants {
-    expected(&[("coordination.k8s.io", "leases", &["get", "create", "patch"])])
+    expected(&[
+        ("coordination.k8s.io", "leases", &["get", "create", "patch"]),
+        ("events.k8s.io", "events", &["create", "patch"]),
+    ])
 }
 
 fn assert_binds_operator(binding: &Value, role_kind: &str, role_name: &str) {
@@ -124,7 +128,8 @@ fn assert_binds_operator(binding: &Value, role_kind: &str, role_name: &str) {
 
 /// `objects` and what `tenancy` adds with its defaults: the classes'
 /// reader and its binding, the aggregated roles, the admission policy and
-/// its binding (tests/tests/chart/tenancy.rs looks into each).
+/// its binding (tests/tests/chart/tenancy.rs looks into each); and the
+/// CRDs (tests/tests/chart/crds.rs).
 fn with_tenancy(mut objects: Vec<(String, String, String)>) -> Vec<(String, String, String)> {
     let named = |kind: &str, suffix: &str| {
         (
@@ -141,6 +146,9 @@ fn with_tenancy(mut objects: Vec<(String, String, String)>) -> Vec<(String, Stri
         named("ValidatingAdmissionPolicy", "warmpool-class"),
         named("ValidatingAdmissionPolicyBinding", "warmpool-class"),
     ]);
+    for crd in CRDS {
+        objects.push(("CustomResourceDefinition".into(), String::new(), crd.into()));
+    }
     objects.sort();
     objects
 }

@@ -11,7 +11,7 @@ fn named(suffix: &str) -> String {
 }
 
 #[test]
-fn the_operator_reads_classes_and_namespaces_and_writes_only_the_classes_status() {
+fn the_operator_reads_classes_namespaces_and_its_crds_and_writes_only_the_classes_status() {
     let docs = render(&[]);
     let role = object(&docs, "ClusterRole", "", &named("classes"));
     assert_eq!(
@@ -20,8 +20,26 @@ fn the_operator_reads_classes_and_namespaces_and_writes_only_the_classes_status(
             ("orca.dev", "warmpoolclasses", &["get", "list", "watch"]),
             ("orca.dev", "warmpoolclasses/status", &["patch"]),
             ("", "namespaces", &["get", "list", "watch"]),
+            (
+                "apiextensions.k8s.io",
+                "customresourcedefinitions",
+                &["get"]
+            ),
         ])
     );
+    // The CRDs it reads at start are its own three, by name.
+    let rules = at(role, &["rules"]).and_then(Value::as_sequence).unwrap();
+    let crds = rules
+        .iter()
+        .find(|r| str_at(r, &["apiGroups", "0"]) == Some("apiextensions.k8s.io"))
+        .expect("the CRD rule");
+    let names: Vec<&str> = at(crds, &["resourceNames"])
+        .and_then(Value::as_sequence)
+        .expect("the CRD rule names its CRDs")
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    assert_eq!(names, CRDS);
 }
 
 #[test]

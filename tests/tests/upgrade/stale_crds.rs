@@ -1,0 +1,175 @@
+//! The operator upgraded, its CRDs not (a GitOps pipeline that applies the
+//! Deployment before `crds/`, say): the new replica acts on nothing and says
+//! why, until the CRDs are applied; then it goes on by itself.
+
+use std::time::Duration;
+
+use k8s_openapi::api::{core::v1::Pod, events::v1::Event};
+use kube::{api::ListParams, Api};
+use orca_tests::{eventually::eventually, on_cluster::OnCluster, release::repo};
+
+use super::kubectl_run;
+
+const SCHEDULER: &str = r#"apiVersion: orca.dev/v1alpha1
+kind: Scheduler
+metadata:
+  name: orca
+spec:
+  image: registry.example.com/orca:v1
+  database:
+    urlSecretRef: {name: orca-db, key: url}
+"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_on_the_previous_releases_crds_acts_on_nothing_and_says_so_until_they_are_applied(
+) {
+    let cp = orca_tests::cluster::ControlPlane::shared();
+    let old = repo().join("tests/fixtures/releases/d589380/crds.yaml");
+    kubectl_run(cp, &["apply", "--server-side", "-f", old.to_str().unwrap()]);
+    kubectl_run(
+        cp,
+        &[
+            "wait",
+            "--for=condition=Established",
+            "--timeout=60s",
+            "crd/schedulers.orca.dev",
+            "crd/warmpools.orca.dev",
+        ],
+    );
+    // This release's chart, its CRDs left to the pipeline that forgot them.
+    let stage = OnCluster::installed_with("stale", &["crds.install=false"]).await;
+    let file = std::env::temp_dir().join(format!("orca-stale-{}.yaml", stage.ns));
+    std::fs::write(&file, SCHEDULER).unwrap();
+    kubectl_run(
+        cp,
+        &["apply", "-n", &stage.ns, "-f", file.to_str().unwrap()],
+    );
+    let _ = std::fs::remove_file(&file);
+    let stage = stage.with_replica("a").await;
+    let replica = &stage.replicas[0];
+
+    let said = eventually(
+        "/readyz to fail naming the stale CRDs",
+        Duration::from_secs(30),
+        || async {
+            match replica.readiness() {
+                Ok((503, body)) if body.contains("older than this operator") => Ok(body),
+                other => Err(format!("{other:?}")),
+            }
+        },
+    )
+    .await;
+    for what in [
+        "schedulers.orca.dev is older than this operator (it lacks",
+        "warmpools.orca.dev is older than this operator (it lacks",
+        "warmpoolclasses.orca.dev is not installed",
+        "acting on nothing",
+        "helm upgrade",
+        "kubectl apply --server-side -f crds/orca.dev.yaml",
+    ] {
+        assert!(said.contains(what), "/readyz does not say {what:?}: {said}");
+    }
+    assert!(
+        replica.log().contains("older than this operator"),
+        "the log does not say why: {}",
+        replica.log()
+    );
+    let lease = stage.release.fullname();
+    let events = Api::<Event>::namespaced(stage.client.clone(), &stage.release.namespace);
+    eventually(
+        "a Warning Event on the operator's Lease",
+        Duration::from_secs(10),
+        || async {
+            let list = events
+                .list(&ListParams::default())
+                .await
+                .map_err(|e| e.to_string())?;
+            list.items
+                .iter()
+                .find(|e| {
+                    e.reason.as_deref() == Some("CustomResourceDefinitionsStale")
+                        && e.regarding.as_ref().and_then(|r| r.name.as_deref())
+                            == Some(lease.as_str())
+                        && e.type_.as_deref() == Some("Warning")
+                        && e.note
+                            .as_deref()
+                            .is_some_and(|n| n.contains("older than this operator"))
+                })
+                .map(|_| ())
+                .ok_or_else(|| {
+                    format!(
+                        "{:?}",
+                        list.items.iter().map(|e| &e.reason).collect::<Vec<_>>()
+                    )
+                })
+        },
+    )
+    .await;
+
+    // Acting on nothing: no lease taken, no pod, no status written, for a
+    // while longer than a replica takes to lead and act.
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    assert_eq!(
+        stage.lease_holder().await,
+        None,
+        "a held-back replica took the lease"
+    );
+    let pods: Api<Pod> = stage.pods();
+    assert!(
+        pods.list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .is_empty(),
+        "a held-back replica created pods"
+    );
+    let scheduler = stage.schedulers().get("orca").await.unwrap();
+    assert!(
+        scheduler.status.is_none(),
+        "a held-back replica wrote a status: {:?}",
+        scheduler.status
+    );
+    assert_eq!(
+        replica.health().map(|(code, _)| code),
+        Ok(200),
+        "a held-back replica must stay alive (no restarts by the kubelet)"
+    );
+
+    // The CRDs applied, as docs/operations.md#upgrade says for pipelines.
+    let ours = repo().join("crds/orca.dev.yaml");
+    kubectl_run(
+        cp,
+        &["apply", "--server-side", "-f", ours.to_str().unwrap()],
+    );
+    eventually(
+        "the replica ready and leading",
+        Duration::from_secs(60),
+        || async {
+            match (replica.readiness(), stage.lease_holder().await) {
+                (Ok((200, _)), Some(holder)) if holder == "a" => Ok(()),
+                other => Err(format!("{other:?}")),
+            }
+        },
+    )
+    .await;
+    eventually(
+        "the Scheduler's status written",
+        Duration::from_secs(60),
+        || async {
+            let s = stage
+                .schedulers()
+                .get("orca")
+                .await
+                .map_err(|e| e.to_string())?;
+            s.status.map(|_| ()).ok_or_else(|| "no status".to_string())
+        },
+    )
+    .await;
+    assert!(
+        replica
+            .log()
+            .contains("hold every field this operator writes now"),
+        "the log does not say it went on: {}",
+        replica.log()
+    );
+}
