@@ -277,3 +277,74 @@ fn the_network_policy_lets_in_the_metrics_port_and_out_dns_the_api_ec2_and_datab
         .iter()
         .any(|(k, _, _)| k == "NetworkPolicy"));
 }
+
+fn pod_spec(docs: &[Value]) -> &Value {
+    at(deployment(docs), &["spec", "template", "spec"]).expect("a pod spec")
+}
+
+/// The entries of a list in the pod spec (or its container) named `name`.
+fn named<'a>(list: Option<&'a Value>, name: &str) -> Option<&'a Value> {
+    list.and_then(Value::as_sequence)?
+        .iter()
+        .find(|v| str_at(v, &["name"]) == Some(name))
+}
+
+#[test]
+fn extra_volumes_mounts_environment_and_arguments_are_rendered_when_set() {
+    // The CA bundle of a Scheduler's database, as operations.md shows it.
+    let docs = render(&[
+        "extraVolumes[0].name=db-ca",
+        "extraVolumes[0].secret.secretName=orca-db-ca",
+        "extraVolumeMounts[0].name=db-ca",
+        "extraVolumeMounts[0].mountPath=/etc/orca/db-ca",
+        "extraVolumeMounts[0].readOnly=true",
+        "envFrom[0].configMapRef.name=orca-operator-aws",
+        "envFrom[1].secretRef.name=orca-operator-keys",
+        "envFrom[1].prefix=ORCA_",
+        "extraArgs[0]=--stuck-after-seconds=600",
+        // A word YAML would read as a boolean stays a string.
+        "extraArgs[1]=yes",
+    ]);
+    let yaml = |text: &str| serde_yaml::from_str::<Value>(text).unwrap();
+    let pod = pod_spec(&docs);
+    assert_eq!(
+        named(at(pod, &["volumes"]), "db-ca"),
+        Some(&yaml("{name: db-ca, secret: {secretName: orca-db-ca}}"))
+    );
+    assert!(
+        named(at(pod, &["volumes"]), "tmp").is_some(),
+        "the chart's own /tmp stays beside it"
+    );
+    let c = container(&docs);
+    assert_eq!(
+        named(at(c, &["volumeMounts"]), "db-ca"),
+        Some(&yaml(
+            "{name: db-ca, mountPath: /etc/orca/db-ca, readOnly: true}"
+        ))
+    );
+    assert!(named(at(c, &["volumeMounts"]), "tmp").is_some());
+    assert_eq!(
+        at(c, &["envFrom"]),
+        Some(&yaml(
+            "[{configMapRef: {name: orca-operator-aws}}, \
+              {secretRef: {name: orca-operator-keys}, prefix: ORCA_}]"
+        ))
+    );
+    // Appended to `run`'s own, which stay as they were.
+    let args = args(&docs);
+    assert_eq!(
+        args[args.len() - 4..],
+        strings(&[
+            "--cluster-name",
+            "chart-test",
+            "--stuck-after-seconds=600",
+            "yes"
+        ])
+    );
+
+    let docs = render(&[]);
+    let c = container(&docs);
+    assert!(at(c, &["envFrom"]).is_none(), "{c:?}");
+    let volumes = at(pod_spec(&docs), &["volumes"]).and_then(Value::as_sequence);
+    assert_eq!(volumes.map(Vec::len), Some(1), "only tmp by default");
+}
