@@ -32,6 +32,10 @@ fn values_outside_the_schema_are_refused() {
         ("serviceMontor.enabled=true", "serviceMontor"),
         ("extraVolumeMounts[0].name=db-ca", "mountPath"),
         ("envFrom[0].prefix=AWS_", "envFrom"),
+        (
+            "topologySpreadConstraints[0].whenUnsatisfiable=Sometimes",
+            "whenUnsatisfiable",
+        ),
     ] {
         let out = helm_template(&[set]);
         let stderr = String::from_utf8_lossy(&out.stderr);
