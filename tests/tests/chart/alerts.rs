@@ -61,6 +61,29 @@ fn the_alert_rules_fire_on_the_leaders_series_as_the_promtool_tests_expect() {
             "{alert} has no promtool test"
         );
     }
+
+    // A healthy install must not page anyone: the steady-state case
+    // evaluates every alert, a new one included, and expects none.
+    let test: Value = serde_yaml::from_str(&test).expect("the promtool tests are YAML");
+    let steady = at(&test, &["tests"])
+        .and_then(Value::as_sequence)
+        .into_iter()
+        .flatten()
+        .find(|t| str_at(t, &["name"]) == Some("the steady state raises no alert"))
+        .expect("a steady-state case");
+    let silent: Vec<&str> = at(steady, &["alert_rule_test"])
+        .and_then(Value::as_sequence)
+        .into_iter()
+        .flatten()
+        .filter(|t| at(t, &["exp_alerts"]).and_then(Value::as_sequence) == Some(&vec![]))
+        .filter_map(|t| str_at(t, &["alertname"]))
+        .collect();
+    for alert in &alerts {
+        assert!(
+            silent.contains(alert),
+            "the steady-state case does not expect {alert} silent"
+        );
+    }
 }
 
 #[test]

@@ -277,3 +277,198 @@ fn the_network_policy_lets_in_the_metrics_port_and_out_dns_the_api_ec2_and_datab
         .iter()
         .any(|(k, _, _)| k == "NetworkPolicy"));
 }
+
+fn pod_spec(docs: &[Value]) -> &Value {
+    at(deployment(docs), &["spec", "template", "spec"]).expect("a pod spec")
+}
+
+/// The entries of a list in the pod spec (or its container) named `name`.
+fn named<'a>(list: Option<&'a Value>, name: &str) -> Option<&'a Value> {
+    list.and_then(Value::as_sequence)?
+        .iter()
+        .find(|v| str_at(v, &["name"]) == Some(name))
+}
+
+#[test]
+fn extra_volumes_mounts_environment_and_arguments_are_rendered_when_set() {
+    // The CA bundle of a Scheduler's database, as operations.md shows it.
+    let docs = render(&[
+        "extraVolumes[0].name=db-ca",
+        "extraVolumes[0].secret.secretName=orca-db-ca",
+        "extraVolumeMounts[0].name=db-ca",
+        "extraVolumeMounts[0].mountPath=/etc/orca/db-ca",
+        "extraVolumeMounts[0].readOnly=true",
+        "envFrom[0].configMapRef.name=orca-operator-aws",
+        "envFrom[1].secretRef.name=orca-operator-keys",
+        "envFrom[1].prefix=ORCA_",
+        "extraArgs[0]=--stuck-after-seconds=600",
+        // A word YAML would read as a boolean stays a string.
+        "extraArgs[1]=yes",
+    ]);
+    let yaml = |text: &str| serde_yaml::from_str::<Value>(text).unwrap();
+    let pod = pod_spec(&docs);
+    assert_eq!(
+        named(at(pod, &["volumes"]), "db-ca"),
+        Some(&yaml("{name: db-ca, secret: {secretName: orca-db-ca}}"))
+    );
+    assert!(
+        named(at(pod, &["volumes"]), "tmp").is_some(),
+        "the chart's own /tmp stays beside it"
+    );
+    let c = container(&docs);
+    assert_eq!(
+        named(at(c, &["volumeMounts"]), "db-ca"),
+        Some(&yaml(
+            "{name: db-ca, mountPath: /etc/orca/db-ca, readOnly: true}"
+        ))
+    );
+    assert!(named(at(c, &["volumeMounts"]), "tmp").is_some());
+    assert_eq!(
+        at(c, &["envFrom"]),
+        Some(&yaml(
+            "[{configMapRef: {name: orca-operator-aws}}, \
+              {secretRef: {name: orca-operator-keys}, prefix: ORCA_}]"
+        ))
+    );
+    // Appended to `run`'s own, which stay as they were.
+    let args = args(&docs);
+    assert_eq!(
+        args[args.len() - 4..],
+        strings(&[
+            "--cluster-name",
+            "chart-test",
+            "--stuck-after-seconds=600",
+            "yes"
+        ])
+    );
+
+    let docs = render(&[]);
+    let c = container(&docs);
+    assert!(at(c, &["envFrom"]).is_none(), "{c:?}");
+    let volumes = at(pod_spec(&docs), &["volumes"]).and_then(Value::as_sequence);
+    assert_eq!(volumes.map(Vec::len), Some(1), "only tmp by default");
+}
+
+#[test]
+fn the_replicas_prefer_different_nodes_unless_the_values_say_otherwise() {
+    let docs = render(&[]);
+    let pod = pod_spec(&docs);
+    let term = at(
+        pod,
+        &[
+            "affinity",
+            "podAntiAffinity",
+            "preferredDuringSchedulingIgnoredDuringExecution",
+            "0",
+        ],
+    )
+    .expect("a preferred anti-affinity by default");
+    assert_eq!(
+        str_at(term, &["podAffinityTerm", "topologyKey"]),
+        Some("kubernetes.io/hostname")
+    );
+    selects_operator(
+        &docs,
+        at(term, &["podAffinityTerm", "labelSelector", "matchLabels"]).unwrap(),
+    );
+    assert!(
+        at(
+            pod,
+            &[
+                "affinity",
+                "podAntiAffinity",
+                "requiredDuringSchedulingIgnoredDuringExecution"
+            ]
+        )
+        .is_none(),
+        "a required anti-affinity would leave the second replica pending on one node"
+    );
+    let (key, when, spread) = only_spread(pod);
+    assert_eq!((key, when), ("kubernetes.io/hostname", "ScheduleAnyway"));
+    assert_eq!(at(spread, &["maxSkew"]), Some(&Value::from(1)));
+    // A rolling update's new pods spread among themselves, not by the old.
+    assert_eq!(
+        at(spread, &["matchLabelKeys"]),
+        Some(&Value::Sequence(vec![Value::from("pod-template-hash")]))
+    );
+    selects_operator(
+        &docs,
+        at(spread, &["labelSelector", "matchLabels"]).unwrap(),
+    );
+
+    // The user's affinity and constraints replace the defaults whole.
+    let docs = render(&[
+        "affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms[0].matchExpressions[0].key=pool",
+        "affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms[0].matchExpressions[0].operator=In",
+        "affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms[0].matchExpressions[0].values[0]=system",
+        "topologySpreadConstraints[0].maxSkew=1",
+        "topologySpreadConstraints[0].topologyKey=topology.kubernetes.io/zone",
+        "topologySpreadConstraints[0].whenUnsatisfiable=DoNotSchedule",
+    ]);
+    let pod = pod_spec(&docs);
+    let affinity = at(pod, &["affinity"])
+        .and_then(Value::as_mapping)
+        .expect("the user's affinity");
+    assert_eq!(
+        affinity.keys().collect::<Vec<_>>(),
+        [&Value::from("nodeAffinity")],
+        "no default anti-affinity beside the user's"
+    );
+    let (key, when, _) = only_spread(pod);
+    assert_eq!(
+        (key, when),
+        ("topology.kubernetes.io/zone", "DoNotSchedule")
+    );
+}
+
+/// The pod's one spread constraint: its topologyKey, its
+/// whenUnsatisfiable, and the whole of it.
+fn only_spread(pod: &Value) -> (&str, &str, &Value) {
+    let spread = at(pod, &["topologySpreadConstraints"])
+        .and_then(Value::as_sequence)
+        .expect("spread constraints");
+    assert_eq!(spread.len(), 1, "{spread:?}");
+    let only = &spread[0];
+    let field = |name| str_at(only, &[name]).unwrap_or_default();
+    (field("topologyKey"), field("whenUnsatisfiable"), only)
+}
+
+#[test]
+fn the_pods_go_to_amd64_nodes_beside_the_users_node_selector() {
+    let node_selector = |sets: &[&str]| {
+        let docs = render(sets);
+        at(pod_spec(&docs), &["nodeSelector"])
+            .and_then(Value::as_mapping)
+            .expect("a nodeSelector")
+            .iter()
+            .map(|(k, v)| {
+                (
+                    k.as_str().unwrap().to_string(),
+                    v.as_str().unwrap().to_string(),
+                )
+            })
+            .collect::<Vec<_>>()
+    };
+    let pair = |k: &str, v: &str| (k.to_string(), v.to_string());
+    assert_eq!(node_selector(&[]), [pair("kubernetes.io/arch", "amd64")]);
+    assert_eq!(
+        node_selector(&["nodeSelector.pool=system"]),
+        [pair("kubernetes.io/arch", "amd64"), pair("pool", "system")]
+    );
+    // The user's value wins (an image of their own build, say).
+    assert_eq!(
+        node_selector(&["nodeSelector.kubernetes\\.io/arch=arm64"]),
+        [pair("kubernetes.io/arch", "arm64")]
+    );
+}
+
+#[test]
+fn a_priority_class_is_rendered_when_set() {
+    let docs = render(&[]);
+    assert!(at(pod_spec(&docs), &["priorityClassName"]).is_none());
+    let docs = render(&["priorityClassName=system-cluster-critical"]);
+    assert_eq!(
+        str_at(pod_spec(&docs), &["priorityClassName"]),
+        Some("system-cluster-critical")
+    );
+}

@@ -30,10 +30,32 @@ fn values_outside_the_schema_are_refused() {
         ("watchNamespaces={Not_A_Namespace}", "watchNamespaces"),
         ("image.pullPolicy=Sometimes", "pullPolicy"),
         ("serviceMontor.enabled=true", "serviceMontor"),
+        ("extraVolumeMounts[0].name=db-ca", "mountPath"),
+        ("envFrom[0].prefix=AWS_", "envFrom"),
+        (
+            "topologySpreadConstraints[0].whenUnsatisfiable=Sometimes",
+            "whenUnsatisfiable",
+        ),
     ] {
         let out = helm_template(&[set]);
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert!(!out.status.success(), "helm template accepted {set}");
         assert!(stderr.contains(field), "{set}: {stderr}");
+    }
+}
+
+#[test]
+fn a_list_value_given_a_string_is_refused_by_the_schema() {
+    for value in ["extraArgs", "extraVolumes", "extraVolumeMounts", "envFrom"] {
+        let out = helm_template(&[&format!("{value}=x")]);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "helm template accepted {value}: x");
+        // helm's schema error, naming the value and the type it wants.
+        assert!(
+            stderr.contains("values don't meet the specifications of the schema"),
+            "{value}: {stderr}"
+        );
+        assert!(stderr.contains(value), "{value}: {stderr}");
+        assert!(stderr.contains("array"), "{value}: {stderr}");
     }
 }
