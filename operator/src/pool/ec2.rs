@@ -288,6 +288,24 @@ pub struct Ec2 {
     keys: Option<aws_sdk_ec2::config::Credentials>,
 }
 
+/// An instance type as EC2 describes it.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct TypeFacts {
+    pub name: String,
+    /// Its default vCPUs, which a class's `limits.vcpus` counts.
+    pub vcpus: Option<i64>,
+    /// The architectures it runs (`x86_64`, `arm64`, ...).
+    pub architectures: Vec<String>,
+}
+
+/// The architecture the pool agent is built for (and the operator's
+/// image): an instance type that does not run it cannot boot the agent.
+pub const AGENT_ARCHITECTURE: &str = "x86_64";
+
+/// The code an offering of a type the agent cannot run on is held with
+/// (`status.capacityErrors`), and the `Degraded` reason.
+pub const UNSUPPORTED_ARCHITECTURE: &str = "UnsupportedArchitecture";
+
 impl Ec2 {
     /// Credentials come from the default chain (environment, profile, IMDS,
     /// web identity); rustls on ring, like the rest of the operator. One
@@ -441,9 +459,10 @@ impl Ec2 {
             .collect())
     }
 
-    /// The default vCPUs of each of `types` (`DescribeInstanceTypes`); a
-    /// type EC2 does not describe is left out.
-    pub async fn vcpus(&self, types: &[String]) -> Result<Vec<(String, i64)>, Ec2Error> {
+    /// What EC2 says of each of `types` (`DescribeInstanceTypes`): its
+    /// default vCPUs and the architectures it runs; a type EC2 does not
+    /// describe is left out.
+    pub async fn describe_types(&self, types: &[String]) -> Result<Vec<TypeFacts>, Ec2Error> {
         const ACTION: &str = "DescribeInstanceTypes";
         let mut out = Vec::new();
         for chunk in types.chunks(100) {
@@ -461,12 +480,25 @@ impl Ec2 {
                 .await
                 .map_err(|e| sdk_error(ACTION, None, e))?;
             for t in answer.instance_types() {
-                if let (Some(name), Some(vcpus)) = (
-                    t.instance_type(),
-                    t.v_cpu_info().and_then(|v| v.default_v_cpus()),
-                ) {
-                    out.push((name.as_str().to_string(), i64::from(vcpus)));
-                }
+                let Some(name) = t.instance_type() else {
+                    continue;
+                };
+                out.push(TypeFacts {
+                    name: name.as_str().to_string(),
+                    vcpus: t
+                        .v_cpu_info()
+                        .and_then(|v| v.default_v_cpus())
+                        .map(i64::from),
+                    architectures: t
+                        .processor_info()
+                        .map(|p| {
+                            p.supported_architectures()
+                                .iter()
+                                .map(|a| a.as_str().to_string())
+                                .collect()
+                        })
+                        .unwrap_or_default(),
+                });
             }
         }
         Ok(out)

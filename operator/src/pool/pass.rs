@@ -30,7 +30,8 @@ impl PoolLoop {
     /// One pass at `now` (the operator's clock, for EC2's launch times).
     pub async fn pass(&mut self, now: DateTime<Utc>) -> Result<PassReport, PoolError> {
         let mut snap = self.observe().await?;
-        self.count_held(&snap).await?;
+        self.learn_types().await?;
+        self.count_held(&snap);
         let adopted = std::mem::take(&mut self.just_adopted);
         // Read after the observation: a deletion that began meanwhile
         // launches nothing in this pass already.
@@ -40,6 +41,7 @@ impl PoolLoop {
         let unavailable = &self.unavailable;
         self.capacity_codes
             .retain(|o, _| unavailable.contains_key(o));
+        let foreign = self.hold_foreign_types(now);
         // What the plan goes by is the spec as given, with two things of
         // the moment over it: a schedule under way replaces the idle range
         // (one that cannot be read is a warning, and `spec.idle` holds), and
@@ -97,6 +99,13 @@ impl PoolLoop {
             }),
             ..PassReport::default()
         };
+        if let Some(why) = foreign {
+            report.events.push(PoolEvent::new(
+                super::ec2::UNSUPPORTED_ARCHITECTURE,
+                why,
+                true,
+            ));
+        }
         if let Err(e) = &active {
             report
                 .events
@@ -251,13 +260,98 @@ impl PoolLoop {
         self.drift_announced = Some(hash);
     }
 
-    /// Tells the pool's class what the pool holds — its present instances
-    /// and those it launched that the listing does not show yet — and
-    /// learns the vCPUs of the types it may launch (`DescribeInstanceTypes`,
-    /// once per type for the whole operator).
-    async fn count_held(&mut self, snap: &Snapshot) -> Result<(), PoolError> {
-        let Some(budget) = &self.budget else {
+    /// Asks EC2 about the spec's instance types this loop has not had
+    /// described yet (`DescribeInstanceTypes`): their vCPUs, which a
+    /// class's limits count, and their architectures. A type EC2 does not
+    /// describe stays unknown, and a failed call is made again next pass.
+    async fn learn_types(&mut self) -> Result<(), PoolError> {
+        let unknown: Vec<String> = self
+            .spec
+            .launch
+            .instance_types
+            .iter()
+            .filter(|t| !self.types.contains_key(*t))
+            .cloned()
+            .collect();
+        if unknown.is_empty() {
             return Ok(());
+        }
+        match self.world.ec2.describe_types(&unknown).await {
+            Ok(facts) => {
+                for f in facts {
+                    self.types.insert(f.name.clone(), f);
+                }
+            }
+            Err(e @ super::Ec2Error::Fenced { .. }) => return Err(self.ec2_error(e)),
+            // Not known: no launch of those types under a vCPU limit, and
+            // no architecture check, until a pass learns them.
+            Err(e) => tracing::warn!(pool = %self.pool, error = %e,
+                "the pool's instance types could not be described"),
+        }
+        Ok(())
+    }
+
+    /// Holds every offering of an instance type EC2 says does not run the
+    /// agent's architecture, as one without capacity is held but with its
+    /// own code, for as long as the spec lists the type; what the
+    /// `Degraded` condition then says, naming them. Types EC2 did not
+    /// describe, and a launch template's own type, are not known and not
+    /// held.
+    fn hold_foreign_types(&mut self, now: DateTime<Utc>) -> Option<String> {
+        use super::ec2::{AGENT_ARCHITECTURE, UNSUPPORTED_ARCHITECTURE};
+        let codes = &mut self.capacity_codes;
+        self.unavailable.retain(|o, _| {
+            let foreign = codes.get(o).is_some_and(|c| c == UNSUPPORTED_ARCHITECTURE);
+            if foreign {
+                codes.remove(o);
+            }
+            !foreign
+        });
+        let foreign: Vec<&super::ec2::TypeFacts> = self
+            .spec
+            .launch
+            .instance_types
+            .iter()
+            .filter_map(|t| self.types.get(t))
+            .filter(|f| {
+                !f.architectures.is_empty()
+                    && !f.architectures.iter().any(|a| a == AGENT_ARCHITECTURE)
+            })
+            .collect();
+        if foreign.is_empty() {
+            return None;
+        }
+        let named: Vec<String> = foreign
+            .iter()
+            .map(|f| format!("{} ({})", f.name, f.architectures.join(", ")))
+            .collect();
+        let names: HashSet<&str> = foreign.iter().map(|f| f.name.as_str()).collect();
+        let until = now + chrono::Duration::days(1);
+        for o in super::plan::offerings(&self.spec.launch) {
+            if names.contains(o.instance_type.as_str()) {
+                self.capacity_codes
+                    .insert(o.clone(), UNSUPPORTED_ARCHITECTURE.to_string());
+                self.unavailable.insert(o, until);
+            }
+        }
+        let rest = if names.len() == self.spec.launch.instance_types.len() {
+            "nothing is launched"
+        } else {
+            "only the other types are launched"
+        };
+        Some(format!(
+            "launch.instanceTypes lists {}, which cannot run the pool agent (built for {AGENT_ARCHITECTURE}): {rest}; list {AGENT_ARCHITECTURE} types",
+            named.join(", ")
+        ))
+    }
+
+    /// Tells the pool's class what the pool holds — its present instances
+    /// and those it launched that the listing does not show yet — and the
+    /// vCPUs of the types it may launch, as EC2 described them to this
+    /// loop ([`PoolLoop::learn_types`]).
+    fn count_held(&self, snap: &Snapshot) {
+        let Some(budget) = &self.budget else {
+            return;
         };
         let mut by_type: std::collections::BTreeMap<String, i64> = Default::default();
         let listed: HashSet<&str> = snap.instances.iter().map(|i| i.id.as_str()).collect();
@@ -273,17 +367,12 @@ impl PoolLoop {
         let unknown = budget
             .budgets()
             .unknown_vcpus(&self.spec.launch.instance_types);
-        if !unknown.is_empty() {
-            match self.world.ec2.vcpus(&unknown).await {
-                Ok(vcpus) => budget.budgets().learn_vcpus(vcpus),
-                Err(e @ super::Ec2Error::Fenced { .. }) => return Err(self.ec2_error(e)),
-                // Not known: no launch of those types under a vCPU limit
-                // until a pass learns them.
-                Err(e) => tracing::warn!(pool = %self.pool, error = %e,
-                    "the vCPUs of the pool's instance types are not known"),
-            }
-        }
-        Ok(())
+        budget.budgets().learn_vcpus(
+            unknown
+                .iter()
+                .filter_map(|t| self.types.get(t))
+                .filter_map(|f| Some((f.name.clone(), f.vcpus?))),
+        );
     }
 
     /// Whether EC2 listed none of the pool's instances as present, and

@@ -141,6 +141,8 @@ pub struct PoolLoop<W = Live> {
     /// The class's book, for a pool with a class: every launch is granted
     /// by it first ([`PoolLoop::set_budget`]).
     pub(super) budget: Option<super::budget::Budget>,
+    /// The instance types EC2 described to this loop.
+    pub(super) types: HashMap<String, super::ec2::TypeFacts>,
 }
 
 impl<W> PoolLoop<W> {
@@ -164,6 +166,7 @@ impl<W> PoolLoop<W> {
             tuning,
             unavailable: BTreeMap::new(),
             capacity_codes: HashMap::new(),
+            types: HashMap::new(),
             ours: HashMap::new(),
             metrics: None,
             cost: Default::default(),

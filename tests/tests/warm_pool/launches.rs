@@ -398,3 +398,76 @@ fn small_refused(
         10,
     )
 }
+
+/// The agent is built for x86_64: an instance type that runs only arm64
+/// would boot no agent and end as a boot time-out, billed meanwhile. EC2's
+/// DescribeInstanceTypes says which; such a type is never launched and the
+/// pool says so in its `Degraded` condition, naming it.
+#[tokio::test]
+async fn an_instance_type_of_another_architecture_is_refused_naming_it() {
+    let (moto, url, ec2, subnets) = warm::Stage::new().await.parts();
+    let faults = Ec2Faults::start(&moto.endpoint());
+    let pool = "arch/pool";
+    let degraded = |status: &WarmPoolStatus| {
+        status
+            .conditions
+            .iter()
+            .find(|c| c.type_ == "Degraded")
+            .map(|c| (c.status.clone(), c.reason.clone(), c.message.clone()))
+            .unwrap()
+    };
+
+    // Only arm64 types: nothing is launched at all.
+    let spec = warm::spec(&faults.endpoint(), &["m6g.large"], &subnets, 2, 2, 4);
+    let mut lp = warm::pool_loop(pool, spec, &url).await;
+    let report = lp.pass(Utc::now()).await.unwrap();
+    assert!(
+        present(&ec2, pool).await.is_empty(),
+        "an arm64 instance was launched"
+    );
+    assert!(faults.calls_of("RunInstances").is_empty());
+    let (status, reason, message) = degraded(&report.status);
+    assert_eq!(
+        (status.as_str(), reason.as_str()),
+        ("True", "UnsupportedArchitecture")
+    );
+    assert!(
+        message.contains("m6g.large (arm64)") && message.contains("nothing is launched"),
+        "{message}"
+    );
+    assert!(report
+        .status
+        .capacity_errors
+        .iter()
+        .all(|c| c.instance_type == "m6g.large" && c.code == "UnsupportedArchitecture"));
+
+    // With an x86_64 type beside it, that one is launched, the other not.
+    let spec = warm::spec(
+        &faults.endpoint(),
+        &["m6g.large", "t3.small"],
+        &subnets,
+        2,
+        2,
+        4,
+    );
+    lp.set_spec(spec).await;
+    let report = lp.pass(Utc::now()).await.unwrap();
+    let launched = present(&ec2, pool).await;
+    assert_eq!(launched.len(), 2, "the idle floor, of the x86_64 type");
+    assert!(launched
+        .iter()
+        .all(|i| i.offering.instance_type == "t3.small"));
+    let (_, reason, message) = degraded(&report.status);
+    assert_eq!(reason, "UnsupportedArchitecture");
+    assert!(
+        message.contains("only the other types are launched"),
+        "{message}"
+    );
+
+    // Listed no more: nothing held, nothing said.
+    let spec = warm::spec(&faults.endpoint(), &["t3.small"], &subnets, 2, 2, 4);
+    lp.set_spec(spec).await;
+    let report = lp.pass(Utc::now()).await.unwrap();
+    assert!(report.status.capacity_errors.is_empty());
+    assert_eq!(degraded(&report.status).1, "AsExpected");
+}
