@@ -140,3 +140,13 @@ ensure_kube() {
     ORCA_KUBE_BIN=$("$root/scripts/build-kube") || return 1
     export ORCA_KUBE_BIN
 }
+
+# The build scripts/test makes, and reuses for everything: the workspace
+# for the target x86_64-unknown-linux-gnu with glibc linked in, so the
+# binaries the tests run are static as shipped (build scripts and proc
+# macros stay dynamic). Export it before `cargo test` to run one test on
+# that build rather than compile another for this machine's own target.
+use_static_build() {
+    export CARGO_BUILD_TARGET=x86_64-unknown-linux-gnu
+    export CARGO_TARGET_X86_64_UNKNOWN_LINUX_GNU_RUSTFLAGS="-C target-feature=+crt-static"
+}
