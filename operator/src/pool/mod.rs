@@ -24,6 +24,7 @@
 mod act;
 #[cfg(test)]
 mod act_tests;
+pub mod arch;
 pub mod boot;
 pub mod budget;
 pub mod class;

@@ -225,13 +225,18 @@ impl PoolLoop {
     /// out-of-date one, of which images, and how fast they are replaced.
     pub(super) fn announce_drift(&mut self, snap: &Snapshot, report: &mut PassReport) {
         let hash = super::drift::launch_hash(&self.spec.launch);
-        if self.drift_announced.as_deref() == Some(hash.as_str()) {
+        let version = snap.template_version.as_deref();
+        // Once per launch spec and template version.
+        let announced = format!("{hash}@{}", version.unwrap_or_default());
+        if self.drift_announced.as_deref() == Some(announced.as_str()) {
             return;
         }
         let drifted: Vec<&Ec2Instance> = snap
             .instances
             .iter()
-            .filter(|i| i.state.is_present() && super::drift::drifted(&self.spec, &hash, i))
+            .filter(|i| {
+                i.state.is_present() && super::drift::drifted(&self.spec, &hash, version, i)
+            })
             .collect();
         let mut images: Vec<&str> = drifted.iter().filter_map(|i| i.image.as_deref()).collect();
         images.sort_unstable();
@@ -257,7 +262,7 @@ impl PoolLoop {
             ),
             false,
         ));
-        self.drift_announced = Some(hash);
+        self.drift_announced = Some(announced);
     }
 
     /// Asks EC2 about the spec's instance types this loop has not had
@@ -291,58 +296,17 @@ impl PoolLoop {
         Ok(())
     }
 
-    /// Holds every offering of an instance type EC2 says does not run the
-    /// agent's architecture, as one without capacity is held but with its
-    /// own code, for as long as the spec lists the type; what the
-    /// `Degraded` condition then says, naming them. Types EC2 did not
-    /// describe, and a launch template's own type, are not known and not
-    /// held.
+    /// Holds the offerings of the spec's instance types that cannot run
+    /// the agent ([`super::arch`]); what `Degraded` says of them, if any.
     fn hold_foreign_types(&mut self, now: DateTime<Utc>) -> Option<String> {
-        use super::ec2::{AGENT_ARCHITECTURE, UNSUPPORTED_ARCHITECTURE};
-        let codes = &mut self.capacity_codes;
-        self.unavailable.retain(|o, _| {
-            let foreign = codes.get(o).is_some_and(|c| c == UNSUPPORTED_ARCHITECTURE);
-            if foreign {
-                codes.remove(o);
-            }
-            !foreign
-        });
-        let foreign: Vec<&super::ec2::TypeFacts> = self
-            .spec
-            .launch
-            .instance_types
-            .iter()
-            .filter_map(|t| self.types.get(t))
-            .filter(|f| {
-                !f.architectures.is_empty()
-                    && !f.architectures.iter().any(|a| a == AGENT_ARCHITECTURE)
-            })
-            .collect();
-        if foreign.is_empty() {
-            return None;
-        }
-        let named: Vec<String> = foreign
-            .iter()
-            .map(|f| format!("{} ({})", f.name, f.architectures.join(", ")))
-            .collect();
-        let names: HashSet<&str> = foreign.iter().map(|f| f.name.as_str()).collect();
-        let until = now + chrono::Duration::days(1);
-        for o in super::plan::offerings(&self.spec.launch) {
-            if names.contains(o.instance_type.as_str()) {
-                self.capacity_codes
-                    .insert(o.clone(), UNSUPPORTED_ARCHITECTURE.to_string());
-                self.unavailable.insert(o, until);
-            }
-        }
-        let rest = if names.len() == self.spec.launch.instance_types.len() {
-            "nothing is launched"
-        } else {
-            "only the other types are launched"
-        };
-        Some(format!(
-            "launch.instanceTypes lists {}, which cannot run the pool agent (built for {AGENT_ARCHITECTURE}): {rest}; list {AGENT_ARCHITECTURE} types",
-            named.join(", ")
-        ))
+        let foreign = super::arch::foreign(&self.spec.launch, &self.types);
+        super::arch::hold(
+            &self.spec.launch,
+            &foreign,
+            &mut self.unavailable,
+            &mut self.capacity_codes,
+            now + chrono::Duration::days(1),
+        )
     }
 
     /// Tells the pool's class what the pool holds — its present instances
