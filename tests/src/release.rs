@@ -90,7 +90,7 @@ impl Release {
     /// `helm install <name> charts/orca-operator` into `namespace`, watching
     /// `watch`, with `sets` (`key=value`) added; no replicas of its own.
     /// The CRDs come from the test binary's one orca-operator-crds release
-    /// ([`crds_once`]), unless `sets` says `crds.install=`: a test that
+    /// (`crds_once`), unless `sets` says `crds.install=`: a test that
     /// does decides about the CRDs itself.
     pub fn install(
         cp: &ControlPlane,
