@@ -174,7 +174,11 @@ pub fn operator_policy(cluster: &str, pass_roles: &[String]) -> Policy {
         statements: vec![
             Statement::allow(
                 "ListInstances",
-                &["ec2:DescribeInstances", "ec2:DescribeInstanceTypes"],
+                &[
+                    "ec2:DescribeInstances",
+                    "ec2:DescribeInstanceTypes",
+                    "ec2:DescribeLaunchTemplateVersions",
+                ],
                 vec!["*".to_string()],
             ),
             Statement::allow(

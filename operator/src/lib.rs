@@ -12,9 +12,12 @@ pub mod plugin;
 pub mod pool;
 pub mod rollout;
 pub mod scheduler_rows;
+pub mod spec_hash;
 pub mod window;
 
 #[cfg(test)]
 mod iam_policy_tests;
 #[cfg(test)]
 mod properties;
+#[cfg(test)]
+mod spec_hash_tests;

@@ -406,6 +406,7 @@ fn ec2_instance() -> impl Strategy<Value = Ec2Instance> {
         // Some of another launch spec: drifted.
         launch: old.then(|| "0123456789ab".into()),
         image: None,
+        template_version: None,
     })
 }
 
@@ -471,6 +472,7 @@ fn pool_snapshot() -> impl Strategy<Value = Snapshot> {
             rows,
             demand,
             deleting,
+            template_version: None,
         })
 }
 

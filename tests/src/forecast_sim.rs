@@ -273,6 +273,7 @@ fn snapshot(
             offering: offering.clone(),
             launch: Some(hash.to_string()),
             image: None,
+            template_version: None,
         });
         match i.row {
             None => {

@@ -177,6 +177,7 @@ pub fn tuning(leak_grace: Duration) -> Tuning {
         backoff_cap: Duration::from_secs(1),
         // Below the resync, as in production: a resync lists afresh.
         listing_reuse: Duration::from_millis(500),
+        template_every: Duration::from_secs(1),
         ..Tuning::default()
     }
 }
@@ -275,6 +276,7 @@ pub async fn launch_by_hand(
         token,
         user_data: &"#!/bin/sh\n".into(),
         owner: &owner,
+        template_version: None,
     })
     .await
     .unwrap_or_else(|e| panic!("moto's RunInstances failed: {e}"))

@@ -464,6 +464,7 @@ impl<W: World> PoolLoop<W> {
                 token,
                 user_data,
                 owner: &self.owner,
+                template_version: self.resolved_template.as_ref().map(|(_, v)| v.as_str()),
             };
             let outcome = self.world.run(&req).await;
             self.denials.record("RunInstances", &outcome);

@@ -220,6 +220,7 @@ mod tests {
             },
             launch: None,
             image: None,
+            template_version: None,
         }
     }
 

@@ -10,18 +10,30 @@
 //! or whose instance type or subnet the spec no longer lists, has drifted.
 //! One launched before instances carried the hash is not known to drift:
 //! it goes by `idleSeconds` and `maxUses` as before.
-
-use sha2::{Digest, Sha256};
+//!
+//! A launch template's version as written (`$Latest`, `$Default`) is in
+//! the hash as written; what it resolves to is not. Each pass resolves it
+//! (`DescribeLaunchTemplateVersions`), each launch uses and tags the
+//! number ([`crate::pool::ec2::TAG_TEMPLATE_VERSION`]), and an instance
+//! tagged with another number than the one the template resolves to now
+//! has drifted: a new version published under `$Latest` (or made the
+//! default) replaces the pool's instances, within the disruption budget
+//! and the maintenance windows, as any drift does.
 
 use super::instance::Ec2Instance;
 use crate::crd::{Launch, WarmPoolSpec};
 
 /// The hash of `launch`'s fields that make an instance what it is: 12 hex
-/// digits.
+/// digits, the same across releases ([`crate::spec_hash`]).
 pub fn launch_hash(launch: &Launch) -> String {
+    crate::spec_hash::hex_of(launch_fields(launch), 6)
+}
+
+/// What [`launch_hash`] hashes.
+pub fn launch_fields(launch: &Launch) -> serde_json::Value {
     let mut groups = launch.security_group_ids.clone();
     groups.sort();
-    let what = serde_json::json!({
+    serde_json::json!({
         "launchTemplate": launch.launch_template,
         "imageId": launch.image_id,
         "securityGroupIds": groups,
@@ -29,9 +41,7 @@ pub fn launch_hash(launch: &Launch) -> String {
         "agentPath": launch.agent_path,
         "runCommand": launch.run_command,
         "databaseUrlFile": launch.database_url_file,
-    });
-    let digest = Sha256::digest(what.to_string().as_bytes());
-    digest.iter().take(6).map(|b| format!("{b:02x}")).collect()
+    })
 }
 
 /// Which image `launch` launches, for people: the AMI, or the launch
@@ -49,10 +59,20 @@ pub fn image_label(launch: &Launch) -> String {
 }
 
 /// Whether instance `i` has drifted from `spec`, whose launch hash is
-/// `hash` ([`launch_hash`]).
-pub fn drifted(spec: &WarmPoolSpec, hash: &str, i: &Ec2Instance) -> bool {
+/// `hash` ([`launch_hash`]) and whose launch template's version resolves
+/// to `template_version` now (if known).
+pub fn drifted(
+    spec: &WarmPoolSpec,
+    hash: &str,
+    template_version: Option<&str>,
+    i: &Ec2Instance,
+) -> bool {
     let launch = &spec.launch;
     let spec_changed = i.launch.as_deref().is_some_and(|h| h != hash);
+    // Known on both sides only: an instance launched before the tag, or a
+    // version that could not be resolved, is not known to drift.
+    let version_changed = launch.launch_template.is_some()
+        && matches!((i.template_version.as_deref(), template_version), (Some(a), Some(b)) if a != b);
     // An empty type or subnet is the launch template's: not known.
     let type_gone = !launch.instance_types.is_empty()
         && !i.offering.instance_type.is_empty()
@@ -60,7 +80,7 @@ pub fn drifted(spec: &WarmPoolSpec, hash: &str, i: &Ec2Instance) -> bool {
     let subnet_gone = !launch.subnet_ids.is_empty()
         && !i.offering.subnet.is_empty()
         && !launch.subnet_ids.contains(&i.offering.subnet);
-    spec_changed || type_gone || subnet_gone
+    spec_changed || version_changed || type_gone || subnet_gone
 }
 
 /// Whether `new` moves a pool away from where `old` ran it: another
@@ -89,6 +109,7 @@ mod tests {
             },
             launch: launch.map(String::from),
             image: None,
+            template_version: None,
         }
     }
 
@@ -136,8 +157,46 @@ mod tests {
             ("the template's type", inst(Some(&hash), "", ""), false),
         ];
         for (what, i, want) in cases {
-            assert_eq!(drifted(&spec, &hash, &i), want, "{what}");
+            assert_eq!(drifted(&spec, &hash, None, &i), want, "{what}");
         }
+    }
+
+    #[test]
+    fn a_template_version_drifts_when_the_template_resolves_to_another() {
+        let mut spec = crate::pool::plan::tests::spec(1, 1, 3);
+        spec.launch.image_id = None;
+        spec.launch.launch_template = Some(crate::crd::LaunchTemplateRef {
+            id: Some("lt-1".into()),
+            name: None,
+            version: Some("$Latest".into()),
+        });
+        let hash = launch_hash(&spec.launch);
+        let at = |version: Option<&str>| Ec2Instance {
+            template_version: version.map(String::from),
+            ..inst(Some(&hash), "t3.small", "subnet-a")
+        };
+        let cases = [
+            (
+                "the version it resolves to",
+                at(Some("4")),
+                Some("4"),
+                false,
+            ),
+            ("a version published since", at(Some("4")), Some("5"), true),
+            ("launched before the tag", at(None), Some("5"), false),
+            ("not resolved this pass", at(Some("4")), None, false),
+        ];
+        for (what, i, now, want) in cases {
+            assert_eq!(drifted(&spec, &hash, now, &i), want, "{what}");
+        }
+        // Without a template the tag means nothing.
+        let plain = crate::pool::plan::tests::spec(1, 1, 3);
+        let hash = launch_hash(&plain.launch);
+        let i = Ec2Instance {
+            template_version: Some("4".into()),
+            ..inst(Some(&hash), "t3.small", "subnet-a")
+        };
+        assert!(!drifted(&plain, &hash, Some("5"), &i));
     }
 
     #[test]

@@ -31,9 +31,9 @@ use sha2::{Digest, Sha256};
 use super::plan::{Ec2Instance, Ec2State, Offering};
 pub use super::tags::{
     tag_value, Ownership, TAG_CLUSTER, TAG_IMAGE, TAG_LAUNCH, TAG_OPERATOR, TAG_POOL,
-    TAG_SCHEDULER, TAG_VALUE_MAX,
+    TAG_SCHEDULER, TAG_TEMPLATE_VERSION, TAG_VALUE_MAX,
 };
-use crate::crd::Launch;
+use crate::crd::{Launch, LaunchTemplateRef};
 use crate::fence::{Fence, Fenced, MaybeFenced};
 
 /// TerminateInstances takes at most this many ids a call.
@@ -270,6 +270,10 @@ pub struct RunRequest<'a> {
     /// The rendered script (see [`super::userdata`]); base64-encoded here.
     pub user_data: &'a super::userdata::UserData,
     pub owner: &'a Ownership,
+    /// The launch template's version as resolved to a number
+    /// ([`Ec2::template_version`]), launched and tagged instead of the
+    /// version as written; `None` when it could not be resolved.
+    pub template_version: Option<&'a str>,
 }
 
 /// The AWS SDK's HTTP client as the operator uses it: rustls on ring.
@@ -459,6 +463,36 @@ impl Ec2 {
             .collect())
     }
 
+    /// The version number `template`'s version (`$Default` when none is
+    /// written) stands for now (`DescribeLaunchTemplateVersions`): the
+    /// number itself when one is written, with no call.
+    pub async fn template_version(&self, template: &LaunchTemplateRef) -> Result<String, Ec2Error> {
+        const ACTION: &str = "DescribeLaunchTemplateVersions";
+        let written = template.version.as_deref().unwrap_or("$Default");
+        if written.chars().all(|c| c.is_ascii_digit()) && !written.is_empty() {
+            return Ok(written.to_string());
+        }
+        self.check(ACTION)?;
+        let answer = self
+            .client
+            .describe_launch_template_versions()
+            .set_launch_template_id(template.id.clone())
+            .set_launch_template_name(template.name.clone())
+            .versions(written)
+            .send()
+            .await
+            .map_err(|e| sdk_error(ACTION, None, e))?;
+        answer
+            .launch_template_versions()
+            .first()
+            .and_then(|v| v.version_number())
+            .map(|n| n.to_string())
+            .ok_or(Ec2Error::Malformed {
+                action: ACTION,
+                what: "the version's number",
+            })
+    }
+
     /// What EC2 says of each of `types` (`DescribeInstanceTypes`): its
     /// default vCPUs and the architectures it runs; a type EC2 does not
     /// describe is left out.
@@ -610,6 +644,14 @@ impl Ec2 {
         for (k, v) in launch_tags {
             tags = tags.tags(Tag::builder().key(k).value(v).build());
         }
+        if let (Some(_), Some(version)) = (&req.launch.launch_template, req.template_version) {
+            tags = tags.tags(
+                Tag::builder()
+                    .key(TAG_TEMPLATE_VERSION)
+                    .value(version)
+                    .build(),
+            );
+        }
         let mut call = self
             .client
             .run_instances()
@@ -630,7 +672,11 @@ impl Ec2 {
             let mut spec = LaunchTemplateSpecification::builder()
                 .set_launch_template_id(t.id.clone())
                 .set_launch_template_name(t.name.clone());
-            spec = spec.version(t.version.as_deref().unwrap_or("$Default"));
+            spec = spec.version(
+                req.template_version
+                    .or(t.version.as_deref())
+                    .unwrap_or("$Default"),
+            );
             call = call.launch_template(spec.build());
         }
         if let Some(image) = &launch.image_id {
@@ -754,6 +800,7 @@ fn instance(i: &aws_sdk_ec2::types::Instance) -> Option<Ec2Instance> {
         },
         launch: tag(i, TAG_LAUNCH),
         image: tag(i, TAG_IMAGE),
+        template_version: tag(i, TAG_TEMPLATE_VERSION),
     })
 }
 
@@ -866,6 +913,7 @@ mod tests {
             token: "t",
             user_data: &"".into(),
             owner: &owner,
+            template_version: None,
         };
         assert!(matches!(
             ec2.run(&req).await,

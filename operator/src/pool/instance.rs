@@ -100,4 +100,8 @@ pub struct Ec2Instance {
     pub launch: Option<String>,
     /// Which image that spec launched (tag `orca.dev/image`), for people.
     pub image: Option<String>,
+    /// The launch template version it was launched from, resolved to a
+    /// number (tag `orca.dev/template-version`); `None` without a template,
+    /// or for one launched before instances carried it.
+    pub template_version: Option<String>,
 }

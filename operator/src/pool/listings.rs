@@ -373,6 +373,7 @@ mod tests {
                 offering: Offering::default(),
                 launch: None,
                 image: None,
+                template_version: None,
             }),
         }
     }

@@ -148,8 +148,38 @@ impl PoolLoop {
             made_before_listing,
             hung,
             drain: self.drain.clone(),
+            template_version: self.template_version().await?,
         };
         Ok((snap, reused))
+    }
+
+    /// The number the spec's launch template version resolves to, asked
+    /// of EC2 at most once a `Tuning::template_every` (a minute;
+    /// `DescribeLaunchTemplateVersions`);
+    /// `None` without a template. A failed call keeps the last answer, or
+    /// none: no instance is known to drift by its version meanwhile.
+    async fn template_version(&mut self) -> Result<Option<String>, PoolError> {
+        let Some(template) = &self.spec.launch.launch_template else {
+            self.resolved_template = None;
+            return Ok(None);
+        };
+        if let Some((at, version)) = &self.resolved_template {
+            if at.elapsed() < self.tuning.template_every {
+                return Ok(Some(version.clone()));
+            }
+        }
+        match self.world.ec2.template_version(template).await {
+            Ok(version) => {
+                self.resolved_template = Some((Instant::now(), version.clone()));
+                Ok(Some(version))
+            }
+            Err(e @ super::Ec2Error::Fenced { .. }) => Err(self.ec2_error(e)),
+            Err(e) => {
+                tracing::warn!(pool = %self.pool, error = %e,
+                    "the launch template's version could not be resolved");
+                Ok(self.resolved_template.as_ref().map(|(_, v)| v.clone()))
+            }
+        }
     }
 
     /// The pool's instances in a listing asked for after `after`, and when

@@ -50,6 +50,9 @@ pub struct Snapshot {
     /// Instances a person asked to drain (the WarmPool's annotation
     /// `orca.dev/drain`): each retired once it is not in a run.
     pub drain: HashSet<String>,
+    /// The number the launch template's version resolves to now (see
+    /// [`super::drift`]); `None` without a template, or not known.
+    pub template_version: Option<String>,
 }
 
 /// The knobs of the policy that are not in the spec.
@@ -315,7 +318,8 @@ pub fn plan(
         }
         _ => 0,
     };
-    let is_drifted = |i: &Ec2Instance| super::drift::drifted(spec, &hash, i);
+    let is_drifted =
+        |i: &Ec2Instance| super::drift::drifted(spec, &hash, snap.template_version.as_deref(), i);
     let mut old_idle: Vec<(&Ec2Instance, &PoolRow)> = Vec::new();
     let mut old_reserve: Vec<(&Ec2Instance, &PoolRow)> = Vec::new();
     let mut booting = 0u32;
@@ -353,6 +357,7 @@ pub fn plan(
             offering: Offering::default(),
             launch: None,
             image: None,
+            template_version: None,
         })
         .collect();
     for i in &unlisted {

@@ -143,6 +143,9 @@ pub struct PoolLoop<W = Live> {
     pub(super) budget: Option<super::budget::Budget>,
     /// The instance types EC2 described to this loop.
     pub(super) types: HashMap<String, super::ec2::TypeFacts>,
+    /// The number the launch template's version resolved to, and when it
+    /// was asked.
+    pub(super) resolved_template: Option<(Instant, String)>,
 }
 
 impl<W> PoolLoop<W> {
@@ -167,6 +170,7 @@ impl<W> PoolLoop<W> {
             unavailable: BTreeMap::new(),
             capacity_codes: HashMap::new(),
             types: HashMap::new(),
+            resolved_template: None,
             ours: HashMap::new(),
             metrics: None,
             cost: Default::default(),
@@ -429,6 +433,9 @@ impl PoolLoop {
         );
         if let Some(listings) = &self.listings {
             self.place = listings.place(&self.world.ec2_config, &self.owner);
+        }
+        if spec.launch.launch_template != self.spec.launch.launch_template {
+            self.resolved_template = None;
         }
         self.spec = spec;
         self.denials.clear();

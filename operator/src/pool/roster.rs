@@ -69,7 +69,7 @@ pub fn roster(
                     instance_type: i.offering.instance_type.clone(),
                     spot: i.offering.spot,
                     uses: (spec.max_uses > 0).then(|| row.map_or(0, |r| r.uses)),
-                    drifted: drift::drifted(spec, &hash, i),
+                    drifted: drift::drifted(spec, &hash, snap.template_version.as_deref(), i),
                 },
             )
         })
@@ -120,6 +120,7 @@ mod tests {
             },
             launch: Some(launch.into()),
             image: None,
+            template_version: None,
         }
     }
 

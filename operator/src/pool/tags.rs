@@ -21,6 +21,10 @@ pub const TAG_LAUNCH: &str = "orca.dev/launch";
 /// [`super::drift::image_label`]).
 pub const TAG_IMAGE: &str = "orca.dev/image";
 
+/// The launch template version an instance was launched from, as the
+/// number `$Latest` or `$Default` resolved to then (see [`super::drift`]).
+pub const TAG_TEMPLATE_VERSION: &str = "orca.dev/template-version";
+
 /// EC2 takes tag values of at most this many characters.
 pub const TAG_VALUE_MAX: usize = 256;
 

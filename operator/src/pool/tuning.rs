@@ -49,6 +49,9 @@ pub struct Tuning {
     pub boot_backoff_cap: Duration,
     pub backoff_base: Duration,
     pub backoff_cap: Duration,
+    /// What a launch template's `$Latest` or `$Default` resolves to is
+    /// asked of EC2 again after this long (see [`super::drift`]).
+    pub template_every: Duration,
 }
 
 impl Tuning {
@@ -84,6 +87,7 @@ impl Default for Tuning {
             boot_backoff_cap: Duration::from_secs(1800),
             backoff_base: Duration::from_millis(200),
             backoff_cap: Duration::from_secs(30),
+            template_every: Duration::from_secs(60),
         }
     }
 }

@@ -18,7 +18,7 @@ mod tests;
 pub use decide::decide;
 pub use revision::{
     host_name, is_host_of, job_name, pod_name, register_attempt, register_hash, register_job_name,
-    revision_of, scheduler_label, Revision,
+    revision_fields, revision_of, scheduler_label, Revision,
 };
 pub use snapshot::*;
 pub use window::{deferral, Deferral, ROLLOUT_NOW};

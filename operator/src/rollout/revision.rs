@@ -25,8 +25,14 @@ const HASH_HEX: usize = 6;
 /// The revision `spec` gives its pods: a hash of the fields that make up a
 /// pod (image, command, args, env, resources, overlap, database,
 /// podTemplate); a change to any of them is a new revision to roll out.
+/// The same across releases ([`crate::spec_hash`]).
 pub fn revision_of(spec: &SchedulerSpec) -> Revision {
-    let template = serde_json::json!({
+    crate::spec_hash::hex_of(revision_fields(spec), 5)
+}
+
+/// What [`revision_of`] hashes.
+pub fn revision_fields(spec: &SchedulerSpec) -> serde_json::Value {
+    serde_json::json!({
         "image": spec.image,
         "command": spec.command,
         "args": spec.args,
@@ -35,9 +41,7 @@ pub fn revision_of(spec: &SchedulerSpec) -> Revision {
         "overlap": spec.overlap,
         "database": spec.database,
         "podTemplate": spec.pod_template,
-    });
-    let digest = Sha256::digest(template.to_string().as_bytes());
-    digest.iter().take(5).map(|b| format!("{b:02x}")).collect()
+    })
 }
 
 /// `<scheduler>-<revision>-<sequence>`: the pod's name, a DNS-1123 label. A
@@ -84,8 +88,7 @@ pub fn register_hash(register: &Register) -> String {
         "command": register.command,
         "args": register.args,
     });
-    let digest = Sha256::digest(what.to_string().as_bytes());
-    digest.iter().take(5).map(|b| format!("{b:02x}")).collect()
+    crate::spec_hash::hex_of(what, 5)
 }
 
 /// The host name a new pod of Scheduler `namespace/scheduler` gets, which

@@ -68,6 +68,7 @@ fn bench_plan() {
             },
             launch: None,
             image: None,
+            template_version: None,
         });
         // A busy pool: 300 idle (100 beyond idle.max), the rest busy.
         let idle = k % 33 == 0 && k < 9_900;

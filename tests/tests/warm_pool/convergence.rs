@@ -14,33 +14,42 @@ async fn images(ec2: &Ec2, pool: &str) -> Vec<(String, Option<String>)> {
         .collect()
 }
 
+/// The loop of `pool` (`namespace/name`) with `spec`, agents on local
+/// hosts answering for its instances, passes made until `idle` are idle;
+/// the loop, the database, and what keeps the hosts running.
+async fn warmed_up(
+    moto: &orca_tests::moto::Moto,
+    url: &str,
+    pool: &str,
+    spec: orca_operator::crd::WarmPoolSpec,
+    idle: usize,
+) -> (PoolLoop, orca_db::Db, oneshot::Sender<()>) {
+    warm::aws_env();
+    let (ns, name) = pool.split_once('/').expect("namespace/name");
+    let mut lp = PoolLoop::new(ns, name, spec, url, warm::tuning(Duration::from_secs(60)))
+        .await
+        .unwrap();
+    let hosts = warm::hosts(&moto.endpoint(), url, pool, "true").await;
+    let (stop_hosts, stopped) = oneshot::channel::<()>();
+    tokio::spawn(hosts.run(async move {
+        let _ = stopped.await;
+    }));
+    let db = pg::connect(url).await;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while idle_fresh(&db, pool).await.len() < idle {
+        assert!(Instant::now() < deadline, "never {idle} idle");
+        lp.pass(Utc::now()).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    (lp, db, stop_hosts)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn an_ami_change_replaces_every_instance_one_at_a_time_never_below_idle_min() {
     let (moto, url, ec2, subnets) = warm::Stage::new().await.parts();
     let pool = "drift/pool";
     let spec = warm::spec(&moto.endpoint(), &["t3.micro"], &subnets[..1], 3, 3, 8);
-    warm::aws_env();
-    let mut lp = PoolLoop::new(
-        "drift",
-        "pool",
-        spec.clone(),
-        &url,
-        warm::tuning(Duration::from_secs(60)),
-    )
-    .await
-    .unwrap();
-    let hosts = warm::hosts(&moto.endpoint(), &url, pool, "true").await;
-    let (_stop_hosts, stopped) = oneshot::channel::<()>();
-    tokio::spawn(hosts.run(async move {
-        let _ = stopped.await;
-    }));
-    let db = pg::connect(&url).await;
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while idle_fresh(&db, pool).await.len() < 3 {
-        assert!(Instant::now() < deadline, "never three idle");
-        lp.pass(Utc::now()).await.unwrap();
-        tokio::time::sleep(Duration::from_millis(300)).await;
-    }
+    let (mut lp, db, _stop_hosts) = warmed_up(&moto, &url, pool, spec.clone(), 3).await;
     let old: HashSet<String> = present(&ec2, pool)
         .await
         .into_iter()
@@ -159,4 +168,99 @@ async fn boots_that_keep_failing_back_off_and_say_so() {
     assert!(events
         .iter()
         .any(|e| e.reason == "BootFailing" && e.warning));
+}
+
+/// A pool on a launch template's `$Latest`: its instances name the version
+/// number they were launched from, and publishing a new version replaces
+/// them one at a time, as any drift, never below `idle.min`. Once, a pool
+/// on `$Latest` never replaced anything: the spec, `$Latest` as written,
+/// had not changed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_new_version_of_a_latest_launch_template_replaces_the_instances() {
+    let (moto, url, ec2, subnets) = warm::Stage::new().await.parts();
+    let pool = "latest/pool";
+    let created = ec2
+        .client()
+        .create_launch_template()
+        .launch_template_name("orca-latest")
+        .launch_template_data(
+            aws_sdk_ec2::types::RequestLaunchTemplateData::builder()
+                .image_id(warm::IMAGE)
+                .build(),
+        )
+        .send()
+        .await
+        .expect("moto's CreateLaunchTemplate");
+    let template_id = created
+        .launch_template()
+        .and_then(|t| t.launch_template_id())
+        .expect("a template id")
+        .to_string();
+    let mut spec = warm::spec(&moto.endpoint(), &["t3.micro"], &subnets[..1], 2, 2, 6);
+    spec.launch.image_id = None;
+    spec.launch.launch_template = Some(orca_operator::crd::LaunchTemplateRef {
+        id: Some(template_id.clone()),
+        name: None,
+        version: Some("$Latest".into()),
+    });
+    let (mut lp, db, _stop_hosts) = warmed_up(&moto, &url, pool, spec, 2).await;
+    let old = present(&ec2, pool).await;
+    assert_eq!(old.len(), 2);
+    for i in &old {
+        assert_eq!(i.template_version.as_deref(), Some("1"), "{i:?}");
+    }
+    // A pass or two later, with no new version, nothing has drifted.
+    for _ in 0..3 {
+        let report = lp.pass(Utc::now()).await.unwrap();
+        assert_eq!(report.status.drifted, 0);
+        tokio::time::sleep(Duration::from_millis(400)).await;
+    }
+
+    // A new version under $Latest: another image.
+    let new_image = warm::another_image(&ec2).await;
+    ec2.client()
+        .create_launch_template_version()
+        .launch_template_id(&template_id)
+        .launch_template_data(
+            aws_sdk_ec2::types::RequestLaunchTemplateData::builder()
+                .image_id(&new_image)
+                .build(),
+        )
+        .send()
+        .await
+        .expect("moto's CreateLaunchTemplateVersion");
+    let mut lowest_idle = usize::MAX;
+    let mut most_launching = 0;
+    let mut saw_drift = false;
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let report = lp.pass(Utc::now()).await.unwrap();
+        saw_drift |= report.status.drifted > 0;
+        most_launching = most_launching.max(report.status.launching);
+        lowest_idle = lowest_idle.min(idle_fresh(&db, pool).await.len());
+        let now = present(&ec2, pool).await;
+        let done = saw_drift
+            && now.len() == 2
+            && now
+                .iter()
+                .all(|i| i.template_version.as_deref() == Some("2"))
+            && report.status.drifted == 0;
+        if done {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "instances of version 1 left after 2 minutes: {now:?}, {:?}",
+            report.status
+        );
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    assert!(
+        lowest_idle >= 2,
+        "the pool dropped to {lowest_idle} idle of 2"
+    );
+    assert!(most_launching <= 1, "more than maxDrifted (1) at a time");
+    for i in &old {
+        assert_ne!(state_of(&ec2, pool, &i.id).await, Some(Ec2State::Running));
+    }
 }

@@ -74,6 +74,7 @@ fn inst(id: &str, age: i64) -> Ec2Instance {
         offering: off("t3.small", "subnet-a"),
         launch: None,
         image: None,
+        template_version: None,
     }
 }
 

@@ -1,0 +1,170 @@
+//! Golden values of the hashes that must not change across releases
+//! ([`crate::spec_hash`]): the revision of a corpus of Scheduler specs and
+//! the launch hash of a corpus of WarmPool launch specs, as release 0.1.0
+//! made them. A change here rolls every Scheduler, or replaces every
+//! instance, of a user who upgrades: a test that fails here is a change
+//! to undo, or a new scheme to introduce as `spec_hash` says.
+
+use serde_json::{json, Value};
+
+use crate::{
+    crd::{Launch, SchedulerSpec},
+    pool::drift::{launch_fields, launch_hash},
+    rollout::{register_hash, revision_fields, revision_of},
+};
+
+/// Scheduler specs (YAML) and the revision each has had since 0.1.0.
+const SCHEDULERS: &[(&str, &str)] = &[
+    (
+        "image: registry.example.com/orca:v1\ndatabase: {urlSecretRef: {name: db, key: url}}",
+        "14d27d4c6a",
+    ),
+    (
+        "image: registry.example.com/morca/orca:v1\ncommand: [orca-sim, scheduler]\nargs: [--tick-ms, '500']\n\
+         database: {urlSecretRef: {name: orca-db, key: url}}\nregister: {command: [sh, -c], args: [echo registered]}\n\
+         handover: {joinTimeoutSeconds: 120, staleSeconds: 10}",
+        "d41fe45aa6",
+    ),
+    (
+        "image: orca:v2\nenv: [{name: RUST_LOG, value: info}, {name: TOKEN, valueFrom: {secretKeyRef: {name: t, key: k}}}]\n\
+         resources: {requests: {cpu: 100m, memory: 128Mi}, limits: {memory: 1Gi}}\noverlap: false\n\
+         database: {urlSecretRef: {name: db, key: url}}",
+        "2a26afe38d",
+    ),
+    (
+        "image: orca:v3\ndatabase: {urlSecretRef: {name: db, key: url}}\npodTemplate:\n  labels: {team: ci}\n\
+         \x20 nodeSelector: {pool: orca}\n  tolerations: [{key: dedicated, operator: Equal, value: orca, effect: NoSchedule}]\n\
+         \x20 serviceAccountName: orca\n  priorityClassName: high\n  securityContext: {runAsNonRoot: true, runAsUser: 1000}",
+        "059a195ab4",
+    ),
+];
+
+/// WarmPool launch specs (YAML) and the launch hash each has had since 0.1.0.
+const LAUNCHES: &[(&str, &str)] = &[
+    (
+        "imageId: ami-0123456789abcdef0\ninstanceTypes: [m6i.large, m5.large]\nsubnetIds: [subnet-1]\n\
+         securityGroupIds: [sg-2, sg-1]\nrunCommand: echo run\ndatabaseUrlFile: /etc/orca/database-url",
+        "a4330fbb5ec9",
+    ),
+    (
+        "launchTemplate: {id: lt-0abc, version: $Latest}\nrunCommand: run",
+        "645dae89cb2c",
+    ),
+    (
+        "launchTemplate: {name: orca-runners}\ninstanceTypes: [t3.small]\nsubnetIds: [subnet-a, subnet-b]\n\
+         iamInstanceProfile: arn:aws:iam::111122223333:instance-profile/orca\nagentPath: /opt/orca/agent\n\
+         runCommand: /opt/orca/run\ntags: {team: data}",
+        "27f2144bd23d",
+    ),
+];
+
+/// Scheme 1 as 0.1.0 computed it: the JSON as serialised, not normalised.
+fn as_released(fields: &Value, bytes: usize) -> String {
+    crate::spec_hash::digest_hex(&fields.to_string(), bytes)
+}
+
+fn scheduler(yaml: &str) -> SchedulerSpec {
+    serde_yaml::from_str(yaml).unwrap_or_else(|e| panic!("{e}: {yaml}"))
+}
+
+fn launch(yaml: &str) -> Launch {
+    serde_yaml::from_str(yaml).unwrap_or_else(|e| panic!("{e}: {yaml}"))
+}
+
+#[test]
+fn revisions_are_what_they_were() {
+    let got: Vec<String> = SCHEDULERS
+        .iter()
+        .map(|(yaml, _)| revision_of(&scheduler(yaml)))
+        .collect();
+    let want: Vec<&str> = SCHEDULERS.iter().map(|(_, r)| *r).collect();
+    assert_eq!(
+        got, want,
+        "a revision changed: every such Scheduler would roll on upgrade"
+    );
+    for (yaml, _) in SCHEDULERS {
+        let spec = scheduler(yaml);
+        assert_eq!(
+            revision_of(&spec),
+            as_released(&revision_fields(&spec), 5),
+            "{yaml}"
+        );
+        if let Some(register) = &spec.register {
+            let fields = json!({"command": register.command, "args": register.args});
+            assert_eq!(register_hash(register), as_released(&fields, 5));
+        }
+    }
+}
+
+#[test]
+fn launch_hashes_are_what_they_were() {
+    let got: Vec<String> = LAUNCHES
+        .iter()
+        .map(|(yaml, _)| launch_hash(&launch(yaml)))
+        .collect();
+    let want: Vec<&str> = LAUNCHES.iter().map(|(_, h)| *h).collect();
+    assert_eq!(
+        got, want,
+        "a launch hash changed: every such instance would drift on upgrade"
+    );
+    for (yaml, _) in LAUNCHES {
+        let l = launch(yaml);
+        assert_eq!(
+            launch_hash(&l),
+            as_released(&launch_fields(&l), 6),
+            "{yaml}"
+        );
+    }
+}
+
+/// `v` with a field added, unset (null, `[]`, `{}` in turn), to every
+/// object below the top level: what a later release's new field with such
+/// a default serialises as.
+fn with_a_field_added(v: &Value, unset: &Value, depth: usize) -> Value {
+    match v {
+        Value::Object(map) => {
+            let mut map: serde_json::Map<String, Value> = map
+                .iter()
+                .map(|(k, v)| (k.clone(), with_a_field_added(v, unset, depth + 1)))
+                .collect();
+            if depth > 0 {
+                map.insert("addedLater".into(), unset.clone());
+            }
+            Value::Object(map)
+        }
+        Value::Array(items) => Value::Array(
+            items
+                .iter()
+                .map(|i| with_a_field_added(i, unset, depth + 1))
+                .collect(),
+        ),
+        other => other.clone(),
+    }
+}
+
+#[test]
+fn a_field_added_with_an_unset_default_changes_no_hash() {
+    for unset in [Value::Null, json!([]), json!({})] {
+        for (yaml, want) in SCHEDULERS {
+            let fields = with_a_field_added(&revision_fields(&scheduler(yaml)), &unset, 0);
+            assert_ne!(
+                fields,
+                revision_fields(&scheduler(yaml)),
+                "nothing added: {yaml}"
+            );
+            assert_eq!(
+                crate::spec_hash::hex_of(fields, 5),
+                *want,
+                "{unset} added: {yaml}"
+            );
+        }
+        for (yaml, want) in LAUNCHES {
+            let fields = with_a_field_added(&launch_fields(&launch(yaml)), &unset, 0);
+            assert_eq!(
+                crate::spec_hash::hex_of(fields, 6),
+                *want,
+                "{unset} added: {yaml}"
+            );
+        }
+    }
+}
