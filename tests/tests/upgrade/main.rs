@@ -4,11 +4,95 @@
 //! behind (`tests/fixtures/releases/`) and upgrades as
 //! docs/operations.md#upgrade says.
 
+mod from_d589380;
 mod stale_crds;
 
-use std::process::Command;
+use std::{path::PathBuf, process::Command, time::Duration};
 
-use orca_tests::{cluster::ControlPlane, on_cluster::kubectl, release::helm};
+use orca_operator::crd::{Scheduler, WarmPool};
+use orca_tests::{
+    cluster::ControlPlane,
+    eventually::eventually,
+    on_cluster::kubectl,
+    release::{helm, repo},
+};
+use tokio::sync::{Mutex, MutexGuard};
+
+/// The previous release's fixtures.
+pub fn fixtures() -> PathBuf {
+    repo().join("tests/fixtures/releases/d589380")
+}
+
+/// The cluster's orca CRDs, which every test here changes: one test at a
+/// time holds them, starting with none installed (the objects of earlier
+/// tests let go of their finalizers and deleted with them).
+pub async fn fresh_crds(cp: &ControlPlane) -> MutexGuard<'static, ()> {
+    static CRDS: Mutex<()> = Mutex::const_new(());
+    let held = CRDS.lock().await;
+    let client = cp.client().await;
+    let clear = serde_json::json!({"metadata": {"finalizers": null}});
+    let params = kube::api::PatchParams::default();
+    let patch = kube::api::Patch::Merge(&clear);
+    if let Ok(list) = kube::Api::<Scheduler>::all(client.clone())
+        .list(&Default::default())
+        .await
+    {
+        for s in list {
+            let api = kube::Api::<Scheduler>::namespaced(
+                client.clone(),
+                &s.metadata.namespace.unwrap_or_default(),
+            );
+            let _ = api
+                .patch(&s.metadata.name.unwrap_or_default(), &params, &patch)
+                .await;
+        }
+    }
+    if let Ok(list) = kube::Api::<WarmPool>::all(client.clone())
+        .list(&Default::default())
+        .await
+    {
+        for p in list {
+            let api = kube::Api::<WarmPool>::namespaced(
+                client.clone(),
+                &p.metadata.namespace.unwrap_or_default(),
+            );
+            let _ = api
+                .patch(&p.metadata.name.unwrap_or_default(), &params, &patch)
+                .await;
+        }
+    }
+    kubectl_run(
+        cp,
+        &[
+            "delete",
+            "crd",
+            "schedulers.orca.dev",
+            "warmpools.orca.dev",
+            "warmpoolclasses.orca.dev",
+            "--ignore-not-found",
+            "--wait=true",
+            "--timeout=120s",
+        ],
+    );
+    held
+}
+
+/// Waits until the CRDs `names` are established.
+pub fn established(cp: &ControlPlane, names: &[&str]) {
+    let mut args = vec!["wait", "--for=condition=Established", "--timeout=60s"];
+    let crds: Vec<String> = names.iter().map(|n| format!("crd/{n}")).collect();
+    args.extend(crds.iter().map(String::as_str));
+    kubectl_run(cp, &args);
+}
+
+/// Polls `what` for `within`, as [`eventually`] does.
+pub async fn within<T, F, Fut>(what: &str, secs: u64, check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, String>>,
+{
+    eventually(what, Duration::from_secs(secs), check).await
+}
 
 /// Runs `program` with `args` against the control plane as its admin;
 /// panics with its output unless it succeeds. Returns stdout and stderr.

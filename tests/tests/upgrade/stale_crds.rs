@@ -8,7 +8,7 @@ use k8s_openapi::api::{core::v1::Pod, events::v1::Event};
 use kube::{api::ListParams, Api};
 use orca_tests::{eventually::eventually, on_cluster::OnCluster, release::repo};
 
-use super::kubectl_run;
+use super::{established, fixtures, fresh_crds, kubectl_run};
 
 const SCHEDULER: &str = r#"apiVersion: orca.dev/v1alpha1
 kind: Scheduler
@@ -24,18 +24,11 @@ spec:
 async fn a_replica_on_the_previous_releases_crds_acts_on_nothing_and_says_so_until_they_are_applied(
 ) {
     let cp = orca_tests::cluster::ControlPlane::shared();
-    let old = repo().join("tests/fixtures/releases/d589380/crds.yaml");
+    let _crds = fresh_crds(cp).await;
+    // The previous release's CRDs, as its chart's crds/ left them.
+    let old = fixtures().join("chart/crds/orca.dev.yaml");
     kubectl_run(cp, &["apply", "--server-side", "-f", old.to_str().unwrap()]);
-    kubectl_run(
-        cp,
-        &[
-            "wait",
-            "--for=condition=Established",
-            "--timeout=60s",
-            "crd/schedulers.orca.dev",
-            "crd/warmpools.orca.dev",
-        ],
-    );
+    established(cp, &["schedulers.orca.dev", "warmpools.orca.dev"]);
     // This release's chart, its CRDs left to the pipeline that forgot them.
     let stage = OnCluster::installed_with("stale", &["crds.install=false"]).await;
     let file = std::env::temp_dir().join(format!("orca-stale-{}.yaml", stage.ns));
