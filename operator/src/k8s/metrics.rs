@@ -116,8 +116,8 @@ impl Metrics {
         self.errors.get_or_create(&l).inc();
     }
 
-    /// Records what a status change says: the phase, and a handover that
-    /// has just finished draining.
+    /// Records what a reconcile's status says: the phase, and a handover
+    /// that has just finished draining (`before` had not).
     pub fn status(
         &self,
         namespace: &str,

@@ -194,6 +194,28 @@ async fn a_leader_stopped_by_sigterm_hands_over_at_once_and_acts_no_more() {
     )
     .await;
     assert!(signalled.elapsed() < Duration::from_secs(10));
+    // What the alerts read: the new leader exports the Scheduler's phase,
+    // though it found the status as the old one left it. (Once, only a
+    // changed status was exported, and an alert on a Degraded Scheduler
+    // went quiet after a failover.)
+    let series = format!(
+        r#"orca_scheduler_phase{{namespace="{}",scheduler="orca","#,
+        stage.ns
+    );
+    eventually(
+        "the new leader exports the Scheduler's phase",
+        Duration::from_secs(30),
+        || async {
+            let metrics = stage.replicas[1 - leader].scrape();
+            let phases: Vec<&str> = metrics.lines().filter(|l| l.starts_with(&series)).collect();
+            if phases.iter().filter(|l| l.ends_with(" 1")).count() == 1 {
+                Ok(())
+            } else {
+                Err(format!("{phases:?}"))
+            }
+        },
+    )
+    .await;
 
     // Work for the new leader: a second idle instance.
     stage.scale_idle("runners", 2).await;

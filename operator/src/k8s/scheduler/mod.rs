@@ -256,9 +256,12 @@ async fn reconcile_once(
     publish(&scheduler, &ctx, &decision).await;
     if decision.status != observed.status {
         apply_status(&scheduler, &ctx, &ns, &decision.status).await?;
-        ctx.metrics
-            .status(&ns, &name, &observed.status, &decision.status);
     }
+    // Every pass, not only a changed status: a replica that has just taken
+    // the lead exports the phase of Schedulers whose status it left as it
+    // was (the alerts on a Degraded one read the leader's series).
+    ctx.metrics
+        .status(&ns, &name, &observed.status, &decision.status);
     ctx.backoff.succeeded(&ns, &name);
     Ok(Requeue::requeue(decision.requeue))
 }
@@ -299,9 +302,9 @@ async fn refused(
     publish(scheduler, ctx, &decision).await;
     if decision.status != observed.status {
         apply_status(scheduler, ctx, &ns, &decision.status).await?;
-        ctx.metrics
-            .status(&ns, &name, &observed.status, &decision.status);
     }
+    ctx.metrics
+        .status(&ns, &name, &observed.status, &decision.status);
     ctx.metrics.failed(&ns, &name, "act");
     Ok(Requeue::requeue(refusal::REFUSED_RETRY))
 }
