@@ -30,37 +30,8 @@ pub async fn fresh_crds(cp: &ControlPlane) -> MutexGuard<'static, ()> {
     static CRDS: Mutex<()> = Mutex::const_new(());
     let held = CRDS.lock().await;
     let client = cp.client().await;
-    let clear = serde_json::json!({"metadata": {"finalizers": null}});
-    let params = kube::api::PatchParams::default();
-    let patch = kube::api::Patch::Merge(&clear);
-    if let Ok(list) = kube::Api::<Scheduler>::all(client.clone())
-        .list(&Default::default())
-        .await
-    {
-        for s in list {
-            let api = kube::Api::<Scheduler>::namespaced(
-                client.clone(),
-                &s.metadata.namespace.unwrap_or_default(),
-            );
-            let _ = api
-                .patch(&s.metadata.name.unwrap_or_default(), &params, &patch)
-                .await;
-        }
-    }
-    if let Ok(list) = kube::Api::<WarmPool>::all(client.clone())
-        .list(&Default::default())
-        .await
-    {
-        for p in list {
-            let api = kube::Api::<WarmPool>::namespaced(
-                client.clone(),
-                &p.metadata.namespace.unwrap_or_default(),
-            );
-            let _ = api
-                .patch(&p.metadata.name.unwrap_or_default(), &params, &patch)
-                .await;
-        }
-    }
+    clear_finalizers::<Scheduler>(&client).await;
+    clear_finalizers::<WarmPool>(&client).await;
     kubectl_run(
         cp,
         &[
@@ -75,6 +46,35 @@ pub async fn fresh_crds(cp: &ControlPlane) -> MutexGuard<'static, ()> {
         ],
     );
     held
+}
+
+/// Takes the finalizers off every `K` in the cluster (their operator may
+/// be gone), so that deleting its CRD deletes them.
+async fn clear_finalizers<K>(client: &kube::Client)
+where
+    K: kube::Resource<Scope = kube::core::NamespaceResourceScope>
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug,
+    K::DynamicType: Default,
+{
+    let clear = serde_json::json!({"metadata": {"finalizers": null}});
+    let patch = kube::api::Patch::Merge(&clear);
+    let Ok(list) = kube::Api::<K>::all(client.clone())
+        .list(&Default::default())
+        .await
+    else {
+        return;
+    };
+    for object in list {
+        let meta = object.meta();
+        let api = kube::Api::<K>::namespaced(
+            client.clone(),
+            meta.namespace.as_deref().unwrap_or_default(),
+        );
+        let name = meta.name.clone().unwrap_or_default();
+        let _ = api.patch(&name, &Default::default(), &patch).await;
+    }
 }
 
 /// Waits until the CRDs `names` are established.
