@@ -228,6 +228,10 @@ impl PoolLoop {
         } else {
             let tagged = self.world.ec2.tag_cluster(&ours, &self.owner).await;
             tagged.map_err(|e| self.ec2_error(e))?;
+            // A listing asked for before the tags (this one, kept for the
+            // other passes) does not show them as the pool's: the next
+            // pass lists anew, or it would launch as many again.
+            self.fresh_after = Some(Instant::now());
             tracing::info!(pool = %self.pool, instances = ?ours, cluster = %self.owner.cluster, "adopted");
             instances.extend(untagged.into_iter().filter(|i| ours.contains(&i.id)));
             self.just_adopted = ours;

@@ -151,6 +151,16 @@ async fn untagged_instances_with_rows_here_are_adopted_and_the_rest_left_alone()
         report.plan.launch_count() == 0,
         "nothing launched: idle.min is met"
     );
+    // The next pass at once: the listing asked for before the tags (which
+    // shows the adopted one as no cluster's) must not be taken again, or
+    // the pool launches as many again.
+    let report = lp.pass(Utc::now()).await.unwrap();
+    assert_eq!(
+        (report.plan.launch_count(), report.status.idle),
+        (0, 1),
+        "the pass right after the adoption: {:?}",
+        report.status
+    );
     let tagged: Vec<String> = ec2
         .describe(&owner_of("east"))
         .await
