@@ -29,6 +29,25 @@ pub fn path(name: &str) -> PathBuf {
     bin
 }
 
+/// The directory of the workspace's binaries, which the test node's image
+/// has on its `PATH` (a Scheduler's `command: ["orca-sim"]` finds it there,
+/// as it would in a real image).
+pub fn dir() -> PathBuf {
+    path("orca-sim")
+        .parent()
+        .expect("invariant: a binary lives in a directory")
+        .to_path_buf()
+}
+
+/// The agent binary the local hosts run: this workspace's, or
+/// `$ORCA_AGENT_UNDER_TEST` (an older release's, to capture what it left
+/// behind).
+pub fn agent() -> PathBuf {
+    std::env::var_os("ORCA_AGENT_UNDER_TEST")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| path("orca-pool-agent"))
+}
+
 /// Where this machine's program `name` is: on this process's PATH, or in
 /// /usr/sbin or /usr/bin — for a command run with an environment of its
 /// own, which has no PATH.

@@ -338,6 +338,14 @@ impl ControlPlane {
     /// (pods are refused before).
     pub async fn namespace(&self, client: &Client, prefix: &str) -> String {
         let name = format!("{prefix}-{}", random_hex(3));
+        self.namespace_named(client, &name).await;
+        name
+    }
+
+    /// Creates namespace `name` (which must not exist yet), once it has
+    /// its default ServiceAccount.
+    pub async fn namespace_named(&self, client: &Client, name: &str) {
+        let name = name.to_string();
         let ns = Namespace {
             metadata: ObjectMeta {
                 name: Some(name.clone()),
@@ -358,7 +366,6 @@ impl ControlPlane {
             );
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
-        name
     }
 
     /// What the test node's pod `namespace/pod` printed so far.
@@ -535,4 +542,13 @@ pub fn random_hex(n: usize) -> String {
         .and_then(|mut f| f.read_exact(&mut bytes))
         .expect("invariant: /dev/urandom can be read");
     bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// The loopback port of an `http://127.0.0.1:<port>` endpoint.
+pub fn port_of(endpoint: &str) -> u16 {
+    endpoint
+        .rsplit(':')
+        .next()
+        .and_then(|p| p.trim_end_matches('/').parse().ok())
+        .unwrap_or_else(|| panic!("no port in {endpoint}"))
 }

@@ -25,5 +25,6 @@ pub mod on_cluster;
 pub mod parliament;
 pub mod pg;
 pub mod release;
+pub mod release_state;
 pub mod sim;
 pub mod warm;

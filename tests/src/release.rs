@@ -500,6 +500,29 @@ pub fn writes_by_pods(cp: &ControlPlane, namespace: &str) -> Vec<(String, String
         .collect()
 }
 
+/// Each pod's writes as one span `(first, last)`; every two spans must be
+/// apart: one leader's writes all come before the next one's.
+pub fn overlapping_leaders(writes: &[(String, String, String)]) -> Vec<String> {
+    let mut spans: std::collections::BTreeMap<&str, (&str, &str)> = Default::default();
+    for (pod, at, _) in writes {
+        let span = spans.entry(pod).or_insert((at, at));
+        span.0 = span.0.min(at.as_str());
+        span.1 = span.1.max(at.as_str());
+    }
+    let mut spans: Vec<(&str, (&str, &str))> = spans.into_iter().collect();
+    spans.sort_by_key(|(_, (first, _))| *first);
+    spans
+        .windows(2)
+        .filter(|w| w[1].1 .0 <= w[0].1 .1)
+        .map(|w| {
+            format!(
+                "{} wrote until {} but {} from {}",
+                w[0].0, w[0].1 .1, w[1].0, w[1].1 .0
+            )
+        })
+        .collect()
+}
+
 /// The writes that took effect which the audit log records for credential
 /// `credential_id`, as `verb resource namespace/name at time` lines, in
 /// order.

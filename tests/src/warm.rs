@@ -230,7 +230,7 @@ pub fn hosts_on(
     env: Vec<(String, String)>,
 ) -> Hosts {
     let cfg = HostConfig {
-        agent: bins::path("orca-pool-agent"),
+        agent: bins::agent(),
         database_url: url.into(),
         pool: owner.pool.clone(),
         idle_seconds: 600,

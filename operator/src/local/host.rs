@@ -60,6 +60,8 @@ pub struct Hosts {
     owner: Ownership,
     cfg: Arc<HostConfig>,
     running: HashMap<String, JoinHandle<()>>,
+    /// Whether instances without the cluster's tag are the pool's too.
+    any_cluster: bool,
 }
 
 impl Hosts {
@@ -71,13 +73,31 @@ impl Hosts {
             owner,
             cfg: Arc::new(cfg),
             running: HashMap::new(),
+            any_cluster: false,
         }
+    }
+
+    /// These hosts also play the pool's instances that carry no cluster
+    /// tag: those a release launched before instances carried one (the
+    /// upgrade tests start from them), whichever cluster adopts them later.
+    pub fn of_any_cluster(mut self) -> Self {
+        self.any_cluster = true;
+        self
     }
 
     /// Lists the pool's instances once: starts a host for each new running
     /// one, stops the host of each that is not running any more.
     pub async fn sync(&mut self) -> Result<(), Ec2Error> {
-        let listed = self.ec2.describe(&self.owner).await?;
+        let listed = if self.any_cluster {
+            self.ec2
+                .describe_tagged(&self.owner.legacy_tags())
+                .await?
+                .into_iter()
+                .filter_map(|t| t.instance)
+                .collect()
+        } else {
+            self.ec2.describe(&self.owner).await?
+        };
         let up: HashMap<&str, Ec2State> = listed
             .iter()
             .filter(|i| matches!(i.state, Ec2State::Pending | Ec2State::Running))

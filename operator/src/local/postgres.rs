@@ -254,6 +254,12 @@ impl Cluster {
         self.port
     }
 
+    /// PostgreSQL's program `name` (`psql`, `pg_dump`), of the same version
+    /// as the server.
+    pub fn program(&self, name: &str) -> PathBuf {
+        self.bin.join(name)
+    }
+
     /// A URL for database `db`.
     pub fn url(&self, db: &str) -> String {
         format!(

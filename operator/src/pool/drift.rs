@@ -8,8 +8,10 @@
 //! command, database file) — and in [`crate::pool::ec2::TAG_IMAGE`] which
 //! image that was, for people. An instance whose hash is not the spec's,
 //! or whose instance type or subnet the spec no longer lists, has drifted.
-//! One launched before instances carried the hash is not known to drift:
-//! it goes by `idleSeconds` and `maxUses` as before.
+//! One launched before instances carried the hash (by release 0.1.0 as of
+//! d589380) is known to drift by its AMI alone, as EC2 reports it: on a
+//! pool that names an `imageId`, another AMI has drifted. Its other fields
+//! are not known: it goes by `idleSeconds` and `maxUses` as before.
 //!
 //! A launch template's version as written (`$Latest`, `$Default`) is in
 //! the hash as written; what it resolves to is not. Each pass resolves it
@@ -68,7 +70,12 @@ pub fn drifted(
     i: &Ec2Instance,
 ) -> bool {
     let launch = &spec.launch;
-    let spec_changed = i.launch.as_deref().is_some_and(|h| h != hash);
+    let spec_changed = match (&i.launch, &launch.image_id) {
+        (Some(h), _) => h != hash,
+        // From before the hash: its AMI ([`Ec2Instance::image`]) alone.
+        (None, Some(ami)) => i.image.as_deref().is_some_and(|a| a != ami),
+        (None, None) => false,
+    };
     // Known on both sides only: an instance launched before the tag, or a
     // version that could not be resolved, is not known to drift.
     let version_changed = launch.launch_template.is_some()
@@ -155,10 +162,34 @@ mod tests {
                 true,
             ),
             ("the template's type", inst(Some(&hash), "", ""), false),
+            (
+                "launched before the hash, from the spec's AMI",
+                Ec2Instance {
+                    image: spec.launch.image_id.clone(),
+                    ..inst(None, "t3.small", "subnet-a")
+                },
+                false,
+            ),
+            (
+                "launched before the hash, from another AMI",
+                Ec2Instance {
+                    image: Some("ami-older".into()),
+                    ..inst(None, "t3.small", "subnet-a")
+                },
+                true,
+            ),
         ];
         for (what, i, want) in cases {
             assert_eq!(drifted(&spec, &hash, None, &i), want, "{what}");
         }
+        // On a launch template, such an instance's AMI says nothing.
+        let mut templated = spec.clone();
+        templated.launch.image_id = None;
+        let older = Ec2Instance {
+            image: Some("ami-older".into()),
+            ..inst(None, "t3.small", "subnet-a")
+        };
+        assert!(!drifted(&templated, &hash, None, &older));
     }
 
     #[test]

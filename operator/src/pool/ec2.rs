@@ -799,7 +799,14 @@ fn instance(i: &aws_sdk_ec2::types::Instance) -> Option<Ec2Instance> {
             spot: i.instance_lifecycle() == Some(&InstanceLifecycleType::Spot),
         },
         launch: tag(i, TAG_LAUNCH),
-        image: tag(i, TAG_IMAGE),
+        // An instance from before the tags: its AMI, which is what a pool
+        // on `imageId` launched it from (see `drift`).
+        image: tag(i, TAG_IMAGE).or_else(|| {
+            tag(i, TAG_LAUNCH)
+                .is_none()
+                .then(|| i.image_id().map(str::to_string))
+                .flatten()
+        }),
         template_version: tag(i, TAG_TEMPLATE_VERSION),
     })
 }

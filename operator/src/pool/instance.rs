@@ -98,7 +98,9 @@ pub struct Ec2Instance {
     /// see [`super::drift`]); `None` for one launched before instances
     /// carried it.
     pub launch: Option<String>,
-    /// Which image that spec launched (tag `orca.dev/image`), for people.
+    /// Which image that spec launched (tag `orca.dev/image`), for people;
+    /// for one launched before instances carried the tag, its AMI as EC2
+    /// reports it.
     pub image: Option<String>,
     /// The launch template version it was launched from, resolved to a
     /// number (tag `orca.dev/template-version`); `None` without a template,

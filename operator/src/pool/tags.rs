@@ -87,7 +87,7 @@ impl Ownership {
     }
 
     /// The tags instances carried before they carried the cluster's.
-    pub(super) fn legacy_tags(&self) -> [(&'static str, &str); 3] {
+    pub(crate) fn legacy_tags(&self) -> [(&'static str, &str); 3] {
         [
             (TAG_POOL, &self.pool),
             (TAG_SCHEDULER, &self.scheduler),

@@ -33,6 +33,7 @@ impl Launch {
             .env_clear()
             .envs(std::env::vars_os().filter(|(k, _)| !k.to_string_lossy().starts_with("ORCA_")))
             .env("HOSTNAME", &self.hostname)
+            .env("PATH", image_path())
             .envs(&self.env)
             .env("ORCA_TERMINATION_LOG", &self.termination_log)
             .stdin(Stdio::null())
@@ -62,6 +63,14 @@ impl Launch {
         }
         String::new()
     }
+}
+
+/// The `PATH` of every container: the workspace's binaries first, as an
+/// image would have its programs, then the test's own.
+fn image_path() -> std::ffi::OsString {
+    let inherited = std::env::var_os("PATH").unwrap_or_default();
+    let dirs = std::iter::once(crate::bins::dir()).chain(std::env::split_paths(&inherited));
+    std::env::join_paths(dirs).unwrap_or(inherited)
 }
 
 fn head(text: &str, bytes: usize) -> &str {

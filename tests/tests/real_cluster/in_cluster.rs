@@ -10,7 +10,7 @@
 //! that hangs is restarted by its liveness probe; and the teardown, the
 //! WarmPool's instances terminated before it goes and then the Scheduler.
 
-use std::{collections::BTreeMap, time::Duration};
+use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Pod;
 use kube::{
@@ -18,8 +18,12 @@ use kube::{
     Api,
 };
 use orca_tests::{
-    cluster::ControlPlane, eventually::eventually, image, on_cluster::OnCluster, pg,
-    release::writes_by_pods,
+    cluster::ControlPlane,
+    eventually::eventually,
+    image,
+    on_cluster::OnCluster,
+    pg,
+    release::{overlapping_leaders, writes_by_pods},
 };
 
 use super::{pool_deletion, ready_with, scheduler, warm_pool::v1_and_one_idle};
@@ -131,29 +135,6 @@ async fn leader(
         }
     })
     .await
-}
-
-/// Each pod's writes as one span `(first, last)`; every two spans must be
-/// apart: one leader's writes all come before the next one's.
-fn overlapping_leaders(writes: &[(String, String, String)]) -> Vec<String> {
-    let mut spans: BTreeMap<&str, (&str, &str)> = BTreeMap::new();
-    for (pod, at, _) in writes {
-        let span = spans.entry(pod).or_insert((at, at));
-        span.0 = span.0.min(at.as_str());
-        span.1 = span.1.max(at.as_str());
-    }
-    let mut spans: Vec<(&str, (&str, &str))> = spans.into_iter().collect();
-    spans.sort_by_key(|(_, (first, _))| *first);
-    spans
-        .windows(2)
-        .filter(|w| w[1].1 .0 <= w[0].1 .1)
-        .map(|w| {
-            format!(
-                "{} wrote until {} but {} from {}",
-                w[0].0, w[0].1 .1, w[1].0, w[1].1 .0
-            )
-        })
-        .collect()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -47,7 +47,9 @@ impl Ec2Stage {
         let proxy = Ec2Faults::start(&moto.endpoint());
         // The operator's EC2 endpoint, reachable from the test node's image
         // pods too (the in-cluster operator's).
-        stage.cp.expose(port_of(&proxy.endpoint()));
+        stage
+            .cp
+            .expose(orca_tests::cluster::port_of(&proxy.endpoint()));
         let ec2 = warm::ec2(&moto.endpoint()).await;
         let subnets = warm::subnets(&ec2).await;
         let owner = Ownership::new(
@@ -100,15 +102,6 @@ impl Ec2Stage {
         spec.scheduler = "orca".into();
         WarmPool::new(name, spec)
     }
-}
-
-/// The loopback port of an `http://127.0.0.1:<port>` endpoint.
-fn port_of(endpoint: &str) -> u16 {
-    endpoint
-        .rsplit(':')
-        .next()
-        .and_then(|p| p.trim_end_matches('/').parse().ok())
-        .unwrap_or_else(|| panic!("no port in {endpoint}"))
 }
 
 /// Scheduler `orca` at `v1` Ready, then WarmPool `runners` (idle 1 to 3,

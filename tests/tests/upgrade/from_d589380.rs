@@ -8,13 +8,14 @@ use kube::Api;
 use orca_operator::crd::{schema::SCHEMA_ANNOTATION, Scheduler, WarmPool};
 use orca_tests::{
     cluster::ControlPlane,
-    release::{repo, Release, Replica, TEST_CLUSTER},
+    release::{Release, Replica},
 };
 
-use super::{established, fixtures, fresh_crds, helm_run, kubectl_run, within};
+use super::{
+    fixtures, fresh_crds, helm_run, install_previous, kubectl_run, upgrade_as_documented, within,
+    RELEASE,
+};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-
-const RELEASE: &str = "orca-operator";
 
 /// Each CRD this release generates, as installed: kept by Helm, owned by
 /// `release` in `namespace`, and stamped with this release's schema.
@@ -65,21 +66,7 @@ async fn helm_upgrade_from_d589380_takes_its_crds_over_keeps_its_objects_and_run
     let ns = cp.namespace(&client, "from-d589380").await;
 
     // The previous release, installed as its users did, with their objects.
-    let old_chart = fixtures().join("chart");
-    helm_run(
-        cp,
-        &[
-            "install",
-            RELEASE,
-            old_chart.to_str().unwrap(),
-            "--namespace",
-            &ns,
-            "--set",
-            "replicaCount=0",
-            "--wait",
-        ],
-    );
-    established(cp, &["schedulers.orca.dev", "warmpools.orca.dev"]);
+    install_previous(cp, &ns);
     let objects = fixtures().join("objects.yaml");
     kubectl_run(cp, &["apply", "-n", &ns, "-f", objects.to_str().unwrap()]);
     let schedulers: Api<Scheduler> = Api::namespaced(client.clone(), &ns);
@@ -87,28 +74,8 @@ async fn helm_upgrade_from_d589380_takes_its_crds_over_keeps_its_objects_and_run
     let scheduler = schedulers.get("orca").await.unwrap();
     let pool = pools.get("runners").await.unwrap();
 
-    // The upgrade, as docs/operations.md#upgrade says for a release from
-    // before clusterName and WarmPoolClasses: its RoleBinding's roleRef
-    // (a Role) cannot become this release's (a ClusterRole) in place.
-    kubectl_run(cp, &["delete", "rolebinding", RELEASE, "--namespace", &ns]);
-    let chart = repo().join("charts/orca-operator");
-    helm_run(
-        cp,
-        &[
-            "upgrade",
-            RELEASE,
-            chart.to_str().unwrap(),
-            "--namespace",
-            &ns,
-            "--reset-then-reuse-values",
-            "--take-ownership",
-            "--wait",
-            "--set",
-            &format!("clusterName={TEST_CLUSTER}"),
-            "--set",
-            "tenancy.requireClass=false",
-        ],
-    );
+    // The upgrade, as docs/operations.md#upgrade says.
+    upgrade_as_documented(cp, &ns, &[]);
     assert_crds_are_this_releases(&client, &ns).await;
     // Every object kept, as it was written.
     let after = schedulers.get("orca").await.unwrap();

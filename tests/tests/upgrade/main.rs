@@ -5,6 +5,7 @@
 //! docs/operations.md#upgrade says.
 
 mod from_d589380;
+mod over_running_state;
 mod stale_crds;
 
 use std::{path::PathBuf, process::Command, time::Duration};
@@ -75,6 +76,59 @@ where
         let name = meta.name.clone().unwrap_or_default();
         let _ = api.patch(&name, &Default::default(), &patch).await;
     }
+}
+
+/// The Helm release of the operator, in every test here (the captured
+/// release's name).
+pub use orca_tests::release_state::RELEASE;
+
+/// The previous release as its users installed it, in namespace `ns`
+/// (with no replica: the test runs the operator), its CRDs established.
+pub fn install_previous(cp: &ControlPlane, ns: &str) {
+    let old_chart = fixtures().join("chart");
+    helm_run(
+        cp,
+        &[
+            "install",
+            RELEASE,
+            old_chart.to_str().expect("a UTF-8 path"),
+            "--namespace",
+            ns,
+            "--set",
+            "replicaCount=0",
+            "--wait",
+        ],
+    );
+    established(cp, &["schedulers.orca.dev", "warmpools.orca.dev"]);
+}
+
+/// The upgrade to this release in namespace `ns`, as
+/// docs/operations.md#upgrade says for a release from before `clusterName`
+/// and WarmPoolClasses: its RoleBinding's `roleRef` (a Role) cannot become
+/// this release's (a ClusterRole) in place, so it is deleted first.
+/// `sets` (`key=value`) are the user's own values besides.
+pub fn upgrade_as_documented(cp: &ControlPlane, ns: &str, sets: &[String]) {
+    kubectl_run(cp, &["delete", "rolebinding", RELEASE, "--namespace", ns]);
+    let chart = repo().join("charts/orca-operator");
+    let cluster = format!("clusterName={}", orca_tests::release::TEST_CLUSTER);
+    let mut args = vec![
+        "upgrade",
+        RELEASE,
+        chart.to_str().expect("a UTF-8 path"),
+        "--namespace",
+        ns,
+        "--reset-then-reuse-values",
+        "--take-ownership",
+        "--wait",
+        "--set",
+        &cluster,
+        "--set",
+        "tenancy.requireClass=false",
+    ];
+    for set in sets {
+        args.extend(["--set", set.as_str()]);
+    }
+    helm_run(cp, &args);
 }
 
 /// Waits until the CRDs `names` are established.
