@@ -12,8 +12,8 @@ use orca_tests::{
 };
 
 use super::{
-    fixtures, fresh_crds, helm_run, install_previous, kubectl_run, upgrade_as_documented, within,
-    RELEASE,
+    fixtures, fresh_crds, install_previous, kubectl_run, rollback_as_documented,
+    upgrade_as_documented, within, RELEASE,
 };
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 
@@ -121,39 +121,8 @@ async fn helm_upgrade_from_d589380_takes_its_crds_over_keeps_its_objects_and_run
     );
     drop(replica);
 
-    // A rollback to the previous release keeps the CRDs (they are newer
-    // than its operator, which accepts them) and every object; its
-    // RoleBinding goes back to a Role, by hand, as the docs say.
-    kubectl_run(
-        cp,
-        &[
-            "patch",
-            "rolebinding",
-            RELEASE,
-            "--namespace",
-            &ns,
-            "--type",
-            "merge",
-            "-p",
-            r#"{"metadata":{"finalizers":null}}"#,
-        ],
-    );
-    kubectl_run(cp, &["delete", "rolebinding", RELEASE, "--namespace", &ns]);
-    helm_run(
-        cp,
-        &["rollback", RELEASE, "1", "--namespace", &ns, "--wait"],
-    );
-    let api: Api<CustomResourceDefinition> = Api::all(client.clone());
-    for name in [
-        "schedulers.orca.dev",
-        "warmpools.orca.dev",
-        "warmpoolclasses.orca.dev",
-    ] {
-        assert!(
-            api.get_opt(name).await.unwrap().is_some(),
-            "the rollback deleted CRD {name}"
-        );
-    }
+    // A rollback to the previous release keeps the CRDs and every object.
+    rollback_as_documented(cp, &client, &ns).await;
     assert_eq!(
         schedulers.get("orca").await.unwrap().metadata.uid,
         scheduler.metadata.uid

@@ -10,6 +10,7 @@ mod stale_crds;
 
 use std::{path::PathBuf, process::Command, time::Duration};
 
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use orca_operator::crd::{Scheduler, WarmPool};
 use orca_tests::{
     cluster::ControlPlane,
@@ -129,6 +130,51 @@ pub fn upgrade_as_documented(cp: &ControlPlane, ns: &str, sets: &[String]) {
         args.extend(["--set", set.as_str()]);
     }
     helm_run(cp, &args);
+}
+
+/// The rollback to the previous release (revision 1) in namespace `ns`,
+/// as docs/operations.md#upgrade says: its RoleBinding goes back to a
+/// Role, by hand: deleted, then this release's in-use finalizer taken off
+/// (a running operator puts it back on a binding not being deleted).
+/// The CRDs are kept (newer than its operator, which accepts them).
+pub async fn rollback_as_documented(cp: &ControlPlane, client: &kube::Client, ns: &str) {
+    kubectl_run(
+        cp,
+        &[
+            "delete",
+            "rolebinding",
+            RELEASE,
+            "--namespace",
+            ns,
+            "--wait=false",
+        ],
+    );
+    kubectl_run(
+        cp,
+        &[
+            "patch",
+            "rolebinding",
+            RELEASE,
+            "--namespace",
+            ns,
+            "--type",
+            "merge",
+            "-p",
+            r#"{"metadata":{"finalizers":null}}"#,
+        ],
+    );
+    helm_run(cp, &["rollback", RELEASE, "1", "--namespace", ns, "--wait"]);
+    let api: kube::Api<CustomResourceDefinition> = kube::Api::all(client.clone());
+    for name in [
+        "schedulers.orca.dev",
+        "warmpools.orca.dev",
+        "warmpoolclasses.orca.dev",
+    ] {
+        assert!(
+            api.get_opt(name).await.unwrap().is_some(),
+            "the rollback deleted CRD {name}"
+        );
+    }
 }
 
 /// Waits until the CRDs `names` are established.

@@ -7,7 +7,8 @@
 //! 60 s it creates or deletes no pod, Job, instance row or EC2 instance,
 //! while it writes both statuses in its own shape; then a rollout hands
 //! over and the pool replaces its instances when their AMI changes, and
-//! every write came from the one pod that leads.
+//! every write came from the one pod that leads. A rollback to the
+//! previous chart keeps the CRDs, the objects and what runs.
 
 use std::{
     collections::BTreeSet,
@@ -31,7 +32,10 @@ use orca_tests::{
     warm,
 };
 
-use super::{fixtures, fresh_crds, install_previous, upgrade_as_documented, within, RELEASE};
+use super::{
+    fixtures, fresh_crds, install_previous, rollback_as_documented, upgrade_as_documented, within,
+    RELEASE,
+};
 
 /// The image of this release that the upgrade installs.
 const REPOSITORY: &str = "localhost/orca-operator";
@@ -98,6 +102,9 @@ async fn running(client: &kube::Client, loaded: &Loaded) -> Running {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn helm_upgrade_over_what_d589380_left_running_changes_nothing_then_rolls_out_and_replaces() {
+    let t0 = Instant::now();
+    // Where the test is, in its output (seen when it fails).
+    let stage = |what: &str| eprintln!("[over_running_state] {:>6.1?} {what}", t0.elapsed());
     let cp = ControlPlane::shared();
     let _crds = fresh_crds(cp).await;
     let client = cp.client().await;
@@ -110,6 +117,7 @@ async fn helm_upgrade_over_what_d589380_left_running_changes_nothing_then_rolls_
     })
     .await;
 
+    stage("restored state");
     // What the release left running, running again: its scheduler leads
     // from the restored pod, and both instances' agents poll.
     let db = pg::connect(&loaded.url).await;
@@ -152,6 +160,7 @@ async fn helm_upgrade_over_what_d589380_left_running_changes_nothing_then_rolls_
     let pools: Api<WarmPool> = Api::namespaced(client.clone(), NAMESPACE);
     let captured_version = pools.get(POOL).await.unwrap().metadata.resource_version;
 
+    stage("upgrading");
     // The upgrade, as docs/operations.md#upgrade says, of an installation
     // that runs two replicas of the operator's image: the chart's
     // Deployment, run by the test node, reaching the database and EC2.
@@ -185,6 +194,7 @@ async fn helm_upgrade_over_what_d589380_left_running_changes_nothing_then_rolls_
     .await;
     let log = || cp.pod_log(NAMESPACE, &leader);
 
+    stage("statuses");
     // Both statuses in this release's shape: the pool's roster of its
     // instances and the Secret it follows, fields the previous release
     // never wrote; the Scheduler's leader the restored pod.
@@ -246,6 +256,7 @@ async fn helm_upgrade_over_what_d589380_left_running_changes_nothing_then_rolls_
     })
     .await;
 
+    stage("quiet 60 s");
     // Nothing that runs changes for 60 s.
     let quiet = Duration::from_secs(60);
     while started.elapsed() < quiet {
@@ -260,6 +271,7 @@ async fn helm_upgrade_over_what_d589380_left_running_changes_nothing_then_rolls_
         tokio::time::sleep(Duration::from_secs(2)).await;
     }
 
+    stage("rollout and replacement");
     // Then it acts as it would on its own objects: a rollout hands over,
     // and a changed launch replaces an instance.
     let patch = |v: serde_json::Value| Patch::Merge(v);
@@ -297,18 +309,24 @@ async fn helm_upgrade_over_what_d589380_left_running_changes_nothing_then_rolls_
         )
         .await
         .unwrap();
-    within("an instance replaced", 180, || async {
+    within("both instances replaced, one at a time", 240, || async {
         let now = running(&client, &loaded).await;
-        let replaced = before.instances.difference(&now.instances).count();
-        let new = now.instances.difference(&before.instances).count();
-        if replaced >= 1 && new >= 1 {
+        let status = pools
+            .get(POOL)
+            .await
+            .map_err(|e| e.to_string())?
+            .status
+            .unwrap_or_default();
+        let kept = before.instances.intersection(&now.instances).count();
+        if kept == 0 && now.instances.len() == 2 && status.idle == 2 && status.drifted == 0 {
             Ok(())
         } else {
-            Err(format!("{now:?}"))
+            Err(format!("{now:?} {status:?}"))
         }
     })
     .await;
 
+    stage("writers");
     // Two replicas, one leader: every write in the namespace by an
     // operator pod's token came from the pod that leads.
     let writes = writes_by_pods(cp, NAMESPACE);
@@ -319,5 +337,14 @@ async fn helm_upgrade_over_what_d589380_left_running_changes_nothing_then_rolls_
         "{:?}",
         overlapping_leaders(&writes)
     );
+
+    stage("rollback");
+    // A rollback to the previous release: its chart again (no replica),
+    // the CRDs kept, and nothing that runs deleted with the Deployment.
+    let rolled = running(&client, &loaded).await;
+    rollback_as_documented(cp, &client, NAMESPACE).await;
+    assert!(schedulers.get_opt(SCHEDULER).await.unwrap().is_some());
+    assert!(pools.get_opt(POOL).await.unwrap().is_some());
+    assert_eq!(running(&client, &loaded).await, rolled);
     let _ = stop_hosts.send(());
 }
