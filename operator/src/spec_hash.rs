@@ -16,16 +16,57 @@
 //! (`spec_hash_tests.rs`) pin the values of a corpus of specs and fail
 //! otherwise.
 //!
-//! Values of scheme 1 carry no version mark, being the first. A later scheme
-//! must mark its values (a character that is not a hex digit) and keep
-//! computing scheme 1 for the pods and instances that carry its values, so
-//! that changing the scheme rolls nothing.
+//! **A value says its scheme** ([`scheme_of`]): lowercase hex digits alone
+//! are scheme 1, the first, whose values were made before schemes had
+//! numbers and must keep their form (a new form would roll every
+//! Scheduler and replace every instance on upgrade); a later scheme `N`
+//! writes `<hex>-s<N>`, a form every name and label these values go into
+//! takes. A value is compared under the scheme that made it ([`same`]): a
+//! later release's scheme keeps computing scheme 1 for the pods and
+//! instances that carry its values, so that changing the scheme rolls
+//! nothing; and a value of a scheme this build does not know (met after a
+//! rollback) is not known to differ, so a rollback replaces nothing
+//! either.
 
 use serde_json::{Map, Value};
 use sha2::{Digest, Sha256};
 
 /// The scheme [`hex_of`] computes.
 pub const SCHEME: u32 = 1;
+
+/// Which scheme made `value` (see the module's text): 1 for hex digits
+/// alone, `N` for `<hex>-s<N>` (N ≥ 2); `None` for what no scheme makes.
+pub fn scheme_of(value: &str) -> Option<u32> {
+    let is_hex = |h: &str| {
+        !h.is_empty()
+            && h.chars()
+                .all(|c| c.is_ascii_digit() || ('a'..='f').contains(&c))
+    };
+    match value.rsplit_once("-s") {
+        None => is_hex(value).then_some(1),
+        Some((hex, n)) => {
+            // Written as `N` is: no sign, no leading zero.
+            let scheme = n
+                .parse::<u32>()
+                .ok()
+                .filter(|v| *v > SCHEME && v.to_string() == n)?;
+            is_hex(hex).then_some(scheme)
+        }
+    }
+}
+
+/// Whether `value`, as read from a pod or an instance, is the value this
+/// build computes under scheme 1 (`ours`): `Some(true)` or `Some(false)`
+/// for a value of scheme 1, `None` for one of a scheme this build does not
+/// compute (a later release's): not known either way.
+pub fn same(value: &str, ours: &str) -> Option<bool> {
+    match scheme_of(value) {
+        Some(SCHEME) => Some(value == ours),
+        // Not a value of any scheme: not the one computed here.
+        None => Some(false),
+        Some(_) => None,
+    }
+}
 
 /// The first `bytes` bytes, in hex, of the hash of `fields` (an object)
 /// under scheme [`SCHEME`].
@@ -72,5 +113,38 @@ fn is_unset(v: &Value) -> bool {
         Value::Array(a) => a.is_empty(),
         Value::Object(o) => o.is_empty(),
         _ => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_value_says_its_scheme() {
+        for (value, scheme) in [
+            ("70f80a93cb", Some(1)),
+            ("0123456789ab", Some(1)),
+            ("70f80a93cb-s2", Some(2)),
+            ("70f80a93cb-s17", Some(17)),
+            ("70f80a93cb-s1", None),
+            ("70f80a93cb-s02", None),
+            ("70f80a93cb-s", None),
+            ("70F80A93CB", None),
+            ("-s2", None),
+            ("", None),
+            ("orca-70f80a93cb", None),
+        ] {
+            assert_eq!(scheme_of(value), scheme, "{value:?}");
+        }
+    }
+
+    #[test]
+    fn a_value_of_a_later_scheme_is_not_known_to_differ() {
+        let ours = hex_of(serde_json::json!({"image": "v1"}), 5);
+        assert_eq!(same(&ours, &ours), Some(true));
+        assert_eq!(same("0000000000", &ours), Some(false));
+        assert_eq!(same(&format!("{ours}-s2"), &ours), None);
+        assert_eq!(same("not a hash", &ours), Some(false));
     }
 }

@@ -82,6 +82,9 @@ fn revisions_are_what_they_were() {
         got, want,
         "a revision changed: every such Scheduler would roll on upgrade"
     );
+    for r in &got {
+        assert_eq!(crate::spec_hash::scheme_of(r), Some(1), "{r} says scheme 1");
+    }
     for (yaml, _) in SCHEDULERS {
         let spec = scheduler(yaml);
         assert_eq!(
@@ -107,6 +110,9 @@ fn launch_hashes_are_what_they_were() {
         got, want,
         "a launch hash changed: every such instance would drift on upgrade"
     );
+    for h in &got {
+        assert_eq!(crate::spec_hash::scheme_of(h), Some(1), "{h} says scheme 1");
+    }
     for (yaml, _) in LAUNCHES {
         let l = launch(yaml);
         assert_eq!(

@@ -8,6 +8,10 @@
 //! command, database file) — and in [`crate::pool::ec2::TAG_IMAGE`] which
 //! image that was, for people. An instance whose hash is not the spec's,
 //! or whose instance type or subnet the spec no longer lists, has drifted.
+//! A hash of a later release's scheme (an instance it launched, met after
+//! a rollback to this one) is not known to drift by it
+//! ([`crate::spec_hash::same`]).
+//!
 //! One launched before instances carried the hash (by release 0.1.0 as of
 //! d589380) is known to drift by its AMI alone, as EC2 reports it: on a
 //! pool that names an `imageId`, another AMI has drifted. Its other fields
@@ -71,7 +75,8 @@ pub fn drifted(
 ) -> bool {
     let launch = &spec.launch;
     let spec_changed = match (&i.launch, &launch.image_id) {
-        (Some(h), _) => h != hash,
+        // A later release's scheme (met after a rollback): not known.
+        (Some(h), _) => crate::spec_hash::same(h, hash) == Some(false),
         // From before the hash: its AMI ([`Ec2Instance::image`]) alone.
         (None, Some(ami)) => i.image.as_deref().is_some_and(|a| a != ami),
         (None, None) => false,
@@ -177,6 +182,11 @@ mod tests {
                     ..inst(None, "t3.small", "subnet-a")
                 },
                 true,
+            ),
+            (
+                "tagged by a later release's scheme",
+                inst(Some(&format!("{hash}-s2")), "t3.small", "subnet-a"),
+                false,
             ),
         ];
         for (what, i, want) in cases {

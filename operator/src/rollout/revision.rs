@@ -107,21 +107,31 @@ pub fn host_name(namespace: &str, scheduler: &str, revision: &str, sequence: u32
 
 /// Whether `host` is a host name [`host_name`] gives Scheduler
 /// `namespace/scheduler`: an instance of one of its pods, even of a pod
-/// already gone.
+/// already gone, of a revision of any hashing scheme (a later release's,
+/// `<hex>-s<N>`, too: see [`crate::spec_hash`]).
 pub fn is_host_of(namespace: &str, scheduler: &str, host: &str) -> bool {
-    let mut parts = host.rsplitn(3, '-');
-    let (Some(sequence), Some(revision), Some(_)) = (parts.next(), parts.next(), parts.next())
-    else {
+    let Some((rest, sequence)) = host.rsplit_once('-') else {
         return false;
     };
     let Ok(sequence) = sequence.parse::<u32>() else {
         return false;
     };
-    revision.len() == 10
-        && revision
-            .chars()
-            .all(|c| c.is_ascii_digit() || ('a'..='f').contains(&c))
-        && host_name(namespace, scheduler, revision, sequence) == host
+    // The revision is the last part before the sequence, or the last two
+    // (`<hex>-s<N>`).
+    let mut parts = rest.rsplit('-');
+    let (last, before) = (parts.next(), parts.next());
+    let revisions = [
+        last.map(str::to_string),
+        before.zip(last).map(|(hex, mark)| format!("{hex}-{mark}")),
+    ];
+    revisions.into_iter().flatten().any(|revision| {
+        crate::spec_hash::scheme_of(&revision).is_some()
+            && revision
+                .split('-')
+                .next()
+                .is_some_and(|hex| hex.len() == 10)
+            && host_name(namespace, scheduler, &revision, sequence) == host
+    })
 }
 
 /// The value of label `orca.dev/scheduler`, which selects a Scheduler's

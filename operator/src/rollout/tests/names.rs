@@ -191,6 +191,13 @@ fn a_scheduler_knows_its_own_host_names_in_its_own_namespace() {
     let host = host_name("team-a", "orca", &revision, 3);
     assert!(host.starts_with("team-a-orca-"), "readable: {host}");
     assert!(host.ends_with(&format!("-{revision}-3")), "{host}");
+    // A later release's hashing scheme marks its revisions: their pods'
+    // rows are still the Scheduler's own (after a rollback to this one).
+    for name in ["orca", "team.pipelines"] {
+        let later = host_name("team-a", name, &format!("{revision}-s2"), 7);
+        assert!(is_host_of("team-a", name, &later), "{later}");
+        assert!(!is_host_of("team-b", name, &later), "{later}");
+    }
     assert!(!is_host_of("team-a", "orca", "orca-zzzzzzzzzz-1"));
     assert!(!is_host_of("team-a", "orca", "ip-10-0-0-1"));
     // A namespace and name that run into each other differently.
