@@ -231,7 +231,7 @@ pub struct Loaded {
 
 /// Loads the state in `dir` into namespace [`NAMESPACE`] (which exists,
 /// with the release's CRDs installed): a new database holding its rows
-/// (their times moved to now, [`AS_IF_JUST_NOW`]),
+/// (their times moved to now: `AS_IF_JUST_NOW`),
 /// a moto holding its instances, the Secret `orca-db`, and its objects
 /// with their status, pods and Jobs.
 pub async fn load(client: &Client, dir: &Path) -> Loaded {
