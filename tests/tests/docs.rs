@@ -1,7 +1,7 @@
 //! The repository explains itself: `docs/api.md` is what the CRD types
 //! generate, the documented IAM policies are what `orca-operator
 //! iam-policy` renders, and every description `kubectl explain` would show
-//! is there.
+//! is there, and every link of the README and `docs/` leads somewhere.
 
 use std::path::PathBuf;
 
@@ -230,4 +230,110 @@ fn citation(line: &str) -> Option<&'static str> {
         return Some("an issue");
     }
     None
+}
+
+/// The Markdown files a reader follows links through: the README and
+/// `docs/`.
+fn markdown_files() -> Vec<PathBuf> {
+    let root = repo();
+    let mut files = vec![root.join("README.md")];
+    let mut docs: Vec<PathBuf> = std::fs::read_dir(root.join("docs"))
+        .expect("docs/")
+        .map(|e| e.expect("a directory entry").path())
+        .filter(|p| p.extension().is_some_and(|e| e == "md"))
+        .collect();
+    docs.sort();
+    files.extend(docs);
+    files
+}
+
+/// The anchors GitHub gives `text`'s headings: each heading lowercased,
+/// without what is not a letter, digit, space, `-` or `_`, spaces as `-`;
+/// a repeated one gets `-1`, `-2`….
+fn anchors(text: &str) -> std::collections::HashSet<String> {
+    let mut seen: std::collections::HashMap<String, usize> = Default::default();
+    let mut out = std::collections::HashSet::new();
+    for line in outside_code(text) {
+        let Some(heading) = line.strip_prefix('#') else {
+            continue;
+        };
+        let heading = heading.trim_start_matches('#').trim();
+        let slug: String = heading
+            .to_lowercase()
+            .chars()
+            .filter(|c| c.is_alphanumeric() || matches!(c, ' ' | '-' | '_'))
+            .map(|c| if c == ' ' { '-' } else { c })
+            .collect();
+        let n = seen.entry(slug.clone()).or_default();
+        out.insert(if *n == 0 {
+            slug.clone()
+        } else {
+            format!("{slug}-{n}")
+        });
+        *n += 1;
+    }
+    out
+}
+
+/// The lines of `text` outside fenced code blocks.
+fn outside_code(text: &str) -> Vec<&str> {
+    let mut fenced = false;
+    text.lines()
+        .filter(|line| {
+            if line.trim_start().starts_with("```") {
+                fenced = !fenced;
+                return false;
+            }
+            !fenced
+        })
+        .collect()
+}
+
+/// The targets of the inline links `[text](target)` on `line`.
+fn link_targets(line: &str) -> Vec<&str> {
+    line.match_indices("](")
+        .filter_map(|(at, _)| {
+            let rest = &line[at + 2..];
+            rest.find(')').map(|end| &rest[..end])
+        })
+        .collect()
+}
+
+#[test]
+fn every_link_in_the_readme_and_docs_leads_somewhere() {
+    let root = repo();
+    let mut broken = Vec::new();
+    let mut checked = 0;
+    for file in markdown_files() {
+        let text = std::fs::read_to_string(&file).expect("a Markdown file");
+        let dir = file.parent().expect("a file has a directory");
+        for line in outside_code(&text) {
+            for target in link_targets(line) {
+                if target.starts_with("http://") || target.starts_with("https://") {
+                    continue;
+                }
+                checked += 1;
+                let (path, anchor) = target.split_once('#').unwrap_or((target, ""));
+                let to = if path.is_empty() {
+                    file.clone()
+                } else {
+                    dir.join(path)
+                };
+                let shown = file.strip_prefix(&root).unwrap_or(&file).display();
+                if !to.exists() {
+                    broken.push(format!("{shown}: {target}: no such file"));
+                    continue;
+                }
+                let is_markdown = to.extension().is_some_and(|e| e == "md");
+                if !anchor.is_empty() && is_markdown {
+                    let headings = std::fs::read_to_string(&to).expect("a Markdown file");
+                    if !anchors(&headings).contains(anchor) {
+                        broken.push(format!("{shown}: {target}: no such heading"));
+                    }
+                }
+            }
+        }
+    }
+    assert!(checked > 100, "only {checked} links found");
+    assert!(broken.is_empty(), "broken links:\n{}", broken.join("\n"));
 }
