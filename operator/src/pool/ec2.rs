@@ -568,23 +568,19 @@ impl Ec2 {
 
     /// Tags `ids` with `owner`'s cluster (`CreateTags`).
     pub async fn tag_cluster(&self, ids: &[String], owner: &Ownership) -> Result<(), Ec2Error> {
+        let tag = Tag::builder()
+            .key(TAG_CLUSTER)
+            .value(&owner.cluster)
+            .build();
         const ACTION: &str = "CreateTags";
-        for chunk in ids.chunks(TERMINATE_BATCH) {
-            self.check(ACTION)?;
+        self.each_batch(ACTION, ids, None, |batch| {
             self.client
                 .create_tags()
-                .set_resources(Some(chunk.to_vec()))
-                .tags(
-                    Tag::builder()
-                        .key(TAG_CLUSTER)
-                        .value(&owner.cluster)
-                        .build(),
-                )
+                .set_resources(Some(batch))
+                .tags(tag.clone())
                 .send()
-                .await
-                .map_err(|e| sdk_error(ACTION, None, e))?;
-        }
-        Ok(())
+        })
+        .await
     }
 
     /// Every instance with the tags `tags`, in any state, page by page.
@@ -729,14 +725,35 @@ impl Ec2 {
     /// Terminates `ids`, at most [`TERMINATE_BATCH`] a call.
     pub async fn terminate(&self, ids: &[String]) -> Result<(), Ec2Error> {
         const ACTION: &str = "TerminateInstances";
-        for chunk in ids.chunks(TERMINATE_BATCH) {
-            self.check(ACTION)?;
+        self.each_batch(ACTION, ids, None, |batch| {
             self.client
                 .terminate_instances()
-                .set_instance_ids(Some(chunk.to_vec()))
+                .set_instance_ids(Some(batch))
                 .send()
+        })
+        .await
+    }
+
+    /// `call` on `ids`, [`TERMINATE_BATCH`] at a time, each call first
+    /// checked as `action` ([`Ec2::check`]: the fence, the tests' faults),
+    /// its error `action`'s (naming `offering`, if any); stops at the
+    /// first that fails.
+    async fn each_batch<T, E, Fut>(
+        &self,
+        action: &'static str,
+        ids: &[String],
+        offering: Option<&Offering>,
+        call: impl Fn(Vec<String>) -> Fut,
+    ) -> Result<(), Ec2Error>
+    where
+        Fut: std::future::Future<Output = Result<T, aws_sdk_ec2::error::SdkError<E>>>,
+        E: ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,
+    {
+        for batch in ids.chunks(TERMINATE_BATCH) {
+            self.check(action)?;
+            call(batch.to_vec())
                 .await
-                .map_err(|e| sdk_error(ACTION, None, e))?;
+                .map_err(|e| sdk_error(action, offering, e))?;
         }
         Ok(())
     }
@@ -746,32 +763,26 @@ impl Ec2 {
     /// `StopInstances`: the stopped reserve's stop (EBS kept, no compute).
     pub async fn stop(&self, ids: &[String]) -> Result<(), Ec2Error> {
         const ACTION: &str = "StopInstances";
-        for chunk in ids.chunks(TERMINATE_BATCH) {
-            self.check(ACTION)?;
+        self.each_batch(ACTION, ids, None, |batch| {
             self.client
                 .stop_instances()
-                .set_instance_ids(Some(chunk.to_vec()))
+                .set_instance_ids(Some(batch))
                 .send()
-                .await
-                .map_err(|e| sdk_error(ACTION, None, e))?;
-        }
-        Ok(())
+        })
+        .await
     }
 
     /// `StartInstances` of stopped instances of one offering, so that a
     /// capacity error names it.
     pub async fn start(&self, ids: &[String], offering: &Offering) -> Result<(), Ec2Error> {
         const ACTION: &str = "StartInstances";
-        for chunk in ids.chunks(TERMINATE_BATCH) {
-            self.check(ACTION)?;
+        self.each_batch(ACTION, ids, Some(offering), |batch| {
             self.client
                 .start_instances()
-                .set_instance_ids(Some(chunk.to_vec()))
+                .set_instance_ids(Some(batch))
                 .send()
-                .await
-                .map_err(|e| sdk_error(ACTION, Some(offering), e))?;
-        }
-        Ok(())
+        })
+        .await
     }
 }
 
