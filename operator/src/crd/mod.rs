@@ -32,6 +32,18 @@ use kube::CustomResourceExt;
 /// before that to it.
 pub const MAX_SECONDS: i64 = 31_536_000;
 
+/// Which namespace `object` (of a namespaced kind) is in: its own, which
+/// the API server always sets; `default` for one made without (a test's,
+/// as `kubectl apply` without `-n` would put it there). The one place
+/// that says so.
+pub fn namespace_of<K: kube::Resource>(object: &K) -> String {
+    object
+        .meta()
+        .namespace
+        .clone()
+        .unwrap_or_else(|| "default".into())
+}
+
 /// `n` seconds of a spec field as a duration to add to or compare with a
 /// time, held within 0..=[`MAX_SECONDS`]: no spec value, however it got
 /// into the API server, can overflow a time computed from it.

@@ -102,7 +102,7 @@ fn ours(
 }
 
 fn member_of(p: &WarmPool) -> Member {
-    let namespace = p.namespace().unwrap_or_else(|| "default".into());
+    let namespace = crate::crd::namespace_of(p);
     let instances = p.status.as_ref().map_or(0, |s| {
         i64::from(s.launching + s.idle + s.busy + s.stopped + s.terminating)
     });

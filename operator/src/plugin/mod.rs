@@ -284,7 +284,7 @@ pub async fn run(cli: Cli) -> Result<(), PluginError> {
 /// comment, the patch that moves the pool onto it. Launched from the class,
 /// the pool's launch spec is the same as before: no instance drifts.
 pub fn class_from_pool(pool: &WarmPool, class: &str) -> String {
-    let ns = pool.namespace().unwrap_or_else(|| "default".into());
+    let ns = crate::crd::namespace_of(pool);
     let mut launch = pool.spec.launch.clone();
     let types = std::mem::take(&mut launch.instance_types);
     let capacity = std::mem::take(&mut launch.capacity_type);

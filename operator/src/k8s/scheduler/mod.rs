@@ -126,7 +126,7 @@ pub fn run(
 
 /// Where a Scheduler is; namespaced, so it always has one.
 fn namespace_of(s: &Scheduler) -> String {
-    s.namespace().unwrap_or_else(|| "default".into())
+    crate::crd::namespace_of(s)
 }
 
 /// One pass of the rollout for `scheduler`: see the module's doc. Guarded

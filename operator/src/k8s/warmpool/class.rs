@@ -46,7 +46,7 @@ pub(super) async fn effective(
         });
     };
     ctx.config.budgets.set_limits(&name, &class.spec);
-    let ns = wp.namespace().unwrap_or_else(|| "default".into());
+    let ns = crate::crd::namespace_of(&*wp);
     let labels = labels_of(ctx, pool, &ns).await?;
     match resolve(&name, &class.spec, &labels, &wp.spec) {
         Ok(spec) => Ok(Ok(with_spec(&wp, spec))),

@@ -3,7 +3,7 @@
 
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use kube::{Api, Client, ResourceExt};
+use kube::{Api, Client};
 
 use crate::{
     crd::WarmPool,
@@ -39,10 +39,7 @@ pub(super) fn key(ns: &str, name: &str) -> String {
 
 /// The WarmPools of `wp`'s namespace.
 pub(super) fn pools_api(client: &Client, wp: &WarmPool) -> Api<WarmPool> {
-    Api::namespaced(
-        client.clone(),
-        &wp.namespace().unwrap_or_else(|| "default".into()),
-    )
+    Api::namespaced(client.clone(), &crate::crd::namespace_of(wp))
 }
 
 /// A lock of a map that a panic elsewhere left whole.

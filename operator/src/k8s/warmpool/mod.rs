@@ -230,7 +230,7 @@ fn error_policy(wp: Arc<WarmPool>, error: &ControllerError, ctx: Arc<PoolContext
         tracing::debug!(error = %error, "fenced");
         return Action::requeue(FENCED_RETRY);
     }
-    let ns = wp.namespace().unwrap_or_else(|| "default".into());
+    let ns = crate::crd::namespace_of(&*wp);
     let name = wp.name_any();
     let delay = ctx.backoff.failed(&ns, &name);
     tracing::warn!(pool = %key(&ns, &name), stage = error.stage(), retry_in = ?delay,
@@ -250,7 +250,7 @@ pub async fn reconcile(
     wp: Arc<WarmPool>,
     ctx: Arc<PoolContext>,
 ) -> Result<Action, ControllerError> {
-    let ns = wp.namespace().unwrap_or_else(|| "default".into());
+    let ns = crate::crd::namespace_of(&*wp);
     let pool = key(&ns, &wp.name_any());
     let passed = guard::guarded(
         &ctx.config.progress,

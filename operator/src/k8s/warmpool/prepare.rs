@@ -40,7 +40,7 @@ pub(super) async fn prepare(
     if same && deleting {
         return Ok(None);
     }
-    let ns = wp.namespace().unwrap_or_else(|| "default".into());
+    let ns = crate::crd::namespace_of(wp);
     let recorded = wp.status.as_ref().and_then(|s| s.database_secret.clone());
     // The Scheduler's stale limit judges whether a busy instance's run
     // still beats (the `Hung` check): its runs' heartbeats are its.
@@ -216,7 +216,7 @@ pub(super) async fn scheduler_of(
     ctx: &PoolContext,
     pool: &str,
 ) -> Result<Option<Arc<Scheduler>>, ControllerError> {
-    let ns = wp.namespace().unwrap_or_else(|| "default".into());
+    let ns = crate::crd::namespace_of(wp);
     if let Some(caches) = ctx.ready_caches().await {
         return Ok(caches
             .schedulers

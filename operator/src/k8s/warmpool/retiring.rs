@@ -82,7 +82,7 @@ pub(super) async fn restore(
     wp: &WarmPool,
     places: &[FormerPlace],
 ) -> Vec<Retiring> {
-    let ns = wp.namespace().unwrap_or_else(|| "default".into());
+    let ns = crate::crd::namespace_of(wp);
     let secrets: Api<Secret> = Api::namespaced(client.clone(), &ns);
     let mut out = Vec::new();
     for place in places {

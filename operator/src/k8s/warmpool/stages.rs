@@ -31,7 +31,7 @@ pub(super) async fn run_stages(
     wp: Arc<WarmPool>,
     ctx: Arc<PoolContext>,
 ) -> Result<Action, ControllerError> {
-    let ns = wp.namespace().unwrap_or_else(|| "default".into());
+    let ns = crate::crd::namespace_of(&*wp);
     let pool = key(&ns, &wp.name_any());
     ctx.config
         .fence
@@ -95,7 +95,7 @@ pub(super) async fn run_stages(
     // A handle on the class's book, made when the loop's class changes.
     let class = wp.spec.class_ref.as_ref().map(|c| c.name.as_str());
     if state.lp.budget_class() != class {
-        let ns = wp.namespace().unwrap_or_else(|| "default".into());
+        let ns = crate::crd::namespace_of(&*wp);
         state
             .lp
             .set_budget(class.map(|c| ctx.config.budgets.budget(c, &pool, &ns)));

@@ -35,7 +35,7 @@ pub(super) async fn without_database(
     deletion: Deletion,
     problem: UrlProblem,
 ) -> Result<Action, ControllerError> {
-    let ns = wp.namespace().unwrap_or_else(|| "default".into());
+    let ns = crate::crd::namespace_of(wp);
     let tuning = &ctx.config.tuning;
     let owner = Ownership::new(
         &ns,
