@@ -71,6 +71,13 @@ fn launch(yaml: &str) -> Launch {
     serde_yaml::from_str(yaml).unwrap_or_else(|e| panic!("{e}: {yaml}"))
 }
 
+/// Every value of `values` is of scheme 1 by its form.
+fn says_scheme_1(values: &[String]) {
+    for v in values {
+        assert_eq!(crate::spec_hash::scheme_of(v), Some(1), "{v} says scheme 1");
+    }
+}
+
 #[test]
 fn revisions_are_what_they_were() {
     let got: Vec<String> = SCHEDULERS
@@ -82,9 +89,7 @@ fn revisions_are_what_they_were() {
         got, want,
         "a revision changed: every such Scheduler would roll on upgrade"
     );
-    for r in &got {
-        assert_eq!(crate::spec_hash::scheme_of(r), Some(1), "{r} says scheme 1");
-    }
+    says_scheme_1(&got);
     for (yaml, _) in SCHEDULERS {
         let spec = scheduler(yaml);
         assert_eq!(
@@ -110,9 +115,7 @@ fn launch_hashes_are_what_they_were() {
         got, want,
         "a launch hash changed: every such instance would drift on upgrade"
     );
-    for h in &got {
-        assert_eq!(crate::spec_hash::scheme_of(h), Some(1), "{h} says scheme 1");
-    }
+    says_scheme_1(&got);
     for (yaml, _) in LAUNCHES {
         let l = launch(yaml);
         assert_eq!(

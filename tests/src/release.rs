@@ -21,6 +21,47 @@ use kube::{api::PostParams, Api, Client};
 
 use crate::{bins, cluster::ControlPlane};
 
+/// Runs `program args…` (helm, kubectl) against the control plane as its
+/// admin, `stdin` on its input; its stdout and stderr, or a panic with
+/// them unless it succeeds.
+pub fn run_as_admin(
+    cp: &ControlPlane,
+    program: &Path,
+    args: &[&str],
+    stdin: Option<&str>,
+) -> String {
+    use std::io::Write;
+    let mut child = std::process::Command::new(program)
+        .args(args)
+        .arg("--kubeconfig")
+        .arg(cp.admin_kubeconfig())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("{} could not run: {e}", program.display()));
+    let mut input = child.stdin.take().expect("invariant: stdin is piped");
+    if let Some(text) = stdin {
+        let _ = input.write_all(text.as_bytes());
+    }
+    drop(input);
+    let out = child
+        .wait_with_output()
+        .unwrap_or_else(|e| panic!("{}: {e}", program.display()));
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        out.status.success(),
+        "{} {}: {text}",
+        program.display(),
+        args.join(" ")
+    );
+    text
+}
+
 /// `helm` from `$ORCA_HELM` (scripts/lib/setup.sh's `ensure_helm`).
 pub fn helm() -> PathBuf {
     let Some(path) = std::env::var_os("ORCA_HELM") else {

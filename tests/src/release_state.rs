@@ -63,6 +63,17 @@ pub struct Instance {
 pub struct Names(Vec<(String, String)>);
 
 impl Names {
+    /// moto's endpoint and its default subnets (`subnets`, sorted), which
+    /// change with each moto.
+    pub fn of_moto(endpoint: &str, subnets: &[String]) -> Names {
+        let mut names = Names::default();
+        names.add("${ec2-endpoint}".into(), endpoint.into());
+        for (i, subnet) in subnets.iter().enumerate() {
+            names.add(format!("${{subnet-{i}}}"), subnet.clone());
+        }
+        names
+    }
+
     pub fn add(&mut self, placeholder: String, value: String) {
         self.0.push((placeholder, value));
     }
@@ -81,11 +92,6 @@ impl Names {
         self.0
             .iter()
             .fold(text.to_string(), |t, (p, v)| t.replace(p.as_str(), v))
-    }
-
-    /// The value placeholder `p` stands for.
-    pub fn value(&self, p: &str) -> Option<&str> {
-        self.0.iter().find(|(q, _)| q == p).map(|(_, v)| v.as_str())
     }
 }
 
@@ -176,13 +182,6 @@ fn strip_token_volume(spec: &mut Value) {
     }
 }
 
-/// Documents of a multi-document YAML file, as JSON.
-pub fn read_yaml(path: &Path) -> Vec<Value> {
-    let text =
-        std::fs::read_to_string(path).unwrap_or_else(|e| panic!("reading {}: {e}", path.display()));
-    yaml_docs(&text, path)
-}
-
 fn yaml_docs(text: &str, path: &Path) -> Vec<Value> {
     serde_yaml::Deserializer::from_str(text)
         .map(|doc| Value::deserialize(doc).unwrap_or_else(|e| panic!("{}: {e}", path.display())))
@@ -237,11 +236,7 @@ pub struct Loaded {
 pub async fn load(client: &Client, dir: &Path) -> Loaded {
     let moto = crate::moto::Moto::start();
     let ec2 = warm::ec2(&moto.endpoint()).await;
-    let mut names = Names::default();
-    names.add("${ec2-endpoint}".into(), moto.endpoint());
-    for (i, subnet) in warm::subnets(&ec2).await.into_iter().enumerate() {
-        names.add(format!("${{subnet-{i}}}"), subnet);
-    }
+    let mut names = Names::of_moto(&moto.endpoint(), &warm::subnets(&ec2).await);
     let instances: Vec<Instance> = serde_yaml::from_str(&read(dir, INSTANCES))
         .unwrap_or_else(|e| panic!("{}: {e}", dir.join(INSTANCES).display()));
     for instance in &instances {
@@ -275,17 +270,7 @@ pub async fn load(client: &Client, dir: &Path) -> Loaded {
         .await
         .unwrap_or_else(|e| panic!("moving the captured rows' times: {e}"));
 
-    let secrets: Api<k8s_openapi::api::core::v1::Secret> =
-        Api::namespaced(client.clone(), NAMESPACE);
-    let secret = serde_json::from_value(serde_json::json!({
-        "metadata": {"name": "orca-db"},
-        "stringData": {"url": url},
-    }))
-    .expect("invariant: a Secret");
-    secrets
-        .create(&PostParams::default(), &secret)
-        .await
-        .unwrap_or_else(|e| panic!("creating Secret orca-db: {e}"));
+    db_secret(client, &url).await;
 
     let shown = |file: &str| yaml_docs(&names.show(&read(dir, file)), &dir.join(file));
     for object in shown(OBJECTS) {
@@ -329,6 +314,19 @@ begin
     end loop;
 end $$;
 "#;
+
+/// The Secret `orca-db` in [`NAMESPACE`], its key `url` = `url`.
+pub async fn db_secret(client: &Client, url: &str) {
+    let secret = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "orca-db"},
+        "stringData": {"url": url},
+    }))
+    .expect("invariant: a Secret");
+    Api::<k8s_openapi::api::core::v1::Secret>::namespaced(client.clone(), NAMESPACE)
+        .create(&PostParams::default(), &secret)
+        .await
+        .unwrap_or_else(|e| panic!("creating Secret orca-db: {e}"));
+}
 
 fn read(dir: &Path, file: &str) -> String {
     let path: PathBuf = dir.join(file);
@@ -410,12 +408,19 @@ async fn run_instance(ec2: &Ec2, captured: &Instance, names: &Names) -> String {
         .to_string()
 }
 
-/// The hosts of the loaded pool's instances, which carry no cluster tag
-/// until this release adopts them: each runs the agent until `stop`.
-pub async fn hosts(loaded: &Loaded, stop: impl std::future::Future<Output = ()> + Send + 'static) {
+/// The hosts of the pool's instances on moto at `endpoint`, whose agents
+/// report to `url`: the release's instances carry no cluster tag until a
+/// later release adopts them. Each runs the agent until `stop` resolves
+/// (or its sender is dropped, as a test that fails drops it); then every
+/// host's processes are killed and the task ends.
+pub async fn hosts(
+    endpoint: &str,
+    url: &str,
+    stop: impl std::future::Future<Output = ()> + Send + 'static,
+) -> tokio::task::JoinHandle<()> {
     let owner = Ownership::new(NAMESPACE, POOL, SCHEDULER, RELEASE, "");
-    let hosts = warm::hosts_for(&loaded.moto.endpoint(), &loaded.url, owner, "true")
+    let hosts = warm::hosts_for(endpoint, url, owner, "true")
         .await
         .of_any_cluster();
-    tokio::spawn(hosts.run(stop));
+    tokio::spawn(hosts.run(stop))
 }

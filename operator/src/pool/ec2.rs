@@ -797,6 +797,7 @@ fn instance(i: &aws_sdk_ec2::types::Instance) -> Option<Ec2Instance> {
         _ => Ec2State::Pending,
     };
     let t = i.launch_time()?;
+    let launch = tag(i, TAG_LAUNCH);
     Some(Ec2Instance {
         id: i.instance_id()?.to_string(),
         state,
@@ -809,15 +810,15 @@ fn instance(i: &aws_sdk_ec2::types::Instance) -> Option<Ec2Instance> {
             subnet: i.subnet_id().unwrap_or_default().to_string(),
             spot: i.instance_lifecycle() == Some(&InstanceLifecycleType::Spot),
         },
-        launch: tag(i, TAG_LAUNCH),
         // An instance from before the tags: its AMI, which is what a pool
         // on `imageId` launched it from (see `drift`).
         image: tag(i, TAG_IMAGE).or_else(|| {
-            tag(i, TAG_LAUNCH)
+            launch
                 .is_none()
                 .then(|| i.image_id().map(str::to_string))
                 .flatten()
         }),
+        launch,
         template_version: tag(i, TAG_TEMPLATE_VERSION),
     })
 }

@@ -10,28 +10,20 @@
 //! and both instances idle, its operator is stopped, as the upgrade stops
 //! it, and the state is written.
 
-use std::{
-    io::Write,
-    path::{Path, PathBuf},
-    process::{Command, Stdio},
-    time::Duration,
-};
+use std::{path::PathBuf, time::Duration};
 
 use k8s_openapi::api::{batch::v1::Job, core::v1::Pod};
 use kube::{api::ListParams, Api};
-use orca_operator::{
-    crd::{Scheduler, WarmPool},
-    pool::Ownership,
-};
+use orca_operator::crd::{Scheduler, WarmPool};
 use orca_tests::{
     cluster::ControlPlane,
     eventually::eventually,
     on_cluster::kubectl,
     pg,
-    release::{helm, Release, Replica},
+    release::{helm, run_as_admin, Release, Replica},
     release_state::{
-        kept, postgres_tool, write_yaml, Instance, Names, INSTANCES, JOBS, NAMESPACE, OBJECTS,
-        PODS, POOL, RELEASE, ROWS, SCHEDULER,
+        self, kept, postgres_tool, write_yaml, Instance, Names, INSTANCES, JOBS, NAMESPACE,
+        OBJECTS, PODS, POOL, RELEASE, ROWS, SCHEDULER,
     },
     warm,
 };
@@ -53,7 +45,7 @@ async fn main() {
     let cp = ControlPlane::shared();
     let client = cp.client().await;
     cp.namespace_named(&client, NAMESPACE).await;
-    run(
+    run_as_admin(
         cp,
         &helm(),
         &[
@@ -72,26 +64,14 @@ async fn main() {
     let moto = orca_tests::moto::Moto::start();
     let ec2 = warm::ec2(&moto.endpoint()).await;
     let subnets = warm::subnets(&ec2).await;
-    let owner = Ownership::new(NAMESPACE, POOL, SCHEDULER, RELEASE, "");
-    let hosts = warm::hosts_for(&moto.endpoint(), &url, owner, "true")
-        .await
-        .of_any_cluster();
     let (stop_hosts, stopped) = tokio::sync::oneshot::channel::<()>();
-    let hosts = tokio::spawn(hosts.run(async move {
+    let hosts = release_state::hosts(&moto.endpoint(), &url, async move {
         let _ = stopped.await;
-    }));
-
-    let secret = serde_json::from_value(serde_json::json!({
-        "metadata": {"name": "orca-db"},
-        "stringData": {"url": url},
-    }))
-    .expect("invariant: a Secret");
-    Api::<k8s_openapi::api::core::v1::Secret>::namespaced(client.clone(), NAMESPACE)
-        .create(&Default::default(), &secret)
-        .await
-        .unwrap_or_else(|e| panic!("creating Secret orca-db: {e}"));
+    })
+    .await;
+    release_state::db_secret(&client, &url).await;
     let objects = objects(&moto.endpoint(), &subnets);
-    run(
+    run_as_admin(
         cp,
         &kubectl(),
         &["apply", "-n", NAMESPACE, "-f", "-"],
@@ -138,11 +118,7 @@ async fn main() {
 
     let state = dir.join("state");
     std::fs::create_dir_all(&state).unwrap_or_else(|e| panic!("{}: {e}", state.display()));
-    let mut names = Names::default();
-    names.add("${ec2-endpoint}".into(), moto.endpoint());
-    for (i, subnet) in subnets.iter().enumerate() {
-        names.add(format!("${{subnet-{i}}}"), subnet.clone());
-    }
+    let mut names = Names::of_moto(&moto.endpoint(), &subnets);
     let instances = instances(&ec2, &mut names).await;
     std::fs::write(
         state.join(INSTANCES),
@@ -329,37 +305,4 @@ where
             kept(&v, status)
         })
         .collect()
-}
-
-/// Runs `program args…` as the control plane's admin, `stdin` on its
-/// input; panics with its output unless it succeeds.
-fn run(cp: &ControlPlane, program: &Path, args: &[&str], stdin: Option<&str>) {
-    let mut child = Command::new(program)
-        .args(args)
-        .arg("--kubeconfig")
-        .arg(cp.admin_kubeconfig())
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap_or_else(|e| panic!("{} could not run: {e}", program.display()));
-    if let Some(input) = stdin {
-        let _ = child
-            .stdin
-            .take()
-            .expect("invariant: stdin is piped")
-            .write_all(input.as_bytes());
-    }
-    drop(child.stdin.take());
-    let out = child
-        .wait_with_output()
-        .unwrap_or_else(|e| panic!("{}: {e}", program.display()));
-    assert!(
-        out.status.success(),
-        "{} {}: {}{}",
-        program.display(),
-        args.join(" "),
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
 }

@@ -8,7 +8,7 @@ mod from_d589380;
 mod over_running_state;
 mod stale_crds;
 
-use std::{path::PathBuf, process::Command, time::Duration};
+use std::{path::PathBuf, time::Duration};
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use orca_operator::crd::{Scheduler, WarmPool};
@@ -16,7 +16,7 @@ use orca_tests::{
     cluster::ControlPlane,
     eventually::eventually,
     on_cluster::kubectl,
-    release::{helm, repo},
+    release::{helm, repo, run_as_admin},
 };
 use tokio::sync::{Mutex, MutexGuard};
 
@@ -194,35 +194,12 @@ where
     eventually(what, Duration::from_secs(secs), check).await
 }
 
-/// Runs `program` with `args` against the control plane as its admin;
-/// panics with its output unless it succeeds. Returns stdout and stderr.
-pub fn run(cp: &ControlPlane, program: &std::path::Path, args: &[&str]) -> String {
-    let out = Command::new(program)
-        .args(args)
-        .arg("--kubeconfig")
-        .arg(cp.admin_kubeconfig())
-        .output()
-        .unwrap_or_else(|e| panic!("{} could not run: {e}", program.display()));
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(
-        out.status.success(),
-        "{} {}: {text}",
-        program.display(),
-        args.join(" ")
-    );
-    text
-}
-
 /// `kubectl args…` as the admin.
 pub fn kubectl_run(cp: &ControlPlane, args: &[&str]) -> String {
-    run(cp, &kubectl(), args)
+    run_as_admin(cp, &kubectl(), args, None)
 }
 
 /// `helm args…` as the admin.
 pub fn helm_run(cp: &ControlPlane, args: &[&str]) -> String {
-    run(cp, &helm(), args)
+    run_as_admin(cp, &helm(), args, None)
 }

@@ -112,7 +112,7 @@ async fn helm_upgrade_over_what_d589380_left_running_changes_nothing_then_rolls_
     install_previous(cp, NAMESPACE);
     let loaded = release_state::load(&client, &fixtures().join("state")).await;
     let (stop_hosts, hosts_stopped) = tokio::sync::oneshot::channel::<()>();
-    release_state::hosts(&loaded, async move {
+    release_state::hosts(&loaded.moto.endpoint(), &loaded.url, async move {
         let _ = hosts_stopped.await;
     })
     .await;

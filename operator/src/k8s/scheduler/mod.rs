@@ -124,11 +124,6 @@ pub fn run(
     }
 }
 
-/// Where a Scheduler is; namespaced, so it always has one.
-fn namespace_of(s: &Scheduler) -> String {
-    crate::crd::namespace_of(s)
-}
-
 /// One pass of the rollout for `scheduler`: see the module's doc. Guarded
 /// (see [`guard`]): a panic is this Scheduler's alone, and a call the
 /// operator may not make is said on it (`Degraded`, `Forbidden`).
@@ -136,7 +131,7 @@ pub async fn reconcile(
     scheduler: Arc<Scheduler>,
     ctx: Arc<Context>,
 ) -> Result<Requeue, ReconcileError> {
-    let ns = namespace_of(&scheduler);
+    let ns = crate::crd::namespace_of(scheduler.as_ref());
     let name = scheduler.name_any();
     let span = tracing::info_span!("reconcile", scheduler = %name, namespace = %ns);
     let what = format!("Scheduler {ns}/{name}");
@@ -171,7 +166,7 @@ pub async fn reconcile(
 /// `reason` and `message`, and a Warning Event when that is news. Best
 /// effort — the write itself may be what is forbidden; the log has it all.
 async fn degraded(scheduler: &Scheduler, ctx: &Context, reason: &str, message: String) {
-    let ns = namespace_of(scheduler);
+    let ns = crate::crd::namespace_of(scheduler);
     let name = scheduler.name_any();
     let before = ctx.memory.status(
         &ns,
@@ -277,7 +272,7 @@ async fn refused(
     reason: &str,
     message: String,
 ) -> Result<Requeue, ReconcileError> {
-    let ns = namespace_of(scheduler);
+    let ns = crate::crd::namespace_of(scheduler);
     let name = scheduler.name_any();
     let now =
         k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(k8s_openapi::jiff::Timestamp::now());
@@ -321,7 +316,7 @@ pub fn error_policy(
         tracing::debug!(error = %error, "fenced");
         return Requeue::requeue(FENCED_RETRY);
     }
-    let ns = namespace_of(&scheduler);
+    let ns = crate::crd::namespace_of(scheduler.as_ref());
     let name = scheduler.name_any();
     let delay = ctx.backoff.failed(&ns, &name);
     warn!(scheduler = %name, namespace = %ns, stage = error.stage(), retry_in = ?delay, "reconcile failed: {error}");
