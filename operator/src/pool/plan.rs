@@ -8,9 +8,10 @@
 //! times, and the rows carry ages the database computed (only the database
 //! clock judges a row's time, docs/architecture.md#time-and-clocks).
 //!
-//! Kept whole, one concept: the plan is one function of phases in order
-//! (count what EC2 lists, retire, end the rows of what is gone, the
-//! reserve, launch); its tables are in `plan_tests/`.
+//! Kept whole, one concept: the plan and its phases, each a function, in
+//! the order `plan` calls them (where each instance stands, the rows of
+//! what is gone, the drifted, the reserve and the idle, the launches);
+//! its tables are in `plan_tests/`.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
@@ -289,6 +290,11 @@ fn age_secs(now: DateTime<Utc>, then: DateTime<Utc>) -> f64 {
 /// instances EC2 no longer runs; launch up to `idle.min` plus unserved
 /// demand, counting instances still booting, never past `maxInstances`.
 /// `unavailable` holds offerings without capacity until the time given.
+///
+/// Its phases, in order: where each instance stands (`count_listed`),
+/// the rows of what is gone (`end_rows_of_gone`), the drifted
+/// (`replace_drifted`), the stopped reserve and the idle (`start_reserve`,
+/// `settle_idle`) and the launches (`launch`).
 pub fn plan(
     spec: &WarmPoolSpec,
     snap: &Snapshot,
@@ -299,57 +305,156 @@ pub fn plan(
     if let Some(since) = snap.deleting {
         return plan_deletion(spec, snap, since, now);
     }
+    let given = Given {
+        spec,
+        snap,
+        unavailable,
+        limits,
+        now,
+    };
     let mut out = PoolPlan::default();
-    let mut rows: HashMap<&str, &PoolRow, FnvBuild> =
-        HashMap::with_capacity_and_hasher(snap.rows.len(), FnvBuild::default());
-    for r in &snap.rows {
-        rows.insert(r.instance.as_str(), r);
+    let drift = Drift::of(&given);
+    let (states, unlisted) = states(snap, now);
+    let mut fleet = count_listed(&given, &drift, &unlisted, &mut out);
+    end_rows_of_gone(&given, &states, &mut out);
+    if spec.paused {
+        return paused(out, &fleet);
     }
-    let mut present = 0usize;
-    let mut idle: Vec<(&Ec2Instance, &PoolRow)> = Vec::new();
-    // Drifted instances (see `super::drift`) are replaced, at most
-    // `disruption.maxDrifted` at a time: idle and stopped ones apart.
-    let hash = super::drift::launch_hash(&spec.launch);
-    // Outside the maintenance windows (or with one that cannot be read,
-    // which the pass reports) none is replaced.
-    let max_drifted = match crate::window::standing(&spec.maintenance_windows, now) {
-        Ok(s) if s.open || spec.maintenance_windows.is_empty() => {
-            spec.disruption.max_drifted.max(0) as usize
-        }
-        _ => 0,
-    };
-    let is_drifted =
-        |i: &Ec2Instance| super::drift::drifted(spec, &hash, snap.template_version.as_deref(), i);
-    let mut old_idle: Vec<(&Ec2Instance, &PoolRow)> = Vec::new();
-    let mut old_reserve: Vec<(&Ec2Instance, &PoolRow)> = Vec::new();
-    let mut booting = 0u32;
-    // The stopped reserve: those EC2 lists stopped (they can be started),
-    // and how many are still being stopped.
-    let mut reserve: Vec<(&Ec2Instance, &PoolRow)> = Vec::new();
-    let mut stopping = 0u32;
-    // Busy instances EC2 is about to take back.
-    let mut interrupted = 0u32;
-    let retire = |out: &mut PoolPlan, i: &Ec2Instance, reason, end| {
-        out.retirements.push(Retirement {
-            instance: i.id.clone(),
-            reason,
-            end,
-        })
-    };
+    // Idle and booting instances the pool needs running.
+    let need = i64::from(spec.idle.min.max(0)) + snap.demand.max(0) + i64::from(fleet.interrupted);
+    let running_short = replace_drifted(&mut out, &mut fleet, need, drift.max);
+    let starts = start_reserve(&given, &mut out, &mut fleet, running_short);
+    let reserve_launches = settle_idle(&given, &drift, &mut out, &mut fleet, need);
+    out.counts.terminating += out.retirements.len() as u32;
+    let staying = fleet.present.saturating_sub(out.retirements.len()) as i64;
+    out.room = (i64::from(spec.max_instances) - staying).max(0) as u32;
+    // Launched for runs first, then for the reserve.
+    let want = (running_short - starts) as u32 + reserve_launches;
+    launch(&given, &mut out, want);
+    out
+}
 
-    // What this loop launched that the listing does not show (EC2's listing
-    // lags a launch, or is older than it) is pending, launched just now:
-    // counted, it is not launched twice. Unless it had a row that ended
-    // since (its agent powered it off): the next listing tells.
+/// What a plan is made from.
+#[derive(Clone, Copy)]
+struct Given<'a> {
+    spec: &'a WarmPoolSpec,
+    snap: &'a Snapshot,
+    unavailable: &'a BTreeMap<Offering, DateTime<Utc>>,
+    limits: &'a Limits,
+    now: DateTime<Utc>,
+}
+
+impl Given<'_> {
+    /// Whether `offering` has no capacity now.
+    fn held(&self, offering: &Offering) -> bool {
+        self.unavailable
+            .get(offering)
+            .is_some_and(|until| *until > self.now)
+    }
+}
+
+/// Drifted instances (see `super::drift`) are replaced, at most
+/// `disruption.maxDrifted` at a time: idle and stopped ones apart.
+struct Drift {
+    hash: String,
+    /// How many may be replaced now: none outside the maintenance windows
+    /// (or with one that cannot be read, which the pass reports).
+    max: usize,
+}
+
+impl Drift {
+    fn of(given: &Given) -> Drift {
+        let spec = given.spec;
+        let max = match crate::window::standing(&spec.maintenance_windows, given.now) {
+            Ok(s) if s.open || spec.maintenance_windows.is_empty() => {
+                spec.disruption.max_drifted.max(0) as usize
+            }
+            _ => 0,
+        };
+        Drift {
+            hash: super::drift::launch_hash(&spec.launch),
+            max,
+        }
+    }
+
+    fn is(&self, given: &Given, i: &Ec2Instance) -> bool {
+        super::drift::drifted(
+            given.spec,
+            &self.hash,
+            given.snap.template_version.as_deref(),
+            i,
+        )
+    }
+}
+
+type Placed<'a> = (&'a Ec2Instance, &'a PoolRow);
+
+/// The present instances that stay, by where they stand.
+#[derive(Default)]
+struct Fleet<'a> {
+    present: usize,
+    idle: Vec<Placed<'a>>,
+    /// Idle, of an out-of-date launch spec, and replaceable now.
+    old_idle: Vec<Placed<'a>>,
+    /// The stopped reserve: those EC2 lists stopped (they can be started).
+    reserve: Vec<Placed<'a>>,
+    /// Stopped, of an out-of-date launch spec, and replaceable now.
+    old_reserve: Vec<Placed<'a>>,
+    /// Stopped and drifted, not replaced in this pass: in the reserve, but
+    /// counting for nothing in it.
+    old_stopped_left: u32,
+    booting: u32,
+    /// Reserve instances still being stopped.
+    stopping: u32,
+    /// Busy instances EC2 is about to take back.
+    interrupted: u32,
+}
+
+/// Where one present instance stands.
+enum Standing<'a> {
+    Retire(Reason, End),
+    Idle(&'a PoolRow),
+    OldIdle(&'a PoolRow),
+    Reserve(&'a PoolRow),
+    OldReserve(&'a PoolRow),
+    /// In the reserve, but running: stop it again.
+    Restop(i64),
+    Stopping,
+    Booting,
+    /// Its row is ended: its agent cannot answer.
+    Gone(i64),
+    Busy {
+        interrupted: bool,
+    },
+    /// Its agent ends its row for a spot notice: neither idle nor retired.
+    Leaving,
+}
+
+/// The state of every instance EC2 lists, and of those this loop launched
+/// that the listing does not show (EC2's listing lags a launch, or is
+/// older than it): pending, launched just now, so that, counted, they are
+/// not launched twice — unless one had a row that ended since (its agent
+/// powered it off): the next listing tells. The second are also returned
+/// as instances.
+fn states(
+    snap: &Snapshot,
+    now: DateTime<Utc>,
+) -> (HashMap<&str, Ec2State, FnvBuild>, Vec<Ec2Instance>) {
     let mut states: HashMap<&str, Ec2State, FnvBuild> =
         HashMap::with_capacity_and_hasher(snap.instances.len(), FnvBuild::default());
     for i in &snap.instances {
         states.insert(i.id.as_str(), i.state);
     }
-    let unlisted: Vec<Ec2Instance> = snap
+    let unlisted: Vec<&String> = snap
         .ours
         .iter()
         .filter(|id| !states.contains_key(id.as_str()) && !snap.known.contains(*id))
+        .collect();
+    for id in &unlisted {
+        states.insert(id.as_str(), Ec2State::Pending);
+    }
+    let unlisted = unlisted
+        .into_iter()
         .map(|id| Ec2Instance {
             id: id.clone(),
             state: Ec2State::Pending,
@@ -360,98 +465,162 @@ pub fn plan(
             template_version: None,
         })
         .collect();
-    for i in &unlisted {
-        states.insert(i.id.as_str(), i.state);
+    (states, unlisted)
+}
+
+/// The first phase: each instance EC2 lists (and each of `unlisted`) by
+/// where it stands; the retirements, stops again and ended rows that
+/// follow from it alone go into `out`, with the counts of the terminating,
+/// the busy and the drifted.
+fn count_listed<'a>(
+    given: &Given<'a>,
+    drift: &Drift,
+    unlisted: &'a [Ec2Instance],
+    out: &mut PoolPlan,
+) -> Fleet<'a> {
+    let snap = given.snap;
+    let mut rows: HashMap<&str, &PoolRow, FnvBuild> =
+        HashMap::with_capacity_and_hasher(snap.rows.len(), FnvBuild::default());
+    for r in &snap.rows {
+        rows.insert(r.instance.as_str(), r);
     }
-    let instances = || snap.instances.iter().chain(&unlisted);
-    for i in instances() {
+    let mut fleet = Fleet::default();
+    for i in snap.instances.iter().chain(unlisted) {
         if !i.state.is_present() {
             if i.state == Ec2State::ShuttingDown {
                 out.counts.terminating += 1;
             }
             continue;
         }
-        present += 1;
-        let drifted = is_drifted(i);
+        fleet.present += 1;
+        let drifted = drift.is(given, i);
         out.counts.drifted += u32::from(drifted);
-        match rows.get(i.id.as_str()) {
-            Some(row) if row.claim => retire(&mut out, i, Reason::NoLiveRow, End::Claimed(row.id)),
-            // Asked to drain: it goes once it is not in a run (a busy one
-            // finishes it; a hand-out that wins the race gives it one more).
-            Some(row) if snap.drain.contains(&i.id) && row.reserved => {
-                retire(&mut out, i, Reason::Drained, End::Reserved(row.id))
+        let row = rows.get(i.id.as_str()).copied();
+        match standing(given, i, row, drifted && drift.max > 0) {
+            Standing::Retire(reason, end) => out.retirements.push(Retirement {
+                instance: i.id.clone(),
+                reason,
+                end,
+            }),
+            Standing::Idle(row) => fleet.idle.push((i, row)),
+            Standing::OldIdle(row) => fleet.old_idle.push((i, row)),
+            Standing::Reserve(row) => fleet.reserve.push((i, row)),
+            Standing::OldReserve(row) => fleet.old_reserve.push((i, row)),
+            Standing::Restop(row) => {
+                fleet.stopping += 1;
+                out.restops.push(WithRow {
+                    instance: i.id.clone(),
+                    row,
+                    offering: i.offering.clone(),
+                });
             }
-            Some(row) if snap.drain.contains(&i.id) && row.idle_secs.is_some() => {
-                retire(&mut out, i, Reason::Drained, End::Idle(row.id))
+            Standing::Stopping => fleet.stopping += 1,
+            Standing::Booting => fleet.booting += 1,
+            Standing::Gone(row) => out.gone.push(row),
+            Standing::Busy { interrupted } => {
+                out.counts.busy += 1;
+                // Its run is about to be cut short: its replacement is
+                // launched now, not two minutes from now.
+                fleet.interrupted += u32::from(interrupted);
             }
-            None if snap.drain.contains(&i.id) => retire(&mut out, i, Reason::Drained, End::Claim),
-            Some(row) if row.reserved => match i.state {
-                Ec2State::Stopped if drifted && max_drifted > 0 => old_reserve.push((i, row)),
-                Ec2State::Stopped => reserve.push((i, row)),
-                Ec2State::Running => {
-                    stopping += 1;
-                    out.restops.push(WithRow {
-                        instance: i.id.clone(),
-                        row: row.id,
-                        offering: i.offering.clone(),
-                    });
-                }
-                _ => stopping += 1,
-            },
-            // Started from the reserve; its agent has not marked it idle yet.
-            Some(row) if row.idle_secs.is_none() && row.woken_secs.is_some() => {
-                if row.woken_secs.unwrap_or(0.0) >= spec.boot_timeout_seconds as f64 {
-                    retire(&mut out, i, Reason::BootTimeout, End::Reserved(row.id))
-                } else {
-                    booting += 1
-                }
-            }
-            // Its agent cannot answer: end the row; without one, the next
-            // pass claims and terminates it (NoLiveRow).
-            Some(row) if i.state == Ec2State::Stopped => out.gone.push(row.id),
-            Some(row) => match row.idle_secs {
-                None if snap
-                    .hung
-                    .get(&row.id)
-                    .is_some_and(|secs| *secs >= limits.hung_grace_secs) =>
-                {
-                    retire(&mut out, i, Reason::Hung, End::Busy(row.id))
-                }
-                None => {
-                    out.counts.busy += 1;
-                    // Its run is about to be cut short: its replacement is
-                    // launched now, not two minutes from now.
-                    interrupted += u32::from(row.interrupted);
-                }
-                // Its agent is ending the row for a spot notice: it goes
-                // by itself, and is neither idle nor retired.
-                Some(_) if row.noticed => {}
-                Some(_) if row.polled_secs.is_none_or(|p| p > limits.stale_secs) => {
-                    retire(&mut out, i, Reason::Stale, End::Idle(row.id))
-                }
-                Some(_) if spec.max_uses > 0 && row.uses >= i64::from(spec.max_uses) => {
-                    retire(&mut out, i, Reason::MaxUses, End::Idle(row.id))
-                }
-                Some(_) if drifted && max_drifted > 0 => old_idle.push((i, row)),
-                Some(_) => idle.push((i, row)),
-            },
-            None if snap.known.contains(&i.id) => {
-                retire(&mut out, i, Reason::NoLiveRow, End::Claim)
-            }
-            None => {
-                let (limit, reason) = if snap.ours.contains(&i.id) {
-                    (spec.boot_timeout_seconds as f64, Reason::BootTimeout)
-                } else {
-                    (limits.leak_grace_secs, Reason::Leaked)
-                };
-                if age_secs(now, i.launched) >= limit {
-                    retire(&mut out, i, reason, End::Claim)
-                } else {
-                    booting += 1
-                }
-            }
+            Standing::Leaving => {}
         }
     }
+    fleet
+}
+
+/// Where present instance `i`, with its live `row` if any, stands;
+/// `replaceable`: drifted, and drifted instances may be replaced now.
+fn standing<'a>(
+    given: &Given,
+    i: &Ec2Instance,
+    row: Option<&'a PoolRow>,
+    replaceable: bool,
+) -> Standing<'a> {
+    let (snap, spec, limits) = (given.snap, given.spec, given.limits);
+    let drain = snap.drain.contains(&i.id);
+    let Some(row) = row else {
+        return if drain {
+            // Asked to drain: it goes once it is not in a run (a busy one
+            // finishes it; a hand-out that wins the race gives it one more).
+            Standing::Retire(Reason::Drained, End::Claim)
+        } else if snap.known.contains(&i.id) {
+            Standing::Retire(Reason::NoLiveRow, End::Claim)
+        } else {
+            let (limit, reason) = if snap.ours.contains(&i.id) {
+                (spec.boot_timeout_seconds as f64, Reason::BootTimeout)
+            } else {
+                (limits.leak_grace_secs, Reason::Leaked)
+            };
+            if age_secs(given.now, i.launched) >= limit {
+                Standing::Retire(reason, End::Claim)
+            } else {
+                Standing::Booting
+            }
+        };
+    };
+    if row.claim {
+        return Standing::Retire(Reason::NoLiveRow, End::Claimed(row.id));
+    }
+    if drain && row.reserved {
+        return Standing::Retire(Reason::Drained, End::Reserved(row.id));
+    }
+    if drain && row.idle_secs.is_some() {
+        return Standing::Retire(Reason::Drained, End::Idle(row.id));
+    }
+    if row.reserved {
+        return match i.state {
+            Ec2State::Stopped if replaceable => Standing::OldReserve(row),
+            Ec2State::Stopped => Standing::Reserve(row),
+            Ec2State::Running => Standing::Restop(row.id),
+            _ => Standing::Stopping,
+        };
+    }
+    // Started from the reserve; its agent has not marked it idle yet.
+    if let (None, Some(woken)) = (row.idle_secs, row.woken_secs) {
+        return if woken >= spec.boot_timeout_seconds as f64 {
+            Standing::Retire(Reason::BootTimeout, End::Reserved(row.id))
+        } else {
+            Standing::Booting
+        };
+    }
+    // Its agent cannot answer: end the row; without one, the next pass
+    // claims and terminates it (NoLiveRow).
+    if i.state == Ec2State::Stopped {
+        return Standing::Gone(row.id);
+    }
+    if row.idle_secs.is_none() {
+        let hung = snap.hung.get(&row.id);
+        return if hung.is_some_and(|secs| *secs >= limits.hung_grace_secs) {
+            Standing::Retire(Reason::Hung, End::Busy(row.id))
+        } else {
+            Standing::Busy {
+                interrupted: row.interrupted,
+            }
+        };
+    }
+    if row.noticed {
+        Standing::Leaving
+    } else if row.polled_secs.is_none_or(|p| p > limits.stale_secs) {
+        Standing::Retire(Reason::Stale, End::Idle(row.id))
+    } else if spec.max_uses > 0 && row.uses >= i64::from(spec.max_uses) {
+        Standing::Retire(Reason::MaxUses, End::Idle(row.id))
+    } else if replaceable {
+        Standing::OldIdle(row)
+    } else {
+        Standing::Idle(row)
+    }
+}
+
+/// The claims of instances gone, and the other rows of instances EC2 no
+/// longer runs. EC2 was listed before the rows were read, so a row of an
+/// instance it did not list may be newer than the listing: only one made a
+/// grace before it is ended. And an instance missing from the listing may
+/// still run (its tags changed under it): of those, only rows with no run
+/// are ended — no more hand-outs — never a busy one, whose run would be
+/// cut short.
+fn end_rows_of_gone(given: &Given, states: &HashMap<&str, Ec2State, FnvBuild>, out: &mut PoolPlan) {
+    let snap = given.snap;
     if snap.rows.iter().any(|r| r.claim) {
         let listed: HashSet<&str> = snap
             .instances
@@ -465,12 +634,6 @@ pub fn plan(
             }
         }
     }
-    // The other rows of instances EC2 no longer runs. EC2 was listed before
-    // the rows were read, so a row of an instance it did not list may be
-    // newer than the listing: only one made a grace before it is ended. And
-    // an instance missing from the listing may still run (its tags changed
-    // under it): of those, only rows with no run are ended — no more
-    // hand-outs — never a busy one, whose run would be cut short.
     for row in snap.rows.iter().filter(|r| !r.claim) {
         let gone = match states.get(row.instance.as_str()) {
             Some(state) => !state.is_present(),
@@ -479,75 +642,95 @@ pub fn plan(
                     && snap
                         .made_before_listing
                         .get(&row.id)
-                        .is_some_and(|secs| *secs >= limits.unlisted_grace_secs)
+                        .is_some_and(|secs| *secs >= given.limits.unlisted_grace_secs)
             }
         };
         if gone {
             out.gone.push(row.id);
         }
     }
+}
 
-    if spec.paused {
-        // A paused pool changes nothing; it still reports what it sees.
-        out.retirements.clear();
-        out.ends.clear();
-        out.gone.clear();
-        out.restops.clear();
-        out.counts.idle = (idle.len() + old_idle.len()) as u32;
-        out.counts.launching = booting;
-        out.counts.stopped = (reserve.len() + old_reserve.len()) as u32 + stopping;
-        return out;
-    }
+/// A paused pool changes nothing; it still reports what it sees.
+fn paused(mut out: PoolPlan, fleet: &Fleet) -> PoolPlan {
+    out.retirements.clear();
+    out.ends.clear();
+    out.gone.clear();
+    out.restops.clear();
+    out.counts.idle = (fleet.idle.len() + fleet.old_idle.len()) as u32;
+    out.counts.launching = fleet.booting;
+    out.counts.stopped = (fleet.reserve.len() + fleet.old_reserve.len()) as u32 + fleet.stopping;
+    out
+}
 
-    // Idle and booting instances the pool needs running.
-    let need = i64::from(spec.idle.min.max(0)) + snap.demand.max(0) + i64::from(interrupted);
-    // Drifted idle instances serve runs until they are replaced. At most
-    // `maxDrifted` of them at a time count for nothing here, so that their
-    // replacements launch (fewer while instances still boot); each one goes
-    // only once the pool has enough without it — after its replacement is
-    // idle, never before — the longest idle first.
-    let surplus = (idle.len() + old_idle.len()) as i64 - need;
-    let going = old_idle.len().min(surplus.max(0) as usize);
+/// The drifted, at most `max_drifted` of them at a time; how many more
+/// the pool needs running than it has, `need` being what it needs.
+///
+/// Drifted idle instances serve runs until they are replaced. At most
+/// `maxDrifted` of them at a time count for nothing here, so that their
+/// replacements launch (fewer while instances still boot); each one goes
+/// only once the pool has enough without it — after its replacement is
+/// idle, never before — the longest idle first. Drifted stopped instances
+/// are never started; they are replaced by launches that refill the
+/// reserve, at most `maxDrifted` a pass.
+fn replace_drifted(out: &mut PoolPlan, fleet: &mut Fleet, need: i64, max_drifted: usize) -> usize {
+    let surplus = (fleet.idle.len() + fleet.old_idle.len()) as i64 - need;
+    let going = fleet.old_idle.len().min(surplus.max(0) as usize);
     if going > 0 {
-        old_idle.sort_unstable_by(|a, b| {
+        fleet.old_idle.sort_unstable_by(|a, b| {
             let (x, y) = (a.1.idle_secs.unwrap_or(0.0), b.1.idle_secs.unwrap_or(0.0));
             y.total_cmp(&x).then_with(|| a.0.id.cmp(&b.0.id))
         });
-        for (i, row) in old_idle.drain(..going) {
-            retire(&mut out, i, Reason::Drifted, End::Idle(row.id));
+        for (i, row) in fleet.old_idle.drain(..going) {
+            out.retirements.push(Retirement {
+                instance: i.id.clone(),
+                reason: Reason::Drifted,
+                end: End::Idle(row.id),
+            });
         }
     }
-    let replacing = old_idle
+    let replacing = fleet
+        .old_idle
         .len()
-        .min(max_drifted.saturating_sub(booting as usize));
-    let counted = idle.len() + old_idle.len() - replacing;
-    let running_short = (need - counted as i64 - i64::from(booting)).max(0) as usize;
+        .min(max_drifted.saturating_sub(fleet.booting as usize));
+    let counted = fleet.idle.len() + fleet.old_idle.len() - replacing;
+    let running_short = (need - counted as i64 - i64::from(fleet.booting)).max(0) as usize;
     // What is left of them is needed as it is: neither parked in the
     // reserve nor retired as beyond idle.max (there is no spare idle).
-    idle.append(&mut old_idle);
-    // Drifted stopped instances are never started; they are replaced by
-    // launches that refill the reserve, at most `maxDrifted` a pass.
-    let old_stopped = old_reserve.len();
-    for (i, row) in old_reserve.drain(..old_stopped.min(max_drifted)) {
-        retire(&mut out, i, Reason::Drifted, End::Reserved(row.id));
+    fleet.idle.append(&mut fleet.old_idle);
+    let old_stopped = fleet.old_reserve.len();
+    for (i, row) in fleet.old_reserve.drain(..old_stopped.min(max_drifted)) {
+        out.retirements.push(Retirement {
+            instance: i.id.clone(),
+            reason: Reason::Drifted,
+            end: End::Reserved(row.id),
+        });
     }
-    // Those left go in later passes; meanwhile they are in the reserve but
-    // count for nothing in it.
-    let old_stopped_left = old_reserve.len() as u32;
-    // The reserve is started before anything is launched, in the order of
-    // the instance ids, so one pass and the next agree.
-    // One whose offering had no capacity at its last start waits, like a
-    // launch in it.
-    reserve.sort_unstable_by(|a, b| {
-        let held = |i: &Ec2Instance| unavailable.get(&i.offering).is_some_and(|u| *u > now);
-        held(a.0).cmp(&held(b.0)).then_with(|| a.0.id.cmp(&b.0.id))
+    fleet.old_stopped_left = fleet.old_reserve.len() as u32;
+    running_short
+}
+
+/// Starts reserve instances for up to `running_short` of what the pool
+/// needs running, before anything is launched, in the order of the
+/// instance ids, so one pass and the next agree; one whose offering had no
+/// capacity at its last start waits, like a launch in it. How many start.
+fn start_reserve(
+    given: &Given,
+    out: &mut PoolPlan,
+    fleet: &mut Fleet,
+    running_short: usize,
+) -> usize {
+    fleet.reserve.sort_unstable_by(|a, b| {
+        let (x, y) = (given.held(&a.0.offering), given.held(&b.0.offering));
+        x.cmp(&y).then_with(|| a.0.id.cmp(&b.0.id))
     });
-    let startable = reserve
+    let startable = fleet
+        .reserve
         .iter()
-        .take_while(|(i, _)| unavailable.get(&i.offering).is_none_or(|u| *u <= now))
+        .take_while(|(i, _)| !given.held(&i.offering))
         .count();
     let starts = running_short.min(startable);
-    for (i, row) in reserve.drain(..starts) {
+    for (i, row) in fleet.reserve.drain(..starts) {
         out.starts.push(WithRow {
             instance: i.id.clone(),
             row: row.id,
@@ -555,23 +738,44 @@ pub fn plan(
         });
     }
     out.counts.starting = starts as u32;
+    starts
+}
+
+/// The reserve kept within `stopped.max`, spare idle parked in it or
+/// retired beyond `idle.max`, and the counts of what stays; how many
+/// launches refill the reserve.
+///
+/// Beyond stopped.max, stopped ones are terminated (never one being
+/// stopped). Idle beyond what the pool needs running refills the reserve
+/// first, the longest idle first; then idle beyond idle.max is retired,
+/// also longest idle first. Unserved demand is about to take idle
+/// instances, so it raises both bars.
+fn settle_idle(
+    given: &Given,
+    drift: &Drift,
+    out: &mut PoolPlan,
+    fleet: &mut Fleet,
+    need: i64,
+) -> u32 {
+    let (spec, demand) = (given.spec, given.snap.demand);
     let (reserve_min, reserve_max) = spec.stopped.as_ref().map_or((0, 0), |r| {
         (r.min.max(0) as usize, r.max_or_min().max(0) as usize)
     });
-    let mut reserved = reserve.len() + stopping as usize;
-    // Beyond stopped.max: terminate stopped ones (never one being stopped).
-    let excess = reserved.saturating_sub(reserve_max).min(reserve.len());
-    for (i, row) in reserve.drain(..excess) {
-        retire(&mut out, i, Reason::ReserveBeyondMax, End::Reserved(row.id));
+    let mut reserved = fleet.reserve.len() + fleet.stopping as usize;
+    let excess = reserved
+        .saturating_sub(reserve_max)
+        .min(fleet.reserve.len());
+    for (i, row) in fleet.reserve.drain(..excess) {
+        out.retirements.push(Retirement {
+            instance: i.id.clone(),
+            reason: Reason::ReserveBeyondMax,
+            end: End::Reserved(row.id),
+        });
     }
     reserved -= excess;
-
-    // Idle beyond what the pool needs running refills the reserve first,
-    // the longest idle first; then idle beyond idle.max is retired, also
-    // longest idle first. Unserved demand is about to take idle instances,
-    // so it raises both bars.
+    let idle = &mut fleet.idle;
     let spare_idle = idle.len().saturating_sub(need as usize);
-    let max_idle = (i64::from(spec.idle.max.max(0)) + snap.demand.max(0)) as usize;
+    let max_idle = (i64::from(spec.idle.max.max(0)) + demand.max(0)) as usize;
     // Sorted only when some go (a pool of many idle instances, most passes
     // keeping them all, skips it). Drifted ones kept (outside the
     // maintenance windows, or with maxDrifted 0) go first: going anyway,
@@ -579,13 +783,14 @@ pub fn plan(
     if spare_idle > 0 || idle.len() > max_idle {
         idle.sort_unstable_by(|a, b| {
             let (x, y) = (a.1.idle_secs.unwrap_or(0.0), b.1.idle_secs.unwrap_or(0.0));
-            is_drifted(b.0)
-                .cmp(&is_drifted(a.0))
+            drift
+                .is(given, b.0)
+                .cmp(&drift.is(given, a.0))
                 .then_with(|| y.total_cmp(&x))
                 .then_with(|| a.0.id.cmp(&b.0.id))
         });
     }
-    let spare_booting = (idle.len() + booting as usize)
+    let spare_booting = (idle.len() + fleet.booting as usize)
         .saturating_sub(need as usize)
         .saturating_sub(spare_idle);
     // Spare idle fills the reserve up to stopped.max (stopping costs less
@@ -600,40 +805,43 @@ pub fn plan(
             offering: i.offering.clone(),
         });
     }
-    // Booting beyond the need will be idle spare soon, and go to the
-    // reserve. Launches refill it only once no run waits: until then each
-    // launch is for a run, and the reserve left is for the next ones.
-    let reserve_launches = if snap.demand > 0 {
-        0
-    } else {
-        deficit.saturating_sub(parks + spare_booting) as u32
-    };
     if idle.len() > max_idle {
         for (i, row) in idle.drain(..idle.len() - max_idle) {
-            retire(&mut out, i, Reason::IdleBeyondMax, End::Idle(row.id));
+            out.retirements.push(Retirement {
+                instance: i.id.clone(),
+                reason: Reason::IdleBeyondMax,
+                end: End::Idle(row.id),
+            });
         }
     }
     out.counts.idle = idle.len() as u32;
-    out.counts.launching = booting;
-    out.counts.stopped = (reserved + parks) as u32 + old_stopped_left;
-    out.counts.terminating += out.retirements.len() as u32;
+    out.counts.launching = fleet.booting;
+    out.counts.stopped = (reserved + parks) as u32 + fleet.old_stopped_left;
+    // Booting beyond the need will be idle spare soon, and go to the
+    // reserve. Launches refill it only once no run waits: until then each
+    // launch is for a run, and the reserve left is for the next ones.
+    if demand > 0 {
+        0
+    } else {
+        deficit.saturating_sub(parks + spare_booting) as u32
+    }
+}
 
-    let staying = present.saturating_sub(out.retirements.len()) as i64;
-    out.room = (i64::from(spec.max_instances) - staying).max(0) as u32;
-    // Launched for runs first, then for the reserve.
-    let want = (running_short - starts) as u32 + reserve_launches;
+/// `want` instances launched, within `out.room`, in batches of at most
+/// `max_batch` in the first offering with capacity, the others after it
+/// as the fallback; what is left out is `out.short`.
+fn launch(given: &Given, out: &mut PoolPlan, want: u32) {
     let count = want.min(out.room);
     out.short = want - count;
-
-    let mut available = offerings(&spec.launch)
+    let mut available = offerings(&given.spec.launch)
         .into_iter()
-        .filter(|o| unavailable.get(o).is_none_or(|until| *until <= now));
+        .filter(|o| !given.held(o));
     let Some(first) = available.next() else {
         out.short = want;
-        return out;
+        return;
     };
     out.fallback = available.collect();
-    let batch = limits.max_batch.max(1);
+    let batch = given.limits.max_batch.max(1);
     let mut left = count;
     while left > 0 {
         let n = left.min(batch);
@@ -643,7 +851,6 @@ pub fn plan(
         });
         left -= n;
     }
-    out
 }
 
 /// The plan of a pool being deleted with `onDelete: Terminate` since
