@@ -41,33 +41,10 @@ pub(super) async fn prepare(
         return Ok(None);
     }
     let ns = crate::crd::namespace_of(wp);
-    let recorded = wp.status.as_ref().and_then(|s| s.database_secret.clone());
-    // The Scheduler's stale limit judges whether a busy instance's run
-    // still beats (the `Hung` check): its runs' heartbeats are its.
-    let mut run_stale = None;
-    let secret_ref = match (scheduler_of(wp, ctx, pool).await?, recorded) {
-        (Some(s), _) => {
-            run_stale = Some(Duration::from_secs(
-                s.spec
-                    .handover
-                    .stale_seconds
-                    .clamp(1, crate::crd::MAX_SECONDS) as u64,
-            ));
-            s.spec.database.url_secret_ref.clone()
-        }
-        // Deleted after its Scheduler: the database it last ran on (kept,
-        // with its Secret, for this) ends its rows before its instances go.
-        (None, Some(recorded)) if deleting => recorded,
-        (None, _) => {
-            // No Scheduler, no database to run the pool on: the loop stops,
-            // and starts afresh (clearing `Degraded`) once it is back.
-            return Ok(Some(UrlProblem {
-                reason: "SchedulerMissing".into(),
-                message: format!("Scheduler {ns}/{} does not exist", wp.spec.scheduler),
-            }));
-        }
+    let (secret_ref, run_stale) = match database_of(wp, ctx, pool, deleting).await? {
+        Ok(found) => found,
+        Err(problem) => return Ok(Some(problem)),
     };
-    let secret_ref = &secret_ref;
     let version = ctx.ready_caches().await.and_then(|c| {
         c.secrets
             .get(&ObjectRef::new(&secret_ref.name).within(&ns))
@@ -88,48 +65,22 @@ pub(super) async fn prepare(
         same && (s.generation != wp.metadata.generation || s.lp.spec() != &wp.spec)
             && crate::pool::drift::moved(s.lp.spec(), &wp.spec)
     });
-    if same && !moving {
-        let state = slot.as_mut().expect("invariant: `same` holds a state");
-        let unchanged = state.source == source && source.version.is_some();
-        if unchanged {
-            if state.generation != wp.metadata.generation || state.lp.spec() != &wp.spec {
-                state.lp.set_spec(wp.spec.clone()).await;
-                state.generation = wp.metadata.generation;
-                tracing::info!(pool = %pool, generation = ?wp.metadata.generation, "new spec");
-            }
+    let kept = same && !moving;
+    if let Some(state) = slot.as_mut().filter(|_| kept) {
+        if state.source == source && source.version.is_some() {
+            renew_spec(state, wp, pool).await;
             return Ok(None);
         }
     }
-    let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), &ns);
-    // Read once for all the pools and Schedulers on the Secret at this
-    // version; from the API without the watch's version.
-    let read = match (&source.version, &ctx.caches) {
-        (Some(version), Some(caches)) => caches.urls.read(&secrets, &ns, secret_ref, version).await,
-        _ => read_url(&secrets, &ns, secret_ref).await,
-    }
-    .map_err(|source| ControllerError::Secret {
-        pool: pool.to_string(),
-        source,
-    })?;
-    let (url_text, url) = match read {
+    let (url_text, url) = match read_secret(ctx, &ns, &secret_ref, &source, pool).await? {
         Ok(read) => read,
-        Err(problem) => {
-            return Ok(Some(UrlProblem {
-                reason: problem.reason,
-                message: problem.message,
-            }))
-        }
+        Err(problem) => return Ok(Some(problem)),
     };
     let database: DatabaseKey = Sha256::digest(url_text.as_bytes()).into();
-    if same && !moving {
-        let state = slot.as_mut().expect("invariant: `same` holds a state");
+    if let Some(state) = slot.as_mut().filter(|_| kept) {
         if state.database == database {
             state.source = source;
-            if state.generation != wp.metadata.generation || state.lp.spec() != &wp.spec {
-                state.lp.set_spec(wp.spec.clone()).await;
-                state.generation = wp.metadata.generation;
-                tracing::info!(pool = %pool, generation = ?wp.metadata.generation, "new spec");
-            }
+            renew_spec(state, wp, pool).await;
             return Ok(None);
         }
         tracing::info!(pool = %pool, "the database URL changed; the pool's loop starts again on it");
@@ -143,11 +94,44 @@ pub(super) async fn prepare(
         .or_else(|| wp.status.clone())
         .unwrap_or_default();
     let (deletion, told) = watch::channel(None);
+    let lp = new_loop(wp, ctx, pool, &url_text, told, &remembered, run_stale).await?;
+    let old = slot.take().filter(|_| same);
+    let retiring = retiring_of(old, moving, wp, ctx, pool, &remembered).await;
+    tracing::info!(pool = %pool, generation = ?wp.metadata.generation, "pool loop made");
+    *slot = Some(PoolState {
+        uid: wp.metadata.uid.clone(),
+        generation: wp.metadata.generation,
+        source,
+        database,
+        lp,
+        deletion,
+        last: wp.status.clone(),
+        backoff: Backoff::new(
+            ctx.config.tuning.backoff_base,
+            ctx.config.tuning.backoff_cap,
+        ),
+        retiring,
+    });
+    ctx.set_database(pool, Some((database, &url)));
+    Ok(None)
+}
+
+/// A new loop for `wp` on the database at `url_text`, told of the
+/// WarmPool's deletion by `told`, taking up where `remembered` left off.
+async fn new_loop(
+    wp: &WarmPool,
+    ctx: &PoolContext,
+    pool: &str,
+    url_text: &str,
+    told: watch::Receiver<Option<crate::pool::Deletion>>,
+    remembered: &crate::crd::WarmPoolStatus,
+    run_stale: Option<Duration>,
+) -> Result<PoolLoop, ControllerError> {
     let mut lp = PoolLoop::new(
-        &ns,
+        &crate::crd::namespace_of(wp),
         &wp.name_any(),
         wp.spec.clone(),
-        &url_text,
+        url_text,
         ctx.config.tuning.clone(),
     )
     .await
@@ -159,17 +143,102 @@ pub(super) async fn prepare(
     .with_fence(ctx.config.fence.clone())
     .with_listings(&ctx.config.listings)
     .with_deletion(told)
-    .remember(wp.metadata.uid.as_deref().unwrap_or_default(), &remembered);
+    .remember(wp.metadata.uid.as_deref().unwrap_or_default(), remembered);
     if let Some(m) = &ctx.config.metrics {
         lp = lp.with_metrics(m.clone());
     }
     if let Some(stale) = run_stale {
         lp.set_run_stale(stale);
     }
-    // The loop it replaces drains where the pool ran (another Scheduler,
-    // region or endpoint); a new replica takes up the places its status
-    // names.
-    let retiring = match slot.take().filter(|_| same) {
+    Ok(lp)
+}
+
+/// Where `wp`'s database URL is (its Scheduler's Secret), with that
+/// Scheduler's stale limit, which judges whether a busy instance's run
+/// still beats (the `Hung` check): its runs' heartbeats are its. Or why
+/// there is none.
+async fn database_of(
+    wp: &WarmPool,
+    ctx: &PoolContext,
+    pool: &str,
+    deleting: bool,
+) -> Result<Result<(SecretKeyRef, Option<Duration>), UrlProblem>, ControllerError> {
+    let recorded = wp.status.as_ref().and_then(|s| s.database_secret.clone());
+    Ok(match (scheduler_of(wp, ctx, pool).await?, recorded) {
+        (Some(s), _) => {
+            let stale = s
+                .spec
+                .handover
+                .stale_seconds
+                .clamp(1, crate::crd::MAX_SECONDS);
+            Ok((
+                s.spec.database.url_secret_ref.clone(),
+                Some(Duration::from_secs(stale as u64)),
+            ))
+        }
+        // Deleted after its Scheduler: the database it last ran on (kept,
+        // with its Secret, for this) ends its rows before its instances go.
+        (None, Some(recorded)) if deleting => Ok((recorded, None)),
+        // No Scheduler, no database to run the pool on: the loop stops,
+        // and starts afresh (clearing `Degraded`) once it is back.
+        (None, _) => Err(UrlProblem {
+            reason: "SchedulerMissing".into(),
+            message: format!(
+                "Scheduler {}/{} does not exist",
+                crate::crd::namespace_of(wp),
+                wp.spec.scheduler
+            ),
+        }),
+    })
+}
+
+/// The loop `state` keeps, given `wp`'s spec if it is new.
+async fn renew_spec(state: &mut PoolState, wp: &WarmPool, pool: &str) {
+    if state.generation != wp.metadata.generation || state.lp.spec() != &wp.spec {
+        state.lp.set_spec(wp.spec.clone()).await;
+        state.generation = wp.metadata.generation;
+        tracing::info!(pool = %pool, generation = ?wp.metadata.generation, "new spec");
+    }
+}
+
+/// The database URL in `secret_ref` (at `source`'s version), as text and
+/// parsed, or what is wrong with it: read once for all the pools and
+/// Schedulers on the Secret at this version; from the API without the
+/// watch's version.
+async fn read_secret(
+    ctx: &PoolContext,
+    ns: &str,
+    secret_ref: &SecretKeyRef,
+    source: &UrlSource,
+    pool: &str,
+) -> Result<Result<(String, orca_db::DatabaseUrl), UrlProblem>, ControllerError> {
+    let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), ns);
+    let read = match (&source.version, &ctx.caches) {
+        (Some(version), Some(caches)) => caches.urls.read(&secrets, ns, secret_ref, version).await,
+        _ => read_url(&secrets, ns, secret_ref).await,
+    }
+    .map_err(|source| ControllerError::Secret {
+        pool: pool.to_string(),
+        source,
+    })?;
+    Ok(read.map_err(|problem| UrlProblem {
+        reason: problem.reason,
+        message: problem.message,
+    }))
+}
+
+/// What the new loop's place keeps draining: the loop it replaces drains
+/// where the pool ran (another Scheduler, region or endpoint); a new
+/// replica takes up the places its status (`remembered`) names.
+async fn retiring_of(
+    old: Option<PoolState>,
+    moving: bool,
+    wp: &WarmPool,
+    ctx: &PoolContext,
+    pool: &str,
+    remembered: &crate::crd::WarmPoolStatus,
+) -> Vec<retiring::Retiring> {
+    match old {
         // Only the database changed: the EC2 place is the same, and so is
         // its listing. The new loop takes the instances over; a loop of the
         // old database there would terminate what the new one launches
@@ -190,24 +259,7 @@ pub(super) async fn prepare(
             retiring
         }
         None => retiring::restore(&ctx.client, &ctx.config, wp, &remembered.retiring).await,
-    };
-    tracing::info!(pool = %pool, generation = ?wp.metadata.generation, "pool loop made");
-    *slot = Some(PoolState {
-        uid: wp.metadata.uid.clone(),
-        generation: wp.metadata.generation,
-        source,
-        database,
-        lp,
-        deletion,
-        last: wp.status.clone(),
-        backoff: Backoff::new(
-            ctx.config.tuning.backoff_base,
-            ctx.config.tuning.backoff_cap,
-        ),
-        retiring,
-    });
-    ctx.set_database(pool, Some((database, &url)));
-    Ok(None)
+    }
 }
 
 /// `wp`'s Scheduler: from the watch's store in [`run`], else from the API.
