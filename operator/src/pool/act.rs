@@ -16,11 +16,10 @@ use std::{collections::BTreeMap, time::Instant};
 
 use chrono::{DateTime, Utc};
 
-use crate::{backoff::Backoff, fence::MaybeFenced};
+use crate::{backoff::Backoff, crd::WarmPoolSpec, fence::MaybeFenced};
 
 use super::{
     ec2::{client_token, Ec2Error, RunRequest},
-    holds,
     plan::{offerings, End, Offering, PoolPlan, Reason},
     pool_loop::PoolLoop,
     report::{PassReport, PoolError, PoolEvent},
@@ -38,6 +37,50 @@ pub(super) enum Call<'a> {
 }
 
 impl<W: World> PoolLoop<W> {
+    /// Acts on `plan` over the moment's `spec`: retire, the stopped
+    /// reserve, launch.
+    ///
+    /// What it terminates, ends, stops or starts would look otherwise in a
+    /// listing asked for before it is done: the next passes take none of
+    /// those (and if the pass fails on the way, the next lists anew). What
+    /// it launches is counted as the loop's own; a loop that replaces this
+    /// one (a new database) has no `ours`, and must not take a listing from
+    /// before these launches either.
+    pub(super) async fn act(
+        &mut self,
+        spec: &WarmPoolSpec,
+        plan: &PoolPlan,
+        now: DateTime<Utc>,
+        report: &mut PassReport,
+    ) -> Result<(), PoolError> {
+        let changes = !(plan.retirements.is_empty()
+            && plan.ends.is_empty()
+            && plan.gone.is_empty()
+            && plan.stops.is_empty()
+            && plan.restops.is_empty()
+            && plan.starts.is_empty());
+        let acting = self
+            .listings
+            .clone()
+            .filter(|_| changes || plan.launch_count() > 0);
+        if changes {
+            self.fresh_after = None;
+        }
+        if let Some(l) = &acting {
+            l.acting(&self.pool, false);
+        }
+        let stayed = self.retire(plan, report).await?;
+        self.reserve(spec, plan, now, report).await?;
+        self.launch(spec, plan, stayed, now, report).await?;
+        if changes {
+            self.fresh_after = Some(Instant::now());
+        }
+        if let Some(l) = &acting {
+            l.acting(&self.pool, true);
+        }
+        Ok(())
+    }
+
     /// Ends or claims each instance to retire, terminates those it got;
     /// returns how many stay (a hand-out or an agent came first, or EC2
     /// refused), each of which takes back a place the plan counted free.
@@ -46,56 +89,8 @@ impl<W: World> PoolLoop<W> {
         plan: &PoolPlan,
         report: &mut PassReport,
     ) -> Result<u32, PoolError> {
-        let mut going: Vec<(&str, Reason, Option<i64>)> = Vec::new();
-        let mut stayed = 0u32;
-        // Idle rows: one race-free end for all of them.
-        let idle: Vec<i64> = plan
-            .retirements
-            .iter()
-            .filter_map(|r| match r.end {
-                End::Idle(row) => Some(row),
-                _ => None,
-            })
-            .collect();
-        let pool = self.pool.clone();
-        let ended = self.world.end_idle_rows(&idle).await?;
-        for r in &plan.retirements {
-            let outcome = match r.end {
-                End::Idle(row) => ended.contains(&row).then_some(None),
-                End::Claim => self.world.claim(&r.instance, &pool).await?.map(Some),
-                End::Claimed(row) => Some(Some(row)),
-                End::Busy(row) => self.world.end_busy_row(row).await?.then_some(None),
-                End::Reserved(row) => self.world.claim_reserved(row).await?.map(Some),
-            };
-            match outcome {
-                Some(claim) => going.push((&r.instance, r.reason, claim)),
-                None => {
-                    stayed += 1;
-                    tracing::info!(pool = %pool, instance = %r.instance, reason = r.reason.as_str(),
-                        "not retired: it was handed a run or its agent reported first");
-                    report.events.push(PoolEvent::new(
-                        "RetirementLost",
-                        format!(
-                            "{} was not retired ({}): it was handed a run or its agent reported first",
-                            r.instance,
-                            r.reason.as_str()
-                        ),
-                        false,
-                    ));
-                }
-            }
-        }
-        for row in &plan.ends {
-            self.world.end_claim(*row).await?;
-        }
-        // Rows of instances EC2 no longer runs: nothing to terminate.
-        if !plan.gone.is_empty() {
-            let ended = self.world.end_rows_of_gone(&plan.gone).await?;
-            if !ended.is_empty() {
-                tracing::info!(pool = %pool, rows = ?ended,
-                    "ended the rows of instances EC2 no longer runs");
-            }
-        }
+        let mut going = self.end_rows(plan, report).await?;
+        let mut stayed = (plan.retirements.len() - going.len()) as u32;
         if going.is_empty() {
             return Ok(stayed);
         }
@@ -133,8 +128,80 @@ impl<W: World> PoolLoop<W> {
                 return Ok(stayed + ids.len() as u32);
             }
         }
+        self.terminated(&going, report).await?;
+        report.terminated = ids;
+        Ok(stayed)
+    }
+
+    /// Ends the rows of the instances to retire first (or claims them),
+    /// and the rows of instances gone: those to terminate, each with why
+    /// and the claim to end after. One that stays (a hand-out or its agent
+    /// came first) is said.
+    async fn end_rows<'p>(
+        &mut self,
+        plan: &'p PoolPlan,
+        report: &mut PassReport,
+    ) -> Result<Vec<(&'p str, Reason, Option<i64>)>, PoolError> {
+        let mut going = Vec::new();
+        // Idle rows: one race-free end for all of them.
+        let idle: Vec<i64> = plan
+            .retirements
+            .iter()
+            .filter_map(|r| match r.end {
+                End::Idle(row) => Some(row),
+                _ => None,
+            })
+            .collect();
+        let pool = self.pool.clone();
+        let ended = self.world.end_idle_rows(&idle).await?;
+        for r in &plan.retirements {
+            let outcome = match r.end {
+                End::Idle(row) => ended.contains(&row).then_some(None),
+                End::Claim => self.world.claim(&r.instance, &pool).await?.map(Some),
+                End::Claimed(row) => Some(Some(row)),
+                End::Busy(row) => self.world.end_busy_row(row).await?.then_some(None),
+                End::Reserved(row) => self.world.claim_reserved(row).await?.map(Some),
+            };
+            match outcome {
+                Some(claim) => going.push((r.instance.as_str(), r.reason, claim)),
+                None => {
+                    tracing::info!(pool = %pool, instance = %r.instance, reason = r.reason.as_str(),
+                        "not retired: it was handed a run or its agent reported first");
+                    report.events.push(PoolEvent::new(
+                        "RetirementLost",
+                        format!(
+                            "{} was not retired ({}): it was handed a run or its agent reported first",
+                            r.instance,
+                            r.reason.as_str()
+                        ),
+                        false,
+                    ));
+                }
+            }
+        }
+        for row in &plan.ends {
+            self.world.end_claim(*row).await?;
+        }
+        // Rows of instances EC2 no longer runs: nothing to terminate.
+        if !plan.gone.is_empty() {
+            let ended = self.world.end_rows_of_gone(&plan.gone).await?;
+            if !ended.is_empty() {
+                tracing::info!(pool = %pool, rows = ?ended,
+                    "ended the rows of instances EC2 no longer runs");
+            }
+        }
+        Ok(going)
+    }
+
+    /// The instances of `going` EC2 terminated: their claims ended, and
+    /// said by reason.
+    async fn terminated(
+        &mut self,
+        going: &[(&str, Reason, Option<i64>)],
+        report: &mut PassReport,
+    ) -> Result<(), PoolError> {
         let mut by_reason: BTreeMap<Reason, Vec<&str>> = BTreeMap::new();
-        for (instance, reason, claim) in &going {
+        for (instance, reason, claim) in going {
             by_reason.entry(*reason).or_default().push(instance);
             if let Some(row) = claim {
                 self.world.end_claim(*row).await?;
@@ -151,8 +218,7 @@ impl<W: World> PoolLoop<W> {
                 false,
             ));
         }
-        report.terminated = ids;
-        Ok(stayed)
+        Ok(())
     }
 
     /// `call` on `ids` in one request; when EC2 refuses it (one id it
@@ -197,77 +263,15 @@ impl<W: World> PoolLoop<W> {
     /// that did not happen (so `maxInstances` holds).
     pub(super) async fn launch(
         &mut self,
+        spec: &WarmPoolSpec,
         plan: &PoolPlan,
         stayed: u32,
         now: DateTime<Utc>,
         report: &mut PassReport,
     ) -> Result<(), PoolError> {
-        // The parameter follows the URL (a rotated Secret) at every pass,
-        // launching or not: agents read it again when refused.
-        let parameter = self.parameter_name();
-        let source = DatabaseSource::for_spec(&self.spec, &self.url.0, &parameter);
-        let published = match source {
-            DatabaseSource::Parameter { name, .. } => {
-                let tags = [
-                    (tags::TAG_CLUSTER, self.owner.cluster.as_str()),
-                    (tags::TAG_SCHEDULER, self.owner.scheduler.as_str()),
-                    (tags::TAG_OPERATOR, self.owner.operator.as_str()),
-                ];
-                Some(self.world.publish(name, &self.url.0, &tags).await)
-            }
-            _ => None,
+        let Some((mut budget, user_data)) = self.ready(spec, plan, stayed, report).await? else {
+            return Ok(());
         };
-        let mut budget = plan.launch_count().min(plan.room.saturating_sub(stayed));
-        if plan.short > 0 {
-            let (reason, warning) = if plan.launches.is_empty() && plan.room > 0 {
-                ("NoCapacity", true)
-            } else {
-                ("MaxInstancesReached", false)
-            };
-            report.events.push(PoolEvent::new(
-                reason,
-                format!(
-                    "{} more instances wanted, none launched for them",
-                    plan.short
-                ),
-                warning,
-            ));
-        }
-        if budget == 0 {
-            return Ok(());
-        }
-        // Boots keep failing: launching more would only fail the same way.
-        if self.boot.holding().is_some() {
-            return Ok(());
-        }
-        if let Some(source) = published.as_ref().and_then(|p| p.as_ref().err()?.fenced()) {
-            return Err(PoolError::Fenced {
-                pool: self.pool.clone(),
-                source,
-            });
-        }
-        if let Some(Err(e)) = published {
-            tracing::warn!(pool = %self.pool, error = %e, "no launch: the database URL parameter cannot be written");
-            report.events.push(PoolEvent::new(
-                "DatabaseUrlParameter",
-                format!(
-                    "{budget} launch(es) held: the database URL parameter cannot be written: {e}"
-                ),
-                true,
-            ));
-            return Ok(());
-        }
-        if let DatabaseSource::Url(_) = source {
-            report.events.push(PoolEvent::new(
-                "DatabaseUrlInUserData",
-                "the launch's user-data carries the database URL, password included \
-                 (launch.databaseUrlIn: userData): anyone allowed ec2:DescribeInstanceAttribute \
-                 and every process on the instances can read it"
-                    .into(),
-                true,
-            ));
-        }
-        let user_data = userdata::render(&self.spec, &self.pool, source);
         let chain: Vec<Offering> = plan
             .launches
             .first()
@@ -296,25 +300,10 @@ impl<W: World> PoolLoop<W> {
                     return Ok(());
                 }
                 let token = client_token(&self.launch_id, self.launch_batches);
-                let answer = self.run_batch(offering, count, &token, &user_data).await;
-                // A token EC2 answered is used up; one whose answer was lost
-                // (or throttled to the end) is retried by the next pass.
-                if !matches!(
-                    answer,
-                    Err(Ec2Error::Transport { .. }
-                        | Ec2Error::Throttled { .. }
-                        | Ec2Error::Fenced { .. })
-                ) {
-                    self.launch_batches += 1;
-                }
-                // What a class granted and EC2 did not launch is given back
-                // (one whose answer was lost may have launched: it stays
-                // counted until the next listing says).
-                if let (Err(e), Some(b)) = (&answer, &self.budget) {
-                    if !matches!(e, Ec2Error::Transport { .. }) {
-                        b.release(&offering.instance_type, count);
-                    }
-                }
+                let answer = self
+                    .run_batch(spec, offering, count, &token, &user_data)
+                    .await;
+                self.answered(offering, count, &answer);
                 match answer {
                     // The token was EC2's already, for another request: the
                     // next token, at once (the count moved on above).
@@ -324,61 +313,20 @@ impl<W: World> PoolLoop<W> {
                         mismatched = true;
                         tracing::warn!(pool = %self.pool, token = %token,
                             "the launch token was used for another request; a new one");
-                        continue;
                     }
                     Ok(ids) => {
                         tracing::info!(pool = %self.pool, offering = %offering, count, token = %token,
                             instances = ?ids, "launched");
-                        let learnt = Instant::now();
-                        for id in &ids {
-                            self.ours.insert(id.clone(), learnt);
-                            self.launch_times
-                                .insert(id.clone(), (now, offering.clone()));
-                        }
-                        if let Some(m) = &self.metrics {
-                            m.launched(&self.pool, count);
-                        }
-                        report.events.push(PoolEvent::new(
-                            "Launched",
-                            format!("launched {count} ({offering}): {}", ids.join(", ")),
-                            false,
-                        ));
-                        report.launched.extend(ids);
+                        self.learn_launched(offering, count, ids, now, report);
                         budget -= count;
                         break;
                     }
                     Err(Ec2Error::Capacity { code, message, .. }) => {
-                        let (until, held) = self.hold(offering, &code, now);
-                        tracing::warn!(pool = %self.pool, offering = %offering, code = %code,
-                            %message, "no capacity; trying the next offering");
-                        if let Some(m) = &self.metrics {
-                            m.capacity_error(
-                                &self.pool,
-                                &offering.instance_type,
-                                &offering.subnet,
-                                &code,
-                            );
-                        }
-                        let also = if held > 1 {
-                            format!(" with {} more offerings under the same quota", held - 1)
-                        } else {
-                            String::new()
-                        };
-                        report.events.push(PoolEvent::new(
-                            "CapacityUnavailable",
-                            format!(
-                                "{offering}: {code}; skipped{also} until {}",
-                                until.to_rfc3339()
-                            ),
-                            true,
-                        ));
+                        self.no_capacity(spec, offering, &code, &message, now, report);
                         // The next offering not held (a quota error holds
                         // more than the one refused).
                         at += 1;
-                        while chain
-                            .get(at)
-                            .is_some_and(|o| self.unavailable.get(o).is_some_and(|u| *u > now))
-                        {
+                        while chain.get(at).is_some_and(|o| self.holds.is_held(o, now)) {
                             at += 1;
                         }
                     }
@@ -399,6 +347,163 @@ impl<W: World> PoolLoop<W> {
             }
         }
         Ok(())
+    }
+
+    /// Whether the pass launches, and how many at most, with which
+    /// user-data: the database URL's parameter written first (it follows
+    /// the URL, a rotated Secret, at every pass, launching or not: agents
+    /// read it again when refused), and what keeps the launches back said.
+    async fn ready(
+        &mut self,
+        spec: &WarmPoolSpec,
+        plan: &PoolPlan,
+        stayed: u32,
+        report: &mut PassReport,
+    ) -> Result<Option<(u32, UserData)>, PoolError> {
+        let parameter = self.parameter_name(spec);
+        let source = DatabaseSource::for_spec(spec, &self.url.0, &parameter);
+        let published = match source {
+            DatabaseSource::Parameter { name, .. } => {
+                let tags = [
+                    (tags::TAG_CLUSTER, self.owner.cluster.as_str()),
+                    (tags::TAG_SCHEDULER, self.owner.scheduler.as_str()),
+                    (tags::TAG_OPERATOR, self.owner.operator.as_str()),
+                ];
+                Some(self.world.publish(name, &self.url.0, &tags).await)
+            }
+            _ => None,
+        };
+        let budget = plan.launch_count().min(plan.room.saturating_sub(stayed));
+        if plan.short > 0 {
+            let (reason, warning) = if plan.launches.is_empty() && plan.room > 0 {
+                ("NoCapacity", true)
+            } else {
+                ("MaxInstancesReached", false)
+            };
+            report.events.push(PoolEvent::new(
+                reason,
+                format!(
+                    "{} more instances wanted, none launched for them",
+                    plan.short
+                ),
+                warning,
+            ));
+        }
+        // Boots keep failing: launching more would only fail the same way.
+        if budget == 0 || self.boot.holding().is_some() {
+            return Ok(None);
+        }
+        if let Some(source) = published.as_ref().and_then(|p| p.as_ref().err()?.fenced()) {
+            return Err(PoolError::Fenced {
+                pool: self.pool.clone(),
+                source,
+            });
+        }
+        if let Some(Err(e)) = published {
+            tracing::warn!(pool = %self.pool, error = %e, "no launch: the database URL parameter cannot be written");
+            report.events.push(PoolEvent::new(
+                "DatabaseUrlParameter",
+                format!(
+                    "{budget} launch(es) held: the database URL parameter cannot be written: {e}"
+                ),
+                true,
+            ));
+            return Ok(None);
+        }
+        if let DatabaseSource::Url(_) = source {
+            report.events.push(PoolEvent::new(
+                "DatabaseUrlInUserData",
+                "the launch's user-data carries the database URL, password included \
+                 (launch.databaseUrlIn: userData): anyone allowed ec2:DescribeInstanceAttribute \
+                 and every process on the instances can read it"
+                    .into(),
+                true,
+            ));
+        }
+        Ok(Some((budget, userdata::render(spec, &self.pool, source))))
+    }
+
+    /// What EC2's `answer` to a batch of `count` in `offering` uses up: a
+    /// token it answered (one whose answer was lost, or throttled to the
+    /// end, is retried by the next pass), and what a class granted and EC2
+    /// did not launch is given back (one whose answer was lost may have
+    /// launched: it stays counted until the next listing says).
+    fn answered(
+        &mut self,
+        offering: &Offering,
+        count: u32,
+        answer: &Result<Vec<String>, Ec2Error>,
+    ) {
+        if !matches!(
+            answer,
+            Err(Ec2Error::Transport { .. } | Ec2Error::Throttled { .. } | Ec2Error::Fenced { .. })
+        ) {
+            self.launch_batches += 1;
+        }
+        if let (Err(e), Some(b)) = (answer, &self.budget) {
+            if !matches!(e, Ec2Error::Transport { .. }) {
+                b.release(&offering.instance_type, count);
+            }
+        }
+    }
+
+    /// The instances `ids` EC2 launched in `offering` for a batch of
+    /// `count`: the loop's own from `now`, counted and said.
+    fn learn_launched(
+        &mut self,
+        offering: &Offering,
+        count: u32,
+        ids: Vec<String>,
+        now: DateTime<Utc>,
+        report: &mut PassReport,
+    ) {
+        let learnt = Instant::now();
+        for id in &ids {
+            self.ours.insert(id.clone(), learnt);
+            self.launch_times
+                .insert(id.clone(), (now, offering.clone()));
+        }
+        if let Some(m) = &self.metrics {
+            m.launched(&self.pool, count);
+        }
+        report.events.push(PoolEvent::new(
+            "Launched",
+            format!("launched {count} ({offering}): {}", ids.join(", ")),
+            false,
+        ));
+        report.launched.extend(ids);
+    }
+
+    /// EC2 had no capacity in `offering` (`code`, `message`): it is held,
+    /// and with it those the same quota covers, and said.
+    fn no_capacity(
+        &mut self,
+        spec: &WarmPoolSpec,
+        offering: &Offering,
+        code: &str,
+        message: &str,
+        now: DateTime<Utc>,
+        report: &mut PassReport,
+    ) {
+        let (until, held) = self.hold(spec, offering, code, now);
+        tracing::warn!(pool = %self.pool, offering = %offering, code = %code,
+            %message, "no capacity; trying the next offering");
+        if let Some(m) = &self.metrics {
+            m.capacity_error(&self.pool, &offering.instance_type, &offering.subnet, code);
+        }
+        let also = if held > 1 {
+            format!(" with {} more offerings under the same quota", held - 1)
+        } else {
+            String::new()
+        };
+        report.events.push(PoolEvent::new(
+            "CapacityUnavailable",
+            format!(
+                "{offering}: {code}; skipped{also} until {}",
+                until.to_rfc3339()
+            ),
+            true,
+        ));
     }
 
     /// Of `wanted` instances of `offering`, how many the pool's class
@@ -423,9 +528,10 @@ impl<W: World> PoolLoop<W> {
 
     /// Holds `offering`, refused with `code`, for the capacity hold, and
     /// with it every offering of the pool the same quota covers
-    /// ([`holds::held_by`]): until when, and how many are held.
+    /// ([`super::holds::held_by`]): until when, and how many are held.
     pub(super) fn hold(
         &mut self,
+        spec: &WarmPoolSpec,
         offering: &Offering,
         code: &str,
         now: DateTime<Utc>,
@@ -433,23 +539,22 @@ impl<W: World> PoolLoop<W> {
         let until = now
             + chrono::Duration::from_std(self.tuning.capacity_hold)
                 .unwrap_or(chrono::Duration::minutes(3));
-        let held = holds::held_by(offering, code, &offerings(&self.spec.launch));
-        for o in &held {
-            self.unavailable.insert(o.clone(), until);
-            self.capacity_codes.insert(o.clone(), code.to_string());
-        }
-        (until, held.len())
+        let held = self
+            .holds
+            .hold(offering, code, &offerings(&spec.launch), until);
+        (until, held)
     }
 
     /// The SSM parameter of this pool's Scheduler's database URL.
-    pub(super) fn parameter_name(&self) -> String {
+    pub(super) fn parameter_name(&self, spec: &WarmPoolSpec) -> String {
         let namespace = self.pool.split_once('/').map_or("", |(ns, _)| ns);
-        ssm::parameter_name(&self.tuning.cluster, namespace, &self.spec.scheduler)
+        ssm::parameter_name(&self.tuning.cluster, namespace, &spec.scheduler)
     }
 
     /// One batch, retried with the same token while EC2 throttles.
     async fn run_batch(
         &mut self,
+        spec: &WarmPoolSpec,
         offering: &Offering,
         count: u32,
         token: &str,
@@ -458,7 +563,7 @@ impl<W: World> PoolLoop<W> {
         let mut backoff = Backoff::new(self.tuning.backoff_base, self.tuning.backoff_cap);
         loop {
             let req = RunRequest {
-                launch: &self.spec.launch,
+                launch: &spec.launch,
                 offering,
                 count,
                 token,

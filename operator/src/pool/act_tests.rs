@@ -223,7 +223,8 @@ fn launching(count: u32) -> PoolPlan {
 async fn launch(lp: &mut PoolLoop<Table>, plan: &PoolPlan, stayed: u32) -> PassReport {
     let mut report = PassReport::default();
     let now = Utc.with_ymd_and_hms(2026, 1, 1, 12, 0, 0).unwrap();
-    lp.launch(plan, stayed, now, &mut report)
+    let spec = lp.spec.clone();
+    lp.launch(&spec, plan, stayed, now, &mut report)
         .await
         .expect("the table never fails a statement");
     report
@@ -249,7 +250,7 @@ async fn launches_go_to_the_next_offering_on_a_capacity_error_and_hold_the_first
     assert_eq!(runs, [("t3.small", 3), ("t3.medium", 3)]);
     assert_eq!(report.launched.len(), 3);
     assert_eq!(reasons(&report), ["CapacityUnavailable", "Launched"]);
-    let until = lp.unavailable[&offering("t3.small")];
+    let until = lp.holds.until()[&offering("t3.small")];
     assert_eq!(
         until,
         Utc.with_ymd_and_hms(2026, 1, 1, 12, 3, 0).unwrap(),
@@ -317,7 +318,7 @@ async fn a_lost_answer_keeps_its_token_and_a_refusal_uses_it_up() {
     assert!(report.events[0].warning);
     assert_eq!(lp.launch_batches, 1);
     assert!(
-        lp.unavailable.is_empty(),
+        lp.holds.until().is_empty(),
         "a refusal is not a capacity error"
     );
 }
@@ -396,7 +397,8 @@ fn with_row(instance: &str, row: i64) -> super::plan::WithRow {
 async fn reserve(lp: &mut PoolLoop<Table>, plan: &PoolPlan) -> PassReport {
     let mut report = PassReport::default();
     let now = Utc.with_ymd_and_hms(2026, 1, 1, 12, 0, 0).unwrap();
-    lp.reserve(plan, now, &mut report)
+    let spec = lp.spec.clone();
+    lp.reserve(&spec, plan, now, &mut report)
         .await
         .expect("the table never fails a statement");
     report
@@ -436,7 +438,7 @@ async fn a_start_without_capacity_puts_the_rows_back_and_holds_the_offering() {
     assert!(report.started.is_empty());
     assert_eq!(reasons(&report), ["StartFailed"]);
     assert!(
-        lp.unavailable.contains_key(&offering("t3.small")),
+        lp.holds.until().contains_key(&offering("t3.small")),
         "the next pass launches instead of starting there"
     );
 

@@ -8,14 +8,14 @@
 //! offering without capacity, for as long as the spec lists it, and the
 //! pool is `Degraded` naming each.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{HashMap, HashSet};
 
 use chrono::{DateTime, Utc};
 
 use super::{
     ec2::{TypeFacts, AGENT_ARCHITECTURE, UNSUPPORTED_ARCHITECTURE},
+    holds::Holds,
     instance::offerings,
-    plan::Offering,
 };
 use crate::crd::Launch;
 
@@ -40,25 +40,17 @@ pub fn foreign<'a>(launch: &Launch, known: &'a HashMap<String, TypeFacts>) -> Ve
 pub fn hold(
     launch: &Launch,
     foreign: &[&TypeFacts],
-    unavailable: &mut BTreeMap<Offering, DateTime<Utc>>,
-    codes: &mut HashMap<Offering, String>,
+    holds: &mut Holds,
     until: DateTime<Utc>,
 ) -> Option<String> {
-    unavailable.retain(|o, _| {
-        let held = codes.get(o).is_some_and(|c| c == UNSUPPORTED_ARCHITECTURE);
-        if held {
-            codes.remove(o);
-        }
-        !held
-    });
+    holds.release(UNSUPPORTED_ARCHITECTURE);
     if foreign.is_empty() {
         return None;
     }
     let names: HashSet<&str> = foreign.iter().map(|f| f.name.as_str()).collect();
     for o in offerings(launch) {
         if names.contains(o.instance_type.as_str()) {
-            codes.insert(o.clone(), UNSUPPORTED_ARCHITECTURE.to_string());
-            unavailable.insert(o, until);
+            holds.insert(o, UNSUPPORTED_ARCHITECTURE, until);
         }
     }
     let named: Vec<String> = foreign

@@ -1,5 +1,6 @@
-//! How far one refused launch or start reaches: which of the pool's
-//! offerings a capacity or quota error holds.
+//! The pool's capacity holds ([`Holds`]), and how far one refused launch
+//! or start reaches: which of the pool's offerings a capacity or quota
+//! error holds.
 //!
 //! A capacity error is about one place (that type in that subnet, in that
 //! market). A quota error is the account's: the older per-type instance
@@ -8,7 +9,115 @@
 //! every spot offering. Asking the other offerings the same quota only
 //! spends API calls and time before the launch that can succeed.
 
+use std::collections::{BTreeMap, HashMap};
+
+use chrono::{DateTime, Utc};
+
 use super::instance::Offering;
+use crate::crd::CapacityError;
+
+/// The pool's offerings held for want of capacity (or of an architecture
+/// the agent runs on), until when, and the code that holds each: what the
+/// plan's launches and starts skip and `status.capacityErrors` shows. They
+/// outlast the pass that met the error, and through the status the
+/// operator that did.
+#[derive(Clone, Debug, Default)]
+pub struct Holds {
+    until: BTreeMap<Offering, DateTime<Utc>>,
+    codes: HashMap<Offering, String>,
+}
+
+impl Holds {
+    /// The holds a status shows (`status.capacityErrors`), as a restarted
+    /// or newly elected operator takes them up; one with no valid time is
+    /// dropped, and said.
+    pub fn restore(&mut self, pool: &str, held: &[CapacityError]) {
+        for h in held {
+            let Ok(until) = DateTime::parse_from_rfc3339(&h.until) else {
+                tracing::warn!(pool = %pool, until = %h.until,
+                    "a capacity hold in the status has no valid time; dropped");
+                continue;
+            };
+            let offering = Offering {
+                instance_type: h.instance_type.clone(),
+                subnet: h.subnet.clone(),
+                spot: h.spot,
+            };
+            self.insert(offering, &h.code, until.with_timezone(&Utc));
+        }
+    }
+
+    /// Holds `offering` for `code` until `until`.
+    pub fn insert(&mut self, offering: Offering, code: &str, until: DateTime<Utc>) {
+        self.codes.insert(offering.clone(), code.to_string());
+        self.until.insert(offering, until);
+    }
+
+    /// Holds `refused`, refused with `code`, and with it every offering of
+    /// `all` the same quota covers ([`held_by`]), until `until`: how many
+    /// are held.
+    pub fn hold(
+        &mut self,
+        refused: &Offering,
+        code: &str,
+        all: &[Offering],
+        until: DateTime<Utc>,
+    ) -> usize {
+        let held = held_by(refused, code, all);
+        for o in &held {
+            self.insert(o.clone(), code, until);
+        }
+        held.len()
+    }
+
+    /// Lets go of every hold of `code`.
+    pub fn release(&mut self, code: &str) {
+        let codes = &mut self.codes;
+        self.until.retain(|o, _| {
+            let held = codes.get(o).is_some_and(|c| c == code);
+            if held {
+                codes.remove(o);
+            }
+            !held
+        });
+    }
+
+    /// Lets go of the holds that ended by `now`.
+    pub fn expire(&mut self, now: DateTime<Utc>) {
+        self.until.retain(|_, until| *until > now);
+        let until = &self.until;
+        self.codes.retain(|o, _| until.contains_key(o));
+    }
+
+    /// Whether `offering` is held at `now`.
+    pub fn is_held(&self, offering: &Offering, now: DateTime<Utc>) -> bool {
+        self.until.get(offering).is_some_and(|u| *u > now)
+    }
+
+    /// Each held offering and until when (what the plan skips).
+    pub fn until(&self) -> &BTreeMap<Offering, DateTime<Utc>> {
+        &self.until
+    }
+
+    /// The holds standing at `now`, as `status.capacityErrors` shows them.
+    pub fn status(&self, now: DateTime<Utc>) -> Vec<CapacityError> {
+        self.until
+            .iter()
+            .filter(|(_, until)| **until > now)
+            .map(|(o, until)| CapacityError {
+                instance_type: o.instance_type.clone(),
+                subnet: o.subnet.clone(),
+                spot: o.spot,
+                code: self
+                    .codes
+                    .get(o)
+                    .cloned()
+                    .unwrap_or_else(|| "InsufficientCapacity".into()),
+                until: until.to_rfc3339(),
+            })
+            .collect()
+    }
+}
 
 /// The offerings of `all` (and `refused` itself) that an error `code` on
 /// `refused` holds.

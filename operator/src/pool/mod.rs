@@ -45,7 +45,6 @@ mod pool_loop;
 mod report;
 mod reserve;
 pub mod roster;
-mod run;
 pub mod schedule;
 pub mod ssm;
 pub mod starts;

@@ -1,18 +1,25 @@
 //! The observe stage of a pool's pass: EC2 first (or a listing recent
 //! enough to reuse), then the database — the rows, the demand, their
-//! ages by the database's clock — into one [`Snapshot`], and the count of
-//! boots that keep failing.
+//! ages by the database's clock — into one [`Snapshot`]; what EC2 says of
+//! the spec's instance types, the forecast's floors from the database's
+//! history, and the count of boots that keep failing.
 
 use std::{
     collections::HashMap,
     time::{Duration, Instant},
 };
 
+use chrono::{DateTime, Utc};
+
+use super::forecast::{self, Demand, Floors};
 use super::plan::{Ec2Instance, PoolPlan, Snapshot};
 
 use super::listings::Want;
 use super::pool_loop::PoolLoop;
 use super::report::{PassReport, PoolError, PoolEvent};
+
+/// How often the forecast is made again from the database's history.
+pub const FORECAST_EVERY: Duration = Duration::from_secs(3600);
 
 impl PoolLoop {
     /// Observes: EC2 first (a listing of the pool's place new enough for
@@ -104,31 +111,7 @@ impl PoolLoop {
             .world
             .read(async |db| orca_db::pool::open_demand(db, &pool).await)
             .await?;
-        // The hand-outs since the last pass; at the loop's first, those of
-        // the last hour, for the time to start, of which only the last
-        // minute's are counted as served (the status restored the rest).
-        let first = self.cost.handed_mark.is_none();
-        let after = self
-            .cost
-            .handed_mark
-            .unwrap_or(listed - super::starts::WINDOW_SECS);
-        let outs = self
-            .world
-            .read(async |db| orca_db::pool::hand_outs_since(db, &pool, after).await)
-            .await?;
-        self.cost.handed_mark = outs.last().map(|h| h.at).or(Some(after));
-        let mut served = orca_db::pool::Served::default();
-        for h in outs.iter().filter(|h| !first || h.at > listed - 60.0) {
-            served.add(h.source);
-            if let Some(m) = &self.metrics {
-                m.time_to_start(&self.pool, h.source, h.waited);
-            }
-        }
-        self.cost.starts.add(&outs, listed);
-        self.cost.add_served(served);
-        if let Some(m) = &self.metrics {
-            m.served(&self.pool, served);
-        }
+        self.count_hand_outs(listed).await?;
         // An id stays ours while EC2 lists it, or briefly before it does.
         self.ours.retain(|id, at| {
             instances
@@ -151,6 +134,38 @@ impl PoolLoop {
             template_version: self.template_version().await?,
         };
         Ok((snap, reused))
+    }
+
+    /// Counts the hand-outs since the last pass (runs served, the time to
+    /// start); at the loop's first, those of the last hour, for the time
+    /// to start, of which only the last minute's are counted as served (the
+    /// status restored the rest). `listed`: the listing's time on the
+    /// database's clock.
+    async fn count_hand_outs(&mut self, listed: f64) -> Result<(), PoolError> {
+        let pool = self.pool.clone();
+        let first = self.cost.handed_mark.is_none();
+        let after = self
+            .cost
+            .handed_mark
+            .unwrap_or(listed - super::starts::WINDOW_SECS);
+        let outs = self
+            .world
+            .read(async |db| orca_db::pool::hand_outs_since(db, &pool, after).await)
+            .await?;
+        self.cost.handed_mark = outs.last().map(|h| h.at).or(Some(after));
+        let mut served = orca_db::pool::Served::default();
+        for h in outs.iter().filter(|h| !first || h.at > listed - 60.0) {
+            served.add(h.source);
+            if let Some(m) = &self.metrics {
+                m.time_to_start(&self.pool, h.source, h.waited);
+            }
+        }
+        self.cost.starts.add(&outs, listed);
+        self.cost.add_served(served);
+        if let Some(m) = &self.metrics {
+            m.served(&self.pool, served);
+        }
+        Ok(())
     }
 
     /// The number the spec's launch template version resolves to, asked
@@ -238,6 +253,64 @@ impl PoolLoop {
         }
         self.adopted = true;
         Ok((asked, instances))
+    }
+
+    /// The forecast's floors with `spec.forecast`: from the database's
+    /// history once every [`FORECAST_EVERY`] (and after a new spec), else
+    /// as made last.
+    pub(super) async fn floors(&mut self, now: DateTime<Utc>) -> Result<Option<Floors>, PoolError> {
+        let Some(spec) = self.spec.forecast.clone() else {
+            self.floors = None;
+            return Ok(None);
+        };
+        if let Some((made, f)) = &self.floors {
+            if made.elapsed() < FORECAST_EVERY {
+                return Ok(Some(f.clone()));
+            }
+        }
+        let pool = self.pool.clone();
+        let counts = self
+            .world
+            .read(async |db| {
+                orca_db::pool::demand_history(db, &pool, spec.lead_seconds, spec.weeks).await
+            })
+            .await?;
+        let mut demand = Demand::new(spec.lead_seconds);
+        demand.counts = counts.into_iter().collect();
+        let f = forecast::floors(&spec, &demand, now);
+        self.floors = Some((Instant::now(), f.clone()));
+        Ok(Some(f))
+    }
+
+    /// Asks EC2 about the spec's instance types this loop has not had
+    /// described yet (`DescribeInstanceTypes`): their vCPUs, which a
+    /// class's limits count, and their architectures. A type EC2 does not
+    /// describe stays unknown, and a failed call is made again next pass.
+    pub(super) async fn learn_types(&mut self) -> Result<(), PoolError> {
+        let unknown: Vec<String> = self
+            .spec
+            .launch
+            .instance_types
+            .iter()
+            .filter(|t| !self.types.contains_key(*t))
+            .cloned()
+            .collect();
+        if unknown.is_empty() {
+            return Ok(());
+        }
+        match self.world.ec2.describe_types(&unknown).await {
+            Ok(facts) => {
+                for f in facts {
+                    self.types.insert(f.name.clone(), f);
+                }
+            }
+            Err(e @ super::Ec2Error::Fenced { .. }) => return Err(self.ec2_error(e)),
+            // Not known: no launch of those types under a vCPU limit, and
+            // no architecture check, until a pass learns them.
+            Err(e) => tracing::warn!(pool = %self.pool, error = %e,
+                "the pool's instance types could not be described"),
+        }
+        Ok(())
     }
 
     /// Boot time-outs in a row (`plan`'s `BootTimeout` retirements, none of

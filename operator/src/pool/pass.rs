@@ -1,7 +1,13 @@
-//! One pass of a pool: observe (EC2 first, then the database) → [`plan`]
-//! → act (see `act.rs`) → status and events. Every EC2 call and every
-//! statement checks the loop's [`Fence`] just before it goes out; a fenced
-//! pass ends there, with [`PoolError::Fenced`].
+//! One pass of a pool: observe (EC2 first, then the database, see
+//! `observe.rs`) → the moment's spec → [`plan`] → act (see `act.rs`) →
+//! status (`status.rs`) and events; and a loop run on its own (the local
+//! mode): passes on the pool's notifications, every resync, and after a
+//! back-off. Every EC2 call and every statement checks the loop's
+//! [`crate::fence::Fence`] just before it goes out; a fenced pass ends
+//! there, with [`PoolError::Fenced`].
+//!
+//! Kept whole, one concept: the pass as the sequence it is, the few steps
+//! of its own it names, and the loop that repeats it.
 
 use std::{
     collections::HashSet,
@@ -11,43 +17,91 @@ use std::{
 use chrono::{DateTime, Utc};
 
 use super::{
-    forecast::{self, Demand, Floors},
+    forecast::Floors,
     plan::{plan, Ec2Instance, PoolPlan, Snapshot},
     schedule,
 };
 use crate::crd::WarmPoolSpec;
+use crate::fence::MaybeFenced;
 
 use super::pool_loop::PoolLoop;
 use super::report::{Deletion, PassReport, PoolError, PoolEvent};
 
-/// How often the forecast is made again from the database's history.
-pub const FORECAST_EVERY: Duration = Duration::from_secs(3600);
-
 /// The hours ahead whose floor `status.forecast` shows.
 const FORECAST_HOURS_SHOWN: usize = 6;
 
+/// The spec as given with what holds at the moment of a pass over it: the
+/// one spec both the plan and the act step read.
+struct Moment {
+    /// A schedule under way replaces the idle range (one that cannot be
+    /// read is a warning, and `spec.idle` holds), the forecast raises the
+    /// floor of either, within its max, and a deletion's drain time-out is
+    /// the one it was told.
+    spec: WarmPoolSpec,
+    active: Result<Option<schedule::Active>, schedule::ScheduleError>,
+    floors: Option<Floors>,
+}
+
 impl PoolLoop {
-    /// One pass at `now` (the operator's clock, for EC2's launch times).
+    /// One pass at `now` (the operator's clock, for EC2's launch times):
+    /// observe, the moment's spec, plan, act, the status.
     pub async fn pass(&mut self, now: DateTime<Utc>) -> Result<PassReport, PoolError> {
         let mut snap = self.observe().await?;
         self.learn_types().await?;
         self.count_held(&snap);
-        let adopted = std::mem::take(&mut self.just_adopted);
         // Read after the observation: a deletion that began meanwhile
         // launches nothing in this pass already.
         let deletion = *self.deletion.borrow();
         snap.deleting = deletion.map(|d| d.since);
-        self.unavailable.retain(|_, until| *until > now);
-        let unavailable = &self.unavailable;
-        self.capacity_codes
-            .retain(|o, _| unavailable.contains_key(o));
+        self.holds.expire(now);
         let foreign = self.hold_foreign_types(now);
-        // What the plan goes by is the spec as given, with two things of
-        // the moment over it: a schedule under way replaces the idle range
-        // (one that cannot be read is a warning, and `spec.idle` holds), and
-        // a deletion's drain time-out is the one it was told.
+        let moment = self.moment(now, deletion).await?;
+        let spec = &moment.spec;
+        let decided = plan(spec, &snap, self.holds.until(), &self.limits(), now);
+        self.count_cost(&snap);
+        tracing::debug!(
+            pool = %self.pool,
+            instances = snap.instances.len(),
+            rows = snap.rows.len(),
+            demand = snap.demand,
+            launches = decided.launch_count(),
+            retirements = decided.retirements.len(),
+            "planned"
+        );
+        let mut report = self.report(&moment, &snap, &decided, now);
+        self.notices(foreign, &moment, &snap, now, &mut report);
+        match deletion {
+            Some(d) => self.announce_deletion(&decided, d, &mut report),
+            None => self.count_boot_failures(&decided, &snap, &mut report).await,
+        }
+        self.act(spec, &decided, now, &mut report).await?;
+        report.instances = super::roster::roster(spec, &snap, &decided, &self.launch_times);
+        // A refusal of the credentials outlasts the pass that met it (see
+        // `Denials`), over any boot failure: the IAM policy mends it.
+        if let Some(message) = self.denials.standing() {
+            report.degraded = Some((super::report::UNAUTHORIZED, message.to_string()));
+        }
+        report.status = super::status::status(
+            &report,
+            &mut self.conditions,
+            &self.holds,
+            self.launch_batches,
+            &mut self.cost,
+            now,
+        );
+        self.deletion_announced |= report.deleting;
+        self.gauge(&report);
+        Ok(report)
+    }
+
+    /// The spec of the pass at `now`, with `deletion` if the WarmPool is
+    /// being deleted (see [`Moment`]).
+    async fn moment(
+        &mut self,
+        now: DateTime<Utc>,
+        deletion: Option<Deletion>,
+    ) -> Result<Moment, PoolError> {
         let active = schedule::active(&self.spec.schedules, now);
-        // And the forecast raises the floor of either, within its max.
         let floors = self.floors(now).await?;
         let idle = schedule::idle_of(&self.spec, &active);
         let spec = WarmPoolSpec {
@@ -59,46 +113,66 @@ impl PoolLoop {
                 .map_or(self.spec.drain_timeout_seconds, |d| d.drain_timeout_seconds),
             ..self.spec.clone()
         };
-        let spec = &spec;
-        let decided = plan(spec, &snap, &self.unavailable, &self.limits(), now);
-        // What each instance was doing since the last pass is taken to be
-        // what it does now; a gap longer than a few resyncs (the loop
-        // stopped, or lost its lease) is not counted.
+        Ok(Moment {
+            spec,
+            active,
+            floors,
+        })
+    }
+
+    /// Counts the instance-seconds since the last pass: what each instance
+    /// was doing since is taken to be what it does now; a gap longer than
+    /// a few resyncs (the loop stopped, or lost its lease) is not counted.
+    fn count_cost(&mut self, snap: &Snapshot) {
         let elapsed = self.cost_at.map_or(Duration::ZERO, |at| at.elapsed());
         self.cost_at = Some(Instant::now());
-        if elapsed <= self.tuning.resync * 4 {
-            for ((instance_type, spot), u, secs) in self.cost.tally(&snap, elapsed) {
-                if let Some(m) = &self.metrics {
-                    m.instance_seconds(&self.pool, &instance_type, spot, u, secs);
-                }
+        if elapsed > self.tuning.resync * 4 {
+            return;
+        }
+        for ((instance_type, spot), u, secs) in self.cost.tally(snap, elapsed) {
+            if let Some(m) = &self.metrics {
+                m.instance_seconds(&self.pool, &instance_type, spot, u, secs);
             }
         }
-        let idle_min = spec.idle.min;
-        tracing::debug!(
-            pool = %self.pool,
-            instances = snap.instances.len(),
-            rows = snap.rows.len(),
-            demand = snap.demand,
-            launches = decided.launch_count(),
-            retirements = decided.retirements.len(),
-            "planned"
-        );
-        let mut report = PassReport {
+    }
+
+    /// The pass's report as planned, before it acts.
+    fn report(
+        &self,
+        moment: &Moment,
+        snap: &Snapshot,
+        decided: &PoolPlan,
+        now: DateTime<Utc>,
+    ) -> PassReport {
+        PassReport {
             plan: decided.clone(),
             deleting: snap.deleting.is_some(),
-            deleted: snap.deleting.is_some() && self.nothing_left(&snap),
-            idle_min,
-            active_schedule: match &active {
+            deleted: snap.deleting.is_some() && self.nothing_left(snap),
+            idle_min: moment.spec.idle.min,
+            active_schedule: match &moment.active {
                 Ok(Some(a)) => Some(a.describe(&self.spec)),
                 _ => None,
             },
-            forecast: floors.map(|f| {
+            forecast: moment.floors.as_ref().map(|f| {
                 f.status(now, FORECAST_HOURS_SHOWN, |t| {
                     schedule::idle_at(&self.spec, t)
                 })
             }),
             ..PassReport::default()
-        };
+        }
+    }
+
+    /// What the pass says beyond what it does: instance types that cannot
+    /// run the agent (`foreign`), a schedule or a maintenance window that
+    /// cannot be read, drift, adoptions.
+    fn notices(
+        &mut self,
+        foreign: Option<String>,
+        moment: &Moment,
+        snap: &Snapshot,
+        now: DateTime<Utc>,
+        report: &mut PassReport,
+    ) {
         if let Some(why) = foreign {
             report.events.push(PoolEvent::new(
                 super::ec2::UNSUPPORTED_ARCHITECTURE,
@@ -106,7 +180,7 @@ impl PoolLoop {
                 true,
             ));
         }
-        if let Err(e) = &active {
+        if let Err(e) = &moment.active {
             report
                 .events
                 .push(PoolEvent::new("InvalidSchedule", e.to_string(), true));
@@ -120,9 +194,10 @@ impl PoolLoop {
                 true,
             ));
         }
-        if decided.counts.drifted > 0 {
-            self.announce_drift(&snap, &mut report);
+        if report.plan.counts.drifted > 0 {
+            self.announce_drift(snap, report);
         }
+        let adopted = std::mem::take(&mut self.just_adopted);
         if !adopted.is_empty() {
             report.events.push(PoolEvent::new(
                 "Adopted",
@@ -137,47 +212,10 @@ impl PoolLoop {
                 false,
             ));
         }
-        if let Some(d) = deletion {
-            self.announce_deletion(&decided, d, &mut report);
-        } else {
-            self.count_boot_failures(&decided, &snap, &mut report).await;
-        }
-        // What this pass terminates, ends, stops or starts would look
-        // otherwise in a listing asked for before it is done: the next
-        // passes take none of those (and if the pass fails on the way, the
-        // next lists anew). What it launches is counted as the loop's own.
-        let acts = !(decided.retirements.is_empty()
-            && decided.ends.is_empty()
-            && decided.gone.is_empty()
-            && decided.stops.is_empty()
-            && decided.restops.is_empty()
-            && decided.starts.is_empty());
-        // A loop that replaces this one (a new database) has no `ours`: it
-        // must not take a listing from before this pass's launches either.
-        let launches = decided.launch_count() > 0;
-        if acts {
-            self.fresh_after = None;
-        }
-        if let Some(l) = self.listings.as_ref().filter(|_| acts || launches) {
-            l.acting(&self.pool, false);
-        }
-        let failed_ends = self.retire(&decided, &mut report).await?;
-        self.reserve(&decided, now, &mut report).await?;
-        self.launch(&decided, failed_ends, now, &mut report).await?;
-        if acts {
-            self.fresh_after = Some(Instant::now());
-        }
-        if let Some(l) = self.listings.as_ref().filter(|_| acts || launches) {
-            l.acting(&self.pool, true);
-        }
-        report.instances = super::roster::roster(spec, &snap, &decided, &self.launch_times);
-        // A refusal of the credentials outlasts the pass that met it (see
-        // `Denials`), over any boot failure: the IAM policy mends it.
-        if let Some(message) = self.denials.standing() {
-            report.degraded = Some((super::report::UNAUTHORIZED, message.to_string()));
-        }
-        report.status = self.status(&report, now);
-        self.deletion_announced |= report.deleting;
+    }
+
+    /// The pool's gauges from the pass's status.
+    fn gauge(&self, report: &PassReport) {
         if let Some(m) = &self.metrics {
             let s = &report.status;
             m.counts(
@@ -191,34 +229,6 @@ impl PoolLoop {
                 },
             );
         }
-        Ok(report)
-    }
-
-    /// The forecast's floors with `spec.forecast`: from the database's
-    /// history once every [`FORECAST_EVERY`] (and after a new spec), else
-    /// as made last.
-    async fn floors(&mut self, now: DateTime<Utc>) -> Result<Option<Floors>, PoolError> {
-        let Some(spec) = self.spec.forecast.clone() else {
-            self.floors = None;
-            return Ok(None);
-        };
-        if let Some((made, f)) = &self.floors {
-            if made.elapsed() < FORECAST_EVERY {
-                return Ok(Some(f.clone()));
-            }
-        }
-        let pool = self.pool.clone();
-        let counts = self
-            .world
-            .read(async |db| {
-                orca_db::pool::demand_history(db, &pool, spec.lead_seconds, spec.weeks).await
-            })
-            .await?;
-        let mut demand = Demand::new(spec.lead_seconds);
-        demand.counts = counts.into_iter().collect();
-        let f = forecast::floors(&spec, &demand, now);
-        self.floors = Some((Instant::now(), f.clone()));
-        Ok(Some(f))
     }
 
     /// A `Drifted` event, once per launch spec: how many instances run an
@@ -265,37 +275,6 @@ impl PoolLoop {
         self.drift_announced = Some(announced);
     }
 
-    /// Asks EC2 about the spec's instance types this loop has not had
-    /// described yet (`DescribeInstanceTypes`): their vCPUs, which a
-    /// class's limits count, and their architectures. A type EC2 does not
-    /// describe stays unknown, and a failed call is made again next pass.
-    async fn learn_types(&mut self) -> Result<(), PoolError> {
-        let unknown: Vec<String> = self
-            .spec
-            .launch
-            .instance_types
-            .iter()
-            .filter(|t| !self.types.contains_key(*t))
-            .cloned()
-            .collect();
-        if unknown.is_empty() {
-            return Ok(());
-        }
-        match self.world.ec2.describe_types(&unknown).await {
-            Ok(facts) => {
-                for f in facts {
-                    self.types.insert(f.name.clone(), f);
-                }
-            }
-            Err(e @ super::Ec2Error::Fenced { .. }) => return Err(self.ec2_error(e)),
-            // Not known: no launch of those types under a vCPU limit, and
-            // no architecture check, until a pass learns them.
-            Err(e) => tracing::warn!(pool = %self.pool, error = %e,
-                "the pool's instance types could not be described"),
-        }
-        Ok(())
-    }
-
     /// Holds the offerings of the spec's instance types that cannot run
     /// the agent ([`super::arch`]); what `Degraded` says of them, if any.
     fn hold_foreign_types(&mut self, now: DateTime<Utc>) -> Option<String> {
@@ -303,8 +282,7 @@ impl PoolLoop {
         super::arch::hold(
             &self.spec.launch,
             &foreign,
-            &mut self.unavailable,
-            &mut self.capacity_codes,
+            &mut self.holds,
             now + chrono::Duration::days(1),
         )
     }
@@ -375,5 +353,84 @@ impl PoolLoop {
             ),
             warning: false,
         });
+    }
+
+    /// Passes until `stop` resolves: on a notification for this pool
+    /// (within `min_gap`), every `resync`, and after a back-off when a pass
+    /// failed or was throttled. Each pass's outcome goes to `report`.
+    pub async fn run<F, S>(mut self, mut report: F, stop: S)
+    where
+        F: FnMut(Result<&PassReport, &PoolError>),
+        S: std::future::Future<Output = ()>,
+    {
+        tokio::pin!(stop);
+        let mut deletion = self.deletion.clone();
+        loop {
+            // Back-off waits are slept in full: a notification must not
+            // cut them short.
+            let (wait, backing_off) = match self.pass(Utc::now()).await {
+                Ok(r) => {
+                    report(Ok(&r));
+                    if r.throttled {
+                        (self.backoff.next_wait(), true)
+                    } else {
+                        self.backoff.reset();
+                        (self.tuning.resync, false)
+                    }
+                }
+                Err(e) if e.is_fenced() => {
+                    tracing::debug!(pool = %self.pool, error = %e, "pool pass fenced");
+                    report(Err(&e));
+                    (self.backoff.next_wait(), true)
+                }
+                Err(e) => {
+                    tracing::warn!(pool = %self.pool, error = %e, "pool pass failed");
+                    report(Err(&e));
+                    (self.backoff.next_wait(), true)
+                }
+            };
+            let pause = if backing_off {
+                wait
+            } else {
+                self.tuning.min_gap
+            };
+            tokio::select! {
+                _ = &mut stop => return,
+                _ = tokio::time::sleep(pause) => {}
+            }
+            if backing_off {
+                continue;
+            }
+            // A deletion's first pass need not wait for the resync.
+            tokio::select! {
+                _ = &mut stop => return,
+                _ = self.wake(wait) => {}
+                Ok(()) = deletion.changed() => {}
+            }
+        }
+    }
+
+    /// Returns on a notification for this pool, or after `wait`.
+    pub(super) async fn wake(&mut self, wait: Duration) {
+        let deadline = tokio::time::Instant::now() + wait;
+        let pool = self.pool.clone();
+        let Some(db) = self.world.db.as_mut() else {
+            tokio::time::sleep(wait.min(Duration::from_secs(1))).await;
+            return;
+        };
+        loop {
+            match tokio::time::timeout_at(deadline, db.notification()).await {
+                Err(_) => return,
+                Ok(None) => {
+                    self.world.db = None;
+                    return;
+                }
+                Ok(Some(n)) if n.payload() == pool => {
+                    db.drain_notifications();
+                    return;
+                }
+                Ok(Some(_)) => {}
+            }
+        }
     }
 }

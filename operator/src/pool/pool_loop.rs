@@ -1,14 +1,14 @@
 //! A pool's loop: what one WarmPool's controller keeps between passes —
 //! its spec, its world (the database and EC2, or a table in tests), what
 //! it launched, its holds and back-offs — and how it is made and told of
-//! a new spec, a deletion or a fence. Its passes are in `observe.rs`,
-//! `pass.rs`, `act.rs` and `status.rs`; its own run in `run.rs`.
+//! a new spec, a deletion or a fence. Its passes are in `pass.rs`
+//! (with its own run), `observe.rs`, `act.rs` and `reserve.rs`.
 //!
 //! Kept whole, one concept: what a loop keeps between passes, and each way
 //! of making it (its world, its fence, its listings and connections).
 
 use std::{
-    collections::{BTreeMap, HashMap, HashSet},
+    collections::{HashMap, HashSet},
     fmt,
     sync::Arc,
     time::{Duration, Instant},
@@ -29,6 +29,7 @@ use super::{
 use crate::crd::{WarmPoolSpec, WarmPoolStatus};
 use crate::fence::Fence;
 
+use super::holds::Holds;
 use super::listings::{Listings, Place};
 use super::live::{Live, Shared};
 use super::report::{Deletion, Denials, PoolError};
@@ -79,10 +80,8 @@ pub struct PoolLoop<W = Live> {
     pub(super) world: W,
     pub(super) url: SecretUrl,
     pub(super) tuning: Tuning,
-    /// Offerings without capacity, until when.
-    pub(super) unavailable: BTreeMap<Offering, DateTime<Utc>>,
-    /// The error code that made each of them unavailable.
-    pub(super) capacity_codes: HashMap<Offering, String>,
+    /// Offerings without capacity, until when, and why.
+    pub(super) holds: Holds,
     /// Instances this loop launched, and when it learnt their ids.
     pub(super) ours: HashMap<String, Instant>,
     pub(super) backoff: Backoff,
@@ -167,8 +166,7 @@ impl<W> PoolLoop<W> {
             world,
             url: SecretUrl(database_url.to_string()),
             tuning,
-            unavailable: BTreeMap::new(),
-            capacity_codes: HashMap::new(),
+            holds: Holds::default(),
             types: HashMap::new(),
             resolved_template: None,
             ours: HashMap::new(),
@@ -214,21 +212,7 @@ impl<W> PoolLoop<W> {
         self.conditions = status.conditions.clone();
         self.cost
             .restore(&status.instance_seconds, status.runs_served.as_ref());
-        for held in &status.capacity_errors {
-            let Ok(until) = DateTime::parse_from_rfc3339(&held.until) else {
-                tracing::warn!(pool = %self.pool, until = %held.until,
-                    "a capacity hold in the status has no valid time; dropped");
-                continue;
-            };
-            let offering = Offering {
-                instance_type: held.instance_type.clone(),
-                subnet: held.subnet.clone(),
-                spot: held.spot,
-            };
-            self.unavailable
-                .insert(offering.clone(), until.with_timezone(&Utc));
-            self.capacity_codes.insert(offering, held.code.clone());
-        }
+        self.holds.restore(&self.pool, &status.capacity_errors);
         self
     }
 

@@ -6,6 +6,8 @@ use std::collections::BTreeMap;
 
 use chrono::{DateTime, Utc};
 
+use crate::crd::WarmPoolSpec;
+
 use super::{
     act::Call,
     ec2::Ec2Error,
@@ -43,6 +45,7 @@ impl<W: World> PoolLoop<W> {
     /// to stop or start for good is retired ([`Self::retire_reserved`]).
     pub(super) async fn reserve(
         &mut self,
+        spec: &WarmPoolSpec,
         plan: &PoolPlan,
         now: DateTime<Utc>,
         report: &mut PassReport,
@@ -82,12 +85,15 @@ impl<W: World> PoolLoop<W> {
                         report.started.extend(started);
                     }
                     for (start, e) in refused {
-                        self.start_failed(offering, &[start], e, now, report)
+                        self.start_failed(spec, offering, &[start], e, now, report)
                             .await?;
                     }
                 }
                 Err(e @ Ec2Error::Fenced { .. }) => return Err(self.ec2_error(e)),
-                Err(e) => self.start_failed(offering, &starts, e, now, report).await?,
+                Err(e) => {
+                    self.start_failed(spec, offering, &starts, e, now, report)
+                        .await?
+                }
             }
         }
         let rows: Vec<i64> = plan.stops.iter().map(|s| s.row).collect();
@@ -134,6 +140,7 @@ impl<W: World> PoolLoop<W> {
     /// the next pass, and a capacity error holds the offering.
     async fn start_failed(
         &mut self,
+        spec: &WarmPoolSpec,
         offering: &Offering,
         starts: &[&WithRow],
         e: Ec2Error,
@@ -148,7 +155,7 @@ impl<W: World> PoolLoop<W> {
         let rows: Vec<i64> = starts.iter().map(|s| s.row).collect();
         self.world.unwake_rows(&rows).await?;
         if let Ec2Error::Capacity { code, .. } = &e {
-            self.hold(offering, code, now);
+            self.hold(spec, offering, code, now);
         }
         report.throttled |= matches!(e, Ec2Error::Throttled { .. });
         tracing::warn!(pool = %self.pool, offering = %offering, error = %e, "start failed");
