@@ -9,21 +9,33 @@
 //! ends the pass); the act step's tests answer from a table
 //! (`act_tests.rs`).
 //!
+//! The [`Actuator`] owns the world and what its calls teach: the capacity
+//! holds, the credentials' denials, the launches (their ids, times and
+//! tokens), the class's grants and the boots that keep failing.
+//!
 //! Kept whole, one concept: retire and launch, the two halves of the act
 //! step that share the per-id retry.
 
-use std::{collections::BTreeMap, time::Instant};
+use std::{
+    collections::{BTreeMap, HashMap, HashSet},
+    fmt,
+    time::Instant,
+};
 
 use chrono::{DateTime, Utc};
 
 use crate::{backoff::Backoff, crd::WarmPoolSpec, fence::MaybeFenced};
 
 use super::{
-    ec2::{client_token, Ec2Error, RunRequest},
-    plan::{offerings, End, Offering, PoolPlan, Reason},
-    pool_loop::PoolLoop,
-    report::{PassReport, PoolError, PoolEvent},
+    boot::BootFailures,
+    budget::Budget,
+    ec2::{client_token, Ec2Error, Ownership, RunRequest},
+    holds::Holds,
+    metrics::PoolMetrics,
+    plan::{offerings, End, Offering, PoolPlan, Reason, Snapshot},
+    report::{Denials, PassReport, PoolError, PoolEvent},
     ssm, tags,
+    tuning::Tuning,
     userdata::{self, DatabaseSource, UserData},
     world::World,
 };
@@ -36,51 +48,140 @@ pub(super) enum Call<'a> {
     Start(&'a Offering),
 }
 
-impl<W: World> PoolLoop<W> {
-    /// Acts on `plan` over the moment's `spec`: retire, the stopped
-    /// reserve, launch.
-    ///
-    /// What it terminates, ends, stops or starts would look otherwise in a
-    /// listing asked for before it is done: the next passes take none of
-    /// those (and if the pass fails on the way, the next lists anew). What
-    /// it launches is counted as the loop's own; a loop that replaces this
-    /// one (a new database) has no `ours`, and must not take a listing from
-    /// before these launches either.
-    pub(super) async fn act(
-        &mut self,
-        spec: &WarmPoolSpec,
-        plan: &PoolPlan,
-        now: DateTime<Utc>,
-        report: &mut PassReport,
-    ) -> Result<(), PoolError> {
-        let changes = !(plan.retirements.is_empty()
-            && plan.ends.is_empty()
-            && plan.gone.is_empty()
-            && plan.stops.is_empty()
-            && plan.restops.is_empty()
-            && plan.starts.is_empty());
-        let acting = self
-            .listings
-            .clone()
-            .filter(|_| changes || plan.launch_count() > 0);
-        if changes {
-            self.fresh_after = None;
-        }
-        if let Some(l) = &acting {
-            l.acting(&self.pool, false);
-        }
-        let stayed = self.retire(plan, report).await?;
-        self.reserve(spec, plan, now, report).await?;
-        self.launch(spec, plan, stayed, now, report).await?;
-        if changes {
-            self.fresh_after = Some(Instant::now());
-        }
-        if let Some(l) = &acting {
-            l.acting(&self.pool, true);
-        }
-        Ok(())
-    }
+/// The URL text as the user-data needs it; never shown.
+#[derive(Clone)]
+pub(super) struct SecretUrl(pub(super) String);
 
+impl fmt::Debug for SecretUrl {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("SecretUrl(***)")
+    }
+}
+
+/// What the pool launched, as its loop knows it.
+#[derive(Debug, Default)]
+pub(super) struct Launches {
+    /// Instances this loop launched, and when it learnt their ids.
+    pub(super) ours: HashMap<String, Instant>,
+    /// When this loop launched each of `ours` (by its own clock), and in
+    /// which offering: the status lists an instance so from the pass that
+    /// launched it on, and the listing's own time does not change it again.
+    pub(super) times: HashMap<String, (DateTime<Utc>, Offering)>,
+    /// What names this pool's launches in their `ClientToken`s: its uid
+    /// once remembered, else one of this loop's own.
+    pub(super) id: String,
+    /// Launch batches EC2 answered (`status.launchBatches`): the number of
+    /// the next one.
+    pub(super) batches: u64,
+}
+
+/// The act step of one pool, acting on `W` (the [`super::Live`] world,
+/// or a table of answers in its tests): the calls, and what they teach
+/// and later passes go by.
+pub(super) struct Actuator<W> {
+    /// `namespace/name`.
+    pub(super) pool: String,
+    pub(super) world: W,
+    /// Whose instances the pool's are: the tags it launches with.
+    pub(super) owner: Ownership,
+    pub(super) url: SecretUrl,
+    pub(super) tuning: Tuning,
+    pub(super) metrics: Option<PoolMetrics>,
+    /// Offerings without capacity, until when, and why.
+    pub(super) holds: Holds,
+    /// EC2 actions the credentials were refused and not allowed since.
+    pub(super) denials: Denials,
+    pub(super) launches: Launches,
+    /// The class's book, for a pool with a class: every launch is granted
+    /// by it first.
+    pub(super) budget: Option<Budget>,
+    /// Boot time-outs in a row, and the launch back-off they earned.
+    pub(super) boot: BootFailures,
+    /// Instances this loop launched that reported (had a row).
+    pub(super) booted: HashSet<String>,
+}
+
+/// What one pass's act step goes by.
+#[derive(Clone, Copy)]
+pub(super) struct Orders<'a> {
+    /// The pass's spec (see `pass.rs`): the plan's, with the moment's idle
+    /// range and drain time-out.
+    pub(super) spec: &'a WarmPoolSpec,
+    pub(super) plan: &'a PoolPlan,
+    /// The number the launch template's version resolves to, if any.
+    pub(super) template_version: Option<&'a str>,
+    pub(super) now: DateTime<Utc>,
+}
+
+impl<W> Actuator<W> {
+    /// An EC2 call's failure as the pass's (fenced or not: see
+    /// [`crate::fence::MaybeFenced`]).
+    pub(super) fn ec2_error(&self, source: Ec2Error) -> PoolError {
+        PoolError::Ec2 {
+            pool: self.pool.clone(),
+            source,
+        }
+    }
+}
+
+impl Actuator<super::Live> {
+    /// Boot time-outs in a row (`plan`'s `BootTimeout` retirements, none of
+    /// this loop's instances reporting): past a few, a Warning, the pool
+    /// `Degraded` (`BootFailing`, with the last one's console, scrubbed of
+    /// the database URL) and launches backing off (see [`super::boot`]).
+    pub(super) async fn count_boot_failures(
+        &mut self,
+        plan: &PoolPlan,
+        snap: &Snapshot,
+        report: &mut PassReport,
+    ) {
+        let timed_out: Vec<&str> = plan
+            .retirements
+            .iter()
+            .filter(|r| r.reason == super::plan::Reason::BootTimeout)
+            .map(|r| r.instance.as_str())
+            .collect();
+        // A boot worked: an instance this loop launched reported (a row),
+        // for the first time.
+        self.booted.retain(|id| snap.ours.contains(id));
+        let mut reported = false;
+        for r in snap.rows.iter().filter(|r| snap.ours.contains(&r.instance)) {
+            reported |= self.booted.insert(r.instance.clone());
+        }
+        let last = match timed_out.last() {
+            Some(id) => {
+                let console = match self.world.ec2.console_tail(id).await {
+                    Ok(console) => console,
+                    // Said, so that a policy without the action is noticed.
+                    Err(e) if e.denial().is_some() => {
+                        "(not read: ec2:GetConsoleOutput is not allowed)".into()
+                    }
+                    Err(_) => String::new(),
+                };
+                Some((id.to_string(), orca_db::url::scrub(&console, &self.url.0)))
+            }
+            None => None,
+        };
+        let worse = self.boot.record(
+            timed_out.len() as u32,
+            last,
+            reported,
+            self.tuning.boot_backoff_base,
+            self.tuning.boot_backoff_cap,
+        );
+        if let Some(message) = self.boot.failing() {
+            if worse {
+                tracing::warn!(pool = %self.pool, "{message}");
+                report
+                    .events
+                    .push(PoolEvent::new("BootFailing", message.clone(), true));
+            }
+            report.degraded = Some(("BootFailing", message));
+        }
+    }
+}
+
+impl<W: World> Actuator<W> {
     /// Ends or claims each instance to retire, terminates those it got;
     /// returns how many stay (a hand-out or an agent came first, or EC2
     /// refused), each of which takes back a place the plan counted free.
@@ -263,12 +364,13 @@ impl<W: World> PoolLoop<W> {
     /// that did not happen (so `maxInstances` holds).
     pub(super) async fn launch(
         &mut self,
-        spec: &WarmPoolSpec,
-        plan: &PoolPlan,
+        orders: Orders<'_>,
         stayed: u32,
-        now: DateTime<Utc>,
         report: &mut PassReport,
     ) -> Result<(), PoolError> {
+        let Orders {
+            spec, plan, now, ..
+        } = orders;
         let Some((mut budget, user_data)) = self.ready(spec, plan, stayed, report).await? else {
             return Ok(());
         };
@@ -299,9 +401,9 @@ impl<W: World> PoolLoop<W> {
                 if count == 0 {
                     return Ok(());
                 }
-                let token = client_token(&self.launch_id, self.launch_batches);
+                let token = client_token(&self.launches.id, self.launches.batches);
                 let answer = self
-                    .run_batch(spec, offering, count, &token, &user_data)
+                    .run_batch(orders, offering, count, &token, &user_data)
                     .await;
                 self.answered(offering, count, &answer);
                 match answer {
@@ -438,7 +540,7 @@ impl<W: World> PoolLoop<W> {
             answer,
             Err(Ec2Error::Transport { .. } | Ec2Error::Throttled { .. } | Ec2Error::Fenced { .. })
         ) {
-            self.launch_batches += 1;
+            self.launches.batches += 1;
         }
         if let (Err(e), Some(b)) = (answer, &self.budget) {
             if !matches!(e, Ec2Error::Transport { .. }) {
@@ -459,8 +561,9 @@ impl<W: World> PoolLoop<W> {
     ) {
         let learnt = Instant::now();
         for id in &ids {
-            self.ours.insert(id.clone(), learnt);
-            self.launch_times
+            self.launches.ours.insert(id.clone(), learnt);
+            self.launches
+                .times
                 .insert(id.clone(), (now, offering.clone()));
         }
         if let Some(m) = &self.metrics {
@@ -554,7 +657,7 @@ impl<W: World> PoolLoop<W> {
     /// One batch, retried with the same token while EC2 throttles.
     async fn run_batch(
         &mut self,
-        spec: &WarmPoolSpec,
+        orders: Orders<'_>,
         offering: &Offering,
         count: u32,
         token: &str,
@@ -563,13 +666,13 @@ impl<W: World> PoolLoop<W> {
         let mut backoff = Backoff::new(self.tuning.backoff_base, self.tuning.backoff_cap);
         loop {
             let req = RunRequest {
-                launch: &spec.launch,
+                launch: &orders.spec.launch,
                 offering,
                 count,
                 token,
                 user_data,
                 owner: &self.owner,
-                template_version: self.resolved_template.as_ref().map(|(_, v)| v.as_str()),
+                template_version: orders.template_version,
             };
             let outcome = self.world.run(&req).await;
             self.denials.record("RunInstances", &outcome);

@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use chrono::{TimeZone, Utc};
 
+use super::act::Orders;
 use super::ec2::{client_token, Ec2Error, Ownership, RunRequest};
 use super::plan::{Counts, End, LaunchBatch, Offering, PoolPlan, Reason, Retirement};
 use super::world::World;
@@ -224,7 +225,14 @@ async fn launch(lp: &mut PoolLoop<Table>, plan: &PoolPlan, stayed: u32) -> PassR
     let mut report = PassReport::default();
     let now = Utc.with_ymd_and_hms(2026, 1, 1, 12, 0, 0).unwrap();
     let spec = lp.spec.clone();
-    lp.launch(&spec, plan, stayed, now, &mut report)
+    let orders = Orders {
+        spec: &spec,
+        plan,
+        template_version: None,
+        now,
+    };
+    lp.act
+        .launch(orders, stayed, &mut report)
         .await
         .expect("the table never fails a statement");
     report
@@ -242,6 +250,7 @@ async fn launches_go_to_the_next_offering_on_a_capacity_error_and_hold_the_first
     });
     let report = launch(&mut lp, &launching(3), 0).await;
     let runs: Vec<(&str, u32)> = lp
+        .act
         .world
         .runs
         .iter()
@@ -250,17 +259,21 @@ async fn launches_go_to_the_next_offering_on_a_capacity_error_and_hold_the_first
     assert_eq!(runs, [("t3.small", 3), ("t3.medium", 3)]);
     assert_eq!(report.launched.len(), 3);
     assert_eq!(reasons(&report), ["CapacityUnavailable", "Launched"]);
-    let until = lp.holds.until()[&offering("t3.small")];
+    let until = lp.act.holds.until()[&offering("t3.small")];
     assert_eq!(
         until,
         Utc.with_ymd_and_hms(2026, 1, 1, 12, 3, 0).unwrap(),
         "held for the capacity hold, 180 s"
     );
     // Two answered calls, two tokens, both used up.
-    assert_eq!(lp.launch_batches, 2);
-    assert_eq!(lp.world.runs[0].2, client_token(&lp.launch_id, 0));
-    assert_eq!(lp.world.runs[1].2, client_token(&lp.launch_id, 1));
-    assert!(lp.launch_id.starts_with("uid-1/"), "{}", lp.launch_id);
+    assert_eq!(lp.act.launches.batches, 2);
+    assert_eq!(lp.act.world.runs[0].2, client_token(&lp.act.launches.id, 0));
+    assert_eq!(lp.act.world.runs[1].2, client_token(&lp.act.launches.id, 1));
+    assert!(
+        lp.act.launches.id.starts_with("uid-1/"),
+        "{}",
+        lp.act.launches.id
+    );
 }
 
 #[tokio::test]
@@ -272,13 +285,13 @@ async fn a_throttled_call_is_retried_with_its_token_and_throttled_to_the_end_kee
     let report = launch(&mut lp, &launching(2), 0).await;
     assert_eq!(report.launched.len(), 2);
     assert!(!report.throttled);
-    let tokens: HashSet<&str> = lp.world.runs.iter().map(|r| r.2.as_str()).collect();
+    let tokens: HashSet<&str> = lp.act.world.runs.iter().map(|r| r.2.as_str()).collect();
     assert_eq!(
-        (lp.world.runs.len(), tokens.len()),
+        (lp.act.world.runs.len(), tokens.len()),
         (3, 1),
         "one token, three calls"
     );
-    assert_eq!(lp.launch_batches, 1);
+    assert_eq!(lp.act.launches.batches, 1);
 
     // Five throttled answers: the pass gives up, throttled; the token is
     // kept for the next pass's retry.
@@ -289,12 +302,12 @@ async fn a_throttled_call_is_retried_with_its_token_and_throttled_to_the_end_kee
     let report = launch(&mut lp, &launching(2), 0).await;
     assert!(report.throttled && report.launched.is_empty());
     assert_eq!(reasons(&report), ["Throttled"]);
-    assert_eq!(lp.world.runs.len(), 5);
-    assert_eq!(lp.launch_batches, 0);
+    assert_eq!(lp.act.world.runs.len(), 5);
+    assert_eq!(lp.act.launches.batches, 0);
     let report = launch(&mut lp, &launching(2), 0).await;
     assert_eq!(report.launched.len(), 2);
     assert_eq!(
-        lp.world.runs[5].2, lp.world.runs[0].2,
+        lp.act.world.runs[5].2, lp.act.world.runs[0].2,
         "the retry repeats it"
     );
 }
@@ -307,7 +320,10 @@ async fn a_lost_answer_keeps_its_token_and_a_refusal_uses_it_up() {
     });
     let report = launch(&mut lp, &launching(1), 0).await;
     assert_eq!(reasons(&report), ["LaunchFailed"]);
-    assert_eq!(lp.launch_batches, 0, "the next pass asks again with it");
+    assert_eq!(
+        lp.act.launches.batches, 0,
+        "the next pass asks again with it"
+    );
 
     let mut lp = pool(Table {
         run: [Answer::Refused].into(),
@@ -316,9 +332,9 @@ async fn a_lost_answer_keeps_its_token_and_a_refusal_uses_it_up() {
     let report = launch(&mut lp, &launching(1), 0).await;
     assert_eq!(reasons(&report), ["LaunchFailed"]);
     assert!(report.events[0].warning);
-    assert_eq!(lp.launch_batches, 1);
+    assert_eq!(lp.act.launches.batches, 1);
     assert!(
-        lp.holds.until().is_empty(),
+        lp.act.holds.until().is_empty(),
         "a refusal is not a capacity error"
     );
 }
@@ -344,11 +360,11 @@ async fn only_what_was_ended_or_claimed_is_terminated_and_each_miss_takes_back_a
         retire("i-late", End::Claim),
     ];
     let mut report = PassReport::default();
-    let stayed = lp.retire(&plan, &mut report).await.unwrap();
+    let stayed = lp.act.retire(&plan, &mut report).await.unwrap();
     assert_eq!(stayed, 2, "the handed-out one and the late agent's");
-    assert_eq!(lp.world.terminated, ["i-idle", "i-bare"]);
+    assert_eq!(lp.act.world.terminated, ["i-idle", "i-bare"]);
     assert_eq!(
-        lp.world.ended_claims,
+        lp.act.world.ended_claims,
         [900],
         "the claim, after the termination"
     );
@@ -358,7 +374,7 @@ async fn only_what_was_ended_or_claimed_is_terminated_and_each_miss_takes_back_a
     );
     // Two places the plan counted free are taken back: nothing launches.
     let report = launch(&mut lp, &plan, stayed).await;
-    assert!(report.launched.is_empty() && lp.world.runs.is_empty());
+    assert!(report.launched.is_empty() && lp.act.world.runs.is_empty());
 }
 
 #[tokio::test]
@@ -376,12 +392,12 @@ async fn a_throttled_termination_leaves_the_claims_for_the_next_pass() {
         ..PoolPlan::default()
     };
     let mut report = PassReport::default();
-    let stayed = lp.retire(&plan, &mut report).await.unwrap();
+    let stayed = lp.act.retire(&plan, &mut report).await.unwrap();
     assert_eq!(stayed, 1);
     assert!(report.throttled);
     assert_eq!(reasons(&report), ["TerminateFailed"]);
     assert!(
-        lp.world.ended_claims.is_empty(),
+        lp.act.world.ended_claims.is_empty(),
         "the claim stays for the retry"
     );
 }
@@ -398,7 +414,14 @@ async fn reserve(lp: &mut PoolLoop<Table>, plan: &PoolPlan) -> PassReport {
     let mut report = PassReport::default();
     let now = Utc.with_ymd_and_hms(2026, 1, 1, 12, 0, 0).unwrap();
     let spec = lp.spec.clone();
-    lp.reserve(&spec, plan, now, &mut report)
+    let orders = Orders {
+        spec: &spec,
+        plan,
+        template_version: None,
+        now,
+    };
+    lp.act
+        .reserve(orders, &mut report)
         .await
         .expect("the table never fails a statement");
     report
@@ -417,7 +440,7 @@ async fn only_idle_rows_taken_into_the_reserve_are_stopped_and_running_reserved_
     };
     let report = reserve(&mut lp, &plan).await;
     // i-2 was handed a run before its row was taken: it keeps running.
-    assert_eq!(lp.world.stopped, ["i-1", "i-3"]);
+    assert_eq!(lp.act.world.stopped, ["i-1", "i-3"]);
     assert_eq!(reasons(&report), ["Stopped"]);
 }
 
@@ -432,18 +455,18 @@ async fn a_start_without_capacity_puts_the_rows_back_and_holds_the_offering() {
         ..PoolPlan::default()
     };
     let report = reserve(&mut lp, &plan).await;
-    assert_eq!(lp.world.woken, [1, 2], "woken before the start");
-    assert!(lp.world.started.is_empty());
-    assert_eq!(lp.world.unwoken, [1, 2], "back into the reserve");
+    assert_eq!(lp.act.world.woken, [1, 2], "woken before the start");
+    assert!(lp.act.world.started.is_empty());
+    assert_eq!(lp.act.world.unwoken, [1, 2], "back into the reserve");
     assert!(report.started.is_empty());
     assert_eq!(reasons(&report), ["StartFailed"]);
     assert!(
-        lp.holds.until().contains_key(&offering("t3.small")),
+        lp.act.holds.until().contains_key(&offering("t3.small")),
         "the next pass launches instead of starting there"
     );
 
     let report = reserve(&mut lp, &plan).await;
-    assert_eq!(lp.world.started, ["i-1", "i-2"]);
+    assert_eq!(lp.act.world.started, ["i-1", "i-2"]);
     assert_eq!(report.started, ["i-1", "i-2"]);
     assert_eq!(reasons(&report), ["Started"]);
 }
@@ -470,11 +493,11 @@ async fn a_reserve_instance_whose_agent_came_back_is_not_terminated() {
         ..PoolPlan::default()
     };
     let mut report = PassReport::default();
-    let stayed = lp.retire(&plan, &mut report).await.unwrap();
+    let stayed = lp.act.retire(&plan, &mut report).await.unwrap();
     assert_eq!(stayed, 1);
-    assert_eq!(lp.world.terminated, ["i-1"]);
+    assert_eq!(lp.act.world.terminated, ["i-1"]);
     assert_eq!(
-        lp.world.ended_claims,
+        lp.act.world.ended_claims,
         [901],
         "the claim ended after the terminate"
     );
@@ -490,8 +513,8 @@ async fn a_status_that_is_behind_never_repeats_a_launch_token() {
     launch(&mut a, &launching(1), 0).await;
     let mut b = pool(Table::default());
     launch(&mut b, &launching(1), 0).await;
-    assert_eq!((a.launch_batches, b.launch_batches), (1, 1));
-    assert_ne!(a.world.runs[0].2, b.world.runs[0].2);
+    assert_eq!((a.act.launches.batches, b.act.launches.batches), (1, 1));
+    assert_ne!(a.act.world.runs[0].2, b.act.world.runs[0].2);
 }
 
 /// A token EC2 knows for another request is replaced by the next one in
@@ -504,9 +527,9 @@ async fn an_idempotent_parameter_mismatch_takes_the_next_token_at_once() {
     });
     let report = launch(&mut lp, &launching(2), 0).await;
     assert_eq!(report.launched.len(), 2, "{:?}", report.events);
-    assert_eq!(lp.world.runs.len(), 2);
-    assert_ne!(lp.world.runs[0].2, lp.world.runs[1].2);
-    assert_eq!(lp.launch_batches, 2);
+    assert_eq!(lp.act.world.runs.len(), 2);
+    assert_ne!(lp.act.world.runs[0].2, lp.act.world.runs[1].2);
+    assert_eq!(lp.act.launches.batches, 2);
 }
 
 /// One instance EC2 will not terminate (termination protection) fails the
@@ -534,9 +557,9 @@ async fn one_refused_id_does_not_hold_up_a_termination_batch() {
     let mut plan = launching(0);
     plan.retirements = vec![retire("i-a", 1), retire("i-b", 2), retire("i-c", 3)];
     let mut report = PassReport::default();
-    let stayed = lp.retire(&plan, &mut report).await.unwrap();
+    let stayed = lp.act.retire(&plan, &mut report).await.unwrap();
     assert_eq!(stayed, 1, "the protected one");
-    assert_eq!(lp.world.terminated, ["i-a", "i-c"]);
+    assert_eq!(lp.act.world.terminated, ["i-a", "i-c"]);
     assert_eq!(report.terminated, ["i-a", "i-c"]);
     let failed: Vec<&str> = report
         .events
@@ -562,9 +585,12 @@ async fn a_start_refused_for_good_retires_the_reserve_instance() {
         ..PoolPlan::default()
     };
     let report = reserve(&mut lp, &plan).await;
-    assert!(lp.world.started.is_empty());
-    assert!(lp.world.unwoken.is_empty(), "not put back into the reserve");
-    assert_eq!(lp.world.terminated, ["i-1"]);
+    assert!(lp.act.world.started.is_empty());
+    assert!(
+        lp.act.world.unwoken.is_empty(),
+        "not put back into the reserve"
+    );
+    assert_eq!(lp.act.world.terminated, ["i-1"]);
     assert_eq!(report.terminated, ["i-1"]);
     let failed = report
         .events
@@ -590,7 +616,7 @@ async fn a_stop_refused_for_good_retires_the_instance_refused_alone() {
         ..PoolPlan::default()
     };
     let report = reserve(&mut lp, &plan).await;
-    assert_eq!(lp.world.stopped, ["i-3"]);
-    assert_eq!(lp.world.terminated, ["i-1"]);
+    assert_eq!(lp.act.world.stopped, ["i-3"]);
+    assert_eq!(lp.act.world.terminated, ["i-1"]);
     assert_eq!(reasons(&report), ["Stopped", "StopFailed", "Terminated"]);
 }

@@ -5,30 +5,91 @@
 //! history, and the count of boots that keep failing.
 
 use std::{
-    collections::HashMap,
+    collections::{HashMap, HashSet},
+    sync::Arc,
     time::{Duration, Instant},
 };
 
 use chrono::{DateTime, Utc};
 
 use super::forecast::{self, Demand, Floors};
-use super::plan::{Ec2Instance, PoolPlan, Snapshot};
+use super::plan::{Ec2Instance, Snapshot};
 
-use super::listings::Want;
-use super::pool_loop::PoolLoop;
-use super::report::{PassReport, PoolError, PoolEvent};
+use super::act::Actuator;
+use super::cost::Cost;
+use super::ec2::TypeFacts;
+use super::listings::{Place, Want};
+use super::live::Live;
+use super::report::PoolError;
+use super::tuning::Tuning;
+use crate::crd::WarmPoolSpec;
 
 /// How often the forecast is made again from the database's history.
 pub const FORECAST_EVERY: Duration = Duration::from_secs(3600);
 
-impl PoolLoop {
+/// What observing keeps between passes.
+#[derive(Debug)]
+pub(super) struct Seen {
+    /// A pass may take a listing asked for after this (the loop's last
+    /// act, or its start); `None`: the next pass lists anew (an act was
+    /// under way when a pass failed).
+    pub(super) fresh_after: Option<Instant>,
+    /// Busy rows seen hung, and the database's clock at the listing of the
+    /// pass that first saw each so.
+    pub(super) hung_since: HashMap<i64, f64>,
+    /// Instances of the pool without the cluster's tag were looked for
+    /// (see [`Observer::list`]).
+    pub(super) adopted: bool,
+    /// Those of them the last listing adopted, for the pass to say so.
+    pub(super) just_adopted: Vec<String>,
+    /// The instance types EC2 described to this loop.
+    pub(super) types: HashMap<String, TypeFacts>,
+    /// The number the launch template's version resolved to, and when it
+    /// was asked.
+    pub(super) resolved_template: Option<(Instant, String)>,
+    /// The forecast's floors and when they were made (`spec.forecast`).
+    pub(super) floors: Option<(Instant, Floors)>,
+}
+
+impl Seen {
+    /// Nothing seen yet; a listing from before now is not taken.
+    pub(super) fn new() -> Seen {
+        Seen {
+            fresh_after: Some(Instant::now()),
+            hung_since: HashMap::new(),
+            adopted: false,
+            just_adopted: Vec::new(),
+            types: HashMap::new(),
+            resolved_template: None,
+            floors: None,
+        }
+    }
+}
+
+/// One pass's observer: what it keeps ([`Seen`]), the act step's world and
+/// what it launched, and what the pass reads of the loop.
+pub(super) struct Observer<'a> {
+    pub(super) seen: &'a mut Seen,
+    pub(super) act: &'a mut Actuator<Live>,
+    pub(super) cost: &'a mut Cost,
+    pub(super) spec: &'a WarmPoolSpec,
+    pub(super) tuning: &'a Tuning,
+    pub(super) place: &'a Arc<Place>,
+    pub(super) drain: &'a HashSet<String>,
+    /// The WarmPool is being deleted: list anew.
+    pub(super) deleting: bool,
+    /// The Scheduler's stale limit (see `PoolLoop::set_run_stale`).
+    pub(super) run_stale: Duration,
+}
+
+impl Observer<'_> {
     /// Observes: EC2 first (a listing of the pool's place new enough for
     /// it, see [`super::listings`]), then the rows and the demand.
     pub(super) async fn observe(&mut self) -> Result<Snapshot, PoolError> {
         // A deletion, and a pass after one that failed while it acted, list
         // anew.
-        let deleting = self.deletion.borrow().is_some();
-        let after = match self.fresh_after {
+        let deleting = self.deleting;
+        let after = match self.seen.fresh_after {
             Some(after) if !deleting => after,
             _ => Instant::now(),
         };
@@ -60,6 +121,7 @@ impl PoolLoop {
         // database's clock by the time between them, counted from after the
         // read: never later than it was.
         let clock = self
+            .act
             .world
             .read(async |db| orca_db::pool::clock(db).await)
             .await?;
@@ -67,15 +129,18 @@ impl PoolLoop {
         let (asked, instances) = self.list(after).await?;
         let reused = asked < read;
         let listed = clock - read.saturating_duration_since(asked).as_secs_f64();
-        let pool = self.pool.clone();
+        let pool = self.act.pool.clone();
         let count_uses = self.spec.max_uses > 0;
         let live = self
+            .act
             .world
             .read(async |db| orca_db::pool::live_rows(db, &pool, count_uses).await)
             .await?;
         // Present, or launched by this loop and not listed yet, without a
         // live row: had it rows once?
         let unlisted = self
+            .act
+            .launches
             .ours
             .keys()
             .filter(|id| !instances.iter().any(|i| &i.id == *id));
@@ -88,11 +153,13 @@ impl PoolLoop {
             .cloned()
             .collect();
         let known = self
+            .act
             .world
             .read(async |db| orca_db::pool::known(db, &without).await)
             .await?;
-        let stale = self.run_stale();
+        let stale = self.run_stale;
         let checks = self
+            .act
             .world
             .read(async |db| orca_db::pool::check_rows(db, &pool, listed, stale).await)
             .await?;
@@ -101,31 +168,35 @@ impl PoolLoop {
         for c in checks {
             made_before_listing.insert(c.row, c.made_before_listing);
             if c.hung {
-                let since = self.hung_since.get(&c.row).copied().unwrap_or(listed);
+                let since = self.seen.hung_since.get(&c.row).copied().unwrap_or(listed);
                 hung_since.insert(c.row, since);
                 hung.insert(c.row, listed - since);
             }
         }
-        self.hung_since = hung_since;
+        self.seen.hung_since = hung_since;
         let demand = self
+            .act
             .world
             .read(async |db| orca_db::pool::open_demand(db, &pool).await)
             .await?;
         self.count_hand_outs(listed).await?;
         // An id stays ours while EC2 lists it, or briefly before it does.
-        self.ours.retain(|id, at| {
+        self.act.launches.ours.retain(|id, at| {
             instances
                 .iter()
                 .any(|i| &i.id == id && i.state.is_present())
                 || at.elapsed() < Duration::from_secs(300)
         });
-        let ours = &self.ours;
-        self.launch_times.retain(|id, _| ours.contains_key(id));
+        let ours = &self.act.launches.ours;
+        self.act
+            .launches
+            .times
+            .retain(|id, _| ours.contains_key(id));
         let snap = Snapshot {
             instances,
             rows: live,
             known,
-            ours: self.ours.keys().cloned().collect(),
+            ours: self.act.launches.ours.keys().cloned().collect(),
             demand,
             deleting: None,
             made_before_listing,
@@ -142,13 +213,14 @@ impl PoolLoop {
     /// status restored the rest). `listed`: the listing's time on the
     /// database's clock.
     async fn count_hand_outs(&mut self, listed: f64) -> Result<(), PoolError> {
-        let pool = self.pool.clone();
+        let pool = self.act.pool.clone();
         let first = self.cost.handed_mark.is_none();
         let after = self
             .cost
             .handed_mark
             .unwrap_or(listed - super::starts::WINDOW_SECS);
         let outs = self
+            .act
             .world
             .read(async |db| orca_db::pool::hand_outs_since(db, &pool, after).await)
             .await?;
@@ -156,14 +228,14 @@ impl PoolLoop {
         let mut served = orca_db::pool::Served::default();
         for h in outs.iter().filter(|h| !first || h.at > listed - 60.0) {
             served.add(h.source);
-            if let Some(m) = &self.metrics {
-                m.time_to_start(&self.pool, h.source, h.waited);
+            if let Some(m) = &self.act.metrics {
+                m.time_to_start(&self.act.pool, h.source, h.waited);
             }
         }
         self.cost.starts.add(&outs, listed);
         self.cost.add_served(served);
-        if let Some(m) = &self.metrics {
-            m.served(&self.pool, served);
+        if let Some(m) = &self.act.metrics {
+            m.served(&self.act.pool, served);
         }
         Ok(())
     }
@@ -175,24 +247,24 @@ impl PoolLoop {
     /// none: no instance is known to drift by its version meanwhile.
     async fn template_version(&mut self) -> Result<Option<String>, PoolError> {
         let Some(template) = &self.spec.launch.launch_template else {
-            self.resolved_template = None;
+            self.seen.resolved_template = None;
             return Ok(None);
         };
-        if let Some((at, version)) = &self.resolved_template {
+        if let Some((at, version)) = &self.seen.resolved_template {
             if at.elapsed() < self.tuning.template_every {
                 return Ok(Some(version.clone()));
             }
         }
-        match self.world.ec2.template_version(template).await {
+        match self.act.world.ec2.template_version(template).await {
             Ok(version) => {
-                self.resolved_template = Some((Instant::now(), version.clone()));
+                self.seen.resolved_template = Some((Instant::now(), version.clone()));
                 Ok(Some(version))
             }
-            Err(e @ super::Ec2Error::Fenced { .. }) => Err(self.ec2_error(e)),
+            Err(e @ super::Ec2Error::Fenced { .. }) => Err(self.act.ec2_error(e)),
             Err(e) => {
-                tracing::warn!(pool = %self.pool, error = %e,
+                tracing::warn!(pool = %self.act.pool, error = %e,
                     "the launch template's version could not be resolved");
-                Ok(self.resolved_template.as_ref().map(|(_, v)| v.clone()))
+                Ok(self.seen.resolved_template.as_ref().map(|(_, v)| v.clone()))
             }
         }
     }
@@ -212,24 +284,25 @@ impl PoolLoop {
         let want = Want {
             after,
             within: self.tuning.listing_reuse,
-            untagged: !self.adopted,
+            untagged: !self.seen.adopted,
         };
         let place = self.place.clone();
-        let ec2 = &self.world.ec2;
+        let ec2 = &self.act.world.ec2;
         let taken = place
-            .take(&self.owner, want, async |filter: &[(&str, &str)]| {
+            .take(&self.act.owner, want, async |filter: &[(&str, &str)]| {
                 ec2.describe_tagged(filter).await
             })
             .await;
-        let (asked, group) = taken.map_err(|e| self.ec2_error(e))?;
+        let (asked, group) = taken.map_err(|e| self.act.ec2_error(e))?;
         let (mut instances, untagged) = (group.ours, group.untagged);
-        if self.adopted || untagged.is_empty() {
-            self.adopted = true;
+        if self.seen.adopted || untagged.is_empty() {
+            self.seen.adopted = true;
             return Ok((asked, instances));
         }
         let ids: Vec<String> = untagged.iter().map(|i| i.id.clone()).collect();
-        let pool = self.pool.clone();
+        let pool = self.act.pool.clone();
         let mut ours: Vec<String> = self
+            .act
             .world
             .read(async |db| orca_db::pool::had_rows(db, &pool, &ids).await)
             .await?
@@ -237,21 +310,21 @@ impl PoolLoop {
             .collect();
         ours.sort();
         if ours.is_empty() {
-            tracing::info!(pool = %self.pool, instances = ?ids,
+            tracing::info!(pool = %self.act.pool, instances = ?ids,
                 "instances with this pool's tags but no cluster's and no row in its database: \
                  another cluster's, left alone");
         } else {
-            let tagged = self.world.ec2.tag_cluster(&ours, &self.owner).await;
-            tagged.map_err(|e| self.ec2_error(e))?;
+            let tagged = self.act.world.ec2.tag_cluster(&ours, &self.act.owner).await;
+            tagged.map_err(|e| self.act.ec2_error(e))?;
             // A listing asked for before the tags (this one, kept for the
             // other passes) does not show them as the pool's: the next
             // pass lists anew, or it would launch as many again.
-            self.fresh_after = Some(Instant::now());
-            tracing::info!(pool = %self.pool, instances = ?ours, cluster = %self.owner.cluster, "adopted");
+            self.seen.fresh_after = Some(Instant::now());
+            tracing::info!(pool = %self.act.pool, instances = ?ours, cluster = %self.act.owner.cluster, "adopted");
             instances.extend(untagged.into_iter().filter(|i| ours.contains(&i.id)));
-            self.just_adopted = ours;
+            self.seen.just_adopted = ours;
         }
-        self.adopted = true;
+        self.seen.adopted = true;
         Ok((asked, instances))
     }
 
@@ -260,16 +333,17 @@ impl PoolLoop {
     /// as made last.
     pub(super) async fn floors(&mut self, now: DateTime<Utc>) -> Result<Option<Floors>, PoolError> {
         let Some(spec) = self.spec.forecast.clone() else {
-            self.floors = None;
+            self.seen.floors = None;
             return Ok(None);
         };
-        if let Some((made, f)) = &self.floors {
+        if let Some((made, f)) = &self.seen.floors {
             if made.elapsed() < FORECAST_EVERY {
                 return Ok(Some(f.clone()));
             }
         }
-        let pool = self.pool.clone();
+        let pool = self.act.pool.clone();
         let counts = self
+            .act
             .world
             .read(async |db| {
                 orca_db::pool::demand_history(db, &pool, spec.lead_seconds, spec.weeks).await
@@ -278,7 +352,7 @@ impl PoolLoop {
         let mut demand = Demand::new(spec.lead_seconds);
         demand.counts = counts.into_iter().collect();
         let f = forecast::floors(&spec, &demand, now);
-        self.floors = Some((Instant::now(), f.clone()));
+        self.seen.floors = Some((Instant::now(), f.clone()));
         Ok(Some(f))
     }
 
@@ -292,79 +366,24 @@ impl PoolLoop {
             .launch
             .instance_types
             .iter()
-            .filter(|t| !self.types.contains_key(*t))
+            .filter(|t| !self.seen.types.contains_key(*t))
             .cloned()
             .collect();
         if unknown.is_empty() {
             return Ok(());
         }
-        match self.world.ec2.describe_types(&unknown).await {
+        match self.act.world.ec2.describe_types(&unknown).await {
             Ok(facts) => {
                 for f in facts {
-                    self.types.insert(f.name.clone(), f);
+                    self.seen.types.insert(f.name.clone(), f);
                 }
             }
-            Err(e @ super::Ec2Error::Fenced { .. }) => return Err(self.ec2_error(e)),
+            Err(e @ super::Ec2Error::Fenced { .. }) => return Err(self.act.ec2_error(e)),
             // Not known: no launch of those types under a vCPU limit, and
             // no architecture check, until a pass learns them.
-            Err(e) => tracing::warn!(pool = %self.pool, error = %e,
+            Err(e) => tracing::warn!(pool = %self.act.pool, error = %e,
                 "the pool's instance types could not be described"),
         }
         Ok(())
-    }
-
-    /// Boot time-outs in a row (`plan`'s `BootTimeout` retirements, none of
-    /// this loop's instances reporting): past a few, a Warning, the pool
-    /// `Degraded` (`BootFailing`, with the last one's console, scrubbed of
-    /// the database URL) and launches backing off (see [`super::boot`]).
-    pub(super) async fn count_boot_failures(
-        &mut self,
-        plan: &PoolPlan,
-        snap: &Snapshot,
-        report: &mut PassReport,
-    ) {
-        let timed_out: Vec<&str> = plan
-            .retirements
-            .iter()
-            .filter(|r| r.reason == super::plan::Reason::BootTimeout)
-            .map(|r| r.instance.as_str())
-            .collect();
-        // A boot worked: an instance this loop launched reported (a row),
-        // for the first time.
-        self.booted.retain(|id| snap.ours.contains(id));
-        let mut reported = false;
-        for r in snap.rows.iter().filter(|r| snap.ours.contains(&r.instance)) {
-            reported |= self.booted.insert(r.instance.clone());
-        }
-        let last = match timed_out.last() {
-            Some(id) => {
-                let console = match self.world.ec2.console_tail(id).await {
-                    Ok(console) => console,
-                    // Said, so that a policy without the action is noticed.
-                    Err(e) if e.denial().is_some() => {
-                        "(not read: ec2:GetConsoleOutput is not allowed)".into()
-                    }
-                    Err(_) => String::new(),
-                };
-                Some((id.to_string(), orca_db::url::scrub(&console, &self.url.0)))
-            }
-            None => None,
-        };
-        let worse = self.boot.record(
-            timed_out.len() as u32,
-            last,
-            reported,
-            self.tuning.boot_backoff_base,
-            self.tuning.boot_backoff_cap,
-        );
-        if let Some(message) = self.boot.failing() {
-            if worse {
-                tracing::warn!(pool = %self.pool, "{message}");
-                report
-                    .events
-                    .push(PoolEvent::new("BootFailing", message.clone(), true));
-            }
-            report.degraded = Some(("BootFailing", message));
-        }
     }
 }

@@ -24,6 +24,8 @@ use super::{
 use crate::crd::WarmPoolSpec;
 use crate::fence::MaybeFenced;
 
+use super::act::Orders;
+use super::observe::Observer;
 use super::pool_loop::PoolLoop;
 use super::report::{Deletion, PassReport, PoolError, PoolEvent};
 
@@ -46,18 +48,18 @@ impl PoolLoop {
     /// One pass at `now` (the operator's clock, for EC2's launch times):
     /// observe, the moment's spec, plan, act, the status.
     pub async fn pass(&mut self, now: DateTime<Utc>) -> Result<PassReport, PoolError> {
-        let mut snap = self.observe().await?;
-        self.learn_types().await?;
+        let mut snap = self.observer().observe().await?;
+        self.observer().learn_types().await?;
         self.count_held(&snap);
         // Read after the observation: a deletion that began meanwhile
         // launches nothing in this pass already.
         let deletion = *self.deletion.borrow();
         snap.deleting = deletion.map(|d| d.since);
-        self.holds.expire(now);
+        self.act.holds.expire(now);
         let foreign = self.hold_foreign_types(now);
         let moment = self.moment(now, deletion).await?;
         let spec = &moment.spec;
-        let decided = plan(spec, &snap, self.holds.until(), &self.limits(), now);
+        let decided = plan(spec, &snap, self.act.holds.until(), &self.limits(), now);
         self.count_cost(&snap);
         tracing::debug!(
             pool = %self.pool,
@@ -72,26 +74,89 @@ impl PoolLoop {
         self.notices(foreign, &moment, &snap, now, &mut report);
         match deletion {
             Some(d) => self.announce_deletion(&decided, d, &mut report),
-            None => self.count_boot_failures(&decided, &snap, &mut report).await,
+            None => {
+                self.act
+                    .count_boot_failures(&decided, &snap, &mut report)
+                    .await
+            }
         }
-        self.act(spec, &decided, now, &mut report).await?;
-        report.instances = super::roster::roster(spec, &snap, &decided, &self.launch_times);
+        let orders = Orders {
+            spec,
+            plan: &decided,
+            template_version: snap.template_version.as_deref(),
+            now,
+        };
+        self.act(orders, &mut report).await?;
+        report.instances = super::roster::roster(spec, &snap, &decided, &self.act.launches.times);
         // A refusal of the credentials outlasts the pass that met it (see
         // `Denials`), over any boot failure: the IAM policy mends it.
-        if let Some(message) = self.denials.standing() {
+        if let Some(message) = self.act.denials.standing() {
             report.degraded = Some((super::report::UNAUTHORIZED, message.to_string()));
         }
         report.status = super::status::status(
             &report,
             &mut self.conditions,
-            &self.holds,
-            self.launch_batches,
+            &self.act.holds,
+            self.act.launches.batches,
             &mut self.cost,
             now,
         );
         self.deletion_announced |= report.deleting;
         self.gauge(&report);
         Ok(report)
+    }
+
+    /// Acts on the pass's `orders`: retire, the stopped reserve, launch.
+    ///
+    /// What it terminates, ends, stops or starts would look otherwise in a
+    /// listing asked for before it is done: the next passes take none of
+    /// those (and if the pass fails on the way, the next lists anew). What
+    /// it launches is counted as the loop's own; a loop that replaces this
+    /// one (a new database) has no `ours`, and must not take a listing from
+    /// before these launches either.
+    async fn act(&mut self, orders: Orders<'_>, report: &mut PassReport) -> Result<(), PoolError> {
+        let plan = orders.plan;
+        let changes = !(plan.retirements.is_empty()
+            && plan.ends.is_empty()
+            && plan.gone.is_empty()
+            && plan.stops.is_empty()
+            && plan.restops.is_empty()
+            && plan.starts.is_empty());
+        let acting = self
+            .listings
+            .clone()
+            .filter(|_| changes || plan.launch_count() > 0);
+        if changes {
+            self.seen.fresh_after = None;
+        }
+        if let Some(l) = &acting {
+            l.acting(&self.pool, false);
+        }
+        let stayed = self.act.retire(plan, report).await?;
+        self.act.reserve(orders, report).await?;
+        self.act.launch(orders, stayed, report).await?;
+        if changes {
+            self.seen.fresh_after = Some(Instant::now());
+        }
+        if let Some(l) = &acting {
+            l.acting(&self.pool, true);
+        }
+        Ok(())
+    }
+
+    /// The pass's observer, over what the loop keeps.
+    fn observer(&mut self) -> Observer<'_> {
+        Observer {
+            deleting: self.deletion.borrow().is_some(),
+            run_stale: self.run_stale.unwrap_or(self.tuning.stale),
+            seen: &mut self.seen,
+            act: &mut self.act,
+            cost: &mut self.cost,
+            spec: &self.spec,
+            tuning: &self.tuning,
+            place: &self.place,
+            drain: &self.drain,
+        }
     }
 
     /// The spec of the pass at `now`, with `deletion` if the WarmPool is
@@ -102,7 +167,7 @@ impl PoolLoop {
         deletion: Option<Deletion>,
     ) -> Result<Moment, PoolError> {
         let active = schedule::active(&self.spec.schedules, now);
-        let floors = self.floors(now).await?;
+        let floors = self.observer().floors(now).await?;
         let idle = schedule::idle_of(&self.spec, &active);
         let spec = WarmPoolSpec {
             idle: match &floors {
@@ -130,7 +195,7 @@ impl PoolLoop {
             return;
         }
         for ((instance_type, spot), u, secs) in self.cost.tally(snap, elapsed) {
-            if let Some(m) = &self.metrics {
+            if let Some(m) = &self.act.metrics {
                 m.instance_seconds(&self.pool, &instance_type, spot, u, secs);
             }
         }
@@ -197,7 +262,7 @@ impl PoolLoop {
         if report.plan.counts.drifted > 0 {
             self.announce_drift(snap, report);
         }
-        let adopted = std::mem::take(&mut self.just_adopted);
+        let adopted = std::mem::take(&mut self.seen.just_adopted);
         if !adopted.is_empty() {
             report.events.push(PoolEvent::new(
                 "Adopted",
@@ -206,7 +271,7 @@ impl PoolLoop {
                      in this pool's database, tagged {}={}: {}",
                     adopted.len(),
                     super::ec2::TAG_CLUSTER,
-                    self.owner.cluster,
+                    self.act.owner.cluster,
                     adopted.join(", ")
                 ),
                 false,
@@ -216,7 +281,7 @@ impl PoolLoop {
 
     /// The pool's gauges from the pass's status.
     fn gauge(&self, report: &PassReport) {
-        if let Some(m) = &self.metrics {
+        if let Some(m) = &self.act.metrics {
             let s = &report.status;
             m.counts(
                 &self.pool,
@@ -278,11 +343,11 @@ impl PoolLoop {
     /// Holds the offerings of the spec's instance types that cannot run
     /// the agent ([`super::arch`]); what `Degraded` says of them, if any.
     fn hold_foreign_types(&mut self, now: DateTime<Utc>) -> Option<String> {
-        let foreign = super::arch::foreign(&self.spec.launch, &self.types);
+        let foreign = super::arch::foreign(&self.spec.launch, &self.seen.types);
         super::arch::hold(
             &self.spec.launch,
             &foreign,
-            &mut self.holds,
+            &mut self.act.holds,
             now + chrono::Duration::days(1),
         )
     }
@@ -292,7 +357,7 @@ impl PoolLoop {
     /// vCPUs of the types it may launch, as EC2 described them to this
     /// loop ([`PoolLoop::learn_types`]).
     fn count_held(&self, snap: &Snapshot) {
-        let Some(budget) = &self.budget else {
+        let Some(budget) = &self.act.budget else {
             return;
         };
         let mut by_type: std::collections::BTreeMap<String, i64> = Default::default();
@@ -300,8 +365,8 @@ impl PoolLoop {
         for i in snap.instances.iter().filter(|i| i.state.is_present()) {
             *by_type.entry(i.offering.instance_type.clone()).or_default() += 1;
         }
-        for (id, (_, offering)) in &self.launch_times {
-            if !listed.contains(id.as_str()) && self.ours.contains_key(id) {
+        for (id, (_, offering)) in &self.act.launches.times {
+            if !listed.contains(id.as_str()) && self.act.launches.ours.contains_key(id) {
                 *by_type.entry(offering.instance_type.clone()).or_default() += 1;
             }
         }
@@ -312,7 +377,7 @@ impl PoolLoop {
         budget.budgets().learn_vcpus(
             unknown
                 .iter()
-                .filter_map(|t| self.types.get(t))
+                .filter_map(|t| self.seen.types.get(t))
                 .filter_map(|f| Some((f.name.clone(), f.vcpus?))),
         );
     }
@@ -323,7 +388,12 @@ impl PoolLoop {
     pub(super) fn nothing_left(&self, snap: &Snapshot) -> bool {
         let listed: HashSet<&str> = snap.instances.iter().map(|i| i.id.as_str()).collect();
         snap.instances.iter().all(|i| !i.state.is_present())
-            && self.ours.keys().all(|id| listed.contains(id.as_str()))
+            && self
+                .act
+                .launches
+                .ours
+                .keys()
+                .all(|id| listed.contains(id.as_str()))
     }
 
     /// The `Deleting` event, until a pass that posted it succeeded.
@@ -414,7 +484,7 @@ impl PoolLoop {
     pub(super) async fn wake(&mut self, wait: Duration) {
         let deadline = tokio::time::Instant::now() + wait;
         let pool = self.pool.clone();
-        let Some(db) = self.world.db.as_mut() else {
+        let Some(db) = self.act.world.db.as_mut() else {
             tokio::time::sleep(wait.min(Duration::from_secs(1))).await;
             return;
         };
@@ -422,7 +492,7 @@ impl PoolLoop {
             match tokio::time::timeout_at(deadline, db.notification()).await {
                 Err(_) => return,
                 Ok(None) => {
-                    self.world.db = None;
+                    self.act.world.db = None;
                     return;
                 }
                 Ok(Some(n)) if n.payload() == pool => {

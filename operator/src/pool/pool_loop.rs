@@ -8,13 +8,11 @@
 //! of making it (its world, its fence, its listings and connections).
 
 use std::{
-    collections::{HashMap, HashSet},
-    fmt,
+    collections::HashSet,
     sync::Arc,
     time::{Duration, Instant},
 };
 
-use chrono::{DateTime, Utc};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use orca_db::{ConnectOptions, DatabaseUrl, Reconnect};
 use tokio::sync::watch;
@@ -22,9 +20,11 @@ use tokio::sync::watch;
 use crate::backoff::Backoff;
 
 use super::{
-    ec2::{Ec2, Ec2Config, Ec2Error, Ownership},
+    act::{Actuator, Launches, SecretUrl},
+    ec2::{Ec2, Ec2Config, Ownership},
     metrics::PoolMetrics,
-    plan::{Limits, Offering},
+    observe::Seen,
+    plan::Limits,
 };
 use crate::crd::{WarmPoolSpec, WarmPoolStatus};
 use crate::fence::Fence;
@@ -35,16 +35,6 @@ use super::live::{Live, Shared};
 use super::report::{Deletion, Denials, PoolError};
 use super::tuning::Tuning;
 use crate::connections::Connections;
-
-/// The URL text as the user-data needs it; never shown.
-#[derive(Clone)]
-pub(super) struct SecretUrl(pub(super) String);
-
-impl fmt::Debug for SecretUrl {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("SecretUrl(***)")
-    }
-}
 
 /// A loop's own name for its launches, when it has no uid to remember:
 /// the pool, this process and when the loop was made, so no two loops share
@@ -72,20 +62,17 @@ fn nonce() -> String {
 }
 
 /// The controller of one WarmPool, acting on `W`: the [`Live`] world, or
-/// a table of answers in the act step's tests.
+/// a table of answers in the act step's tests. What it keeps between
+/// passes is in three owners: the act step's ([`Actuator`]: the world and
+/// what its calls teach), the observer's ([`Seen`]), and the loop's own
+/// below (the spec, what the status says, the cost).
 pub struct PoolLoop<W = Live> {
     pub(super) pool: String,
     pub(super) spec: WarmPoolSpec,
-    pub(super) owner: Ownership,
-    pub(super) world: W,
-    pub(super) url: SecretUrl,
     pub(super) tuning: Tuning,
-    /// Offerings without capacity, until when, and why.
-    pub(super) holds: Holds,
-    /// Instances this loop launched, and when it learnt their ids.
-    pub(super) ours: HashMap<String, Instant>,
+    pub(super) act: Actuator<W>,
+    pub(super) seen: Seen,
     pub(super) backoff: Backoff,
-    pub(super) metrics: Option<PoolMetrics>,
     /// Instance-seconds and runs served so far, and when they were last
     /// counted.
     pub(super) cost: super::cost::Cost,
@@ -94,57 +81,19 @@ pub struct PoolLoop<W = Live> {
     /// the operator's other pools there ([`PoolLoop::with_listings`]).
     pub(super) place: Arc<Place>,
     pub(super) listings: Option<Listings>,
-    /// A pass may take a listing asked for after this (the loop's last
-    /// act, or its start); `None`: the next pass lists anew (an act was
-    /// under way when a pass failed).
-    pub(super) fresh_after: Option<Instant>,
-    /// Busy rows seen hung, and the database's clock at the listing of the
-    /// pass that first saw each so.
-    pub(super) hung_since: HashMap<i64, f64>,
     pub(super) conditions: Vec<Condition>,
     /// The WarmPool's deletion (`onDelete: Terminate`), once it began; the
     /// sender is the controller's ([`PoolLoop::with_deletion`]).
     pub(super) deletion: watch::Receiver<Option<Deletion>>,
     /// The `Deleting` event was posted.
     pub(super) deletion_announced: bool,
-    /// Instances of the pool without the cluster's tag were looked for
-    /// (see [`PoolLoop::list`]).
-    pub(super) adopted: bool,
-    /// Those of them the last listing adopted, for the pass to say so.
-    pub(super) just_adopted: Vec<String>,
     /// The launch spec whose drifted instances a `Drifted` event announced.
     pub(super) drift_announced: Option<String>,
     /// The Scheduler's stale limit: a busy instance whose run has not beaten
     /// for this long looks hung. `None`: [`Tuning::stale`].
     pub(super) run_stale: Option<Duration>,
-    /// EC2 actions the credentials were refused and not allowed since.
-    pub(super) denials: Denials,
-    /// The forecast's floors and when they were made (`spec.forecast`).
-    pub(super) floors: Option<(Instant, super::forecast::Floors)>,
-    /// When this loop launched each of `ours` (by its own clock), and in
-    /// which offering: the status lists an instance so from the pass that
-    /// launched it on, and the listing's own time does not change it again.
-    pub(super) launch_times: HashMap<String, (DateTime<Utc>, Offering)>,
     /// Instances to drain ([`PoolLoop::set_drain`]).
     pub(super) drain: HashSet<String>,
-    /// Boot time-outs in a row, and the launch back-off they earned.
-    pub(super) boot: super::boot::BootFailures,
-    /// Instances this loop launched that reported (had a row).
-    pub(super) booted: HashSet<String>,
-    /// What names this pool's launches in their `ClientToken`s: its uid
-    /// once [`PoolLoop::remember`]ed, else one of this loop's own.
-    pub(super) launch_id: String,
-    /// Launch batches EC2 answered (`status.launchBatches`): the number of
-    /// the next one.
-    pub(super) launch_batches: u64,
-    /// The class's book, for a pool with a class: every launch is granted
-    /// by it first ([`PoolLoop::set_budget`]).
-    pub(super) budget: Option<super::budget::Budget>,
-    /// The instance types EC2 described to this loop.
-    pub(super) types: HashMap<String, super::ec2::TypeFacts>,
-    /// The number the launch template's version resolved to, and when it
-    /// was asked.
-    pub(super) resolved_template: Option<(Instant, String)>,
 }
 
 impl<W> PoolLoop<W> {
@@ -161,38 +110,36 @@ impl<W> PoolLoop<W> {
         let pool = owner.pool.clone();
         PoolLoop {
             backoff: Backoff::new(tuning.backoff_base, tuning.backoff_cap),
+            act: Actuator {
+                pool: pool.clone(),
+                world,
+                owner,
+                url: SecretUrl(database_url.to_string()),
+                tuning: tuning.clone(),
+                metrics: None,
+                holds: Holds::default(),
+                denials: Denials::default(),
+                launches: Launches {
+                    id: own_launch_id(&pool),
+                    ..Launches::default()
+                },
+                budget: None,
+                boot: Default::default(),
+                booted: HashSet::new(),
+            },
+            seen: Seen::new(),
             spec,
-            owner,
-            world,
-            url: SecretUrl(database_url.to_string()),
             tuning,
-            holds: Holds::default(),
-            types: HashMap::new(),
-            resolved_template: None,
-            ours: HashMap::new(),
-            metrics: None,
             cost: Default::default(),
             cost_at: None,
             place: Place::own(),
             listings: None,
-            fresh_after: Some(Instant::now()),
-            hung_since: HashMap::new(),
-            denials: Denials::default(),
-            floors: None,
-            launch_times: HashMap::new(),
             drain: HashSet::new(),
             conditions: Vec::new(),
             deletion: watch::channel(None).1,
             deletion_announced: false,
-            adopted: false,
-            just_adopted: Vec::new(),
             drift_announced: None,
             run_stale: None,
-            boot: Default::default(),
-            booted: HashSet::new(),
-            launch_id: own_launch_id(&pool),
-            launch_batches: 0,
-            budget: None,
             pool,
         }
     }
@@ -207,12 +154,12 @@ impl<W> PoolLoop<W> {
     /// loop; after a failover the next leader launches afresh, and what a
     /// lost batch launched after all is surplus the next passes retire.)
     pub fn remember(mut self, uid: &str, status: &WarmPoolStatus) -> Self {
-        self.launch_id = format!("{uid}/{}", nonce());
-        self.launch_batches = status.launch_batches.max(0) as u64;
+        self.act.launches.id = format!("{uid}/{}", nonce());
+        self.act.launches.batches = status.launch_batches.max(0) as u64;
         self.conditions = status.conditions.clone();
         self.cost
             .restore(&status.instance_seconds, status.runs_served.as_ref());
-        self.holds.restore(&self.pool, &status.capacity_errors);
+        self.act.holds.restore(&self.pool, &status.capacity_errors);
         self
     }
 
@@ -238,34 +185,25 @@ impl<W> PoolLoop<W> {
     /// The book of the pool's class, which grants its launches (`None`: a
     /// pool without a class, held by maxInstances only).
     pub fn set_budget(&mut self, budget: Option<super::budget::Budget>) {
-        self.budget = budget;
+        self.act.budget = budget;
     }
 
     /// The class whose book grants the pool's launches, if any.
     pub fn budget_class(&self) -> Option<&str> {
-        self.budget.as_ref().map(|b| b.class())
+        self.act.budget.as_ref().map(|b| b.class())
     }
 
     /// No metrics: a loop draining where the pool ran before must not set
     /// the pool's gauges, which are the current loop's.
     pub fn without_metrics(mut self) -> Self {
-        self.metrics = None;
+        self.act.metrics = None;
         self
     }
 
     /// The same loop, counting into `metrics` and setting the pool's gauges.
     pub fn with_metrics(mut self, metrics: PoolMetrics) -> Self {
-        self.metrics = Some(metrics);
+        self.act.metrics = Some(metrics);
         self
-    }
-
-    /// An EC2 call's failure as the pass's (fenced or not: see
-    /// [`crate::fence::MaybeFenced`]).
-    pub(super) fn ec2_error(&self, source: Ec2Error) -> PoolError {
-        PoolError::Ec2 {
-            pool: self.pool.clone(),
-            source,
-        }
     }
 }
 
@@ -318,9 +256,9 @@ impl PoolLoop {
     /// No `LISTEN` on the loop's connection: whoever drives its passes
     /// listens for it (the Kubernetes mode, one connection per database).
     pub fn not_listening(mut self) -> Self {
-        let url = self.world.reconnect.url().clone();
+        let url = self.act.world.reconnect.url().clone();
         let name = self.tuning.application_name("pool");
-        self.world.reconnect = Reconnect::new(url, ConnectOptions::named(&name));
+        self.act.world.reconnect = Reconnect::new(url, ConnectOptions::named(&name));
         self
     }
 
@@ -329,14 +267,14 @@ impl PoolLoop {
     /// rather than a connection of its own; nothing listens on it (the
     /// controller listens, one connection per database).
     pub fn sharing(mut self, connections: &Arc<Connections>) -> Self {
-        let url = self.world.reconnect.url().clone();
-        self.world.shared = Some(Shared::new(
+        let url = self.act.world.reconnect.url().clone();
+        self.act.world.shared = Some(Shared::new(
             connections.clone(),
             &self.pool,
-            &self.url.0,
+            &self.act.url.0,
             url,
         ));
-        self.world.db = None;
+        self.act.world.db = None;
         self
     }
 
@@ -344,8 +282,8 @@ impl PoolLoop {
     /// loop is built with [`Fence::always`] (the local mode, which has no
     /// election); the Kubernetes mode sets its Lease's.
     pub fn with_fence(mut self, fence: Fence) -> Self {
-        self.world.ec2 = self.world.ec2.with_fence(fence.clone());
-        self.world.fence = fence;
+        self.act.world.ec2 = self.act.world.ec2.with_fence(fence.clone());
+        self.act.world.fence = fence;
         self
     }
 
@@ -353,8 +291,8 @@ impl PoolLoop {
     /// principal) rather than the default chain's client for the spec's
     /// region and endpoint, until a spec moves the pool to another.
     pub fn with_ec2(mut self, ec2: Ec2) -> Self {
-        self.world.credentials = ec2.credentials();
-        self.world.ec2 = ec2.with_fence(self.world.fence.clone());
+        self.act.world.credentials = ec2.credentials();
+        self.act.world.ec2 = ec2.with_fence(self.act.world.fence.clone());
         // Its credentials are its own: so are its listings.
         self.listings = None;
         self.place = Place::own();
@@ -366,8 +304,8 @@ impl PoolLoop {
     /// `DescribeInstances` for all of them, each pass taking one that is
     /// new enough for it.
     pub fn with_listings(mut self, listings: &Listings) -> Self {
-        self.place = listings.place(&self.world.ec2_config, &self.owner);
-        self.fresh_after = Some(listings.floor(&self.pool));
+        self.place = listings.place(&self.act.world.ec2_config, &self.act.owner);
+        self.seen.fresh_after = Some(listings.floor(&self.pool));
         self.listings = Some(listings.clone());
         self
     }
@@ -390,7 +328,7 @@ impl PoolLoop {
     /// Whose instances the pool's are: the tags it launches with and lists
     /// by.
     pub fn ownership(&self) -> &Ownership {
-        &self.owner
+        &self.act.owner
     }
 
     /// The spec the loop runs on now.
@@ -401,14 +339,16 @@ impl PoolLoop {
     /// A changed spec (Kubernetes: a new generation); a changed region or
     /// endpoint gets a new EC2 client, and the next pass lists afresh.
     pub async fn set_spec(&mut self, spec: WarmPoolSpec) {
-        self.fresh_after = Some(Instant::now());
+        self.seen.fresh_after = Some(Instant::now());
         let cfg = Ec2Config::new(&spec.region, spec.endpoint.as_deref());
-        if cfg != self.world.ec2_config {
-            self.world.ec2 = Ec2::new(&cfg).await.with_fence(self.world.fence.clone());
-            self.world.ec2_config = cfg;
+        if cfg != self.act.world.ec2_config {
+            self.act.world.ec2 = Ec2::new(&cfg)
+                .await
+                .with_fence(self.act.world.fence.clone());
+            self.act.world.ec2_config = cfg;
         }
         let (ns, name) = self.pool.split_once('/').unwrap_or(("", &self.pool));
-        self.owner = Ownership::new(
+        self.act.owner = Ownership::new(
             ns,
             name,
             &spec.scheduler,
@@ -416,14 +356,14 @@ impl PoolLoop {
             &self.tuning.cluster,
         );
         if let Some(listings) = &self.listings {
-            self.place = listings.place(&self.world.ec2_config, &self.owner);
+            self.place = listings.place(&self.act.world.ec2_config, &self.act.owner);
         }
         if spec.launch.launch_template != self.spec.launch.launch_template {
-            self.resolved_template = None;
+            self.seen.resolved_template = None;
         }
         self.spec = spec;
-        self.denials.clear();
-        self.floors = None;
+        self.act.denials.clear();
+        self.seen.floors = None;
     }
 
     pub(super) fn limits(&self) -> Limits {

@@ -9,10 +9,9 @@ use chrono::{DateTime, Utc};
 use crate::crd::WarmPoolSpec;
 
 use super::{
-    act::Call,
+    act::{Actuator, Call, Orders},
     ec2::Ec2Error,
     plan::{End, Offering, PoolPlan, Reason, WithRow},
-    pool_loop::PoolLoop,
     report::{PassReport, PoolError, PoolEvent},
     world::World,
 };
@@ -35,7 +34,7 @@ fn parted<'a>(
     (done, failed)
 }
 
-impl<W: World> PoolLoop<W> {
+impl<W: World> Actuator<W> {
     /// The stopped reserve: starts the reserve instances the plan starts
     /// (their rows marked woken first, put back if EC2 refuses), then takes
     /// idle rows into the reserve race-free and stops the instances of those
@@ -45,11 +44,12 @@ impl<W: World> PoolLoop<W> {
     /// to stop or start for good is retired ([`Self::retire_reserved`]).
     pub(super) async fn reserve(
         &mut self,
-        spec: &WarmPoolSpec,
-        plan: &PoolPlan,
-        now: DateTime<Utc>,
+        orders: Orders<'_>,
         report: &mut PassReport,
     ) -> Result<(), PoolError> {
+        let Orders {
+            spec, plan, now, ..
+        } = orders;
         let mut by_offering: BTreeMap<&Offering, Vec<&WithRow>> = BTreeMap::new();
         for s in &plan.starts {
             by_offering.entry(&s.offering).or_default().push(s);
