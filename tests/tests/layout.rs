@@ -103,10 +103,7 @@ impl<'ast> Visit<'ast> for Paths {
 
     // A test module inside a file is the file's own.
     fn visit_item_mod(&mut self, m: &'ast syn::ItemMod) {
-        let is_test = m.attrs.iter().any(|a| {
-            a.path().is_ident("cfg") && a.parse_args::<syn::Ident>().is_ok_and(|i| i == "test")
-        });
-        if !is_test {
+        if !is_test(m) {
             syn::visit::visit_item_mod(self, m);
         }
     }
@@ -307,6 +304,13 @@ fn the_cores_import_no_adapter() {
     assert!(wrong.is_empty(), "{}", wrong.join("\n"));
 }
 
+/// Whether `m` is a `#[cfg(test)]` module.
+fn is_test(m: &syn::ItemMod) -> bool {
+    m.attrs.iter().any(|a| {
+        a.path().is_ident("cfg") && a.parse_args::<syn::Ident>().is_ok_and(|i| i == "test")
+    })
+}
+
 /// Every public item of the operator — `pub` functions, types, traits,
 /// constants, and the public methods of types — has a doc comment that
 /// says what it is for.
@@ -355,10 +359,7 @@ fn every_public_item_is_documented() {
         }
 
         fn visit_item_mod(&mut self, m: &'ast syn::ItemMod) {
-            let is_test = m.attrs.iter().any(|a| {
-                a.path().is_ident("cfg") && a.parse_args::<syn::Ident>().is_ok_and(|i| i == "test")
-            });
-            if !is_test {
+            if !is_test(m) {
                 syn::visit::visit_item_mod(self, m);
             }
         }
@@ -413,4 +414,159 @@ fn a_long_file_says_why_it_is_kept_whole() {
         "split these, or say why each is one concept:\n{}",
         long.join("\n")
     );
+}
+
+/// The types whose `impl` blocks are still spread over more than two
+/// files, with how many they are in: the number may only go down (the
+/// test says when to lower it), and no other type joins them. A type's
+/// methods in one or two files (its definition and, say, its pass) are
+/// what a reader can hold; more, and no file owns its fields.
+const IMPLS_SPREAD: [(&str, usize); 2] = [("PoolLoop", 5), ("StatusDraft", 3)];
+
+/// No type of the operator has `impl` blocks (inherent or of a trait) in
+/// more than two files, but those [`IMPLS_SPREAD`] names, and those no
+/// further than they are.
+#[test]
+fn no_type_has_impl_blocks_in_more_than_two_files() {
+    struct Impls<'a> {
+        file: &'a Path,
+        by_type: &'a mut BTreeMap<String, BTreeSet<PathBuf>>,
+    }
+    impl<'ast> Visit<'ast> for Impls<'_> {
+        fn visit_item_impl(&mut self, i: &'ast syn::ItemImpl) {
+            if let syn::Type::Path(p) = &*i.self_ty {
+                if let Some(last) = p.path.segments.last() {
+                    self.by_type
+                        .entry(last.ident.to_string())
+                        .or_default()
+                        .insert(self.file.to_path_buf());
+                }
+            }
+        }
+
+        fn visit_item_mod(&mut self, m: &'ast syn::ItemMod) {
+            if !is_test(m) {
+                syn::visit::visit_item_mod(self, m);
+            }
+        }
+    }
+    let mut all = Vec::new();
+    files(&src(), &mut all);
+    let mut by_type = BTreeMap::new();
+    for file in all
+        .iter()
+        .filter(|f| !f.display().to_string().contains("tests"))
+    {
+        let text = std::fs::read_to_string(src().join(file)).unwrap();
+        let ast = syn::parse_file(&text).unwrap();
+        Impls {
+            file,
+            by_type: &mut by_type,
+        }
+        .visit_file(&ast);
+    }
+    let mut wrong = Vec::new();
+    for (ty, files) in &by_type {
+        let listed = IMPLS_SPREAD.iter().find(|(t, _)| t == ty).map(|(_, n)| *n);
+        let allowed = listed.unwrap_or(2);
+        let names: Vec<String> = files.iter().map(|f| f.display().to_string()).collect();
+        if files.len() > allowed {
+            wrong.push(format!(
+                "{ty} has impl blocks in {} files (at most {allowed}): {}",
+                files.len(),
+                names.join(", ")
+            ));
+        } else if listed.is_some() && files.len() < allowed {
+            wrong.push(format!(
+                "{ty} is down to {} files: lower its number in IMPLS_SPREAD (or drop it at 2)",
+                files.len()
+            ));
+        }
+    }
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+}
+
+/// The functions of the operator still over 100 lines, with their
+/// files: none may join them, and each leaves the list once split (the
+/// test says so).
+const LONG_FUNCTIONS: [(&str, &str); 12] = [
+    ("iam_policy.rs", "operator_policy"),
+    ("k8s/scheduler/act.rs", "act"),
+    ("k8s/scheduler/deletion.rs", "reconcile"),
+    ("k8s/warmpool/mod.rs", "run"),
+    ("local/mod.rs", "run"),
+    ("local/pools.rs", "start"),
+    ("plugin/mod.rs", "run"),
+    ("plugin/render.rs", "scheduler"),
+    ("plugin/render.rs", "warm_pool"),
+    ("pool/budget.rs", "grant"),
+    ("pool/ec2.rs", "run"),
+    ("rollout/finish.rs", "finish"),
+];
+
+/// Each function of `text` (formatted by rustfmt: its closing brace at
+/// the indentation of its `fn` line) before the file's tests, with its
+/// length in lines.
+fn functions(text: &str) -> Vec<(String, usize)> {
+    let lines: Vec<&str> = text.lines().collect();
+    let end = lines
+        .iter()
+        .position(|l| *l == "#[cfg(test)]")
+        .unwrap_or(lines.len());
+    let mut found = Vec::new();
+    for (i, line) in lines[..end].iter().enumerate() {
+        let body = line.trim_start();
+        let indent = &line[..line.len() - body.len()];
+        let after_qualifiers = body
+            .trim_start_matches("pub(super) ")
+            .trim_start_matches("pub(crate) ")
+            .trim_start_matches("pub ")
+            .trim_start_matches("const ")
+            .trim_start_matches("async ");
+        let Some(rest) = after_qualifiers.strip_prefix("fn ") else {
+            continue;
+        };
+        let name: String = rest
+            .chars()
+            .take_while(|c| c.is_alphanumeric() || *c == '_')
+            .collect();
+        let close = format!("{indent}}}");
+        if let Some(j) = lines[i + 1..end].iter().position(|l| *l == close) {
+            found.push((name, j + 2));
+        }
+    }
+    found
+}
+
+/// No function of the operator outside its tests is over 100 lines, but
+/// those [`LONG_FUNCTIONS`] names, until they are split.
+#[test]
+fn no_function_is_over_100_lines() {
+    let mut all = Vec::new();
+    files(&src(), &mut all);
+    let mut wrong = Vec::new();
+    let mut seen = BTreeSet::new();
+    for file in &all {
+        let name = file.display().to_string();
+        if name.contains("tests") || name == "properties.rs" {
+            continue;
+        }
+        let text = std::fs::read_to_string(src().join(file)).unwrap();
+        for (f, lines) in functions(&text) {
+            let listed = LONG_FUNCTIONS.contains(&(name.as_str(), f.as_str()));
+            if lines > 100 && listed {
+                seen.insert((name.clone(), f));
+            } else if lines > 100 {
+                wrong.push(format!("{name}: fn {f} is {lines} lines: split it"));
+            }
+        }
+    }
+    for (file, f) in LONG_FUNCTIONS {
+        if !seen.contains(&(file.to_string(), f.to_string())) {
+            wrong.push(format!(
+                "{file}: fn {f} is not over 100 lines any more: drop it from LONG_FUNCTIONS"
+            ));
+        }
+    }
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
 }
