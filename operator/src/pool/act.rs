@@ -124,7 +124,7 @@ impl<W> Actuator<W> {
     }
 }
 
-impl Actuator<super::Live> {
+impl Actuator<super::live::Live> {
     /// Boot time-outs in a row (`plan`'s `BootTimeout` retirements, none of
     /// this loop's instances reporting): past a few, a Warning, the pool
     /// `Degraded` (`BootFailing`, with the last one's console, scrubbed of

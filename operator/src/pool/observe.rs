@@ -260,7 +260,7 @@ impl Observer<'_> {
                 self.seen.resolved_template = Some((Instant::now(), version.clone()));
                 Ok(Some(version))
             }
-            Err(e @ super::Ec2Error::Fenced { .. }) => Err(self.act.ec2_error(e)),
+            Err(e @ super::ec2::Ec2Error::Fenced { .. }) => Err(self.act.ec2_error(e)),
             Err(e) => {
                 tracing::warn!(pool = %self.act.pool, error = %e,
                     "the launch template's version could not be resolved");
@@ -378,7 +378,7 @@ impl Observer<'_> {
                     self.seen.types.insert(f.name.clone(), f);
                 }
             }
-            Err(e @ super::Ec2Error::Fenced { .. }) => return Err(self.act.ec2_error(e)),
+            Err(e @ super::ec2::Ec2Error::Fenced { .. }) => return Err(self.act.ec2_error(e)),
             // Not known: no launch of those types under a vCPU limit, and
             // no architecture check, until a pass learns them.
             Err(e) => tracing::warn!(pool = %self.act.pool, error = %e,
