@@ -63,8 +63,8 @@ fn nonce() -> String {
 
 /// The controller of one WarmPool, acting on `W`: the [`Live`] world, or
 /// a table of answers in the act step's tests. What it keeps between
-/// passes is in three owners: the act step's ([`Actuator`]: the world and
-/// what its calls teach), the observer's ([`Seen`]), and the loop's own
+/// passes is in three owners: the act step's (`Actuator`: the world and
+/// what its calls teach), the observer's (`Seen`), and the loop's own
 /// below (the spec, what the status says, the cost).
 pub struct PoolLoop<W = Live> {
     pub(super) pool: String,
