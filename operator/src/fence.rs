@@ -38,9 +38,12 @@ pub struct Fenced;
 pub const FENCED_RETRY: std::time::Duration = std::time::Duration::from_secs(15);
 
 /// The one question both controllers ask of an error before they count it
-/// as a failure: is it only the fence closing? Every error type that can
-/// carry a [`Fenced`], however deep, answers it here once, so no caller
-/// maps a fenced error from one type into another by hand.
+/// as a failure: is it only the fence closing? Answered here once for
+/// every error: it is, when a [`Fenced`] is among its causes (the error
+/// itself, or any error its `source()` chain leads to). An error that
+/// wraps one therefore names it as its source (thiserror's `#[source]` or
+/// `#[from]`, not `#[error(transparent)]`, which skips over it), and no
+/// caller maps a fenced error from one type into another by hand.
 pub trait MaybeFenced {
     /// The fence, if that is all this error is.
     fn fenced(&self) -> Option<Fenced>;
@@ -52,9 +55,16 @@ pub trait MaybeFenced {
     }
 }
 
-impl MaybeFenced for Fenced {
+impl<E: std::error::Error + 'static> MaybeFenced for E {
     fn fenced(&self) -> Option<Fenced> {
-        Some(*self)
+        let mut next: Option<&(dyn std::error::Error + 'static)> = Some(self);
+        while let Some(e) = next {
+            if let Some(f) = e.downcast_ref::<Fenced>() {
+                return Some(*f);
+            }
+            next = e.source();
+        }
+        None
     }
 }
 

@@ -13,10 +13,8 @@ use kube::{
 use serde::de::DeserializeOwned;
 use serde_json::{json, Value};
 
-use super::{
-    leader::{Fence, Fenced, MaybeFenced},
-    names::MANAGER,
-};
+use super::names::MANAGER;
+use crate::fence::{Fence, Fenced};
 
 /// Why a finalizer could not be added or removed.
 #[derive(Debug, thiserror::Error)]
@@ -29,17 +27,10 @@ pub enum FinalizerError {
     Changed(#[source] kube::Error),
     #[error("building the JSON patch of its finalizers: {0}")]
     Build(#[source] serde_json::Error),
-    #[error(transparent)]
+    // Its source, not transparent: the fence is found among the causes
+    // (see `MaybeFenced`).
+    #[error("{0}")]
     Fenced(#[from] Fenced),
-}
-
-impl MaybeFenced for FinalizerError {
-    fn fenced(&self) -> Option<Fenced> {
-        match self {
-            FinalizerError::Fenced(f) => Some(*f),
-            _ => None,
-        }
-    }
 }
 
 /// Whether `meta` lists `finalizer`.

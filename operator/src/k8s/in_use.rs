@@ -55,14 +55,13 @@ use kube::{
 use super::{
     finalizer::{self, FinalizerError},
     guard,
-    leader::Fence,
     names::MANAGER,
     server::Progress,
     status::post_event,
     watches::{Listed, SecretMeta, Watches},
 };
 use crate::crd::{Scheduler, WarmPool};
-use crate::fence::{Fenced, MaybeFenced, FENCED_RETRY};
+use crate::fence::{Fence, MaybeFenced, FENCED_RETRY};
 
 /// The finalizer that keeps a Secret while a Scheduler or WarmPool uses it,
 /// and the operator's RoleBinding while any is left in its namespace.
@@ -403,15 +402,6 @@ async fn reconcile_binding(binding: Arc<BindingMeta>, ctx: Arc<Ctx>) -> Result<A
     match guard::guarded(&ctx.progress, key.clone(), held).await {
         Ok(done) => done.map_err(|source| InUseError::Finalizer { what: key, source }),
         Err(source) => Err(InUseError::Panicked { what: key, source }),
-    }
-}
-
-impl MaybeFenced for InUseError {
-    fn fenced(&self) -> Option<Fenced> {
-        match self {
-            InUseError::Finalizer { source, .. } => source.fenced(),
-            InUseError::Panicked { .. } => None,
-        }
     }
 }
 

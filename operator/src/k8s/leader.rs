@@ -43,7 +43,7 @@ use tokio::{
 };
 use tracing::{debug, info, warn};
 
-pub use crate::fence::{Fence, Fenced, MaybeFenced};
+use crate::fence::Fence;
 
 use super::server::Readiness;
 
@@ -562,6 +562,7 @@ async fn wait(running: &mut Option<Controllers>) -> Result<anyhow::Result<()>, J
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::fence::Fenced;
 
     fn held_by(holder: &str, renewed: &str) -> LeaseSpec {
         LeaseSpec {

@@ -18,12 +18,13 @@ use tracing::{info, warn};
 
 use super::{
     crd_check, in_use,
-    leader::{self, Election, Fence},
+    leader::{self, Election},
     names::MANAGER,
     scheduler::{self, Context},
     server::{self, Progress, Readiness},
     watches::{ClusterWatches, Watches},
 };
+use crate::fence::Fence;
 use crate::k8s::classes::{self, ClassSources};
 use crate::k8s::warmpool::{self, PoolControllerConfig};
 use crate::pool::{Listings, Tuning};

@@ -14,7 +14,7 @@ use sha2::{Digest, Sha256};
 use tracing::info;
 
 use super::names::MANAGER;
-use crate::fence::{Fence, Fenced, MaybeFenced};
+use crate::fence::{Fence, Fenced};
 
 /// Why a status could not be written (both controllers).
 #[derive(Debug, thiserror::Error)]
@@ -23,17 +23,10 @@ pub enum StatusWriteError {
     Apply(#[source] kube::Error),
     #[error("removing the fields an older writer left: {0}")]
     Leftovers(#[source] kube::Error),
-    #[error(transparent)]
+    // Its source, not transparent: the fence is found among the causes
+    // (see `MaybeFenced`).
+    #[error("{0}")]
     Fenced(#[from] Fenced),
-}
-
-impl MaybeFenced for StatusWriteError {
-    fn fenced(&self) -> Option<Fenced> {
-        match self {
-            StatusWriteError::Fenced(f) => Some(*f),
-            _ => None,
-        }
-    }
 }
 
 /// The Event's `action`. The Recorder folds Events of the same reason and

@@ -34,7 +34,7 @@ pub use super::tags::{
     TAG_SCHEDULER, TAG_TEMPLATE_VERSION, TAG_VALUE_MAX,
 };
 use crate::crd::{Launch, LaunchTemplateRef};
-use crate::fence::{Fence, Fenced, MaybeFenced};
+use crate::fence::{Fence, Fenced};
 
 /// TerminateInstances takes at most this many ids a call.
 pub const TERMINATE_BATCH: usize = 1000;
@@ -178,15 +178,6 @@ fn denied(action: &str, code: &str, message: &str) -> String {
              --cluster-name <name>` prints it; docs/iam-policy.json)"
         ),
         _ => format!("{action}: AWS rejected the operator's credentials ({code}{said})"),
-    }
-}
-
-impl MaybeFenced for Ec2Error {
-    fn fenced(&self) -> Option<Fenced> {
-        match self {
-            Ec2Error::Fenced { source, .. } => Some(*source),
-            _ => None,
-        }
     }
 }
 

@@ -54,7 +54,6 @@ mod tuning;
 pub mod userdata;
 mod world;
 
-pub use crate::fence::{Fence, Fenced};
 pub use drain::{drain_of, DRAIN};
 pub use ec2::{Ec2, Ec2Config, Ec2Error, Ownership};
 pub use listings::Listings;

@@ -6,7 +6,7 @@ use orca_db::DbError;
 
 use super::{ec2::Ec2Error, plan::PoolPlan};
 use crate::crd::WarmPoolStatus;
-use crate::fence::{Fenced, MaybeFenced};
+use crate::fence::Fenced;
 
 /// Something worth a Kubernetes Event; `reason` is CamelCase.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -159,16 +159,6 @@ pub enum PoolError {
         #[source]
         source: Fenced,
     },
-}
-
-impl MaybeFenced for PoolError {
-    fn fenced(&self) -> Option<Fenced> {
-        match self {
-            PoolError::Fenced { source, .. } => Some(*source),
-            PoolError::Ec2 { source, .. } => source.fenced(),
-            PoolError::Db { .. } => None,
-        }
-    }
 }
 
 impl PoolError {

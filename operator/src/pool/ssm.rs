@@ -22,7 +22,7 @@ use aws_sdk_ssm::{
 use sha2::{Digest, Sha256};
 
 use super::ec2::Ec2Config;
-use crate::fence::{Fence, Fenced, MaybeFenced};
+use crate::fence::{Fence, Fenced};
 
 /// The parameter holding the database URL of Scheduler
 /// `namespace/scheduler`, for the operator of `cluster`.
@@ -53,15 +53,6 @@ pub enum SsmError {
         #[source]
         source: Fenced,
     },
-}
-
-impl MaybeFenced for SsmError {
-    fn fenced(&self) -> Option<Fenced> {
-        match self {
-            SsmError::Fenced { source, .. } => Some(*source),
-            _ => None,
-        }
-    }
 }
 
 /// An SSM client for one region and endpoint (the pool's: moto's server

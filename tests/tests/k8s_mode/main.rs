@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use kube::runtime::controller::Action;
 use orca_operator::crd::{Scheduler, SchedulerSpec};
-use orca_operator::k8s::leader::Fence;
+use orca_operator::fence::Fence;
 use orca_operator::k8s::{reconcile, Context, Metrics};
 use orca_tests::mock_api::{self as fixtures, mock_client, secret, ApiServerVerifier, NAME, NS};
 use orca_tests::pg;

@@ -17,10 +17,10 @@ use k8s_openapi::api::core::v1::Secret;
 use kube::runtime::controller::Action;
 use orca_db::pool::{hand_out, mark_idle, Request};
 use orca_operator::crd::{OnDelete, Scheduler, SchedulerSpec, WarmPool, WarmPoolSpec};
+use orca_operator::fence::Fence;
 use orca_operator::k8s::warmpool::{
     reconcile, ControllerError, PoolContext, PoolControllerConfig, FINALIZER,
 };
-use orca_operator::pool::Fence;
 use orca_tests::mock_api::{mock_client, not_found, secret, ApiServerVerifier, Call, NS};
 use orca_tests::{
     ec2_faults::{Ec2Faults, Fault},

@@ -18,7 +18,7 @@ use tracing::info;
 
 use super::{context::Context, jobs, pods, watched::Expect};
 use crate::crd::Scheduler;
-use crate::fence::{Fenced, MaybeFenced};
+use crate::fence::Fenced;
 use crate::rollout::{Action, Decision};
 
 /// Why the act stage of a reconcile failed: the action that could not be
@@ -65,15 +65,6 @@ pub enum ActError {
         #[source]
         source: Fenced,
     },
-}
-
-impl MaybeFenced for ActError {
-    fn fenced(&self) -> Option<Fenced> {
-        match self {
-            ActError::Fenced { source, .. } => Some(*source),
-            _ => None,
-        }
-    }
 }
 
 pub(super) async fn act(

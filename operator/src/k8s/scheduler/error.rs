@@ -3,7 +3,7 @@
 
 use super::act::ActError;
 use crate::{
-    fence::{Fenced, MaybeFenced},
+    fence::Fenced,
     k8s::{database, finalizer, guard, status::StatusWriteError},
 };
 
@@ -26,17 +26,10 @@ pub enum ObserveError {
     },
     #[error(transparent)]
     Secret(#[from] database::SecretError),
-    #[error(transparent)]
+    // Its source, not transparent: the fence is found among the causes
+    // (see `MaybeFenced`).
+    #[error("{0}")]
     Fenced(#[from] Fenced),
-}
-
-impl MaybeFenced for ObserveError {
-    fn fenced(&self) -> Option<Fenced> {
-        match self {
-            ObserveError::Fenced(f) => Some(*f),
-            _ => None,
-        }
-    }
 }
 
 /// Why the status stage of a reconcile failed: the Scheduler's status could
@@ -64,18 +57,6 @@ pub enum ReconcileError {
     Panicked(guard::Panicked),
 }
 
-impl MaybeFenced for ReconcileError {
-    fn fenced(&self) -> Option<Fenced> {
-        match self {
-            ReconcileError::Observe(e) => e.fenced(),
-            ReconcileError::Act(e) => e.fenced(),
-            ReconcileError::Status(e) => e.source.fenced(),
-            ReconcileError::Finalizer(e) => e.source.fenced(),
-            ReconcileError::Panicked(_) => None,
-        }
-    }
-}
-
 impl ReconcileError {
     /// The stage that failed (`observe`, `act`, `status`, `finalizer` or
     /// `panic`): the `stage` label of the errors metric and of the log.
@@ -98,4 +79,59 @@ pub struct FinalizerError {
     pub(super) scheduler: String,
     #[source]
     pub(super) source: finalizer::FinalizerError,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fence::MaybeFenced;
+    use crate::k8s::finalizer::FinalizerError as Patching;
+
+    fn not_json() -> serde_json::Error {
+        serde_json::from_str::<u8>("x").unwrap_err()
+    }
+
+    /// Each stage's error is the fence closing when a `Fenced` is among its
+    /// causes, however deep (and said once in its message); otherwise it is
+    /// a failure, counted and retried.
+    #[test]
+    fn an_error_is_fenced_when_the_fence_is_among_its_causes() {
+        let fenced: Vec<ReconcileError> = vec![
+            ObserveError::Fenced(Fenced).into(),
+            ActError::Fenced {
+                action: "creating pod s-1".into(),
+                source: Fenced,
+            }
+            .into(),
+            StatusError {
+                scheduler: "ns/s".into(),
+                source: StatusWriteError::Fenced(Fenced),
+            }
+            .into(),
+            FinalizerError {
+                what: "adding",
+                scheduler: "ns/s".into(),
+                source: Patching::Fenced(Fenced),
+            }
+            .into(),
+        ];
+        for e in &fenced {
+            assert!(e.is_fenced(), "{} ({}) is fenced", e, e.stage());
+            assert_eq!(e.to_string().matches("fenced:").count(), 1, "{e}");
+        }
+        let failed: Vec<ReconcileError> = vec![
+            ReconcileError::Panicked(guard::Panicked {
+                message: "fenced: a panic's own words".into(),
+            }),
+            FinalizerError {
+                what: "adding",
+                scheduler: "ns/s".into(),
+                source: Patching::Build(not_json()),
+            }
+            .into(),
+        ];
+        for e in &failed {
+            assert!(!e.is_fenced(), "{e} is a failure");
+        }
+    }
 }

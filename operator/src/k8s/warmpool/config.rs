@@ -7,7 +7,8 @@ use kube::{Api, Client};
 
 use crate::{
     crd::WarmPool,
-    k8s::{leader::Fence, server::Progress},
+    fence::Fence,
+    k8s::server::Progress,
     pool::{budget::Budgets, Listings, PoolMetrics, Tuning},
 };
 

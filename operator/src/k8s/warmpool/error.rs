@@ -1,14 +1,10 @@
 //! Why a reconcile of a WarmPool failed, by stage (`stage()` labels the
 //! failure metric), and why a pool's database cannot be had.
 
+use crate::fence::Fenced;
 use crate::k8s::finalizer::FinalizerError;
 use crate::{
-    k8s::{
-        database::SecretError,
-        guard,
-        leader::{Fenced, MaybeFenced},
-        status::StatusWriteError,
-    },
+    k8s::{database::SecretError, guard, status::StatusWriteError},
     pool::PoolError,
 };
 
@@ -98,24 +94,56 @@ impl ControllerError {
     }
 }
 
-impl MaybeFenced for ControllerError {
-    fn fenced(&self) -> Option<Fenced> {
-        match self {
-            ControllerError::Fenced { source, .. } => Some(*source),
-            ControllerError::Start { source, .. } => source.fenced(),
-            ControllerError::Status { source, .. } => source.fenced(),
-            ControllerError::Finalizer { source, .. } => source.fenced(),
-            ControllerError::Ec2 { source, .. } => source.fenced(),
-            ControllerError::Kube { .. }
-            | ControllerError::Secret { .. }
-            | ControllerError::Panicked { .. } => None,
-        }
-    }
-}
-
 /// Why the database URL of a pool cannot be had: a `Degraded` reason and
 /// message (never the password).
 pub(super) struct UrlProblem {
     pub(super) reason: String,
     pub(super) message: String,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fence::MaybeFenced;
+
+    /// A WarmPool's reconcile error is the fence closing when a `Fenced`
+    /// is among its causes, however deep: the pool's pass, an EC2 call, a
+    /// status write, a finalizer, or the fence itself.
+    #[test]
+    fn an_error_is_fenced_when_the_fence_is_among_its_causes() {
+        let pool = || "ns/p".to_string();
+        let ec2 = || crate::pool::ec2::Ec2Error::Fenced {
+            action: "RunInstances",
+            source: Fenced,
+        };
+        let fenced = [
+            ControllerError::Fenced {
+                pool: pool(),
+                source: Fenced,
+            },
+            ControllerError::Ec2 {
+                pool: pool(),
+                source: ec2(),
+            },
+            ControllerError::Start {
+                pool: pool(),
+                source: PoolError::Ec2 {
+                    pool: pool(),
+                    source: ec2(),
+                },
+            },
+            ControllerError::status("ns/p", StatusWriteError::Fenced(Fenced)),
+            ControllerError::finalizer("ns/p", FinalizerError::Fenced(Fenced)),
+        ];
+        for e in &fenced {
+            assert!(e.is_fenced(), "{} ({}) is fenced", e, e.stage());
+        }
+        let failed = ControllerError::Panicked {
+            pool: pool(),
+            source: guard::Panicked {
+                message: "fenced: a panic's own words".into(),
+            },
+        };
+        assert!(!failed.is_fenced());
+    }
 }

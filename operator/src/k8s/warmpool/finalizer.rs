@@ -11,8 +11,8 @@ use super::{
 pub use crate::k8s::finalizer::FinalizerError;
 use crate::{
     crd::{DatabaseUrlIn, WarmPool},
-    fence::MaybeFenced,
-    k8s::{finalizer, leader::Fence},
+    fence::{Fence, MaybeFenced},
+    k8s::finalizer,
     pool::{
         ec2::Ec2Config,
         ssm::{self, Ssm},

@@ -15,7 +15,7 @@ use kube::runtime::reflector::ObjectRef;
 use orca_db::{ConnectOptions, DatabaseUrl, Reconnect};
 use tokio::task::{AbortHandle, JoinSet};
 
-use crate::{backoff::Backoff, crd::WarmPool, k8s::leader::Fence};
+use crate::{backoff::Backoff, crd::WarmPool, fence::Fence};
 
 use super::config::locked;
 

@@ -14,10 +14,8 @@ use super::{
 use crate::fence::MaybeFenced;
 use crate::{
     crd::{set_degraded, SecretKeyRef, WarmPool, WarmPoolStatus},
-    k8s::{
-        leader::Fence,
-        status::{write_status, StatusWriteError},
-    },
+    fence::Fence,
+    k8s::status::{write_status, StatusWriteError},
     pool::{PassReport, PoolError, PoolEvent},
 };
 
