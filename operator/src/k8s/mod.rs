@@ -30,6 +30,7 @@ pub mod names;
 pub mod run;
 pub mod scheduler;
 pub mod server;
+pub mod shell;
 pub mod status;
 pub mod warmpool;
 pub mod watches;

@@ -43,10 +43,12 @@ use self::report::{apply_status, publish};
 use super::{
     database, guard,
     names::{self, LABEL_SCHEDULER},
+    server::Progress,
+    shell::{self, Reconciler},
     watches::{namespaced, FirstListing, Listed, Watches},
 };
+use crate::backoff::PerObject;
 use crate::crd::{Scheduler, SecretKeyRef};
-use crate::fence::{MaybeFenced, FENCED_RETRY};
 use crate::rollout::{self, decide, Decision, Observed};
 
 /// The Scheduler controller over `scope` (a namespace; `None`: all),
@@ -124,42 +126,66 @@ pub fn run(
     }
 }
 
-/// One pass of the rollout for `scheduler`: see the module's doc. Guarded
-/// (see [`guard`]): a panic is this Scheduler's alone, and a call the
-/// operator may not make is said on it (`Degraded`, `Forbidden`).
+/// One pass of the rollout for `scheduler`: see the module's doc. In the
+/// controllers' shell (see [`crate::k8s::shell`]): a panic is this
+/// Scheduler's alone, and a call the operator may not make is said on it
+/// (`Degraded`, `Forbidden`).
 pub async fn reconcile(
     scheduler: Arc<Scheduler>,
     ctx: Arc<Context>,
 ) -> Result<Requeue, ReconcileError> {
-    let ns = crate::crd::namespace_of(scheduler.as_ref());
-    let name = scheduler.name_any();
-    let span = tracing::info_span!("reconcile", scheduler = %name, namespace = %ns);
-    let what = format!("Scheduler {ns}/{name}");
-    let passed = guard::guarded(
-        &ctx.progress,
-        what,
-        reconcile_once(scheduler.clone(), ctx.clone(), ns.clone(), name.clone()).instrument(span),
-    )
-    .await;
-    let failed = match passed {
-        Ok(Ok(requeue)) => return Ok(requeue),
-        Ok(Err(e)) => e,
-        Err(panicked) => {
-            // What was kept of it may be half-changed: start afresh.
-            ctx.connections.forget(&ns, &name);
-            ctx.memory.forget(&ns, &name);
-            ctx.watched.forget(&ns, &name);
-            ReconcileError::Panicked(panicked)
-        }
-    };
-    let said = match &failed {
-        ReconcileError::Panicked(p) => Some((guard::INTERNAL_ERROR, p.to_string())),
-        e => guard::forbidden(e).map(|m| (guard::FORBIDDEN, m)),
-    };
-    if let Some((reason, message)) = said {
-        degraded(&scheduler, &ctx, reason, message).await;
+    shell::reconcile(scheduler, ctx).await
+}
+
+impl Reconciler for Context {
+    const KIND: &'static str = "Scheduler";
+    type Object = Scheduler;
+    type Error = ReconcileError;
+
+    fn stages(
+        ctx: Arc<Self>,
+        scheduler: Arc<Scheduler>,
+    ) -> impl std::future::Future<Output = Result<Requeue, ReconcileError>> + Send {
+        let ns = crate::crd::namespace_of(scheduler.as_ref());
+        let name = scheduler.name_any();
+        let span = tracing::info_span!("reconcile", scheduler = %name, namespace = %ns);
+        reconcile_once(scheduler, ctx, ns, name).instrument(span)
     }
-    Err(failed)
+
+    fn panicked(&self, scheduler: &Scheduler, panic: guard::Panicked) -> ReconcileError {
+        let (ns, name) = (crate::crd::namespace_of(scheduler), scheduler.name_any());
+        self.connections.forget(&ns, &name);
+        self.memory.forget(&ns, &name);
+        self.watched.forget(&ns, &name);
+        ReconcileError::Panicked(panic)
+    }
+
+    fn panic_of(error: &ReconcileError) -> Option<&guard::Panicked> {
+        match error {
+            ReconcileError::Panicked(p) => Some(p),
+            _ => None,
+        }
+    }
+
+    fn stage(error: &ReconcileError) -> &'static str {
+        error.stage()
+    }
+
+    async fn degraded(&self, scheduler: &Scheduler, reason: &'static str, message: String) {
+        degraded(scheduler, self, reason, message).await
+    }
+
+    fn progress(&self) -> &Progress {
+        &self.progress
+    }
+
+    fn backoff(&self) -> &PerObject {
+        &self.backoff
+    }
+
+    fn count_failed(&self, namespace: &str, name: &str, stage: &'static str) {
+        self.metrics.failed(namespace, name, stage);
+    }
 }
 
 /// Says on `scheduler` what only its user can see to: `Degraded` with
@@ -304,24 +330,15 @@ async fn refused(
     Ok(Requeue::requeue(refusal::REFUSED_RETRY))
 }
 
-/// A failed reconcile is logged, counted and tried again shortly; a fenced
-/// one is no failure of the Scheduler.
+/// A failed reconcile is logged, counted and tried again after the
+/// Scheduler's back-off; a fenced one is no failure (see
+/// [`crate::k8s::shell`]).
 pub fn error_policy(
     scheduler: Arc<Scheduler>,
     error: &ReconcileError,
     ctx: Arc<Context>,
 ) -> Requeue {
-    if error.is_fenced() {
-        // No failure of the Scheduler: this replica may not act.
-        tracing::debug!(error = %error, "fenced");
-        return Requeue::requeue(FENCED_RETRY);
-    }
-    let ns = crate::crd::namespace_of(scheduler.as_ref());
-    let name = scheduler.name_any();
-    let delay = ctx.backoff.failed(&ns, &name);
-    warn!(scheduler = %name, namespace = %ns, stage = error.stage(), retry_in = ?delay, "reconcile failed: {error}");
-    ctx.metrics.failed(&ns, &name, error.stage());
-    Requeue::requeue(delay)
+    shell::error_policy(scheduler, error, ctx)
 }
 
 async fn observe(

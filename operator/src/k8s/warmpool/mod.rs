@@ -74,11 +74,13 @@ use context::{Caches, StopAll};
 pub use error::ControllerError;
 use report::degraded;
 
-use crate::fence::{MaybeFenced, FENCED_RETRY};
 use crate::{
+    backoff::PerObject,
     crd::{Scheduler, WarmPool, WarmPoolClass},
     k8s::{
         guard, names,
+        server::Progress,
+        shell::{self, Reconciler},
         watches::{ClusterWatches, FirstListing, NamespaceMeta, Watches},
     },
 };
@@ -224,67 +226,76 @@ fn of_class(
 /// A failed reconcile is logged, counted and tried again after a back-off
 /// of its own that grows with each failure of that WarmPool in a row (5 s
 /// … 5 min) and starts over after a success. A fenced one is no failure
-/// of the pool: this replica may not act.
+/// of the pool: this replica may not act (see [`crate::k8s::shell`]).
 fn error_policy(wp: Arc<WarmPool>, error: &ControllerError, ctx: Arc<PoolContext>) -> Action {
-    if error.is_fenced() {
-        tracing::debug!(error = %error, "fenced");
-        return Action::requeue(FENCED_RETRY);
-    }
-    let ns = crate::crd::namespace_of(&*wp);
-    let name = wp.name_any();
-    let delay = ctx.backoff.failed(&ns, &name);
-    tracing::warn!(pool = %key(&ns, &name), stage = error.stage(), retry_in = ?delay,
-        "warm pool reconcile failed: {error}");
-    if let Some(m) = &ctx.config.metrics {
-        m.reconcile_failed(&key(&ns, &name), error.stage());
-    }
-    Action::requeue(delay)
+    shell::error_policy(wp, error, ctx)
 }
 
 /// One pass of `wp`'s pool on its Scheduler's database, once `wp` has the
 /// finalizer; a missing Scheduler or a bad Secret is a `Degraded` status
 /// instead. A WarmPool being deleted is dealt with as its `spec.onDelete`
-/// says. Guarded (see [`guard`]): a panic is this pool's alone, and a call
-/// the operator may not make is said on it (`Degraded`, `Forbidden`).
+/// says. In the controllers' shell (see [`crate::k8s::shell`]): a panic is
+/// this pool's alone, and a call the operator may not make is said on it
+/// (`Degraded`, `Forbidden`).
 pub async fn reconcile(
     wp: Arc<WarmPool>,
     ctx: Arc<PoolContext>,
 ) -> Result<Action, ControllerError> {
-    let ns = crate::crd::namespace_of(&*wp);
-    let pool = key(&ns, &wp.name_any());
-    let passed = guard::guarded(
-        &ctx.config.progress,
-        format!("WarmPool {pool}"),
-        stages::run_stages(wp.clone(), ctx.clone()),
-    )
-    .await;
-    let failed = match passed {
-        Ok(Ok(action)) => {
-            ctx.backoff.succeeded(&ns, &wp.name_any());
-            return Ok(action);
-        }
-        Ok(Err(e)) => e,
-        Err(panicked) => {
-            // Its loop may be half-changed: the next pass makes a new one
-            // from the status.
-            ctx.forget(&pool);
-            ControllerError::Panicked {
-                pool: pool.clone(),
-                source: panicked,
-            }
-        }
-    };
-    let said = match &failed {
-        ControllerError::Panicked { source, .. } => {
-            Some((guard::INTERNAL_ERROR, source.to_string()))
-        }
-        e if e.is_fenced() => None,
-        e => guard::forbidden(e).map(|m| (guard::FORBIDDEN, m)),
-    };
-    if let Some((reason, message)) = said {
-        if let Err(e) = degraded(&ctx, &wp, reason, message).await {
-            tracing::warn!(pool = %pool, reason, error = %e, "cannot say it in the status");
+    shell::reconcile(wp, ctx).await
+}
+
+impl Reconciler for PoolContext {
+    const KIND: &'static str = "WarmPool";
+    type Object = WarmPool;
+    type Error = ControllerError;
+
+    async fn stages(ctx: Arc<Self>, wp: Arc<WarmPool>) -> Result<Action, ControllerError> {
+        let (ns, name) = (crate::crd::namespace_of(wp.as_ref()), wp.name_any());
+        let action = stages::run_stages(wp, ctx.clone()).await?;
+        ctx.backoff.succeeded(&ns, &name);
+        Ok(action)
+    }
+
+    fn panicked(&self, wp: &WarmPool, panic: guard::Panicked) -> ControllerError {
+        let pool = key(&crate::crd::namespace_of(wp), &wp.name_any());
+        // Its loop may be half-changed: the next pass makes a new one from
+        // the status.
+        self.forget(&pool);
+        ControllerError::Panicked {
+            pool,
+            source: panic,
         }
     }
-    Err(failed)
+
+    fn panic_of(error: &ControllerError) -> Option<&guard::Panicked> {
+        match error {
+            ControllerError::Panicked { source, .. } => Some(source),
+            _ => None,
+        }
+    }
+
+    fn stage(error: &ControllerError) -> &'static str {
+        error.stage()
+    }
+
+    async fn degraded(&self, wp: &WarmPool, reason: &'static str, message: String) {
+        if let Err(e) = degraded(self, wp, reason, message).await {
+            tracing::warn!(pool = %key(&crate::crd::namespace_of(wp), &wp.name_any()), reason,
+                error = %e, "cannot say it in the status");
+        }
+    }
+
+    fn progress(&self) -> &Progress {
+        &self.config.progress
+    }
+
+    fn backoff(&self) -> &PerObject {
+        &self.backoff
+    }
+
+    fn count_failed(&self, namespace: &str, name: &str, stage: &'static str) {
+        if let Some(m) = &self.config.metrics {
+            m.reconcile_failed(&key(namespace, name), stage);
+        }
+    }
 }

@@ -1,0 +1,125 @@
+//! The shell every object's reconcile runs in, whichever controller's:
+//! what each does around its own stages is written here once.
+//!
+//! - [`reconcile`]: the stages run guarded (in flight for `/healthz`, a
+//!   panic caught into an error of that object alone, see
+//!   [`super::guard`]); a panic or a call the operator's RBAC refuses is
+//!   said on the object (`Degraded` `InternalError` or `Forbidden`, with a
+//!   Warning Event), a fenced pass is not.
+//! - [`error_policy`]: a fenced pass is no failure and is looked at again
+//!   in [`FENCED_RETRY`]; any other failure is logged with its stage,
+//!   counted under that stage and retried after the object's own back-off.
+//!
+//! A controller supplies its stages and what it keeps per object
+//! ([`Reconciler`]); the Scheduler's and the WarmPool's do.
+
+use std::{future::Future, sync::Arc};
+
+use kube::{runtime::controller::Action, Resource, ResourceExt};
+
+use super::{
+    guard::{self, Panicked},
+    server::Progress,
+};
+use crate::{
+    backoff::PerObject,
+    fence::{MaybeFenced, FENCED_RETRY},
+};
+
+/// What one controller supplies to the shell: its stages, and what it
+/// keeps and says of each object. Implemented by its context.
+pub trait Reconciler: Send + Sync + Sized + 'static {
+    /// The kind reconciled, as the log and the in-flight list name it.
+    const KIND: &'static str;
+    /// The object reconciled.
+    type Object: Resource + Send + Sync + 'static;
+    /// Why a reconcile failed, by stage.
+    type Error: std::error::Error + Send + Sync + 'static;
+
+    /// One reconcile of `object`, unguarded: the controller's own stages.
+    fn stages(
+        ctx: Arc<Self>,
+        object: Arc<Self::Object>,
+    ) -> impl Future<Output = Result<Action, Self::Error>> + Send;
+
+    /// The error of a `panic` in a reconcile of `object`, after dropping
+    /// what was kept of it (it may be half-changed: the next pass starts
+    /// afresh).
+    fn panicked(&self, object: &Self::Object, panic: Panicked) -> Self::Error;
+
+    /// The panic `error` is, if it is one.
+    fn panic_of(error: &Self::Error) -> Option<&Panicked>;
+
+    /// The stage that failed: the `stage` label of the failure metric and
+    /// of the log.
+    fn stage(error: &Self::Error) -> &'static str;
+
+    /// Says on `object` what only its user can see to: `Degraded` with
+    /// `reason` and `message`, and a Warning Event when that is news. Best
+    /// effort: the write itself may be what is forbidden (the log has it).
+    fn degraded(
+        &self,
+        object: &Self::Object,
+        reason: &'static str,
+        message: String,
+    ) -> impl Future<Output = ()> + Send;
+
+    /// What `/healthz` counts in flight.
+    fn progress(&self) -> &Progress;
+
+    /// Each object's failures in a row.
+    fn backoff(&self) -> &PerObject;
+
+    /// Counts a failed reconcile of `namespace/name` at `stage`.
+    fn count_failed(&self, namespace: &str, name: &str, stage: &'static str);
+}
+
+/// One reconcile of `object` by `ctx`'s controller, in the shell (see the
+/// module's doc).
+pub async fn reconcile<R: Reconciler>(
+    object: Arc<R::Object>,
+    ctx: Arc<R>,
+) -> Result<Action, R::Error> {
+    let what = format!(
+        "{} {}/{}",
+        R::KIND,
+        crate::crd::namespace_of(object.as_ref()),
+        object.name_any()
+    );
+    let stages = R::stages(ctx.clone(), object.clone());
+    let failed = match guard::guarded(ctx.progress(), what, stages).await {
+        Ok(Ok(action)) => return Ok(action),
+        Ok(Err(e)) => e,
+        Err(panic) => ctx.panicked(&object, panic),
+    };
+    let said = match R::panic_of(&failed) {
+        Some(panic) => Some((guard::INTERNAL_ERROR, panic.to_string())),
+        None if failed.is_fenced() => None,
+        None => guard::forbidden(&failed).map(|m| (guard::FORBIDDEN, m)),
+    };
+    if let Some((reason, message)) = said {
+        ctx.degraded(&object, reason, message).await;
+    }
+    Err(failed)
+}
+
+/// What follows a failed reconcile of `object` (see the module's doc).
+pub fn error_policy<R: Reconciler>(
+    object: Arc<R::Object>,
+    error: &R::Error,
+    ctx: Arc<R>,
+) -> Action {
+    if error.is_fenced() {
+        // No failure of the object: this replica may not act.
+        tracing::debug!(error = %error, "fenced");
+        return Action::requeue(FENCED_RETRY);
+    }
+    let ns = crate::crd::namespace_of(object.as_ref());
+    let name = object.name_any();
+    let stage = R::stage(error);
+    let delay = ctx.backoff().failed(&ns, &name);
+    tracing::warn!(kind = R::KIND, namespace = %ns, name = %name, stage, retry_in = ?delay,
+        "{} reconcile failed: {error}", R::KIND);
+    ctx.count_failed(&ns, &name, stage);
+    Action::requeue(delay)
+}
