@@ -123,3 +123,159 @@ pub fn error_policy<R: Reconciler>(
     ctx.count_failed(&ns, &name, stage);
     Action::requeue(delay)
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Mutex;
+
+    use k8s_openapi::api::core::v1::ConfigMap;
+    use kube::api::ObjectMeta;
+
+    use super::*;
+    use crate::fence::Fenced;
+
+    /// How the test controller's stages end.
+    #[derive(Clone, Copy)]
+    enum Ends {
+        Done,
+        Fails,
+        Fenced,
+        Panics,
+    }
+
+    #[derive(Debug, thiserror::Error)]
+    enum TestError {
+        #[error("the stage failed")]
+        Failed,
+        #[error("fenced stage: {0}")]
+        Fenced(#[source] Fenced),
+        #[error("{0}")]
+        Panicked(Panicked),
+    }
+
+    struct Test {
+        ends: Ends,
+        progress: Progress,
+        backoff: PerObject,
+        /// What the shell asked of it, in order.
+        calls: Mutex<Vec<String>>,
+    }
+
+    impl Test {
+        fn new(ends: Ends) -> Arc<Test> {
+            Arc::new(Test {
+                ends,
+                progress: Progress::default(),
+                backoff: PerObject::default(),
+                calls: Mutex::new(Vec::new()),
+            })
+        }
+
+        fn calls(&self) -> Vec<String> {
+            self.calls.lock().unwrap().clone()
+        }
+
+        fn call(&self, what: String) {
+            self.calls.lock().unwrap().push(what);
+        }
+    }
+
+    impl Reconciler for Test {
+        const KIND: &'static str = "ConfigMap";
+        type Object = ConfigMap;
+        type Error = TestError;
+
+        async fn stages(ctx: Arc<Self>, _: Arc<ConfigMap>) -> Result<Action, TestError> {
+            match ctx.ends {
+                Ends::Done => Ok(Action::await_change()),
+                Ends::Fails => Err(TestError::Failed),
+                Ends::Fenced => Err(TestError::Fenced(Fenced)),
+                Ends::Panics => panic!("a bug met an input\nsecond line"),
+            }
+        }
+
+        fn panicked(&self, object: &ConfigMap, panic: Panicked) -> TestError {
+            self.call(format!("forget {}", object.name_any()));
+            TestError::Panicked(panic)
+        }
+
+        fn panic_of(error: &TestError) -> Option<&Panicked> {
+            match error {
+                TestError::Panicked(p) => Some(p),
+                _ => None,
+            }
+        }
+
+        fn stage(error: &TestError) -> &'static str {
+            match error {
+                TestError::Panicked(_) => "panic",
+                _ => "stage",
+            }
+        }
+
+        async fn degraded(&self, _: &ConfigMap, reason: &'static str, message: String) {
+            self.call(format!("degraded {reason}: {message}"));
+        }
+
+        fn progress(&self) -> &Progress {
+            &self.progress
+        }
+
+        fn backoff(&self) -> &PerObject {
+            &self.backoff
+        }
+
+        fn count_failed(&self, namespace: &str, name: &str, stage: &'static str) {
+            self.call(format!("failed {namespace}/{name} at {stage}"));
+        }
+    }
+
+    fn object() -> Arc<ConfigMap> {
+        Arc::new(ConfigMap {
+            metadata: ObjectMeta {
+                name: Some("c".into()),
+                namespace: Some("ns".into()),
+                ..Default::default()
+            },
+            ..Default::default()
+        })
+    }
+
+    /// Each way a reconcile ends, and what the shell does about it: a
+    /// panic is that object's error, said on it as `InternalError` (its
+    /// first line) after what was kept of it is dropped; a failure is
+    /// retried after the object's back-off and counted by stage; a fenced
+    /// pass is neither said nor counted, and looked at again in
+    /// `FENCED_RETRY`.
+    #[tokio::test]
+    async fn each_end_of_a_reconcile_is_dealt_with_as_its_kind() {
+        let panicked = "degraded InternalError: the operator panicked while reconciling it: \
+                        a bug met an input";
+        let table: [(Ends, bool, Vec<&str>, Option<std::time::Duration>); 4] = [
+            (Ends::Done, true, vec![], None),
+            (
+                Ends::Fails,
+                false,
+                vec!["failed ns/c at stage"],
+                Some(std::time::Duration::from_secs(5)),
+            ),
+            (Ends::Fenced, false, vec![], Some(FENCED_RETRY)),
+            (
+                Ends::Panics,
+                false,
+                vec!["forget c", panicked, "failed ns/c at panic"],
+                Some(std::time::Duration::from_secs(5)),
+            ),
+        ];
+        for (ends, ok, calls, retry) in table {
+            let ctx = Test::new(ends);
+            let outcome = reconcile(object(), ctx.clone()).await;
+            assert_eq!(outcome.is_ok(), ok);
+            if let Err(e) = &outcome {
+                let action = error_policy(object(), e, ctx.clone());
+                assert_eq!(Some(action), retry.map(Action::requeue), "{e}");
+            }
+            assert_eq!(ctx.calls(), calls, "{e:?}", e = outcome.err());
+        }
+    }
+}
