@@ -59,42 +59,9 @@ pub async fn run(opts: LocalOptions) -> anyhow::Result<()> {
         opts.dir.display()
     );
 
-    // A process running a binary of this build finds its siblings
-    // (orca-sim, orca-pool-agent) on PATH.
-    if let Some(bin_dir) = std::env::current_exe()
-        .ok()
-        .and_then(|p| p.parent().map(|d| d.to_path_buf()))
-    {
-        let path = std::env::var_os("PATH").unwrap_or_default();
-        let mut dirs = vec![bin_dir];
-        dirs.extend(std::env::split_paths(&path));
-        std::env::set_var("PATH", std::env::join_paths(dirs)?);
-    }
+    put_siblings_on_path()?;
 
-    let mut cluster = None;
-    let needs_fallback = manifests
-        .schedulers
-        .values()
-        .any(|s| database_url(s, &manifests, None).is_err_and(|p| p.reason == "SecretMissing"));
-    let fallback_url = match (&opts.database_url, needs_fallback) {
-        (Some(url), _) => Some(url.clone()),
-        (None, true) => {
-            println!("local: no Secret names a database; starting a throwaway PostgreSQL");
-            let c = tokio::task::spawn_blocking(postgres::Cluster::private).await?;
-            let url = c.fresh_db().await;
-            // Its URL carries no password (trust on loopback): written down
-            // for `orca-operator instances --database-url …`.
-            std::fs::write(state_dir.join("database-url"), &url)?;
-            println!(
-                "local: PostgreSQL on 127.0.0.1:{} (URL in {})",
-                c.port(),
-                state_dir.join("database-url").display()
-            );
-            cluster = Some(c);
-            Some(url)
-        }
-        (None, false) => None,
-    };
+    let (cluster, fallback_url) = fallback_database(&opts, &manifests, &state_dir).await?;
 
     let mut schedulers: BTreeMap<String, LocalScheduler> = BTreeMap::new();
     let mut pools = LocalPools::new(state_dir.clone());
@@ -124,11 +91,7 @@ pub async fn run(opts: LocalOptions) -> anyhow::Result<()> {
         let fallback = fallback_url.as_deref();
         pools
             .sync(&manifests.warm_pools, |p| {
-                let ns = p
-                    .metadata
-                    .namespace
-                    .clone()
-                    .unwrap_or_else(|| "default".into());
+                let ns = crate::crd::namespace_of(p);
                 let scheduler = manifests
                     .schedulers
                     .get(&format!("{ns}/{}", p.spec.scheduler))
@@ -162,6 +125,68 @@ pub async fn run(opts: LocalOptions) -> anyhow::Result<()> {
         }
     }
 
+    stop_all(&mut pools, &state_dir).await;
+    // moto, then PostgreSQL: each is stopped and waited for.
+    drop(pools);
+    drop(cluster);
+    println!("local: stopped");
+    Ok(())
+}
+
+/// A process running a binary of this build finds its siblings
+/// (orca-sim, orca-pool-agent) on PATH.
+fn put_siblings_on_path() -> anyhow::Result<()> {
+    if let Some(bin_dir) = std::env::current_exe()
+        .ok()
+        .and_then(|p| p.parent().map(|d| d.to_path_buf()))
+    {
+        let path = std::env::var_os("PATH").unwrap_or_default();
+        let mut dirs = vec![bin_dir];
+        dirs.extend(std::env::split_paths(&path));
+        std::env::set_var("PATH", std::env::join_paths(dirs)?);
+    }
+    Ok(())
+}
+
+/// The database of the Schedulers no Secret names a database for:
+/// `--database-url`, or a throwaway PostgreSQL (kept running as long as
+/// the returned cluster is) when one needs it.
+async fn fallback_database(
+    opts: &LocalOptions,
+    manifests: &Manifests,
+    state_dir: &std::path::Path,
+) -> anyhow::Result<(Option<postgres::Cluster>, Option<String>)> {
+    let mut cluster = None;
+    let needs_fallback = manifests
+        .schedulers
+        .values()
+        .any(|s| database_url(s, manifests, None).is_err_and(|p| p.reason == "SecretMissing"));
+    let fallback_url = match (&opts.database_url, needs_fallback) {
+        (Some(url), _) => Some(url.clone()),
+        (None, true) => {
+            println!("local: no Secret names a database; starting a throwaway PostgreSQL");
+            let c = tokio::task::spawn_blocking(postgres::Cluster::private).await?;
+            let url = c.fresh_db().await;
+            // Its URL carries no password (trust on loopback): written down
+            // for `orca-operator instances --database-url …`.
+            std::fs::write(state_dir.join("database-url"), &url)?;
+            println!(
+                "local: PostgreSQL on 127.0.0.1:{} (URL in {})",
+                c.port(),
+                state_dir.join("database-url").display()
+            );
+            cluster = Some(c);
+            Some(url)
+        }
+        (None, false) => None,
+    };
+    Ok((cluster, fallback_url))
+}
+
+/// At the stop: the pools' hosts stop, then every pod and job of the
+/// directory is asked to drain, and what has not after [`DRAIN_WAIT`] is
+/// killed.
+async fn stop_all(pools: &mut LocalPools, state_dir: &std::path::Path) {
     println!("local: stopping: the pools' hosts stop, the schedulers drain their runs and exit");
     pools.stop_all().await;
     // Every pod and job in the directory, not only those of the Schedulers
@@ -196,11 +221,6 @@ pub async fn run(opts: LocalOptions) -> anyhow::Result<()> {
         );
         local.kill();
     }
-    // moto, then PostgreSQL: each is stopped and waited for.
-    drop(pools);
-    drop(cluster);
-    println!("local: stopped");
-    Ok(())
 }
 
 fn schedulers_urls(m: &Manifests, fallback: &Option<String>) -> Vec<String> {

@@ -22,7 +22,7 @@ use super::{
     error::{FinalizerError, ReconcileError},
     report::{apply_status, publish},
 };
-use crate::crd::{set_condition, Phase, Scheduler};
+use crate::crd::{set_condition, Phase, Scheduler, SchedulerStatus};
 use crate::k8s::finalizer;
 use crate::rollout::{Action, Decision, Event, Observed, PodView};
 
@@ -167,51 +167,99 @@ pub async fn reconcile(
         .map(|t| t.0.as_second())
         .unwrap_or_default();
     let elapsed = Duration::from_secs((chrono::Utc::now().timestamp() - since).max(0) as u64);
+    let step = step(&observed, elapsed);
+    let mut decision = decision_of(&step, &scheduler, &observed);
+    if let Step::AskDrain(ask) = &step {
+        let asked = ask_to_drain(ctx, db.as_deref(), &scheduler, ask).await?;
+        decision.events.extend(asked);
+    }
+    publish(&scheduler, ctx, &decision).await;
+    // Each pod asked to stop gets its own grace (a drain) while the drain
+    // time-out runs; past it, the operator's short one.
+    let grace = match step {
+        Step::StopPods(_) => None,
+        _ => Some(super::pods::stop_grace(&scheduler.spec)),
+    };
+    for action in &decision.actions {
+        if let Action::DeletePod { name: pod } = action {
+            delete_pod(ctx, ns, &name, pod, grace).await?;
+        }
+    }
+    if let Step::Release { .. } = step {
+        remove_finalizer(ctx, &scheduler, ns).await?;
+        return Ok(Requeue::await_change());
+    }
+    if decision.status != observed.status {
+        apply_status(&scheduler, ctx, ns, &decision.status).await?;
+    }
+    Ok(Requeue::requeue(POLL))
+}
+
+/// Asks each instance of `ask` (its id, and its pod) to drain on `db`:
+/// the Events that say so.
+async fn ask_to_drain(
+    ctx: &Context,
+    db: Option<&orca_db::Db>,
+    scheduler: &Scheduler,
+    ask: &[(i64, String)],
+) -> Result<Vec<Event>, ReconcileError> {
+    let name = scheduler.name_any();
+    let db = db.ok_or_else(|| ActError::NoDatabase {
+        action: "asking the instances of a deleted Scheduler to drain".into(),
+    })?;
+    let stale = Duration::from_secs(scheduler.spec.handover.stale_seconds.max(1) as u64);
+    let mut events = Vec::new();
+    for (id, pod) in ask {
+        ctx.fence.check().map_err(|source| ActError::Fenced {
+            action: format!("asking instance {id} to drain"),
+            source,
+        })?;
+        schedulers::ask_drain(db, *id, stale)
+            .await
+            .map_err(|source| ActError::AskDrain {
+                instance: *id,
+                source,
+            })?;
+        info!(scheduler = %name, instance = id, "asked to drain: the Scheduler is being deleted");
+        events.push(Event::normal(
+            "Deleting",
+            format!("instance {id} of pod {pod} asked to drain: the Scheduler is being deleted"),
+        ));
+    }
+    Ok(events)
+}
+
+/// What `step` of the deletion of `scheduler` says and deletes, but for
+/// the drains it asks (see [`ask_to_drain`]).
+fn decision_of(step: &Step, scheduler: &Scheduler, observed: &Observed) -> Decision {
     let mut status = observed.status.clone();
-    let now =
-        k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(k8s_openapi::jiff::Timestamp::now());
+    let progressing = |status: &mut SchedulerStatus, message: String| {
+        let now = k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+            k8s_openapi::jiff::Timestamp::now(),
+        );
+        let generation = observed.generation;
+        set_condition(
+            &mut status.conditions,
+            "Progressing",
+            true,
+            "Deleting",
+            &message,
+            now,
+            generation,
+        )
+    };
     let mut events = Vec::new();
     let mut actions = Vec::new();
-    let step = step(&observed, elapsed);
-    match &step {
-        Step::AskDrain(ask) => {
-            let db = db.as_deref().ok_or_else(|| ActError::NoDatabase {
-                action: "asking the instances of a deleted Scheduler to drain".into(),
-            })?;
-            let stale = Duration::from_secs(scheduler.spec.handover.stale_seconds.max(1) as u64);
-            for (id, pod) in ask {
-                ctx.fence.check().map_err(|source| ActError::Fenced {
-                    action: format!("asking instance {id} to drain"),
-                    source,
-                })?;
-                schedulers::ask_drain(db, *id, stale)
-                    .await
-                    .map_err(|source| ActError::AskDrain {
-                        instance: *id,
-                        source,
-                    })?;
-                info!(scheduler = %name, instance = id, "asked to drain: the Scheduler is being deleted");
-                events.push(Event::normal(
-                    "Deleting",
-                    format!(
-                        "instance {id} of pod {pod} asked to drain: the Scheduler is being deleted"
-                    ),
-                ));
-            }
-        }
+    match step {
+        Step::AskDrain(_) => {}
         Step::Wait { live, runs } => {
-            status.draining = *live as i32;
-            set_condition(
-                &mut status.conditions,
-                "Progressing",
-                true,
-                "Deleting",
-                &format!(
+            progressing(
+                &mut status,
+                format!(
                     "waiting for {live} instance(s) to finish {runs} run(s) before the pods go"
                 ),
-                now.clone(),
-                observed.generation,
             );
+            status.draining = *live as i32;
         }
         Step::StopPods(pods) => {
             let why = observed
@@ -232,14 +280,9 @@ pub async fn reconcile(
             actions.extend(pods.iter().map(|p| Action::DeletePod { name: p.clone() }));
         }
         Step::WaitPods(n) => {
-            set_condition(
-                &mut status.conditions,
-                "Progressing",
-                true,
-                "Deleting",
-                &format!("waiting for {n} pod(s) to finish their runs and exit"),
-                now.clone(),
-                observed.generation,
+            progressing(
+                &mut status,
+                format!("waiting for {n} pod(s) to finish their runs and exit"),
             );
         }
         Step::Release { timed_out } => {
@@ -273,32 +316,12 @@ pub async fn reconcile(
         }
     }
     status.phase = Phase::Draining;
-    let decision = Decision {
+    Decision {
         actions,
         events,
         status,
         requeue: POLL,
-    };
-    publish(&scheduler, ctx, &decision).await;
-    // Each pod asked to stop gets its own grace (a drain) while the drain
-    // time-out runs; past it, the operator's short one.
-    let grace = match step {
-        Step::StopPods(_) => None,
-        _ => Some(super::pods::stop_grace(&scheduler.spec)),
-    };
-    for action in &decision.actions {
-        if let Action::DeletePod { name: pod } = action {
-            delete_pod(ctx, ns, &name, pod, grace).await?;
-        }
     }
-    if let Step::Release { .. } = step {
-        remove_finalizer(ctx, &scheduler, ns).await?;
-        return Ok(Requeue::await_change());
-    }
-    if decision.status != observed.status {
-        apply_status(&scheduler, ctx, ns, &decision.status).await?;
-    }
-    Ok(Requeue::requeue(POLL))
 }
 
 /// Deletes pod `pod` of Scheduler `scheduler`, with `grace` seconds or, for
