@@ -130,16 +130,7 @@ pub(super) async fn act(
                 let db = db.ok_or_else(|| ActError::NoDatabase {
                     action: format!("asking instance {instance} to drain"),
                 })?;
-                let stale =
-                    Duration::from_secs(scheduler.spec.handover.stale_seconds.max(1) as u64);
-                fence(format!("asking instance {instance} to drain"))?;
-                let asked =
-                    schedulers::ask_drain(db, *instance, stale)
-                        .await
-                        .map_err(|source| ActError::AskDrain {
-                            instance: *instance,
-                            source,
-                        })?;
+                let asked = ask_drain(ctx, db, scheduler, *instance).await?;
                 info!(scheduler = %name, instance = instance, asked, "asked to drain");
             }
             Action::CreateRegisterJob {
@@ -189,4 +180,22 @@ fn ignore<T>(result: Result<T, kube::Error>, code: u16) -> Result<(), kube::Erro
         Err(kube::Error::Api(s)) if s.code == code => Ok(()),
         Err(e) => Err(e),
     }
+}
+
+/// Asks `instance` of `scheduler` to drain on `db`, behind the fence:
+/// whether this call asked it (it may have been asked already).
+pub(super) async fn ask_drain(
+    ctx: &Context,
+    db: &Db,
+    scheduler: &Scheduler,
+    instance: i64,
+) -> Result<bool, ActError> {
+    let stale = Duration::from_secs(scheduler.spec.handover.stale_seconds.max(1) as u64);
+    ctx.fence.check().map_err(|source| ActError::Fenced {
+        action: format!("asking instance {instance} to drain"),
+        source,
+    })?;
+    schedulers::ask_drain(db, instance, stale)
+        .await
+        .map_err(|source| ActError::AskDrain { instance, source })
 }

@@ -13,7 +13,6 @@ use std::{sync::Arc, time::Duration};
 
 use k8s_openapi::api::core::v1::Pod;
 use kube::{api::DeleteParams, runtime::controller::Action as Requeue, Api, ResourceExt};
-use orca_db::schedulers;
 use tracing::info;
 
 use super::act::ActError;
@@ -207,19 +206,9 @@ async fn ask_to_drain(
     let db = db.ok_or_else(|| ActError::NoDatabase {
         action: "asking the instances of a deleted Scheduler to drain".into(),
     })?;
-    let stale = Duration::from_secs(scheduler.spec.handover.stale_seconds.max(1) as u64);
     let mut events = Vec::new();
     for (id, pod) in ask {
-        ctx.fence.check().map_err(|source| ActError::Fenced {
-            action: format!("asking instance {id} to drain"),
-            source,
-        })?;
-        schedulers::ask_drain(db, *id, stale)
-            .await
-            .map_err(|source| ActError::AskDrain {
-                instance: *id,
-                source,
-            })?;
+        super::act::ask_drain(ctx, db, scheduler, *id).await?;
         info!(scheduler = %name, instance = id, "asked to drain: the Scheduler is being deleted");
         events.push(Event::normal(
             "Deleting",
