@@ -12,7 +12,7 @@ use chrono::{DateTime, Utc};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::ResourceExt;
 
-use crate::crd::{Scheduler, WarmPool};
+use crate::crd::{Scheduler, WarmPool, WarmPoolSpec, WarmPoolStatus};
 
 /// How the text is dressed: plain, or with ANSI colours (a terminal).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -152,8 +152,28 @@ pub fn scheduler(s: &Scheduler, now: DateTime<Utc>, style: Style) -> String {
 /// where it ran before, its conditions.
 pub fn warm_pool(p: &WarmPool, now: DateTime<Utc>, style: Style) -> String {
     let status = p.status.clone().unwrap_or_default();
-    let spec = &p.spec;
     let mut out = String::new();
+    pool_head(&mut out, p, &status, style);
+    pool_sizes(&mut out, &p.spec, &status);
+    pool_instances(&mut out, &status, now);
+    pool_holds(&mut out, &status, now);
+    pool_cost(&mut out, &status);
+    for f in &status.retiring {
+        let _ = writeln!(
+            out,
+            "\nRetiring: instances of Scheduler {} in {} (since {}), drained and terminated",
+            f.scheduler,
+            f.region,
+            when(&f.since, now)
+        );
+    }
+    conditions(&mut out, &status.conditions, now, style);
+    out
+}
+
+/// The pool's headline, whether it is paused, and where it runs.
+fn pool_head(out: &mut String, p: &WarmPool, status: &WarmPoolStatus, style: Style) {
+    let spec = &p.spec;
     let available = status.conditions.iter().find(|c| c.type_ == "Available");
     let headline = match available {
         Some(c) if c.status == "True" => style.paint(&c.reason, Colour::Green),
@@ -185,6 +205,10 @@ pub fn warm_pool(p: &WarmPool, now: DateTime<Utc>, style: Style) -> String {
             .map(|e| format!(" ({e})"))
             .unwrap_or_default()
     );
+}
+
+/// How many instances the pool has, by what they do, and what it wants.
+fn pool_sizes(out: &mut String, spec: &WarmPoolSpec, status: &WarmPoolStatus) {
     let _ = writeln!(
         out,
         "Instances: {} idle, {} busy, {} launching, {} stopped, {} terminating ({} drifted), at most {}",
@@ -231,6 +255,10 @@ pub fn warm_pool(p: &WarmPool, now: DateTime<Utc>, style: Style) -> String {
             r.max.map(|m| format!(", at most {m}")).unwrap_or_default()
         );
     }
+}
+
+/// The instances one by one (`status.instances`).
+fn pool_instances(out: &mut String, status: &WarmPoolStatus, now: DateTime<Utc>) {
     if !status.instances.is_empty() {
         out.push_str("\nInstances:\n");
         let rows: Vec<Vec<String>> = status
@@ -248,7 +276,7 @@ pub fn warm_pool(p: &WarmPool, now: DateTime<Utc>, style: Style) -> String {
             })
             .collect();
         table(
-            &mut out,
+            out,
             &["ID", "STATE", "AGE", "TYPE", "USES", "DRIFTED"],
             &rows,
         );
@@ -262,6 +290,10 @@ pub fn warm_pool(p: &WarmPool, now: DateTime<Utc>, style: Style) -> String {
             let _ = writeln!(out, "  … and {} more", all - listed);
         }
     }
+}
+
+/// The offerings held for want of capacity.
+fn pool_holds(out: &mut String, status: &WarmPoolStatus, now: DateTime<Utc>) {
     if !status.capacity_errors.is_empty() {
         out.push_str("\nCapacity holds:\n");
         let rows: Vec<Vec<String>> = status
@@ -277,12 +309,12 @@ pub fn warm_pool(p: &WarmPool, now: DateTime<Utc>, style: Style) -> String {
                 ]
             })
             .collect();
-        table(
-            &mut out,
-            &["TYPE", "SUBNET", "CAPACITY", "CODE", "UNTIL"],
-            &rows,
-        );
+        table(out, &["TYPE", "SUBNET", "CAPACITY", "CODE", "UNTIL"], &rows);
     }
+}
+
+/// The instance-hours, the runs served and the time to start.
+fn pool_cost(out: &mut String, status: &WarmPoolStatus) {
     if !status.instance_seconds.is_empty() {
         out.push_str("\nInstance-hours:\n");
         let hours = |s: i64| format!("{:.1}", s as f64 / 3600.0);
@@ -301,7 +333,7 @@ pub fn warm_pool(p: &WarmPool, now: DateTime<Utc>, style: Style) -> String {
             })
             .collect();
         table(
-            &mut out,
+            out,
             &["TYPE", "CAPACITY", "IDLE", "BUSY", "STOPPED", "BOOTING"],
             &rows,
         );
@@ -339,19 +371,8 @@ pub fn warm_pool(p: &WarmPool, now: DateTime<Utc>, style: Style) -> String {
             ])
         })
         .collect();
-        table(&mut out, &["SOURCE", "RUNS", "P50", "P95", "MAX"], &rows);
+        table(out, &["SOURCE", "RUNS", "P50", "P95", "MAX"], &rows);
     }
-    for f in &status.retiring {
-        let _ = writeln!(
-            out,
-            "\nRetiring: instances of Scheduler {} in {} (since {}), drained and terminated",
-            f.scheduler,
-            f.region,
-            when(&f.since, now)
-        );
-    }
-    conditions(&mut out, &status.conditions, now, style);
-    out
 }
 
 /// Why an object is as it is: a True `Degraded`'s message, else a True
