@@ -187,7 +187,7 @@ pub fn run(
             let (to_secrets, to_binding) = (to_secrets.clone(), to_binding.clone());
             schedulers.touched_objects().for_each(move |s| {
                 if let Ok(s) = s {
-                    let ns = s.namespace().unwrap_or_default();
+                    let ns = crate::crd::namespace_of(&s);
                     let secret = &s.spec.database.url_secret_ref.name;
                     let _ = to_secrets.unbounded_send(ObjectRef::new(secret).within(&ns));
                     let _ = to_binding.unbounded_send(());
@@ -199,7 +199,7 @@ pub fn run(
             let by_pool = scheduler_store.clone();
             pools.touched_objects().for_each(move |p| {
                 if let Ok(p) = p {
-                    let ns = p.namespace().unwrap_or_default();
+                    let ns = crate::crd::namespace_of(&p);
                     if let Some(status) = &p.status {
                         let recorded = status.database_secret.iter();
                         let former = status.retiring.iter().map(|r| &r.database_secret);
@@ -264,7 +264,7 @@ pub fn run(
 }
 
 async fn reconcile(secret: Arc<SecretMeta>, ctx: Arc<Ctx>) -> Result<Action, InUseError> {
-    let ns = secret.namespace().unwrap_or_default();
+    let ns = crate::crd::namespace_of(secret.as_ref());
     let key = format!("Secret {ns}/{}", secret.name_any());
     let what = key.clone();
     let error = match guard::guarded(&ctx.progress, what, guard_secret(&secret, &ctx, &ns)).await {
@@ -366,7 +366,7 @@ async fn say_kept(secret: &SecretMeta, ctx: &Ctx, ns: &str, users: &[(ObjectRefe
 /// Scheduler or WarmPool is left there. (The chart binds a ClusterRole, so
 /// the binding is all the namespace holds of the operator's permissions.)
 async fn reconcile_binding(binding: Arc<BindingMeta>, ctx: Arc<Ctx>) -> Result<Action, InUseError> {
-    let ns = binding.namespace().unwrap_or_default();
+    let ns = crate::crd::namespace_of(binding.as_ref());
     let key = format!("RoleBinding {ns}/{}", binding.name_any());
     let held = async {
         let here = Some(ns.clone());

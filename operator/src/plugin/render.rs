@@ -53,7 +53,7 @@ pub fn scheduler(s: &Scheduler, now: DateTime<Utc>, style: Style) -> String {
     let _ = writeln!(
         out,
         "Scheduler {}/{}: {}{}",
-        s.namespace().unwrap_or_default(),
+        crate::crd::namespace_of(s),
         s.name_any(),
         style.paint(&phase, colour),
         why(&status.conditions)
@@ -183,7 +183,7 @@ fn pool_head(out: &mut String, p: &WarmPool, status: &WarmPoolStatus, style: Sty
     let _ = writeln!(
         out,
         "WarmPool {}/{}: {headline}{}",
-        p.namespace().unwrap_or_default(),
+        crate::crd::namespace_of(p),
         p.name_any(),
         why(&status.conditions)
             .map(|w| format!(" ({w})"))

@@ -101,7 +101,7 @@ pub(super) async fn release_parameter(wp: &WarmPool, ctx: &PoolContext, pool: &s
     let Some(caches) = &ctx.caches else {
         return;
     };
-    let namespace = wp.namespace().unwrap_or_default();
+    let namespace = crate::crd::namespace_of(wp);
     let endpoint = wp.spec.endpoint.as_deref();
     let shared = caches.pools.state().iter().any(|other| {
         let status = other.status.as_ref();

@@ -145,7 +145,7 @@ pub(super) async fn degraded(
     status.observed_generation = wp.metadata.generation;
     // The message too: a deletion adds what to do about it.
     let changed = !crate::crd::degraded_already(&status.conditions, reason, &message);
-    let pool = key(&wp.namespace().unwrap_or_default(), &wp.name_any());
+    let pool = key(&crate::crd::namespace_of(wp), &wp.name_any());
     if changed {
         mark_degraded(&mut status, reason, &message);
     }
