@@ -18,7 +18,7 @@
 //! (`k8s::warmpool`) runs one [`PoolLoop::pass`] per reconcile instead.
 //!
 //! In the Kubernetes mode every EC2 call, statement, status write and Event
-//! checks the Lease's [`Fence`] first ([`PoolLoop::with_fence`]); the local
+//! checks the Lease's [`crate::fence::Fence`] first ([`PoolLoop::with_fence`]); the local
 //! mode has no election, and its loops' fence is always open.
 
 mod act;
