@@ -5,11 +5,10 @@
 
 mod decide;
 mod finish;
-mod register;
-mod register_status;
 mod revision;
 mod snapshot;
 mod status;
+mod steps;
 mod window;
 
 #[cfg(test)]
