@@ -48,13 +48,7 @@ pub(in crate::rollout) fn register(d: &mut StatusDraft, o: &Observed, target: &s
         }
     }
     let Some(job) = newest else {
-        let name = register_job_name(&o.name, target, next_register_attempt(d, made));
-        d.act(Action::CreateRegisterJob {
-            name: name.clone(),
-            revision: target.to_string(),
-            image: o.spec.image.clone(),
-        });
-        registering(d, &name, &register.command);
+        next_job(d, o, target, made);
         return;
     };
     match &job.state {
@@ -65,18 +59,27 @@ pub(in crate::rollout) fn register(d: &mut StatusDraft, o: &Observed, target: &s
             let wait = register_backoff(failures);
             let due = *at + chrono::Duration::seconds(wait.as_secs() as i64);
             if o.now >= due {
-                let name = register_job_name(&o.name, target, next_register_attempt(d, made));
-                d.act(Action::CreateRegisterJob {
-                    name: name.clone(),
-                    revision: target.to_string(),
-                    image: o.spec.image.clone(),
-                });
-                registering(d, &name, &register.command);
+                next_job(d, o, target, made);
             } else {
                 register_waits(d, (due - o.now).to_std().unwrap_or(Duration::from_secs(1)));
             }
         }
     }
+}
+
+/// The next register Job of `target` (`made` attempts seen), with the
+/// spec's register step.
+fn next_job(d: &mut StatusDraft, o: &Observed, target: &str, made: u32) {
+    let Some(register) = &o.spec.register else {
+        return;
+    };
+    let name = register_job_name(&o.name, target, next_register_attempt(d, made));
+    d.act(Action::CreateRegisterJob {
+        name: name.clone(),
+        revision: target.to_string(),
+        image: o.spec.image.clone(),
+    });
+    registering(d, &name, &register.command);
 }
 
 /// The register status of `revision` running the step of `hash`, with
