@@ -171,7 +171,7 @@ pub fn operator_policy(cluster: &str, pass_roles: &[String]) -> Policy {
     let path = parameter_path(cluster);
     Policy {
         version: "2012-10-17",
-        statements: vec![
+        statements: [
             Statement::allow(
                 "ListInstances",
                 &[
@@ -244,21 +244,31 @@ pub fn operator_policy(cluster: &str, pass_roles: &[String]) -> Policy {
                 "iam:PassedToService",
                 json!("ec2.amazonaws.com"),
             ),
-            Statement::allow(
-                "KeepTheDatabaseUrlParameters",
-                &[
-                    "ssm:PutParameter",
-                    "ssm:AddTagsToResource",
-                    "ssm:DeleteParameter",
-                ],
-                vec![parameter_arn(&format!("{path}/*"))],
-            ),
-            via_ssm(
-                Statement::allow("EncryptParametersViaSsm", &["kms:Encrypt"], any_key()),
-                &format!("{path}/*"),
-            ),
-        ],
+        ]
+        .into_iter()
+        .chain(parameter_statements(&path))
+        .collect(),
     }
+}
+
+/// What the operator may do with the database URL parameters under
+/// `path`: write, tag and delete them, encrypted through SSM.
+fn parameter_statements(path: &str) -> [Statement; 2] {
+    [
+        Statement::allow(
+            "KeepTheDatabaseUrlParameters",
+            &[
+                "ssm:PutParameter",
+                "ssm:AddTagsToResource",
+                "ssm:DeleteParameter",
+            ],
+            vec![parameter_arn(&format!("{path}/*"))],
+        ),
+        via_ssm(
+            Statement::allow("EncryptParametersViaSsm", &["kms:Encrypt"], any_key()),
+            &format!("{path}/*"),
+        ),
+    ]
 }
 
 /// The pool instances' least policy: read the database URL of Scheduler

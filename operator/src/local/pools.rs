@@ -172,25 +172,7 @@ impl LocalPools {
             .map_err(|e| e.to_string())?
             .with_listings(&self.listings);
         pool_loop.set_run_stale(run_stale);
-        let ec2 = Ec2::new(&Ec2Config::new(&spec.region, endpoint.as_deref())).await;
-        let agent = sibling("orca-pool-agent")
-            .ok_or("orca-pool-agent is not beside orca-operator; build the workspace")?;
-        let hosts = Hosts::new(
-            ec2,
-            pool_loop.ownership().clone(),
-            HostConfig {
-                agent,
-                database_url: url.to_string(),
-                pool: key.to_string(),
-                idle_seconds: spec.idle_seconds,
-                run_command: spec.launch.run_command.clone(),
-                // The hosts are no EC2 instances: the machine's own spot
-                // notices, if it has any, are not theirs.
-                env: vec![("AWS_EC2_METADATA_DISABLED".into(), "true".into())],
-                poll: Duration::from_millis(500),
-                agent_stderr: false,
-            },
-        );
+        let hosts = hosts_of(&pool_loop, &spec, key, url).await?;
         let (deletion, deleting) = watch::channel(None);
         let pool_loop = pool_loop.with_deletion(deleting);
         let emptied = Arc::new(AtomicBool::new(false));
@@ -367,4 +349,33 @@ pub fn cluster_of(state_dir: &std::path::Path) -> String {
     let digest = Sha256::digest(dir.to_string_lossy().as_bytes());
     let hex: String = digest.iter().take(6).map(|b| format!("{b:02x}")).collect();
     format!("local-{hex}")
+}
+
+/// The stand-ins for the pool's EC2 instances: each a real agent, over
+/// `url`, for each instance that `pool_loop` launches on `spec`'s place.
+async fn hosts_of(
+    pool_loop: &PoolLoop,
+    spec: &WarmPoolSpec,
+    key: &str,
+    url: &str,
+) -> Result<Hosts, String> {
+    let ec2 = Ec2::new(&Ec2Config::new(&spec.region, spec.endpoint.as_deref())).await;
+    let agent = sibling("orca-pool-agent")
+        .ok_or("orca-pool-agent is not beside orca-operator; build the workspace")?;
+    Ok(Hosts::new(
+        ec2,
+        pool_loop.ownership().clone(),
+        HostConfig {
+            agent,
+            database_url: url.to_string(),
+            pool: key.to_string(),
+            idle_seconds: spec.idle_seconds,
+            run_command: spec.launch.run_command.clone(),
+            // The hosts are no EC2 instances: the machine's own spot
+            // notices, if it has any, are not theirs.
+            env: vec![("AWS_EC2_METADATA_DISABLED".into(), "true".into())],
+            poll: Duration::from_millis(500),
+            agent_stderr: false,
+        },
+    ))
 }

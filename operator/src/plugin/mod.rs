@@ -167,8 +167,9 @@ pub enum PluginError {
     HasClass(String, String),
 }
 
-/// Runs the command `cli` names; what it prints goes to stdout.
-pub async fn run(cli: Cli) -> Result<(), PluginError> {
+/// The cluster and namespace `cli` names (its kubeconfig, context and
+/// namespace, or the defaults).
+async fn connect(cli: &Cli) -> Result<At, PluginError> {
     let options = KubeConfigOptions {
         context: cli.context.clone(),
         ..KubeConfigOptions::default()
@@ -187,7 +188,12 @@ pub async fn run(cli: Cli) -> Result<(), PluginError> {
         .clone()
         .unwrap_or_else(|| config.default_namespace.clone());
     let client = Client::try_from(config).map_err(|e| PluginError::Config(one_line(&e)))?;
-    let at = At { client, namespace };
+    Ok(At { client, namespace })
+}
+
+/// Runs the command `cli` names; what it prints goes to stdout.
+pub async fn run(cli: Cli) -> Result<(), PluginError> {
+    let at = connect(&cli).await?;
     match cli.command {
         Command::Status {
             kind,

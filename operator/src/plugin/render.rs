@@ -12,7 +12,7 @@ use chrono::{DateTime, Utc};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::ResourceExt;
 
-use crate::crd::{Scheduler, WarmPool, WarmPoolSpec, WarmPoolStatus};
+use crate::crd::{Scheduler, SchedulerStatus, WarmPool, WarmPoolSpec, WarmPoolStatus};
 
 /// How the text is dressed: plain, or with ANSI colours (a terminal).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -87,32 +87,7 @@ pub fn scheduler(s: &Scheduler, now: DateTime<Utc>, style: Style) -> String {
     if status.draining > 0 {
         let _ = writeln!(out, "Draining: {} instance(s)", status.draining);
     }
-    out.push_str("\nInstances:\n");
-    let rows: Vec<Vec<String>> = status
-        .revisions
-        .iter()
-        .map(|r| {
-            vec![
-                r.pod.clone(),
-                r.revision.clone(),
-                r.instance.map(|i| i.to_string()).unwrap_or("-".into()),
-                r.role.clone().unwrap_or("-".into()),
-                r.runs.to_string(),
-                r.since
-                    .as_deref()
-                    .map(|t| age(t, now))
-                    .unwrap_or("-".into()),
-                r.image.clone(),
-            ]
-        })
-        .collect();
-    table(
-        &mut out,
-        &[
-            "POD", "REVISION", "INSTANCE", "ROLE", "RUNS", "AGE", "IMAGE",
-        ],
-        &rows,
-    );
+    scheduler_instances(&mut out, &status, now);
     if let Some(h) = &status.last_handover {
         let _ = writeln!(out, "\nLast handover: {} -> {}", h.from, h.to);
         for (step, at) in [
@@ -145,6 +120,36 @@ pub fn scheduler(s: &Scheduler, now: DateTime<Utc>, style: Style) -> String {
     }
     conditions(&mut out, &status.conditions, now, style);
     out
+}
+
+/// A Scheduler's pods, each with its revision and its instance.
+fn scheduler_instances(out: &mut String, status: &SchedulerStatus, now: DateTime<Utc>) {
+    out.push_str("\nInstances:\n");
+    let rows: Vec<Vec<String>> = status
+        .revisions
+        .iter()
+        .map(|r| {
+            vec![
+                r.pod.clone(),
+                r.revision.clone(),
+                r.instance.map(|i| i.to_string()).unwrap_or("-".into()),
+                r.role.clone().unwrap_or("-".into()),
+                r.runs.to_string(),
+                r.since
+                    .as_deref()
+                    .map(|t| age(t, now))
+                    .unwrap_or("-".into()),
+                r.image.clone(),
+            ]
+        })
+        .collect();
+    table(
+        out,
+        &[
+            "POD", "REVISION", "INSTANCE", "ROLE", "RUNS", "AGE", "IMAGE",
+        ],
+        &rows,
+    );
 }
 
 /// The status of WarmPool `p` as of `now`: its instances by state, the

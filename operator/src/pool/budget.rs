@@ -247,6 +247,82 @@ struct Room {
     scope: String,
 }
 
+/// Of the limits `book` sets, the one that leaves the least room for an
+/// instance of `per` vCPUs (none when they are not known): `total` is what
+/// all the class's pools hold, `mine` what those of `namespace` do.
+fn tightest(book: &Book, total: Usage, mine: Usage, per: i64, namespace: &str) -> Option<Room> {
+    let all = || "all its pools".to_string();
+    let here = || format!("the pools of namespace {namespace}");
+    let rooms = [
+        (
+            book.limits.instances,
+            "limits.instances",
+            total.instances,
+            1,
+            all(),
+        ),
+        (book.limits.vcpus, "limits.vcpus", total.vcpus, per, all()),
+        (
+            book.namespace_limits.instances,
+            "namespaceLimits.instances",
+            mine.instances,
+            1,
+            here(),
+        ),
+        (
+            book.namespace_limits.vcpus,
+            "namespaceLimits.vcpus",
+            mine.vcpus,
+            per,
+            here(),
+        ),
+    ];
+    rooms
+        .into_iter()
+        .filter_map(|(max, limit, used, per, scope)| {
+            let max = max?;
+            Some(Room {
+                count: if per > 0 {
+                    (max - used).max(0) / per
+                } else {
+                    0
+                },
+                limit,
+                max,
+                used,
+                per,
+                scope,
+            })
+        })
+        .min_by_key(|r| r.count)
+}
+
+impl Room {
+    /// Why `count` of `wanted` instances of `instance_type` were granted
+    /// in WarmPoolClass `class`, this room being the tightest.
+    fn held_back(&self, class: &str, instance_type: &str, wanted: u32, count: u32) -> String {
+        if self.per == 0 {
+            return format!(
+                "WarmPoolClass {class}: the vCPUs of {instance_type} are not known yet \
+                 ({}): {wanted} more wanted, none launched",
+                self.limit
+            );
+        }
+        let unit = if self.limit.ends_with("instances") {
+            "instances"
+        } else {
+            "vCPUs"
+        };
+        format!(
+            "WarmPoolClass {class}: {} hold {} of their {} {unit} ({}): {wanted} more wanted, {count} launched",
+            self.scope,
+            self.used + self.per * count as i64,
+            self.max,
+            self.limit
+        )
+    }
+}
+
 impl Budget {
     /// The class the pool counts against.
     pub fn class(&self) -> &str {
@@ -296,84 +372,14 @@ impl Budget {
             total.add(*u);
         }
         let mine = usage.get(&self.namespace).copied().unwrap_or_default();
-        // Each limit set, the room it leaves for `instance_type` (whose
-        // vCPUs, unknown, leave none).
         let per = vcpus.get(instance_type).copied().unwrap_or(0);
-        let rooms = [
-            (
-                book.limits.instances,
-                "limits.instances",
-                total.instances,
-                1,
-                "all its pools".to_string(),
-            ),
-            (
-                book.limits.vcpus,
-                "limits.vcpus",
-                total.vcpus,
-                per,
-                "all its pools".to_string(),
-            ),
-            (
-                book.namespace_limits.instances,
-                "namespaceLimits.instances",
-                mine.instances,
-                1,
-                format!("the pools of namespace {}", self.namespace),
-            ),
-            (
-                book.namespace_limits.vcpus,
-                "namespaceLimits.vcpus",
-                mine.vcpus,
-                per,
-                format!("the pools of namespace {}", self.namespace),
-            ),
-        ];
-        let rooms = rooms
-            .into_iter()
-            .filter_map(|(max, limit, used, per, scope)| {
-                let max = max?;
-                Some(Room {
-                    count: if per > 0 {
-                        (max - used).max(0) / per
-                    } else {
-                        0
-                    },
-                    limit,
-                    max,
-                    used,
-                    per,
-                    scope,
-                })
-            });
-        let tightest = rooms.min_by_key(|r| r.count);
+        let tightest = tightest(book, total, mine, per, &self.namespace);
         let count = tightest
             .as_ref()
             .map_or(wanted as i64, |r| r.count.min(wanted as i64)) as u32;
-        let held_back = match &tightest {
-            Some(r) if (count as i64) < wanted as i64 => Some(if r.per == 0 {
-                format!(
-                    "WarmPoolClass {}: the vCPUs of {instance_type} are not known yet \
-                     ({}): {wanted} more wanted, none launched",
-                    self.class, r.limit
-                )
-            } else {
-                let unit = if r.limit.ends_with("instances") {
-                    "instances"
-                } else {
-                    "vCPUs"
-                };
-                format!(
-                    "WarmPoolClass {}: {} hold {} of their {} {unit} ({}): {wanted} more wanted, {count} launched",
-                    self.class,
-                    r.scope,
-                    r.used + r.per * count as i64,
-                    r.max,
-                    r.limit
-                )
-            }),
-            _ => None,
-        };
+        let held_back = tightest
+            .filter(|_| count < wanted)
+            .map(|r| r.held_back(&self.class, instance_type, wanted, count));
         if count > 0 {
             let held = book.held.entry(self.pool.clone()).or_insert_with(|| Held {
                 loop_id: self.loop_id,

@@ -613,32 +613,6 @@ impl Ec2 {
     pub async fn run(&self, req: &RunRequest<'_>) -> Result<Vec<String>, Ec2Error> {
         const ACTION: &str = "RunInstances";
         let count = i32::try_from(req.count).unwrap_or(i32::MAX);
-        let mut tags = TagSpecification::builder().resource_type(ResourceType::Instance);
-        for (k, v) in &req.launch.tags {
-            let ours =
-                req.owner.tags().iter().any(|(o, _)| o == k) || k == TAG_LAUNCH || k == TAG_IMAGE;
-            if !ours {
-                tags = tags.tags(Tag::builder().key(k).value(v).build());
-            }
-        }
-        for (k, v) in req.owner.tags() {
-            tags = tags.tags(Tag::builder().key(k).value(v).build());
-        }
-        let launch_tags = [
-            (TAG_LAUNCH, super::drift::launch_hash(req.launch)),
-            (TAG_IMAGE, tag_value(&super::drift::image_label(req.launch))),
-        ];
-        for (k, v) in launch_tags {
-            tags = tags.tags(Tag::builder().key(k).value(v).build());
-        }
-        if let (Some(_), Some(version)) = (&req.launch.launch_template, req.template_version) {
-            tags = tags.tags(
-                Tag::builder()
-                    .key(TAG_TEMPLATE_VERSION)
-                    .value(version)
-                    .build(),
-            );
-        }
         let mut call = self
             .client
             .run_instances()
@@ -652,7 +626,7 @@ impl Ec2 {
                     .http_endpoint(InstanceMetadataEndpointState::Enabled)
                     .build(),
             )
-            .tag_specifications(tags.build())
+            .tag_specifications(run_tags(req))
             .user_data(aws_smithy_types::base64::encode(req.user_data.as_str()));
         let launch = req.launch;
         if let Some(t) = &launch.launch_template {
@@ -775,6 +749,39 @@ impl Ec2 {
         })
         .await
     }
+}
+
+/// The tags a launch gives its instances: the spec's own (but those the
+/// operator sets), whose they are, the launch spec's hash and image, and
+/// the template version it resolved to.
+fn run_tags(req: &RunRequest<'_>) -> TagSpecification {
+    let mut tags = TagSpecification::builder().resource_type(ResourceType::Instance);
+    for (k, v) in &req.launch.tags {
+        let ours =
+            req.owner.tags().iter().any(|(o, _)| o == k) || k == TAG_LAUNCH || k == TAG_IMAGE;
+        if !ours {
+            tags = tags.tags(Tag::builder().key(k).value(v).build());
+        }
+    }
+    for (k, v) in req.owner.tags() {
+        tags = tags.tags(Tag::builder().key(k).value(v).build());
+    }
+    let launch_tags = [
+        (TAG_LAUNCH, super::drift::launch_hash(req.launch)),
+        (TAG_IMAGE, tag_value(&super::drift::image_label(req.launch))),
+    ];
+    for (k, v) in launch_tags {
+        tags = tags.tags(Tag::builder().key(k).value(v).build());
+    }
+    if let (Some(_), Some(version)) = (&req.launch.launch_template, req.template_version) {
+        tags = tags.tags(
+            Tag::builder()
+                .key(TAG_TEMPLATE_VERSION)
+                .value(version)
+                .build(),
+        );
+    }
+    tags.build()
 }
 
 fn instance(i: &aws_sdk_ec2::types::Instance) -> Option<Ec2Instance> {

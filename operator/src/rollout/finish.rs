@@ -83,76 +83,33 @@ impl StatusDraft<'_> {
         self.decision()
     }
 
-    pub(super) fn finish(
-        mut self,
-        rows: &[InstanceView],
-        target: &str,
-        progress_deadline: i64,
-    ) -> Decision {
+    /// The last handover is complete, if its new instance leads, its
+    /// pipelines are registered and nothing is in motion any more.
+    fn handover_complete(&mut self) {
         let o = self.o;
-        self.status.revisions = o
-            .pods
-            .iter()
-            .map(|p| {
-                let row = rows
-                    .iter()
-                    .filter(|i| i.host == p.host)
-                    .max_by_key(|i| i.id);
-                RevisionStatus {
-                    revision: p.revision.clone(),
-                    image: p.image.clone(),
-                    pod: p.name.clone(),
-                    instance: row.map(|i| i.id),
-                    role: row.map(|i| {
-                        if i.ended.is_some() {
-                            "ended".into()
-                        } else {
-                            i.role.clone()
-                        }
-                    }),
-                    runs: row.map(|i| i.runs).unwrap_or(0),
-                    // The pod's own creation time, as `kubectl` shows it:
-                    // moved by a clock offset that differs every pass, it
-                    // would rewrite the status every pass.
-                    since: Some(rfc3339(p.created - o.clock_offset)),
-                }
-            })
-            .collect();
-        self.status.draining = rows
-            .iter()
-            .filter(|i| i.live && i.role == "draining")
-            .count() as i32;
-        // With overlap on a leader holds the lock; with it off, only a pod
-        // settled in this pass leads (there are no rows to say so).
-        let leads = if o.spec.overlap {
-            rows.iter().any(|i| i.live && i.holds_lock)
-        } else {
-            self.alone
-        };
-        if !leads {
-            self.status.leader = None;
-        }
-        let in_motion = self.progress.is_some() || !self.actions.is_empty();
         // A handover is complete once the pipelines are registered too.
         let registered = |h: &HandoverStatus| h.registered.is_some() || o.spec.register.is_none();
-        if !in_motion {
-            if let Some(h) = self.status.last_handover.as_mut() {
-                if h.drained.is_none() && h.led.is_some() && registered(h) {
-                    h.drained = Some(rfc3339(o.now));
-                    self.events.push(Event::normal(
-                        "HandoverComplete",
-                        format!(
-                            "{} → {}: the old instances have drained and their pods are gone",
-                            h.from, h.to
-                        ),
-                    ));
-                }
+        if let Some(h) = self.status.last_handover.as_mut() {
+            if h.drained.is_none() && h.led.is_some() && registered(h) {
+                h.drained = Some(rfc3339(o.now));
+                self.events.push(Event::normal(
+                    "HandoverComplete",
+                    format!(
+                        "{} → {}: the old instances have drained and their pods are gone",
+                        h.from, h.to
+                    ),
+                ));
             }
         }
-        // The progress deadline counts from the rollout's own start (the
-        // target changed, or a settled Scheduler began to move), never from
-        // a pod's age: a pod of the target may be much older (a rollback to
-        // an image whose pod still drains) or younger (a replaced pod).
+    }
+
+    /// The rollout's start, and `Degraded` past `progress_deadline`
+    /// seconds after it. The deadline counts from the rollout's own start
+    /// (the target changed, or a settled Scheduler began to move), never
+    /// from a pod's age: a pod of the target may be much older (a rollback
+    /// to an image whose pod still drains) or younger (a replaced pod).
+    fn progress_deadline(&mut self, in_motion: bool, target: &str, progress_deadline: i64) {
+        let o = self.o;
         if !in_motion {
             self.status.rollout_started = None;
         } else if self.target_changed || self.status.rollout_started.is_none() {
@@ -176,6 +133,35 @@ impl StatusDraft<'_> {
                 );
             }
         }
+    }
+
+    pub(super) fn finish(
+        mut self,
+        rows: &[InstanceView],
+        target: &str,
+        progress_deadline: i64,
+    ) -> Decision {
+        let o = self.o;
+        self.status.revisions = revisions(o, rows);
+        self.status.draining = rows
+            .iter()
+            .filter(|i| i.live && i.role == "draining")
+            .count() as i32;
+        // With overlap on a leader holds the lock; with it off, only a pod
+        // settled in this pass leads (there are no rows to say so).
+        let leads = if o.spec.overlap {
+            rows.iter().any(|i| i.live && i.holds_lock)
+        } else {
+            self.alone
+        };
+        if !leads {
+            self.status.leader = None;
+        }
+        let in_motion = self.progress.is_some() || !self.actions.is_empty();
+        if !in_motion {
+            self.handover_complete();
+        }
+        self.progress_deadline(in_motion, target, progress_deadline);
         self.say_degraded();
         self.status.phase = match (&self.degraded, self.progress) {
             (Some(_), _) => Phase::Degraded,
@@ -287,4 +273,35 @@ impl StatusDraft<'_> {
             requeue: self.requeue,
         }
     }
+}
+
+/// Each pod's revision, with its newest row among `rows`.
+fn revisions(o: &Observed, rows: &[InstanceView]) -> Vec<RevisionStatus> {
+    o.pods
+        .iter()
+        .map(|p| {
+            let row = rows
+                .iter()
+                .filter(|i| i.host == p.host)
+                .max_by_key(|i| i.id);
+            RevisionStatus {
+                revision: p.revision.clone(),
+                image: p.image.clone(),
+                pod: p.name.clone(),
+                instance: row.map(|i| i.id),
+                role: row.map(|i| {
+                    if i.ended.is_some() {
+                        "ended".into()
+                    } else {
+                        i.role.clone()
+                    }
+                }),
+                runs: row.map(|i| i.runs).unwrap_or(0),
+                // The pod's own creation time, as `kubectl` shows it:
+                // moved by a clock offset that differs every pass, it
+                // would rewrite the status every pass.
+                since: Some(rfc3339(p.created - o.clock_offset)),
+            }
+        })
+        .collect()
 }

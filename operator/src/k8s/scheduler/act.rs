@@ -75,56 +75,13 @@ pub(super) async fn act(
     decision: &Decision,
 ) -> Result<(), ActError> {
     let name = scheduler.name_any();
-    let pod_api = Api::<Pod>::namespaced(ctx.client.clone(), ns);
-    let job_api = Api::<Job>::namespaced(ctx.client.clone(), ns);
-    let gone = DeleteParams {
-        propagation_policy: Some(PropagationPolicy::Background),
-        ..Default::default()
-    };
-    // The pod's own grace is for deletions from outside (it covers the
-    // drain); when the operator deletes a pod there is nothing left to
-    // drain for.
-    let stopped = DeleteParams {
-        grace_period_seconds: u32::try_from(pods::stop_grace(&scheduler.spec)).ok(),
-        ..gone.clone()
-    };
-    let fence = |action: String| {
-        ctx.fence
-            .check()
-            .map_err(|source| ActError::Fenced { action, source })
-    };
     for action in &decision.actions {
         match action {
-            Action::CreatePod {
-                name: pod,
-                host,
-                revision,
-                sequence,
-                image,
-            } => {
-                let object = pods::scheduler_pod(scheduler, pod, host, revision, *sequence, image);
-                fence(format!("creating pod {pod}"))?;
-                info!(scheduler = %name, revision = %revision, pod = %pod, image = %image, "creating pod");
-                ignore(pod_api.create(&PostParams::default(), &object).await, 409).map_err(
-                    |source| ActError::CreatePod {
-                        pod: pod.clone(),
-                        source,
-                    },
-                )?;
-                ctx.watched
-                    .expect(ns, &name, Expect::PodCreated(pod.clone()));
+            Action::CreatePod { .. } | Action::DeletePod { .. } => {
+                pod_action(scheduler, ctx, ns, action).await?
             }
-            Action::DeletePod { name: pod } => {
-                fence(format!("deleting pod {pod}"))?;
-                info!(scheduler = %name, pod = %pod, "deleting pod");
-                ignore(pod_api.delete(pod, &stopped).await.map(|_| ()), 404).map_err(|source| {
-                    ActError::DeletePod {
-                        pod: pod.clone(),
-                        source,
-                    }
-                })?;
-                ctx.watched
-                    .expect(ns, &name, Expect::PodDeleted(pod.clone()));
+            Action::CreateRegisterJob { .. } | Action::DeleteJob { .. } => {
+                job_action(scheduler, ctx, ns, action).await?
             }
             Action::AskDrain { instance } => {
                 let db = db.ok_or_else(|| ActError::NoDatabase {
@@ -133,41 +90,122 @@ pub(super) async fn act(
                 let asked = ask_drain(ctx, db, scheduler, *instance).await?;
                 info!(scheduler = %name, instance = instance, asked, "asked to drain");
             }
-            Action::CreateRegisterJob {
-                name: job,
-                revision,
-                image,
-            } => {
-                let register = scheduler
-                    .spec
-                    .register
-                    .as_ref()
-                    .ok_or_else(|| ActError::NoRegister { job: job.clone() })?;
-                let object = jobs::register_job(scheduler, register, job, revision, image);
-                fence(format!("creating Job {job}"))?;
-                info!(scheduler = %name, revision = %revision, job = %job, image = %image, "creating register job");
-                ignore(job_api.create(&PostParams::default(), &object).await, 409).map_err(
-                    |source| ActError::CreateJob {
-                        job: job.clone(),
-                        source,
-                    },
-                )?;
-                ctx.watched
-                    .expect(ns, &name, Expect::JobCreated(job.clone()));
-            }
-            Action::DeleteJob { name: job } => {
-                fence(format!("deleting Job {job}"))?;
-                info!(scheduler = %name, job = %job, "deleting superseded register job");
-                ignore(job_api.delete(job, &gone).await.map(|_| ()), 404).map_err(|source| {
-                    ActError::DeleteJob {
-                        job: job.clone(),
-                        source,
-                    }
-                })?;
-                ctx.watched
-                    .expect(ns, &name, Expect::JobDeleted(job.clone()));
-            }
         }
+    }
+    Ok(())
+}
+
+/// Fences the act stage's call `action`.
+fn fence(ctx: &Context, action: String) -> Result<(), ActError> {
+    ctx.fence
+        .check()
+        .map_err(|source| ActError::Fenced { action, source })
+}
+
+/// Creates or deletes one of `scheduler`'s pods, as `action` says.
+async fn pod_action(
+    scheduler: &Scheduler,
+    ctx: &Context,
+    ns: &str,
+    action: &Action,
+) -> Result<(), ActError> {
+    let name = scheduler.name_any();
+    let pod_api = Api::<Pod>::namespaced(ctx.client.clone(), ns);
+    // The pod's own grace is for deletions from outside (it covers the
+    // drain); when the operator deletes a pod there is nothing left to
+    // drain for.
+    let stopped = DeleteParams {
+        grace_period_seconds: u32::try_from(pods::stop_grace(&scheduler.spec)).ok(),
+        propagation_policy: Some(PropagationPolicy::Background),
+        ..Default::default()
+    };
+    match action {
+        Action::CreatePod {
+            name: pod,
+            host,
+            revision,
+            sequence,
+            image,
+        } => {
+            let object = pods::scheduler_pod(scheduler, pod, host, revision, *sequence, image);
+            fence(ctx, format!("creating pod {pod}"))?;
+            info!(scheduler = %name, revision = %revision, pod = %pod, image = %image, "creating pod");
+            ignore(pod_api.create(&PostParams::default(), &object).await, 409).map_err(
+                |source| ActError::CreatePod {
+                    pod: pod.clone(),
+                    source,
+                },
+            )?;
+            ctx.watched
+                .expect(ns, &name, Expect::PodCreated(pod.clone()));
+        }
+        Action::DeletePod { name: pod } => {
+            fence(ctx, format!("deleting pod {pod}"))?;
+            info!(scheduler = %name, pod = %pod, "deleting pod");
+            ignore(pod_api.delete(pod, &stopped).await.map(|_| ()), 404).map_err(|source| {
+                ActError::DeletePod {
+                    pod: pod.clone(),
+                    source,
+                }
+            })?;
+            ctx.watched
+                .expect(ns, &name, Expect::PodDeleted(pod.clone()));
+        }
+        _ => {}
+    }
+    Ok(())
+}
+
+/// Creates or deletes one of `scheduler`'s register Jobs, as `action`
+/// says.
+async fn job_action(
+    scheduler: &Scheduler,
+    ctx: &Context,
+    ns: &str,
+    action: &Action,
+) -> Result<(), ActError> {
+    let name = scheduler.name_any();
+    let job_api = Api::<Job>::namespaced(ctx.client.clone(), ns);
+    let gone = DeleteParams {
+        propagation_policy: Some(PropagationPolicy::Background),
+        ..Default::default()
+    };
+    match action {
+        Action::CreateRegisterJob {
+            name: job,
+            revision,
+            image,
+        } => {
+            let register = scheduler
+                .spec
+                .register
+                .as_ref()
+                .ok_or_else(|| ActError::NoRegister { job: job.clone() })?;
+            let object = jobs::register_job(scheduler, register, job, revision, image);
+            fence(ctx, format!("creating Job {job}"))?;
+            info!(scheduler = %name, revision = %revision, job = %job, image = %image, "creating register job");
+            ignore(job_api.create(&PostParams::default(), &object).await, 409).map_err(
+                |source| ActError::CreateJob {
+                    job: job.clone(),
+                    source,
+                },
+            )?;
+            ctx.watched
+                .expect(ns, &name, Expect::JobCreated(job.clone()));
+        }
+        Action::DeleteJob { name: job } => {
+            fence(ctx, format!("deleting Job {job}"))?;
+            info!(scheduler = %name, job = %job, "deleting superseded register job");
+            ignore(job_api.delete(job, &gone).await.map(|_| ()), 404).map_err(|source| {
+                ActError::DeleteJob {
+                    job: job.clone(),
+                    source,
+                }
+            })?;
+            ctx.watched
+                .expect(ns, &name, Expect::JobDeleted(job.clone()));
+        }
+        _ => {}
     }
     Ok(())
 }

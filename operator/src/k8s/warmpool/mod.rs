@@ -156,23 +156,12 @@ pub fn run(
                 pools_of(&by_scheduler, s.namespace(), |name| name == s.name_any())
             })
             .watches_stream(secrets, move |m: PartialObjectMeta<Secret>| {
-                let ns = m.namespace();
-                let names: Vec<String> = secret_schedulers
-                    .state()
-                    .iter()
-                    .filter(|s| {
-                        s.namespace() == ns && s.spec.database.url_secret_ref.name == m.name_any()
-                    })
-                    .map(|s| s.name_any())
-                    .collect();
-                pools_of(&by_secret, ns, |name| names.iter().any(|n| n == name))
+                pools_on_secret(&by_secret, &secret_schedulers, &m)
             })
             .watches_stream(classes, move |c: WarmPoolClass| {
+                let class = Some(c.name_any());
                 of_class(&by_class, |p| {
-                    p.spec
-                        .class_ref
-                        .as_ref()
-                        .is_some_and(|r| r.name == c.name_any())
+                    p.spec.class_ref.as_ref().map(|r| &r.name) == class.as_ref()
                 })
             })
             .watches_stream(namespaces, move |n: NamespaceMeta| {
@@ -208,6 +197,22 @@ fn pools_of(
         .filter(|p| p.namespace() == namespace && named(&p.spec.scheduler))
         .map(|p| ObjectRef::from_obj(p.as_ref()))
         .collect()
+}
+
+/// The WarmPools whose Scheduler's database URL is in the Secret `m`.
+fn pools_on_secret(
+    pools: &Store<WarmPool>,
+    schedulers: &Store<Scheduler>,
+    m: &PartialObjectMeta<Secret>,
+) -> Vec<ObjectRef<WarmPool>> {
+    let ns = m.namespace();
+    let names: Vec<String> = schedulers
+        .state()
+        .iter()
+        .filter(|s| s.namespace() == ns && s.spec.database.url_secret_ref.name == m.name_any())
+        .map(|s| s.name_any())
+        .collect();
+    pools_of(pools, ns, |name| names.iter().any(|n| n == name))
 }
 
 /// The WarmPools that pass `chosen`.
