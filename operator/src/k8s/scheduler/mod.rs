@@ -149,7 +149,7 @@ impl Reconciler for Context {
         let ns = crate::crd::namespace_of(scheduler.as_ref());
         let name = scheduler.name_any();
         let span = tracing::info_span!("reconcile", scheduler = %name, namespace = %ns);
-        reconcile_once(scheduler, ctx, ns, name).instrument(span)
+        run_stages(scheduler, ctx, ns, name).instrument(span)
     }
 
     fn panicked(&self, scheduler: &Scheduler, panic: guard::Panicked) -> ReconcileError {
@@ -231,7 +231,7 @@ async fn degraded(scheduler: &Scheduler, ctx: &Context, reason: &str, message: S
 
 /// One reconcile of `scheduler`, unguarded: the deletion, or observe →
 /// decide → act → Events → status.
-async fn reconcile_once(
+async fn run_stages(
     scheduler: Arc<Scheduler>,
     ctx: Arc<Context>,
     ns: String,
