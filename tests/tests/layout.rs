@@ -385,20 +385,28 @@ fn every_public_item_is_documented() {
     );
 }
 
+/// Each file of the operator but its tests (test files are tables and may
+/// grow), by name, with its text.
+fn code() -> Vec<(String, String)> {
+    let mut all = Vec::new();
+    files(&src(), &mut all);
+    all.iter()
+        .map(|file| (file.display().to_string(), file))
+        .filter(|(name, _)| !name.contains("tests") && name != "properties.rs")
+        .map(|(name, file)| {
+            let text = std::fs::read_to_string(src().join(file)).unwrap();
+            (name, text)
+        })
+        .collect()
+}
+
 /// A file of the operator over 400 lines says in its header why it is kept
 /// whole ("Kept whole, one concept: …"); test files are tables and may
 /// grow.
 #[test]
 fn a_long_file_says_why_it_is_kept_whole() {
-    let mut all = Vec::new();
-    files(&src(), &mut all);
     let mut long = Vec::new();
-    for file in &all {
-        let name = file.display().to_string();
-        if name.contains("tests") || name == "properties.rs" {
-            continue;
-        }
-        let text = std::fs::read_to_string(src().join(file)).unwrap();
+    for (name, text) in code() {
         let lines = text.lines().count();
         let header: String = text
             .lines()
@@ -512,15 +520,8 @@ fn functions(text: &str) -> Vec<(String, usize)> {
 /// longer is split into the named steps it reads as.
 #[test]
 fn no_function_is_over_100_lines() {
-    let mut all = Vec::new();
-    files(&src(), &mut all);
     let mut long = Vec::new();
-    for file in &all {
-        let name = file.display().to_string();
-        if name.contains("tests") || name == "properties.rs" {
-            continue;
-        }
-        let text = std::fs::read_to_string(src().join(file)).unwrap();
+    for (name, text) in code() {
         for (f, lines) in functions(&text) {
             if lines > 100 {
                 long.push(format!("{name}: fn {f} is {lines} lines: split it"));

@@ -17,6 +17,7 @@ use super::{
     report::{PassReport, PoolError},
     tuning::Tuning,
 };
+use crate::crd::WarmPoolSpec;
 
 /// How EC2 answers one `RunInstances` call.
 #[derive(Clone, Copy, Debug)]
@@ -221,16 +222,20 @@ fn launching(count: u32) -> PoolPlan {
     }
 }
 
-async fn launch(lp: &mut PoolLoop<Table>, plan: &PoolPlan, stayed: u32) -> PassReport {
-    let mut report = PassReport::default();
-    let now = Utc.with_ymd_and_hms(2026, 1, 1, 12, 0, 0).unwrap();
-    let spec = lp.spec.clone();
-    let orders = Orders {
-        spec: &spec,
+/// The act step's orders: `plan` over `spec`, at the tables' time.
+fn orders<'a>(spec: &'a WarmPoolSpec, plan: &'a PoolPlan) -> Orders<'a> {
+    Orders {
+        spec,
         plan,
         template_version: None,
-        now,
-    };
+        now: Utc.with_ymd_and_hms(2026, 1, 1, 12, 0, 0).unwrap(),
+    }
+}
+
+async fn launch(lp: &mut PoolLoop<Table>, plan: &PoolPlan, stayed: u32) -> PassReport {
+    let mut report = PassReport::default();
+    let spec = lp.spec.clone();
+    let orders = orders(&spec, plan);
     lp.act
         .launch(orders, stayed, &mut report)
         .await
@@ -412,14 +417,8 @@ fn with_row(instance: &str, row: i64) -> super::plan::WithRow {
 
 async fn reserve(lp: &mut PoolLoop<Table>, plan: &PoolPlan) -> PassReport {
     let mut report = PassReport::default();
-    let now = Utc.with_ymd_and_hms(2026, 1, 1, 12, 0, 0).unwrap();
     let spec = lp.spec.clone();
-    let orders = Orders {
-        spec: &spec,
-        plan,
-        template_version: None,
-        now,
-    };
+    let orders = orders(&spec, plan);
     lp.act
         .reserve(orders, &mut report)
         .await

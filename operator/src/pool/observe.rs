@@ -21,7 +21,6 @@ use super::ec2::TypeFacts;
 use super::listings::{Place, Want};
 use super::live::Live;
 use super::report::PoolError;
-use super::tuning::Tuning;
 use crate::crd::WarmPoolSpec;
 
 /// How often the forecast is made again from the database's history.
@@ -73,7 +72,6 @@ pub(super) struct Observer<'a> {
     pub(super) act: &'a mut Actuator<Live>,
     pub(super) cost: &'a mut Cost,
     pub(super) spec: &'a WarmPoolSpec,
-    pub(super) tuning: &'a Tuning,
     pub(super) place: &'a Arc<Place>,
     pub(super) drain: &'a HashSet<String>,
     /// The WarmPool is being deleted: list anew.
@@ -251,7 +249,7 @@ impl Observer<'_> {
             return Ok(None);
         };
         if let Some((at, version)) = &self.seen.resolved_template {
-            if at.elapsed() < self.tuning.template_every {
+            if at.elapsed() < self.act.tuning.template_every {
                 return Ok(Some(version.clone()));
             }
         }
@@ -283,7 +281,7 @@ impl Observer<'_> {
     ) -> Result<(Instant, Vec<Ec2Instance>), PoolError> {
         let want = Want {
             after,
-            within: self.tuning.listing_reuse,
+            within: self.act.tuning.listing_reuse,
             untagged: !self.seen.adopted,
         };
         let place = self.place.clone();

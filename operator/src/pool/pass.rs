@@ -62,7 +62,7 @@ impl PoolLoop {
         let decided = plan(spec, &snap, self.act.holds.until(), &self.limits(), now);
         self.count_cost(&snap);
         tracing::debug!(
-            pool = %self.pool,
+            pool = %self.act.pool,
             instances = snap.instances.len(),
             rows = snap.rows.len(),
             demand = snap.demand,
@@ -130,7 +130,7 @@ impl PoolLoop {
             self.seen.fresh_after = None;
         }
         if let Some(l) = &acting {
-            l.acting(&self.pool, false);
+            l.acting(&self.act.pool, false);
         }
         let stayed = self.act.retire(plan, report).await?;
         self.act.reserve(orders, report).await?;
@@ -139,7 +139,7 @@ impl PoolLoop {
             self.seen.fresh_after = Some(Instant::now());
         }
         if let Some(l) = &acting {
-            l.acting(&self.pool, true);
+            l.acting(&self.act.pool, true);
         }
         Ok(())
     }
@@ -148,12 +148,11 @@ impl PoolLoop {
     fn observer(&mut self) -> Observer<'_> {
         Observer {
             deleting: self.deletion.borrow().is_some(),
-            run_stale: self.run_stale.unwrap_or(self.tuning.stale),
+            run_stale: self.run_stale.unwrap_or(self.act.tuning.stale),
             seen: &mut self.seen,
             act: &mut self.act,
             cost: &mut self.cost,
             spec: &self.spec,
-            tuning: &self.tuning,
             place: &self.place,
             drain: &self.drain,
         }
@@ -191,12 +190,12 @@ impl PoolLoop {
     fn count_cost(&mut self, snap: &Snapshot) {
         let elapsed = self.cost_at.map_or(Duration::ZERO, |at| at.elapsed());
         self.cost_at = Some(Instant::now());
-        if elapsed > self.tuning.resync * 4 {
+        if elapsed > self.act.tuning.resync * 4 {
             return;
         }
         for ((instance_type, spot), u, secs) in self.cost.tally(snap, elapsed) {
             if let Some(m) = &self.act.metrics {
-                m.instance_seconds(&self.pool, &instance_type, spot, u, secs);
+                m.instance_seconds(&self.act.pool, &instance_type, spot, u, secs);
             }
         }
     }
@@ -284,7 +283,7 @@ impl PoolLoop {
         if let Some(m) = &self.act.metrics {
             let s = &report.status;
             m.counts(
-                &self.pool,
+                &self.act.pool,
                 super::metrics::Counts {
                     idle: s.idle,
                     busy: s.busy,
@@ -411,7 +410,7 @@ impl PoolLoop {
         }
         let drain = crate::crd::spec_seconds(drain_timeout_seconds);
         let until = (since + drain).to_rfc3339();
-        tracing::info!(pool = %self.pool, since = %since.to_rfc3339(), busy = plan.counts.busy,
+        tracing::info!(pool = %self.act.pool, since = %since.to_rfc3339(), busy = plan.counts.busy,
             retiring = plan.retirements.len(), "WarmPool deleted: terminating its instances");
         report.events.push(PoolEvent {
             reason: "Deleting",
@@ -445,16 +444,16 @@ impl PoolLoop {
                         (self.backoff.next_wait(), true)
                     } else {
                         self.backoff.reset();
-                        (self.tuning.resync, false)
+                        (self.act.tuning.resync, false)
                     }
                 }
                 Err(e) if e.is_fenced() => {
-                    tracing::debug!(pool = %self.pool, error = %e, "pool pass fenced");
+                    tracing::debug!(pool = %self.act.pool, error = %e, "pool pass fenced");
                     report(Err(&e));
                     (self.backoff.next_wait(), true)
                 }
                 Err(e) => {
-                    tracing::warn!(pool = %self.pool, error = %e, "pool pass failed");
+                    tracing::warn!(pool = %self.act.pool, error = %e, "pool pass failed");
                     report(Err(&e));
                     (self.backoff.next_wait(), true)
                 }
@@ -462,7 +461,7 @@ impl PoolLoop {
             let pause = if backing_off {
                 wait
             } else {
-                self.tuning.min_gap
+                self.act.tuning.min_gap
             };
             tokio::select! {
                 _ = &mut stop => return,
@@ -483,7 +482,7 @@ impl PoolLoop {
     /// Returns on a notification for this pool, or after `wait`.
     pub(super) async fn wake(&mut self, wait: Duration) {
         let deadline = tokio::time::Instant::now() + wait;
-        let pool = self.pool.clone();
+        let pool = self.act.pool.clone();
         let Some(db) = self.act.world.db.as_mut() else {
             tokio::time::sleep(wait.min(Duration::from_secs(1))).await;
             return;

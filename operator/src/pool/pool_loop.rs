@@ -67,9 +67,7 @@ fn nonce() -> String {
 /// what its calls teach), the observer's (`Seen`), and the loop's own
 /// below (the spec, what the status says, the cost).
 pub struct PoolLoop<W = Live> {
-    pub(super) pool: String,
     pub(super) spec: WarmPoolSpec,
-    pub(super) tuning: Tuning,
     pub(super) act: Actuator<W>,
     pub(super) seen: Seen,
     pub(super) backoff: Backoff,
@@ -108,19 +106,20 @@ impl<W> PoolLoop<W> {
         world: W,
     ) -> PoolLoop<W> {
         let pool = owner.pool.clone();
+        let launch_id = own_launch_id(&pool);
         PoolLoop {
             backoff: Backoff::new(tuning.backoff_base, tuning.backoff_cap),
             act: Actuator {
-                pool: pool.clone(),
+                pool,
                 world,
                 owner,
                 url: SecretUrl(database_url.to_string()),
-                tuning: tuning.clone(),
+                tuning,
                 metrics: None,
                 holds: Holds::default(),
                 denials: Denials::default(),
                 launches: Launches {
-                    id: own_launch_id(&pool),
+                    id: launch_id,
                     ..Launches::default()
                 },
                 budget: None,
@@ -129,7 +128,6 @@ impl<W> PoolLoop<W> {
             },
             seen: Seen::new(),
             spec,
-            tuning,
             cost: Default::default(),
             cost_at: None,
             place: Place::own(),
@@ -140,7 +138,6 @@ impl<W> PoolLoop<W> {
             deletion_announced: false,
             drift_announced: None,
             run_stale: None,
-            pool,
         }
     }
 
@@ -159,7 +156,9 @@ impl<W> PoolLoop<W> {
         self.conditions = status.conditions.clone();
         self.cost
             .restore(&status.instance_seconds, status.runs_served.as_ref());
-        self.act.holds.restore(&self.pool, &status.capacity_errors);
+        self.act
+            .holds
+            .restore(&self.act.pool, &status.capacity_errors);
         self
     }
 
@@ -179,7 +178,7 @@ impl<W> PoolLoop<W> {
     }
 
     pub(super) fn run_stale(&self) -> Duration {
-        self.run_stale.unwrap_or(self.tuning.stale)
+        self.run_stale.unwrap_or(self.act.tuning.stale)
     }
 
     /// The book of the pool's class, which grants its launches (`None`: a
@@ -257,7 +256,7 @@ impl PoolLoop {
     /// listens for it (the Kubernetes mode, one connection per database).
     pub fn not_listening(mut self) -> Self {
         let url = self.act.world.reconnect.url().clone();
-        let name = self.tuning.application_name("pool");
+        let name = self.act.tuning.application_name("pool");
         self.act.world.reconnect = Reconnect::new(url, ConnectOptions::named(&name));
         self
     }
@@ -270,7 +269,7 @@ impl PoolLoop {
         let url = self.act.world.reconnect.url().clone();
         self.act.world.shared = Some(Shared::new(
             connections.clone(),
-            &self.pool,
+            &self.act.pool,
             &self.act.url.0,
             url,
         ));
@@ -305,7 +304,7 @@ impl PoolLoop {
     /// new enough for it.
     pub fn with_listings(mut self, listings: &Listings) -> Self {
         self.place = listings.place(&self.act.world.ec2_config, &self.act.owner);
-        self.seen.fresh_after = Some(listings.floor(&self.pool));
+        self.seen.fresh_after = Some(listings.floor(&self.act.pool));
         self.listings = Some(listings.clone());
         self
     }
@@ -322,7 +321,7 @@ impl PoolLoop {
 
     /// `namespace/name`.
     pub fn pool(&self) -> &str {
-        &self.pool
+        &self.act.pool
     }
 
     /// Whose instances the pool's are: the tags it launches with and lists
@@ -347,13 +346,17 @@ impl PoolLoop {
                 .with_fence(self.act.world.fence.clone());
             self.act.world.ec2_config = cfg;
         }
-        let (ns, name) = self.pool.split_once('/').unwrap_or(("", &self.pool));
+        let (ns, name) = self
+            .act
+            .pool
+            .split_once('/')
+            .unwrap_or(("", &self.act.pool));
         self.act.owner = Ownership::new(
             ns,
             name,
             &spec.scheduler,
-            &self.tuning.operator,
-            &self.tuning.cluster,
+            &self.act.tuning.operator,
+            &self.act.tuning.cluster,
         );
         if let Some(listings) = &self.listings {
             self.place = listings.place(&self.act.world.ec2_config, &self.act.owner);
@@ -367,15 +370,15 @@ impl PoolLoop {
     }
 
     pub(super) fn limits(&self) -> Limits {
-        let grace = self.tuning.leak_grace.unwrap_or_else(|| {
+        let grace = self.act.tuning.leak_grace.unwrap_or_else(|| {
             Duration::from_secs(60).max(Duration::from_secs(
                 self.spec.boot_timeout_seconds.max(0) as u64
             ))
         });
         Limits {
-            stale_secs: self.tuning.stale.as_secs_f64(),
+            stale_secs: self.act.tuning.stale.as_secs_f64(),
             leak_grace_secs: grace.as_secs_f64(),
-            max_batch: self.tuning.max_batch,
+            max_batch: self.act.tuning.max_batch,
             hung_grace_secs: 2.0 * self.run_stale().as_secs_f64(),
             unlisted_grace_secs: 60.0,
         }
