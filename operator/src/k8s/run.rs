@@ -20,7 +20,7 @@ use super::{
     crd_check, in_use,
     leader::{self, Election},
     names::MANAGER,
-    scheduler::{self, Context},
+    scheduler,
     server::{self, Progress, Readiness},
     watches::{ClusterWatches, Watches},
 };
@@ -108,7 +108,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         let identity = identity.clone();
         move |fence: Fence| {
             let ctx = Arc::new(
-                Context::new(client.clone(), metrics.clone(), &identity, fence.clone())
+                scheduler::Context::new(client.clone(), metrics.clone(), &identity, fence.clone())
                     .with_progress(progress.clone()),
             );
             let pools = PoolControllerConfig {
@@ -162,7 +162,7 @@ async fn controllers(
     client: Client,
     namespaces: Vec<String>,
     role_binding: Option<String>,
-    ctx: Arc<Context>,
+    ctx: Arc<scheduler::Context>,
     pools: PoolControllerConfig,
 ) -> anyhow::Result<()> {
     let scopes: Vec<Option<String>> = if namespaces.is_empty() {

@@ -13,8 +13,8 @@ use super::ec2::{client_token, Ec2Error, Ownership, RunRequest};
 use super::plan::{Counts, End, LaunchBatch, Offering, PoolPlan, Reason, Retirement};
 use super::world::World;
 use super::{
+    pass_report::{PassReport, PoolError},
     pool_loop::PoolLoop,
-    report::{PassReport, PoolError},
     tuning::Tuning,
 };
 use crate::crd::WarmPoolSpec;

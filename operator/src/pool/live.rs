@@ -13,7 +13,7 @@ use super::ec2::{Ec2, Ec2Config};
 use crate::connections::Connections;
 use crate::fence::{Fence, Fenced};
 
-use super::report::PoolError;
+use super::pass_report::PoolError;
 
 /// The world a loop acts on for real: its database connection and its EC2
 /// client, both behind its fence.

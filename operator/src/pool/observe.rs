@@ -20,7 +20,7 @@ use super::cost::Cost;
 use super::ec2::TypeFacts;
 use super::listings::{Place, Want};
 use super::live::Live;
-use super::report::PoolError;
+use super::pass_report::PoolError;
 use crate::crd::WarmPoolSpec;
 
 /// How often the forecast is made again from the database's history.

@@ -1,6 +1,6 @@
 //! One pass of a pool: observe (EC2 first, then the database, see
 //! `observe.rs`) → the moment's spec → [`plan`] → act (see `act.rs`) →
-//! status (`status.rs`) and events; and a loop run on its own (the local
+//! status (`conditions.rs`) and events; and a loop run on its own (the local
 //! mode): passes on the pool's notifications, every resync, and after a
 //! back-off. Every EC2 call and every statement checks the loop's
 //! [`crate::fence::Fence`] just before it goes out; a fenced pass ends
@@ -26,8 +26,8 @@ use crate::fence::MaybeFenced;
 
 use super::act::Orders;
 use super::observe::Observer;
+use super::pass_report::{Deletion, PassReport, PoolError, PoolEvent};
 use super::pool_loop::PoolLoop;
-use super::report::{Deletion, PassReport, PoolError, PoolEvent};
 
 /// The hours ahead whose floor `status.forecast` shows.
 const FORECAST_HOURS_SHOWN: usize = 6;
@@ -91,9 +91,9 @@ impl PoolLoop {
         // A refusal of the credentials outlasts the pass that met it (see
         // `Denials`), over any boot failure: the IAM policy mends it.
         if let Some(message) = self.act.denials.standing() {
-            report.degraded = Some((super::report::UNAUTHORIZED, message.to_string()));
+            report.degraded = Some((super::pass_report::UNAUTHORIZED, message.to_string()));
         }
-        report.status = super::status::status(
+        report.status = super::conditions::status(
             &report,
             &mut self.conditions,
             &self.act.holds,

@@ -32,7 +32,7 @@ use crate::fence::Fence;
 use super::holds::Holds;
 use super::listings::{Listings, Place};
 use super::live::{Live, Shared};
-use super::report::{Deletion, Denials, PoolError};
+use super::pass_report::{Deletion, Denials, PoolError};
 use super::tuning::Tuning;
 use crate::connections::Connections;
 

@@ -11,8 +11,8 @@ use crate::crd::WarmPoolSpec;
 use super::{
     act::{Actuator, Call, Orders},
     ec2::Ec2Error,
+    pass_report::{PassReport, PoolError, PoolEvent},
     plan::{End, Offering, PoolPlan, Reason, WithRow},
-    report::{PassReport, PoolError, PoolEvent},
     world::World,
 };
 

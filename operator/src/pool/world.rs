@@ -7,8 +7,8 @@ use std::{collections::HashSet, future::Future};
 use super::{
     ec2::{Ec2Error, RunRequest},
     live::Live,
+    pass_report::PoolError,
     plan::Offering,
-    report::PoolError,
     ssm::{Ssm, SsmError},
 };
 

@@ -22,9 +22,9 @@
 //! drain, settle, remove old pods) over what they share ([`Steps`]).
 
 use super::{
+    draft::StatusDraft,
     revision::revision_of,
     snapshot::*,
-    status::StatusDraft,
     steps::{exits, join, lead, remove, start, Steps},
     window,
 };

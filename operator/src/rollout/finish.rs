@@ -7,8 +7,8 @@ use std::time::Duration;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time as KubeTime;
 
 use super::{
+    draft::{rfc3339, to_jiff, StatusDraft, SAID_WHEN_DEGRADED},
     snapshot::*,
-    status::{rfc3339, to_jiff, StatusDraft, SAID_WHEN_DEGRADED},
     window::{Deferral, ROLLOUT_NOW},
 };
 use crate::crd::{set_condition, HandoverStatus, Phase, RevisionStatus};

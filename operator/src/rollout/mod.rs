@@ -4,10 +4,10 @@
 //! share this.
 
 mod decide;
+mod draft;
 mod finish;
 mod revision;
 mod snapshot;
-mod status;
 mod steps;
 mod window;
 

@@ -20,7 +20,7 @@ async fn capacity_errors_show_while_held_and_then_are_gone() {
     let wp = warm_pool(spec, 1);
     let (mut k8s, client) =
         Cluster::new(wp.clone(), Some(scheduler()), Some(url_secret(&real.url)));
-    let ctx = Arc::new(PoolContext::new(
+    let ctx = Arc::new(Context::new(
         client,
         PoolControllerConfig {
             tuning: orca_operator::pool::Tuning {

@@ -13,11 +13,11 @@ async fn a_closed_fence_puts_no_finalizer_on() {
     let wp = warm_pool(spec, 1);
     let url = url_secret("postgres://orca@127.0.0.1:9/orca");
     let (mut k8s, client) = Cluster::new(wp.clone(), Some(scheduler()), Some(url));
-    let ctx = Arc::new(PoolContext::new(client, config(Fence::new())));
+    let ctx = Arc::new(Context::new(client, config(Fence::new())));
     let err = reconcile(Arc::new(wp), ctx)
         .await
         .expect_err("a closed fence");
-    assert!(matches!(err, ControllerError::Fenced { .. }), "{err}");
+    assert!(matches!(err, ReconcileError::Fenced { .. }), "{err}");
     // No call came, and no task holds the client: no loop started.
     k8s.api.client_dropped(Duration::from_secs(1)).await;
 }
@@ -90,7 +90,7 @@ async fn a_closed_fence_stops_every_action_of_a_running_loop() {
         Cluster::new(wp.clone(), Some(scheduler()), Some(url_secret(&real.url)));
     let fence = Fence::new();
     fence.hold_until(tokio::time::Instant::now() + Duration::from_secs(3600));
-    let ctx = Arc::new(PoolContext::new(client, config(fence.clone())));
+    let ctx = Arc::new(Context::new(client, config(fence.clone())));
     k8s.reconcile(&ctx, wp).await;
     k8s.until("the pool launching", |k| {
         k.status()["launching"] == 1 && !k.events_of("Launched").is_empty()
@@ -107,7 +107,7 @@ async fn a_closed_fence_stops_every_action_of_a_running_loop() {
             .try_reconcile(&ctx, stored)
             .await
             .expect_err("a closed fence");
-        assert!(matches!(err, ControllerError::Fenced { .. }), "{err}");
+        assert!(matches!(err, ReconcileError::Fenced { .. }), "{err}");
     }
     k8s.quiet(Duration::from_secs(1), "the fence is closed")
         .await;

@@ -25,7 +25,7 @@ pub(crate) struct Cluster {
     pub(crate) patches: Vec<Value>,
     /// The context of the last [`Cluster::reconcile`]: reconciled again, as
     /// the controller's requeue would, while the harness waits.
-    ctx: Option<Arc<PoolContext>>,
+    ctx: Option<Arc<Context>>,
     /// Why no call may write now, if none may.
     no_writes: Option<String>,
 }
@@ -257,7 +257,7 @@ impl Cluster {
     }
 
     /// Runs `reconcile` of `wp`, answering its calls; what it returned.
-    pub(crate) async fn reconcile(&mut self, ctx: &Arc<PoolContext>, wp: WarmPool) -> Action {
+    pub(crate) async fn reconcile(&mut self, ctx: &Arc<Context>, wp: WarmPool) -> Action {
         self.try_reconcile(ctx, wp)
             .await
             .unwrap_or_else(|e| panic!("reconcile failed: {e}"))
@@ -266,9 +266,9 @@ impl Cluster {
     /// Runs `reconcile` of `wp`, answering its calls; what it returned.
     pub(crate) async fn try_reconcile(
         &mut self,
-        ctx: &Arc<PoolContext>,
+        ctx: &Arc<Context>,
         wp: WarmPool,
-    ) -> Result<Action, ControllerError> {
+    ) -> Result<Action, ReconcileError> {
         self.ctx = Some(ctx.clone());
         let mut task = tokio::spawn(reconcile(Arc::new(wp), ctx.clone()));
         loop {

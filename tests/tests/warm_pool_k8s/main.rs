@@ -19,7 +19,7 @@ use orca_db::pool::{hand_out, mark_idle, Request};
 use orca_operator::crd::{OnDelete, Scheduler, SchedulerSpec, WarmPool, WarmPoolSpec};
 use orca_operator::fence::Fence;
 use orca_operator::k8s::warmpool::{
-    reconcile, ControllerError, PoolContext, PoolControllerConfig, FINALIZER,
+    reconcile, Context, PoolControllerConfig, ReconcileError, FINALIZER,
 };
 use orca_tests::mock_api::{mock_client, not_found, secret, ApiServerVerifier, Call, NS};
 use orca_tests::{
@@ -68,8 +68,8 @@ fn config(fence: Fence) -> PoolControllerConfig {
     }
 }
 
-fn context(client: kube::Client) -> Arc<PoolContext> {
-    Arc::new(PoolContext::new(client, config(Fence::always())))
+fn context(client: kube::Client) -> Arc<Context> {
+    Arc::new(Context::new(client, config(Fence::always())))
 }
 
 /// A pool of t3.micro on the first subnet, through `endpoint`.

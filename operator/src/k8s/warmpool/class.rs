@@ -10,7 +10,7 @@ use std::{collections::BTreeMap, sync::Arc};
 use k8s_openapi::api::core::v1::Namespace;
 use kube::{runtime::reflector::ObjectRef, Api, ResourceExt};
 
-use super::{context::PoolContext, error::ControllerError};
+use super::{context::Context, error::ReconcileError};
 use crate::{
     crd::{WarmPool, WarmPoolClass},
     pool::class::{resolve, Refusal},
@@ -20,10 +20,10 @@ use crate::{
 /// class's region, endpoint and launch — or why it may not run.
 pub(super) async fn effective(
     wp: Arc<WarmPool>,
-    ctx: &PoolContext,
+    ctx: &Context,
     pool: &str,
     deleting: bool,
-) -> Result<Result<Arc<WarmPool>, Refusal>, ControllerError> {
+) -> Result<Result<Arc<WarmPool>, Refusal>, ReconcileError> {
     let Some(class_ref) = &wp.spec.class_ref else {
         return Ok(Ok(wp));
     };
@@ -69,10 +69,10 @@ fn with_spec(wp: &WarmPool, spec: crate::crd::WarmPoolSpec) -> Arc<WarmPool> {
 
 /// The class `name`: from the watch once it has listed, else from the API.
 async fn class_of(
-    ctx: &PoolContext,
+    ctx: &Context,
     pool: &str,
     name: &str,
-) -> Result<Option<Arc<WarmPoolClass>>, ControllerError> {
+) -> Result<Option<Arc<WarmPoolClass>>, ReconcileError> {
     if let Some(caches) = &ctx.caches {
         if caches.cluster_listed.ready().await {
             return Ok(caches.classes.get(&ObjectRef::new(name)));
@@ -85,7 +85,7 @@ async fn class_of(
         .get_opt(name)
         .await
         .map(|c| c.map(Arc::new))
-        .map_err(|source| ControllerError::Kube {
+        .map_err(|source| ReconcileError::Kube {
             pool: pool.to_string(),
             source,
         })
@@ -93,10 +93,10 @@ async fn class_of(
 
 /// The labels of namespace `ns`.
 async fn labels_of(
-    ctx: &PoolContext,
+    ctx: &Context,
     pool: &str,
     ns: &str,
-) -> Result<BTreeMap<String, String>, ControllerError> {
+) -> Result<BTreeMap<String, String>, ReconcileError> {
     if let Some(caches) = &ctx.caches {
         if caches.cluster_listed.ready().await {
             return Ok(caches
@@ -113,19 +113,19 @@ async fn labels_of(
         .get_opt(ns)
         .await
         .map(|n| n.map(|n| n.labels().clone()).unwrap_or_default())
-        .map_err(|source| ControllerError::Kube {
+        .map_err(|source| ReconcileError::Kube {
             pool: pool.to_string(),
             source,
         })
 }
 
 /// The fence, before a read from the API: the error if it is closed.
-fn fenced(ctx: &PoolContext, pool: &str) -> Option<ControllerError> {
+fn fenced(ctx: &Context, pool: &str) -> Option<ReconcileError> {
     ctx.config
         .fence
         .check()
         .err()
-        .map(|source| ControllerError::Fenced {
+        .map(|source| ReconcileError::Fenced {
             pool: pool.to_string(),
             source,
         })

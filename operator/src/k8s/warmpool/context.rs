@@ -91,7 +91,7 @@ pub(super) struct Caches {
 }
 
 /// What every reconcile of the WarmPool controller shares.
-pub struct PoolContext {
+pub struct Context {
     pub(super) client: Client,
     pub(super) config: PoolControllerConfig,
     pub(super) recorder: Recorder,
@@ -112,7 +112,7 @@ pub struct PoolContext {
     pub(super) backoff: PerObject,
 }
 
-impl PoolContext {
+impl Context {
     /// A context whose reconciles read Schedulers and Secrets from the API,
     /// and whose listeners' notifications go nowhere.
     pub fn new(client: Client, config: PoolControllerConfig) -> Self {
@@ -128,7 +128,7 @@ impl PoolContext {
         caches: Option<Caches>,
         triggers: mpsc::UnboundedSender<ObjectRef<WarmPool>>,
     ) -> Self {
-        PoolContext {
+        Context {
             recorder: Recorder::new(client.clone(), Reporter::from(config.reporter.as_str())),
             listeners: Listeners::new(
                 triggers,
@@ -256,7 +256,7 @@ impl PoolContext {
 }
 
 /// Stops the pools and listeners when [`run`] ends, or is dropped.
-pub(super) struct StopAll(pub(super) Arc<PoolContext>);
+pub(super) struct StopAll(pub(super) Arc<Context>);
 
 impl Drop for StopAll {
     fn drop(&mut self) {

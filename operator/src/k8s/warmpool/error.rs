@@ -11,7 +11,7 @@ use crate::{
 /// Why a reconcile of a WarmPool failed, by stage; `error_policy` counts
 /// it and retries.
 #[derive(Debug, thiserror::Error)]
-pub enum ControllerError {
+pub enum ReconcileError {
     #[error("WarmPool {pool}: {source}")]
     Kube {
         pool: String,
@@ -62,24 +62,24 @@ pub enum ControllerError {
     },
 }
 
-impl ControllerError {
+impl ReconcileError {
     /// The stage that failed, for the failure metric's `stage` label.
     pub fn stage(&self) -> &'static str {
         match self {
-            ControllerError::Kube { .. } => "api",
-            ControllerError::Secret { .. } => "secret",
-            ControllerError::Start { .. } => "start",
-            ControllerError::Status { .. } => "status",
-            ControllerError::Fenced { .. } => "fenced",
-            ControllerError::Finalizer { .. } => "finalizer",
-            ControllerError::Ec2 { .. } => "ec2",
-            ControllerError::Panicked { .. } => "panic",
+            ReconcileError::Kube { .. } => "api",
+            ReconcileError::Secret { .. } => "secret",
+            ReconcileError::Start { .. } => "start",
+            ReconcileError::Status { .. } => "status",
+            ReconcileError::Fenced { .. } => "fenced",
+            ReconcileError::Finalizer { .. } => "finalizer",
+            ReconcileError::Ec2 { .. } => "ec2",
+            ReconcileError::Panicked { .. } => "panic",
         }
     }
 
     /// A finalizer's failure (fenced or not: see [`MaybeFenced`]).
     pub(super) fn finalizer(pool: &str, source: FinalizerError) -> Self {
-        ControllerError::Finalizer {
+        ReconcileError::Finalizer {
             pool: pool.to_string(),
             source,
         }
@@ -87,7 +87,7 @@ impl ControllerError {
 
     /// A status write's failure (fenced or not: see [`MaybeFenced`]).
     pub(super) fn status(pool: &str, source: StatusWriteError) -> Self {
-        ControllerError::Status {
+        ReconcileError::Status {
             pool: pool.to_string(),
             source,
         }
@@ -117,28 +117,28 @@ mod tests {
             source: Fenced,
         };
         let fenced = [
-            ControllerError::Fenced {
+            ReconcileError::Fenced {
                 pool: pool(),
                 source: Fenced,
             },
-            ControllerError::Ec2 {
+            ReconcileError::Ec2 {
                 pool: pool(),
                 source: ec2(),
             },
-            ControllerError::Start {
+            ReconcileError::Start {
                 pool: pool(),
                 source: PoolError::Ec2 {
                     pool: pool(),
                     source: ec2(),
                 },
             },
-            ControllerError::status("ns/p", StatusWriteError::Fenced(Fenced)),
-            ControllerError::finalizer("ns/p", FinalizerError::Fenced(Fenced)),
+            ReconcileError::status("ns/p", StatusWriteError::Fenced(Fenced)),
+            ReconcileError::finalizer("ns/p", FinalizerError::Fenced(Fenced)),
         ];
         for e in &fenced {
             assert!(e.is_fenced(), "{} ({}) is fenced", e, e.stage());
         }
-        let failed = ControllerError::Panicked {
+        let failed = ReconcileError::Panicked {
             pool: pool(),
             source: guard::Panicked {
                 message: "fenced: a panic's own words".into(),

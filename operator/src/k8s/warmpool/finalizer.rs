@@ -5,8 +5,8 @@ use kube::{runtime::controller::Action, Client, ResourceExt};
 
 use super::{
     config::{pools_api, FINALIZER},
-    context::PoolContext,
-    error::ControllerError,
+    context::Context,
+    error::ReconcileError,
 };
 pub use crate::k8s::finalizer::FinalizerError;
 use crate::{
@@ -50,9 +50,9 @@ pub(super) async fn remove(
 /// finalizer is removed at once.
 pub(super) async fn orphan(
     wp: &WarmPool,
-    ctx: &PoolContext,
+    ctx: &Context,
     pool: &str,
-) -> Result<Action, ControllerError> {
+) -> Result<Action, ReconcileError> {
     let_go(
         wp,
         ctx,
@@ -67,14 +67,14 @@ pub(super) async fn orphan(
 /// says so in a `Deleted` Event with `message`.
 pub(super) async fn let_go(
     wp: &WarmPool,
-    ctx: &PoolContext,
+    ctx: &Context,
     pool: &str,
     message: &str,
-) -> Result<Action, ControllerError> {
+) -> Result<Action, ReconcileError> {
     ctx.forget(pool);
     let removed = remove(&ctx.client, &ctx.config.fence, wp)
         .await
-        .map_err(|e| ControllerError::finalizer(pool, e))?;
+        .map_err(|e| ReconcileError::finalizer(pool, e))?;
     if removed {
         tracing::info!(pool = %pool, on_delete = ?wp.spec.on_delete, "finalizer removed");
         let event = PoolEvent {
@@ -92,7 +92,7 @@ pub(super) async fn let_go(
 /// another WarmPool of that Scheduler may still launch with it there (one
 /// whose region is not known yet counts as one). A parameter that cannot
 /// be deleted is said in a Warning Event, and holds nothing up.
-pub(super) async fn release_parameter(wp: &WarmPool, ctx: &PoolContext, pool: &str) {
+pub(super) async fn release_parameter(wp: &WarmPool, ctx: &Context, pool: &str) {
     let launch = &wp.spec.launch;
     if launch.database_url_file.is_some() || launch.database_url_in != DatabaseUrlIn::Parameter {
         return;

@@ -69,9 +69,9 @@ pub use finalizer::FinalizerError;
 
 use config::key;
 pub use config::PoolControllerConfig;
-pub use context::PoolContext;
+pub use context::Context;
 use context::{Caches, StopAll};
-pub use error::ControllerError;
+pub use error::ReconcileError;
 use report::degraded;
 
 use crate::{
@@ -141,7 +141,7 @@ pub fn run(
                 names::FIRST_LISTING,
             ),
         };
-        let ctx = Arc::new(PoolContext::with(
+        let ctx = Arc::new(Context::with(
             client,
             config,
             Some(caches.clone()),
@@ -232,7 +232,7 @@ fn of_class(
 /// of its own that grows with each failure of that WarmPool in a row (5 s
 /// … 5 min) and starts over after a success. A fenced one is no failure
 /// of the pool: this replica may not act (see [`crate::k8s::shell`]).
-fn error_policy(wp: Arc<WarmPool>, error: &ControllerError, ctx: Arc<PoolContext>) -> Action {
+fn error_policy(wp: Arc<WarmPool>, error: &ReconcileError, ctx: Arc<Context>) -> Action {
     shell::error_policy(wp, error, ctx)
 }
 
@@ -242,44 +242,41 @@ fn error_policy(wp: Arc<WarmPool>, error: &ControllerError, ctx: Arc<PoolContext
 /// says. In the controllers' shell (see [`crate::k8s::shell`]): a panic is
 /// this pool's alone, and a call the operator may not make is said on it
 /// (`Degraded`, `Forbidden`).
-pub async fn reconcile(
-    wp: Arc<WarmPool>,
-    ctx: Arc<PoolContext>,
-) -> Result<Action, ControllerError> {
+pub async fn reconcile(wp: Arc<WarmPool>, ctx: Arc<Context>) -> Result<Action, ReconcileError> {
     shell::reconcile(wp, ctx).await
 }
 
-impl Reconciler for PoolContext {
+impl Reconciler for Context {
     const KIND: &'static str = "WarmPool";
     type Object = WarmPool;
-    type Error = ControllerError;
+    type Error = ReconcileError;
 
-    async fn stages(ctx: Arc<Self>, wp: Arc<WarmPool>) -> Result<Action, ControllerError> {
+    async fn stages(ctx: Arc<Self>, wp: Arc<WarmPool>) -> Result<Action, ReconcileError> {
         let (ns, name) = (crate::crd::namespace_of(wp.as_ref()), wp.name_any());
         let action = stages::run_stages(wp, ctx.clone()).await?;
         ctx.backoff.succeeded(&ns, &name);
         Ok(action)
     }
 
-    fn panicked(&self, wp: &WarmPool, panic: guard::Panicked) -> ControllerError {
+    fn panicked(&self, wp: &WarmPool, panic: guard::Panicked) -> ReconcileError {
         let pool = key(&crate::crd::namespace_of(wp), &wp.name_any());
         // Its loop may be half-changed: the next pass makes a new one from
         // the status.
         self.forget(&pool);
-        ControllerError::Panicked {
+        ReconcileError::Panicked {
             pool,
             source: panic,
         }
     }
 
-    fn panic_of(error: &ControllerError) -> Option<&guard::Panicked> {
+    fn panic_of(error: &ReconcileError) -> Option<&guard::Panicked> {
         match error {
-            ControllerError::Panicked { source, .. } => Some(source),
+            ReconcileError::Panicked { source, .. } => Some(source),
             _ => None,
         }
     }
 
-    fn stage(error: &ControllerError) -> &'static str {
+    fn stage(error: &ReconcileError) -> &'static str {
         error.stage()
     }
 

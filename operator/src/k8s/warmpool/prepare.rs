@@ -12,8 +12,8 @@ use sha2::{Digest, Sha256};
 use tokio::sync::watch;
 
 use super::{
-    context::{PoolContext, PoolState, UrlSource},
-    error::{ControllerError, UrlProblem},
+    context::{Context, PoolState, UrlSource},
+    error::{ReconcileError, UrlProblem},
     listen::DatabaseKey,
     retiring,
 };
@@ -31,11 +31,11 @@ use crate::{
 /// Secret. What stops the pool from running, if anything.
 pub(super) async fn prepare(
     wp: &WarmPool,
-    ctx: &PoolContext,
+    ctx: &Context,
     pool: &str,
     slot: &mut Option<PoolState>,
     deleting: bool,
-) -> Result<Option<UrlProblem>, ControllerError> {
+) -> Result<Option<UrlProblem>, ReconcileError> {
     let same = slot.as_ref().is_some_and(|s| s.uid == wp.metadata.uid);
     if same && deleting {
         return Ok(None);
@@ -120,13 +120,13 @@ pub(super) async fn prepare(
 /// WarmPool's deletion by `told`, taking up where `remembered` left off.
 async fn new_loop(
     wp: &WarmPool,
-    ctx: &PoolContext,
+    ctx: &Context,
     pool: &str,
     url_text: &str,
     told: watch::Receiver<Option<crate::pool::Deletion>>,
     remembered: &crate::crd::WarmPoolStatus,
     run_stale: Option<Duration>,
-) -> Result<PoolLoop, ControllerError> {
+) -> Result<PoolLoop, ReconcileError> {
     let mut lp = PoolLoop::new(
         &crate::crd::namespace_of(wp),
         &wp.name_any(),
@@ -135,7 +135,7 @@ async fn new_loop(
         ctx.config.tuning.clone(),
     )
     .await
-    .map_err(|source| ControllerError::Start {
+    .map_err(|source| ReconcileError::Start {
         pool: pool.to_string(),
         source,
     })?
@@ -159,10 +159,10 @@ async fn new_loop(
 /// there is none.
 async fn database_of(
     wp: &WarmPool,
-    ctx: &PoolContext,
+    ctx: &Context,
     pool: &str,
     deleting: bool,
-) -> Result<Result<(SecretKeyRef, Option<Duration>), UrlProblem>, ControllerError> {
+) -> Result<Result<(SecretKeyRef, Option<Duration>), UrlProblem>, ReconcileError> {
     let recorded = wp.status.as_ref().and_then(|s| s.database_secret.clone());
     Ok(match (scheduler_of(wp, ctx, pool).await?, recorded) {
         (Some(s), _) => {
@@ -206,18 +206,18 @@ async fn renew_spec(state: &mut PoolState, wp: &WarmPool, pool: &str) {
 /// Schedulers on the Secret at this version; from the API without the
 /// watch's version.
 async fn read_secret(
-    ctx: &PoolContext,
+    ctx: &Context,
     ns: &str,
     secret_ref: &SecretKeyRef,
     source: &UrlSource,
     pool: &str,
-) -> Result<Result<(String, orca_db::DatabaseUrl), UrlProblem>, ControllerError> {
+) -> Result<Result<(String, orca_db::DatabaseUrl), UrlProblem>, ReconcileError> {
     let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), ns);
     let read = match (&source.version, &ctx.caches) {
         (Some(version), Some(caches)) => caches.urls.read(&secrets, ns, secret_ref, version).await,
         _ => read_url(&secrets, ns, secret_ref).await,
     }
-    .map_err(|source| ControllerError::Secret {
+    .map_err(|source| ReconcileError::Secret {
         pool: pool.to_string(),
         source,
     })?;
@@ -234,7 +234,7 @@ async fn retiring_of(
     old: Option<PoolState>,
     moving: bool,
     wp: &WarmPool,
-    ctx: &PoolContext,
+    ctx: &Context,
     pool: &str,
     remembered: &crate::crd::WarmPoolStatus,
 ) -> Vec<retiring::Retiring> {
@@ -265,9 +265,9 @@ async fn retiring_of(
 /// `wp`'s Scheduler: from the watch's store in [`run`], else from the API.
 pub(super) async fn scheduler_of(
     wp: &WarmPool,
-    ctx: &PoolContext,
+    ctx: &Context,
     pool: &str,
-) -> Result<Option<Arc<Scheduler>>, ControllerError> {
+) -> Result<Option<Arc<Scheduler>>, ReconcileError> {
     let ns = crate::crd::namespace_of(wp);
     if let Some(caches) = ctx.ready_caches().await {
         return Ok(caches
@@ -278,7 +278,7 @@ pub(super) async fn scheduler_of(
     ctx.config
         .fence
         .check()
-        .map_err(|source| ControllerError::Fenced {
+        .map_err(|source| ReconcileError::Fenced {
             pool: pool.to_string(),
             source,
         })?;
@@ -286,7 +286,7 @@ pub(super) async fn scheduler_of(
         .get_opt(&wp.spec.scheduler)
         .await
         .map(|s| s.map(Arc::new))
-        .map_err(|source| ControllerError::Kube {
+        .map_err(|source| ReconcileError::Kube {
             pool: pool.to_string(),
             source,
         })

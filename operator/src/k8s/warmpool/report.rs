@@ -7,8 +7,8 @@ use kube::{runtime::controller::Action, Client, ResourceExt};
 
 use super::{
     config::{key, pools_api},
-    context::{PoolContext, PoolState},
-    error::ControllerError,
+    context::{Context, PoolState},
+    error::ReconcileError,
     finalizer::{let_go, release_parameter},
 };
 use crate::fence::MaybeFenced;
@@ -24,11 +24,11 @@ use crate::{
 /// to look again.
 pub(super) async fn write_back(
     wp: &WarmPool,
-    ctx: &PoolContext,
+    ctx: &Context,
     pool: &str,
     state: &mut PoolState,
     outcome: Result<PassReport, PoolError>,
-) -> Result<Action, ControllerError> {
+) -> Result<Action, ReconcileError> {
     let fence = &ctx.config.fence;
     let (mut status, events, wait) = match outcome {
         Ok(report) => {
@@ -57,7 +57,7 @@ pub(super) async fn write_back(
         }
         Err(e) if e.is_fenced() => {
             // Not a failure to show: this replica may not write either.
-            return Err(ControllerError::Start {
+            return Err(ReconcileError::Start {
                 pool: pool.to_string(),
                 source: e,
             });
@@ -94,7 +94,7 @@ pub(super) async fn write_back(
     if state.last.as_ref() != Some(&status) {
         apply_status(&ctx.client, fence, wp, &status)
             .await
-            .map_err(|e| ControllerError::status(pool, e))?;
+            .map_err(|e| ReconcileError::status(pool, e))?;
         state.last = Some(status);
     }
     Ok(Action::requeue(wait))
@@ -114,7 +114,7 @@ pub(super) async fn apply_status(
 }
 
 /// `orca_pool_degraded` as `status` says.
-fn note_degraded(ctx: &PoolContext, pool: &str, status: &WarmPoolStatus) {
+fn note_degraded(ctx: &Context, pool: &str, status: &WarmPoolStatus) {
     if let Some(m) = &ctx.config.metrics {
         let degraded = status
             .conditions
@@ -136,11 +136,11 @@ pub(super) fn mark_degraded(status: &mut WarmPoolStatus, reason: &str, message: 
 
 /// A problem before any pass (no Scheduler, no Secret): `Degraded`.
 pub(super) async fn degraded(
-    ctx: &PoolContext,
+    ctx: &Context,
     wp: &WarmPool,
     reason: &str,
     message: String,
-) -> Result<(), ControllerError> {
+) -> Result<(), ReconcileError> {
     let mut status = wp.status.clone().unwrap_or_default();
     status.observed_generation = wp.metadata.generation;
     // The message too: a deletion adds what to do about it.
@@ -154,7 +154,7 @@ pub(super) async fn degraded(
         let fence = &ctx.config.fence;
         apply_status(&ctx.client, fence, wp, &status)
             .await
-            .map_err(|e| ControllerError::status(&pool, e))?;
+            .map_err(|e| ReconcileError::status(&pool, e))?;
         let event = PoolEvent {
             reason: "Degraded",
             message,

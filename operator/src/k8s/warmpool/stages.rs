@@ -11,8 +11,8 @@ use kube::{runtime::controller::Action, Resource, ResourceExt};
 use super::{
     class,
     config::{key, locked, FINALIZER},
-    context::PoolContext,
-    error::ControllerError,
+    context::Context,
+    error::ReconcileError,
     finalizer::{self, orphan},
     prepare::prepare,
     report::{degraded, write_back},
@@ -29,14 +29,14 @@ use crate::{
 /// says. The fence is checked here, once, before anything is done.
 pub(super) async fn run_stages(
     wp: Arc<WarmPool>,
-    ctx: Arc<PoolContext>,
-) -> Result<Action, ControllerError> {
+    ctx: Arc<Context>,
+) -> Result<Action, ReconcileError> {
     let ns = crate::crd::namespace_of(&*wp);
     let pool = key(&ns, &wp.name_any());
     ctx.config
         .fence
         .check()
-        .map_err(|source| ControllerError::Fenced {
+        .map_err(|source| ReconcileError::Fenced {
             pool: pool.clone(),
             source,
         })?;
@@ -71,7 +71,7 @@ pub(super) async fn run_stages(
         // instances.
         finalizer::add(&ctx.client, &ctx.config.fence, &wp)
             .await
-            .map_err(|e| ControllerError::finalizer(&pool, e))?;
+            .map_err(|e| ReconcileError::finalizer(&pool, e))?;
         if let Some(uid) = &wp.metadata.uid {
             locked(&ctx.finalized).insert(uid.clone());
         }

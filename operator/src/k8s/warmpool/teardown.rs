@@ -14,8 +14,8 @@ use chrono::Utc;
 use kube::{runtime::controller::Action, ResourceExt};
 
 use super::{
-    context::PoolContext,
-    error::{ControllerError, UrlProblem},
+    context::Context,
+    error::{ReconcileError, UrlProblem},
     finalizer::{let_go, release_parameter},
     report::degraded,
 };
@@ -30,11 +30,11 @@ use crate::{
 /// One pass of the teardown without the pool's database; see the module.
 pub(super) async fn without_database(
     wp: &WarmPool,
-    ctx: &PoolContext,
+    ctx: &Context,
     pool: &str,
     deletion: Deletion,
     problem: UrlProblem,
-) -> Result<Action, ControllerError> {
+) -> Result<Action, ReconcileError> {
     let ns = crate::crd::namespace_of(wp);
     let tuning = &ctx.config.tuning;
     let owner = Ownership::new(
@@ -50,7 +50,7 @@ pub(super) async fn without_database(
     ))
     .await
     .with_fence(ctx.config.fence.clone());
-    let ec2_error = |source| ControllerError::Ec2 {
+    let ec2_error = |source| ReconcileError::Ec2 {
         pool: pool.to_string(),
         source,
     };

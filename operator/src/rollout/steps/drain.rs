@@ -1,7 +1,7 @@
 //! The drain step: an instance asked to drain, and the `AskedDrain` Event
 //! that says why.
 
-use crate::rollout::{snapshot::*, status::StatusDraft};
+use crate::rollout::{draft::StatusDraft, snapshot::*};
 
 /// Asks `instance` to drain, saying `why`.
 pub(in crate::rollout) fn ask_drain(d: &mut StatusDraft, instance: &InstanceView, why: &str) {

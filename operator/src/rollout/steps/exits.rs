@@ -11,9 +11,9 @@ use super::{secs, Steps};
 use crate::backoff::doubling;
 use crate::crd::Phase;
 use crate::rollout::{
+    draft::{first_line, StatusDraft},
     revision::new_pod,
     snapshot::*,
-    status::{first_line, StatusDraft},
 };
 
 /// The current pod exited: stop-the-world on 75 (overlap refused),

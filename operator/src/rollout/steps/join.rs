@@ -7,8 +7,8 @@ use super::start::degraded_keep;
 use super::{secs, Steps};
 use crate::crd::Phase;
 use crate::rollout::{
+    draft::{rfc3339, StatusDraft},
     snapshot::*,
-    status::{rfc3339, StatusDraft},
 };
 
 /// The current pod's instance has not joined yet.

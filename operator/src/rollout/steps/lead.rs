@@ -7,8 +7,8 @@ use super::{drain::ask_drain, join::joined, register::register};
 use super::{secs, Steps};
 use crate::crd::{LeaderStatus, Phase};
 use crate::rollout::{
+    draft::{rfc3339, StatusDraft},
     snapshot::*,
-    status::{rfc3339, StatusDraft},
 };
 
 /// The current pod's instance `me` joined: the older are asked to

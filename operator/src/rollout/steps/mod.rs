@@ -5,7 +5,7 @@
 //! file a concern (`start.rs`, `restarts.rs`, `handover.rs`,
 //! `registration.rs`, `supersede.rs`, …).
 
-use super::{revision::is_host_of, snapshot::*, status::StatusDraft};
+use super::{draft::StatusDraft, revision::is_host_of, snapshot::*};
 
 pub(super) mod drain;
 pub(super) mod exits;

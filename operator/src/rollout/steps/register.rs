@@ -12,9 +12,9 @@ use std::time::Duration;
 
 use crate::crd::{Phase, RegisterStatus};
 use crate::rollout::{
+    draft::{first_line, rfc3339, StatusDraft},
     revision::{register_attempt, register_backoff, register_hash, register_job_name},
     snapshot::*,
-    status::{first_line, rfc3339, StatusDraft},
 };
 
 /// The register Jobs of the `target` revision, once its pod leads: the

@@ -5,7 +5,7 @@
 
 use super::{secs, Steps};
 use crate::crd::Phase;
-use crate::rollout::{snapshot::*, status::StatusDraft};
+use crate::rollout::{draft::StatusDraft, snapshot::*};
 
 /// Old pods go once their rows have ended and they have exited; one
 /// that drains in its own time waits, up to the drain time-out.

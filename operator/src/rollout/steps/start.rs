@@ -7,9 +7,9 @@
 use super::{secs, Steps};
 use crate::crd::{HandoverStatus, Phase};
 use crate::rollout::{
+    draft::{rfc3339, StatusDraft},
     revision::new_pod,
     snapshot::*,
-    status::{rfc3339, StatusDraft},
 };
 
 /// Start: no current pod, so start one — or wait for the way to be

@@ -8,7 +8,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 
-use super::{cost::Cost, holds::Holds, report::PassReport};
+use super::{cost::Cost, holds::Holds, pass_report::PassReport};
 use crate::crd::{set_condition, WarmPoolStatus};
 
 /// The status of the pass `report` tells, at `now`: `conditions` are the
