@@ -427,23 +427,39 @@ fn a_long_file_says_why_it_is_kept_whole() {
 /// No type of the operator has `impl` blocks (inherent or of a trait) in
 /// more than two files: a type's methods in one or two (its definition
 /// and, say, its pass) are what a reader can hold; more, and no file owns
-/// its fields.
+/// its fields. Two types of one name (each controller's `Context`) are
+/// told apart by where they are defined: an `impl` is of the one defined
+/// nearest to it.
 #[test]
 fn no_type_has_impl_blocks_in_more_than_two_files() {
-    struct Impls<'a> {
+    /// The types each file defines, and the types each file implements.
+    struct Items<'a> {
         file: &'a Path,
-        by_type: &'a mut BTreeMap<String, BTreeSet<PathBuf>>,
+        defined: &'a mut BTreeMap<String, Vec<PathBuf>>,
+        implemented: &'a mut Vec<(String, PathBuf)>,
     }
-    impl<'ast> Visit<'ast> for Impls<'_> {
+    impl Items<'_> {
+        fn define(&mut self, ident: &syn::Ident) {
+            let files = self.defined.entry(ident.to_string()).or_default();
+            files.push(self.file.to_path_buf());
+        }
+    }
+    impl<'ast> Visit<'ast> for Items<'_> {
         fn visit_item_impl(&mut self, i: &'ast syn::ItemImpl) {
             if let syn::Type::Path(p) = &*i.self_ty {
                 if let Some(last) = p.path.segments.last() {
-                    self.by_type
-                        .entry(last.ident.to_string())
-                        .or_default()
-                        .insert(self.file.to_path_buf());
+                    let implemented = (last.ident.to_string(), self.file.to_path_buf());
+                    self.implemented.push(implemented);
                 }
             }
+        }
+
+        fn visit_item_struct(&mut self, i: &'ast syn::ItemStruct) {
+            self.define(&i.ident);
+        }
+
+        fn visit_item_enum(&mut self, i: &'ast syn::ItemEnum) {
+            self.define(&i.ident);
         }
 
         fn visit_item_mod(&mut self, m: &'ast syn::ItemMod) {
@@ -454,25 +470,44 @@ fn no_type_has_impl_blocks_in_more_than_two_files() {
     }
     let mut all = Vec::new();
     files(&src(), &mut all);
-    let mut by_type = BTreeMap::new();
+    let (mut defined, mut implemented) = (BTreeMap::new(), Vec::new());
     for file in all
         .iter()
         .filter(|f| !f.display().to_string().contains("tests"))
     {
         let text = std::fs::read_to_string(src().join(file)).unwrap();
         let ast = syn::parse_file(&text).unwrap();
-        Impls {
+        Items {
             file,
-            by_type: &mut by_type,
+            defined: &mut defined,
+            implemented: &mut implemented,
         }
         .visit_file(&ast);
     }
+    // Each impl under the type it is of: the name, and the file of the
+    // definition sharing the most folders with the impl's file.
+    let mut by_type: BTreeMap<(String, PathBuf), BTreeSet<PathBuf>> = BTreeMap::new();
+    for (name, file) in implemented {
+        let shared = |d: &&PathBuf| {
+            d.components()
+                .zip(file.components())
+                .take_while(|(a, b)| a == b)
+                .count()
+        };
+        let of = defined
+            .get(&name)
+            .and_then(|d| d.iter().max_by_key(shared))
+            .cloned()
+            .unwrap_or_default();
+        by_type.entry((name, of)).or_default().insert(file);
+    }
     let mut wrong = Vec::new();
-    for (ty, files) in &by_type {
+    for ((ty, of), files) in &by_type {
         if files.len() > 2 {
             let names: Vec<String> = files.iter().map(|f| f.display().to_string()).collect();
             wrong.push(format!(
-                "{ty} has impl blocks in {} files (at most 2): {}",
+                "{ty} (of {}) has impl blocks in {} files (at most 2): {}",
+                of.display(),
                 files.len(),
                 names.join(", ")
             ));

@@ -57,11 +57,13 @@ use super::{
     guard,
     names::MANAGER,
     server::Progress,
+    shell::{self, Reconciler},
     status::post_event,
     watches::{Listed, SecretMeta, Watches},
 };
+use crate::backoff::PerObject;
 use crate::crd::{Scheduler, WarmPool};
-use crate::fence::{Fence, MaybeFenced, FENCED_RETRY};
+use crate::fence::Fence;
 
 /// The finalizer that keeps a Secret while a Scheduler or WarmPool uses it,
 /// and the operator's RoleBinding while any is left in its namespace.
@@ -70,7 +72,8 @@ pub const FINALIZER: &str = "orca.dev/in-use";
 type BindingMeta = PartialObjectMeta<RoleBinding>;
 
 /// Why a Secret or the operator's RoleBinding could not be kept or let go:
-/// its finalizer could not be changed, or the pass panicked.
+/// its finalizer could not be changed, or the pass panicked. A fenced
+/// pass is no failure (see [`crate::fence::MaybeFenced`]).
 #[derive(Debug, thiserror::Error)]
 pub enum InUseError {
     #[error("{what}: {source}")]
@@ -230,71 +233,246 @@ pub fn run(
         });
         let guard_secrets = Controller::for_stream(secret_stream, secret_store)
             .reconcile_on(secret_triggers)
-            .run(reconcile, error_policy, ctx.clone())
+            .run(
+                shell::reconcile,
+                shell::error_policy,
+                Guard::<SecretMeta>::new(ctx.clone()),
+            )
             .for_each(|result| async move {
                 if let Err(e) = result {
                     tracing::debug!(error = %e, "secret in-use guard");
                 }
             });
-        let guard_binding = async {
-            let (Some(ns), Some(name)) = (scope.clone(), binding) else {
-                // Nothing to keep: the triggers go nowhere.
-                binding_triggers.for_each(|_| future::ready(())).await;
-                return;
-            };
-            let bindings: Api<BindingMeta> = Api::namespaced(client.clone(), &ns);
-            let only = watcher::Config::default().fields(&format!("metadata.name={name}"));
-            let (store, writer) = reflector::store::<BindingMeta>();
-            let stream = reflector::reflector(writer, watcher(bindings, only))
-                .default_backoff()
-                .applied_objects();
-            let this = ObjectRef::<BindingMeta>::new(&name).within(&ns);
-            Controller::for_stream(stream, store)
-                .reconcile_on(binding_triggers.map(move |()| this.clone()))
-                .run(reconcile_binding, binding_error_policy, ctx)
-                .for_each(|result| async move {
-                    if let Err(e) = result {
-                        tracing::debug!(error = %e, "role binding in-use guard");
-                    }
-                })
-                .await;
-        };
+        let guard_binding = keep_binding(client, scope.zip(binding), binding_triggers, ctx);
         futures::join!(schedulers, pools, guard_secrets, guard_binding);
     }
 }
 
-async fn reconcile(secret: Arc<SecretMeta>, ctx: Arc<Ctx>) -> Result<Action, InUseError> {
-    let ns = crate::crd::namespace_of(secret.as_ref());
-    let key = format!("Secret {ns}/{}", secret.name_any());
-    let what = key.clone();
-    let error = match guard::guarded(&ctx.progress, what, guard_secret(&secret, &ctx, &ns)).await {
-        Ok(Ok(action)) => return Ok(action),
-        Ok(Err(source)) => InUseError::Finalizer { what: key, source },
-        Err(source) => InUseError::Panicked { what: key, source },
+/// The guard of the operator's RoleBinding `namespace/name`, looking
+/// at it on each of `triggers`; without one, the triggers go nowhere.
+async fn keep_binding(
+    client: Client,
+    binding: Option<(String, String)>,
+    triggers: mpsc::UnboundedReceiver<()>,
+    ctx: Arc<Ctx>,
+) {
+    let Some((ns, name)) = binding else {
+        triggers.for_each(|_| future::ready(())).await;
+        return;
     };
-    // Only the user can grant a missing permission: said on each user of
-    // the Secret, once per message, not only in the log.
-    if let Some(message) = guard::forbidden(&error) {
-        let users = users(
-            &ctx.schedulers.state(),
-            &ctx.pools.state(),
-            &ns,
-            &secret.name_any(),
-        );
-        let note = format!(
-            "Secret {ns}/{} cannot be kept while it is used (finalizer {FINALIZER}): {message}",
-            secret.name_any()
-        );
-        if ctx
-            .said
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert(note.clone())
-        {
-            warn_users(&ctx, &users, guard::FORBIDDEN, &note).await;
+    let bindings: Api<BindingMeta> = Api::namespaced(client, &ns);
+    let only = watcher::Config::default().fields(&format!("metadata.name={name}"));
+    let (store, writer) = reflector::store::<BindingMeta>();
+    let stream = reflector::reflector(writer, watcher(bindings, only))
+        .default_backoff()
+        .applied_objects();
+    let this = ObjectRef::<BindingMeta>::new(&name).within(&ns);
+    Controller::for_stream(stream, store)
+        .reconcile_on(triggers.map(move |()| this.clone()))
+        .run(
+            shell::reconcile,
+            shell::error_policy,
+            Guard::<BindingMeta>::new(ctx),
+        )
+        .for_each(|result| async move {
+            if let Err(e) = result {
+                tracing::debug!(error = %e, "role binding in-use guard");
+            }
+        })
+        .await;
+}
+
+/// What the guard keeps — a Secret's or the RoleBinding's metadata — and
+/// how: its pass, and who hears what it cannot do.
+trait Kept: Resource + Send + Sync + 'static {
+    const KIND: &'static str;
+
+    /// One pass over this object: its finalizer added or removed.
+    fn keep(
+        &self,
+        ctx: &Ctx,
+        ns: &str,
+    ) -> impl Future<Output = Result<Action, FinalizerError>> + Send;
+
+    /// Says `message` (`reason`) on those who depend on this object, once
+    /// a message.
+    fn say(
+        &self,
+        ctx: &Ctx,
+        reason: &'static str,
+        message: String,
+    ) -> impl Future<Output = ()> + Send;
+}
+
+impl Kept for SecretMeta {
+    const KIND: &'static str = "Secret";
+
+    async fn keep(&self, ctx: &Ctx, ns: &str) -> Result<Action, FinalizerError> {
+        guard_secret(self, ctx, ns).await
+    }
+
+    async fn say(&self, ctx: &Ctx, reason: &'static str, message: String) {
+        said_on_users(ctx, self, reason, message).await
+    }
+}
+
+impl Kept for BindingMeta {
+    const KIND: &'static str = "RoleBinding";
+
+    async fn keep(&self, ctx: &Ctx, ns: &str) -> Result<Action, FinalizerError> {
+        guard_binding(self, ctx, ns).await
+    }
+
+    async fn say(&self, ctx: &Ctx, reason: &'static str, message: String) {
+        said_in_namespace(ctx, self, reason, message).await
+    }
+}
+
+/// The guard of one kind `K`, in the controllers' shell
+/// ([`super::shell`]), with a back-off per object of its own.
+struct Guard<K> {
+    ctx: Arc<Ctx>,
+    backoff: PerObject,
+    kind: std::marker::PhantomData<fn() -> K>,
+}
+
+impl<K> Guard<K> {
+    fn new(ctx: Arc<Ctx>) -> Arc<Self> {
+        Arc::new(Guard {
+            ctx,
+            backoff: PerObject::default(),
+            kind: std::marker::PhantomData,
+        })
+    }
+}
+
+impl<K: Kept> Reconciler for Guard<K> {
+    const KIND: &'static str = K::KIND;
+    type Object = K;
+    type Error = InUseError;
+
+    async fn stages(guard: Arc<Self>, object: Arc<K>) -> Result<Action, InUseError> {
+        let (ns, name) = (crate::crd::namespace_of(object.as_ref()), object.name_any());
+        let action =
+            object
+                .keep(&guard.ctx, &ns)
+                .await
+                .map_err(|source| InUseError::Finalizer {
+                    what: format!("{} {ns}/{name}", K::KIND),
+                    source,
+                })?;
+        guard.backoff.succeeded(&ns, &name);
+        Ok(action)
+    }
+
+    fn panicked(&self, object: &K, panic: guard::Panicked) -> InUseError {
+        let (ns, name) = (crate::crd::namespace_of(object), object.name_any());
+        InUseError::Panicked {
+            what: format!("{} {ns}/{name}", K::KIND),
+            source: panic,
         }
     }
-    Err(error)
+
+    fn panic_of(error: &InUseError) -> Option<&guard::Panicked> {
+        match error {
+            InUseError::Panicked { source, .. } => Some(source),
+            InUseError::Finalizer { .. } => None,
+        }
+    }
+
+    fn stage(error: &InUseError) -> &'static str {
+        match error {
+            InUseError::Panicked { .. } => "panic",
+            InUseError::Finalizer { .. } => "finalizer",
+        }
+    }
+
+    async fn degraded(&self, object: &K, reason: &'static str, message: String) {
+        object.say(&self.ctx, reason, message).await
+    }
+
+    fn progress(&self) -> &Progress {
+        &self.ctx.progress
+    }
+
+    fn backoff(&self) -> &PerObject {
+        &self.backoff
+    }
+
+    /// Not counted: the guard has no metric of its own (the log and the
+    /// users' Events say it).
+    fn count_failed(&self, _: &str, _: &str, _: &'static str) {}
+
+    /// A pass of this replica's changed the finalizers a moment ago.
+    fn lost_race(error: &InUseError) -> bool {
+        matches!(
+            error,
+            InUseError::Finalizer {
+                source: FinalizerError::Changed(_),
+                ..
+            }
+        )
+    }
+}
+
+/// Says `message` on each user of Secret `secret` (only a user can grant
+/// a missing permission), once a message.
+async fn said_on_users(ctx: &Ctx, secret: &SecretMeta, reason: &'static str, message: String) {
+    let ns = crate::crd::namespace_of(secret);
+    let users = users(
+        &ctx.schedulers.state(),
+        &ctx.pools.state(),
+        &ns,
+        &secret.name_any(),
+    );
+    let note = format!(
+        "Secret {ns}/{} cannot be kept while it is used (finalizer {FINALIZER}): {message}",
+        secret.name_any()
+    );
+    say_once(ctx, &users, reason, note).await;
+}
+
+/// Says `message` on each Scheduler and WarmPool in the namespace of the
+/// operator's RoleBinding `binding`: they are what it is kept for.
+async fn said_in_namespace(
+    ctx: &Ctx,
+    binding: &BindingMeta,
+    reason: &'static str,
+    message: String,
+) {
+    let here = binding.namespace();
+    let schedulers = ctx.schedulers.state();
+    let pools = ctx.pools.state();
+    let users: Vec<(ObjectReference, String)> = schedulers
+        .iter()
+        .filter(|s| s.namespace() == here)
+        .map(|s| (s.object_ref(&()), s.name_any()))
+        .chain(
+            pools
+                .iter()
+                .filter(|p| p.namespace() == here)
+                .map(|p| (p.object_ref(&()), p.name_any())),
+        )
+        .collect();
+    let note = format!(
+        "the operator's RoleBinding {}/{} cannot be kept while this namespace has Schedulers \
+         or WarmPools (finalizer {FINALIZER}): {message}",
+        here.unwrap_or_default(),
+        binding.name_any()
+    );
+    say_once(ctx, &users, reason, note).await;
+}
+
+/// Posts `note` on each of `users` unless it was said already.
+async fn say_once(ctx: &Ctx, users: &[(ObjectReference, String)], reason: &str, note: String) {
+    let news = ctx
+        .said
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .insert(note.clone());
+    if news {
+        warn_users(ctx, users, reason, &note).await;
+    }
 }
 
 /// Posts a Warning Event `reason` with `note` on each of `users`.
@@ -365,71 +543,41 @@ async fn say_kept(secret: &SecretMeta, ctx: &Ctx, ns: &str, users: &[(ObjectRefe
 /// The operator's RoleBinding in a watched namespace: held while any
 /// Scheduler or WarmPool is left there. (The chart binds a ClusterRole, so
 /// the binding is all the namespace holds of the operator's permissions.)
-async fn reconcile_binding(binding: Arc<BindingMeta>, ctx: Arc<Ctx>) -> Result<Action, InUseError> {
-    let ns = crate::crd::namespace_of(binding.as_ref());
+async fn guard_binding(
+    binding: &BindingMeta,
+    ctx: &Ctx,
+    ns: &str,
+) -> Result<Action, FinalizerError> {
     let key = format!("RoleBinding {ns}/{}", binding.name_any());
-    let held = async {
-        let here = Some(ns.clone());
-        let held = finalizer::has(&binding.metadata, FINALIZER);
-        if held && !ctx.listed().await {
-            return Ok(Action::requeue(Duration::from_secs(5)));
-        }
-        // Let go last: while a Scheduler or WarmPool is left, or a Secret
-        // still kept here, the operator needs the permissions it grants.
-        let kept =
-            |m: &Arc<SecretMeta>| m.namespace() == here && finalizer::has(&m.metadata, FINALIZER);
-        let secrets_kept = ctx.secrets.state().iter().any(kept);
-        let left = ctx.schedulers.state().iter().any(|s| s.namespace() == here)
-            || ctx.pools.state().iter().any(|p| p.namespace() == here)
-            || secrets_kept;
-        let api: Api<RoleBinding> = Api::namespaced(ctx.client.clone(), &ns);
-        // No finalizer can be added to an object being deleted: too late.
-        let deleting = binding.metadata.deletion_timestamp.is_some();
-        if left && !held && !deleting {
-            finalizer::add(&api, &ctx.fence, &binding.metadata, FINALIZER).await?;
-            tracing::info!(binding = %key, "Schedulers or WarmPools here: the operator's RoleBinding is kept until they have gone");
-        } else if !left && held {
-            let removed = finalizer::remove(&api, &ctx.fence, &binding.metadata, FINALIZER).await?;
-            tracing::info!(binding = %key, removed, "no Scheduler or WarmPool left here: the RoleBinding's finalizer is removed");
-        }
-        // A Secret's release shows in its watch a moment after it is made:
-        // look again soon while only Secrets keep it.
-        if secrets_kept && deleting {
-            return Ok(Action::requeue(Duration::from_secs(2)));
-        }
-        Ok(Action::requeue(Duration::from_secs(600)))
-    };
-    match guard::guarded(&ctx.progress, key.clone(), held).await {
-        Ok(done) => done.map_err(|source| InUseError::Finalizer { what: key, source }),
-        Err(source) => Err(InUseError::Panicked { what: key, source }),
+    let here = Some(ns.to_string());
+    let held = finalizer::has(&binding.metadata, FINALIZER);
+    if held && !ctx.listed().await {
+        return Ok(Action::requeue(Duration::from_secs(5)));
     }
-}
-
-fn binding_error_policy(_binding: Arc<BindingMeta>, error: &InUseError, _ctx: Arc<Ctx>) -> Action {
-    retry("keeping the operator's RoleBinding failed", error)
-}
-
-fn error_policy(_secret: Arc<SecretMeta>, error: &InUseError, _ctx: Arc<Ctx>) -> Action {
-    retry("keeping a Secret in use failed", error)
-}
-
-/// Logs `error` (a fenced one is no failure) and looks again in 15 s.
-fn retry(what: &str, error: &InUseError) -> Action {
-    if error.is_fenced() {
-        tracing::debug!(error = %error, "fenced");
-        return Action::requeue(FENCED_RETRY);
+    // Let go last: while a Scheduler or WarmPool is left, or a Secret
+    // still kept here, the operator needs the permissions it grants.
+    let kept =
+        |m: &Arc<SecretMeta>| m.namespace() == here && finalizer::has(&m.metadata, FINALIZER);
+    let secrets_kept = ctx.secrets.state().iter().any(kept);
+    let left = ctx.schedulers.state().iter().any(|s| s.namespace() == here)
+        || ctx.pools.state().iter().any(|p| p.namespace() == here)
+        || secrets_kept;
+    let api: Api<RoleBinding> = Api::namespaced(ctx.client.clone(), ns);
+    // No finalizer can be added to an object being deleted: too late.
+    let deleting = binding.metadata.deletion_timestamp.is_some();
+    if left && !held && !deleting {
+        finalizer::add(&api, &ctx.fence, &binding.metadata, FINALIZER).await?;
+        tracing::info!(binding = %key, "Schedulers or WarmPools here: the operator's RoleBinding is kept until they have gone");
+    } else if !left && held {
+        let removed = finalizer::remove(&api, &ctx.fence, &binding.metadata, FINALIZER).await?;
+        tracing::info!(binding = %key, removed, "no Scheduler or WarmPool left here: the RoleBinding's finalizer is removed");
     }
-    if let InUseError::Finalizer {
-        source: FinalizerError::Changed(_),
-        ..
-    } = error
-    {
-        // A pass of this replica's changed it a moment ago: no failure.
-        tracing::debug!(error = %error, "{what}; looking again");
-        return Action::requeue(Duration::from_secs(1));
+    // A Secret's release shows in its watch a moment after it is made:
+    // look again soon while only Secrets keep it.
+    if secrets_kept && deleting {
+        return Ok(Action::requeue(Duration::from_secs(2)));
     }
-    tracing::warn!(error = %error, "{what}");
-    Action::requeue(Duration::from_secs(15))
+    Ok(Action::requeue(Duration::from_secs(600)))
 }
 
 #[cfg(test)]

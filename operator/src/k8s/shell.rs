@@ -7,11 +7,13 @@
 //!   said on the object (`Degraded` `InternalError` or `Forbidden`, with a
 //!   Warning Event), a fenced pass is not.
 //! - [`error_policy`]: a fenced pass is no failure and is looked at again
-//!   in [`FENCED_RETRY`]; any other failure is logged with its stage,
+//!   in [`FENCED_RETRY`], nor is a race lost to this replica's own write
+//!   (in [`RACE_RETRY`]); any other failure is logged with its stage,
 //!   counted under that stage and retried after the object's own back-off.
 //!
 //! A controller supplies its stages and what it keeps per object
-//! ([`Reconciler`]); the Scheduler's and the WarmPool's do.
+//! ([`Reconciler`]); the Scheduler's, the WarmPool's and the in-use
+//! guard's two (a Secret's, the operator's RoleBinding's) do.
 
 use std::{future::Future, sync::Arc};
 
@@ -72,7 +74,19 @@ pub trait Reconciler: Send + Sync + Sized + 'static {
 
     /// Counts a failed reconcile of `namespace/name` at `stage`.
     fn count_failed(&self, namespace: &str, name: &str, stage: &'static str);
+
+    /// Whether `error` is no failure of the object but a race this
+    /// replica lost to itself (a write of its own a moment before): looked
+    /// at again in [`RACE_RETRY`], neither counted nor backed off. None is,
+    /// unless the controller says so.
+    fn lost_race(_error: &Self::Error) -> bool {
+        false
+    }
 }
+
+/// When an object whose reconcile lost a race to this replica's own write
+/// is looked at again.
+pub const RACE_RETRY: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// One reconcile of `object` by `ctx`'s controller, in the shell (see the
 /// module's doc).
@@ -114,6 +128,10 @@ pub fn error_policy<R: Reconciler>(
         tracing::debug!(error = %error, "fenced");
         return Action::requeue(FENCED_RETRY);
     }
+    if R::lost_race(error) {
+        tracing::debug!(kind = R::KIND, error = %error, "looking again");
+        return Action::requeue(RACE_RETRY);
+    }
     let ns = crate::crd::namespace_of(object.as_ref());
     let name = object.name_any();
     let stage = R::stage(error);
@@ -140,6 +158,7 @@ mod tests {
         Done,
         Fails,
         Fenced,
+        LostRace,
         Panics,
     }
 
@@ -151,6 +170,8 @@ mod tests {
         Fenced(#[source] Fenced),
         #[error("{0}")]
         Panicked(Panicked),
+        #[error("changed since it was read")]
+        Raced,
     }
 
     struct Test {
@@ -190,6 +211,7 @@ mod tests {
                 Ends::Done => Ok(Action::await_change()),
                 Ends::Fails => Err(TestError::Failed),
                 Ends::Fenced => Err(TestError::Fenced(Fenced)),
+                Ends::LostRace => Err(TestError::Raced),
                 Ends::Panics => panic!("a bug met an input\nsecond line"),
             }
         }
@@ -228,6 +250,10 @@ mod tests {
         fn count_failed(&self, namespace: &str, name: &str, stage: &'static str) {
             self.call(format!("failed {namespace}/{name} at {stage}"));
         }
+
+        fn lost_race(error: &TestError) -> bool {
+            matches!(error, TestError::Raced)
+        }
     }
 
     fn object() -> Arc<ConfigMap> {
@@ -246,12 +272,13 @@ mod tests {
     /// first line) after what was kept of it is dropped; a failure is
     /// retried after the object's back-off and counted by stage; a fenced
     /// pass is neither said nor counted, and looked at again in
-    /// `FENCED_RETRY`.
+    /// `FENCED_RETRY`; nor is a race lost to the replica's own write (in
+    /// `RACE_RETRY`).
     #[tokio::test]
     async fn each_end_of_a_reconcile_is_dealt_with_as_its_kind() {
         let panicked = "degraded InternalError: the operator panicked while reconciling it: \
                         a bug met an input";
-        let table: [(Ends, bool, Vec<&str>, Option<std::time::Duration>); 4] = [
+        let table: [(Ends, bool, Vec<&str>, Option<std::time::Duration>); 5] = [
             (Ends::Done, true, vec![], None),
             (
                 Ends::Fails,
@@ -260,6 +287,7 @@ mod tests {
                 Some(std::time::Duration::from_secs(5)),
             ),
             (Ends::Fenced, false, vec![], Some(FENCED_RETRY)),
+            (Ends::LostRace, false, vec![], Some(RACE_RETRY)),
             (
                 Ends::Panics,
                 false,
