@@ -67,20 +67,15 @@ use kube::{
 pub use config::FINALIZER;
 pub use finalizer::FinalizerError;
 
-use config::key;
 pub use config::PoolControllerConfig;
 pub use context::Context;
 use context::{Caches, StopAll};
 pub use error::ReconcileError;
-use report::degraded;
 
 use crate::{
-    backoff::PerObject,
     crd::{Scheduler, WarmPool, WarmPoolClass},
     k8s::{
-        guard, names,
-        server::Progress,
-        shell::{self, Reconciler},
+        names, shell,
         watches::{ClusterWatches, FirstListing, NamespaceMeta, Watches},
     },
 };
@@ -244,60 +239,4 @@ fn error_policy(wp: Arc<WarmPool>, error: &ReconcileError, ctx: Arc<Context>) ->
 /// (`Degraded`, `Forbidden`).
 pub async fn reconcile(wp: Arc<WarmPool>, ctx: Arc<Context>) -> Result<Action, ReconcileError> {
     shell::reconcile(wp, ctx).await
-}
-
-impl Reconciler for Context {
-    const KIND: &'static str = "WarmPool";
-    type Object = WarmPool;
-    type Error = ReconcileError;
-
-    async fn stages(ctx: Arc<Self>, wp: Arc<WarmPool>) -> Result<Action, ReconcileError> {
-        let (ns, name) = (crate::crd::namespace_of(wp.as_ref()), wp.name_any());
-        let action = stages::run_stages(wp, ctx.clone()).await?;
-        ctx.backoff.succeeded(&ns, &name);
-        Ok(action)
-    }
-
-    fn panicked(&self, wp: &WarmPool, panic: guard::Panicked) -> ReconcileError {
-        let pool = key(&crate::crd::namespace_of(wp), &wp.name_any());
-        // Its loop may be half-changed: the next pass makes a new one from
-        // the status.
-        self.forget(&pool);
-        ReconcileError::Panicked {
-            pool,
-            source: panic,
-        }
-    }
-
-    fn panic_of(error: &ReconcileError) -> Option<&guard::Panicked> {
-        match error {
-            ReconcileError::Panicked { source, .. } => Some(source),
-            _ => None,
-        }
-    }
-
-    fn stage(error: &ReconcileError) -> &'static str {
-        error.stage()
-    }
-
-    async fn degraded(&self, wp: &WarmPool, reason: &'static str, message: String) {
-        if let Err(e) = degraded(self, wp, reason, message).await {
-            tracing::warn!(pool = %key(&crate::crd::namespace_of(wp), &wp.name_any()), reason,
-                error = %e, "cannot say it in the status");
-        }
-    }
-
-    fn progress(&self) -> &Progress {
-        &self.config.progress
-    }
-
-    fn backoff(&self) -> &PerObject {
-        &self.backoff
-    }
-
-    fn count_failed(&self, namespace: &str, name: &str, stage: &'static str) {
-        if let Some(m) = &self.config.metrics {
-            m.reconcile_failed(&key(namespace, name), stage);
-        }
-    }
 }

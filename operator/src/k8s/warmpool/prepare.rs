@@ -26,7 +26,8 @@ use crate::{
 
 /// Makes `slot` hold a loop for `wp` on its current database: kept when
 /// the WarmPool is the same (uid) and its URL's Secret unchanged (a new
-/// generation's spec is given to it), made afresh otherwise. A WarmPool
+/// generation's spec reaches it just before its pass, in `stages`), made
+/// afresh otherwise. A WarmPool
 /// being deleted keeps its loop without looking at the Scheduler or the
 /// Secret. What stops the pool from running, if anything.
 pub(super) async fn prepare(
@@ -68,7 +69,6 @@ pub(super) async fn prepare(
     let kept = same && !moving;
     if let Some(state) = slot.as_mut().filter(|_| kept) {
         if state.source == source && source.version.is_some() {
-            renew_spec(state, wp, pool).await;
             return Ok(None);
         }
     }
@@ -80,7 +80,6 @@ pub(super) async fn prepare(
     if let Some(state) = slot.as_mut().filter(|_| kept) {
         if state.database == database {
             state.source = source;
-            renew_spec(state, wp, pool).await;
             return Ok(None);
         }
         tracing::info!(pool = %pool, "the database URL changed; the pool's loop starts again on it");
@@ -190,15 +189,6 @@ async fn database_of(
             ),
         }),
     })
-}
-
-/// The loop `state` keeps, given `wp`'s spec if it is new.
-async fn renew_spec(state: &mut PoolState, wp: &WarmPool, pool: &str) {
-    if state.generation != wp.metadata.generation || state.lp.spec() != &wp.spec {
-        state.lp.set_spec(wp.spec.clone()).await;
-        state.generation = wp.metadata.generation;
-        tracing::info!(pool = %pool, generation = ?wp.metadata.generation, "new spec");
-    }
 }
 
 /// The database URL in `secret_ref` (at `source`'s version), as text and

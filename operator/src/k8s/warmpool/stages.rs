@@ -11,7 +11,7 @@ use kube::{runtime::controller::Action, Resource, ResourceExt};
 use super::{
     class,
     config::{key, locked, FINALIZER},
-    context::Context,
+    context::{Context, PoolState},
     error::ReconcileError,
     finalizer::{self, orphan},
     prepare::prepare,
@@ -19,9 +19,70 @@ use super::{
     retiring, teardown,
 };
 use crate::{
+    backoff::PerObject,
     crd::{OnDelete, WarmPool},
+    k8s::{guard, server::Progress, shell::Reconciler},
     pool::Deletion,
 };
+
+/// The WarmPool controller's part in the controllers' shell
+/// ([`crate::k8s::shell`]): its stages are [`run_stages`], a success
+/// starts the pool's back-off over, and a panic drops the pool's loop.
+impl Reconciler for Context {
+    const KIND: &'static str = "WarmPool";
+    type Object = WarmPool;
+    type Error = ReconcileError;
+
+    async fn stages(ctx: Arc<Self>, wp: Arc<WarmPool>) -> Result<Action, ReconcileError> {
+        let (ns, name) = (crate::crd::namespace_of(wp.as_ref()), wp.name_any());
+        let action = run_stages(wp, ctx.clone()).await?;
+        ctx.backoff.succeeded(&ns, &name);
+        Ok(action)
+    }
+
+    fn panicked(&self, wp: &WarmPool, panic: guard::Panicked) -> ReconcileError {
+        let pool = key(&crate::crd::namespace_of(wp), &wp.name_any());
+        // Its loop may be half-changed: the next pass makes a new one from
+        // the status.
+        self.forget(&pool);
+        ReconcileError::Panicked {
+            pool,
+            source: panic,
+        }
+    }
+
+    fn panic_of(error: &ReconcileError) -> Option<&guard::Panicked> {
+        match error {
+            ReconcileError::Panicked { source, .. } => Some(source),
+            _ => None,
+        }
+    }
+
+    fn stage(error: &ReconcileError) -> &'static str {
+        error.stage()
+    }
+
+    async fn degraded(&self, wp: &WarmPool, reason: &'static str, message: String) {
+        if let Err(e) = degraded(self, wp, reason, message).await {
+            tracing::warn!(pool = %key(&crate::crd::namespace_of(wp), &wp.name_any()), reason,
+                error = %e, "cannot say it in the status");
+        }
+    }
+
+    fn progress(&self) -> &Progress {
+        &self.config.progress
+    }
+
+    fn backoff(&self) -> &PerObject {
+        &self.backoff
+    }
+
+    fn count_failed(&self, namespace: &str, name: &str, stage: &'static str) {
+        if let Some(m) = &self.config.metrics {
+            m.reconcile_failed(&key(namespace, name), stage);
+        }
+    }
+}
 
 /// One pass of `wp`'s pool on its Scheduler's database, once `wp` has the
 /// finalizer; a missing Scheduler or a bad Secret is a `Degraded` status
@@ -92,6 +153,9 @@ pub(super) async fn run_stages(
     let Some(state) = guard.as_mut() else {
         return Ok(Action::requeue(Duration::from_secs(30)));
     };
+    if deletion.is_none() {
+        renew_spec(state, &wp, &pool).await;
+    }
     // A handle on the class's book, made when the loop's class changes.
     let class = wp.spec.class_ref.as_ref().map(|c| c.name.as_str());
     if state.lp.budget_class() != class {
@@ -114,4 +178,13 @@ pub(super) async fn run_stages(
         ctx.say(&wp, &e).await;
     }
     write_back(&wp, &ctx, &pool, state, outcome).await
+}
+
+/// The loop `state` keeps, given `wp`'s spec if it is new.
+async fn renew_spec(state: &mut PoolState, wp: &WarmPool, pool: &str) {
+    if state.generation != wp.metadata.generation || state.lp.spec() != &wp.spec {
+        state.lp.set_spec(wp.spec.clone()).await;
+        state.generation = wp.metadata.generation;
+        tracing::info!(pool = %pool, generation = ?wp.metadata.generation, "new spec");
+    }
 }
