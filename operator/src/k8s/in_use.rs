@@ -294,14 +294,9 @@ trait Kept: Resource + Send + Sync + 'static {
         ns: &str,
     ) -> impl Future<Output = Result<Action, FinalizerError>> + Send;
 
-    /// Says `message` (`reason`) on those who depend on this object, once
-    /// a message.
-    fn say(
-        &self,
-        ctx: &Ctx,
-        reason: &'static str,
-        message: String,
-    ) -> impl Future<Output = ()> + Send;
+    /// Who depends on this object (only they can grant a permission the
+    /// guard lacks), and how a note to them begins.
+    fn dependents(&self, ctx: &Ctx) -> (Vec<(ObjectReference, String)>, String);
 }
 
 impl Kept for SecretMeta {
@@ -311,8 +306,13 @@ impl Kept for SecretMeta {
         guard_secret(self, ctx, ns).await
     }
 
-    async fn say(&self, ctx: &Ctx, reason: &'static str, message: String) {
-        said_on_users(ctx, self, reason, message).await
+    /// Its users.
+    fn dependents(&self, ctx: &Ctx) -> (Vec<(ObjectReference, String)>, String) {
+        let (ns, name) = (crate::crd::namespace_of(self), self.name_any());
+        let users = users(&ctx.schedulers.state(), &ctx.pools.state(), &ns, &name);
+        let note =
+            format!("Secret {ns}/{name} cannot be kept while it is used (finalizer {FINALIZER})");
+        (users, note)
     }
 }
 
@@ -323,8 +323,29 @@ impl Kept for BindingMeta {
         guard_binding(self, ctx, ns).await
     }
 
-    async fn say(&self, ctx: &Ctx, reason: &'static str, message: String) {
-        said_in_namespace(ctx, self, reason, message).await
+    /// Each Scheduler and WarmPool of its namespace: they are what it is
+    /// kept for.
+    fn dependents(&self, ctx: &Ctx) -> (Vec<(ObjectReference, String)>, String) {
+        let here = self.namespace();
+        let (schedulers, pools) = (ctx.schedulers.state(), ctx.pools.state());
+        let users = schedulers
+            .iter()
+            .filter(|s| s.namespace() == here)
+            .map(|s| (s.object_ref(&()), s.name_any()))
+            .chain(
+                pools
+                    .iter()
+                    .filter(|p| p.namespace() == here)
+                    .map(|p| (p.object_ref(&()), p.name_any())),
+            )
+            .collect();
+        let note = format!(
+            "the operator's RoleBinding {}/{} cannot be kept while this namespace has \
+             Schedulers or WarmPools (finalizer {FINALIZER})",
+            here.unwrap_or_default(),
+            self.name_any()
+        );
+        (users, note)
     }
 }
 
@@ -387,8 +408,10 @@ impl<K: Kept> Reconciler for Guard<K> {
         }
     }
 
+    /// Said on those who depend on `object`, once a message.
     async fn degraded(&self, object: &K, reason: &'static str, message: String) {
-        object.say(&self.ctx, reason, message).await
+        let (users, note) = object.dependents(&self.ctx);
+        say_once(&self.ctx, &users, reason, format!("{note}: {message}")).await
     }
 
     fn progress(&self) -> &Progress {
@@ -413,54 +436,6 @@ impl<K: Kept> Reconciler for Guard<K> {
             }
         )
     }
-}
-
-/// Says `message` on each user of Secret `secret` (only a user can grant
-/// a missing permission), once a message.
-async fn said_on_users(ctx: &Ctx, secret: &SecretMeta, reason: &'static str, message: String) {
-    let ns = crate::crd::namespace_of(secret);
-    let users = users(
-        &ctx.schedulers.state(),
-        &ctx.pools.state(),
-        &ns,
-        &secret.name_any(),
-    );
-    let note = format!(
-        "Secret {ns}/{} cannot be kept while it is used (finalizer {FINALIZER}): {message}",
-        secret.name_any()
-    );
-    say_once(ctx, &users, reason, note).await;
-}
-
-/// Says `message` on each Scheduler and WarmPool in the namespace of the
-/// operator's RoleBinding `binding`: they are what it is kept for.
-async fn said_in_namespace(
-    ctx: &Ctx,
-    binding: &BindingMeta,
-    reason: &'static str,
-    message: String,
-) {
-    let here = binding.namespace();
-    let schedulers = ctx.schedulers.state();
-    let pools = ctx.pools.state();
-    let users: Vec<(ObjectReference, String)> = schedulers
-        .iter()
-        .filter(|s| s.namespace() == here)
-        .map(|s| (s.object_ref(&()), s.name_any()))
-        .chain(
-            pools
-                .iter()
-                .filter(|p| p.namespace() == here)
-                .map(|p| (p.object_ref(&()), p.name_any())),
-        )
-        .collect();
-    let note = format!(
-        "the operator's RoleBinding {}/{} cannot be kept while this namespace has Schedulers \
-         or WarmPools (finalizer {FINALIZER}): {message}",
-        here.unwrap_or_default(),
-        binding.name_any()
-    );
-    say_once(ctx, &users, reason, note).await;
 }
 
 /// Posts `note` on each of `users` unless it was said already.

@@ -90,6 +90,18 @@ impl<'a> StatusDraft<'a> {
         }
     }
 
+    /// Busy while the instance on `host` joins or takes the lead:
+    /// handing over while an older one (on another host) is live, else
+    /// starting.
+    pub(super) fn busy_beside(&mut self, host: &str, rows: &[InstanceView]) {
+        let old_leads = rows.iter().any(|i| i.live && i.host != host);
+        self.busy(if old_leads {
+            Phase::HandingOver
+        } else {
+            Phase::Starting
+        });
+    }
+
     pub(super) fn last_sequence(&self) -> u32 {
         self.status.last_sequence.clamp(0, u32::MAX as i64) as u32
     }

@@ -119,6 +119,11 @@ async fn pod_action(
         propagation_policy: Some(PropagationPolicy::Background),
         ..Default::default()
     };
+    let write = Write {
+        ctx,
+        ns,
+        scheduler: &name,
+    };
     match action {
         Action::CreatePod {
             name: pod,
@@ -128,32 +133,40 @@ async fn pod_action(
             image,
         } => {
             let object = pods::scheduler_pod(scheduler, pod, host, revision, *sequence, image);
-            fence(ctx, format!("creating pod {pod}"))?;
-            info!(scheduler = %name, revision = %revision, pod = %pod, image = %image, "creating pod");
-            ignore(pod_api.create(&PostParams::default(), &object).await, 409).map_err(
-                |source| ActError::CreatePod {
-                    pod: pod.clone(),
-                    source,
-                },
-            )?;
-            ctx.watched
-                .expect(ns, &name, Expect::PodCreated(pod.clone()));
+            write
+                .call(
+                    format!("creating pod {pod} (revision {revision}, image {image})"),
+                    async {
+                        pod_api
+                            .create(&PostParams::default(), &object)
+                            .await
+                            .map(drop)
+                    },
+                    409,
+                    |source| ActError::CreatePod {
+                        pod: pod.clone(),
+                        source,
+                    },
+                    Expect::PodCreated(pod.clone()),
+                )
+                .await
         }
         Action::DeletePod { name: pod } => {
-            fence(ctx, format!("deleting pod {pod}"))?;
-            info!(scheduler = %name, pod = %pod, "deleting pod");
-            ignore(pod_api.delete(pod, &stopped).await.map(|_| ()), 404).map_err(|source| {
-                ActError::DeletePod {
-                    pod: pod.clone(),
-                    source,
-                }
-            })?;
-            ctx.watched
-                .expect(ns, &name, Expect::PodDeleted(pod.clone()));
+            write
+                .call(
+                    format!("deleting pod {pod}"),
+                    async { pod_api.delete(pod, &stopped).await.map(drop) },
+                    404,
+                    |source| ActError::DeletePod {
+                        pod: pod.clone(),
+                        source,
+                    },
+                    Expect::PodDeleted(pod.clone()),
+                )
+                .await
         }
-        _ => {}
+        _ => Ok(()),
     }
-    Ok(())
 }
 
 /// Creates or deletes one of `scheduler`'s register Jobs, as `action`
@@ -170,6 +183,11 @@ async fn job_action(
         propagation_policy: Some(PropagationPolicy::Background),
         ..Default::default()
     };
+    let write = Write {
+        ctx,
+        ns,
+        scheduler: &name,
+    };
     match action {
         Action::CreateRegisterJob {
             name: job,
@@ -182,32 +200,69 @@ async fn job_action(
                 .as_ref()
                 .ok_or_else(|| ActError::NoRegister { job: job.clone() })?;
             let object = jobs::register_job(scheduler, register, job, revision, image);
-            fence(ctx, format!("creating Job {job}"))?;
-            info!(scheduler = %name, revision = %revision, job = %job, image = %image, "creating register job");
-            ignore(job_api.create(&PostParams::default(), &object).await, 409).map_err(
-                |source| ActError::CreateJob {
-                    job: job.clone(),
-                    source,
-                },
-            )?;
-            ctx.watched
-                .expect(ns, &name, Expect::JobCreated(job.clone()));
+            write
+                .call(
+                    format!("creating register Job {job} (revision {revision}, image {image})"),
+                    async {
+                        job_api
+                            .create(&PostParams::default(), &object)
+                            .await
+                            .map(drop)
+                    },
+                    409,
+                    |source| ActError::CreateJob {
+                        job: job.clone(),
+                        source,
+                    },
+                    Expect::JobCreated(job.clone()),
+                )
+                .await
         }
         Action::DeleteJob { name: job } => {
-            fence(ctx, format!("deleting Job {job}"))?;
-            info!(scheduler = %name, job = %job, "deleting superseded register job");
-            ignore(job_api.delete(job, &gone).await.map(|_| ()), 404).map_err(|source| {
-                ActError::DeleteJob {
-                    job: job.clone(),
-                    source,
-                }
-            })?;
-            ctx.watched
-                .expect(ns, &name, Expect::JobDeleted(job.clone()));
+            write
+                .call(
+                    format!("deleting superseded register Job {job}"),
+                    async { job_api.delete(job, &gone).await.map(drop) },
+                    404,
+                    |source| ActError::DeleteJob {
+                        job: job.clone(),
+                        source,
+                    },
+                    Expect::JobDeleted(job.clone()),
+                )
+                .await
         }
-        _ => {}
+        _ => Ok(()),
     }
-    Ok(())
+}
+
+/// One of a Scheduler's writes of its pods and Jobs, each done the same
+/// way: behind the fence, logged, the API's answer that it is done
+/// already taken as done (every action is idempotent), and the watch told
+/// what to expect of it.
+struct Write<'a> {
+    ctx: &'a Context,
+    ns: &'a str,
+    scheduler: &'a str,
+}
+
+impl Write<'_> {
+    /// Makes `call` (`what`, as the log says it), with the API's `done`
+    /// code as done, a failure as `error` says, then `expect`s its change.
+    async fn call(
+        &self,
+        what: String,
+        call: impl std::future::Future<Output = Result<(), kube::Error>>,
+        done: u16,
+        error: impl FnOnce(kube::Error) -> ActError,
+        expect: Expect,
+    ) -> Result<(), ActError> {
+        fence(self.ctx, what.clone())?;
+        info!(scheduler = %self.scheduler, "{what}");
+        ignore(call.await, done).map_err(error)?;
+        self.ctx.watched.expect(self.ns, self.scheduler, expect);
+        Ok(())
+    }
 }
 
 /// `result`, with the API's `code` (already there, already gone) as done:

@@ -417,20 +417,21 @@ async fn list_owned(
         "{LABEL_SCHEDULER}={}",
         rollout::scheduler_label(name)
     ));
-    let pods = Api::<Pod>::namespaced(ctx.client.clone(), ns)
-        .list(&mine)
-        .await
-        .map_err(|source| ObserveError::Pods {
-            scheduler: name.to_string(),
-            source,
-        })?;
-    let jobs = Api::<Job>::namespaced(ctx.client.clone(), ns)
-        .list(&mine)
-        .await
-        .map_err(|source| ObserveError::Jobs {
-            scheduler: name.to_string(),
-            source,
-        })?;
+    let (pod_api, job_api) = (
+        Api::<Pod>::namespaced(ctx.client.clone(), ns),
+        Api::<Job>::namespaced(ctx.client.clone(), ns),
+    );
+    let scheduler = || name.to_string();
+    // Both at once: a pass waits for the slower only.
+    let (pods, jobs) = futures::join!(pod_api.list(&mine), job_api.list(&mine));
+    let pods = pods.map_err(|source| ObserveError::Pods {
+        scheduler: scheduler(),
+        source,
+    })?;
+    let jobs = jobs.map_err(|source| ObserveError::Jobs {
+        scheduler: scheduler(),
+        source,
+    })?;
     Ok((pods.items, jobs.items))
 }
 

@@ -147,23 +147,10 @@ impl Watched {
             }
         }
         let label = rollout::scheduler_label(name);
-        let ours = |labels: &std::collections::BTreeMap<String, String>| {
-            labels.get(LABEL_SCHEDULER) == Some(&label)
-        };
-        let pods = stores
-            .pods
-            .state()
-            .iter()
-            .filter(|p| p.metadata.namespace.as_deref() == Some(ns) && ours(p.labels()))
-            .map(|p| (**p).clone())
-            .collect();
-        let jobs = stores
-            .jobs
-            .state()
-            .iter()
-            .filter(|j| j.metadata.namespace.as_deref() == Some(ns) && ours(j.labels()))
-            .map(|j| (**j).clone())
-            .collect();
+        let (pods, jobs) = (
+            labelled(&stores.pods, ns, &label),
+            labelled(&stores.jobs, ns, &label),
+        );
         Some((pods, jobs))
     }
 
@@ -206,6 +193,28 @@ fn met(stores: &Stores, ns: &str, e: &Expect) -> bool {
         Expect::PodDeleted(n) => pod(n).is_none_or(|p| p.metadata.deletion_timestamp.is_some()),
         Expect::JobDeleted(n) => job(n).is_none_or(|j| j.metadata.deletion_timestamp.is_some()),
     }
+}
+
+/// The objects of `store` in `ns` labelled as Scheduler `label`'s.
+fn labelled<K: kube::Resource<DynamicType = ()> + Clone + 'static>(
+    store: &Store<K>,
+    ns: &str,
+    label: &str,
+) -> Vec<K> {
+    store
+        .state()
+        .iter()
+        .filter(|o| {
+            o.meta().namespace.as_deref() == Some(ns)
+                && o.meta()
+                    .labels
+                    .as_ref()
+                    .and_then(|l| l.get(LABEL_SCHEDULER))
+                    .map(String::as_str)
+                    == Some(label)
+        })
+        .map(|o| (**o).clone())
+        .collect()
 }
 
 #[cfg(test)]

@@ -26,7 +26,7 @@ use crate::{
 };
 
 /// The WarmPool controller's part in the controllers' shell
-/// ([`crate::k8s::shell`]): its stages are [`run_stages`], a success
+/// ([`crate::k8s::shell`]): its stages are `run_stages`, a success
 /// starts the pool's back-off over, and a panic drops the pool's loop.
 impl Reconciler for Context {
     const KIND: &'static str = "WarmPool";

@@ -35,7 +35,7 @@ pub(in crate::rollout) fn join<'a>(s: &mut Steps<'a>, pod: &'a PodView, d: &mut 
             join_late(d, pod, handover.join_timeout_seconds);
         }
     } else {
-        waiting_for_join(d, pod, &s.instances);
+        d.busy_beside(&pod.host, &s.instances);
     }
 }
 
@@ -65,19 +65,6 @@ pub(in crate::rollout) fn join_late(d: &mut StatusDraft, pod: &PodView, timeout:
         ),
     );
     d.busy(Phase::Starting);
-}
-
-pub(in crate::rollout) fn waiting_for_join(
-    d: &mut StatusDraft,
-    pod: &PodView,
-    rows: &[InstanceView],
-) {
-    let old_leads = rows.iter().any(|i| i.live && i.host != pod.host);
-    d.busy(if old_leads {
-        Phase::HandingOver
-    } else {
-        Phase::Starting
-    });
 }
 
 pub(in crate::rollout) fn instance_stale(d: &mut StatusDraft, pod: &PodView, me: &InstanceView) {

@@ -48,7 +48,7 @@ pub(in crate::rollout) fn drain_and_lead(
     if o.now - asked > secs(handover.lead_timeout_seconds) {
         lead_late(d, me, handover.lead_timeout_seconds);
     } else {
-        waiting_for_lead(d, me, &s.instances);
+        d.busy_beside(&me.host, &s.instances);
     }
 }
 
@@ -101,19 +101,6 @@ pub(in crate::rollout) fn lead_late(d: &mut StatusDraft, me: &InstanceView, time
         ),
     );
     d.busy(Phase::HandingOver);
-}
-
-pub(in crate::rollout) fn waiting_for_lead(
-    d: &mut StatusDraft,
-    me: &InstanceView,
-    rows: &[InstanceView],
-) {
-    let old_leads = rows.iter().any(|i| i.live && i.host != me.host);
-    d.busy(if old_leads {
-        Phase::HandingOver
-    } else {
-        Phase::Starting
-    });
 }
 
 /// Overlap off: `pod` has run since `since` for the settle time, so it
