@@ -124,32 +124,23 @@ pub fn scheduler(s: &Scheduler, now: DateTime<Utc>, style: Style) -> String {
 
 /// A Scheduler's pods, each with its revision and its instance.
 fn scheduler_instances(out: &mut String, status: &SchedulerStatus, now: DateTime<Utc>) {
-    out.push_str("\nInstances:\n");
-    let rows: Vec<Vec<String>> = status
-        .revisions
-        .iter()
-        .map(|r| {
-            vec![
-                r.pod.clone(),
-                r.revision.clone(),
-                r.instance.map(|i| i.to_string()).unwrap_or("-".into()),
-                r.role.clone().unwrap_or("-".into()),
-                r.runs.to_string(),
-                r.since
-                    .as_deref()
-                    .map(|t| age(t, now))
-                    .unwrap_or("-".into()),
-                r.image.clone(),
-            ]
-        })
-        .collect();
-    table(
-        out,
-        &[
-            "POD", "REVISION", "INSTANCE", "ROLE", "RUNS", "AGE", "IMAGE",
-        ],
-        &rows,
-    );
+    let head = [
+        "POD", "REVISION", "INSTANCE", "ROLE", "RUNS", "AGE", "IMAGE",
+    ];
+    section(out, "Instances", &head, &status.revisions, |r| {
+        vec![
+            r.pod.clone(),
+            r.revision.clone(),
+            r.instance.map(|i| i.to_string()).unwrap_or("-".into()),
+            r.role.clone().unwrap_or("-".into()),
+            r.runs.to_string(),
+            r.since
+                .as_deref()
+                .map(|t| age(t, now))
+                .unwrap_or("-".into()),
+            r.image.clone(),
+        ]
+    });
 }
 
 /// The status of WarmPool `p` as of `now`: its instances by state, the
@@ -264,69 +255,59 @@ fn pool_sizes(out: &mut String, spec: &WarmPoolSpec, status: &WarmPoolStatus) {
 
 /// The instances one by one (`status.instances`).
 fn pool_instances(out: &mut String, status: &WarmPoolStatus, now: DateTime<Utc>) {
-    if !status.instances.is_empty() {
-        out.push_str("\nInstances:\n");
-        let rows: Vec<Vec<String>> = status
-            .instances
-            .iter()
-            .map(|i| {
-                vec![
-                    i.id.clone(),
-                    i.state.clone(),
-                    age(&i.launched, now),
-                    format!("{}{}", i.instance_type, if i.spot { " (spot)" } else { "" }),
-                    i.uses.map_or("-".into(), |u| u.to_string()),
-                    if i.drifted { "yes" } else { "no" }.into(),
-                ]
-            })
-            .collect();
-        table(
-            out,
-            &["ID", "STATE", "AGE", "TYPE", "USES", "DRIFTED"],
-            &rows,
-        );
-        let listed = status.instances.len() as i64;
-        let all = i64::from(status.idle)
-            + i64::from(status.busy)
-            + i64::from(status.launching)
-            + i64::from(status.stopped)
-            + i64::from(status.terminating);
-        if listed >= crate::pool::roster::LISTED as i64 && all > listed {
-            let _ = writeln!(out, "  … and {} more", all - listed);
-        }
+    if status.instances.is_empty() {
+        return;
+    }
+    let head = ["ID", "STATE", "AGE", "TYPE", "USES", "DRIFTED"];
+    section(out, "Instances", &head, &status.instances, |i| {
+        vec![
+            i.id.clone(),
+            i.state.clone(),
+            age(&i.launched, now),
+            format!("{}{}", i.instance_type, if i.spot { " (spot)" } else { "" }),
+            i.uses.map_or("-".into(), |u| u.to_string()),
+            if i.drifted { "yes" } else { "no" }.into(),
+        ]
+    });
+    let listed = status.instances.len() as i64;
+    let all = i64::from(status.idle)
+        + i64::from(status.busy)
+        + i64::from(status.launching)
+        + i64::from(status.stopped)
+        + i64::from(status.terminating);
+    if listed >= crate::pool::roster::LISTED as i64 && all > listed {
+        let _ = writeln!(out, "  … and {} more", all - listed);
     }
 }
 
 /// The offerings held for want of capacity.
 fn pool_holds(out: &mut String, status: &WarmPoolStatus, now: DateTime<Utc>) {
-    if !status.capacity_errors.is_empty() {
-        out.push_str("\nCapacity holds:\n");
-        let rows: Vec<Vec<String>> = status
-            .capacity_errors
-            .iter()
-            .map(|c| {
-                vec![
-                    c.instance_type.clone(),
-                    c.subnet.clone(),
-                    if c.spot { "spot" } else { "onDemand" }.into(),
-                    c.code.clone(),
-                    when(&c.until, now),
-                ]
-            })
-            .collect();
-        table(out, &["TYPE", "SUBNET", "CAPACITY", "CODE", "UNTIL"], &rows);
+    if status.capacity_errors.is_empty() {
+        return;
     }
+    let head = ["TYPE", "SUBNET", "CAPACITY", "CODE", "UNTIL"];
+    section(out, "Capacity holds", &head, &status.capacity_errors, |c| {
+        vec![
+            c.instance_type.clone(),
+            c.subnet.clone(),
+            if c.spot { "spot" } else { "onDemand" }.into(),
+            c.code.clone(),
+            when(&c.until, now),
+        ]
+    });
 }
 
 /// The instance-hours, the runs served and the time to start.
 fn pool_cost(out: &mut String, status: &WarmPoolStatus) {
     if !status.instance_seconds.is_empty() {
-        out.push_str("\nInstance-hours:\n");
         let hours = |s: i64| format!("{:.1}", s as f64 / 3600.0);
-        let rows: Vec<Vec<String>> = status
-            .instance_seconds
-            .iter()
-            .map(|c| {
+        let head = ["TYPE", "CAPACITY", "IDLE", "BUSY", "STOPPED", "BOOTING"];
+        section(
+            out,
+            "Instance-hours",
+            &head,
+            &status.instance_seconds,
+            |c| {
                 vec![
                     c.instance_type.clone(),
                     c.capacity_type.clone(),
@@ -335,12 +316,7 @@ fn pool_cost(out: &mut String, status: &WarmPoolStatus) {
                     hours(c.stopped),
                     hours(c.booting),
                 ]
-            })
-            .collect();
-        table(
-            out,
-            &["TYPE", "CAPACITY", "IDLE", "BUSY", "STOPPED", "BOOTING"],
-            &rows,
+            },
         );
     }
     if let Some(r) = &status.runs_served {
@@ -420,6 +396,20 @@ fn conditions(out: &mut String, conditions: &[Condition], now: DateTime<Utc>, st
         })
         .collect();
     table(out, &["TYPE", "STATUS", "REASON", "AGE", "MESSAGE"], &rows);
+}
+
+/// A section `title` of the output: a row of each of `items` under `head`
+/// (see [`table`]).
+fn section<T>(
+    out: &mut String,
+    title: &str,
+    head: &[&str],
+    items: &[T],
+    row: impl Fn(&T) -> Vec<String>,
+) {
+    let _ = writeln!(out, "\n{title}:");
+    let rows: Vec<Vec<String>> = items.iter().map(row).collect();
+    table(out, head, &rows);
 }
 
 /// `rows` under `head`, in columns two spaces apart (the last unpadded);
