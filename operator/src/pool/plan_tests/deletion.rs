@@ -161,7 +161,7 @@ fn cases() -> Vec<Case<Deleted>> {
             deleted(vec![], vec![], 10),
             (vec![], 0),
         )
-        .also([Check::Plan(PoolPlan::default())]),
+        .also([Check::Plan(Box::default())]),
         case(
             "its reserve, stopped or started, is terminated by claiming the rows",
             reserve,
