@@ -78,52 +78,50 @@ fn says_scheme_1(values: &[String]) {
     }
 }
 
-#[test]
-fn revisions_are_what_they_were() {
-    let got: Vec<String> = SCHEDULERS
-        .iter()
-        .map(|(yaml, _)| revision_of(&scheduler(yaml)))
-        .collect();
-    let want: Vec<&str> = SCHEDULERS.iter().map(|(_, r)| *r).collect();
-    assert_eq!(
-        got, want,
-        "a revision changed: every such Scheduler would roll on upgrade"
-    );
+/// Each value `value_of` computes from a pinned YAML is the one pinned
+/// (`changed` says what a difference would do), of scheme 1 by its form,
+/// and what 0.1.0 computed from the same YAML (`as_released_of`).
+#[track_caller]
+fn still_what_they_were(
+    pinned: &[(&str, &str)],
+    value_of: impl Fn(&str) -> String,
+    as_released_of: impl Fn(&str) -> String,
+    changed: &str,
+) {
+    let got: Vec<String> = pinned.iter().map(|(yaml, _)| value_of(yaml)).collect();
+    let want: Vec<&str> = pinned.iter().map(|(_, v)| *v).collect();
+    assert_eq!(got, want, "{changed}");
     says_scheme_1(&got);
-    for (yaml, _) in SCHEDULERS {
-        let spec = scheduler(yaml);
-        assert_eq!(
-            revision_of(&spec),
-            as_released(&revision_fields(&spec), 5),
-            "{yaml}"
-        );
-        if let Some(register) = &spec.register {
-            let fields = json!({"command": register.command, "args": register.args});
-            assert_eq!(register_hash(register), as_released(&fields, 5));
-        }
+    for (yaml, _) in pinned {
+        assert_eq!(value_of(yaml), as_released_of(yaml), "{yaml}");
     }
 }
 
 #[test]
-fn launch_hashes_are_what_they_were() {
-    let got: Vec<String> = LAUNCHES
-        .iter()
-        .map(|(yaml, _)| launch_hash(&launch(yaml)))
-        .collect();
-    let want: Vec<&str> = LAUNCHES.iter().map(|(_, h)| *h).collect();
-    assert_eq!(
-        got, want,
-        "a launch hash changed: every such instance would drift on upgrade"
-    );
-    says_scheme_1(&got);
-    for (yaml, _) in LAUNCHES {
-        let l = launch(yaml);
-        assert_eq!(
-            launch_hash(&l),
-            as_released(&launch_fields(&l), 6),
-            "{yaml}"
-        );
+fn revisions_are_what_they_were() {
+    // The register step's hash, of each spec that has one, too.
+    for (yaml, _) in SCHEDULERS {
+        if let Some(register) = &scheduler(yaml).register {
+            let fields = json!({"command": register.command, "args": register.args});
+            assert_eq!(register_hash(register), as_released(&fields, 5));
+        }
     }
+    still_what_they_were(
+        SCHEDULERS,
+        |yaml| revision_of(&scheduler(yaml)),
+        |yaml| as_released(&revision_fields(&scheduler(yaml)), 5),
+        "a revision changed: every such Scheduler would roll on upgrade",
+    );
+}
+
+#[test]
+fn launch_hashes_are_what_they_were() {
+    still_what_they_were(
+        LAUNCHES,
+        |yaml| launch_hash(&launch(yaml)),
+        |yaml| as_released(&launch_fields(&launch(yaml)), 6),
+        "a launch hash changed: every such instance would drift on upgrade",
+    );
 }
 
 /// `v` with a field added, unset (null, `[]`, `{}` in turn), to every

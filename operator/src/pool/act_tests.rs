@@ -90,6 +90,24 @@ fn refusal(answer: Answer, action: &'static str, offering: Option<&Offering>) ->
     }
 }
 
+/// A call on `ids` answered with `answer` (`Launch` when the table has none
+/// left): done, and the ids added to `record`, or refused.
+fn done(
+    answer: Option<Answer>,
+    ids: &[String],
+    record: &mut Vec<String>,
+    action: &'static str,
+    offering: Option<&Offering>,
+) -> Result<(), Ec2Error> {
+    match answer.unwrap_or(Answer::Launch) {
+        Answer::Launch => {
+            record.extend(ids.iter().cloned());
+            Ok(())
+        }
+        other => Err(refusal(other, action, offering)),
+    }
+}
+
 impl World for Table {
     async fn end_idle_rows(&mut self, rows: &[i64]) -> Result<HashSet<i64>, PoolError> {
         Ok(rows
@@ -117,13 +135,14 @@ impl World for Table {
     }
 
     async fn terminate(&mut self, ids: &[String]) -> Result<(), Ec2Error> {
-        match self.terminate.pop_front().unwrap_or(Answer::Launch) {
-            Answer::Launch => {
-                self.terminated.extend(ids.iter().cloned());
-                Ok(())
-            }
-            other => Err(refusal(other, "TerminateInstances", None)),
-        }
+        let answer = self.terminate.pop_front();
+        done(
+            answer,
+            ids,
+            &mut self.terminated,
+            "TerminateInstances",
+            None,
+        )
     }
 
     async fn reserve_idle_rows(&mut self, rows: &[i64]) -> Result<HashSet<i64>, PoolError> {
@@ -145,23 +164,19 @@ impl World for Table {
     }
 
     async fn stop(&mut self, ids: &[String]) -> Result<(), Ec2Error> {
-        match self.stop.pop_front().unwrap_or(Answer::Launch) {
-            Answer::Launch => {
-                self.stopped.extend(ids.iter().cloned());
-                Ok(())
-            }
-            other => Err(refusal(other, "StopInstances", None)),
-        }
+        let answer = self.stop.pop_front();
+        done(answer, ids, &mut self.stopped, "StopInstances", None)
     }
 
     async fn start(&mut self, ids: &[String], offering: &Offering) -> Result<(), Ec2Error> {
-        match self.start.pop_front().unwrap_or(Answer::Launch) {
-            Answer::Launch => {
-                self.started.extend(ids.iter().cloned());
-                Ok(())
-            }
-            other => Err(refusal(other, "StartInstances", Some(offering))),
-        }
+        let answer = self.start.pop_front();
+        done(
+            answer,
+            ids,
+            &mut self.started,
+            "StartInstances",
+            Some(offering),
+        )
     }
 
     async fn run(&mut self, req: &RunRequest<'_>) -> Result<Vec<String>, Ec2Error> {
@@ -208,6 +223,40 @@ fn pool(table: Table) -> PoolLoop<Table> {
         .remember("uid-1", &Default::default())
 }
 
+/// A pool whose EC2 answers its `RunInstances` calls with `answers` in turn,
+/// then launches.
+fn run_answered(answers: &[Answer]) -> PoolLoop<Table> {
+    pool(Table {
+        run: answers.iter().copied().collect(),
+        ..Table::default()
+    })
+}
+
+/// A plan that retires `retirements` and does nothing else.
+fn retiring(retirements: Vec<Retirement>) -> PoolPlan {
+    PoolPlan {
+        retirements,
+        ..PoolPlan::default()
+    }
+}
+
+/// A plan that starts `starts` from the reserve and does nothing else.
+fn starting(starts: Vec<super::plan::WithRow>) -> PoolPlan {
+    PoolPlan {
+        starts,
+        ..PoolPlan::default()
+    }
+}
+
+/// A retirement of `instance` for `reason`, ending `end`.
+fn retirement(instance: &str, reason: Reason, end: End) -> Retirement {
+    Retirement {
+        instance: instance.into(),
+        reason,
+        end,
+    }
+}
+
 /// A plan that launches `count` on t3.small, t3.medium after it.
 fn launching(count: u32) -> PoolPlan {
     PoolPlan {
@@ -249,10 +298,7 @@ fn reasons(report: &PassReport) -> Vec<&'static str> {
 
 #[tokio::test]
 async fn launches_go_to_the_next_offering_on_a_capacity_error_and_hold_the_first() {
-    let mut lp = pool(Table {
-        run: [Answer::NoCapacity].into(),
-        ..Table::default()
-    });
+    let mut lp = run_answered(&[Answer::NoCapacity]);
     let report = launch(&mut lp, &launching(3), 0).await;
     let runs: Vec<(&str, u32)> = lp
         .act
@@ -283,10 +329,7 @@ async fn launches_go_to_the_next_offering_on_a_capacity_error_and_hold_the_first
 
 #[tokio::test]
 async fn a_throttled_call_is_retried_with_its_token_and_throttled_to_the_end_keeps_it() {
-    let mut lp = pool(Table {
-        run: [Answer::Throttled, Answer::Throttled].into(),
-        ..Table::default()
-    });
+    let mut lp = run_answered(&[Answer::Throttled, Answer::Throttled]);
     let report = launch(&mut lp, &launching(2), 0).await;
     assert_eq!(report.launched.len(), 2);
     assert!(!report.throttled);
@@ -300,10 +343,7 @@ async fn a_throttled_call_is_retried_with_its_token_and_throttled_to_the_end_kee
 
     // Five throttled answers: the pass gives up, throttled; the token is
     // kept for the next pass's retry.
-    let mut lp = pool(Table {
-        run: [Answer::Throttled; 5].into(),
-        ..Table::default()
-    });
+    let mut lp = run_answered(&[Answer::Throttled; 5]);
     let report = launch(&mut lp, &launching(2), 0).await;
     assert!(report.throttled && report.launched.is_empty());
     assert_eq!(reasons(&report), ["Throttled"]);
@@ -319,10 +359,7 @@ async fn a_throttled_call_is_retried_with_its_token_and_throttled_to_the_end_kee
 
 #[tokio::test]
 async fn a_lost_answer_keeps_its_token_and_a_refusal_uses_it_up() {
-    let mut lp = pool(Table {
-        run: [Answer::Lost].into(),
-        ..Table::default()
-    });
+    let mut lp = run_answered(&[Answer::Lost]);
     let report = launch(&mut lp, &launching(1), 0).await;
     assert_eq!(reasons(&report), ["LaunchFailed"]);
     assert_eq!(
@@ -330,10 +367,7 @@ async fn a_lost_answer_keeps_its_token_and_a_refusal_uses_it_up() {
         "the next pass asks again with it"
     );
 
-    let mut lp = pool(Table {
-        run: [Answer::Refused].into(),
-        ..Table::default()
-    });
+    let mut lp = run_answered(&[Answer::Refused]);
     let report = launch(&mut lp, &launching(1), 0).await;
     assert_eq!(reasons(&report), ["LaunchFailed"]);
     assert!(report.events[0].warning);
@@ -351,11 +385,7 @@ async fn only_what_was_ended_or_claimed_is_terminated_and_each_miss_takes_back_a
         agent_first: ["i-late".to_string()].into(),
         ..Table::default()
     });
-    let retire = |instance: &str, end| Retirement {
-        instance: instance.into(),
-        reason: Reason::IdleBeyondMax,
-        end,
-    };
+    let retire = |instance: &str, end| retirement(instance, Reason::IdleBeyondMax, end);
     let mut plan = launching(2);
     plan.room = 2;
     plan.retirements = vec![
@@ -388,14 +418,7 @@ async fn a_throttled_termination_leaves_the_claims_for_the_next_pass() {
         terminate: [Answer::Throttled].into(),
         ..Table::default()
     });
-    let plan = PoolPlan {
-        retirements: vec![Retirement {
-            instance: "i-bare".into(),
-            reason: Reason::Leaked,
-            end: End::Claim,
-        }],
-        ..PoolPlan::default()
-    };
+    let plan = retiring(vec![retirement("i-bare", Reason::Leaked, End::Claim)]);
     let mut report = PassReport::default();
     let stayed = lp.act.retire(&plan, &mut report).await.unwrap();
     assert_eq!(stayed, 1);
@@ -449,10 +472,7 @@ async fn a_start_without_capacity_puts_the_rows_back_and_holds_the_offering() {
         start: [Answer::NoCapacity].into(),
         ..Table::default()
     });
-    let plan = PoolPlan {
-        starts: vec![with_row("i-1", 1), with_row("i-2", 2)],
-        ..PoolPlan::default()
-    };
+    let plan = starting(vec![with_row("i-1", 1), with_row("i-2", 2)]);
     let report = reserve(&mut lp, &plan).await;
     assert_eq!(lp.act.world.woken, [1, 2], "woken before the start");
     assert!(lp.act.world.started.is_empty());
@@ -476,21 +496,10 @@ async fn a_reserve_instance_whose_agent_came_back_is_not_terminated() {
         came_back: [2].into(),
         ..Table::default()
     });
-    let plan = PoolPlan {
-        retirements: vec![
-            Retirement {
-                instance: "i-1".into(),
-                reason: Reason::ReserveBeyondMax,
-                end: End::Reserved(1),
-            },
-            Retirement {
-                instance: "i-2".into(),
-                reason: Reason::ReserveBeyondMax,
-                end: End::Reserved(2),
-            },
-        ],
-        ..PoolPlan::default()
-    };
+    let plan = retiring(vec![
+        retirement("i-1", Reason::ReserveBeyondMax, End::Reserved(1)),
+        retirement("i-2", Reason::ReserveBeyondMax, End::Reserved(2)),
+    ]);
     let mut report = PassReport::default();
     let stayed = lp.act.retire(&plan, &mut report).await.unwrap();
     assert_eq!(stayed, 1);
@@ -520,10 +529,7 @@ async fn a_status_that_is_behind_never_repeats_a_launch_token() {
 /// the same pass, once; the launch is not lost to it.
 #[tokio::test]
 async fn an_idempotent_parameter_mismatch_takes_the_next_token_at_once() {
-    let mut lp = pool(Table {
-        run: [Answer::Mismatch].into(),
-        ..Table::default()
-    });
+    let mut lp = run_answered(&[Answer::Mismatch]);
     let report = launch(&mut lp, &launching(2), 0).await;
     assert_eq!(report.launched.len(), 2, "{:?}", report.events);
     assert_eq!(lp.act.world.runs.len(), 2);
@@ -548,11 +554,7 @@ async fn one_refused_id_does_not_hold_up_a_termination_batch() {
         .into(),
         ..Table::default()
     });
-    let retire = |instance: &str, row| Retirement {
-        instance: instance.into(),
-        reason: Reason::IdleBeyondMax,
-        end: End::Idle(row),
-    };
+    let retire = |instance: &str, row| retirement(instance, Reason::IdleBeyondMax, End::Idle(row));
     let mut plan = launching(0);
     plan.retirements = vec![retire("i-a", 1), retire("i-b", 2), retire("i-c", 3)];
     let mut report = PassReport::default();
@@ -579,10 +581,7 @@ async fn a_start_refused_for_good_retires_the_reserve_instance() {
         start: [Answer::Refused].into(),
         ..Table::default()
     });
-    let plan = PoolPlan {
-        starts: vec![with_row("i-1", 1)],
-        ..PoolPlan::default()
-    };
+    let plan = starting(vec![with_row("i-1", 1)]);
     let report = reserve(&mut lp, &plan).await;
     assert!(lp.act.world.started.is_empty());
     assert!(

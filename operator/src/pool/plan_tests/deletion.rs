@@ -54,27 +54,11 @@ fn lone(what: &str, instance: I, paused: bool, ago: i64, end: Option<End>) -> Ca
 
 fn cases() -> Vec<Case<Deleted>> {
     let idle = idle_row(1, "i-x", 1.0);
-    let stale = PoolRow {
-        polled_secs: Some(99.0),
-        ..idle_row(1, "i-x", 40.0)
-    };
+    let stale = polled_ago(99.0, idle_row(1, "i-x", 40.0));
     let busy = busy_row(1, "i-x");
-    let claim = PoolRow {
-        claim: true,
-        idle_secs: None,
-        ..idle_row(1, "i-x", 0.0)
-    };
+    let claim = claim_row(1, "i-x");
 
     // Idle, busy, booting, shutting down, terminated with its claim left.
-    let mut going = inst("i-going", 100);
-    going.state = Ec2State::ShuttingDown;
-    let mut gone = inst("i-gone", 100);
-    gone.state = Ec2State::Terminated;
-    let claim_of_gone = PoolRow {
-        claim: true,
-        idle_secs: None,
-        ..idle_row(9, "i-gone", 0.0)
-    };
     let mixed = Snapshot {
         ours: ["i-boot".to_string()].into(),
         demand: 4,
@@ -84,14 +68,14 @@ fn cases() -> Vec<Case<Deleted>> {
                 inst("i-b", 100),
                 inst("i-busy", 100),
                 inst("i-boot", 5),
-                going,
-                gone,
+                in_state("i-going", Ec2State::ShuttingDown),
+                in_state("i-gone", Ec2State::Terminated),
             ],
             vec![
                 idle_row(1, "i-a", 1.0),
                 idle_row(2, "i-b", 2.0),
                 busy_row(3, "i-busy"),
-                claim_of_gone,
+                claim_row(9, "i-gone"),
             ],
             10,
         )
@@ -161,27 +145,23 @@ fn cases() -> Vec<Case<Deleted>> {
                 1,
             ),
         )
-        .also(Also {
-            ends: Some(vec![9]),
-            counts: Some(Counts {
+        .also([
+            Ends(vec![9]),
+            Check::Counts(Counts {
                 launching: 0,
                 idle: 0,
                 busy: 1,
                 terminating: 4,
                 ..Counts::default()
             }),
-            ..Also::default()
-        }),
+        ]),
         case(
             "nothing left: an empty plan",
             spec(3, 5, 10),
             deleted(vec![], vec![], 10),
             (vec![], 0),
         )
-        .also(Also {
-            plan: Some(PoolPlan::default()),
-            ..Also::default()
-        }),
+        .also([Check::Plan(Box::default())]),
         case(
             "its reserve, stopped or started, is terminated by claiming the rows",
             reserve,

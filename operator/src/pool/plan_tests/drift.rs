@@ -70,15 +70,11 @@ fn cases() -> Vec<Case<Replaced>> {
     // Two idle of an old launch spec; and one old beside two new, all idle.
     let two_old_idle = snap(
         vec![old("i-a", 100), old("i-b", 100)],
-        vec![idle_row(1, "i-a", 30.0), idle_row(2, "i-b", 10.0)],
+        idle_rows(&[("i-a", 30.0), ("i-b", 10.0)]),
     );
     let spare_old = snap(
         vec![new("i-a", 100), new("i-b", 100), old("i-c", 100)],
-        vec![
-            idle_row(1, "i-a", 1.0),
-            idle_row(2, "i-b", 1.0),
-            idle_row(3, "i-c", 1.0),
-        ],
+        idle_rows(&[("i-a", 1.0), ("i-b", 1.0), ("i-c", 1.0)]),
     );
     vec![
         row(
@@ -94,7 +90,7 @@ fn cases() -> Vec<Case<Replaced>> {
             two.clone(),
             snap(
                 vec![old("i-a", 100), old("i-b", 100), new("i-c", 10)],
-                vec![idle_row(1, "i-a", 30.0), idle_row(2, "i-b", 10.0)],
+                idle_rows(&[("i-a", 30.0), ("i-b", 10.0)]),
             ),
             vec![],
             0,
@@ -105,11 +101,7 @@ fn cases() -> Vec<Case<Replaced>> {
             two.clone(),
             snap(
                 vec![old("i-a", 100), old("i-b", 100), new("i-c", 10)],
-                vec![
-                    idle_row(1, "i-a", 30.0),
-                    idle_row(2, "i-b", 10.0),
-                    idle_row(3, "i-c", 1.0),
-                ],
+                idle_rows(&[("i-a", 30.0), ("i-b", 10.0), ("i-c", 1.0)]),
             ),
             vec![("i-a", Reason::Drifted)],
             1,
@@ -166,11 +158,7 @@ fn cases() -> Vec<Case<Replaced>> {
                     new("i-b", 100),
                     new("i-c", 100),
                 ],
-                vec![
-                    idle_row(1, "i-a", 1.0),
-                    idle_row(2, "i-b", 1.0),
-                    idle_row(3, "i-c", 1.0),
-                ],
+                idle_rows(&[("i-a", 1.0), ("i-b", 1.0), ("i-c", 1.0)]),
             ),
             vec![("i-a", Reason::Drifted)],
             0,
@@ -179,10 +167,7 @@ fn cases() -> Vec<Case<Replaced>> {
         row(
             "launched before instances carried the hash: not known to drift",
             two.clone(),
-            snap(
-                vec![inst("i-a", 100), inst("i-b", 100)],
-                vec![idle_row(1, "i-a", 1.0), idle_row(2, "i-b", 1.0)],
-            ),
+            idle_pool(&[("i-a", 1.0), ("i-b", 1.0)]),
             vec![],
             0,
             0,
@@ -219,10 +204,7 @@ fn cases() -> Vec<Case<Replaced>> {
             snap(
                 vec![old("i-a", 100), new("i-b", 100)],
                 vec![
-                    PoolRow {
-                        polled_secs: Some(600.0),
-                        ..idle_row(1, "i-a", 30.0)
-                    },
+                    polled_ago(600.0, idle_row(1, "i-a", 30.0)),
                     idle_row(2, "i-b", 1.0),
                 ],
             ),
@@ -250,10 +232,7 @@ fn cases() -> Vec<Case<Replaced>> {
             1,
             2,
         )
-        .also(Also {
-            starts: Some(vec!["i-c"]),
-            ..Also::default()
-        }),
+        .also([Starts(vec!["i-c"])]),
     ]
 }
 

@@ -36,21 +36,11 @@ fn rows_of(
 
 fn cases() -> Vec<Case<Ended>> {
     let grace = Limits::default().unlisted_grace_secs;
-    let with_state = |state| Ec2Instance {
-        state,
-        ..inst("i-x", 100)
-    };
-    let mut terminated = inst("i-a", 100);
-    terminated.state = Ec2State::Terminated;
-    let mut shutting_down = inst("i-b", 100);
-    shutting_down.state = Ec2State::ShuttingDown;
-    let claim = PoolRow {
-        claim: true,
-        idle_secs: None,
-        ..idle_row(8, "i-gone", 0.0)
-    };
-    let mut gone = inst("i-gone", 100);
-    gone.state = Ec2State::Terminated;
+    let with_state = |state| in_state("i-x", state);
+    let terminated = in_state("i-a", Ec2State::Terminated);
+    let shutting_down = in_state("i-b", Ec2State::ShuttingDown);
+    let claim = claim_row(8, "i-gone");
+    let gone = in_state("i-gone", Ec2State::Terminated);
 
     let mut cases = vec![
         case(
@@ -59,11 +49,7 @@ fn cases() -> Vec<Case<Ended>> {
             snap(vec![terminated, shutting_down], vec![]),
             (vec![], vec![]),
         )
-        .also(Also {
-            launches: Some(2),
-            terminating: Some(1),
-            ..Also::default()
-        }),
+        .also([Launches(2), Terminating(1)]),
         case(
             "the claim row of a terminated instance is ended",
             spec(0, 0, 2),

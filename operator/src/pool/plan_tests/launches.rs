@@ -91,7 +91,7 @@ fn cases() -> Vec<Case<Launched>> {
 
     // What this loop launched that the listing lacks yet: booting, taking
     // room, until a listing shows it or its row ends.
-    let listed = snap(vec![inst("i-1", 100)], vec![idle_row(1, "i-1", 5.0)]);
+    let listed = idle_pool(&[("i-1", 5.0)]);
     let one_unlisted = Snapshot {
         ours: HashSet::from(["i-2".to_string()]),
         ..listed.clone()
@@ -130,7 +130,20 @@ fn cases() -> Vec<Case<Launched>> {
     };
     let noticed = |rows| snap(vec![inst("i-busy", 100), inst("i-idle", 100)], rows);
 
-    vec![
+    // The same pass, listed or not: three of ours fill maxInstances 3.
+    let fill_max = [
+        (
+            "two of ours unlisted and one listed fill maxInstances",
+            two_unlisted,
+        ),
+        (
+            "once listed, one of ours is counted once",
+            one_listed_since.clone(),
+        ),
+    ]
+    .map(|(what, sn)| case(what, spec(4, 4, 3), sn, (0, 1, 2)).also([Room(0)]));
+
+    let rows = vec![
         case(
             "idle.min 0, nothing waits: nothing launched",
             spec(0, 0, 10),
@@ -222,18 +235,17 @@ fn cases() -> Vec<Case<Launched>> {
             max_batch: 100,
             ..Limits::default()
         })
-        .also(Also {
-            batches: Some(vec![
+        .also([
+            Batches(vec![
                 (off("t3.small", "subnet-b"), 100),
                 (off("t3.small", "subnet-b"), 100),
                 (off("t3.small", "subnet-b"), 50),
             ]),
-            fallback: Some(vec![
+            Fallback(vec![
                 off("t3.medium", "subnet-a"),
                 off("t3.medium", "subnet-b"),
             ]),
-            ..Also::default()
-        }),
+        ]),
         case(
             "one of ours the listing lacks is booting and counts toward idle.min",
             spec(2, 2, 3),
@@ -241,67 +253,34 @@ fn cases() -> Vec<Case<Launched>> {
             (0, 0, 1),
         ),
         case(
-            "two of ours unlisted and one listed fill maxInstances",
-            spec(4, 4, 3),
-            two_unlisted,
-            (0, 1, 2),
-        )
-        .also(Also {
-            room: Some(0),
-            ..Also::default()
-        }),
-        case(
-            "once listed, one of ours is counted once",
-            spec(4, 4, 3),
-            one_listed_since,
-            (0, 1, 2),
-        )
-        .also(Also {
-            room: Some(0),
-            ..Also::default()
-        }),
-        case(
             "one of ours unlisted that was handed a run is busy, not booting",
             spec(4, 4, 3),
             handed_a_run,
             (0, 2, 1),
         )
-        .also(Also {
-            busy: Some(1),
-            room: Some(0),
-            ..Also::default()
-        }),
+        .also([Busy(1), Room(0)]),
         case(
             "one of ours unlisted whose row ended: neither booting nor retired until listed",
             spec(4, 4, 3),
             its_row_ended,
             (1, 1, 1),
         )
-        .also(Also {
-            busy: Some(0),
-            room: Some(1),
-            retired: Some(vec![]),
-            ..Also::default()
-        }),
+        .also([Busy(0), Room(1), Retired(vec![])]),
         case(
             "a spot notice launches the replacement at once; a leaving instance is not idle",
             spec(1, 1, 10),
             noticed(vec![interrupted, leaving.clone()]),
             (2, 0, 0),
         )
-        .also(Also {
-            busy: Some(1),
-            idle: Some(0),
-            retired: Some(vec![]),
-            ..Also::default()
-        }),
+        .also([Busy(1), Idle(0), Retired(vec![])]),
         case(
             "a rebalance recommendation on a busy instance launches nothing for it",
             spec(1, 1, 10),
             noticed(vec![recommended, leaving]),
             (1, 0, 0),
         ),
-    ]
+    ];
+    rows.into_iter().chain(fill_max).collect()
 }
 
 #[test]

@@ -8,6 +8,10 @@ use chrono::{DateTime, Duration, TimeZone, Utc};
 
 use super::*;
 use crate::crd::{IdleRange, Launch, OnDelete, WarmPoolSpec};
+use Check::{
+    Batches, Busy, Ends, Fallback, Gone, Idle, Launches, Launching, Retired, Room, Starts,
+    Terminating,
+};
 
 mod bounds;
 mod deletion;
@@ -36,18 +40,11 @@ pub(in crate::pool) fn spec(min: i32, max: i32, max_instances: i32) -> WarmPoolS
         max_uses: 0,
         boot_timeout_seconds: 300,
         launch: Launch {
-            launch_template: None,
             image_id: Some("ami-1".into()),
             instance_types: vec!["t3.small".into(), "t3.medium".into()],
             subnet_ids: vec!["subnet-a".into(), "subnet-b".into()],
-            security_group_ids: vec![],
-            iam_instance_profile: None,
-            tags: Default::default(),
-            agent_path: "/usr/local/bin/orca-pool-agent".into(),
             run_command: "run".into(),
-            database_url_file: None,
-            database_url_in: Default::default(),
-            capacity_type: Default::default(),
+            ..Launch::default()
         },
         paused: false,
         on_delete: OnDelete::Terminate,
@@ -91,6 +88,46 @@ fn idle_row(id: i64, instance: &str, idle: f64) -> PoolRow {
         woken_secs: None,
         noticed: false,
         interrupted: false,
+    }
+}
+
+/// Idle instances 100 s old, each with its idle row (numbered from 1): the
+/// instance and how long it has been idle.
+fn idle_pool(idle: &[(&str, f64)]) -> Snapshot {
+    let instances = idle.iter().map(|(id, _)| inst(id, 100)).collect();
+    snap(instances, idle_rows(idle))
+}
+
+/// Idle rows numbered from 1: the instance and how long it has been idle.
+fn idle_rows(idle: &[(&str, f64)]) -> Vec<PoolRow> {
+    (1..)
+        .zip(idle)
+        .map(|(n, (id, secs))| idle_row(n, id, *secs))
+        .collect()
+}
+
+/// `row`, its agent last heard from `secs` ago.
+fn polled_ago(secs: f64, row: PoolRow) -> PoolRow {
+    PoolRow {
+        polled_secs: Some(secs),
+        ..row
+    }
+}
+
+/// The operator's claim on `instance`: a row no agent wrote.
+fn claim_row(id: i64, instance: &str) -> PoolRow {
+    PoolRow {
+        claim: true,
+        idle_secs: None,
+        ..idle_row(id, instance, 0.0)
+    }
+}
+
+/// An instance 100 s old in `state`.
+fn in_state(id: &str, state: Ec2State) -> Ec2Instance {
+    Ec2Instance {
+        state,
+        ..inst(id, 100)
     }
 }
 
@@ -159,7 +196,7 @@ fn retirements(p: &PoolPlan) -> Vec<(&str, Reason, End)> {
 /// One row of a table: a pass — the pool's spec and snapshot, the offerings
 /// without capacity and until when, the limits and the clock — and what its
 /// plan must show: `want`, which the row's table checks of every row, and
-/// `also`, which this row checks besides. Every failure names the row.
+/// `also`, what this row checks besides. Every failure names the row.
 struct Case<W> {
     name: String,
     spec: WarmPoolSpec,
@@ -168,7 +205,7 @@ struct Case<W> {
     limits: Limits,
     at: DateTime<Utc>,
     want: W,
-    also: Also,
+    also: Vec<Check>,
 }
 
 /// A row whose pass runs at `now()`, every offering available, with the
@@ -182,7 +219,7 @@ fn case<W>(name: impl Into<String>, spec: WarmPoolSpec, snap: Snapshot, want: W)
         limits: Limits::default(),
         at: now(),
         want,
-        also: Also::default(),
+        also: Vec::new(),
     }
 }
 
@@ -205,9 +242,9 @@ impl<W> Case<W> {
         self
     }
 
-    /// What this row checks beyond its table's `want`.
-    fn also(mut self, also: Also) -> Self {
-        self.also = also;
+    /// What else this row checks of its plan, beyond its table's `want`.
+    fn also(mut self, checks: impl IntoIterator<Item = Check>) -> Self {
+        self.also.extend(checks);
         self
     }
 
@@ -216,84 +253,71 @@ impl<W> Case<W> {
     #[track_caller]
     fn plan(&self) -> PoolPlan {
         let p = plan(&self.spec, &self.snap, &self.held, &self.limits, self.at);
-        self.also.check(&self.name, &p);
+        for check in &self.also {
+            check.check(&self.name, &p);
+        }
         p
     }
 }
 
-/// What a row checks of its plan beyond its table's `want`; `None`: not
-/// checked.
-#[derive(Default)]
-struct Also {
+/// What a row checks of its plan beyond its table's `want`.
+enum Check {
     /// Every retirement: (instance, reason, end), in order.
-    retired: Option<Vec<(&'static str, Reason, End)>>,
+    Retired(Vec<(&'static str, Reason, End)>),
     /// How many instances are launched (and no batch when none).
-    launches: Option<u32>,
+    Launches(u32),
     /// Every launch batch: (offering, count), in order.
-    batches: Option<Vec<(Offering, u32)>>,
-    fallback: Option<Vec<Offering>>,
+    Batches(Vec<(Offering, u32)>),
+    Fallback(Vec<Offering>),
     /// The instances started from the reserve, in order.
-    starts: Option<Vec<&'static str>>,
-    ends: Option<Vec<i64>>,
-    gone: Option<Vec<i64>>,
-    room: Option<u32>,
-    idle: Option<u32>,
-    busy: Option<u32>,
-    launching: Option<u32>,
-    terminating: Option<u32>,
-    counts: Option<Counts>,
-    /// The whole plan.
-    plan: Option<PoolPlan>,
+    Starts(Vec<&'static str>),
+    Ends(Vec<i64>),
+    Gone(Vec<i64>),
+    /// The room left under maxInstances.
+    Room(u32),
+    /// How many are counted idle, busy, launching, terminating.
+    Idle(u32),
+    Busy(u32),
+    Launching(u32),
+    Terminating(u32),
+    Counts(Counts),
+    /// The whole plan (boxed: it is large beside the others).
+    Plan(Box<PoolPlan>),
 }
 
-impl Also {
+impl Check {
     #[track_caller]
     fn check(&self, name: &str, p: &PoolPlan) {
-        if let Some(want) = &self.retired {
-            assert_eq!(&retirements(p), want, "{name}: retirements");
-        }
-        if let Some(want) = self.launches {
-            assert_eq!(p.launch_count(), want, "{name}: launches");
-            assert_eq!(p.launches.is_empty(), want == 0, "{name}: {p:?}");
-        }
-        if let Some(want) = &self.batches {
-            let got: Vec<(Offering, u32)> = p
-                .launches
-                .iter()
-                .map(|b| (b.offering.clone(), b.count))
-                .collect();
-            assert_eq!(&got, want, "{name}: batches");
-        }
-        if let Some(want) = &self.fallback {
-            assert_eq!(&p.fallback, want, "{name}: fallback");
-        }
-        if let Some(want) = &self.starts {
-            let got: Vec<&str> = p.starts.iter().map(|w| w.instance.as_str()).collect();
-            assert_eq!(&got, want, "{name}: starts");
-        }
-        if let Some(want) = &self.ends {
-            assert_eq!(&p.ends, want, "{name}: ends");
-        }
-        if let Some(want) = &self.gone {
-            assert_eq!(&p.gone, want, "{name}: gone");
-        }
-        let numbers = [
-            ("room", self.room, p.room),
-            ("idle", self.idle, p.counts.idle),
-            ("busy", self.busy, p.counts.busy),
-            ("launching", self.launching, p.counts.launching),
-            ("terminating", self.terminating, p.counts.terminating),
-        ];
-        for (what, want, got) in numbers {
-            if let Some(want) = want {
-                assert_eq!(got, want, "{name}: {what}");
+        match self {
+            Check::Retired(want) => assert_eq!(&retirements(p), want, "{name}: retirements"),
+            Check::Launches(want) => {
+                assert_eq!(p.launch_count(), *want, "{name}: launches");
+                assert_eq!(p.launches.is_empty(), *want == 0, "{name}: {p:?}");
             }
-        }
-        if let Some(want) = &self.counts {
-            assert_eq!(&p.counts, want, "{name}: counts");
-        }
-        if let Some(want) = &self.plan {
-            assert_eq!(p, want, "{name}: the whole plan");
+            Check::Batches(want) => {
+                let got: Vec<(Offering, u32)> = p
+                    .launches
+                    .iter()
+                    .map(|b| (b.offering.clone(), b.count))
+                    .collect();
+                assert_eq!(&got, want, "{name}: batches");
+            }
+            Check::Fallback(want) => assert_eq!(&p.fallback, want, "{name}: fallback"),
+            Check::Starts(want) => {
+                let got: Vec<&str> = p.starts.iter().map(|w| w.instance.as_str()).collect();
+                assert_eq!(&got, want, "{name}: starts");
+            }
+            Check::Ends(want) => assert_eq!(&p.ends, want, "{name}: ends"),
+            Check::Gone(want) => assert_eq!(&p.gone, want, "{name}: gone"),
+            Check::Room(want) => assert_eq!(p.room, *want, "{name}: room"),
+            Check::Idle(want) => assert_eq!(p.counts.idle, *want, "{name}: idle"),
+            Check::Busy(want) => assert_eq!(p.counts.busy, *want, "{name}: busy"),
+            Check::Launching(want) => assert_eq!(p.counts.launching, *want, "{name}: launching"),
+            Check::Terminating(want) => {
+                assert_eq!(p.counts.terminating, *want, "{name}: terminating")
+            }
+            Check::Counts(want) => assert_eq!(&p.counts, want, "{name}: counts"),
+            Check::Plan(want) => assert_eq!(p, &**want, "{name}: the whole plan"),
         }
     }
 }

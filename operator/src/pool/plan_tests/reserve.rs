@@ -21,9 +21,21 @@ struct Pool {
     demand: i64,
 }
 
-/// What the plan does: (starts, stops, restops, launches, retired beyond
-/// stopped.max, short, counts.idle, counts.stopped).
-type Did = (usize, usize, usize, u32, usize, u32, u32, u32);
+/// What the plan does; a row names only what is not 0.
+#[derive(Clone, Copy, Debug, PartialEq)]
+struct Did {
+    starts: usize,
+    stops: usize,
+    restops: usize,
+    launches: u32,
+    /// Retired beyond stopped.max.
+    beyond: usize,
+    short: u32,
+    /// counts.idle
+    idle: u32,
+    /// counts.stopped
+    stopped: u32,
+}
 
 /// The spec and snapshot a [`Pool`] describes.
 fn given(p: Pool) -> (WarmPoolSpec, Snapshot) {
@@ -62,23 +74,35 @@ fn given(p: Pool) -> (WarmPoolSpec, Snapshot) {
     (s, snap)
 }
 
-/// What a plan did, as [`Did`] says.
+/// A plan that does nothing and counts nothing idle or stopped.
+const NOTHING: Did = Did {
+    starts: 0,
+    stops: 0,
+    restops: 0,
+    launches: 0,
+    beyond: 0,
+    short: 0,
+    idle: 0,
+    stopped: 0,
+};
+
+/// What a plan did.
 fn did(plan: &PoolPlan) -> Did {
     let beyond = plan
         .retirements
         .iter()
         .filter(|r| r.reason == Reason::ReserveBeyondMax)
         .count();
-    (
-        plan.starts.len(),
-        plan.stops.len(),
-        plan.restops.len(),
-        plan.launch_count(),
+    Did {
+        starts: plan.starts.len(),
+        stops: plan.stops.len(),
+        restops: plan.restops.len(),
+        launches: plan.launch_count(),
         beyond,
-        plan.short,
-        plan.counts.idle,
-        plan.counts.stopped,
-    )
+        short: plan.short,
+        idle: plan.counts.idle,
+        stopped: plan.counts.stopped,
+    }
 }
 
 /// The rows a [`Pool`] describes, then those of snapshots made by hand.
@@ -93,22 +117,32 @@ fn cases() -> Vec<Case<Did>> {
         (
             "an empty pool launches for the reserve",
             base,
-            (0, 0, 0, 2, 0, 0, 0, 0),
+            Did {
+                launches: 2,
+                ..NOTHING
+            },
         ),
         (
             "booting beyond what runs need will go to the reserve",
             Pool { booting: 2, ..base },
-            (0, 0, 0, 0, 0, 0, 0, 0),
+            NOTHING,
         ),
         (
             "spare idle instances are stopped into it, not counted idle",
             Pool { idle: 2, ..base },
-            (0, 2, 0, 0, 0, 0, 0, 2),
+            Did {
+                stops: 2,
+                stopped: 2,
+                ..NOTHING
+            },
         ),
         (
             "a full reserve: nothing to do",
             Pool { stopped: 2, ..base },
-            (0, 0, 0, 0, 0, 0, 0, 2),
+            Did {
+                stopped: 2,
+                ..NOTHING
+            },
         ),
         (
             "demand starts the reserve first, then launches",
@@ -117,17 +151,29 @@ fn cases() -> Vec<Case<Did>> {
                 demand: 3,
                 ..base
             },
-            (2, 0, 0, 1, 0, 0, 0, 0),
+            Did {
+                starts: 2,
+                launches: 1,
+                ..NOTHING
+            },
         ),
         (
             "while runs wait, launches are for them, not the reserve",
             Pool { demand: 2, ..base },
-            (0, 0, 0, 2, 0, 0, 0, 0),
+            Did {
+                launches: 2,
+                ..NOTHING
+            },
         ),
         (
             "once none waits, the reserve is refilled",
             Pool { idle: 1, ..base },
-            (0, 1, 0, 1, 0, 0, 0, 1),
+            Did {
+                stops: 1,
+                launches: 1,
+                stopped: 1,
+                ..NOTHING
+            },
         ),
         (
             "below idle.min starts the reserve before launching",
@@ -136,7 +182,12 @@ fn cases() -> Vec<Case<Did>> {
                 stopped: 2,
                 ..base
             },
-            (1, 0, 0, 1, 0, 0, 0, 1),
+            Did {
+                starts: 1,
+                launches: 1,
+                stopped: 1,
+                ..NOTHING
+            },
         ),
         (
             "idle up to idle.min stays running; only the spare goes",
@@ -145,7 +196,13 @@ fn cases() -> Vec<Case<Did>> {
                 idle: 3,
                 ..base
             },
-            (0, 1, 0, 1, 0, 0, 2, 1),
+            Did {
+                stops: 1,
+                launches: 1,
+                idle: 2,
+                stopped: 1,
+                ..NOTHING
+            },
         ),
         (
             "beyond stopped.max the stopped ones go",
@@ -154,7 +211,11 @@ fn cases() -> Vec<Case<Did>> {
                 stopped: 3,
                 ..base
             },
-            (0, 0, 0, 0, 2, 0, 0, 1),
+            Did {
+                beyond: 2,
+                stopped: 1,
+                ..NOTHING
+            },
         ),
         (
             "spare idle is stopped up to stopped.max rather than retired",
@@ -165,7 +226,11 @@ fn cases() -> Vec<Case<Did>> {
                 idle: 2,
                 ..base
             },
-            (0, 2, 0, 0, 0, 0, 0, 3),
+            Did {
+                stops: 2,
+                stopped: 3,
+                ..NOTHING
+            },
         ),
         (
             "stopped.max above min keeps what is there",
@@ -174,7 +239,10 @@ fn cases() -> Vec<Case<Did>> {
                 stopped: 3,
                 ..base
             },
-            (0, 0, 0, 0, 0, 0, 0, 3),
+            Did {
+                stopped: 3,
+                ..NOTHING
+            },
         ),
         (
             "reserved but still running: stopped again, counted in the reserve",
@@ -182,7 +250,11 @@ fn cases() -> Vec<Case<Did>> {
                 stopping: 2,
                 ..base
             },
-            (0, 0, 2, 0, 0, 0, 0, 2),
+            Did {
+                restops: 2,
+                stopped: 2,
+                ..NOTHING
+            },
         ),
         (
             "no reserve in the spec: spare idle is left to idle.max",
@@ -191,7 +263,7 @@ fn cases() -> Vec<Case<Did>> {
                 idle: 3,
                 ..base
             },
-            (0, 0, 0, 0, 0, 0, 3, 0),
+            Did { idle: 3, ..NOTHING },
         ),
         (
             "no reserve in the spec: one left from before goes",
@@ -200,7 +272,10 @@ fn cases() -> Vec<Case<Did>> {
                 stopped: 1,
                 ..base
             },
-            (0, 0, 0, 0, 1, 0, 0, 0),
+            Did {
+                beyond: 1,
+                ..NOTHING
+            },
         ),
         (
             "the reserve counts against maxInstances",
@@ -210,7 +285,11 @@ fn cases() -> Vec<Case<Did>> {
                 demand: 3,
                 ..base
             },
-            (2, 0, 0, 0, 0, 1, 0, 0),
+            Did {
+                starts: 2,
+                short: 1,
+                ..NOTHING
+            },
         ),
         (
             "spare idle beyond what the reserve takes is trimmed to idle.max",
@@ -219,7 +298,12 @@ fn cases() -> Vec<Case<Did>> {
                 idle: 5,
                 ..base
             },
-            (0, 2, 0, 0, 0, 0, 1, 2),
+            Did {
+                stops: 2,
+                idle: 1,
+                stopped: 2,
+                ..NOTHING
+            },
         ),
     ];
     let pooled = pools.iter().map(|&(what, pool, want)| {
@@ -276,63 +360,88 @@ fn by_hand() -> Vec<Case<Did>> {
             "unpaused: the spare idle one is stopped, the running reserved one stopped again",
             reserve_3.clone(),
             three.clone(),
-            (0, 1, 1, 0, 0, 0, 0, 3),
+            Did {
+                stops: 1,
+                restops: 1,
+                stopped: 3,
+                ..NOTHING
+            },
         ),
         case(
             "unpaused, runs waiting: the stopped one is started",
             reserve_3,
             three_demand.clone(),
-            (1, 0, 1, 2, 0, 0, 1, 1),
+            Did {
+                starts: 1,
+                restops: 1,
+                launches: 2,
+                idle: 1,
+                stopped: 1,
+                ..NOTHING
+            },
         ),
         case(
             "paused: nothing started or stopped, still counted",
             paused.clone(),
             three,
-            (0, 0, 0, 0, 0, 0, 1, 2),
+            Did {
+                idle: 1,
+                stopped: 2,
+                ..NOTHING
+            },
         ),
         case(
             "paused, runs waiting: nothing started or stopped, still counted",
             paused,
             three_demand,
-            (0, 0, 0, 0, 0, 0, 1, 2),
+            Did {
+                idle: 1,
+                stopped: 2,
+                ..NOTHING
+            },
         ),
         case(
             "a started instance boots like a launch: it counts toward idle.min",
             reserve_0.clone(),
             woken(20.0),
-            (0, 0, 0, 0, 0, 0, 0, 0),
+            NOTHING,
         )
-        .also(Also {
-            launching: Some(1),
-            retired: Some(vec![]),
-            ..Also::default()
-        }),
+        .also([Launching(1), Retired(vec![])]),
         case(
             "a started instance times out like a launch, and is replaced",
             reserve_0,
             woken(300.0),
-            (0, 0, 0, 1, 0, 0, 0, 0),
+            Did {
+                launches: 1,
+                ..NOTHING
+            },
         )
-        .also(Also {
-            retired: Some(vec![("i-1", Reason::BootTimeout, End::Reserved(1))]),
-            ..Also::default()
-        }),
+        .also([Retired(vec![(
+            "i-1",
+            Reason::BootTimeout,
+            End::Reserved(1),
+        )])]),
         case(
             "a reserve whose offering has no capacity is not started; idle.min launches elsewhere",
             reserve_1.clone(),
             one_stopped.clone(),
-            (0, 0, 0, 1, 0, 0, 0, 1),
+            Did {
+                launches: 1,
+                stopped: 1,
+                ..NOTHING
+            },
         )
         .held(held.clone(), 180)
-        .also(Also {
-            batches: Some(vec![(off("t3.small", "subnet-b"), 1)]),
-            ..Also::default()
-        }),
+        .also([Batches(vec![(off("t3.small", "subnet-b"), 1)])]),
         case(
             "the hold over, the reserve is started",
             reserve_1,
             one_stopped,
-            (1, 0, 0, 1, 0, 0, 0, 0),
+            Did {
+                starts: 1,
+                launches: 1,
+                ..NOTHING
+            },
         )
         .held(held, 180)
         .at(240),
@@ -341,12 +450,12 @@ fn by_hand() -> Vec<Case<Did>> {
             "a stopped instance with an idle row is never counted idle",
             reserve_2,
             snap(vec![stopped("i-1")], vec![idle_row(1, "i-1", 1.0)]),
-            (0, 0, 0, 3, 0, 0, 0, 0),
+            Did {
+                launches: 3,
+                ..NOTHING
+            },
         )
-        .also(Also {
-            gone: Some(vec![1]),
-            ..Also::default()
-        }),
+        .also([Gone(vec![1])]),
     ]
 }
 

@@ -40,10 +40,7 @@ fn hung(secs: Option<f64>) -> Snapshot {
 type Retired = Vec<(&'static str, Reason, End)>;
 
 fn cases() -> Vec<Case<Retired>> {
-    let stale = PoolRow {
-        polled_secs: Some(31.0),
-        ..idle_row(1, "i-x", 40.0)
-    };
+    let stale = polled_ago(31.0, idle_row(1, "i-x", 40.0));
     let never_polled = PoolRow {
         polled_secs: None,
         ..idle_row(1, "i-x", 40.0)
@@ -57,58 +54,28 @@ fn cases() -> Vec<Case<Retired>> {
         uses: 3,
         ..busy_row(1, "i-x")
     };
-    let claim = PoolRow {
-        claim: true,
-        idle_secs: None,
-        ..idle_row(1, "i-x", 0.0)
-    };
-    let idle_4 = snap(
-        vec![
-            inst("i-a", 100),
-            inst("i-b", 100),
-            inst("i-c", 100),
-            inst("i-d", 100),
-        ],
-        vec![
-            idle_row(1, "i-a", 5.0),
-            idle_row(2, "i-b", 50.0),
-            idle_row(3, "i-c", 20.0),
-            idle_row(4, "i-d", 1.0),
-        ],
-    );
+    let claim = claim_row(1, "i-x");
+    let idle_4 = idle_pool(&[("i-a", 5.0), ("i-b", 50.0), ("i-c", 20.0), ("i-d", 1.0)]);
     let idle_3_demand_1 = Snapshot {
         demand: 1,
-        ..snap(
-            vec![inst("i-a", 100), inst("i-b", 100), inst("i-c", 100)],
-            vec![
-                idle_row(1, "i-a", 5.0),
-                idle_row(2, "i-b", 6.0),
-                idle_row(3, "i-c", 7.0),
-            ],
-        )
+        ..idle_pool(&[("i-a", 5.0), ("i-b", 6.0), ("i-c", 7.0)])
     };
     let stale_and_idle = snap(
         vec![inst("i-a", 100), inst("i-b", 100)],
         vec![
-            PoolRow {
-                polled_secs: Some(99.0),
-                ..idle_row(1, "i-a", 40.0)
-            },
+            polled_ago(99.0, idle_row(1, "i-a", 40.0)),
             idle_row(2, "i-b", 3.0),
         ],
     );
     let idle_seen_hung = Snapshot {
         hung: [(1, 1e6)].into(),
-        ..snap(vec![inst("i-x", 100)], vec![idle_row(1, "i-x", 1.0)])
+        ..idle_pool(&[("i-x", 1.0)])
     };
     // Stale, busy, and leaked: what a paused pool leaves be.
     let stale_busy_leaked = snap(
         vec![inst("i-a", 100), inst("i-b", 100), inst("i-c", 1000)],
         vec![
-            PoolRow {
-                polled_secs: Some(99.0),
-                ..idle_row(1, "i-a", 40.0)
-            },
+            polled_ago(99.0, idle_row(1, "i-a", 40.0)),
             busy_row(2, "i-b"),
         ],
     );
@@ -116,16 +83,9 @@ fn cases() -> Vec<Case<Retired>> {
         sn.drain.insert("i-x".to_string());
         sn
     };
-    let two_idle_drain_x = drained(snap(
-        vec![inst("i-x", 100), inst("i-y", 100)],
-        vec![idle_row(1, "i-x", 1.0), idle_row(2, "i-y", 1.0)],
-    ));
+    let two_idle_drain_x = drained(idle_pool(&[("i-x", 1.0), ("i-y", 1.0)]));
     let grace = Limits::default().hung_grace_secs;
     let hung_x = || vec![("i-x", Reason::Hung, End::Busy(1))];
-    let busy = |n| Also {
-        busy: Some(n),
-        ..Also::default()
-    };
 
     vec![
         case(
@@ -215,55 +175,44 @@ fn cases() -> Vec<Case<Retired>> {
                 ("i-c", Reason::IdleBeyondMax, End::Idle(3)),
             ],
         )
-        .also(Also {
-            idle: Some(2),
-            launches: Some(0),
-            ..Also::default()
-        }),
+        .also([Idle(2), Launches(0)]),
         case(
             "unserved demand keeps idle instances beyond idle.max",
             spec(0, 1, 10),
             idle_3_demand_1,
             vec![("i-c", Reason::IdleBeyondMax, End::Idle(3))],
         )
-        .also(Also {
-            launches: Some(0),
-            ..Also::default()
-        }),
+        .also([Launches(0)]),
         case(
             "a retired instance is replaced up to idle.min",
             spec(2, 2, 2),
             stale_and_idle,
             vec![("i-a", Reason::Stale, End::Idle(1))],
         )
-        .also(Also {
-            room: Some(1),
-            launches: Some(1),
-            ..Also::default()
-        }),
-        case("busy, never seen hung", max_uses(0), hung(None), vec![]).also(busy(2)),
-        case("busy, just seen hung", max_uses(0), hung(Some(0.0)), vec![]).also(busy(2)),
+        .also([Room(1), Launches(1)]),
+        case("busy, never seen hung", max_uses(0), hung(None), vec![]).also([Busy(2)]),
+        case("busy, just seen hung", max_uses(0), hung(Some(0.0)), vec![]).also([Busy(2)]),
         case(
             "busy, hung just short of the grace",
             max_uses(0),
             hung(Some(grace - 0.5)),
             vec![],
         )
-        .also(busy(2)),
+        .also([Busy(2)]),
         case(
             "busy, hung the grace: retired",
             max_uses(0),
             hung(Some(grace)),
             hung_x(),
         )
-        .also(busy(1)),
+        .also([Busy(1)]),
         case(
             "busy, hung ten times the grace: retired",
             max_uses(0),
             hung(Some(grace * 10.0)),
             hung_x(),
         )
-        .also(busy(1)),
+        .also([Busy(1)]),
         case(
             "an idle row is never hung, whatever the snapshot says of it",
             max_uses(0),
@@ -279,29 +228,21 @@ fn cases() -> Vec<Case<Retired>> {
                 ("i-c", Reason::Leaked, End::Claim),
             ],
         )
-        .also(Also {
-            launches: Some(3),
-            busy: Some(1),
-            ..Also::default()
-        }),
+        .also([Launches(3), Busy(1)]),
         case(
             "drained idle: retired, and replaced up to idle.min",
             spec(2, 2, 10),
             two_idle_drain_x,
             vec![("i-x", Reason::Drained, End::Idle(1))],
         )
-        .also(Also {
-            idle: Some(1),
-            launches: Some(1),
-            ..Also::default()
-        }),
+        .also([Idle(1), Launches(1)]),
         case(
             "drained busy: it finishes its run first",
             max_uses(0),
             drained(lone(100, Some(busy_row(1, "i-x")), false, false)),
             vec![],
         )
-        .also(busy(1)),
+        .also([Busy(1)]),
         case(
             "drained booting: it goes before it is handed a run",
             max_uses(0),
@@ -317,18 +258,13 @@ fn cases() -> Vec<Case<Retired>> {
             stale_busy_leaked,
             vec![],
         )
-        .also(Also {
-            launches: Some(0),
-            busy: Some(1),
-            ..Also::default()
-        }),
+        .also([Launches(0), Busy(1)]),
     ]
 }
 
 #[test]
 fn retirement_table() {
     for c in cases() {
-        let p = c.plan();
-        assert_eq!(retirements(&p), c.want, "{}", c.name);
+        assert_eq!(retirements(&c.plan()), c.want, "{}", c.name);
     }
 }

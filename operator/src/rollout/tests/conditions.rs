@@ -4,14 +4,7 @@ use super::fixtures::*;
 
 /// v1 registered and leading, at 10 s.
 fn v1_settled() -> Observed {
-    let v1 = pod("v1", 1, 0, PodState::Running);
-    observed(
-        spec("v1"),
-        vec![v1.clone()],
-        vec![job("v1", JobState::Succeeded { at: at(5) })],
-        vec![row(1, &v1, "leading")],
-        10,
-    )
+    v1_leading(spec("v1"), vec![registered("v1", 5)], 10)
 }
 
 #[test]
@@ -21,13 +14,7 @@ fn conditions_keep_their_transition_time_while_unchanged() {
     o.status = first.status.clone();
     o.now = at(50);
     let second = decide(&o);
-    let since = |d: &Decision| {
-        d.status
-            .conditions
-            .iter()
-            .find(|c| c.type_ == "Available")
-            .map(|c| c.last_transition_time.clone())
-    };
+    let since = |d: &Decision| condition_of(d, "Available").map(|c| c.last_transition_time.clone());
     assert_eq!(since(&first), since(&second));
 }
 
@@ -64,9 +51,7 @@ fn a_condition_turning_degraded_is_said_once_as_a_warning() {
     let cases: Vec<(&str, Observed)> = vec![
         (
             "LeadTimeout",
-            observed(
-                spec("v2"),
-                vec![v1.clone(), v2.clone()],
+            v1_to_v2(
                 vec![],
                 vec![draining(v1_leads.clone(), 105), row(2, &v2, "waiting")],
                 136,
@@ -78,7 +63,7 @@ fn a_condition_turning_degraded_is_said_once_as_a_warning() {
                 observed(
                     spec("v2"),
                     vec![v1.clone(), v2_late.clone()],
-                    vec![job("v2", JobState::Succeeded { at: at(3010) })],
+                    vec![registered("v2", 3010)],
                     vec![
                         draining(v1_leads.clone(), 3650),
                         row(2, &v2_late, "leading"),
@@ -118,22 +103,23 @@ fn a_condition_turning_degraded_is_said_once_as_a_warning() {
     ];
     for (reason, mut o) in cases {
         let first = decide(&o);
-        assert_eq!(degraded_reason(&first).as_deref(), Some(reason));
-        assert_eq!(
-            warnings(&first, reason),
-            1,
-            "{reason}: said when it turns True: {:?}",
-            first.events
-        );
+        degraded_and_warned(&first, reason, 1, "said when it turns True");
         o.status = first.status;
         o.now += chrono::TimeDelta::seconds(1);
         let second = decide(&o);
-        assert_eq!(degraded_reason(&second).as_deref(), Some(reason));
-        assert_eq!(
-            warnings(&second, reason),
-            0,
-            "{reason}: said once: {:?}",
-            second.events
-        );
+        degraded_and_warned(&second, reason, 0, "said once");
     }
+}
+
+/// `d` is Degraded for `reason` and posts `warned` Warnings for it; `when`
+/// says which pass it is.
+#[track_caller]
+fn degraded_and_warned(d: &Decision, reason: &str, warned: usize, when: &str) {
+    assert_eq!(degraded_reason(d).as_deref(), Some(reason));
+    assert_eq!(
+        warnings(d, reason),
+        warned,
+        "{reason}: {when}: {:?}",
+        d.events
+    );
 }

@@ -8,6 +8,7 @@ pub(super) fn stale_cases() -> Vec<Case> {
     let v2 = pod("v2", 2, 100, PodState::Running);
     let v1_leads = row(1, &v1, "leading");
     let v2_leads = row(2, &v2, "leading");
+    let stale = |r: InstanceView| InstanceView { live: false, ..r };
     let mut unobserved = observed(spec("v1"), vec![], vec![], vec![], 0);
     unobserved.instances = Err(Problem {
         reason: "SecretMissing".into(),
@@ -24,28 +25,48 @@ pub(super) fn stale_cases() -> Vec<Case> {
         },
         Case {
             name: "the leader's row looks stale (a database blip): its pod is kept, never a join time-out",
-            observed: observed(spec("v1"), vec![v1.clone()], vec![job("v1", JobState::Succeeded { at: at(20) })], vec![InstanceView { live: false, ..v1_leads.clone() }], 500),
+            observed: v1_registered(vec![stale(v1_leads.clone())], 500),
             actions: vec![],
             phase: Phase::Degraded,
             degraded: Some("InstanceStale"),
         },
         Case {
             name: "the new leader's row looks stale while the old drains: nothing is deleted",
-            observed: observed(spec("v2"), vec![v1.clone(), v2.clone()], vec![job("v2", JobState::Succeeded { at: at(112) })], vec![draining(v1_leads.clone(), 105), InstanceView { live: false, ..v2_leads.clone() }], 300),
+            observed: v1_to_v2(
+                vec![registered("v2", 112)],
+                vec![draining(v1_leads.clone(), 105), stale(v2_leads.clone())],
+                300,
+            ),
             actions: vec![],
             phase: Phase::Degraded,
             degraded: Some("InstanceStale"),
         },
         Case {
             name: "an old instance that looks stale keeps its pod: its runs are not cut short",
-            observed: observed(spec("v2"), vec![v1.clone(), v2.clone()], vec![job("v2", JobState::Succeeded { at: at(112) })], vec![InstanceView { live: false, ..draining(v1_leads.clone(), 105) }, v2_leads.clone()], 130),
+            observed: v1_to_v2(
+                vec![registered("v2", 112)],
+                vec![stale(draining(v1_leads.clone(), 105)), v2_leads.clone()],
+                130,
+            ),
             actions: vec![],
             phase: Phase::Draining,
             degraded: None,
         },
         Case {
             name: "an old instance never asked to drain (stale then) is bounded by the drain time-out from the rollout",
-            observed: observed(spec("v2"), vec![v1.clone(), v2.clone()], vec![job("v2", JobState::Succeeded { at: at(112) })], vec![InstanceView { live: false, role: "draining".into(), holds_lock: false, ..v1_leads.clone() }, v2_leads.clone()], 701),
+            observed: v1_to_v2(
+                vec![registered("v2", 112)],
+                vec![
+                    InstanceView {
+                        live: false,
+                        role: "draining".into(),
+                        holds_lock: false,
+                        ..v1_leads.clone()
+                    },
+                    v2_leads.clone(),
+                ],
+                701,
+            ),
             actions: vec![delete(&v1)],
             phase: Phase::Ready,
             degraded: None,
@@ -69,9 +90,7 @@ pub(super) fn shared_database_cases() -> Vec<Case> {
         },
         Case {
             name: "another Scheduler's instance is never asked to drain",
-            observed: observed(
-                spec("v2"),
-                vec![v1.clone(), v2.clone()],
+            observed: v1_to_v2(
                 vec![],
                 vec![
                     v1_leads.clone(),
@@ -86,13 +105,7 @@ pub(super) fn shared_database_cases() -> Vec<Case> {
         },
         Case {
             name: "another Scheduler's newer instance does not cost the current pod its place",
-            observed: observed(
-                spec("v1"),
-                vec![v1.clone()],
-                vec![job("v1", JobState::Succeeded { at: at(20) })],
-                vec![v1_leads.clone(), foreign(2, "waiting")],
-                100,
-            ),
+            observed: v1_registered(vec![v1_leads.clone(), foreign(2, "waiting")], 100),
             actions: vec![],
             phase: Phase::Degraded,
             degraded: Some("DatabaseShared"),

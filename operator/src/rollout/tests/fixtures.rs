@@ -2,6 +2,7 @@
 //! snapshot, its pods and rows, the actions and conditions to compare.
 
 pub(super) use chrono::{TimeZone, Utc};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 
 pub(super) use super::super::*;
 pub(super) use crate::crd::{
@@ -128,6 +129,40 @@ pub(super) fn job(image: &str, state: JobState) -> JobView {
     }
 }
 
+/// The register Job of `image`, succeeded at `done`.
+pub(super) fn registered(image: &str, done: i64) -> JobView {
+    job(image, JobState::Succeeded { at: at(done) })
+}
+
+/// v1's first pod, running since 0 and leading alone (instance 1), under
+/// `spec`, with `jobs`, at `now`.
+pub(super) fn v1_leading(spec: SchedulerSpec, jobs: Vec<JobView>, now: i64) -> Observed {
+    let v1 = pod("v1", 1, 0, PodState::Running);
+    observed(
+        spec,
+        vec![v1.clone()],
+        jobs,
+        vec![row(1, &v1, "leading")],
+        now,
+    )
+}
+
+/// v1's first pod, running since 0, its register Job done at 20, under
+/// `spec("v1")`, with the instance `rows`, at `now`.
+pub(super) fn v1_registered(rows: Vec<InstanceView>, now: i64) -> Observed {
+    let v1 = pod("v1", 1, 0, PodState::Running);
+    observed(spec("v1"), vec![v1], vec![registered("v1", 20)], rows, now)
+}
+
+/// A rollout from v1 to v2 under way: v1's first pod and v2's (sequence
+/// 2, created at 100), both running, under `spec("v2")`, with `jobs` and
+/// the instance `rows`, at `now`.
+pub(super) fn v1_to_v2(jobs: Vec<JobView>, rows: Vec<InstanceView>, now: i64) -> Observed {
+    let v1 = pod("v1", 1, 0, PodState::Running);
+    let v2 = pod("v2", 2, 100, PodState::Running);
+    observed(spec("v2"), vec![v1, v2], jobs, rows, now)
+}
+
 pub(super) fn observed(
     spec: SchedulerSpec,
     pods: Vec<PodView>,
@@ -192,11 +227,12 @@ pub(super) fn degraded_reason(d: &Decision) -> Option<String> {
 }
 
 pub(super) fn condition(d: &Decision, type_: &str) -> Option<(String, String)> {
-    d.status
-        .conditions
-        .iter()
-        .find(|c| c.type_ == type_)
-        .map(|c| (c.status.clone(), c.reason.clone()))
+    condition_of(d, type_).map(|c| (c.status.clone(), c.reason.clone()))
+}
+
+/// The condition of type `type_` a decision's status holds, if any.
+pub(super) fn condition_of<'a>(d: &'a Decision, type_: &str) -> Option<&'a Condition> {
+    d.status.conditions.iter().find(|c| c.type_ == type_)
 }
 
 pub(super) fn warnings(d: &Decision, reason: &str) -> usize {

@@ -9,17 +9,26 @@ pub(super) fn handover_cases() -> Vec<Case> {
     let v1_leads = row(1, &v1, "leading");
     let v2_joined = row(2, &v2, "waiting");
     let v2_leads = row(2, &v2, "leading");
+    // The rows as the handover goes: v1 asked to drain at 105 while v2
+    // waits, then while v2 leads; v1's row ended at 129.
+    let drain_asked = vec![draining(v1_leads.clone(), 105), v2_joined.clone()];
+    let v2_took_over = vec![draining(v1_leads.clone(), 105), v2_leads.clone()];
+    let v1_ended = vec![ended(v1_leads.clone(), 129), v2_leads.clone()];
+    // v2 registered at 112; v1's pod has exited as `state` says.
+    let v1_pod_gone = |state, rows, now| {
+        let pods = vec![pod("v1", 1, 0, state), v2.clone()];
+        observed(spec("v2"), pods, vec![registered("v2", 112)], rows, now)
+    };
+    // v2's pod exited 75 at 101 (stop-the-world); v1's pod as `v1`.
+    let after_exit_75 = |v1: PodView, rows, now| {
+        let pods = vec![v1, pod("v2", 2, 100, exited(75, 101))];
+        observed(spec("v2"), pods, vec![], rows, now)
+    };
 
     vec![
         Case {
             name: "a new image starts a pod beside the leader",
-            observed: observed(
-                spec("v2"),
-                vec![v1.clone()],
-                vec![job("v1", JobState::Succeeded { at: at(20) })],
-                vec![v1_leads.clone()],
-                100,
-            ),
+            observed: v1_leading(spec("v2"), vec![registered("v1", 20)], 100),
             actions: vec![
                 create("v2", 2),
                 Action::DeleteJob {
@@ -31,61 +40,35 @@ pub(super) fn handover_cases() -> Vec<Case> {
         },
         Case {
             name: "the new pod has not joined yet: nobody is asked to drain",
-            observed: observed(
-                spec("v2"),
-                vec![v1.clone(), v2.clone()],
-                vec![],
-                vec![v1_leads.clone()],
-                120,
-            ),
+            observed: v1_to_v2(vec![], vec![v1_leads.clone()], 120),
             actions: vec![],
             phase: Phase::HandingOver,
             degraded: None,
         },
         Case {
             name: "the new instance joined: the old is asked to drain",
-            observed: observed(
-                spec("v2"),
-                vec![v1.clone(), v2.clone()],
-                vec![],
-                vec![v1_leads.clone(), v2_joined.clone()],
-                105,
-            ),
+            observed: v1_to_v2(vec![], vec![v1_leads.clone(), v2_joined.clone()], 105),
             actions: vec![Action::AskDrain { instance: 1 }],
             phase: Phase::HandingOver,
             degraded: None,
         },
         Case {
             name: "drain asked, the new one does not lead yet",
-            observed: observed(
-                spec("v2"),
-                vec![v1.clone(), v2.clone()],
-                vec![],
-                vec![draining(v1_leads.clone(), 105), v2_joined.clone()],
-                110,
-            ),
+            observed: v1_to_v2(vec![], drain_asked.clone(), 110),
             actions: vec![],
             phase: Phase::HandingOver,
             degraded: None,
         },
         Case {
             name: "lead time-out is degraded, and it keeps waiting",
-            observed: observed(
-                spec("v2"),
-                vec![v1.clone(), v2.clone()],
-                vec![],
-                vec![draining(v1_leads.clone(), 105), v2_joined.clone()],
-                136,
-            ),
+            observed: v1_to_v2(vec![], drain_asked, 136),
             actions: vec![],
             phase: Phase::Degraded,
             degraded: Some("LeadTimeout"),
         },
         Case {
             name: "a role that says leading without the lock in pg_locks is not a lead",
-            observed: observed(
-                spec("v2"),
-                vec![v1.clone(), v2.clone()],
+            observed: v1_to_v2(
                 vec![],
                 vec![
                     draining(v1_leads.clone(), 105),
@@ -102,130 +85,71 @@ pub(super) fn handover_cases() -> Vec<Case> {
         },
         Case {
             name: "the new one leads: register, only now",
-            observed: observed(
-                spec("v2"),
-                vec![v1.clone(), v2.clone()],
-                vec![],
-                vec![draining(v1_leads.clone(), 105), v2_leads.clone()],
-                110,
-            ),
+            observed: v1_to_v2(vec![], v2_took_over.clone(), 110),
             actions: vec![register("v2")],
             phase: Phase::Registering,
             degraded: None,
         },
         Case {
             name: "registered; the old drains its runs",
-            observed: observed(
-                spec("v2"),
-                vec![v1.clone(), v2.clone()],
-                vec![job("v2", JobState::Succeeded { at: at(112) })],
-                vec![draining(v1_leads.clone(), 105), v2_leads.clone()],
-                120,
-            ),
+            observed: v1_to_v2(vec![registered("v2", 112)], v2_took_over.clone(), 120),
             actions: vec![],
             phase: Phase::Draining,
             degraded: None,
         },
         Case {
             name: "the old row ended and its pod exited: the pod is deleted",
-            observed: observed(
-                spec("v2"),
-                vec![pod("v1", 1, 0, exited(0, 130)), v2.clone()],
-                vec![job("v2", JobState::Succeeded { at: at(112) })],
-                vec![ended(v1_leads.clone(), 129), v2_leads.clone()],
-                131,
-            ),
+            observed: v1_pod_gone(exited(0, 130), v1_ended.clone(), 131),
             actions: vec![delete(&v1)],
             phase: Phase::Draining,
             degraded: None,
         },
         Case {
             name: "the old row ended, its pod still exiting: wait",
-            observed: observed(
-                spec("v2"),
-                vec![v1.clone(), v2.clone()],
-                vec![job("v2", JobState::Succeeded { at: at(112) })],
-                vec![ended(v1_leads.clone(), 129), v2_leads.clone()],
-                140,
-            ),
+            observed: v1_to_v2(vec![registered("v2", 112)], v1_ended.clone(), 140),
             actions: vec![],
             phase: Phase::Draining,
             degraded: None,
         },
         Case {
             name: "the old row ended long ago, the pod lingers: deleted",
-            observed: observed(
-                spec("v2"),
-                vec![v1.clone(), v2.clone()],
-                vec![job("v2", JobState::Succeeded { at: at(112) })],
-                vec![ended(v1_leads.clone(), 129), v2_leads.clone()],
-                170,
-            ),
+            observed: v1_to_v2(vec![registered("v2", 112)], v1_ended, 170),
             actions: vec![delete(&v1)],
             phase: Phase::Draining,
             degraded: None,
         },
         Case {
             name: "drain time-out deletes the old pod",
-            observed: observed(
-                spec("v2"),
-                vec![v1.clone(), v2.clone()],
-                vec![job("v2", JobState::Succeeded { at: at(112) })],
-                vec![draining(v1_leads.clone(), 105), v2_leads.clone()],
-                706,
-            ),
+            observed: v1_to_v2(vec![registered("v2", 112)], v2_took_over.clone(), 706),
             actions: vec![delete(&v1)],
             phase: Phase::Ready,
             degraded: None,
         },
         Case {
             name: "an old pod that exited while its row is live (a crash) is deleted",
-            observed: observed(
-                spec("v2"),
-                vec![pod("v1", 1, 0, exited(137, 108)), v2.clone()],
-                vec![job("v2", JobState::Succeeded { at: at(112) })],
-                vec![draining(v1_leads.clone(), 105), v2_leads.clone()],
-                110,
-            ),
+            observed: v1_pod_gone(exited(137, 108), v2_took_over, 110),
             actions: vec![delete(&v1)],
             phase: Phase::Draining,
             degraded: None,
         },
         Case {
             name: "exit 75: stop-the-world asks the old to drain first",
-            observed: observed(
-                spec("v2"),
-                vec![v1.clone(), pod("v2", 2, 100, exited(75, 101))],
-                vec![],
-                vec![v1_leads.clone()],
-                102,
-            ),
+            observed: after_exit_75(v1.clone(), vec![v1_leads.clone()], 102),
             actions: vec![Action::AskDrain { instance: 1 }],
             phase: Phase::HandingOver,
             degraded: None,
         },
         Case {
             name: "exit 75: the new waits while the old still has a live row",
-            observed: observed(
-                spec("v2"),
-                vec![v1.clone(), pod("v2", 2, 100, exited(75, 101))],
-                vec![],
-                vec![draining(v1_leads.clone(), 102)],
-                110,
-            ),
+            observed: after_exit_75(v1.clone(), vec![draining(v1_leads.clone(), 102)], 110),
             actions: vec![],
             phase: Phase::HandingOver,
             degraded: None,
         },
         Case {
             name: "exit 75: the old row ended, the new starts again",
-            observed: observed(
-                spec("v2"),
-                vec![
-                    pod("v1", 1, 0, exited(0, 120)),
-                    pod("v2", 2, 100, exited(75, 101)),
-                ],
-                vec![],
+            observed: after_exit_75(
+                pod("v1", 1, 0, exited(0, 120)),
                 vec![ended(v1_leads.clone(), 119)],
                 121,
             ),
@@ -241,13 +165,7 @@ fn a_handover_records_each_step_and_says_so() {
     let v1 = pod("v1", 1, 0, PodState::Running);
     let v2 = pod("v2", 2, 100, PodState::Running);
     let v1_leads = row(1, &v1, "leading");
-    let mut o = observed(
-        spec("v2"),
-        vec![v1.clone()],
-        vec![],
-        vec![v1_leads.clone()],
-        100,
-    );
+    let mut o = v1_leading(spec("v2"), vec![], 100);
     type Step<'a> = (Vec<PodView>, Vec<JobView>, Vec<InstanceView>, i64, &'a str);
     let steps: Vec<Step> = vec![
         (
@@ -273,14 +191,14 @@ fn a_handover_records_each_step_and_says_so() {
         ),
         (
             vec![v1.clone(), v2.clone()],
-            vec![job("v2", JobState::Succeeded { at: at(106) })],
+            vec![registered("v2", 106)],
             vec![draining(v1_leads.clone(), 102), row(2, &v2, "leading")],
             107,
             "Registered",
         ),
         (
             vec![v2.clone()],
-            vec![job("v2", JobState::Succeeded { at: at(106) })],
+            vec![registered("v2", 106)],
             vec![ended(v1_leads.clone(), 120), row(2, &v2, "leading")],
             125,
             "HandoverComplete",

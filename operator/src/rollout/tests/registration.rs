@@ -21,6 +21,30 @@ fn register_attempt_action(image: &str, attempt: u32) -> Action {
     }
 }
 
+/// `o` with the register status of v1's step `reg`: `attempts` made, the
+/// last `failures` of them failed, the last failed one `failed_job`.
+fn register_tried(
+    o: Observed,
+    reg: &Register,
+    attempts: i32,
+    failures: i32,
+    failed_job: String,
+) -> Observed {
+    with_status(o, |s| {
+        s.register = Some(crate::crd::RegisterStatus {
+            revision: rev("v1"),
+            hash: register_hash(reg),
+            attempts,
+            failures,
+            failed_job: Some(failed_job),
+        })
+    })
+}
+
+fn succeeded(at_: i64) -> JobState {
+    JobState::Succeeded { at: at(at_) }
+}
+
 fn failed(at_: i64) -> JobState {
     JobState::Failed {
         message: "BackoffLimitExceeded: Job has reached the specified backoff limit".into(),
@@ -41,51 +65,24 @@ pub(super) fn register_cases() -> Vec<Case> {
     let mut legacy = job("v1", JobState::Succeeded { at: at(20) });
     legacy.register = None;
     let fourth_failed = |now: i64| {
-        with_status(
-            observed(
-                spec("v1"),
-                vec![v1.clone()],
-                vec![
-                    register_job("v1", 3, &reg, failed(10)),
-                    register_job("v1", 4, &reg, failed(100)),
-                ],
-                vec![v1_leads.clone()],
-                now,
-            ),
-            |s| {
-                s.register = Some(crate::crd::RegisterStatus {
-                    revision: rev("v1"),
-                    hash: register_hash(&reg),
-                    attempts: 4,
-                    failures: 4,
-                    failed_job: Some(register_job_name("orca", &rev("v1"), 4)),
-                })
-            },
-        )
+        let jobs = vec![
+            register_job("v1", 3, &reg, failed(10)),
+            register_job("v1", 4, &reg, failed(100)),
+        ];
+        let fourth = register_job_name("orca", &rev("v1"), 4);
+        register_tried(v1_leading(spec("v1"), jobs, now), &reg, 4, 4, fourth)
     };
     vec![
         Case {
             name: "a failed register job is retried as a new job after its back-off",
-            observed: observed(
-                spec("v1"),
-                vec![v1.clone()],
-                vec![job("v1", failed(20))],
-                vec![v1_leads.clone()],
-                31,
-            ),
+            observed: v1_leading(spec("v1"), vec![job("v1", failed(20))], 31),
             actions: vec![register_attempt_action("v1", 2)],
             phase: Phase::Degraded,
             degraded: Some("RegisterFailed"),
         },
         Case {
             name: "a failed register job: not before its back-off",
-            observed: observed(
-                spec("v1"),
-                vec![v1.clone()],
-                vec![job("v1", failed(20))],
-                vec![v1_leads.clone()],
-                29,
-            ),
+            observed: v1_leading(spec("v1"), vec![job("v1", failed(20))], 29),
             actions: vec![],
             phase: Phase::Degraded,
             degraded: Some("RegisterFailed"),
@@ -119,26 +116,19 @@ pub(super) fn register_cases() -> Vec<Case> {
         },
         Case {
             name: "a retry that runs is still Degraded: the last attempt failed",
-            observed: with_status(
-                observed(
+            observed: register_tried(
+                v1_leading(
                     spec("v1"),
-                    vec![v1.clone()],
                     vec![
                         job("v1", failed(20)),
                         register_job("v1", 2, &reg, JobState::Running),
                     ],
-                    vec![v1_leads.clone()],
                     35,
                 ),
-                |s| {
-                    s.register = Some(crate::crd::RegisterStatus {
-                        revision: rev("v1"),
-                        hash: register_hash(&reg),
-                        attempts: 2,
-                        failures: 1,
-                        failed_job: Some(job_name("orca", &rev("v1"))),
-                    })
-                },
+                &reg,
+                2,
+                1,
+                job_name("orca", &rev("v1")),
             ),
             actions: vec![],
             phase: Phase::Degraded,
@@ -146,14 +136,12 @@ pub(super) fn register_cases() -> Vec<Case> {
         },
         Case {
             name: "a retry that succeeded is ready",
-            observed: observed(
+            observed: v1_leading(
                 spec("v1"),
-                vec![v1.clone()],
                 vec![
                     job("v1", failed(20)),
-                    register_job("v1", 2, &reg, JobState::Succeeded { at: at(40) }),
+                    register_job("v1", 2, &reg, succeeded(40)),
                 ],
-                vec![v1_leads.clone()],
                 45,
             ),
             actions: vec![],
@@ -180,13 +168,7 @@ pub(super) fn register_cases() -> Vec<Case> {
         },
         Case {
             name: "a job from before register hashes counts as the current step",
-            observed: observed(
-                spec("v1"),
-                vec![v1.clone()],
-                vec![legacy],
-                vec![v1_leads.clone()],
-                500,
-            ),
+            observed: v1_leading(spec("v1"), vec![legacy], 500),
             actions: vec![],
             phase: Phase::Ready,
             degraded: None,
@@ -198,15 +180,8 @@ pub(super) fn register_cases() -> Vec<Case> {
 /// and counted in the status; the retries are new Jobs.
 #[test]
 fn each_register_failure_is_said_once_and_counted() {
-    let v1 = pod("v1", 1, 0, PodState::Running);
     let reg = spec("v1").register.unwrap_or_else(|| unreachable!());
-    let mut o = observed(
-        spec("v1"),
-        vec![v1.clone()],
-        vec![job("v1", failed(20))],
-        vec![row(1, &v1, "leading")],
-        25,
-    );
+    let mut o = v1_leading(spec("v1"), vec![job("v1", failed(20))], 25);
     let d = decide(&o);
     assert_eq!(warnings(&d, "RegisterFailed"), 1, "{:?}", d.events);
     assert_eq!(d.actions, vec![], "10 s of back-off first");
@@ -251,12 +226,7 @@ fn each_register_failure_is_said_once_and_counted() {
     o.status = d.status;
 
     // The third succeeds: ready, the failures forgotten.
-    o.jobs.push(register_job(
-        "v1",
-        3,
-        &reg,
-        JobState::Succeeded { at: at(70) },
-    ));
+    o.jobs.push(register_job("v1", 3, &reg, succeeded(70)));
     o.now = at(71);
     let d = decide(&o);
     assert_eq!(d.status.phase, Phase::Ready);
@@ -278,14 +248,7 @@ fn a_handover_completes_only_once_registered() {
     let v1 = pod("v1", 1, 0, PodState::Running);
     let v2 = pod("v2", 2, 100, PodState::Running);
     let v1_leads = row(1, &v1, "leading");
-    let reg = spec("v2").register.unwrap_or_else(|| unreachable!());
-    let mut o = observed(
-        spec("v2"),
-        vec![v1.clone()],
-        vec![],
-        vec![v1_leads.clone()],
-        100,
-    );
+    let mut o = v1_leading(spec("v2"), vec![], 100);
     let d = decide(&o);
     o.status = d.status;
     o.pods = vec![v1.clone(), v2.clone()];
@@ -325,12 +288,8 @@ fn a_handover_completes_only_once_registered() {
     let d = decide(&o);
     assert_eq!(d.actions, vec![register_attempt_action("v2", 2)]);
     o.status = d.status;
-    o.jobs.push(register_job(
-        "v2",
-        2,
-        &reg,
-        JobState::Succeeded { at: at(125) },
-    ));
+    let reg = spec("v2").register.unwrap_or_else(|| unreachable!());
+    o.jobs.push(register_job("v2", 2, &reg, succeeded(125)));
     o.now = at(126);
     let d = decide(&o);
     let reasons: Vec<&str> = d.events.iter().map(|e| e.reason.as_str()).collect();
@@ -345,27 +304,11 @@ fn a_handover_completes_only_once_registered() {
 /// failure before it, already said, is not said again.
 #[test]
 fn deleting_the_failed_register_job_runs_the_next_at_once() {
-    let v1 = pod("v1", 1, 0, PodState::Running);
     let reg = spec("v1").register.unwrap_or_else(|| unreachable!());
-    let o = with_status(
-        observed(
-            spec("v1"),
-            vec![v1.clone()],
-            // Attempt 2 failed at 40 and was deleted; attempt 1 is left.
-            vec![job("v1", failed(20))],
-            vec![row(1, &v1, "leading")],
-            45,
-        ),
-        |s| {
-            s.register = Some(crate::crd::RegisterStatus {
-                revision: rev("v1"),
-                hash: register_hash(&reg),
-                attempts: 2,
-                failures: 2,
-                failed_job: Some(register_job_name("orca", &rev("v1"), 2)),
-            })
-        },
-    );
+    // Attempt 2 failed at 40 and was deleted; attempt 1 is left.
+    let o = v1_leading(spec("v1"), vec![job("v1", failed(20))], 45);
+    let second = register_job_name("orca", &rev("v1"), 2);
+    let o = register_tried(o, &reg, 2, 2, second);
     let d = decide(&o);
     assert_eq!(d.actions, vec![register_attempt_action("v1", 3)]);
     assert_eq!(warnings(&d, "RegisterFailed"), 0, "{:?}", d.events);

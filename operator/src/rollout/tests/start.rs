@@ -6,13 +6,19 @@ use super::fixtures::*;
 /// Scheduler; the sequence of the next pod.
 pub(super) fn first_start_cases() -> Vec<Case> {
     let v1 = pod("v1", 1, 0, PodState::Running);
-    let v1_leads = row(1, &v1, "leading");
     let mut no_register = spec("v1");
     no_register.register = None;
     let mut paused = spec("v2");
     paused.paused = true;
     let mut status_seq = observed(spec("v1"), vec![], vec![], vec![], 0);
     status_seq.status.last_sequence = 5;
+    let register_failed = job(
+        "v1",
+        JobState::Failed {
+            message: "BackoffLimitExceeded".into(),
+            at: at(25),
+        },
+    );
 
     vec![
         Case {
@@ -44,71 +50,35 @@ pub(super) fn first_start_cases() -> Vec<Case> {
         },
         Case {
             name: "first start: leads, so the register job runs",
-            observed: observed(
-                spec("v1"),
-                vec![v1.clone()],
-                vec![],
-                vec![v1_leads.clone()],
-                10,
-            ),
+            observed: v1_leading(spec("v1"), vec![], 10),
             actions: vec![register("v1")],
             phase: Phase::Registering,
             degraded: None,
         },
         Case {
             name: "register job running",
-            observed: observed(
-                spec("v1"),
-                vec![v1.clone()],
-                vec![job("v1", JobState::Running)],
-                vec![v1_leads.clone()],
-                10,
-            ),
+            observed: v1_leading(spec("v1"), vec![job("v1", JobState::Running)], 10),
             actions: vec![],
             phase: Phase::Registering,
             degraded: None,
         },
         Case {
             name: "registered and leading is ready",
-            observed: observed(
-                spec("v1"),
-                vec![v1.clone()],
-                vec![job("v1", JobState::Succeeded { at: at(20) })],
-                vec![v1_leads.clone()],
-                30,
-            ),
+            observed: v1_leading(spec("v1"), vec![registered("v1", 20)], 30),
             actions: vec![],
             phase: Phase::Ready,
             degraded: None,
         },
         Case {
             name: "no register command: leading is ready",
-            observed: observed(
-                no_register,
-                vec![v1.clone()],
-                vec![],
-                vec![v1_leads.clone()],
-                30,
-            ),
+            observed: v1_leading(no_register, vec![], 30),
             actions: vec![],
             phase: Phase::Ready,
             degraded: None,
         },
         Case {
             name: "register job failed is degraded",
-            observed: observed(
-                spec("v1"),
-                vec![v1.clone()],
-                vec![job(
-                    "v1",
-                    JobState::Failed {
-                        message: "BackoffLimitExceeded".into(),
-                        at: at(25),
-                    },
-                )],
-                vec![v1_leads.clone()],
-                30,
-            ),
+            observed: v1_leading(spec("v1"), vec![register_failed], 30),
             actions: vec![],
             phase: Phase::Degraded,
             degraded: Some("RegisterFailed"),
@@ -122,13 +92,7 @@ pub(super) fn first_start_cases() -> Vec<Case> {
         },
         Case {
             name: "paused: nothing is done",
-            observed: observed(
-                paused,
-                vec![v1.clone()],
-                vec![],
-                vec![v1_leads.clone()],
-                100,
-            ),
+            observed: v1_leading(paused, vec![], 100),
             actions: vec![],
             phase: Phase::Paused,
             degraded: None,

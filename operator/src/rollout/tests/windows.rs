@@ -158,12 +158,7 @@ pub(super) fn window_cases() -> Vec<Case> {
 fn a_waiting_revision_says_until_when_and_looks_again_then() {
     let d = decide(&v1_settled_v2_asked(v2_windowed(), 100));
     assert_eq!(d.status.next_window, Some(rfc3339(at(NEXT))));
-    let deferred = d
-        .status
-        .conditions
-        .iter()
-        .find(|c| c.type_ == "Deferred")
-        .expect("a Deferred condition");
+    let deferred = condition_of(&d, "Deferred").expect("a Deferred condition");
     assert_eq!(
         (deferred.status.as_str(), deferred.reason.as_str()),
         ("True", "OutsideMaintenanceWindow")
@@ -193,11 +188,7 @@ fn a_waiting_revision_says_until_when_and_looks_again_then() {
     open.status = d.status.clone();
     let d3 = decide(&open);
     assert_eq!(d3.status.next_window, None);
-    let deferred = d3
-        .status
-        .conditions
-        .iter()
-        .find(|c| c.type_ == "Deferred")
-        .expect("a Deferred condition while windows are set");
+    let deferred =
+        condition_of(&d3, "Deferred").expect("a Deferred condition while windows are set");
     assert_eq!(deferred.status, "False");
 }
