@@ -7,11 +7,12 @@
 //! throttled callers spread out.
 
 use std::{
-    collections::{hash_map::RandomState, HashMap},
+    collections::hash_map::RandomState,
     hash::{BuildHasher, Hasher},
-    sync::Mutex,
     time::Duration,
 };
+
+use crate::by_object::{key, ByObject};
 
 /// `base` doubled `doublings` times, at most `cap`.
 pub fn doubling(base: Duration, doublings: u32, cap: Duration) -> Duration {
@@ -67,27 +68,22 @@ impl Backoff {
 /// success.
 #[derive(Default)]
 pub struct PerObject {
-    failures: Mutex<HashMap<(String, String), u32>>,
+    failures: ByObject<u32>,
 }
 
 impl PerObject {
     /// The delay before the next try of `namespace/name`, after one more
     /// failure.
     pub fn failed(&self, namespace: &str, name: &str) -> Duration {
-        let mut failures = self.failures.lock().unwrap_or_else(|p| p.into_inner());
-        let n = failures
-            .entry((namespace.to_string(), name.to_string()))
-            .or_insert(0);
+        let mut failures = self.failures.lock();
+        let n = failures.entry(key(namespace, name)).or_insert(0);
         *n = n.saturating_add(1);
         doubling(Duration::from_secs(5), *n - 1, Duration::from_secs(300))
     }
 
     /// `namespace/name` reconciled: the back-off starts over.
     pub fn succeeded(&self, namespace: &str, name: &str) {
-        self.failures
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(&(namespace.to_string(), name.to_string()));
+        self.failures.forget(namespace, name);
     }
 }
 

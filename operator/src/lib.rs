@@ -2,6 +2,7 @@
 //! these modules; the end-to-end tests drive them directly.
 
 pub mod backoff;
+pub mod by_object;
 pub mod connections;
 pub mod crd;
 pub mod fence;

@@ -10,18 +10,16 @@
 //! written, or at any other (someone else wrote since), the cache is
 //! believed and the memory dropped. No extra API call.
 
-use std::{
-    collections::{HashMap, HashSet},
-    sync::Mutex,
-};
+use std::collections::HashSet;
 
+use crate::by_object::{key, ByObject};
 use crate::crd::SchedulerStatus;
 
 /// The status this replica last wrote to each Scheduler, kept until the
 /// watch cache shows it or someone else writes.
 #[derive(Default)]
 pub struct StatusMemory {
-    written: Mutex<HashMap<(String, String), Written>>,
+    written: ByObject<Written>,
 }
 
 struct Written {
@@ -42,8 +40,8 @@ impl StatusMemory {
         version: Option<&str>,
         cached: &SchedulerStatus,
     ) -> SchedulerStatus {
-        let key = (namespace.to_string(), name.to_string());
-        let mut written = self.written.lock().unwrap_or_else(|p| p.into_inner());
+        let key = key(namespace, name);
+        let mut written = self.written.lock();
         match (written.get(&key), version) {
             (Some(w), Some(v)) if w.older.contains(v) => w.status.clone(),
             (Some(_), _) => {
@@ -63,8 +61,8 @@ impl StatusMemory {
         version: Option<String>,
         status: &SchedulerStatus,
     ) {
-        let key = (namespace.to_string(), name.to_string());
-        let mut written = self.written.lock().unwrap_or_else(|p| p.into_inner());
+        let key = key(namespace, name);
+        let mut written = self.written.lock();
         let Some(version) = version else {
             written.remove(&key);
             return;
@@ -90,10 +88,7 @@ impl StatusMemory {
 
     /// The Scheduler is gone.
     pub fn forget(&self, namespace: &str, name: &str) {
-        self.written
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(&(namespace.to_string(), name.to_string()));
+        self.written.forget(namespace, name);
     }
 }
 
@@ -101,6 +96,12 @@ impl StatusMemory {
 mod tests {
     use super::*;
     use crate::crd::Phase;
+
+    /// This replica wrote `status` of ns/a over `seen`, the API answering
+    /// `version`.
+    fn wrote(m: &StatusMemory, seen: &str, version: &str, status: &SchedulerStatus) {
+        m.wrote("ns", "a", Some(seen), Some(version.into()), status);
+    }
 
     fn status(phase: Phase, sequence: i64) -> SchedulerStatus {
         SchedulerStatus {
@@ -118,14 +119,8 @@ mod tests {
     fn the_finalizers_patch_is_older_than_the_status_written_after_it() {
         let m = StatusMemory::default();
         let empty = SchedulerStatus::default();
-        m.wrote("ns", "a", Some("10"), Some("11".into()), &empty);
-        m.wrote(
-            "ns",
-            "a",
-            Some("10"),
-            Some("12".into()),
-            &status(Phase::Starting, 1),
-        );
+        wrote(&m, "10", "11", &empty);
+        wrote(&m, "10", "12", &status(Phase::Starting, 1));
         assert_eq!(m.status("ns", "a", Some("11"), &empty).last_sequence, 1);
         assert_eq!(m.status("ns", "a", Some("10"), &empty).last_sequence, 1);
     }
@@ -134,23 +129,11 @@ mod tests {
     fn a_cache_behind_this_replicas_writes_is_read_with_the_last_one() {
         let m = StatusMemory::default();
         let old = status(Phase::Ready, 1);
-        m.wrote(
-            "ns",
-            "a",
-            Some("10"),
-            Some("11".into()),
-            &status(Phase::HandingOver, 2),
-        );
+        wrote(&m, "10", "11", &status(Phase::HandingOver, 2));
         // The cache still at 10: the write is what the status is.
         assert_eq!(m.status("ns", "a", Some("10"), &old).last_sequence, 2);
         // A second write before the cache caught up: 10 and 11 are older.
-        m.wrote(
-            "ns",
-            "a",
-            Some("10"),
-            Some("12".into()),
-            &status(Phase::Draining, 2),
-        );
+        wrote(&m, "10", "12", &status(Phase::Draining, 2));
         assert_eq!(m.status("ns", "a", Some("11"), &old).phase, Phase::Draining);
         assert_eq!(m.status("ns", "a", Some("10"), &old).phase, Phase::Draining);
         // Caught up: the cache is believed, and the memory dropped.
@@ -162,13 +145,7 @@ mod tests {
     #[test]
     fn someone_elses_write_is_believed() {
         let m = StatusMemory::default();
-        m.wrote(
-            "ns",
-            "a",
-            Some("10"),
-            Some("11".into()),
-            &status(Phase::HandingOver, 2),
-        );
+        wrote(&m, "10", "11", &status(Phase::HandingOver, 2));
         let theirs = status(Phase::Paused, 2);
         assert_eq!(m.status("ns", "a", Some("13"), &theirs), theirs);
         assert_eq!(

@@ -14,7 +14,6 @@
 //! own, in tests, or a watch that cannot list), it lists from the API.
 
 use std::{
-    collections::HashMap,
     sync::{
         atomic::{AtomicBool, Ordering},
         Arc, Mutex, MutexGuard,
@@ -29,6 +28,7 @@ use kube::{
     Api, ResourceExt,
 };
 
+use crate::by_object::{key, ByObject};
 use crate::crd::SecretKeyRef;
 use crate::k8s::database::{self, ReadUrl, SecretError, SecretUrls};
 use crate::k8s::names::LABEL_SCHEDULER;
@@ -66,7 +66,7 @@ pub enum Expect {
 #[derive(Default)]
 pub struct Watched {
     scopes: Mutex<Vec<(Option<String>, Stores)>>,
-    expected: Mutex<HashMap<(String, String), Vec<Expect>>>,
+    expected: ByObject<Vec<Expect>>,
     /// Whether a pass said that the watches had not listed.
     warned: AtomicBool,
 }
@@ -74,10 +74,6 @@ pub struct Watched {
 fn locked<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     // A panic while holding these locks leaves a map still whole.
     m.lock().unwrap_or_else(|p| p.into_inner())
-}
-
-fn key(ns: &str, name: &str) -> (String, String) {
-    (ns.to_string(), name.to_string())
 }
 
 impl Watched {
@@ -111,7 +107,8 @@ impl Watched {
 
     /// A pass of Scheduler `ns/name` made `write`.
     pub fn expect(&self, ns: &str, name: &str, write: Expect) {
-        locked(&self.expected)
+        self.expected
+            .lock()
             .entry(key(ns, name))
             .or_default()
             .push(write);
@@ -122,7 +119,9 @@ impl Watched {
     /// do not by then, or there are no stores: list from the API.
     pub async fn owned(&self, ns: &str, name: &str) -> Option<(Vec<Pod>, Vec<Job>)> {
         let stores = self.ready(ns).await?;
-        let expected = locked(&self.expected)
+        let expected = self
+            .expected
+            .lock()
             .get(&key(ns, name))
             .cloned()
             .unwrap_or_default();
@@ -131,14 +130,14 @@ impl Watched {
             if Instant::now() >= deadline {
                 tracing::debug!(scheduler = %name, namespace = %ns, ?expected,
                     "the watches do not show this replica's writes yet; listing");
-                locked(&self.expected).remove(&key(ns, name));
+                self.expected.lock().remove(&key(ns, name));
                 return None;
             }
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
         // Met: a later pass needs them no more (the stores never go back).
         if !expected.is_empty() {
-            let mut all = locked(&self.expected);
+            let mut all = self.expected.lock();
             if let Some(left) = all.get_mut(&key(ns, name)) {
                 left.retain(|e| !expected.contains(e));
                 if left.is_empty() {
@@ -180,7 +179,7 @@ impl Watched {
 
     /// Scheduler `ns/name` is gone: nothing of it is kept.
     pub fn forget(&self, ns: &str, name: &str) {
-        locked(&self.expected).remove(&key(ns, name));
+        self.expected.forget(ns, name);
     }
 }
 
@@ -305,7 +304,7 @@ mod tests {
         got.sort();
         assert_eq!(got, ["a-1", "a-2"]);
         // Met once, it holds no later pass up.
-        assert!(locked(&w.expected).is_empty());
+        assert!(w.expected.lock().is_empty());
     }
 
     #[tokio::test]
