@@ -16,7 +16,7 @@ use proptest::prelude::*;
 
 use crate::crd::{
     Database, Handover, IdleRange, IdleSchedule, Launch, OnDelete, Period, SchedulerSpec,
-    SchedulerStatus, SecretKeyRef, StoppedRange, WarmPoolSpec, MAX_SECONDS,
+    SchedulerStatus, StoppedRange, WarmPoolSpec, MAX_SECONDS,
 };
 use crate::pool::{plan, schedule, Ec2Instance, Ec2State, Limits, Offering, Snapshot};
 use crate::rollout::{
@@ -151,12 +151,7 @@ fn scheduler_spec() -> impl Strategy<Value = SchedulerSpec> {
                     args: vec![],
                     env: vec![],
                     resources: None,
-                    database: Database {
-                        url_secret_ref: SecretKeyRef {
-                            name: "db".into(),
-                            key: "url".into(),
-                        },
-                    },
+                    database: Database::in_secret("db", "url"),
                     overlap,
                     register: register.then(|| {
                         serde_json::from_value(serde_json::json!({"command": ["register"]}))

@@ -112,6 +112,18 @@ pub struct Database {
     pub url_secret_ref: SecretKeyRef,
 }
 
+impl Database {
+    /// The URL in key `key` of Secret `name`.
+    pub fn in_secret(name: &str, key: &str) -> Self {
+        Database {
+            url_secret_ref: SecretKeyRef {
+                name: name.into(),
+                key: key.into(),
+            },
+        }
+    }
+}
+
 /// A key of a Secret in the Scheduler's namespace.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, KubeSchema)]
 pub struct SecretKeyRef {

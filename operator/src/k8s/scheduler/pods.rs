@@ -314,7 +314,7 @@ pub(crate) mod tests {
     };
 
     use super::*;
-    use crate::crd::{Database, PodTemplate, SecretKeyRef};
+    use crate::crd::{Database, PodTemplate};
 
     pub(crate) fn scheduler() -> Scheduler {
         let mut s = Scheduler::new(
@@ -329,12 +329,7 @@ pub(crate) mod tests {
                     literal("TZ", "UTC"),
                 ],
                 resources: None,
-                database: Database {
-                    url_secret_ref: SecretKeyRef {
-                        name: "orca-db".into(),
-                        key: "url".into(),
-                    },
-                },
+                database: Database::in_secret("orca-db", "url"),
                 overlap: true,
                 register: None,
                 handover: Default::default(),

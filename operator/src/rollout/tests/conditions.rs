@@ -44,9 +44,7 @@ fn a_steady_status_does_not_move_with_the_clock_offset() {
 /// Warning when the condition turns True with it — once, not every pass.
 #[test]
 fn a_condition_turning_degraded_is_said_once_as_a_warning() {
-    let v1 = pod("v1", 1, 0, PodState::Running);
-    let v2 = pod("v2", 2, 100, PodState::Running);
-    let v1_leads = row(1, &v1, "leading");
+    let (v1, v2, v1_leads) = v1_v2_pods();
     let v2_late = pod("v2", 3, 3000, PodState::Running);
     let cases: Vec<(&str, Observed)> = vec![
         (

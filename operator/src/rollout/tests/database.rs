@@ -4,9 +4,7 @@ use super::fixtures::*;
 
 /// The database cannot be read, or a row looks stale.
 pub(super) fn stale_cases() -> Vec<Case> {
-    let v1 = pod("v1", 1, 0, PodState::Running);
-    let v2 = pod("v2", 2, 100, PodState::Running);
-    let v1_leads = row(1, &v1, "leading");
+    let (v1, v2, v1_leads) = v1_v2_pods();
     let v2_leads = row(2, &v2, "leading");
     let stale = |r: InstanceView| InstanceView { live: false, ..r };
     let mut unobserved = observed(spec("v1"), vec![], vec![], vec![], 0);
@@ -76,9 +74,7 @@ pub(super) fn stale_cases() -> Vec<Case> {
 
 /// Another Scheduler's instances on this database are never touched.
 pub(super) fn shared_database_cases() -> Vec<Case> {
-    let v1 = pod("v1", 1, 0, PodState::Running);
-    let v2 = pod("v2", 2, 100, PodState::Running);
-    let v1_leads = row(1, &v1, "leading");
+    let (v1, v2, v1_leads) = v1_v2_pods();
     let gone_pod = pod("v0", 1, 0, PodState::Running);
     vec![
         Case {

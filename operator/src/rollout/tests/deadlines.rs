@@ -6,9 +6,7 @@ use super::fixtures::*;
 /// time-out from the container's start, and an image that cannot run is
 /// said at once.
 pub(super) fn deadline_cases() -> Vec<Case> {
-    let v1 = pod("v1", 1, 0, PodState::Running);
-    let v2 = pod("v2", 2, 100, PodState::Running);
-    let v1_leads = row(1, &v1, "leading");
+    let (v1, v2, v1_leads) = v1_v2_pods();
     // A v2 pod created at 3000 (its first one was replaced), leading,
     // registered, while v1 drains: the rollout began at 100.
     let v2_late = pod("v2", 3, 3000, PodState::Running);

@@ -5,9 +5,7 @@ pub(super) use chrono::{TimeZone, Utc};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 
 pub(super) use super::super::*;
-pub(super) use crate::crd::{
-    Database, Handover, Phase, Register, SchedulerSpec, SchedulerStatus, SecretKeyRef,
-};
+pub(super) use crate::crd::{Database, Handover, Phase, Register, SchedulerSpec, SchedulerStatus};
 
 /// The namespace of the Scheduler `orca` the tables decide for.
 pub(super) const NS: &str = "pipelines";
@@ -23,12 +21,7 @@ pub(super) fn spec(image: &str) -> SchedulerSpec {
         args: vec![],
         env: vec![],
         resources: None,
-        database: Database {
-            url_secret_ref: SecretKeyRef {
-                name: "orca-db".into(),
-                key: "url".into(),
-            },
-        },
+        database: Database::in_secret("orca-db", "url"),
         overlap: true,
         register: Some(Register {
             command: vec!["orca".into(), "register".into()],
@@ -157,6 +150,15 @@ pub(super) fn v1_registered(rows: Vec<InstanceView>, now: i64) -> Observed {
 /// A rollout from v1 to v2 under way: v1's first pod and v2's (sequence
 /// 2, created at 100), both running, under `spec("v2")`, with `jobs` and
 /// the instance `rows`, at `now`.
+/// v1's first pod (running since 0), v2's (running since 100), and v1's
+/// instance, leading: what a handover starts from.
+pub(super) fn v1_v2_pods() -> (PodView, PodView, InstanceView) {
+    let v1 = pod("v1", 1, 0, PodState::Running);
+    let v2 = pod("v2", 2, 100, PodState::Running);
+    let v1_leads = row(1, &v1, "leading");
+    (v1, v2, v1_leads)
+}
+
 pub(super) fn v1_to_v2(jobs: Vec<JobView>, rows: Vec<InstanceView>, now: i64) -> Observed {
     let v1 = pod("v1", 1, 0, PodState::Running);
     let v2 = pod("v2", 2, 100, PodState::Running);

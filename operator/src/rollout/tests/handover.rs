@@ -4,9 +4,7 @@ use super::fixtures::*;
 
 /// Overlap on, v1 → v2, step by step; and the stop-the-world of exit 75.
 pub(super) fn handover_cases() -> Vec<Case> {
-    let v1 = pod("v1", 1, 0, PodState::Running);
-    let v2 = pod("v2", 2, 100, PodState::Running);
-    let v1_leads = row(1, &v1, "leading");
+    let (v1, v2, v1_leads) = v1_v2_pods();
     let v2_joined = row(2, &v2, "waiting");
     let v2_leads = row(2, &v2, "leading");
     // The rows as the handover goes: v1 asked to drain at 105 while v2
@@ -162,9 +160,7 @@ pub(super) fn handover_cases() -> Vec<Case> {
 
 #[test]
 fn a_handover_records_each_step_and_says_so() {
-    let v1 = pod("v1", 1, 0, PodState::Running);
-    let v2 = pod("v2", 2, 100, PodState::Running);
-    let v1_leads = row(1, &v1, "leading");
+    let (v1, v2, v1_leads) = v1_v2_pods();
     let mut o = v1_leading(spec("v2"), vec![], 100);
     type Step<'a> = (Vec<PodView>, Vec<JobView>, Vec<InstanceView>, i64, &'a str);
     let steps: Vec<Step> = vec![

@@ -245,9 +245,7 @@ fn each_register_failure_is_said_once_and_counted() {
 /// no complete handover.
 #[test]
 fn a_handover_completes_only_once_registered() {
-    let v1 = pod("v1", 1, 0, PodState::Running);
-    let v2 = pod("v2", 2, 100, PodState::Running);
-    let v1_leads = row(1, &v1, "leading");
+    let (v1, v2, v1_leads) = v1_v2_pods();
     let mut o = v1_leading(spec("v2"), vec![], 100);
     let d = decide(&o);
     o.status = d.status;
