@@ -4,22 +4,14 @@
 //! drained) and the phase of each Scheduler. Registered into the registry
 //! the `/metrics` server owns, beside the pool's.
 
-use prometheus_client::{
-    metrics::{
-        counter::Counter,
-        family::Family,
-        gauge::Gauge,
-        histogram::{exponential_buckets, Histogram},
-    },
-    registry::Registry,
-};
+use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
+use prometheus_client::metrics::{counter::Counter, family::Family, gauge::Gauge};
+use prometheus_client::registry::Registry;
 
 use std::sync::atomic::AtomicI64;
 
 use crate::crd::{Phase, SchedulerStatus};
-use crate::pool::PoolMetrics;
-
-type Labels = Vec<(String, String)>;
+use crate::pool::{metrics::Labels, PoolMetrics};
 
 const PHASES: [Phase; 8] = [
     Phase::Pending,

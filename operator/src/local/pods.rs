@@ -198,6 +198,12 @@ impl Table {
         Table { root }
     }
 
+    /// What the table holds of Scheduler `scheduler`.
+    pub fn of(&self, scheduler: &str) -> Vec<Local> {
+        let all = self.list().into_values();
+        all.filter(|l| l.meta.scheduler == scheduler).collect()
+    }
+
     /// Everything in the table, by name.
     pub fn list(&self) -> BTreeMap<String, Local> {
         let mut all = BTreeMap::new();

@@ -89,19 +89,7 @@ impl LocalScheduler {
             Ok((rows, db_now)) => (Ok(rows), Some(db_now)),
             Err(p) => (Err(p), None),
         };
-        let mine = |meta: &PodMeta| meta.scheduler == self.key;
-        let pods = self
-            .pods
-            .list()
-            .into_values()
-            .filter(|p| mine(&p.meta))
-            .collect::<Vec<_>>();
-        let jobs = self
-            .jobs
-            .list()
-            .into_values()
-            .filter(|j| mine(&j.meta))
-            .collect::<Vec<_>>();
+        let (pods, jobs) = (self.pods.of(&self.key), self.jobs.of(&self.key));
         let observed = Observed {
             namespace: namespace(s),
             name: s.metadata.name.clone().unwrap_or_default(),

@@ -6,19 +6,14 @@
 use std::sync::atomic::AtomicU64;
 
 use orca_db::pool::{Served, Source};
-use prometheus_client::{
-    metrics::{
-        counter::Counter,
-        family::Family,
-        gauge::Gauge,
-        histogram::{exponential_buckets, Histogram},
-    },
-    registry::Registry,
-};
+use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
+use prometheus_client::metrics::{counter::Counter, family::Family, gauge::Gauge};
+use prometheus_client::registry::Registry;
 
 use super::cost::{market, Use};
 
-type Labels = Vec<(String, String)>;
+/// A metric's labels, as its family keys them.
+pub type Labels = Vec<(String, String)>;
 
 fn wait_histogram() -> Histogram {
     Histogram::new(exponential_buckets(0.05, 2.0, 14))

@@ -25,15 +25,12 @@ use crate::rollout::{Action, Decision};
 /// done, and on which pod, Job or instance.
 #[derive(Debug, thiserror::Error)]
 pub enum ActError {
-    #[error("creating pod {pod}: {source}")]
-    CreatePod {
-        pod: String,
-        #[source]
-        source: kube::Error,
-    },
-    #[error("deleting pod {pod}: {source}")]
-    DeletePod {
-        pod: String,
+    /// A pod's or a Job's write (`what`: "creating pod p"); `refused` is
+    /// the `Degraded` reason should the API server refuse it for good.
+    #[error("{what}: {source}")]
+    Write {
+        what: String,
+        refused: &'static str,
         #[source]
         source: kube::Error,
     },
@@ -42,18 +39,6 @@ pub enum ActError {
         instance: i64,
         #[source]
         source: DbError,
-    },
-    #[error("creating Job {job}: {source}")]
-    CreateJob {
-        job: String,
-        #[source]
-        source: kube::Error,
-    },
-    #[error("deleting Job {job}: {source}")]
-    DeleteJob {
-        job: String,
-        #[source]
-        source: kube::Error,
     },
     #[error("{action}: no database connection to act with")]
     NoDatabase { action: String },
@@ -102,6 +87,11 @@ fn fence(ctx: &Context, action: String) -> Result<(), ActError> {
         .map_err(|source| ActError::Fenced { action, source })
 }
 
+/// The `Degraded` reasons of a pod's and of a Job's write that the API
+/// server refuses for good (see [`super::refusal`]).
+const POD_REFUSED: &str = "PodRefused";
+const JOB_REFUSED: &str = "JobRefused";
+
 /// Creates or deletes one of `scheduler`'s pods, as `action` says.
 async fn pod_action(
     scheduler: &Scheduler,
@@ -110,7 +100,7 @@ async fn pod_action(
     action: &Action,
 ) -> Result<(), ActError> {
     let name = scheduler.name_any();
-    let pod_api = Api::<Pod>::namespaced(ctx.client.clone(), ns);
+    let api = Api::<Pod>::namespaced(ctx.client.clone(), ns);
     // The pod's own grace is for deletions from outside (it covers the
     // drain); when the operator deletes a pod there is nothing left to
     // drain for.
@@ -119,11 +109,7 @@ async fn pod_action(
         propagation_policy: Some(PropagationPolicy::Background),
         ..Default::default()
     };
-    let write = Write {
-        ctx,
-        ns,
-        scheduler: &name,
-    };
+    let write = Write::new(ctx, ns, &name, POD_REFUSED);
     match action {
         Action::CreatePod {
             name: pod,
@@ -133,36 +119,15 @@ async fn pod_action(
             image,
         } => {
             let object = pods::scheduler_pod(scheduler, pod, host, revision, *sequence, image);
+            let what = format!("creating pod {pod} (revision {revision}, image {image})");
             write
-                .call(
-                    format!("creating pod {pod} (revision {revision}, image {image})"),
-                    async {
-                        pod_api
-                            .create(&PostParams::default(), &object)
-                            .await
-                            .map(drop)
-                    },
-                    409,
-                    |source| ActError::CreatePod {
-                        pod: pod.clone(),
-                        source,
-                    },
-                    Expect::PodCreated(pod.clone()),
-                )
+                .create(&api, &object, what, Expect::PodCreated(pod.clone()))
                 .await
         }
         Action::DeletePod { name: pod } => {
+            let what = format!("deleting pod {pod}");
             write
-                .call(
-                    format!("deleting pod {pod}"),
-                    async { pod_api.delete(pod, &stopped).await.map(drop) },
-                    404,
-                    |source| ActError::DeletePod {
-                        pod: pod.clone(),
-                        source,
-                    },
-                    Expect::PodDeleted(pod.clone()),
-                )
+                .delete(&api, pod, &stopped, what, Expect::PodDeleted(pod.clone()))
                 .await
         }
         _ => Ok(()),
@@ -178,88 +143,108 @@ async fn job_action(
     action: &Action,
 ) -> Result<(), ActError> {
     let name = scheduler.name_any();
-    let job_api = Api::<Job>::namespaced(ctx.client.clone(), ns);
+    let api = Api::<Job>::namespaced(ctx.client.clone(), ns);
     let gone = DeleteParams {
         propagation_policy: Some(PropagationPolicy::Background),
         ..Default::default()
     };
-    let write = Write {
-        ctx,
-        ns,
-        scheduler: &name,
-    };
+    let write = Write::new(ctx, ns, &name, JOB_REFUSED);
     match action {
         Action::CreateRegisterJob {
             name: job,
             revision,
             image,
         } => {
-            let register = scheduler
-                .spec
-                .register
-                .as_ref()
-                .ok_or_else(|| ActError::NoRegister { job: job.clone() })?;
+            let register = scheduler.spec.register.as_ref();
+            let register = register.ok_or_else(|| ActError::NoRegister { job: job.clone() })?;
             let object = jobs::register_job(scheduler, register, job, revision, image);
+            let what = format!("creating register Job {job} (revision {revision}, image {image})");
             write
-                .call(
-                    format!("creating register Job {job} (revision {revision}, image {image})"),
-                    async {
-                        job_api
-                            .create(&PostParams::default(), &object)
-                            .await
-                            .map(drop)
-                    },
-                    409,
-                    |source| ActError::CreateJob {
-                        job: job.clone(),
-                        source,
-                    },
-                    Expect::JobCreated(job.clone()),
-                )
+                .create(&api, &object, what, Expect::JobCreated(job.clone()))
                 .await
         }
         Action::DeleteJob { name: job } => {
+            let what = format!("deleting superseded register Job {job}");
             write
-                .call(
-                    format!("deleting superseded register Job {job}"),
-                    async { job_api.delete(job, &gone).await.map(drop) },
-                    404,
-                    |source| ActError::DeleteJob {
-                        job: job.clone(),
-                        source,
-                    },
-                    Expect::JobDeleted(job.clone()),
-                )
+                .delete(&api, job, &gone, what, Expect::JobDeleted(job.clone()))
                 .await
         }
         _ => Ok(()),
     }
 }
 
-/// One of a Scheduler's writes of its pods and Jobs, each done the same
+/// One of a Scheduler's writes of its pods or Jobs, each done the same
 /// way: behind the fence, logged, the API's answer that it is done
-/// already taken as done (every action is idempotent), and the watch told
-/// what to expect of it.
+/// already taken as done (every action is idempotent), a failure said as
+/// what it was doing, and the watch told what to expect of it.
 struct Write<'a> {
     ctx: &'a Context,
     ns: &'a str,
     scheduler: &'a str,
+    /// The `Degraded` reason should the API server refuse it for good.
+    refused: &'static str,
 }
 
-impl Write<'_> {
-    /// Makes `call` (`what`, as the log says it), with the API's `done`
-    /// code as done, a failure as `error` says, then `expect`s its change.
+impl<'a> Write<'a> {
+    fn new(ctx: &'a Context, ns: &'a str, scheduler: &'a str, refused: &'static str) -> Self {
+        Write {
+            ctx,
+            ns,
+            scheduler,
+            refused,
+        }
+    }
+
+    /// Creates `object` (`what`: "creating pod p"), already there as done.
+    async fn create<K>(
+        &self,
+        api: &Api<K>,
+        object: &K,
+        what: String,
+        expect: Expect,
+    ) -> Result<(), ActError>
+    where
+        K: Clone + serde::de::DeserializeOwned + serde::Serialize + std::fmt::Debug,
+    {
+        let call = async { api.create(&PostParams::default(), object).await.map(drop) };
+        self.call(what, call, 409, expect).await
+    }
+
+    /// Deletes `name` with `params` (`what`: "deleting pod p"), already
+    /// gone as done.
+    async fn delete<K>(
+        &self,
+        api: &Api<K>,
+        name: &str,
+        params: &DeleteParams,
+        what: String,
+        expect: Expect,
+    ) -> Result<(), ActError>
+    where
+        K: Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+    {
+        let call = async { api.delete(name, params).await.map(drop) };
+        self.call(what, call, 404, expect).await
+    }
+
+    /// Makes `call` (`what`, as the log and a failure say it: "creating
+    /// pod p"), with the API's `done` code as done, then `expect`s its
+    /// change.
     async fn call(
         &self,
         what: String,
         call: impl std::future::Future<Output = Result<(), kube::Error>>,
         done: u16,
-        error: impl FnOnce(kube::Error) -> ActError,
         expect: Expect,
     ) -> Result<(), ActError> {
         fence(self.ctx, what.clone())?;
-        info!(scheduler = %self.scheduler, "{what}");
-        ignore(call.await, done).map_err(error)?;
+        info!(scheduler = %self.scheduler, namespace = %self.ns, "{what}");
+        let refused = self.refused;
+        ignore(call.await, done).map_err(|source| ActError::Write {
+            what,
+            refused,
+            source,
+        })?;
         self.ctx.watched.expect(self.ns, self.scheduler, expect);
         Ok(())
     }

@@ -337,8 +337,9 @@ async fn delete_pod(
     {
         Ok(_) => Ok(()),
         Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
-        Err(source) => Err(ActError::DeletePod {
-            pod: pod.to_string(),
+        Err(source) => Err(ActError::Write {
+            what: format!("deleting pod {pod}"),
+            refused: "PodRefused",
             source,
         }
         .into()),

@@ -21,24 +21,17 @@ pub const REFUSED_RETRY: Duration = Duration::from_secs(60);
 
 /// The condition reason and message for `error`, if it is a refusal.
 pub fn refusal(error: &ActError) -> Option<(&'static str, String)> {
-    let (reason, what, source) = match error {
-        ActError::CreatePod { pod, source } => {
-            ("PodRefused", format!("creating pod {pod}"), source)
-        }
-        ActError::DeletePod { pod, source } => {
-            ("PodRefused", format!("deleting pod {pod}"), source)
-        }
-        ActError::CreateJob { job, source } => {
-            ("JobRefused", format!("creating Job {job}"), source)
-        }
-        ActError::DeleteJob { job, source } => {
-            ("JobRefused", format!("deleting Job {job}"), source)
-        }
-        _ => return None,
+    let ActError::Write {
+        what,
+        refused,
+        source,
+    } = error
+    else {
+        return None;
     };
     match source {
         kube::Error::Api(status) if is_permanent(status.code) => Some((
-            reason,
+            *refused,
             format!("the API server refused {what}: {}", status.message),
         )),
         _ => None,
@@ -80,8 +73,9 @@ mod tests {
 
     #[test]
     fn a_4xx_is_a_refusal_but_a_conflict_throttling_or_5xx_is_not() {
-        let pod = |code| ActError::CreatePod {
-            pod: "orca-x-1".into(),
+        let pod = |code| ActError::Write {
+            what: "creating pod orca-x-1".into(),
+            refused: "PodRefused",
             source: api_error(code),
         };
         let (reason, message) = refusal(&pod(422)).expect("422 is a refusal");
