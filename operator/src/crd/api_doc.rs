@@ -111,15 +111,7 @@ fn walk(schema: &JSONSchemaProps, path: &str, required: bool, rows: &mut Vec<Str
     if kubernetes.is_some() {
         return;
     }
-    if let Some(props) = &schema.properties {
-        for (field, child) in props {
-            let child_required = schema
-                .required
-                .as_ref()
-                .is_some_and(|r| r.iter().any(|f| f == field));
-            walk(child, &format!("{path}.{field}"), child_required, rows);
-        }
-    }
+    walk_fields(schema, path, rows);
     if let Some(JSONSchemaPropsOrArray::Schema(item)) = &schema.items {
         if item.properties.is_some() {
             walk_fields(item, &format!("{path}[]"), rows);
@@ -127,7 +119,8 @@ fn walk(schema: &JSONSchemaProps, path: &str, required: bool, rows: &mut Vec<Str
     }
 }
 
-/// The fields of an array's item, each a row of its own.
+/// The fields of `item` (an object, or an array's item), each a row of
+/// its own.
 fn walk_fields(item: &JSONSchemaProps, path: &str, rows: &mut Vec<String>) {
     if let Some(props) = &item.properties {
         for (field, child) in props {

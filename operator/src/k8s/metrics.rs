@@ -153,8 +153,6 @@ mod tests {
 
     #[test]
     fn the_phase_and_a_finished_handover_are_exported() {
-        let mut registry = Registry::default();
-        let m = Metrics::register(&mut registry);
         let before = SchedulerStatus {
             last_handover: Some(HandoverStatus {
                 from: "v1".into(),
@@ -169,12 +167,12 @@ mod tests {
         if let Some(h) = after.last_handover.as_mut() {
             h.drained = Some("2026-01-01T00:01:30Z".into());
         }
-        m.reconciled("jobs", "orca");
-        m.failed("jobs", "orca", "act");
-        m.status("jobs", "orca", &before, &after);
-        m.status("jobs", "orca", &after, &after);
-        let mut text = String::new();
-        prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
+        let text = crate::pool::metrics::exported(Metrics::register, |m| {
+            m.reconciled("jobs", "orca");
+            m.failed("jobs", "orca", "act");
+            m.status("jobs", "orca", &before, &after);
+            m.status("jobs", "orca", &after, &after);
+        });
         assert!(
             text.contains(
                 r#"orca_scheduler_phase{namespace="jobs",scheduler="orca",phase="Ready"} 1"#

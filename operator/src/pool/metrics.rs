@@ -246,18 +246,30 @@ impl PoolMetrics {
     }
 }
 
+/// What `/metrics` shows of the metrics `register` makes, once `change`
+/// has been made to them (for the tests of either controller's metrics).
+#[cfg(test)]
+pub(crate) fn exported<M>(
+    register: impl FnOnce(&mut Registry) -> M,
+    change: impl FnOnce(&M),
+) -> String {
+    let mut registry = Registry::default();
+    change(&register(&mut registry));
+    let mut text = String::new();
+    prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
+    text
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
     fn a_failed_reconcile_is_counted_by_pool_and_stage() {
-        let mut registry = Registry::default();
-        let m = PoolMetrics::register(&mut registry);
-        m.reconcile_failed("ns/p", "secret");
-        m.reconcile_failed("ns/p", "secret");
-        let mut text = String::new();
-        prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
+        let text = exported(PoolMetrics::register, |m| {
+            m.reconcile_failed("ns/p", "secret");
+            m.reconcile_failed("ns/p", "secret");
+        });
         assert!(
             text.contains(r#"orca_pool_reconcile_errors_total{pool="ns/p",stage="secret"} 2"#),
             "{text}"

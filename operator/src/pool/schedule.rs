@@ -115,9 +115,9 @@ mod tests {
     }
 
     /// (what, schedules, now) → the active one's (index, idle.min).
-    type Case = (
+    type Case<'a> = (
         &'static str,
-        Vec<IdleSchedule>,
+        Vec<&'a IdleSchedule>,
         DateTime<Utc>,
         Option<(usize, i32)>,
     );
@@ -126,59 +126,23 @@ mod tests {
     fn table() {
         let workdays = sched("0 8 * * 1-5", "Europe/Berlin", "10h", 5);
         let nights = sched("0 22 * * *", "UTC", "8h", 1);
+        let every_minute = sched("* * * * *", "UTC", "1m", 9);
+        let (w, n, m) = (&workdays, &nights, &every_minute);
         // 2026-12-01 is a Tuesday; Berlin is UTC+1 in December.
+        #[rustfmt::skip]
         let cases: Vec<Case> = vec![
-            ("none", vec![], utc(2026, 12, 1, 9, 0), None),
-            (
-                "Tuesday 08:00 Berlin is 07:00 UTC: starts",
-                vec![workdays.clone()],
-                utc(2026, 12, 1, 7, 0),
-                Some((0, 5)),
-            ),
-            (
-                "a minute before the start",
-                vec![workdays.clone()],
-                utc(2026, 12, 1, 6, 59),
-                None,
-            ),
-            (
-                "17:59 Berlin: still on",
-                vec![workdays.clone()],
-                utc(2026, 12, 1, 16, 59),
-                Some((0, 5)),
-            ),
-            (
-                "18:00 Berlin: ended",
-                vec![workdays.clone()],
-                utc(2026, 12, 1, 17, 0),
-                None,
-            ),
-            (
-                "Saturday: off",
-                vec![workdays.clone()],
-                utc(2026, 12, 5, 9, 0),
-                None,
-            ),
-            (
-                "a period crossing midnight",
-                vec![nights.clone()],
-                utc(2026, 12, 2, 3, 0),
-                Some((0, 1)),
-            ),
-            (
-                "the first active wins",
-                vec![workdays.clone(), nights.clone()],
-                utc(2026, 12, 1, 23, 0),
-                Some((1, 1)),
-            ),
-            (
-                "both active: the first",
-                vec![nights.clone(), sched("* * * * *", "UTC", "1m", 9)],
-                utc(2026, 12, 1, 23, 0),
-                Some((0, 1)),
-            ),
+            ("none",                                      vec![],     utc(2026, 12, 1, 9, 0),   None),
+            ("Tuesday 08:00 Berlin is 07:00 UTC: starts", vec![w],    utc(2026, 12, 1, 7, 0),   Some((0, 5))),
+            ("a minute before the start",                 vec![w],    utc(2026, 12, 1, 6, 59),  None),
+            ("17:59 Berlin: still on",                    vec![w],    utc(2026, 12, 1, 16, 59), Some((0, 5))),
+            ("18:00 Berlin: ended",                       vec![w],    utc(2026, 12, 1, 17, 0),  None),
+            ("Saturday: off",                             vec![w],    utc(2026, 12, 5, 9, 0),   None),
+            ("a period crossing midnight",                vec![n],    utc(2026, 12, 2, 3, 0),   Some((0, 1))),
+            ("the first active wins",                     vec![w, n], utc(2026, 12, 1, 23, 0),  Some((1, 1))),
+            ("both active: the first",                    vec![n, m], utc(2026, 12, 1, 23, 0),  Some((0, 1))),
         ];
         for (what, schedules, now, want) in cases {
+            let schedules: Vec<IdleSchedule> = schedules.into_iter().cloned().collect();
             let got = active(&schedules, now)
                 .unwrap_or_else(|e| panic!("{what}: {e}"))
                 .map(|a| (a.index, a.idle.min));
@@ -217,35 +181,16 @@ mod tests {
 
     #[test]
     fn what_cannot_be_read_is_named_by_its_field() {
+        #[rustfmt::skip]
         let bad = [
-            (
-                sched("every day", "UTC", "1h", 1),
-                "spec.schedules[0].cron: \"every day\"",
-            ),
-            (
-                sched("0 8 * * *", "Mars/Olympus", "1h", 1),
-                "spec.schedules[0].timezone: \"Mars/Olympus\"",
-            ),
-            (
-                sched("0 8 * * *", "UTC", "soon", 1),
-                "spec.schedules[0].duration: \"soon\"",
-            ),
-            (
-                sched("0 8 * * *", "UTC", "0s", 1),
-                "spec.schedules[0].duration: \"0s\"",
-            ),
-            (
-                sched("* * * * *", "UTC", "300000y", 1),
-                "spec.schedules[0].duration: \"300000y\"",
-            ),
-            (
-                sched("* * * * *", "UTC", "367d", 1),
-                "spec.schedules[0].duration: \"367d\"",
-            ),
-            (
-                sched("0 0 31 2 *", "UTC", "1h", 1),
-                "spec.schedules[0].cron: \"0 0 31 2 *\" is not a cron expression: it never fires",
-            ),
+            (sched("every day", "UTC", "1h", 1),          r#"spec.schedules[0].cron: "every day""#),
+            (sched("0 8 * * *", "Mars/Olympus", "1h", 1), r#"spec.schedules[0].timezone: "Mars/Olympus""#),
+            (sched("0 8 * * *", "UTC", "soon", 1),        r#"spec.schedules[0].duration: "soon""#),
+            (sched("0 8 * * *", "UTC", "0s", 1),          r#"spec.schedules[0].duration: "0s""#),
+            (sched("* * * * *", "UTC", "300000y", 1),     r#"spec.schedules[0].duration: "300000y""#),
+            (sched("* * * * *", "UTC", "367d", 1),        r#"spec.schedules[0].duration: "367d""#),
+            (sched("0 0 31 2 *", "UTC", "1h", 1),
+             r#"spec.schedules[0].cron: "0 0 31 2 *" is not a cron expression: it never fires"#),
         ];
         for (s, want) in bad {
             let e = check(std::slice::from_ref(&s)).unwrap_err().to_string();
