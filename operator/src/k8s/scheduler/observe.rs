@@ -8,12 +8,12 @@ use std::{sync::Arc, time::Duration};
 use k8s_openapi::api::{batch::v1::Job, core::v1::Pod, core::v1::Secret};
 use kube::{api::ListParams, Api, ResourceExt};
 use orca_db::Db;
+use tracing::warn;
 
 use super::{jobs, pods, Context, ObserveError};
 use crate::crd::{Scheduler, SecretKeyRef};
 use crate::k8s::{database, names::LABEL_SCHEDULER};
 use crate::rollout::{self, Observed};
-use tracing::warn;
 
 /// The snapshot of `scheduler` (in `ns`) that `decide` reads, and the
 /// database it was read from, if it could be reached.
