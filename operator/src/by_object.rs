@@ -1,6 +1,7 @@
 //! What a controller keeps of each object between its reconciles, by
 //! namespace and name ([`ByObject`]): the back-off of its failures, the
-//! status it last wrote, the changes its watch is to show.
+//! status it last wrote, the changes its watch is to show; and the rule
+//! every such lock of the operator's is taken by ([`locked`]).
 
 use std::{
     collections::HashMap,
@@ -22,7 +23,7 @@ impl<T> Default for ByObject<T> {
 impl<T> ByObject<T> {
     /// The map, locked.
     pub fn lock(&self) -> MutexGuard<'_, HashMap<(String, String), T>> {
-        self.0.lock().unwrap_or_else(PoisonError::into_inner)
+        locked(&self.0)
     }
 
     /// Drops what is kept of `namespace/name` (it is gone, or starts over),
@@ -30,6 +31,13 @@ impl<T> ByObject<T> {
     pub fn forget(&self, namespace: &str, name: &str) -> Option<T> {
         self.lock().remove(&key(namespace, name))
     }
+}
+
+/// `m`, locked even if a panic elsewhere poisoned it: what the operator
+/// keeps behind its locks is whole between statements (a reconcile's panic
+/// is that object's alone), so it is read all the same.
+pub fn locked<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 /// The map's key of `namespace/name`.

@@ -62,6 +62,7 @@ use super::{
     watches::{Listed, SecretMeta, Watches},
 };
 use crate::backoff::PerObject;
+use crate::by_object::locked;
 use crate::crd::{Scheduler, WarmPool};
 use crate::fence::Fence;
 
@@ -440,11 +441,7 @@ impl<K: Kept> Reconciler for Guard<K> {
 
 /// Posts `note` on each of `users` unless it was said already.
 async fn say_once(ctx: &Ctx, users: &[(ObjectReference, String)], reason: &str, note: String) {
-    let news = ctx
-        .said
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .insert(note.clone());
+    let news = locked(&ctx.said).insert(note.clone());
     if news {
         warn_users(ctx, users, reason, &note).await;
     }
@@ -496,11 +493,7 @@ async fn guard_secret(secret: &SecretMeta, ctx: &Ctx, ns: &str) -> Result<Action
 /// A Secret in use is being deleted: each user hears, once, why it stays.
 async fn say_kept(secret: &SecretMeta, ctx: &Ctx, ns: &str, users: &[(ObjectReference, String)]) {
     let uid = secret.metadata.uid.clone().unwrap_or_default();
-    let news = ctx
-        .said
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .insert(uid);
+    let news = locked(&ctx.said).insert(uid);
     if !news {
         return;
     }

@@ -17,11 +17,12 @@ use std::{
     collections::{BTreeMap, HashMap},
     sync::{
         atomic::{AtomicU64, Ordering},
-        Arc, Mutex, MutexGuard,
+        Arc, Mutex,
     },
     time::{Duration, Instant},
 };
 
+use crate::by_object::locked;
 use crate::crd::{ClassLimits, WarmPoolClassSpec};
 
 /// How long a class says `LimitReached` after a pool was last held back.
@@ -92,10 +93,6 @@ pub struct Budgets {
     /// vCPUs by instance type, as EC2 describes them (the same everywhere).
     vcpus: Mutex<HashMap<String, i64>>,
     next: AtomicU64,
-}
-
-fn locked<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 impl Budgets {

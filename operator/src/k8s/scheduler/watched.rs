@@ -16,7 +16,7 @@
 use std::{
     sync::{
         atomic::{AtomicBool, Ordering},
-        Arc, Mutex, MutexGuard,
+        Arc, Mutex,
     },
     time::{Duration, Instant},
 };
@@ -28,7 +28,7 @@ use kube::{
     Api, ResourceExt,
 };
 
-use crate::by_object::{key, ByObject};
+use crate::by_object::{key, locked, ByObject};
 use crate::crd::SecretKeyRef;
 use crate::k8s::database::{self, ReadUrl, SecretError, SecretUrls};
 use crate::k8s::names::LABEL_SCHEDULER;
@@ -69,11 +69,6 @@ pub struct Watched {
     expected: ByObject<Vec<Expect>>,
     /// Whether a pass said that the watches had not listed.
     warned: AtomicBool,
-}
-
-fn locked<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    // A panic while holding these locks leaves a map still whole.
-    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 impl Watched {

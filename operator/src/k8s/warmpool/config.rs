@@ -1,7 +1,7 @@
 //! What the WarmPool controller is configured with, and the names every
 //! stage uses: a pool's key, its WarmPools' `Api`, the locks' rule.
 
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::Arc;
 
 use kube::{Api, Client};
 
@@ -41,12 +41,6 @@ pub(super) fn key(ns: &str, name: &str) -> String {
 /// The WarmPools of `wp`'s namespace.
 pub(super) fn pools_api(client: &Client, wp: &WarmPool) -> Api<WarmPool> {
     Api::namespaced(client.clone(), &crate::crd::namespace_of(wp))
-}
-
-/// A lock of a map that a panic elsewhere left whole.
-pub(super) fn locked<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    // A panic while holding these locks leaves a map still whole.
-    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 /// The WarmPool controller's finalizer: the WarmPool stays until its

@@ -24,12 +24,13 @@ use orca_db::DatabaseUrl;
 use tokio::sync::watch;
 
 use super::{
-    config::{locked, PoolControllerConfig, FINALIZER},
+    config::{PoolControllerConfig, FINALIZER},
     listen::{DatabaseKey, Listeners},
     retiring::Retiring,
 };
 use crate::{
     backoff::{Backoff, PerObject},
+    by_object::locked,
     connections::Connections,
     crd::{Scheduler, WarmPool, WarmPoolClass, WarmPoolStatus},
     k8s::{

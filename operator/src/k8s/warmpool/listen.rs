@@ -15,9 +15,7 @@ use kube::runtime::reflector::ObjectRef;
 use orca_db::{ConnectOptions, DatabaseUrl, Reconnect};
 use tokio::task::{AbortHandle, JoinSet};
 
-use crate::{backoff::Backoff, crd::WarmPool, fence::Fence};
-
-use super::config::locked;
+use crate::{backoff::Backoff, by_object::locked, crd::WarmPool, fence::Fence};
 
 /// A database, by the hash of its URL (the URL itself is never kept in a
 /// map or shown).

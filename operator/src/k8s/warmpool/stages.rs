@@ -10,7 +10,7 @@ use kube::{runtime::controller::Action, Resource, ResourceExt};
 
 use super::{
     class,
-    config::{key, locked, FINALIZER},
+    config::{key, FINALIZER},
     context::{Context, PoolState},
     error::ReconcileError,
     finalizer::{self, orphan},
@@ -20,6 +20,7 @@ use super::{
 };
 use crate::{
     backoff::PerObject,
+    by_object::locked,
     crd::{OnDelete, WarmPool},
     k8s::{guard, server::Progress, shell::Reconciler},
     pool::Deletion,
