@@ -366,14 +366,40 @@ async fn create(client: &Client, mut object: Value, status: bool) {
         .await
         .unwrap_or_else(|e| panic!("creating {kind} {name}: {e}"));
     if let (true, Some(captured)) = (status, captured_status) {
-        let mut with_status = serde_json::to_value(&made).expect("invariant: objects serialise");
-        with_status["status"] = captured;
+        write_status(&api, made, captured, &format!("{kind} {name}")).await;
+    }
+}
+
+/// Writes `captured` as the status of `object`, read again and written
+/// again while a controller of the cluster changes it meanwhile (the Job
+/// controller answers a new Job within milliseconds: a 409 Conflict).
+async fn write_status(
+    api: &Api<DynamicObject>,
+    mut object: DynamicObject,
+    captured: Value,
+    what: &str,
+) {
+    let name = object.metadata.name.clone().unwrap_or_default();
+    for _ in 0..10 {
+        let mut with_status = serde_json::to_value(&object).expect("invariant: objects serialise");
+        with_status["status"] = captured.clone();
         let with_status: DynamicObject =
             serde_json::from_value(with_status).expect("invariant: still the object");
-        api.replace_status(&name, &PostParams::default(), &with_status)
+        match api
+            .replace_status(&name, &PostParams::default(), &with_status)
             .await
-            .unwrap_or_else(|e| panic!("writing {kind} {name}'s status: {e}"));
+        {
+            Ok(_) => return,
+            Err(kube::Error::Api(e)) if e.code == 409 => {
+                object = api
+                    .get(&name)
+                    .await
+                    .unwrap_or_else(|e| panic!("reading {what} again: {e}"));
+            }
+            Err(e) => panic!("writing {what}'s status: {e}"),
+        }
     }
+    panic!("writing {what}'s status: still in conflict after 10 tries");
 }
 
 /// Launches one instance as `captured` was (its image, type, subnet and
