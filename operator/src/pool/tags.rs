@@ -14,6 +14,17 @@ pub const TAG_OPERATOR: &str = "orca.dev/operator";
 /// never touch each other's instances.
 pub const TAG_CLUSTER: &str = "orca.dev/cluster";
 
+/// The WarmPoolClass an instance was launched through (none: an inline
+/// pool's): every class's limits count the instances EC2 lists under its
+/// name, whatever their pool is doing now.
+pub const TAG_CLASS: &str = "orca.dev/class";
+/// The namespace of the pool that launched the instance, on its own: a
+/// class's per-namespace limits count by it.
+pub const TAG_NAMESPACE: &str = "orca.dev/namespace";
+/// The prefix of every tag the operator sets: a spec's own
+/// `launch.tags` may not use it.
+pub const RESERVED_PREFIX: &str = "orca.dev/";
+
 /// The hash of the launch spec an instance came from (see
 /// [`super::drift`]), and which image that was.
 pub const TAG_LAUNCH: &str = "orca.dev/launch";
