@@ -276,6 +276,7 @@ pub async fn launch_by_hand(
         token,
         user_data: &"#!/bin/sh\n".into(),
         owner: &owner,
+        class: None,
         template_version: None,
     })
     .await

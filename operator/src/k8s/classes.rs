@@ -1,11 +1,14 @@
 //! The WarmPoolClasses' side (docs/operations.md#warm-pool-classes): every
-//! few seconds, for each class, who its pools are (every scope's WarmPools
-//! naming it), told to the book that grants their launches
-//! ([`crate::pool::budget`]), and what they hold, written to the class's
-//! status — per namespace, against its limits, with the pools. Runs under
-//! the Lease with the controllers; every write checks the fence.
+//! few seconds, for each class, its census — what EC2 lists under the
+//! class's tag in its region, whatever pool launched it — told to the book
+//! that grants the launches of its pools ([`crate::pool::budget`]), and
+//! written to the class's status: per namespace, against its limits, with
+//! the WarmPools that name the class. Runs under the Lease with the
+//! controllers; every EC2 call and write checks the fence.
 
 use std::{collections::BTreeMap, sync::Arc, time::Duration};
+
+use futures::future::join_all;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::{
@@ -21,14 +24,20 @@ use crate::{
         watches::{Listed, NamespaceMeta},
     },
     pool::{
-        budget::{Budgets, ClassUsage, Member},
+        budget::{Budgets, ClassUsage},
         class::selects,
+        ec2::{Ec2, Ec2Config, Ec2Error},
+        Listings, Ownership,
     },
 };
 
 /// How often the classes are counted and their statuses written (when
 /// they changed).
 pub const EVERY: Duration = Duration::from_secs(5);
+
+/// How long a listing may be old to serve a class's census: the pools'
+/// passes of the class's region share it.
+const CENSUS_WITHIN: Duration = Duration::from_secs(10);
 
 /// What the classes' owner reads.
 pub struct ClassSources {
@@ -43,6 +52,11 @@ pub struct ClassSources {
     /// installation per class, and an operator of other namespaces leaves
     /// it be.
     pub scopes: Vec<Option<String>>,
+    /// The pools' EC2 listings, which the censuses share.
+    pub listings: Listings,
+    /// The operator's and the cluster's tags (pool and Scheduler unused):
+    /// a census lists this cluster's instances only.
+    pub owner: Ownership,
 }
 
 /// Counts the classes every [`EVERY`] until dropped.
@@ -66,16 +80,21 @@ async fn count(api: &Api<WarmPoolClass>, fence: &Fence, budgets: &Budgets, sourc
             budgets.forget_class(&gone);
         }
     }
+    let censuses = classes
+        .iter()
+        .map(|class| census(class, fence, budgets, sources));
+    if join_all(censuses).await.contains(&Err(())) {
+        // Fenced: this replica may not act any more.
+        return;
+    }
     let pools: Vec<Arc<WarmPool>> = sources.pools.iter().flat_map(|s| s.state()).collect();
     for class in classes {
         let name = class.name_any();
-        let members: Vec<(Member, &WarmPool)> = pools
+        let members: Vec<&WarmPool> = pools
             .iter()
             .filter(|p| p.spec.class_ref.as_ref().is_some_and(|r| r.name == name))
-            .map(|p| (member_of(p), p.as_ref()))
+            .map(|p| p.as_ref())
             .collect();
-        budgets.set_limits(&name, &class.spec);
-        budgets.set_members(&name, members.iter().map(|(m, _)| m.clone()).collect());
         let status = status_of(&class, &members, &budgets.usage(&name), &sources.namespaces);
         if class.status.as_ref() == Some(&status)
             || !ours(class.status.as_ref(), &members, &sources.scopes)
@@ -88,12 +107,39 @@ async fn count(api: &Api<WarmPoolClass>, fence: &Fence, budgets: &Budgets, sourc
     }
 }
 
+/// Tells the book of `class` its limits and its census; `Err` when the
+/// fence closed.
+async fn census(
+    class: &WarmPoolClass,
+    fence: &Fence,
+    budgets: &Budgets,
+    sources: &ClassSources,
+) -> Result<(), ()> {
+    let name = class.name_any();
+    budgets.set_limits(&name, &class.spec);
+    let cfg = Ec2Config::new(&class.spec.region, class.spec.endpoint.as_deref());
+    let ec2 = Ec2::new(&cfg).await.with_fence(fence.clone());
+    match sources
+        .listings
+        .census(&ec2, &cfg, &name, &sources.owner, CENSUS_WITHIN)
+        .await
+    {
+        Ok(census) => budgets.census(&name, census),
+        Err(Ec2Error::Fenced { .. }) => return Err(()),
+        Err(e) => {
+            tracing::warn!(class = %name, error = %e, "the class's instances could not be listed");
+            budgets.census_failed(&name, e.to_string());
+        }
+    }
+    Ok(())
+}
+
 /// Whether this operator writes a class's status: it has pools of the class,
 /// the status is not written yet, or it names pools in the namespaces this
 /// operator watches (the last of them just went).
 fn ours(
     written: Option<&WarmPoolClassStatus>,
-    members: &[(Member, &WarmPool)],
+    members: &[&WarmPool],
     scopes: &[Option<String>],
 ) -> bool {
     let watched = |ns: &str| scopes.iter().any(|s| s.as_deref().is_none_or(|s| s == ns));
@@ -101,32 +147,22 @@ fn ours(
         || written.is_none_or(|s| s.namespaces.iter().any(|n| watched(&n.namespace)))
 }
 
-fn member_of(p: &WarmPool) -> Member {
-    let namespace = crate::crd::namespace_of(p);
-    let instances = p.status.as_ref().map_or(0, |s| {
-        i64::from(s.launching + s.idle + s.busy + s.stopped + s.terminating)
-    });
-    Member {
-        pool: format!("{namespace}/{}", p.name_any()),
-        namespace,
-        instances,
-    }
-}
-
-/// The class's status from what its pools hold; the conditions keep their
-/// transition times while they hold.
+/// The class's status from its census and the WarmPools that name it
+/// (`members`); the conditions keep their transition times while they
+/// hold.
 fn status_of(
     class: &WarmPoolClass,
-    members: &[(Member, &WarmPool)],
+    members: &[&WarmPool],
     usage: &ClassUsage,
     namespaces: &Store<NamespaceMeta>,
 ) -> WarmPoolClassStatus {
     let mut by_ns: BTreeMap<String, NamespaceUsage> = BTreeMap::new();
-    for (m, p) in members {
+    for p in members {
+        let namespace = crate::crd::namespace_of(*p);
         by_ns
-            .entry(m.namespace.clone())
+            .entry(namespace.clone())
             .or_insert_with(|| NamespaceUsage {
-                namespace: m.namespace.clone(),
+                namespace,
                 ..NamespaceUsage::default()
             })
             .pools
@@ -159,17 +195,26 @@ fn status_of(
         .unwrap_or_default();
     let now = Time(k8s_openapi::jiff::Timestamp::now());
     let generation = class.metadata.generation;
+    let counted = format!(
+        "{} instances, {} vCPUs running under the class; {} WarmPools name it",
+        usage.total.instances,
+        usage.total.vcpus,
+        members.len()
+    );
+    let (ready, reason, message) = match &usage.uncounted {
+        None => (true, "Counted", counted),
+        Some(why) => (
+            false,
+            "NotCounted",
+            format!("{why}: no launch of the class is granted until they are"),
+        ),
+    };
     set_condition(
         &mut conditions,
         "Ready",
-        true,
-        "Counted",
-        &format!(
-            "{} instances, {} vCPUs held by {} pools",
-            usage.total.instances,
-            usage.total.vcpus,
-            members.len()
-        ),
+        ready,
+        reason,
+        &message,
         now.clone(),
         generation,
     );

@@ -27,7 +27,7 @@ use super::{
 use crate::fence::Fence;
 use crate::k8s::classes::{self, ClassSources};
 use crate::k8s::warmpool::{self, PoolControllerConfig};
-use crate::pool::{Listings, Tuning};
+use crate::pool::{Listings, Ownership, Tuning};
 
 /// How long a call about the Lease may take: well within the 12 s its
 /// fence stays open after a renewal starts.
@@ -182,6 +182,8 @@ async fn controllers(
         pools: Vec::new(),
         listed: vec![classes.listed, labels.listed],
         scopes: scopes.clone(),
+        listings: pools.listings.clone(),
+        owner: Ownership::of_cluster(&pools.tuning.operator, &pools.tuning.cluster),
     };
     for scope in scopes {
         // One watch each of Schedulers, WarmPools and Secrets per scope,

@@ -527,9 +527,9 @@ impl<W: World> Actuator<W> {
 
     /// What EC2's `answer` to a batch of `count` in `offering` uses up: a
     /// token it answered (one whose answer was lost, or throttled to the
-    /// end, is retried by the next pass), and what a class granted and EC2
-    /// did not launch is given back (one whose answer was lost may have
-    /// launched: it stays counted until the next listing says).
+    /// end, is retried by the next pass), and the class's grant settled:
+    /// what EC2 launched counts by its ids, what it did not is given back,
+    /// and an answer lost counts until the class's census says.
     fn answered(
         &mut self,
         offering: &Offering,
@@ -542,9 +542,11 @@ impl<W: World> Actuator<W> {
         ) {
             self.launches.batches += 1;
         }
-        if let (Err(e), Some(b)) = (answer, &self.budget) {
-            if !matches!(e, Ec2Error::Transport { .. }) {
-                b.release(&offering.instance_type, count);
+        if let Some(b) = &self.budget {
+            match answer {
+                Ok(ids) => b.launched(&offering.instance_type, count, ids.clone()),
+                Err(Ec2Error::Transport { .. }) => b.lost(&offering.instance_type, count),
+                Err(_) => b.release(&offering.instance_type, count),
             }
         }
     }
@@ -672,6 +674,7 @@ impl<W: World> Actuator<W> {
                 token,
                 user_data,
                 owner: &self.owner,
+                class: self.budget.as_ref().map(|b| b.class()),
                 template_version: orders.template_version,
             };
             let outcome = self.world.run(&req).await;

@@ -1,20 +1,26 @@
-//! What the pools of each WarmPoolClass hold, and the one place launches
-//! are granted against the class's limits: a pool's loop asks before each
-//! `RunInstances` batch and gets at most the room left, counted over every
-//! pool of the class in this process under one lock — so two pools racing
+//! What each WarmPoolClass's instances are, and the one place launches are
+//! granted against the class's limits: a pool's loop asks before each
+//! `RunInstances` batch and gets at most the room left, counted under one
+//! lock for every pool of the class in this process, so two pools racing
 //! for the last places never pass a limit together. Nothing here ever
 //! takes an instance back: a lowered limit only stops launches.
 //!
-//! A pool's holding is what its last listing showed present plus what it
-//! launched since; a pool of the class without a loop here (stopped by a
-//! problem, or not reconciled yet since a restart) counts as its status
-//! last said, its vCPUs at the class's largest type.
+//! A class's book counts what runs, not what the WarmPools say: the
+//! instances EC2 lists under the class's tag (`orca.dev/class`) in its
+//! region — its census, taken every few seconds by the classes' owner
+//! (`crate::k8s::classes`) — by their own namespace tag and type, whatever
+//! their pool is doing (orphaned, retiring, refused, loopless, being
+//! deleted, gone); plus what this process launched (or may have launched)
+//! through the book that no census has shown yet, and the grants whose
+//! `RunInstances` is still under way. A pool that names the class but is
+//! not admitted by it is never granted anything, and instances launched
+//! under another class (or none) do not count here.
 //!
 //! Kept whole, one concept: the book of a class and the one way launches
-//! are granted from it, with the tests that race two pools through it.
+//! are granted from it (its tables are `budget_tests.rs`).
 
 use std::{
-    collections::{BTreeMap, HashMap},
+    collections::{BTreeMap, HashMap, HashSet},
     sync::{
         atomic::{AtomicU64, Ordering},
         Arc, Mutex,
@@ -28,39 +34,59 @@ use crate::crd::{ClassLimits, WarmPoolClassSpec};
 /// How long a class says `LimitReached` after a pool was last held back.
 pub const LIMIT_SHOWN: Duration = Duration::from_secs(60);
 
-/// A pool of a class as its WarmPool shows it, for the pools without a loop.
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct Member {
-    /// `namespace/name`.
-    pub pool: String,
+/// A census older than this grants nothing: what ran may have changed too
+/// much (the classes' owner takes one every few seconds).
+pub const CENSUS_FRESH: Duration = Duration::from_secs(60);
+
+/// How long after its launch an instance EC2 has not listed yet is still
+/// counted: EC2's listings may lag a launch by seconds, and an instance a
+/// census asked for this long after its launch does not show is gone.
+pub const LISTING_LAG: Duration = Duration::from_secs(120);
+
+/// One present instance of a class, as EC2 listed it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Counted {
+    pub id: String,
+    /// Its `orca.dev/namespace` tag (empty if it has none).
     pub namespace: String,
-    /// The instances its status counts (launching, idle, busy, stopped,
-    /// terminating).
-    pub instances: i64,
+    pub instance_type: String,
 }
 
-/// The class's side of the book: its limits, its members, what its pools
-/// hold.
+/// What EC2 listed under a class's tag, and when that listing was asked
+/// for.
+#[derive(Clone, Debug)]
+pub struct Census {
+    pub asked: Instant,
+    pub instances: Vec<Counted>,
+}
+
+/// The class's side of the book.
 #[derive(Default)]
 struct Book {
     limits: ClassLimits,
     namespace_limits: ClassLimits,
-    /// The types a pool of the class may use: a pool without a loop counts
-    /// each of its instances at the largest of them.
-    types: Vec<String>,
-    members: Vec<Member>,
-    /// By pool: the loop that reports it and its instances by type.
-    held: HashMap<String, Held>,
+    /// The last census, or why there is none.
+    census: Option<Census>,
+    census_failed: Option<String>,
+    /// Launched through this book (or maybe launched: an answer lost) and
+    /// not shown by a census yet.
+    recent: Vec<Recent>,
+    /// Granted, by (loop, namespace, type): the launch not answered yet.
+    in_flight: HashMap<(u64, String, String), i64>,
     /// When a pool was last held back, and why.
     held_back: Option<(Instant, String)>,
-    /// The members were told ([`Budgets::set_members`]).
-    members_known: bool,
 }
 
-struct Held {
-    loop_id: u64,
+/// Instances launched through the book after (or while) the last census
+/// was asked for.
+struct Recent {
+    at: Instant,
     namespace: String,
-    by_type: BTreeMap<String, i64>,
+    instance_type: String,
+    /// Their ids; empty for a launch whose answer was lost (`count` of
+    /// them may run).
+    ids: Vec<String>,
+    count: i64,
 }
 
 /// Instances and vCPUs.
@@ -77,13 +103,15 @@ impl Usage {
     }
 }
 
-/// What a class's pools hold, for its status.
+/// What a class's instances are, for its status.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct ClassUsage {
     pub total: Usage,
     pub namespaces: BTreeMap<String, Usage>,
     /// Why a pool was held back within [`LIMIT_SHOWN`].
     pub held_back: Option<String>,
+    /// Why the class's instances could not be counted, if they could not.
+    pub uncounted: Option<String>,
 }
 
 /// Every class's book, shared by the loops of one operator process.
@@ -96,26 +124,43 @@ pub struct Budgets {
 }
 
 impl Budgets {
-    /// Tells the book of `class` its limits and types, from its spec.
+    /// Tells the book of `class` its limits, from its spec.
     pub fn set_limits(&self, class: &str, spec: &WarmPoolClassSpec) {
         let mut books = locked(&self.books);
         let book = books.entry(class.to_string()).or_default();
         book.limits = spec.limits.clone().unwrap_or_default();
         book.namespace_limits = spec.namespace_limits.clone().unwrap_or_default();
-        book.types = spec.instance_types.clone();
     }
 
-    /// Tells the book of `class` its members: every WarmPool naming it, in
-    /// every scope. Until it is told, nothing of the class is launched
-    /// (a pool without a loop here would not be counted); pools no longer
-    /// members stop counting.
-    pub fn set_members(&self, class: &str, members: Vec<Member>) {
+    /// Tells the book of `class` what EC2 listed under its tag: it counts
+    /// from it, and forgets the launches it shows (or that it would show
+    /// by now).
+    pub fn census(&self, class: &str, census: Census) {
         let mut books = locked(&self.books);
         let book = books.entry(class.to_string()).or_default();
-        book.held
-            .retain(|pool, _| members.iter().any(|m| &m.pool == pool));
-        book.members = members;
-        book.members_known = true;
+        let listed: HashSet<&str> = census.instances.iter().map(|i| i.id.as_str()).collect();
+        book.recent.retain_mut(|r| {
+            // A lost answer's launches have no ids: they count until the
+            // listing lag is over.
+            if !r.ids.is_empty() {
+                r.ids.retain(|id| !listed.contains(id.as_str()));
+                r.count = r.ids.len() as i64;
+            }
+            let shown = r.count == 0;
+            let old = r.at + LISTING_LAG < census.asked;
+            !(shown || old)
+        });
+        book.census = Some(census);
+        book.census_failed = None;
+    }
+
+    /// Tells the book of `class` that its instances could not be listed
+    /// (`why`): once its census is old, nothing is granted.
+    pub fn census_failed(&self, class: &str, why: String) {
+        locked(&self.books)
+            .entry(class.to_string())
+            .or_default()
+            .census_failed = Some(why);
     }
 
     /// The classes with a book.
@@ -142,11 +187,14 @@ impl Budgets {
     /// Of `types`, those whose vCPUs are not known yet.
     pub fn unknown_vcpus(&self, types: &[String]) -> Vec<String> {
         let known = locked(&self.vcpus);
-        types
+        let mut out: Vec<String> = types
             .iter()
             .filter(|t| !t.is_empty() && !known.contains_key(*t))
             .cloned()
-            .collect()
+            .collect();
+        out.sort();
+        out.dedup();
+        out
     }
 
     /// Learns the vCPUs of instance types.
@@ -154,7 +202,7 @@ impl Budgets {
         locked(&self.vcpus).extend(vcpus);
     }
 
-    /// What `class`'s pools hold.
+    /// What `class`'s instances are.
     pub fn usage(&self, class: &str) -> ClassUsage {
         let books = locked(&self.books);
         let vcpus = locked(&self.vcpus);
@@ -167,6 +215,7 @@ impl Budgets {
                 .as_ref()
                 .filter(|(at, _)| at.elapsed() < LIMIT_SHOWN)
                 .map(|(_, why)| why.clone()),
+            uncounted: book.uncounted(),
             ..ClassUsage::default()
         };
         for (namespace, u) in book.by_namespace(&vcpus) {
@@ -178,34 +227,47 @@ impl Budgets {
 }
 
 impl Book {
-    /// What each namespace's pools hold.
-    fn by_namespace(&self, vcpus: &HashMap<String, i64>) -> BTreeMap<String, Usage> {
-        let largest = self
-            .types
-            .iter()
-            .filter_map(|t| vcpus.get(t))
-            .copied()
-            .max()
-            .unwrap_or(0);
-        let mut out: BTreeMap<String, Usage> = BTreeMap::new();
-        for h in self.held.values() {
-            let u = out.entry(h.namespace.clone()).or_default();
-            for (t, n) in &h.by_type {
-                u.instances += n;
-                u.vcpus += n * vcpus.get(t).copied().unwrap_or(0);
-            }
+    /// Why the book cannot count now: no census yet, or one too old.
+    fn uncounted(&self) -> Option<String> {
+        match (&self.census, &self.census_failed) {
+            (Some(c), _) if c.asked.elapsed() < CENSUS_FRESH => None,
+            (_, Some(why)) => Some(format!("its instances cannot be listed: {why}")),
+            (Some(_), None) => Some("its instances were not listed for a minute".into()),
+            (None, None) => Some("its instances are not counted yet".into()),
         }
-        for m in self
-            .members
-            .iter()
-            .filter(|m| !self.held.contains_key(&m.pool))
-        {
-            out.entry(m.namespace.clone()).or_default().add(Usage {
-                instances: m.instances,
-                vcpus: m.instances * largest,
+    }
+
+    /// What each namespace's instances of the class are: the census's, the
+    /// launches since, and the grants under way. An instance of a type
+    /// whose vCPUs are not known counts none (a vCPU limit then grants
+    /// nothing: see [`Budget::grant`]).
+    fn by_namespace(&self, vcpus: &HashMap<String, i64>) -> BTreeMap<String, Usage> {
+        let mut out: BTreeMap<String, Usage> = BTreeMap::new();
+        let mut add = |namespace: &str, instance_type: &str, n: i64| {
+            out.entry(namespace.to_string()).or_default().add(Usage {
+                instances: n,
+                vcpus: n * vcpus.get(instance_type).copied().unwrap_or(0),
             });
+        };
+        for i in self.census.iter().flat_map(|c| &c.instances) {
+            add(&i.namespace, &i.instance_type, 1);
+        }
+        for r in &self.recent {
+            add(&r.namespace, &r.instance_type, r.count);
+        }
+        for ((_, namespace, instance_type), n) in &self.in_flight {
+            add(namespace, instance_type, *n);
         }
         out
+    }
+
+    /// The types of what the book counts.
+    fn types(&self) -> impl Iterator<Item = &str> {
+        let census = self.census.iter().flat_map(|c| &c.instances);
+        census
+            .map(|i| i.instance_type.as_str())
+            .chain(self.recent.iter().map(|r| r.instance_type.as_str()))
+            .chain(self.in_flight.keys().map(|(_, _, t)| t.as_str()))
     }
 }
 
@@ -217,8 +279,8 @@ pub struct Grant {
     pub held_back: Option<String>,
 }
 
-/// One pool loop's handle on its class's book; dropped with the loop, its
-/// holding stops counting (a pool without a loop counts by its status).
+/// One pool loop's handle on its class's book. Dropped with the loop, its
+/// grants still under way count as launched (the census settles them).
 pub struct Budget {
     budgets: Arc<Budgets>,
     class: String,
@@ -246,7 +308,7 @@ struct Room {
 
 /// Of the limits `book` sets, the one that leaves the least room for an
 /// instance of `per` vCPUs (none when they are not known): `total` is what
-/// all the class's pools hold, `mine` what those of `namespace` do.
+/// all the class's instances are, `mine` those of `namespace`.
 fn tightest(book: &Book, total: Usage, mine: Usage, per: i64, namespace: &str) -> Option<Room> {
     let all = || "all its pools".to_string();
     let here = || format!("the pools of namespace {namespace}");
@@ -326,25 +388,23 @@ impl Budget {
         &self.class
     }
 
-    /// What the pool holds now, by instance type: its last listing's present
-    /// instances and those it launched since.
-    pub fn held(&self, by_type: BTreeMap<String, i64>) {
-        let mut books = locked(&self.budgets.books);
-        let Some(book) = books.get_mut(&self.class) else {
-            return;
-        };
-        book.held.insert(
-            self.pool.clone(),
-            Held {
-                loop_id: self.loop_id,
-                namespace: self.namespace.clone(),
-                by_type,
-            },
-        );
+    /// The namespace the pool's instances count in.
+    pub fn namespace(&self) -> &str {
+        &self.namespace
+    }
+
+    fn flight(&self, instance_type: &str) -> (u64, String, String) {
+        (
+            self.loop_id,
+            self.namespace.clone(),
+            instance_type.to_string(),
+        )
     }
 
     /// Up to `wanted` instances of `instance_type`, as many as every limit
-    /// of the class leaves room for; those granted count as held at once.
+    /// of the class leaves room for; those granted count at once, until
+    /// the launch is answered ([`Budget::launched`], [`Budget::lost`],
+    /// [`Budget::release`]).
     pub fn grant(&self, instance_type: &str, wanted: u32) -> Grant {
         let mut books = locked(&self.budgets.books);
         let vcpus = locked(&self.budgets.vcpus);
@@ -354,13 +414,20 @@ impl Budget {
                 held_back: Some(format!("WarmPoolClass {} is not known yet", self.class)),
             };
         };
-        if !book.members_known {
-            // Not every pool of the class is counted yet (the operator's
-            // first seconds): the next pass asks again.
-            tracing::debug!(pool = %self.pool, class = %self.class, "the class's pools are not counted yet");
+        if let Some(why) = book.uncounted() {
+            // Launching without knowing what runs could pass a limit. The
+            // operator's first seconds are not worth a word; a census that
+            // fails is.
+            tracing::debug!(pool = %self.pool, class = %self.class, "{why}");
+            let said = book.census_failed.is_some() || book.census.is_some();
             return Grant {
                 count: 0,
-                held_back: None,
+                held_back: said.then(|| {
+                    format!(
+                        "WarmPoolClass {}: {why}; {wanted} more wanted, none launched",
+                        self.class
+                    )
+                }),
             };
         }
         let usage = book.by_namespace(&vcpus);
@@ -369,21 +436,30 @@ impl Budget {
             total.add(*u);
         }
         let mine = usage.get(&self.namespace).copied().unwrap_or_default();
-        let per = vcpus.get(instance_type).copied().unwrap_or(0);
+        let unknown = book
+            .types()
+            .chain([instance_type])
+            .find(|t| !vcpus.contains_key(*t))
+            .map(str::to_string);
+        let vcpu_limit = book.limits.vcpus.is_some() || book.namespace_limits.vcpus.is_some();
+        let per = match (&unknown, vcpu_limit) {
+            // What is counted so far is not known in vCPUs: nothing fits.
+            (Some(_), true) => 0,
+            _ => vcpus.get(instance_type).copied().unwrap_or(0),
+        };
         let tightest = tightest(book, total, mine, per, &self.namespace);
         let count = tightest
             .as_ref()
             .map_or(wanted as i64, |r| r.count.min(wanted as i64)) as u32;
-        let held_back = tightest
-            .filter(|_| count < wanted)
-            .map(|r| r.held_back(&self.class, instance_type, wanted, count));
+        let held_back = tightest.filter(|_| count < wanted).map(|r| {
+            let of = unknown.as_deref().unwrap_or(instance_type);
+            r.held_back(&self.class, of, wanted, count)
+        });
         if count > 0 {
-            let held = book.held.entry(self.pool.clone()).or_insert_with(|| Held {
-                loop_id: self.loop_id,
-                namespace: self.namespace.clone(),
-                by_type: BTreeMap::new(),
-            });
-            *held.by_type.entry(instance_type.to_string()).or_default() += count as i64;
+            *book
+                .in_flight
+                .entry(self.flight(instance_type))
+                .or_default() += count as i64;
         }
         if let Some(why) = &held_back {
             book.held_back = Some((Instant::now(), why.clone()));
@@ -391,17 +467,61 @@ impl Budget {
         Grant { count, held_back }
     }
 
+    /// Takes `n` of this loop's grants of `instance_type` off the launches
+    /// under way, keeping them counted as `ids` (`None`: an answer lost,
+    /// `n` may run) until a census settles them.
+    fn settle(&self, instance_type: &str, n: u32, ids: Option<Vec<String>>) {
+        let mut books = locked(&self.budgets.books);
+        let Some(book) = books.get_mut(&self.class) else {
+            return;
+        };
+        let key = self.flight(instance_type);
+        if let Some(left) = book.in_flight.get_mut(&key) {
+            *left -= n as i64;
+            if *left <= 0 {
+                book.in_flight.remove(&key);
+            }
+        }
+        if let Some(ids) = ids {
+            let count = ids.len() as i64;
+            if count > 0 {
+                book.recent.push(Recent {
+                    at: Instant::now(),
+                    namespace: self.namespace.clone(),
+                    instance_type: instance_type.to_string(),
+                    ids,
+                    count,
+                });
+            }
+        }
+    }
+
+    /// `n` granted instances of `instance_type` were launched: `ids`.
+    pub fn launched(&self, instance_type: &str, n: u32, ids: Vec<String>) {
+        self.settle(instance_type, n, Some(ids));
+    }
+
+    /// The answer to a launch of `n` granted instances was lost: they may
+    /// run, and count until a census asked long enough after says.
+    pub fn lost(&self, instance_type: &str, n: u32) {
+        let mut books = locked(&self.budgets.books);
+        if let Some(book) = books.get_mut(&self.class) {
+            book.recent.push(Recent {
+                at: Instant::now(),
+                namespace: self.namespace.clone(),
+                instance_type: instance_type.to_string(),
+                ids: Vec::new(),
+                count: n as i64,
+            });
+        }
+        drop(books);
+        self.settle(instance_type, n, None);
+    }
+
     /// Gives back `n` granted instances of `instance_type` that were not
     /// launched.
     pub fn release(&self, instance_type: &str, n: u32) {
-        let mut books = locked(&self.budgets.books);
-        if let Some(held) = books
-            .get_mut(&self.class)
-            .and_then(|b| b.held.get_mut(&self.pool))
-        {
-            let count = held.by_type.entry(instance_type.to_string()).or_default();
-            *count = (*count - n as i64).max(0);
-        }
+        self.settle(instance_type, n, None);
     }
 
     /// The book of all classes, for the vCPUs.
@@ -413,147 +533,25 @@ impl Budget {
 impl Drop for Budget {
     fn drop(&mut self) {
         let mut books = locked(&self.budgets.books);
-        if let Some(book) = books.get_mut(&self.class) {
-            if book
-                .held
-                .get(&self.pool)
-                .is_some_and(|h| h.loop_id == self.loop_id)
-            {
-                book.held.remove(&self.pool);
-            }
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn limits(instances: Option<i64>, vcpus: Option<i64>) -> ClassLimits {
-        ClassLimits { instances, vcpus }
-    }
-
-    fn member(pool: &str) -> Member {
-        let namespace = pool.split('/').next().unwrap_or_default().to_string();
-        Member {
-            pool: pool.into(),
-            namespace,
-            instances: 0,
-        }
-    }
-
-    fn spec(total: ClassLimits, per_ns: ClassLimits) -> WarmPoolClassSpec {
-        let mut spec: WarmPoolClassSpec =
-            serde_yaml::from_str("region: r\nlaunch: {runCommand: run}\n").unwrap();
-        spec.instance_types = vec!["t3.micro".into(), "t3.xlarge".into()];
-        spec.limits = Some(total);
-        spec.namespace_limits = Some(per_ns);
-        spec
-    }
-
-    fn book(total: ClassLimits, per_ns: ClassLimits, members: &[&str]) -> Arc<Budgets> {
-        let b = Arc::new(Budgets::default());
-        b.learn_vcpus([("t3.micro".to_string(), 2), ("t3.xlarge".to_string(), 4)]);
-        b.set_limits("shared", &spec(total, per_ns));
-        b.set_members("shared", members.iter().map(|m| member(m)).collect());
-        b
-    }
-
-    #[test]
-    fn a_namespace_gets_no_more_than_its_limit_and_says_which() {
-        let b = book(limits(None, None), limits(Some(3), None), &["a/p"]);
-        let p = b.budget("shared", "a/p", "a");
-        let g = p.grant("t3.micro", 5);
-        assert_eq!(g.count, 3);
-        assert_eq!(
-            g.held_back.as_deref(),
-            Some(
-                "WarmPoolClass shared: the pools of namespace a hold 3 of their 3 instances \
-                 (namespaceLimits.instances): 5 more wanted, 3 launched"
-            )
-        );
-        assert_eq!(p.grant("t3.micro", 1).count, 0);
-    }
-
-    #[test]
-    fn two_pools_racing_never_pass_the_class_limit_together() {
-        let b = book(limits(Some(5), None), limits(None, None), &["a/p", "b/q"]);
-        let (p, q) = (
-            b.budget("shared", "a/p", "a"),
-            b.budget("shared", "b/q", "b"),
-        );
-        let handles: Vec<_> = [p, q]
-            .into_iter()
-            .map(|budget| {
-                std::thread::spawn(move || {
-                    let got: u32 = (0..10).map(|_| budget.grant("t3.micro", 1).count).sum();
-                    (got, budget)
-                })
-            })
+        let Some(book) = books.get_mut(&self.class) else {
+            return;
+        };
+        let mine: Vec<(u64, String, String)> = book
+            .in_flight
+            .keys()
+            .filter(|(l, _, _)| *l == self.loop_id)
+            .cloned()
             .collect();
-        let got: Vec<(u32, Budget)> = handles.into_iter().map(|h| h.join().unwrap()).collect();
-        assert_eq!(got.iter().map(|(n, _)| n).sum::<u32>(), 5);
-        assert_eq!(b.usage("shared").total.instances, 5);
-    }
-
-    #[test]
-    fn vcpus_count_by_type_and_a_lowered_limit_only_stops_launches() {
-        let b = book(limits(None, Some(8)), limits(None, None), &["a/p"]);
-        let p = b.budget("shared", "a/p", "a");
-        p.held(BTreeMap::from([("t3.micro".to_string(), 2)]));
-        let g = p.grant("t3.xlarge", 3);
-        assert_eq!(g.count, 1, "4 of 8 vCPUs held, one xlarge fits");
-        assert!(g.held_back.unwrap().contains("hold 8 of their 8 vCPUs"));
-        b.set_limits("shared", &spec(limits(None, Some(2)), limits(None, None)));
-        assert_eq!(b.usage("shared").total.vcpus, 8, "nothing given back");
-        assert_eq!(p.grant("t3.micro", 1).count, 0);
-    }
-
-    #[test]
-    fn a_pool_without_a_loop_counts_by_its_status_and_a_dropped_loop_stops_counting() {
-        let b = book(limits(Some(4), None), limits(None, None), &[]);
-        b.set_members(
-            "shared",
-            vec![
-                Member {
-                    instances: 3,
-                    ..member("a/old")
-                },
-                member("a/p"),
-            ],
-        );
-        let p = b.budget("shared", "a/p", "a");
-        assert_eq!(p.grant("t3.micro", 5).count, 1);
-        drop(p);
-        assert_eq!(b.usage("shared").total.instances, 3);
-    }
-
-    #[test]
-    fn nothing_is_granted_before_the_members_are_known() {
-        let b = Arc::new(Budgets::default());
-        b.set_limits("shared", &spec(limits(Some(4), None), limits(None, None)));
-        let p = b.budget("shared", "a/p", "a");
-        assert_eq!(
-            p.grant("t3.micro", 1),
-            Grant {
-                count: 0,
-                held_back: None
+        for key in mine {
+            if let Some(n) = book.in_flight.remove(&key) {
+                book.recent.push(Recent {
+                    at: Instant::now(),
+                    namespace: key.1,
+                    instance_type: key.2,
+                    ids: Vec::new(),
+                    count: n,
+                });
             }
-        );
-        b.set_members("shared", vec![member("a/p")]);
-        assert_eq!(p.grant("t3.micro", 1).count, 1);
-    }
-
-    #[test]
-    fn a_type_of_unknown_vcpus_is_not_launched_under_a_vcpu_limit() {
-        let b = book(limits(None, Some(100)), limits(None, None), &["a/p"]);
-        let p = b.budget("shared", "a/p", "a");
-        let g = p.grant("m7i.large", 1);
-        assert_eq!(g.count, 0);
-        assert!(g.held_back.unwrap().contains("not known yet"));
-        assert_eq!(
-            b.unknown_vcpus(&["m7i.large".into(), "t3.micro".into()]),
-            ["m7i.large"]
-        );
+        }
     }
 }

@@ -30,8 +30,8 @@ use sha2::{Digest, Sha256};
 
 use super::plan::{Ec2Instance, Ec2State, Offering};
 pub use super::tags::{
-    tag_value, Ownership, TAG_CLUSTER, TAG_IMAGE, TAG_LAUNCH, TAG_OPERATOR, TAG_POOL,
-    TAG_SCHEDULER, TAG_TEMPLATE_VERSION, TAG_VALUE_MAX,
+    tag_value, Ownership, RESERVED_PREFIX, TAG_CLASS, TAG_CLUSTER, TAG_IMAGE, TAG_LAUNCH,
+    TAG_NAMESPACE, TAG_OPERATOR, TAG_POOL, TAG_SCHEDULER, TAG_TEMPLATE_VERSION, TAG_VALUE_MAX,
 };
 use crate::crd::{Launch, LaunchTemplateRef};
 use crate::fence::{Fence, Fenced};
@@ -81,6 +81,10 @@ pub struct Tagged {
     /// Its `orca.dev/cluster` tag, if it has one (instances launched
     /// before that tag existed have none).
     pub cluster: Option<String>,
+    /// Its `orca.dev/class` tag: the WarmPoolClass it counts in.
+    pub class: Option<String>,
+    /// Its `orca.dev/namespace` tag.
+    pub namespace: Option<String>,
     /// The instance; `None` if EC2's answer lacked its id, state or launch
     /// time.
     pub instance: Option<Ec2Instance>,
@@ -261,6 +265,8 @@ pub struct RunRequest<'a> {
     /// The rendered script (see [`super::userdata`]); base64-encoded here.
     pub user_data: &'a super::userdata::UserData,
     pub owner: &'a Ownership,
+    /// The WarmPoolClass launched through ([`TAG_CLASS`]), if any.
+    pub class: Option<&'a str>,
     /// The launch template's version as resolved to a number
     /// ([`Ec2::template_version`]), launched and tagged instead of the
     /// version as written; `None` when it could not be resolved.
@@ -449,6 +455,8 @@ impl Ec2 {
                 pool: tag(i, TAG_POOL),
                 scheduler: tag(i, TAG_SCHEDULER),
                 cluster: tag(i, TAG_CLUSTER),
+                class: tag(i, TAG_CLASS),
+                namespace: tag(i, TAG_NAMESPACE),
                 instance: instance(i),
             })
             .collect())
@@ -559,16 +567,21 @@ impl Ec2 {
 
     /// Tags `ids` with `owner`'s cluster (`CreateTags`).
     pub async fn tag_cluster(&self, ids: &[String], owner: &Ownership) -> Result<(), Ec2Error> {
-        let tag = Tag::builder()
-            .key(TAG_CLUSTER)
-            .value(&owner.cluster)
-            .build();
+        self.add_tags(ids, &[(TAG_CLUSTER, &owner.cluster)]).await
+    }
+
+    /// Adds `tags` to `ids` (`CreateTags`), batch by batch.
+    pub async fn add_tags(&self, ids: &[String], tags: &[(&str, &str)]) -> Result<(), Ec2Error> {
+        let tags: Vec<Tag> = tags
+            .iter()
+            .map(|(k, v)| Tag::builder().key(*k).value(*v).build())
+            .collect();
         const ACTION: &str = "CreateTags";
         self.each_batch(ACTION, ids, None, |batch| {
             self.client
                 .create_tags()
                 .set_resources(Some(batch))
-                .tags(tag.clone())
+                .set_tags(Some(tags.clone()))
                 .send()
         })
         .await
@@ -756,14 +769,24 @@ impl Ec2 {
 /// the template version it resolved to.
 fn run_tags(req: &RunRequest<'_>) -> TagSpecification {
     let mut tags = TagSpecification::builder().resource_type(ResourceType::Instance);
+    // The spec's own, but none under the operator's prefix: those say
+    // whose an instance is and what its class counts (the CRD refuses
+    // them too; an object written before that is held here).
     for (k, v) in &req.launch.tags {
-        let ours =
-            req.owner.tags().iter().any(|(o, _)| o == k) || k == TAG_LAUNCH || k == TAG_IMAGE;
-        if !ours {
+        if !k.starts_with(RESERVED_PREFIX) {
             tags = tags.tags(Tag::builder().key(k).value(v).build());
         }
     }
-    for (k, v) in req.owner.tags() {
+    let tenancy = [
+        (TAG_NAMESPACE, Some(req.owner.namespace.as_str())),
+        (TAG_CLASS, req.class),
+    ];
+    let owned = req
+        .owner
+        .tags()
+        .into_iter()
+        .chain(tenancy.into_iter().filter_map(|(k, v)| Some((k, v?))));
+    for (k, v) in owned {
         tags = tags.tags(Tag::builder().key(k).value(v).build());
     }
     let launch_tags = [
@@ -930,6 +953,7 @@ mod tests {
             token: "t",
             user_data: &"".into(),
             owner: &owner,
+            class: None,
             template_version: None,
         };
         assert!(matches!(

@@ -30,7 +30,8 @@ use std::{
 };
 
 use super::{
-    ec2::{Ec2Config, Ec2Error, Tagged},
+    budget::{Census, Counted},
+    ec2::{Ec2, Ec2Config, Ec2Error, Tagged},
     plan::Ec2Instance,
     tags::{Ownership, TAG_CLUSTER, TAG_OPERATOR},
 };
@@ -104,6 +105,31 @@ impl Listings {
             .or_insert_with(|| Arc::new(Place::new(true)))
             .clone()
     }
+
+    /// The census of WarmPoolClass `class`, whose pools launch through
+    /// `ec2` at `cfg`: the cluster's (`owner`'s operator and cluster)
+    /// present instances EC2 lists under the class's tag there, from a
+    /// listing asked for within `within` (shared with the pools there, as
+    /// their passes share one).
+    pub async fn census(
+        &self,
+        ec2: &Ec2,
+        cfg: &Ec2Config,
+        class: &str,
+        owner: &Ownership,
+        within: Duration,
+    ) -> Result<Census, Ec2Error> {
+        let want = Want {
+            after: Instant::now().checked_sub(within).unwrap_or(self.made),
+            within,
+            untagged: false,
+        };
+        self.place(cfg, owner)
+            .census(class, owner, want, async |filter: &[(&str, &str)]| {
+                ec2.describe_tagged(filter).await
+            })
+            .await
+    }
 }
 
 /// Where one or more pools list, and its last listing.
@@ -172,12 +198,15 @@ pub(super) struct Want {
     pub(super) untagged: bool,
 }
 
-/// One listing, sorted by pool.
+/// One listing, sorted by pool and by class.
 #[derive(Debug)]
 struct Taken {
     asked: Instant,
     untagged: bool,
     pools: HashMap<(String, String), Group>,
+    /// The cluster's present instances by their class tag: each class's
+    /// census ([`Place::census`]).
+    classes: HashMap<String, Vec<Counted>>,
 }
 
 /// One pool's instances in a listing.
@@ -187,35 +216,73 @@ pub(super) struct Group {
     pub(super) ours: Vec<Ec2Instance>,
     /// Those without it, not terminated (the listing asked for them).
     pub(super) untagged: Vec<Ec2Instance>,
+    /// Its present instances with the cluster's tag, each with the class
+    /// tag it carries (if any) and whether it carries the namespace's: the
+    /// loop adds what one launched before those tags lacks.
+    pub(super) marks: Vec<Marks>,
     /// One of the pool's instances came without an id, a state or a
     /// launch time.
     malformed: bool,
 }
 
-/// `listed`, sorted by pool (its pool and Scheduler tags): those of
+/// The tenancy tags one instance carries.
+#[derive(Clone, Debug, PartialEq)]
+pub(super) struct Marks {
+    pub(super) id: String,
+    pub(super) class: Option<String>,
+    pub(super) namespace: bool,
+}
+
+/// The pools of `listed` (their pool and Scheduler tags): those of
 /// `cluster`, and those without a cluster's tag that are not terminated.
 /// Another cluster's, and those without a pool's or a Scheduler's tag, are
-/// no pool's here.
-pub(super) fn sort(listed: Vec<Tagged>, cluster: &str) -> HashMap<(String, String), Group> {
+/// no pool's here. And the classes' censuses: the cluster's present
+/// instances by their class tag, whatever pool (if any) they are of.
+pub(super) type Sorted = (
+    HashMap<(String, String), Group>,
+    HashMap<String, Vec<Counted>>,
+);
+
+/// `listed` sorted by pool and by class (see [`Sorted`]).
+pub(super) fn sort(listed: Vec<Tagged>, cluster: &str) -> Sorted {
     let mut pools: HashMap<(String, String), Group> = HashMap::new();
+    let mut classes: HashMap<String, Vec<Counted>> = HashMap::new();
     for t in listed {
-        let (Some(pool), Some(scheduler)) = (t.pool, t.scheduler) else {
-            continue;
-        };
         let ours = match t.cluster.as_deref() {
             Some(c) if c == cluster => true,
             Some(_) => continue,
             None => false,
         };
+        if let (true, Some(class), Some(i)) = (ours, &t.class, &t.instance) {
+            if i.state.is_present() {
+                classes.entry(class.clone()).or_default().push(Counted {
+                    id: i.id.clone(),
+                    namespace: t.namespace.clone().unwrap_or_default(),
+                    instance_type: i.offering.instance_type.clone(),
+                });
+            }
+        }
+        let (Some(pool), Some(scheduler)) = (t.pool, t.scheduler) else {
+            continue;
+        };
         let group = pools.entry((pool, scheduler)).or_default();
         match t.instance {
             None => group.malformed = true,
-            Some(i) if ours => group.ours.push(i),
+            Some(i) if ours => {
+                if i.state.is_present() {
+                    group.marks.push(Marks {
+                        id: i.id.clone(),
+                        class: t.class,
+                        namespace: t.namespace.is_some(),
+                    });
+                }
+                group.ours.push(i)
+            }
             Some(i) if i.state.is_present() => group.untagged.push(i),
             Some(_) => {}
         }
     }
-    pools
+    (pools, classes)
 }
 
 impl Place {
@@ -248,8 +315,41 @@ impl Place {
     where
         F: AsyncFnOnce(&[(&str, &str)]) -> Result<Vec<Tagged>, Ec2Error>,
     {
+        self.listing(owner, want, list).await?.of(owner)
+    }
+
+    /// The census of `class` in a listing `want` takes, as [`Place::take`]
+    /// takes one: the cluster's present instances tagged with the class,
+    /// whichever pool launched them and whatever it is doing now.
+    pub(super) async fn census<F>(
+        &self,
+        class: &str,
+        owner: &Ownership,
+        want: Want,
+        list: F,
+    ) -> Result<Census, Ec2Error>
+    where
+        F: AsyncFnOnce(&[(&str, &str)]) -> Result<Vec<Tagged>, Ec2Error>,
+    {
+        let taken = self.listing(owner, want, list).await?;
+        Ok(Census {
+            asked: taken.asked,
+            instances: taken.classes.get(class).cloned().unwrap_or_default(),
+        })
+    }
+
+    /// A listing `want` takes (see [`Place::take`]).
+    async fn listing<F>(
+        &self,
+        owner: &Ownership,
+        want: Want,
+        list: F,
+    ) -> Result<Arc<Taken>, Ec2Error>
+    where
+        F: AsyncFnOnce(&[(&str, &str)]) -> Result<Vec<Tagged>, Ec2Error>,
+    {
         if let Some(taken) = self.fitting(want) {
-            return taken.of(owner);
+            return Ok(taken);
         }
         if let Some(e) = self.failure(FAILED_FOR) {
             return Err(e);
@@ -268,14 +368,14 @@ impl Place {
                     ..want
                 };
                 if let Some(taken) = self.fitting(meanwhile) {
-                    return taken.of(owner);
+                    return Ok(taken);
                 }
                 self.listing.lock().await
             }
         };
         // The one under way while this pass waited may do; or it failed.
         if let Some(taken) = self.fitting(want) {
-            return taken.of(owner);
+            return Ok(taken);
         }
         if let Some(e) = self.failure(FAILED_FOR) {
             return Err(e);
@@ -301,14 +401,15 @@ impl Place {
             }
         };
         *self.failed.lock().unwrap_or_else(|p| p.into_inner()) = None;
-        let taken = Taken {
+        let (pools, classes) = sort(listed, &owner.cluster);
+        let taken = Arc::new(Taken {
             asked,
             untagged: want.untagged,
-            pools: sort(listed, &owner.cluster),
-        };
-        let out = taken.of(owner);
-        *self.last.lock().unwrap_or_else(|e| e.into_inner()) = Some(Arc::new(taken));
-        out
+            pools,
+            classes,
+        });
+        *self.last.lock().unwrap_or_else(|e| e.into_inner()) = Some(taken.clone());
+        Ok(taken)
     }
 
     /// The last failed listing's error, if it failed within `within`.
@@ -366,6 +467,8 @@ mod tests {
             pool: Some(o.pool),
             scheduler: Some(o.scheduler),
             cluster: cluster.map(str::to_string),
+            class: None,
+            namespace: None,
             instance: Some(Ec2Instance {
                 id: id.into(),
                 state,
@@ -447,7 +550,7 @@ mod tests {
                 ..tagged("i-x", "a", Some("east"), Ec2State::Running)
             },
         ];
-        let pools = sort(listed, "east");
+        let (pools, _) = sort(listed, "east");
         let a = &pools[&(owner("a").pool, owner("a").scheduler)];
         let b = &pools[&(owner("b").pool, owner("b").scheduler)];
         assert_eq!(ids(a), ["i-a1"]);
@@ -463,7 +566,7 @@ mod tests {
         let mut other = tagged("i-o", "a", Some("east"), Ec2State::Running);
         other.scheduler =
             Some(Ownership::new("ns", "a", "other", "orca-operator", "east").scheduler);
-        let pools = sort(
+        let (pools, _) = sort(
             vec![tagged("i-a", "a", Some("east"), Ec2State::Running), other],
             "east",
         );
@@ -695,5 +798,37 @@ mod tests {
         assert_eq!(seen[2].len(), 4);
         assert_eq!(seen[3].len(), 3);
         assert!(!seen[3].contains(&TAG_CLUSTER.to_string()));
+    }
+
+    #[test]
+    fn a_census_counts_the_clusters_present_instances_of_the_class_whatever_their_pool() {
+        let of_class = |id: &str, pool: Option<&str>, cluster: &str, class: &str, state| {
+            let mut t = tagged(id, pool.unwrap_or("gone"), Some(cluster), state);
+            if pool.is_none() {
+                // Its pool's and Scheduler's tags lost: no pool's, still
+                // the class's.
+                t.pool = None;
+                t.scheduler = None;
+            }
+            t.class = Some(class.into());
+            t.namespace = Some("team-a".into());
+            t
+        };
+        let listed = vec![
+            of_class("i-1", Some("a"), "east", "shared", Ec2State::Running),
+            of_class("i-2", Some("deleted"), "east", "shared", Ec2State::Stopped),
+            of_class("i-3", None, "east", "shared", Ec2State::Pending),
+            of_class("i-4", Some("a"), "east", "shared", Ec2State::Terminated),
+            of_class("i-5", Some("a"), "west", "shared", Ec2State::Running),
+            of_class("i-6", Some("a"), "east", "other", Ec2State::Running),
+            tagged("i-7", "a", Some("east"), Ec2State::Running),
+        ];
+        let (_, classes) = sort(listed, "east");
+        let mut shared: Vec<&str> = classes["shared"].iter().map(|c| c.id.as_str()).collect();
+        shared.sort();
+        assert_eq!(shared, ["i-1", "i-2", "i-3"]);
+        assert_eq!(classes["shared"][0].namespace, "team-a");
+        assert_eq!(classes["other"].len(), 1);
+        assert_eq!(classes.len(), 2);
     }
 }

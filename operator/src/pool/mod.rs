@@ -27,6 +27,8 @@ mod act_tests;
 pub mod arch;
 pub mod boot;
 pub mod budget;
+#[cfg(test)]
+mod budget_tests;
 pub mod class;
 mod conditions;
 pub mod cost;

@@ -5,7 +5,7 @@
 //! history, and the count of boots that keep failing.
 
 use std::{
-    collections::{HashMap, HashSet},
+    collections::{BTreeMap, HashMap, HashSet},
     sync::Arc,
     time::{Duration, Instant},
 };
@@ -18,13 +18,17 @@ use super::plan::{Ec2Instance, Snapshot};
 use super::act::Actuator;
 use super::cost::Cost;
 use super::ec2::TypeFacts;
-use super::listings::{Place, Want};
+use super::listings::{Marks, Place, Want};
 use super::live::Live;
 use super::pass_report::PoolError;
+use super::tags::{TAG_CLASS, TAG_NAMESPACE};
 use crate::crd::WarmPoolSpec;
 
 /// How often the forecast is made again from the database's history.
 pub const FORECAST_EVERY: Duration = Duration::from_secs(3600);
+
+/// After the tenancy tags were refused, they are tried again this much later.
+pub const MARK_RETRY: Duration = Duration::from_secs(300);
 
 /// What observing keeps between passes.
 #[derive(Debug)]
@@ -48,6 +52,10 @@ pub(super) struct Seen {
     pub(super) resolved_template: Option<(Instant, String)>,
     /// The forecast's floors and when they were made (`spec.forecast`).
     pub(super) floors: Option<(Instant, Floors)>,
+    /// The instances given their tenancy tags (see [`Observer::mark`]).
+    pub(super) marked: HashSet<String>,
+    /// When adding them was last refused.
+    pub(super) mark_failed: Option<Instant>,
 }
 
 impl Seen {
@@ -61,6 +69,8 @@ impl Seen {
             types: HashMap::new(),
             resolved_template: None,
             floors: None,
+            marked: HashSet::new(),
+            mark_failed: None,
         }
     }
 }
@@ -293,6 +303,7 @@ impl Observer<'_> {
             .await;
         let (asked, group) = taken.map_err(|e| self.act.ec2_error(e))?;
         let (mut instances, untagged) = (group.ours, group.untagged);
+        self.mark(&group.marks).await?;
         if self.seen.adopted || untagged.is_empty() {
             self.seen.adopted = true;
             return Ok((asked, instances));
@@ -324,6 +335,59 @@ impl Observer<'_> {
         }
         self.seen.adopted = true;
         Ok((asked, instances))
+    }
+
+    /// Adds the tenancy tags the pool's instances lack — launched before
+    /// instances carried them — so that a class's census counts them: the
+    /// namespace's on every one, the class's (the loop's) on those without
+    /// one (an instance launched through another class keeps counting
+    /// there). Once per instance; a refusal is said in the log and tried
+    /// again after [`MARK_RETRY`], never failing the pass.
+    async fn mark(&mut self, marks: &[Marks]) -> Result<(), PoolError> {
+        if self
+            .seen
+            .mark_failed
+            .is_some_and(|at| at.elapsed() < MARK_RETRY)
+        {
+            return Ok(());
+        }
+        let class = self.act.budget.as_ref().map(|b| b.class().to_string());
+        let owner = &self.act.owner;
+        let wants = |m: &Marks| {
+            let mut tags = Vec::new();
+            if !m.namespace {
+                tags.push((TAG_NAMESPACE, owner.namespace.clone()));
+            }
+            if let (None, Some(c)) = (&m.class, &class) {
+                tags.push((TAG_CLASS, c.clone()));
+            }
+            tags
+        };
+        let mut by_tags: BTreeMap<Vec<(&str, String)>, Vec<String>> = BTreeMap::new();
+        for m in marks.iter().filter(|m| !self.seen.marked.contains(&m.id)) {
+            let tags = wants(m);
+            if !tags.is_empty() {
+                by_tags.entry(tags).or_default().push(m.id.clone());
+            }
+        }
+        for (tags, ids) in by_tags {
+            let pairs: Vec<(&str, &str)> = tags.iter().map(|(k, v)| (*k, v.as_str())).collect();
+            match self.act.world.ec2.add_tags(&ids, &pairs).await {
+                Ok(()) => {
+                    tracing::info!(pool = %self.act.pool, instances = ?ids, tags = ?pairs,
+                        "tenancy tags added");
+                    self.seen.marked.extend(ids);
+                }
+                Err(e @ super::ec2::Ec2Error::Fenced { .. }) => return Err(self.act.ec2_error(e)),
+                Err(e) => {
+                    tracing::warn!(pool = %self.act.pool, instances = ?ids, error = %e,
+                        "the tenancy tags could not be added; their class does not count them yet");
+                    self.seen.mark_failed = Some(Instant::now());
+                    return Ok(());
+                }
+            }
+        }
+        Ok(())
     }
 
     /// The forecast's floors with `spec.forecast`: from the database's

@@ -50,7 +50,7 @@ impl PoolLoop {
     pub async fn pass(&mut self, now: DateTime<Utc>) -> Result<PassReport, PoolError> {
         let mut snap = self.observer().observe().await?;
         self.observer().learn_types().await?;
-        self.count_held(&snap);
+        self.tell_vcpus();
         // Read after the observation: a deletion that began meanwhile
         // launches nothing in this pass already.
         let deletion = *self.deletion.borrow();
@@ -351,25 +351,13 @@ impl PoolLoop {
         )
     }
 
-    /// Tells the pool's class what the pool holds — its present instances
-    /// and those it launched that the listing does not show yet — and the
-    /// vCPUs of the types it may launch, as EC2 described them to this
-    /// loop ([`PoolLoop::learn_types`]).
-    fn count_held(&self, snap: &Snapshot) {
+    /// Tells the book of the pool's class the vCPUs of the types it may
+    /// launch, as EC2 described them to this loop
+    /// ([`PoolLoop::learn_types`]): its limits count them.
+    fn tell_vcpus(&self) {
         let Some(budget) = &self.act.budget else {
             return;
         };
-        let mut by_type: std::collections::BTreeMap<String, i64> = Default::default();
-        let listed: HashSet<&str> = snap.instances.iter().map(|i| i.id.as_str()).collect();
-        for i in snap.instances.iter().filter(|i| i.state.is_present()) {
-            *by_type.entry(i.offering.instance_type.clone()).or_default() += 1;
-        }
-        for (id, (_, offering)) in &self.act.launches.times {
-            if !listed.contains(id.as_str()) && self.act.launches.ours.contains_key(id) {
-                *by_type.entry(offering.instance_type.clone()).or_default() += 1;
-            }
-        }
-        budget.held(by_type);
         let unknown = budget
             .budgets()
             .unknown_vcpus(&self.spec.launch.instance_types);

@@ -66,6 +66,9 @@ pub struct Ownership {
     pub operator: String,
     /// Which cluster's operator launched them.
     pub cluster: String,
+    /// The WarmPool's namespace ([`TAG_NAMESPACE`] at launch; no listing
+    /// filters on it).
+    pub namespace: String,
 }
 
 impl Ownership {
@@ -83,6 +86,22 @@ impl Ownership {
             scheduler: tag_value(&format!("{namespace}/{scheduler}")),
             operator: tag_value(operator),
             cluster: tag_value(cluster),
+            namespace: tag_value(namespace),
+        }
+    }
+
+    /// The owner of every instance `operator` of `cluster` launched, for a
+    /// listing shared by the pools of a place (and a class's census): the
+    /// pool's and the Scheduler's values are empty, and only a shared
+    /// listing, which filters on the operator's and the cluster's tags
+    /// alone, may be asked for with it.
+    pub fn of_cluster(operator: &str, cluster: &str) -> Self {
+        Ownership {
+            pool: String::new(),
+            scheduler: String::new(),
+            operator: tag_value(operator),
+            cluster: tag_value(cluster),
+            namespace: String::new(),
         }
     }
 

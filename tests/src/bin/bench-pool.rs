@@ -25,7 +25,7 @@ use orca_operator::crd::{
     IdleRange, IdleSchedule, Period, StoppedRange, WarmPoolClassSpec, WarmPoolSpec,
 };
 use orca_operator::pool::{
-    budget::{Budgets, Member},
+    budget::{Budgets, Census, Counted},
     plan::{plan, Ec2Instance, Ec2State, Limits, Offering, PoolRow, Snapshot},
     schedule, Listings, PoolLoop, Tuning,
 };
@@ -666,15 +666,22 @@ async fn bench_class_passes(url: &str) {
     let class_of = |i: usize| format!("class-{}", i % CLASSES);
     for c in 0..CLASSES {
         budgets.set_limits(&class_of(c), &class);
-        let members = (0..POOLS)
+        // Each pool's one instance, as the class's census lists it.
+        let instances = (0..POOLS)
             .filter(|i| i % CLASSES == c)
-            .map(|i| Member {
-                pool: names[i].clone(),
+            .map(|i| Counted {
+                id: format!("i-{i}"),
                 namespace: "classed".into(),
-                instances: 1,
+                instance_type: "t3.micro".into(),
             })
             .collect();
-        budgets.set_members(&class_of(c), members);
+        budgets.census(
+            &class_of(c),
+            Census {
+                asked: Instant::now(),
+                instances,
+            },
+        );
     }
     let listings = Listings::default();
     let mut figures = Vec::new();
