@@ -58,6 +58,9 @@ enum Command {
     Crds,
     /// Prints the API reference of the CRDs (what `docs/api.md` holds).
     ApiDocs,
+    /// Prints the admission rules refusing the fields a WarmPoolClass owns
+    /// (what the chart's `files/class-owned.yaml` holds).
+    AdmissionRules,
     /// Prints the least IAM policy of one cluster's operator (what
     /// `docs/iam-policy.json` holds for an example cluster), or with
     /// `--instance-role` that of its pool instances' role.
@@ -187,6 +190,11 @@ async fn run(command: Command) -> anyhow::Result<ExitCode> {
         Command::ApiDocs => {
             use std::io::Write;
             let _ = std::io::stdout().write_all(crd::api_markdown().as_bytes());
+        }
+        Command::AdmissionRules => {
+            use std::io::Write;
+            let rules = orca_operator::pool::class::admission_rules();
+            let _ = std::io::stdout().write_all(rules.as_bytes());
         }
         Command::IamPolicy(args) => {
             use std::io::Write;

@@ -37,11 +37,39 @@ app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
 app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- end }}
 
+{{/*
+The operator's ServiceAccount: the chart's (its full name unless named),
+or, with serviceAccount.create false, the one serviceAccount.name names —
+never a namespace's `default`, which every other pod there runs as, and
+which the admission policies would then exempt.
+*/}}
 {{- define "orca-operator.serviceAccountName" -}}
 {{- if .Values.serviceAccount.create }}
 {{- default (include "orca-operator.fullname" .) .Values.serviceAccount.name }}
+{{- else if .Values.serviceAccount.name }}
+{{- .Values.serviceAccount.name }}
 {{- else }}
-{{- default "default" .Values.serviceAccount.name }}
+{{- fail "serviceAccount.name is required when serviceAccount.create is false: the operator's own ServiceAccount, which the admission policies exempt (not the namespace's default one)" }}
+{{- end }}
+{{- end }}
+
+{{/*
+The admission policies' bindings: the namespaces the operator watches, the
+same list its --namespace arguments give (all of them with
+watchAllNamespaces).
+*/}}
+{{- define "orca-operator.policyNamespaces" -}}
+{{- if not .Values.watchAllNamespaces }}
+# The namespaces this operator watches, no others.
+matchResources:
+  namespaceSelector:
+    matchExpressions:
+      - key: kubernetes.io/metadata.name
+        operator: In
+        values:
+          {{- range $namespace := include "orca-operator.watchNamespaces" . | trim | splitList "\n" }}
+          - {{ $namespace | quote }}
+          {{- end }}
 {{- end }}
 {{- end }}
 
@@ -123,6 +151,10 @@ such a release runs.
 {{- define "orca-operator.requireClass" -}}
 {{- $tenancy := .Values.tenancy | default dict }}
 {{- if and (hasKey $tenancy "requireClass") $tenancy.requireClass }}true{{ end }}
+{{- end }}
+{{- define "orca-operator.trustEveryEditor" -}}
+{{- $tenancy := .Values.tenancy | default dict }}
+{{- if and (hasKey $tenancy "trustEveryEditor") $tenancy.trustEveryEditor }}true{{ end }}
 {{- end }}
 {{- define "orca-operator.aggregateRoles" -}}
 {{- $tenancy := .Values.tenancy | default dict }}

@@ -72,6 +72,57 @@ pub struct WarmPoolClassSpec {
     /// limit.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub namespace_limits: Option<ClassLimits>,
+    /// What a pool of the class may decide about how long its instances
+    /// live: a pool that asks for more is refused (ClassDenied), by the
+    /// chart's admission policy and by the operator. Default: no bound.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pool_limits: Option<PoolLimits>,
+}
+
+/// Bounds on the lifetimes a pool of the class sets for its instances:
+/// each keeps an instance running (and billed) that no run may need.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PoolLimits {
+    /// spec.idleSeconds at most: an idle instance's agent powers it off this
+    /// long (and a minute) after its last run, whatever became of its pool.
+    /// Unset: no bound.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 31536000))]
+    pub max_idle_seconds: Option<i64>,
+    /// spec.bootTimeoutSeconds at most. Unset: no bound.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 31536000))]
+    pub max_boot_timeout_seconds: Option<i64>,
+    /// spec.drainTimeoutSeconds at most: how long a busy instance of a
+    /// deleted or moved pool may go on. Unset: no bound.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0, max = 31536000))]
+    pub max_drain_timeout_seconds: Option<i64>,
+    /// Whether a pool may leave its instances running when it is deleted
+    /// (spec.onDelete Orphan). false: onDelete Orphan is refused, and a pool
+    /// deleted with it is torn down as with Terminate. Default true.
+    #[serde(default = "yes", skip_serializing_if = "is_true")]
+    pub orphan: bool,
+}
+
+impl Default for PoolLimits {
+    fn default() -> Self {
+        PoolLimits {
+            max_idle_seconds: None,
+            max_boot_timeout_seconds: None,
+            max_drain_timeout_seconds: None,
+            orphan: true,
+        }
+    }
+}
+
+fn yes() -> bool {
+    true
+}
+
+fn is_true(b: &bool) -> bool {
+    *b
 }
 
 fn default_capacity_types() -> Vec<CapacityType> {

@@ -67,7 +67,7 @@ fn the_notes_print_the_iam_policy_command_for_the_release_cluster() {
     .args;
     assert_eq!(
         args.render(),
-        render(&operator_policy("notes-test.eu_1", &[]))
+        render(&operator_policy("notes-test.eu_1", &[], true))
     );
     // The instance role's, for a Scheduler the reader names.
     assert_eq!(

@@ -127,8 +127,8 @@ fn assert_binds_operator(binding: &Value, role_kind: &str, role_name: &str) {
 }
 
 /// `objects` and what `tenancy` adds with its defaults: the classes'
-/// reader and its binding, the aggregated roles, the admission policy and
-/// its binding (tests/tests/chart/tenancy.rs looks into each); and the
+/// reader and its binding, the aggregated roles, the admission policies and
+/// their bindings (tests/tests/chart/tenancy.rs looks into each); and the
 /// CRDs (tests/tests/chart/crds.rs).
 fn with_tenancy(mut objects: Vec<(String, String, String)>) -> Vec<(String, String, String)> {
     let named = |kind: &str, suffix: &str| {
@@ -143,9 +143,11 @@ fn with_tenancy(mut objects: Vec<(String, String, String)>) -> Vec<(String, Stri
         named("ClusterRoleBinding", "classes"),
         named("ClusterRole", "edit"),
         named("ClusterRole", "view"),
-        named("ValidatingAdmissionPolicy", "warmpool-class"),
-        named("ValidatingAdmissionPolicyBinding", "warmpool-class"),
     ]);
+    for policy in ["warmpool-class", "warmpool-limits", "warmpool-deletion"] {
+        objects.push(named("ValidatingAdmissionPolicy", policy));
+        objects.push(named("ValidatingAdmissionPolicyBinding", policy));
+    }
     for crd in CRDS {
         objects.push(("CustomResourceDefinition".into(), String::new(), crd.into()));
     }

@@ -13,7 +13,7 @@ use kube::{runtime::reflector::ObjectRef, Api, ResourceExt};
 use super::{context::Context, error::ReconcileError};
 use crate::{
     crd::{WarmPool, WarmPoolClass},
-    pool::class::{resolve, Refusal},
+    pool::class::{may_orphan, resolve, Refusal, Tenant},
 };
 
 /// `wp` as its loop runs it: as written without a class, else with the
@@ -48,7 +48,11 @@ pub(super) async fn effective(
     ctx.config.budgets.set_limits(&name, &class.spec);
     let ns = crate::crd::namespace_of(&*wp);
     let labels = labels_of(ctx, pool, &ns).await?;
-    match resolve(&name, &class.spec, &labels, &wp.spec) {
+    let tenant = Tenant {
+        name: &ns,
+        labels: &labels,
+    };
+    match resolve(&name, &class.spec, &tenant, &wp.spec) {
         Ok(spec) => Ok(Ok(with_spec(&wp, spec))),
         Err(_) if deleting => {
             // Torn down where it ran, refused or not.
@@ -59,6 +63,23 @@ pub(super) async fn effective(
         }
         Err(refusal) => Ok(Err(refusal)),
     }
+}
+
+/// Whether `wp`, deleted with `onDelete: Orphan`, may leave its instances
+/// running: a pool without a class may; one with a class only if the class
+/// exists and allows it (`poolLimits.orphan`). Else it is torn down as with
+/// Terminate.
+pub(super) async fn may_leave(
+    wp: &WarmPool,
+    ctx: &Context,
+    pool: &str,
+) -> Result<bool, ReconcileError> {
+    let Some(class_ref) = &wp.spec.class_ref else {
+        return Ok(true);
+    };
+    Ok(class_of(ctx, pool, &class_ref.name)
+        .await?
+        .is_some_and(|c| may_orphan(&c.spec)))
 }
 
 fn with_spec(wp: &WarmPool, spec: crate::crd::WarmPoolSpec) -> Arc<WarmPool> {

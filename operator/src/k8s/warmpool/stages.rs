@@ -110,7 +110,10 @@ pub(super) async fn run_stages(
             ctx.forget(&pool);
             return Ok(Action::await_change());
         }
-        Some(_) if wp.spec.on_delete == OnDelete::Orphan => {
+        Some(_)
+            if wp.spec.on_delete == OnDelete::Orphan
+                && class::may_leave(&wp, &ctx, &pool).await? =>
+        {
             return orphan(&wp, &ctx, &pool).await;
         }
         Some(since) => Some(Deletion {
