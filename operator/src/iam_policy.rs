@@ -5,12 +5,16 @@
 //! The operator's policy keeps clusters that share an AWS account apart by
 //! IAM itself, not only by the operator's own filters: it may act on an
 //! instance only where `orca.dev/cluster` is this cluster's name, launch or
-//! tag at launch only with that name in the request, adopt only an instance
-//! no cluster has claimed yet (the one-time adoption after an upgrade from
-//! a version that did not set the tag), pass only the roles it is given,
-//! and keep the Schedulers' database URLs only under this cluster's path of
-//! the SSM Parameter Store. The pool instances' role may read one
-//! Scheduler's parameter (or the cluster's), decrypted only through SSM.
+//! tag at launch only with that name in the request, launch only into the
+//! subnets, security groups and launch templates tagged for this cluster,
+//! adopt only an instance no cluster has claimed yet (the one-time
+//! adoption after an upgrade from a version that did not set the tag), add
+//! to its own instances only the tags its classes count by, pass only
+//! this cluster's roles (or those it is given), and keep the Schedulers'
+//! database URLs only under this cluster's path of the SSM Parameter
+//! Store. The pool instances' role may read one Scheduler's parameter, one
+//! namespace's (a role per team), or the cluster's, decrypted only through
+//! SSM.
 //!
 //! Pure: names in, JSON out; nothing here calls AWS.
 
@@ -20,11 +24,24 @@ use serde::Serialize;
 use serde_json::{json, Value};
 
 use crate::pool::ssm::parameter_name;
-use crate::pool::tags::{cluster_name, TAG_CLUSTER, TAG_OPERATOR, TAG_POOL, TAG_SCHEDULER};
+use crate::pool::tags::{
+    cluster_name, TAG_CLASS, TAG_CLUSTER, TAG_NAMESPACE, TAG_OPERATOR, TAG_POOL, TAG_SCHEDULER,
+};
 
 /// The roles the operator may pass to EC2 when no `--pass-role` names
-/// them: any account's roles whose names start `orca-pool-`.
-pub const DEFAULT_PASS_ROLE: &str = "arn:aws:iam::*:role/orca-pool-*";
+/// them: any account's roles under the path `/orca/<cluster>/` — this
+/// cluster's, whatever their names (e.g. one per team,
+/// `/orca/prod-eu-1/orca-pool-team-a`).
+pub fn default_pass_role(cluster: &str) -> String {
+    format!("arn:aws:iam::*:role/orca/{cluster}/*")
+}
+
+/// The tag that marks a subnet, security group or launch template this
+/// cluster's pools may launch into (any value): its key names the cluster,
+/// so one subnet may serve several clusters.
+pub fn launch_from_tag(cluster: &str) -> String {
+    format!("orca.dev/launch-from/{cluster}")
+}
 
 /// The arguments of `orca-operator iam-policy`.
 #[derive(clap::Args, Clone, Debug)]
@@ -34,17 +51,25 @@ pub struct IamPolicyArgs {
     #[arg(long, value_parser = cluster_name)]
     pub cluster_name: String,
     /// A role the operator may pass to EC2 (the role of a WarmPool's
-    /// instance profile), as an ARN; repeat for several. None: any role
-    /// named `orca-pool-*`.
+    /// instance profile), as an ARN; repeat for several. None: this
+    /// cluster's roles, those under the path `/orca/<cluster>/`.
     #[arg(long = "pass-role", value_name = "ARN", value_parser = role_arn,
           conflicts_with = "instance_role")]
     pub pass_roles: Vec<String>,
+    /// Launch into any subnet, security group and launch template of the
+    /// account, as the releases before 0.2 allowed; without it, only into
+    /// those tagged `orca.dev/launch-from/<cluster>`.
+    #[arg(long, conflicts_with = "instance_role")]
+    pub launch_from_anywhere: bool,
     /// Print the pool instances' role's policy instead of the operator's.
     #[arg(long)]
     pub instance_role: bool,
-    /// With `--instance-role`: the Scheduler's namespace (with
-    /// `--scheduler`); without both, the cluster's every Scheduler.
-    #[arg(long, value_parser = dns_label, requires_all = ["instance_role", "scheduler"])]
+    /// With `--instance-role`: the namespace whose Schedulers' database
+    /// URLs the role reads (the role of that team's instances; a class's
+    /// `launch.iamInstanceProfile` of `...{namespace}` gives each its own);
+    /// with `--scheduler`, that Scheduler's alone. Without either, the
+    /// cluster's every Scheduler.
+    #[arg(long, value_parser = dns_label, requires = "instance_role")]
     pub namespace: Option<String>,
     /// With `--instance-role`: the Scheduler whose database URL the
     /// instances read (with `--namespace`).
@@ -56,10 +81,18 @@ impl IamPolicyArgs {
     /// The policy these arguments ask for, rendered.
     pub fn render(&self) -> String {
         let policy = if self.instance_role {
-            let scheduler = self.namespace.as_deref().zip(self.scheduler.as_deref());
-            instance_policy(&self.cluster_name, scheduler)
+            let reads = match (&self.namespace, &self.scheduler) {
+                (Some(ns), Some(s)) => Reads::Scheduler(ns, s),
+                (Some(ns), None) => Reads::Namespace(ns),
+                _ => Reads::Cluster,
+            };
+            instance_policy(&self.cluster_name, reads)
         } else {
-            operator_policy(&self.cluster_name, &self.pass_roles)
+            operator_policy(
+                &self.cluster_name,
+                &self.pass_roles,
+                !self.launch_from_anywhere,
+            )
         };
         render(&policy)
     }
@@ -157,16 +190,40 @@ fn via_ssm(statement: Statement, parameters: &str) -> Statement {
 }
 
 /// The operator's least policy for `cluster`: it may pass `pass_roles` to
-/// EC2 (none: [`DEFAULT_PASS_ROLE`]).
-pub fn operator_policy(cluster: &str, pass_roles: &[String]) -> Policy {
+/// EC2 (none: [`default_pass_role`]), and launch into the subnets,
+/// security groups and launch templates tagged [`launch_from_tag`] only
+/// (`tagged_network`; else into any).
+pub fn operator_policy(cluster: &str, pass_roles: &[String], tagged_network: bool) -> Policy {
     let request_tag = |tag: &str| format!("aws:RequestTag/{tag}");
     let resource_tag = |tag: &str| format!("aws:ResourceTag/{tag}");
     let present = json!("?*");
     let ours = json!(cluster);
     let roles = if pass_roles.is_empty() {
-        vec![DEFAULT_PASS_ROLE.to_string()]
+        vec![default_pass_role(cluster)]
     } else {
         pass_roles.to_vec()
+    };
+    // Where the instances go: the network and the template, tagged for
+    // this cluster by the platform team. (Images are not held so: public
+    // AMIs carry no tags of the account's; the classes name them.)
+    let network = ["subnet", "security-group", "launch-template"];
+    let launch_into = if tagged_network {
+        Statement::allow(
+            "LaunchIntoTaggedNetwork",
+            &["ec2:RunInstances"],
+            network.map(ec2).to_vec(),
+        )
+        .when(
+            "Null",
+            resource_tag(&launch_from_tag(cluster)),
+            json!("false"),
+        )
+    } else {
+        Statement::allow(
+            "LaunchIntoAnyNetwork",
+            &["ec2:RunInstances"],
+            network.map(ec2).to_vec(),
+        )
     };
     let path = parameter_path(cluster);
     Policy {
@@ -193,22 +250,22 @@ pub fn operator_policy(cluster: &str, pass_roles: &[String]) -> Policy {
             // The launch's other resources. The tags go on the instance
             // alone (a request's tags are asked of the resource type they
             // are given for), so none of these can be held to them; the
-            // instance, which every launch makes, is.
+            // instance, which every launch makes, is. What the launch
+            // makes beside it (its interface, volumes, spot request) is
+            // new: nothing to hold it to.
             Statement::allow(
                 "LaunchFrom",
                 &["ec2:RunInstances"],
                 [
                     "image",
-                    "subnet",
-                    "security-group",
                     "network-interface",
                     "volume",
-                    "launch-template",
                     "spot-instances-request",
                 ]
                 .map(ec2)
                 .to_vec(),
             ),
+            launch_into,
             Statement::allow("TagAtLaunch", &["ec2:CreateTags"], vec![ec2("instance")])
                 .when("StringEquals", "ec2:CreateAction", json!("RunInstances"))
                 .when("StringEquals", request_tag(TAG_CLUSTER), ours.clone()),
@@ -226,6 +283,21 @@ pub fn operator_policy(cluster: &str, pass_roles: &[String]) -> Policy {
                 json!([TAG_CLUSTER]),
             )
             .when("StringEquals", request_tag(TAG_CLUSTER), ours.clone()),
+            // The tags a class's census counts by, added to instances
+            // launched before them: on this cluster's instances only, and
+            // only those two keys.
+            Statement::allow(
+                "TagOwnedInstancesTenancy",
+                &["ec2:CreateTags"],
+                vec![ec2("instance")],
+            )
+            .when("StringEquals", resource_tag(TAG_CLUSTER), ours.clone())
+            .when("StringLike", resource_tag(TAG_POOL), present.clone())
+            .when(
+                "ForAllValues:StringEquals",
+                "aws:TagKeys",
+                json!([TAG_CLASS, TAG_NAMESPACE]),
+            ),
             Statement::allow(
                 "ActOnOwnedInstances",
                 &[
@@ -271,13 +343,27 @@ fn parameter_statements(path: &str) -> [Statement; 2] {
     ]
 }
 
-/// The pool instances' least policy: read the database URL of Scheduler
-/// `namespace/scheduler` of `cluster`, or with `None` of any of the
-/// cluster's Schedulers, decrypted through SSM.
-pub fn instance_policy(cluster: &str, scheduler: Option<(&str, &str)>) -> Policy {
-    let parameter = match scheduler {
-        Some((namespace, name)) => parameter_name(cluster, namespace, name),
-        None => format!("{}/*", parameter_path(cluster)),
+/// Whose database URLs an instance role reads.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Reads<'a> {
+    /// One Scheduler's: `namespace`, `name`.
+    Scheduler(&'a str, &'a str),
+    /// Every Scheduler's of one namespace: that team's instances' role.
+    Namespace(&'a str),
+    /// Every Scheduler's of the cluster: one role for all teams, which lets
+    /// any team's instance read any team's URL.
+    Cluster,
+}
+
+/// The pool instances' least policy: read the database URLs `reads` says
+/// of `cluster`, decrypted through SSM.
+pub fn instance_policy(cluster: &str, reads: Reads<'_>) -> Policy {
+    let parameter = match reads {
+        Reads::Scheduler(namespace, name) => parameter_name(cluster, namespace, name),
+        Reads::Namespace(namespace) => {
+            format!("{}/{namespace}/*", parameter_path(cluster))
+        }
+        Reads::Cluster => format!("{}/*", parameter_path(cluster)),
     };
     Policy {
         version: "2012-10-17",

@@ -11,7 +11,9 @@ use serde_json::Value;
 
 use crate::iam_policy::*;
 use crate::pool::ssm::parameter_name;
-use crate::pool::tags::{TAG_CLUSTER, TAG_OPERATOR, TAG_POOL, TAG_SCHEDULER};
+use crate::pool::tags::{
+    TAG_CLASS, TAG_CLUSTER, TAG_NAMESPACE, TAG_OPERATOR, TAG_POOL, TAG_SCHEDULER,
+};
 
 /// One request as IAM sees it: the action, the resource and the context's
 /// keys (`aws:TagKeys` may have several values).
@@ -114,7 +116,7 @@ fn allows(policy: &Policy, req: &Request) -> bool {
 const INSTANCE: &str = "arn:aws:ec2:eu-west-1:111122223333:instance/i-0123456789abcdef0";
 
 fn blue() -> Policy {
-    operator_policy("blue", &[])
+    operator_policy("blue", &[], true)
 }
 
 #[test]
@@ -168,14 +170,13 @@ fn a_launch_needs_this_clusters_name_and_the_other_ownership_tags() {
         assert!(!allows(&blue(), &empty), "launched with an empty {tag}");
     }
     // What it launches from carries no tags of the request; a spot request
-    // neither (the operator tags the instance alone).
+    // neither (the operator tags the instance alone). The network and the
+    // template are held to the platform team's tag (see
+    // launches_go_only_into_the_network_tagged_for_this_cluster).
     for from in [
         "arn:aws:ec2:eu-west-1::image/ami-0123",
-        "arn:aws:ec2:eu-west-1:111122223333:subnet/subnet-1",
-        "arn:aws:ec2:eu-west-1:111122223333:security-group/sg-1",
         "arn:aws:ec2:eu-west-1:111122223333:network-interface/eni-1",
         "arn:aws:ec2:eu-west-1:111122223333:volume/vol-1",
-        "arn:aws:ec2:eu-west-1:111122223333:launch-template/lt-1",
         "arn:aws:ec2:eu-west-1:111122223333:spot-instances-request/sir-1",
     ] {
         assert!(
@@ -235,14 +236,23 @@ fn adoption_only_of_an_unclaimed_instance_and_only_with_this_clusters_name() {
 fn only_the_roles_named_are_passed_and_only_to_ec2() {
     let pass =
         |role: &str, to: &str| request("iam:PassRole", role).with("iam:PassedToService", &[to]);
-    let pool_role = "arn:aws:iam::111122223333:role/orca-pool-blue";
+    // By default, this cluster's roles: those under /orca/blue/.
+    let pool_role = "arn:aws:iam::111122223333:role/orca/blue/orca-pool-team-a";
     assert!(allows(&blue(), &pass(pool_role, "ec2.amazonaws.com")));
     assert!(!allows(&blue(), &pass(pool_role, "lambda.amazonaws.com")));
-    assert!(!allows(
-        &blue(),
-        &pass("arn:aws:iam::111122223333:role/admin", "ec2.amazonaws.com")
-    ));
-    let named = operator_policy("blue", &[pool_role.to_string()]);
+    for theirs in [
+        "arn:aws:iam::111122223333:role/admin",
+        "arn:aws:iam::111122223333:role/orca-pool-team-a",
+        "arn:aws:iam::111122223333:role/orca/green/orca-pool-team-a",
+        "arn:aws:iam::111122223333:role/orca/blue-2/orca-pool-team-a",
+    ] {
+        assert!(
+            !allows(&blue(), &pass(theirs, "ec2.amazonaws.com")),
+            "{theirs}"
+        );
+    }
+    let pool_role = "arn:aws:iam::111122223333:role/orca-pool-blue";
+    let named = operator_policy("blue", &[pool_role.to_string()], true);
     assert!(allows(&named, &pass(pool_role, "ec2.amazonaws.com")));
     let other = "arn:aws:iam::111122223333:role/orca-pool-green";
     assert!(!allows(&named, &pass(other, "ec2.amazonaws.com")));
@@ -312,8 +322,8 @@ fn keys_are_used_only_through_ssm_for_this_clusters_parameters() {
 
 #[test]
 fn an_instance_reads_its_schedulers_url_only() {
-    let one = instance_policy("blue", Some(("team", "morca")));
-    let all = instance_policy("blue", None);
+    let one = instance_policy("blue", Reads::Scheduler("team", "morca"));
+    let all = instance_policy("blue", Reads::Cluster);
     let get = |c: &str, ns: &str, s: &str| {
         request("ssm:GetParameter", &parameter(&parameter_name(c, ns, s)))
     };
@@ -355,9 +365,15 @@ fn an_instance_reads_its_schedulers_url_only() {
 fn statements_are_named_once_each_in_camel_case() {
     for policy in [
         blue(),
-        operator_policy("blue", &["arn:aws:iam::111122223333:role/x".to_string()]),
-        instance_policy("blue", None),
-        instance_policy("blue", Some(("team", "morca"))),
+        operator_policy(
+            "blue",
+            &["arn:aws:iam::111122223333:role/x".to_string()],
+            true,
+        ),
+        operator_policy("blue", &[], false),
+        instance_policy("blue", Reads::Cluster),
+        instance_policy("blue", Reads::Namespace("team")),
+        instance_policy("blue", Reads::Scheduler("team", "morca")),
     ] {
         let mut sids: Vec<&str> = policy.statements.iter().map(|s| s.sid).collect();
         assert!(sids
@@ -403,14 +419,22 @@ fn the_args_render_the_policy_they_name() {
             .map(|c| c.args)
     };
     let role = "arn:aws:iam::111122223333:role/orca-pool-blue";
-    let named = operator_policy("blue", &[role.to_string()]);
-    let one = instance_policy("blue", Some(("team", "morca")));
+    let named = operator_policy("blue", &[role.to_string()], true);
+    let one = instance_policy("blue", Reads::Scheduler("team", "morca"));
     for (argv, policy) in [
         (format!("--cluster-name blue --pass-role {role}"), &named),
         ("--cluster-name blue".to_string(), &blue()),
         (
+            "--cluster-name blue --launch-from-anywhere".to_string(),
+            &operator_policy("blue", &[], false),
+        ),
+        (
             "--instance-role --cluster-name blue".to_string(),
-            &instance_policy("blue", None),
+            &instance_policy("blue", Reads::Cluster),
+        ),
+        (
+            "--instance-role --cluster-name blue --namespace team".to_string(),
+            &instance_policy("blue", Reads::Namespace("team")),
         ),
         (
             "--instance-role --cluster-name blue --namespace team --scheduler morca".to_string(),
@@ -449,7 +473,7 @@ fn the_args_render_the_policy_they_name() {
             format!("{instance} --namespace team --scheduler S_1"),
             "is not a Scheduler's name",
         ),
-        (format!("{instance} --namespace team"), "--scheduler"),
+        (format!("{instance} --scheduler morca"), "--namespace"),
         (
             "--cluster-name blue --namespace team --scheduler s".to_string(),
             "--instance-role",
@@ -474,6 +498,94 @@ fn the_args_render_the_policy_they_name() {
             "{ok}"
         );
     }
+}
+
+#[test]
+fn a_team_role_reads_its_namespaces_urls_and_no_other_teams() {
+    let team_a = instance_policy("blue", Reads::Namespace("team-a"));
+    let get = |c: &str, ns: &str, s: &str| {
+        request("ssm:GetParameter", &parameter(&parameter_name(c, ns, s)))
+    };
+    assert!(allows(&team_a, &get("blue", "team-a", "orca")));
+    assert!(allows(&team_a, &get("blue", "team-a", "another")));
+    for (c, ns) in [
+        ("blue", "team-b"),
+        ("blue", "team-a-2"),
+        ("green", "team-a"),
+    ] {
+        assert!(!allows(&team_a, &get(c, ns, "orca")), "{c}/{ns}");
+    }
+    let ssm = "ssm.eu-west-1.amazonaws.com";
+    assert!(allows(
+        &team_a,
+        &via(
+            "kms:Decrypt",
+            ssm,
+            &parameter_name("blue", "team-a", "orca")
+        )
+    ));
+    assert!(!allows(
+        &team_a,
+        &via(
+            "kms:Decrypt",
+            ssm,
+            &parameter_name("blue", "team-b", "orca")
+        )
+    ));
+}
+
+#[test]
+fn launches_go_only_into_the_network_tagged_for_this_cluster() {
+    let into = |kind: &str, tag: Option<&str>| {
+        let r = request(
+            "ec2:RunInstances",
+            &format!("arn:aws:ec2:eu-west-1:111122223333:{kind}/x-1"),
+        );
+        match tag {
+            Some(t) => r.with(format!("aws:ResourceTag/{t}"), &["yes"]),
+            None => r,
+        }
+    };
+    for kind in ["subnet", "security-group", "launch-template"] {
+        assert!(
+            allows(&blue(), &into(kind, Some(&launch_from_tag("blue")))),
+            "{kind}"
+        );
+        assert!(!allows(&blue(), &into(kind, None)), "{kind} untagged");
+        assert!(
+            !allows(&blue(), &into(kind, Some(&launch_from_tag("green")))),
+            "{kind} tagged for another cluster"
+        );
+        assert!(
+            !allows(&blue(), &into(kind, Some(&launch_from_tag("blue-2")))),
+            "{kind} tagged for a cluster whose name starts with this one's"
+        );
+        let anywhere = operator_policy("blue", &[], false);
+        assert!(allows(&anywhere, &into(kind, None)), "{kind} anywhere");
+    }
+    // What the launch makes beside the instance, and the image: any.
+    for arn in [
+        "arn:aws:ec2:eu-west-1::image/ami-1",
+        "arn:aws:ec2:eu-west-1:111122223333:network-interface/eni-1",
+        "arn:aws:ec2:eu-west-1:111122223333:volume/vol-1",
+    ] {
+        let r = request("ec2:RunInstances", arn);
+        assert!(allows(&blue(), &r), "{arn}");
+    }
+}
+
+#[test]
+fn the_operator_adds_only_the_class_and_namespace_tags_and_only_to_its_own_instances() {
+    let tag = |cluster: &str, keys: &[&str]| {
+        request("ec2:CreateTags", INSTANCE)
+            .owned("aws:ResourceTag/", Some(cluster))
+            .with("aws:TagKeys", keys)
+    };
+    assert!(allows(&blue(), &tag("blue", &[TAG_CLASS, TAG_NAMESPACE])));
+    assert!(allows(&blue(), &tag("blue", &[TAG_CLASS])));
+    assert!(!allows(&blue(), &tag("green", &[TAG_CLASS])));
+    assert!(!allows(&blue(), &tag("blue", &[TAG_CLASS, TAG_POOL])));
+    assert!(!allows(&blue(), &tag("blue", &["Name"])));
 }
 
 #[test]

@@ -46,8 +46,6 @@ pub const DOCUMENTED: [(&str, &[&str]); 2] = [
             DOCS_CLUSTER,
             "--namespace",
             "pipelines",
-            "--scheduler",
-            "orca",
         ],
     ),
 ];

@@ -7,7 +7,7 @@
 
 use std::process::{Command, Output};
 
-use orca_operator::iam_policy::{instance_policy, operator_policy, render};
+use orca_operator::iam_policy::{instance_policy, operator_policy, render, Reads};
 use orca_tests::{bins, iam, parliament};
 use serde_json::Value;
 
@@ -90,11 +90,22 @@ fn parliament_finds_nothing_wrong_with_the_policies() {
     let role = "arn:aws:iam::111122223333:role/orca-pool-prod-eu-1".to_string();
     policies.push((
         "--pass-role".to_string(),
-        render(&operator_policy(iam::DOCS_CLUSTER, &[role])),
+        render(&operator_policy(iam::DOCS_CLUSTER, &[role], true)),
     ));
     policies.push((
-        "--instance-role without a Scheduler".to_string(),
-        render(&instance_policy(iam::DOCS_CLUSTER, None)),
+        "--launch-from-anywhere".to_string(),
+        render(&operator_policy(iam::DOCS_CLUSTER, &[], false)),
+    ));
+    policies.push((
+        "--instance-role of the whole cluster".to_string(),
+        render(&instance_policy(iam::DOCS_CLUSTER, Reads::Cluster)),
+    ));
+    policies.push((
+        "--instance-role of one Scheduler".to_string(),
+        render(&instance_policy(
+            iam::DOCS_CLUSTER,
+            Reads::Scheduler("pipelines", "orca"),
+        )),
     ));
     for (name, text) in policies {
         let policy: Value = serde_json::from_str(&text).unwrap();
