@@ -283,10 +283,11 @@ pub struct Launch {
     /// starting arn:), overriding the launch template's.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub iam_instance_profile: Option<String>,
-    /// More tags for the instances. The ownership tags orca.dev/pool,
-    /// orca.dev/scheduler and orca.dev/operator are always set and win over
-    /// these.
+    /// More tags for the instances. No key may start with orca.dev/: those
+    /// are the operator's own (whose an instance is, and the class and
+    /// namespace a class's limits count it in).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[x_kube(validation = Rule::new("self.all(k, !k.startsWith('orca.dev/'))").message("launch.tags: keys under orca.dev/ are the operator's own"))]
     pub tags: BTreeMap<String, String>,
     /// Where the image keeps orca-pool-agent. Default
     /// /usr/local/bin/orca-pool-agent.
