@@ -456,6 +456,12 @@ pub struct WarmPoolStatus {
     /// drainTimeoutSeconds after the change), never left behind.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub retiring: Vec<FormerPlace>,
+    /// Where the pool's loop runs (its Scheduler, region, endpoint and
+    /// database Secret, and since when): an operator restarted after the
+    /// spec moved the pool, or while it is being deleted, still drains and
+    /// tears down the place the instances are in.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub place: Option<FormerPlace>,
     /// With a classRef: the region the class gave the pool's instances, so
     /// that a deletion after the class's still finds and terminates them.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -504,8 +510,8 @@ fn is_zero32(n: &i32) -> bool {
     *n == 0
 }
 
-/// Where a pool ran before a change of its spec.scheduler, region or
-/// endpoint, or of its Scheduler's database.
+/// Where a pool runs, or ran before a change of its spec.scheduler, region
+/// or endpoint, or of its Scheduler's database.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct FormerPlace {
@@ -518,7 +524,8 @@ pub struct FormerPlace {
     pub endpoint: Option<String>,
     /// The Secret holding the database the instances report to.
     pub database_secret: super::scheduler::SecretKeyRef,
-    /// When the pool moved away (RFC 3339): the drain time-out counts from it.
+    /// When the pool moved away (RFC 3339): the drain time-out counts from
+    /// it. (Of status.place: when the pool began there.)
     pub since: String,
 }
 

@@ -51,6 +51,7 @@ pub(super) fn status(
         // The Kubernetes mode's, which knows the Secret and the places.
         database_secret: None,
         retiring: Vec::new(),
+        place: None,
         class_region: None,
         class_endpoint: None,
         instance_seconds: Vec::new(),

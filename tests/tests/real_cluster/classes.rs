@@ -27,7 +27,7 @@ use super::{kubectl_orca::kubectl_orca, warm_pool::Ec2Stage};
 
 /// A class `name` launching on `ec2`'s moto (through its proxy), admitting
 /// the namespaces labelled `team=<team>`, with `limits` (YAML) added.
-fn class(name: &str, ec2: &Ec2Stage, team: &str, limits: &str) -> WarmPoolClass {
+pub(super) fn class(name: &str, ec2: &Ec2Stage, team: &str, limits: &str) -> WarmPoolClass {
     let yaml = format!(
         r#"apiVersion: orca.dev/v1alpha1
 kind: WarmPoolClass
@@ -50,7 +50,7 @@ spec:
 
 /// A WarmPool `name` of Scheduler `orca` on class `class`: idle `min` to
 /// `min`, `min` instances at most.
-fn pool_of(name: &str, class: &str, min: i32) -> WarmPool {
+pub(super) fn pool_of(name: &str, class: &str, min: i32) -> WarmPool {
     let yaml = format!(
         r#"apiVersion: orca.dev/v1alpha1
 kind: WarmPool
@@ -65,17 +65,17 @@ spec:
     serde_yaml::from_str(&yaml).unwrap_or_else(|e| panic!("a test pool: {e}\n{yaml}"))
 }
 
-fn classes(client: &Client) -> Api<WarmPoolClass> {
+pub(super) fn classes(client: &Client) -> Api<WarmPoolClass> {
     Api::all(client.clone())
 }
 
-async fn apply_class(stage: &OnCluster, class: &WarmPoolClass) {
+pub(super) async fn apply_class(stage: &OnCluster, class: &WarmPoolClass) {
     let name = class.metadata.name.clone().expect("a class has a name");
     stage.apply(&classes(&stage.client), &name, class).await;
 }
 
 /// Labels namespace `ns` `team=<team>`.
-async fn label(client: &Client, ns: &str, team: &str) {
+pub(super) async fn label(client: &Client, ns: &str, team: &str) {
     Api::<Namespace>::all(client.clone())
         .patch(
             ns,
@@ -87,7 +87,7 @@ async fn label(client: &Client, ns: &str, team: &str) {
 }
 
 /// The ids of `owner`'s instances EC2 lists as present.
-async fn present(ec2: &Ec2Stage, owner: &Ownership) -> BTreeSet<String> {
+pub(super) async fn present(ec2: &Ec2Stage, owner: &Ownership) -> BTreeSet<String> {
     ec2.ec2
         .describe(owner)
         .await
@@ -98,7 +98,7 @@ async fn present(ec2: &Ec2Stage, owner: &Ownership) -> BTreeSet<String> {
         .collect()
 }
 
-fn owner(ns: &str, pool: &str) -> Ownership {
+pub(super) fn owner(ns: &str, pool: &str) -> Ownership {
     Ownership::new(
         ns,
         pool,
@@ -108,20 +108,20 @@ fn owner(ns: &str, pool: &str) -> Ownership {
     )
 }
 
-fn condition<'a>(
+pub(super) fn condition<'a>(
     s: &'a WarmPoolStatus,
     kind: &str,
 ) -> Option<&'a k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition> {
     s.conditions.iter().find(|c| c.type_ == kind)
 }
 
-fn degraded_for(reason: &'static str) -> impl Fn(&WarmPoolStatus) -> bool {
+pub(super) fn degraded_for(reason: &'static str) -> impl Fn(&WarmPoolStatus) -> bool {
     move |s| condition(s, "Degraded").is_some_and(|c| c.status == "True" && c.reason == reason)
 }
 
 /// A client acting as a ServiceAccount `user` of `ns` bound to the
 /// cluster's built-in `edit` role there, with a token of its own.
-async fn editor(stage: &OnCluster, ns: &str, user: &str) -> Client {
+pub(super) async fn editor(stage: &OnCluster, ns: &str, user: &str) -> Client {
     let sas = Api::<ServiceAccount>::namespaced(stage.client.clone(), ns);
     let sa = ServiceAccount {
         metadata: ObjectMeta {
@@ -160,7 +160,7 @@ async fn editor(stage: &OnCluster, ns: &str, user: &str) -> Client {
 
 /// The API server's answer to `client` creating `pool` in `ns`: Ok, or
 /// its message.
-async fn create_as(client: &Client, ns: &str, pool: &WarmPool) -> Result<(), String> {
+pub(super) async fn create_as(client: &Client, ns: &str, pool: &WarmPool) -> Result<(), String> {
     Api::<WarmPool>::namespaced(client.clone(), ns)
         .create(&PostParams::default(), pool)
         .await

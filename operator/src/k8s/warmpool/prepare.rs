@@ -239,6 +239,16 @@ async fn retiring_of(
         }
         Some(old) => {
             let mut retiring = old.retiring;
+            // Back where it ran before: the pool's loop takes that place's
+            // instances over again; a second loop there would terminate
+            // what the pool launches.
+            retiring.retain(|r| {
+                let back = retiring::is_where(&r.place, &wp.spec);
+                if back {
+                    tracing::info!(pool = %pool, place = ?r.place, "the pool moved back where it ran before: its loop takes the instances over again");
+                }
+                !back
+            });
             let secret = SecretKeyRef {
                 name: old.source.secret.clone(),
                 key: old.source.key.clone(),
@@ -248,7 +258,10 @@ async fn retiring_of(
             retiring.push(retiring::retire(&ctx.config, old.lp, place));
             retiring
         }
-        None => retiring::restore(&ctx.client, &ctx.config, wp, &remembered.retiring).await,
+        None => {
+            let places = retiring::remembered_places(remembered, &wp.spec);
+            retiring::restore(&ctx.client, &ctx.config, wp, &places).await
+        }
     }
 }
 

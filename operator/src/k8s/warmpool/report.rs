@@ -77,10 +77,13 @@ pub(super) async fn write_back(
         }
     };
     status.observed_generation = wp.metadata.generation;
-    status.database_secret = Some(SecretKeyRef {
+    let secret = SecretKeyRef {
         name: state.source.secret.clone(),
         key: state.source.key.clone(),
-    });
+    };
+    let before = state.last.as_ref().and_then(|s| s.place.as_ref());
+    status.place = Some(super::retiring::here(state.lp.spec(), secret.clone(), before));
+    status.database_secret = Some(secret);
     status.retiring = state.retiring.iter().map(|r| r.place.clone()).collect();
     // The spec here is the class's: where the instances are.
     if wp.spec.class_ref.is_some() {

@@ -44,6 +44,51 @@ pub(super) fn place_of(
     }
 }
 
+/// Whether `place` is where `spec` runs a pool: the same Scheduler,
+/// region and endpoint (the instances one listing sees).
+pub(super) fn is_where(place: &FormerPlace, spec: &WarmPoolSpec) -> bool {
+    place.scheduler == spec.scheduler && place.region == spec.region && place.endpoint == spec.endpoint
+}
+
+/// Where `spec` runs the pool now, on the database of `secret`: since
+/// `before` said so if it is the same place, else from now.
+pub(super) fn here(
+    spec: &WarmPoolSpec,
+    secret: SecretKeyRef,
+    before: Option<&FormerPlace>,
+) -> FormerPlace {
+    match before {
+        Some(b) if is_where(b, spec) && b.database_secret == secret => b.clone(),
+        _ => place_of(spec, secret, Utc::now()),
+    }
+}
+
+/// The places a new loop of `wp` (`spec` as it runs now) takes up from
+/// its status: those it was draining, and the one it last ran in if the
+/// spec moved it away from there meanwhile (while no operator ran, or
+/// while it was being deleted); none where it runs now, whose instances
+/// are the new loop's own.
+pub(super) fn remembered_places(
+    status: &crate::crd::WarmPoolStatus,
+    spec: &WarmPoolSpec,
+) -> Vec<FormerPlace> {
+    let mut places: Vec<FormerPlace> = status.retiring.clone();
+    if let Some(last) = &status.place {
+        if !is_where(last, spec) && !places.iter().any(|p| same(p, last)) {
+            places.push(FormerPlace {
+                since: Utc::now().to_rfc3339(),
+                ..last.clone()
+            });
+        }
+    }
+    places.retain(|p| !is_where(p, spec));
+    places
+}
+
+fn same(a: &FormerPlace, b: &FormerPlace) -> bool {
+    a.scheduler == b.scheduler && a.region == b.region && a.endpoint == b.endpoint
+}
+
 /// `lp`, the loop of `place`, put in deletion mode: it terminates what it
 /// launched there.
 pub(super) fn retire(config: &PoolControllerConfig, lp: PoolLoop, place: FormerPlace) -> Retiring {
@@ -73,9 +118,10 @@ fn deletion_of(place: &FormerPlace, spec: &WarmPoolSpec) -> Deletion {
     }
 }
 
-/// The loops of `wp`'s former places its status names, as a restarted
-/// operator takes them up (each on its database, read from its Secret).
-/// A place whose database cannot be had now is left for a later pass.
+/// The loops of `wp`'s former places `places` (its status's, see
+/// [`remembered_places`]), as a restarted operator takes them up (each on
+/// its database, read from its Secret). A place whose database cannot be
+/// had now is left for a later pass.
 pub(super) async fn restore(
     client: &kube::Client,
     config: &PoolControllerConfig,
@@ -92,14 +138,6 @@ pub(super) async fn restore(
             endpoint: place.endpoint.clone(),
             ..wp.spec.clone()
         };
-        // Where the pool runs now (a place an older operator recorded for
-        // a change of database alone): its instances are the pool's own
-        // loop's, and a second loop there would terminate them.
-        if !crate::pool::drift::moved(&spec, &wp.spec) {
-            tracing::info!(pool = %wp.name_any(), place = ?place,
-                "a former place that is where the pool runs now: left to the pool's loop");
-            continue;
-        }
         let url = match read_url(&secrets, &ns, &place.database_secret).await {
             Ok(Ok((text, _))) => text,
             Ok(Err(problem)) => {
