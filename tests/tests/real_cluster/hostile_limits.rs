@@ -50,12 +50,16 @@ fn held_pool(name: &str, class: &str, min: i32) -> WarmPool {
     pool
 }
 
-/// What EC2 lists present for one namespace, by the class tag each
-/// instance carries, four times a second: the most at once of each class.
+/// What EC2 lists present for one namespace (its pools' tag, which every
+/// release sets), four times a second: the most at once in all, and of
+/// each class by the class tag an instance carries.
 struct Sampler {
     most: Arc<Mutex<BTreeMap<String, usize>>>,
     _stop: oneshot::Sender<()>,
 }
+
+/// The sampler's key for all of a namespace's instances.
+const ALL: &str = "(all)";
 
 impl Sampler {
     fn start(ec2: &Ec2Stage, ns: &str) -> Sampler {
@@ -66,9 +70,14 @@ impl Sampler {
         let kept = most.clone();
         tokio::spawn(async move {
             loop {
-                let now = by_class(&client, &ns).await;
+                let listed = present(&client, &ns, None).await;
                 {
                     let mut most = kept.lock().unwrap();
+                    let mut now: BTreeMap<String, usize> = BTreeMap::new();
+                    for (_, class) in &listed {
+                        *now.entry(class.clone()).or_default() += 1;
+                    }
+                    now.insert(ALL.into(), listed.len());
                     for (class, n) in now {
                         let m = most.entry(class).or_default();
                         *m = (*m).max(n);
@@ -83,98 +92,74 @@ impl Sampler {
         Sampler { most, _stop: stop }
     }
 
-    /// The most instances of `class` present at once so far.
+    /// The most instances of `class` (or [`ALL`]) present at once so far.
     fn most(&self, class: &str) -> usize {
         self.most.lock().unwrap().get(class).copied().unwrap_or(0)
     }
 }
 
-/// The present instances tagged with namespace `ns`, by their class tag.
-async fn by_class(client: &aws_sdk_ec2::Client, ns: &str) -> BTreeMap<String, usize> {
+/// The present instances of namespace `ns`'s pools (of `class` only, if
+/// given): each id with the class tag it carries ("" for none).
+async fn present(
+    client: &aws_sdk_ec2::Client,
+    ns: &str,
+    class: Option<&str>,
+) -> Vec<(String, String)> {
     let filter = |name: &str, values: &[&str]| {
         aws_sdk_ec2::types::Filter::builder()
             .name(name)
             .set_values(Some(values.iter().map(|v| v.to_string()).collect()))
             .build()
     };
-    let listed = client
+    let mut ask = client
         .describe_instances()
-        .filters(filter("tag:orca.dev/namespace", &[ns]))
+        .filters(filter("tag:orca.dev/pool", &[&format!("{ns}/*")]))
         .filters(filter(
             "instance-state-name",
             &["pending", "running", "stopping", "stopped"],
-        ))
-        .send()
-        .await;
-    let mut out = BTreeMap::new();
-    for i in listed
-        .ok()
-        .iter()
-        .flat_map(|l| l.reservations())
-        .flat_map(|r| r.instances())
-    {
-        let class = i
-            .tags()
-            .iter()
-            .find(|t| t.key() == Some("orca.dev/class"))
-            .and_then(|t| t.value())
-            .unwrap_or("")
-            .to_string();
-        *out.entry(class).or_default() += 1;
+        ));
+    if let Some(class) = class {
+        ask = ask.filters(filter("tag:orca.dev/class", &[class]));
     }
-    out
-}
-
-/// The ids of the present instances of namespace `ns` and class `class`.
-async fn ids_of(ec2: &Ec2Stage, ns: &str, class: &str) -> Vec<String> {
-    let listed = ec2
-        .ec2
-        .client()
-        .describe_instances()
-        .filters(
-            aws_sdk_ec2::types::Filter::builder()
-                .name("tag:orca.dev/namespace")
-                .values(ns)
-                .build(),
-        )
-        .filters(
-            aws_sdk_ec2::types::Filter::builder()
-                .name("tag:orca.dev/class")
-                .values(class)
-                .build(),
-        )
+    let listed = ask
         .send()
         .await
         .unwrap_or_else(|e| panic!("listing {ns}'s instances: {e}"));
-    let mut ids: Vec<String> = listed
+    let mut out: Vec<(String, String)> = listed
         .reservations()
         .iter()
         .flat_map(|r| r.instances())
-        .filter(|i| {
-            i.state()
-                .and_then(|s| s.name())
-                .is_some_and(|n| n.as_str() != "terminated" && n.as_str() != "shutting-down")
+        .filter_map(|i| {
+            let class = i
+                .tags()
+                .iter()
+                .find(|t| t.key() == Some("orca.dev/class"))
+                .and_then(|t| t.value())
+                .unwrap_or("");
+            Some((i.instance_id()?.to_string(), class.to_string()))
         })
-        .filter_map(|i| i.instance_id().map(str::to_string))
         .collect();
-    ids.sort();
-    ids
+    out.sort();
+    out
 }
 
-/// Waits until `class` lists `n` present instances of namespace `ns`; if
-/// it does not, says what the namespace's pools say.
-async fn until_present(
-    stage: &OnCluster,
-    ec2: &Ec2Stage,
-    ns: &str,
-    class: &str,
-    n: usize,
-) -> Vec<String> {
+/// The ids of the present instances of namespace `ns`'s pools.
+async fn ids_of(ec2: &Ec2Stage, ns: &str) -> Vec<String> {
+    present(ec2.ec2.client(), ns, None)
+        .await
+        .into_iter()
+        .map(|(id, _)| id)
+        .collect()
+}
+
+/// Waits until EC2 lists `n` present instances of namespace `ns`'s pools;
+/// if it does not, says what the namespace's pools say.
+async fn until_present(stage: &OnCluster, ec2: &Ec2Stage, ns: &str, n: usize) -> Vec<String> {
     eventually(
-        &format!("{n} instances of {class} in {ns}"),
+        &format!("{n} instances of {ns}'s pools"),
         Duration::from_secs(90),
         || async {
-            let ids = ids_of(ec2, ns, class).await;
+            let ids = ids_of(ec2, ns).await;
             if ids.len() == n {
                 return Ok(ids);
             }
@@ -278,7 +263,7 @@ async fn orphaning_a_full_pool_and_starting_again_never_passes_the_namespace_lim
     let sampler = Sampler::start(&ec2, &stage.ns);
 
     create_as_editor(&alice, &stage.ns, &held_pool("first", &name, 3)).await;
-    let first = until_present(&stage, &ec2, &stage.ns, &name, 3).await;
+    let first = until_present(&stage, &ec2, &stage.ns, 3).await;
     for (left, next) in [("first", "second"), ("second", "third")] {
         patch_as(&alice, &stage.ns, left, serde_json::json!({"spec": {"onDelete": "Orphan"}}))
             .await
@@ -299,8 +284,9 @@ async fn orphaning_a_full_pool_and_starting_again_never_passes_the_namespace_lim
     }
     // Passes go on for a while: the orphans are still counted.
     tokio::time::sleep(Duration::from_secs(10)).await;
-    assert_eq!(ids_of(&ec2, &stage.ns, &name).await, first, "only the first pool's ran");
-    assert!(sampler.most(&name) <= 3, "{} at once", sampler.most(&name));
+    assert_eq!(ids_of(&ec2, &stage.ns).await, first, "only the first pool's ran");
+    assert!(sampler.most(ALL) <= 3, "{} at once", sampler.most(ALL));
+    assert!(sampler.most(&name) <= 3, "{} of the class at once", sampler.most(&name));
     assert_eq!(ec2.launched(), 3, "{:?}", ec2.proxy.calls_of("RunInstances"));
 }
 
@@ -330,7 +316,7 @@ async fn switching_class_and_scheduler_and_moving_back_never_passes_a_limit() {
     let mut p = held_pool("p", &a, 2);
     p.spec.drain_timeout_seconds = 25;
     create_as_editor(&alice, &stage.ns, &p).await;
-    let first = until_present(&stage, &ec2, &stage.ns, &a, 2).await;
+    let first = until_present(&stage, &ec2, &stage.ns, 2).await;
     hold_busy(&stage.url, &format!("{}/p", stage.ns), &first).await;
 
     // Another class: the instances class a counts stay with the pool, and
@@ -351,7 +337,8 @@ async fn switching_class_and_scheduler_and_moving_back_never_passes_a_limit() {
         .await
         .unwrap_or_else(|e| panic!("switching Scheduler: {e}"));
     let moved_at = std::time::Instant::now();
-    until_present(&stage, &ec2, &stage.ns, &b, 2).await;
+    // Two busy where it was, two launched in the new place.
+    until_present(&stage, &ec2, &stage.ns, 4).await;
     stage
         .wait_pool("p", "the first place draining", Duration::from_secs(30), |s: &WarmPoolStatus| {
             s.retiring.iter().any(|r| r.scheduler == "orca")
@@ -365,7 +352,7 @@ async fn switching_class_and_scheduler_and_moving_back_never_passes_a_limit() {
         .unwrap_or_else(|e| panic!("moving back: {e}"));
     let past = Duration::from_secs(35).saturating_sub(moved_at.elapsed());
     tokio::time::sleep(past).await;
-    let still = ids_of(&ec2, &stage.ns, &a).await;
+    let still = ids_of(&ec2, &stage.ns).await;
     assert!(
         first.iter().all(|id| still.contains(id)),
         "busy instances terminated after the pool came back: {first:?}, now {still:?}"
@@ -373,6 +360,7 @@ async fn switching_class_and_scheduler_and_moving_back_never_passes_a_limit() {
     for c in [&a, &b] {
         assert!(sampler.most(c) <= 2, "{} of class {c} at once", sampler.most(c));
     }
+    assert!(sampler.most(ALL) <= 4, "{} at once", sampler.most(ALL));
 }
 
 /// A pool whose status still counts three instances (of another class)
@@ -415,7 +403,7 @@ async fn a_namespace_the_class_does_not_admit_takes_nothing_from_those_it_does()
         .create(&PostParams::default(), &held_pool("full", &theirs, 3))
         .await
         .unwrap_or_else(|e| panic!("team-b's pool: {e}"));
-    until_present(&stage, &ec2, &team_b, &theirs, 3).await;
+    until_present(&stage, &ec2, &team_b, 3).await;
     eventually("team-b's status counting 3", Duration::from_secs(30), || async {
         let s = b_pools.get("full").await.map_err(|e| e.to_string())?.status.unwrap_or_default();
         (s.launching == 3).then_some(()).ok_or(format!("{s:?}"))
@@ -431,11 +419,17 @@ async fn a_namespace_the_class_does_not_admit_takes_nothing_from_those_it_does()
         )
         .await
         .unwrap_or_else(|e| panic!("pointing team-b's pool at the class: {e}"));
+    eventually("team-b's pool refused", Duration::from_secs(30), || async {
+        let s = b_pools.get("full").await.map_err(|e| e.to_string())?.status.unwrap_or_default();
+        degraded_for("NamespaceNotAllowed")(&s).then_some(()).ok_or(format!("{s:?}"))
+    })
+    .await;
+    // The classes are counted every 5 s: the refused pool is the class's
+    // by now.
+    tokio::time::sleep(Duration::from_secs(6)).await;
     stage.create_pool(&held_pool("runners", &shared, 4)).await;
-    until_present(&stage, &ec2, &stage.ns, &shared, 4).await;
-    let b = b_pools.get("full").await.unwrap().status.unwrap_or_default();
-    assert!(degraded_for("NamespaceNotAllowed")(&b), "{b:?}");
-    assert!(ids_of(&ec2, &team_b, &shared).await.is_empty());
+    until_present(&stage, &ec2, &stage.ns, 4).await;
+    assert!(present(ec2.ec2.client(), &team_b, Some(&shared)).await.is_empty());
 }
 
 /// The class bounds what a team decides about lifetimes: a pool asking
@@ -463,7 +457,7 @@ async fn lifetimes_orphaning_and_a_deletions_place_are_the_classs_to_bound() {
     let mut kept = held_pool("kept", &name, 1);
     kept.spec.on_delete = OnDelete::Orphan;
     create_as_editor(&alice, &stage.ns, &kept).await;
-    let launched = until_present(&stage, &ec2, &stage.ns, &name, 1).await;
+    let launched = until_present(&stage, &ec2, &stage.ns, 1).await;
     apply_class(&stage, &class(&name, &ec2, &team, bounded)).await;
 
     let mut year = held_pool("year", &name, 1);
@@ -516,7 +510,7 @@ async fn lifetimes_orphaning_and_a_deletions_place_are_the_classs_to_bound() {
         "{said}"
     );
     eventually("kept's instance terminated", Duration::from_secs(60), || async {
-        let now = ids_of(&ec2, &stage.ns, &name).await;
+        let now = ids_of(&ec2, &stage.ns).await;
         now.is_empty().then_some(()).ok_or(format!("{now:?} of {launched:?}"))
     })
     .await;
