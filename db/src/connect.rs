@@ -123,6 +123,7 @@ async fn connect_inner(
     };
     config.options(&options);
 
+    let pem = tls::root_pem(url).await.map_err(&fail)?;
     let hosts = config.get_hosts().to_vec();
     let ports = config.get_ports().to_vec();
     let mut last = String::from("no host to try");
@@ -157,7 +158,8 @@ async fn connect_inner(
                         continue;
                     }
                 };
-                let mut make = tls::connector(url).map_err(&fail)?;
+                let mut make =
+                    tls::connector(url, pem.as_deref().map(Vec::as_slice)).map_err(&fail)?;
                 let tls = <_ as MakeTlsConnect<TcpStream>>::make_tls_connect(&mut make, name)
                     .map_err(|e| fail(format!("TLS set-up: {e}")))?;
                 match config.connect_raw(stream, tls).await {
@@ -333,6 +335,27 @@ impl Db {
     ) -> Result<Option<Row>, DbError> {
         self.limited("a query", self.client.query_opt(sql, params))
             .await
+    }
+
+    /// As [`Db::query`], for a statement that ends `limit <max + 1>`: its
+    /// rows, or [`DbError::TooMany`] if the database had more than `max`
+    /// (a partial answer is no ground to act on).
+    pub async fn query_at_most(
+        &self,
+        sql: &str,
+        params: &[&(dyn ToSql + Sync)],
+        max: usize,
+        what: &'static str,
+    ) -> Result<Vec<Row>, DbError> {
+        let rows = self.query(sql, params).await?;
+        if rows.len() > max {
+            return Err(DbError::TooMany {
+                target: self.target.clone(),
+                what,
+                max,
+            });
+        }
+        Ok(rows)
     }
 
     pub async fn execute(&self, sql: &str, params: &[&(dyn ToSql + Sync)]) -> Result<u64, DbError> {

@@ -30,6 +30,15 @@ pub enum DbError {
     },
     #[error("{0}")]
     Migration(String),
+    /// The database answered more than a statement reads: a table grown
+    /// past any pool's or Scheduler's, which the operator does not act on
+    /// in part.
+    #[error("{target} holds more than {max} {what}: the operator reads no more of them, and acts on none")]
+    TooMany {
+        target: String,
+        what: &'static str,
+        max: usize,
+    },
 }
 
 impl DbError {
@@ -39,7 +48,10 @@ impl DbError {
         match self {
             DbError::Connect { .. } | DbError::Refused { .. } | DbError::Timeout { .. } => true,
             DbError::Statement { source, .. } => is_connection_error(source),
-            DbError::Url(_) | DbError::MissingUrl(_) | DbError::Migration(_) => false,
+            DbError::Url(_)
+            | DbError::MissingUrl(_)
+            | DbError::Migration(_)
+            | DbError::TooMany { .. } => false,
         }
     }
 

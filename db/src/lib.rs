@@ -6,6 +6,7 @@
 //! The operator, the pool agent and the reference scheduler all use this one
 //! implementation, so the protocol cannot drift between the two halves.
 
+pub mod ca;
 pub mod connect;
 mod error;
 pub mod migrate;

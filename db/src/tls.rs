@@ -17,14 +17,36 @@ use tokio_postgres_rustls::MakeRustlsConnect;
 
 use crate::url::{DatabaseUrl, SslMode};
 
-pub(crate) fn connector(url: &DatabaseUrl) -> Result<MakeRustlsConnect, String> {
+/// The CA bundle `url`'s server is checked against, read once per
+/// connect: the one given with it, else its `sslrootcert` file under this
+/// process's rule ([`crate::ca`]); `None` for the system's roots, or when
+/// nothing is checked.
+pub(crate) async fn root_pem(url: &DatabaseUrl) -> Result<Option<Arc<Vec<u8>>>, String> {
+    if url.ssl_mode != SslMode::VerifyFull {
+        return Ok(None);
+    }
+    if let Some(pem) = &url.root_pem {
+        return Ok(Some(pem.clone()));
+    }
+    match &url.root_cert {
+        Some(path) => Ok(Some(Arc::new(crate::ca::read(path).await?))),
+        None => Ok(None),
+    }
+}
+
+/// The TLS set-up of `url`'s `sslmode`, checking the server against `pem`
+/// (see [`root_pem`]) or the system's roots.
+pub(crate) fn connector(
+    url: &DatabaseUrl,
+    pem: Option<&[u8]>,
+) -> Result<MakeRustlsConnect, String> {
     let provider = Arc::new(ring::default_provider());
     let builder = ClientConfig::builder_with_provider(provider.clone())
         .with_safe_default_protocol_versions()
         .map_err(|e| format!("TLS set-up: {e}"))?;
     let config = match url.ssl_mode {
         SslMode::VerifyFull => builder
-            .with_root_certificates(roots(url)?)
+            .with_root_certificates(roots(url, pem)?)
             .with_no_client_auth(),
         _ => builder
             .dangerous()
@@ -34,23 +56,23 @@ pub(crate) fn connector(url: &DatabaseUrl) -> Result<MakeRustlsConnect, String> 
     Ok(MakeRustlsConnect::new(config))
 }
 
-fn roots(url: &DatabaseUrl) -> Result<RootCertStore, String> {
+fn roots(url: &DatabaseUrl, pem: Option<&[u8]>) -> Result<RootCertStore, String> {
     let mut store = RootCertStore::empty();
-    match &url.root_cert {
-        Some(path) => {
-            let bad = |what: String| format!("sslrootcert {}: {what}", path.display());
-            let pem = std::fs::read(path).map_err(|e| bad(e.to_string()))?;
+    match pem {
+        Some(pem) => {
+            let source = match (&url.root_pem, &url.root_cert) {
+                (None, Some(path)) => format!("sslrootcert {}", path.display()),
+                _ => "the CA bundle given with the URL".to_string(),
+            };
+            let bad = |what: String| format!("{source}: {what}");
             // Every CERTIFICATE section; other sections (a key, a CRL) are
             // passed over.
-            for cert in CertificateDer::pem_slice_iter(&pem) {
+            for cert in CertificateDer::pem_slice_iter(pem) {
                 let cert = cert.map_err(|e| bad(pem_error(e)))?;
                 store.add(cert).map_err(|e| bad(e.to_string()))?;
             }
             if store.is_empty() {
-                return Err(format!(
-                    "sslrootcert {} holds no certificate",
-                    path.display()
-                ));
+                return Err(format!("{source} holds no certificate"));
             }
         }
         None => {
@@ -182,7 +204,8 @@ MFkwEwYHKoZIzj0CAQYIKoZIzj0DAQcDQgAEMQ/zzkKrrnSe6gGxUhqRZQHFG3dD
             "postgres://u@h/d?sslmode=verify-full&sslrootcert={shown}"
         ))
         .unwrap();
-        let roots = roots(&url);
+        let roots = crate::ca::read_under(&path, &crate::ca::CaFiles::Anywhere)
+            .and_then(|pem| roots(&url, Some(&pem)));
         std::fs::remove_file(&path).unwrap();
         (roots, shown)
     }
@@ -252,10 +275,13 @@ MFkwEwYHKoZIzj0CAQYIKoZIzj0DAQcDQgAEMQ/zzkKrrnSe6gGxUhqRZQHFG3dD
             missing.display()
         ))
         .unwrap();
-        let err = roots(&url).err().unwrap();
+        let err = crate::ca::read_under(&missing, &crate::ca::CaFiles::Anywhere)
+            .err()
+            .unwrap();
         assert!(
             err.starts_with(&format!("sslrootcert {}: ", missing.display())),
             "{err}"
         );
+        let _ = url;
     }
 }

@@ -28,6 +28,9 @@ pub struct DatabaseUrl {
     pub(crate) config: Config,
     pub(crate) ssl_mode: SslMode,
     pub(crate) root_cert: Option<PathBuf>,
+    /// A CA bundle given with the URL (a Secret's key), used instead of the
+    /// `sslrootcert` file.
+    pub(crate) root_pem: Option<std::sync::Arc<Vec<u8>>>,
 }
 
 impl DatabaseUrl {
@@ -71,6 +74,7 @@ impl DatabaseUrl {
             config,
             ssl_mode,
             root_cert,
+            root_pem: None,
         })
     }
 
@@ -100,6 +104,13 @@ impl DatabaseUrl {
 
     pub fn ssl_mode(&self) -> SslMode {
         self.ssl_mode
+    }
+
+    /// The same URL, its server checked against the CA bundle `pem` (PEM
+    /// text, e.g. from a Secret) rather than its `sslrootcert` file.
+    pub fn with_root_pem(mut self, pem: Vec<u8>) -> Self {
+        self.root_pem = Some(std::sync::Arc::new(pem));
+        self
     }
 
     /// The same server with another database: what the test harness and the

@@ -110,6 +110,16 @@ impl OnCluster {
         self
     }
 
+    /// Starts replica `name` of the operator with `extra` arguments, held
+    /// to `memory` bytes as the chart's memory limit holds its pod (see
+    /// [`Replica::start_held`]).
+    pub async fn with_held_replica(mut self, name: &str, extra: &[&str], memory: u64) -> OnCluster {
+        let replica =
+            Replica::start_held(self.cp, &self.client, &self.release, name, extra, memory).await;
+        self.replicas.push(replica);
+        self
+    }
+
     /// Who holds the operator's Lease now, if anyone.
     pub async fn lease_holder(&self) -> Option<String> {
         Api::<Lease>::namespaced(self.client.clone(), &self.release.namespace)

@@ -248,6 +248,14 @@ fn operator_binary() -> PathBuf {
         .unwrap_or_else(|| bins::path("orca-operator"))
 }
 
+/// How a replica is started.
+struct How<'a> {
+    extra: &'a [&'a str],
+    env: &'a [(&'a str, &'a str)],
+    keys: bool,
+    memory: Option<u64>,
+}
+
 /// One replica of the operator: `orca-operator` with the chart's arguments,
 /// as the chart's ServiceAccount.
 pub struct Replica {
@@ -297,6 +305,49 @@ impl Replica {
         env: &[(&str, &str)],
         keys: bool,
     ) -> Replica {
+        let how = How {
+            extra,
+            env,
+            keys,
+            memory: None,
+        };
+        Replica::spawn(cp, client, release, name, how).await
+    }
+
+    /// As [`Replica::start_with`], held to `memory` bytes of data
+    /// (`RLIMIT_DATA`: the heap and private mappings it writes) as a
+    /// container's memory limit holds it: past it an allocation fails and
+    /// the process ends, as the kernel's OOM kill would end the pod.
+    pub async fn start_held(
+        cp: &ControlPlane,
+        client: &Client,
+        release: &Release,
+        name: &str,
+        extra: &[&str],
+        memory: u64,
+    ) -> Replica {
+        let how = How {
+            extra,
+            env: &[],
+            keys: true,
+            memory: Some(memory),
+        };
+        Replica::spawn(cp, client, release, name, how).await
+    }
+
+    async fn spawn(
+        cp: &ControlPlane,
+        client: &Client,
+        release: &Release,
+        name: &str,
+        how: How<'_>,
+    ) -> Replica {
+        let How {
+            extra,
+            env,
+            keys,
+            memory,
+        } = how;
         let token = release.token(client).await;
         let dir = std::env::temp_dir().join(format!(
             "orca-replica-{}-{}-{name}",
@@ -345,6 +396,22 @@ impl Replica {
             }
         }
         cmd.envs(env.iter().copied());
+        if let Some(bytes) = memory {
+            use std::os::unix::process::CommandExt;
+            // SAFETY: setrlimit is async-signal-safe; nothing else runs.
+            unsafe {
+                cmd.pre_exec(move || {
+                    let limit = libc::rlimit {
+                        rlim_cur: bytes,
+                        rlim_max: bytes,
+                    };
+                    if libc::setrlimit(libc::RLIMIT_DATA, &limit) != 0 {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                    Ok(())
+                });
+            }
+        }
         let child = orca_operator::local::spawn::spawn_tied(cmd, None)
             .unwrap_or_else(|e| panic!("orca-operator could not start: {e}"));
         Replica {

@@ -470,7 +470,7 @@ pub async fn check_rows(
     stale: Duration,
 ) -> Result<Vec<RowCheck>, DbError> {
     let rows = db
-        .query(
+        .query_at_most(
             "select i.id, extract(epoch from to_timestamp($2) - i.created)::float8,
                     i.idle is null and i.run is not null
                     and not coalesce((select r.status = 'running' and r.start = i.start
@@ -478,8 +478,11 @@ pub async fn check_rows(
                                                  > now() - make_interval(secs => $3)
                                       from orca.runs r where r.id = i.run), false)
              from orca.instances i
-             where i.pool = $1 and i.ended is null",
+             where i.pool = $1 and i.ended is null
+             limit 20001",
             &[&pool, &listed, &secs(stale)],
+            operator::MAX_ROWS,
+            "live rows of one pool",
         )
         .await?;
     Ok(rows

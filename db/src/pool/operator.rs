@@ -17,6 +17,10 @@ use std::collections::HashSet;
 
 use crate::{Db, DbError};
 
+/// The most live rows the operator reads of one pool (a pool holds at most
+/// 10 000 instances, each one live row).
+pub const MAX_ROWS: usize = 20_000;
+
 /// A live `orca.instances` row of the pool, with the ages the database
 /// computed when it was read.
 #[derive(Clone, Debug, PartialEq)]
@@ -51,7 +55,7 @@ pub struct PoolRow {
 /// rows) only when `count_uses`: for `maxUses`.
 pub async fn live_rows(db: &Db, pool: &str, count_uses: bool) -> Result<Vec<PoolRow>, DbError> {
     let rows = db
-        .query(
+        .query_at_most(
             "with live as (
                  select * from orca.instances where pool = $1 and ended is null),
              uses as (
@@ -59,7 +63,7 @@ pub async fn live_rows(db: &Db, pool: &str, count_uses: bool) -> Result<Vec<Pool
                  where $2 and pool = $1 and run is not null
                    and instance in (select instance from live)
                  group by instance)
-             select l.id, l.instance, l.run,
+             select l.id, left(l.instance, 64), l.run,
                     extract(epoch from now() - l.idle)::float8,
                     extract(epoch from now() - l.polled)::float8,
                     coalesce(u.n, 0),
@@ -69,8 +73,11 @@ pub async fn live_rows(db: &Db, pool: &str, count_uses: bool) -> Result<Vec<Pool
                          then extract(epoch from now() - l.woken)::float8 end,
                     l.notice is not null,
                     coalesce(l.notice = 'interruption', false)
-             from live l left join uses u on u.instance = l.instance",
+             from live l left join uses u on u.instance = l.instance
+             limit 20001",
             &[&pool, &count_uses],
+            MAX_ROWS,
+            "live rows of one pool",
         )
         .await?;
     Ok(rows
@@ -200,7 +207,8 @@ pub struct HandOut {
 }
 
 /// The hand-outs of `pool` whose idle row ended after `after` (the
-/// database's epoch seconds), oldest first. A hand-out ends the idle row
+/// database's epoch seconds), oldest first: 10 000 at most, the next
+/// call going on from the last one's. A hand-out ends the idle row
 /// and makes the run's row at the same `now()`, and marks the run's demand
 /// served at it too: that is how the three are joined.
 pub async fn hand_outs_since(db: &Db, pool: &str, after: f64) -> Result<Vec<HandOut>, DbError> {
@@ -218,7 +226,8 @@ pub async fn hand_outs_since(db: &Db, pool: &str, after: f64) -> Result<Vec<Hand
                on h.instance = w.instance and h.pooled and h.created = w.ended
              where w.pool = $1 and w.ended_by = 'handout'
                and w.ended > to_timestamp($2)
-             order by w.ended",
+             order by w.ended
+             limit 10000",
             &[&pool, &after],
         )
         .await?;
@@ -264,7 +273,8 @@ pub async fn demand_history(
                on h.instance = w.instance and h.pooled and h.created = w.ended
              where w.pool = $1 and w.ended_by = 'handout'
                and w.ended > now() - make_interval(weeks => $3)
-             group by 1",
+             group by 1
+             limit 100000",
             &[&pool, &(slice_secs.max(1) as f64), &weeks],
         )
         .await?;

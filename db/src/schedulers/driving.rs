@@ -50,8 +50,15 @@ impl SchedulerRow {
     }
 }
 
-const COLUMNS: &str = "s.id, s.host, s.pid, s.backend_pid, s.image, s.migrations, s.role, \
-     s.running, s.drain_asked, s.joined, s.seen, s.led, s.drained, s.ended";
+/// Each text at most so long: a pod's name, an image reference, a role,
+/// and the runs going (dropped whole if longer, never cut inside an id).
+const COLUMNS: &str = "s.id, left(s.host, 512), s.pid, s.backend_pid, left(s.image, 1024), \
+     s.migrations, left(s.role, 32), \
+     case when length(s.running) <= 65536 then s.running else '' end, \
+     s.drain_asked, s.joined, s.seen, s.led, s.drained, s.ended";
+
+/// The most instance rows read (not long gone: an hour's).
+pub const MAX_INSTANCES: usize = 1000;
 
 fn to_row(row: &Row) -> Result<SchedulerRow, DbError> {
     let id: i64 = row.get(0);
@@ -90,11 +97,21 @@ async fn rows(db: &Db, filter: &str, stale: Duration) -> Result<Vec<SchedulerRow
         "select {COLUMNS}, {live} as live,
                 exists (select 1 from pg_locks l where l.pid = s.backend_pid and {lock}) as holds,
                 extract(epoch from now() - s.seen)::float8 as seen_ago
-         from orca.schedulers s where {filter} order by s.id",
+         from orca.schedulers s where {filter} order by s.id limit {limit}",
         live = live_of("s.", stale),
         lock = lead_lock_granted("l."),
+        limit = MAX_INSTANCES + 1,
     );
-    db.query(&sql, &[]).await?.iter().map(to_row).collect()
+    db.query_at_most(
+        &sql,
+        &[],
+        MAX_INSTANCES,
+        "scheduler instances not long gone",
+    )
+    .await?
+    .iter()
+    .map(to_row)
+    .collect()
 }
 
 /// Every instance that hasn't ended, and those that ended within the last

@@ -119,13 +119,14 @@ impl Database {
             url_secret_ref: SecretKeyRef {
                 name: name.into(),
                 key: key.into(),
+                ca_key: None,
             },
         }
     }
 }
 
 /// A key of a Secret in the Scheduler's namespace.
-#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, KubeSchema)]
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Hash, KubeSchema)]
 pub struct SecretKeyRef {
     /// The Secret's name, in the Scheduler's namespace. Required, non-empty.
     #[x_kube(validation = Rule::new("self.size() > 0").message("the Secret's name must not be empty"))]
@@ -133,6 +134,14 @@ pub struct SecretKeyRef {
     /// The key within the Secret. Required, non-empty.
     #[x_kube(validation = Rule::new("self.size() > 0").message("the Secret's key must not be empty"))]
     pub key: String,
+    /// Another key of the same Secret holding the database's CA bundle
+    /// (PEM): with sslmode=verify-full the operator checks the server
+    /// against it rather than the URL's sslrootcert file (which the
+    /// scheduler pods and the instances still read on their own file
+    /// systems). Default none.
+    #[serde(default, rename = "caKey", skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = Rule::new("self.size() > 0").message("caKey must not be empty"))]
+    pub ca_key: Option<String>,
 }
 
 /// The register step of a rollout.

@@ -59,19 +59,36 @@ pub async fn read_url(
             })
         }
     };
-    let bytes = secret
-        .data
-        .as_ref()
-        .and_then(|d| d.get(&secret_ref.key))
-        .map(|b| b.0.clone())
-        .or_else(|| {
-            secret
-                .string_data
-                .as_ref()
-                .and_then(|d| d.get(&secret_ref.key))
-                .map(|s| s.clone().into_bytes())
-        });
-    let Some(bytes) = bytes else {
+    let value = |key: &str| {
+        secret
+            .data
+            .as_ref()
+            .and_then(|d| d.get(key))
+            .map(|b| b.0.clone())
+            .or_else(|| {
+                secret
+                    .string_data
+                    .as_ref()
+                    .and_then(|d| d.get(key))
+                    .map(|s| s.clone().into_bytes())
+            })
+    };
+    let ca = match &secret_ref.ca_key {
+        None => None,
+        Some(key) => match value(key) {
+            Some(pem) => Some(pem),
+            None => {
+                return Ok(Err(problem(
+                    "SecretKeyMissing",
+                    format!(
+                        "Secret {namespace}/{} has no key {key:?} (urlSecretRef.caKey)",
+                        secret_ref.name
+                    ),
+                )))
+            }
+        },
+    };
+    let Some(bytes) = value(&secret_ref.key) else {
         return Ok(Err(problem(
             "SecretKeyMissing",
             format!(
@@ -93,7 +110,7 @@ pub async fn read_url(
         return Ok(Err(invalid("it is not UTF-8 text".into())));
     };
     Ok(match DatabaseUrl::parse(&text) {
-        Ok(url) => Ok((text, url)),
+        Ok(url) => Ok((text, ca.into_iter().fold(url, DatabaseUrl::with_root_pem))),
         // DbError hides the password; hide the whole text too, in case.
         Err(e) => Err(invalid(scrub(&e.to_string(), &text))),
     })
@@ -120,7 +137,7 @@ pub type ReadUrl = Result<(String, DatabaseUrl), Problem>;
 /// fails is not kept: the next one tries again.
 #[derive(Default)]
 pub struct SecretUrls {
-    read: std::sync::Mutex<HashMap<(String, String, String), Arc<UrlSlot>>>,
+    read: std::sync::Mutex<HashMap<(String, SecretKeyRef), Arc<UrlSlot>>>,
 }
 
 /// One Secret key's last read and the version it was read at; its lock is
@@ -141,11 +158,7 @@ impl SecretUrls {
             .read
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .entry((
-                namespace.to_string(),
-                secret_ref.name.clone(),
-                secret_ref.key.clone(),
-            ))
+            .entry((namespace.to_string(), secret_ref.clone()))
             .or_default()
             .clone();
         let mut last = slot.lock().await;
@@ -164,7 +177,7 @@ impl SecretUrls {
         self.read
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .retain(|(ns, secret, _), _| !(ns == namespace && secret == name));
+            .retain(|(ns, secret), _| !(ns == namespace && secret.name == name));
     }
 }
 

@@ -12,7 +12,7 @@
 //! condition `Degraded` with reason `Forbidden` and the API server's own
 //! message, which names the verb and the resource — not only in the log.
 
-use std::{any::Any, future::Future, panic::AssertUnwindSafe};
+use std::{any::Any, future::Future, panic::AssertUnwindSafe, time::Duration};
 
 use futures::FutureExt;
 
@@ -22,30 +22,73 @@ use super::server::Progress;
 pub const INTERNAL_ERROR: &str = "InternalError";
 /// The condition reason of a call the operator's RBAC does not allow.
 pub const FORBIDDEN: &str = "Forbidden";
+/// The condition reason of a reconcile stopped at its deadline.
+pub const DEADLINE_EXCEEDED: &str = "ReconcileDeadlineExceeded";
 
-/// A reconcile panicked; its message, first line, at most 300 characters.
+/// A reconcile that did not end by itself: it panicked (its message, first
+/// line, at most 300 characters), or ran past its deadline and was
+/// dropped where it waited.
 #[derive(Debug, Clone, thiserror::Error)]
-#[error("the operator panicked while reconciling it: {message}")]
-pub struct Panicked {
+#[error("{message}")]
+pub struct Stopped {
+    /// The condition reason: [`INTERNAL_ERROR`] or [`DEADLINE_EXCEEDED`].
+    pub reason: &'static str,
     pub message: String,
 }
 
+impl Stopped {
+    /// A panic's stop, with its message.
+    pub fn panic(message: &str) -> Stopped {
+        Stopped {
+            reason: INTERNAL_ERROR,
+            message: format!("the operator panicked while reconciling it: {message}"),
+        }
+    }
+
+    /// A stop at the deadline `after`.
+    pub fn deadline(after: Duration) -> Stopped {
+        Stopped {
+            reason: DEADLINE_EXCEEDED,
+            message: format!(
+                "its reconcile ran past its deadline of {}s and was stopped (its database, \
+                 or a call it makes, answers too slowly); it is tried again after a back-off, \
+                 and holds up no other object",
+                after.as_secs()
+            ),
+        }
+    }
+
+    /// The failure metric's and the log's stage label.
+    pub fn stage(&self) -> &'static str {
+        if self.reason == DEADLINE_EXCEEDED {
+            "deadline"
+        } else {
+            "panic"
+        }
+    }
+}
+
 /// Runs `pass`, the reconcile of `what` (e.g. `Scheduler ns/name`): in
-/// flight for `/healthz` until it ends, its panic caught.
-pub async fn guarded<F, T>(progress: &Progress, what: String, pass: F) -> Result<T, Panicked>
+/// flight for `/healthz` until it ends, its panic caught, and dropped at
+/// the progress's deadline ([`Progress::deadline`]), well before
+/// `/healthz` would call the replica stuck: a database that answers
+/// slowly holds up its own objects, never the replica and every other
+/// tenant's with it.
+pub async fn guarded<F, T>(progress: &Progress, what: String, pass: F) -> Result<T, Stopped>
 where
     F: Future<Output = T>,
 {
     let _in_flight = progress.begin(what);
+    let deadline = progress.deadline();
     // The state a panic may leave half-changed is each object's own (its
     // maps are locked with poison ignored, and the caller drops what it
-    // kept of the object), so unwinding out of it is safe.
-    AssertUnwindSafe(pass)
-        .catch_unwind()
-        .await
-        .map_err(|panic| Panicked {
-            message: panic_message(panic.as_ref()),
-        })
+    // kept of the object), so unwinding out of it is safe; so is dropping
+    // it at an await, for the same reason.
+    match tokio::time::timeout(deadline, AssertUnwindSafe(pass).catch_unwind()).await {
+        Ok(Ok(done)) => Ok(done),
+        Ok(Err(panic)) => Err(Stopped::panic(&panic_message(panic.as_ref()))),
+        Err(_) => Err(Stopped::deadline(deadline)),
+    }
 }
 
 fn panic_message(panic: &(dyn Any + Send)) -> String {
@@ -100,6 +143,24 @@ mod tests {
         assert!(progress.check().is_ok(), "nothing left in flight");
         let fine = guarded(&progress, "WarmPool a/c".into(), async { 7 }).await;
         assert_eq!(fine.unwrap(), 7);
+    }
+
+    #[tokio::test]
+    async fn a_reconcile_past_its_deadline_is_stopped_well_before_the_replica_is_stuck() {
+        let progress = Progress::new(Duration::from_secs(5));
+        assert_eq!(progress.deadline(), Duration::from_secs(1));
+        let started = std::time::Instant::now();
+        let stopped = guarded(&progress, "Scheduler a/slow".into(), async {
+            // A database that never answers.
+            std::future::pending::<()>().await
+        })
+        .await
+        .expect_err("stopped at the deadline");
+        assert!(started.elapsed() < Duration::from_secs(3));
+        assert_eq!(stopped.reason, DEADLINE_EXCEEDED);
+        assert_eq!(stopped.stage(), "deadline");
+        assert!(stopped.message.contains("deadline of 1s"), "{stopped}");
+        assert!(progress.check().is_ok(), "nothing left in flight");
     }
 
     #[test]

@@ -84,10 +84,10 @@ pub enum InUseError {
         source: FinalizerError,
     },
     #[error("{what}: {source}")]
-    Panicked {
+    Stopped {
         what: String,
         #[source]
-        source: guard::Panicked,
+        source: guard::Stopped,
     },
 }
 
@@ -387,24 +387,24 @@ impl<K: Kept> Reconciler for Guard<K> {
         Ok(action)
     }
 
-    fn panicked(&self, object: &K, panic: guard::Panicked) -> InUseError {
+    fn stopped(&self, object: &K, stop: guard::Stopped) -> InUseError {
         let (ns, name) = (crate::crd::namespace_of(object), object.name_any());
-        InUseError::Panicked {
+        InUseError::Stopped {
             what: format!("{} {ns}/{name}", K::KIND),
-            source: panic,
+            source: stop,
         }
     }
 
-    fn panic_of(error: &InUseError) -> Option<&guard::Panicked> {
+    fn stopped_of(error: &InUseError) -> Option<&guard::Stopped> {
         match error {
-            InUseError::Panicked { source, .. } => Some(source),
+            InUseError::Stopped { source, .. } => Some(source),
             InUseError::Finalizer { .. } => None,
         }
     }
 
     fn stage(error: &InUseError) -> &'static str {
         match error {
-            InUseError::Panicked { .. } => "panic",
+            InUseError::Stopped { source, .. } => source.stage(),
             InUseError::Finalizer { .. } => "finalizer",
         }
     }
@@ -577,6 +577,7 @@ mod tests {
                 database_secret: Some(crate::crd::SecretKeyRef {
                     name: r.into(),
                     key: "url".into(),
+                    ca_key: None,
                 }),
                 ..Default::default()
             });

@@ -69,10 +69,20 @@ pub struct RunArgs {
     /// the replica.
     #[arg(long, default_value_t = 300, value_parser = clap::value_parser!(u64).range(1..))]
     pub stuck_after_seconds: u64,
+    /// A directory whose files a database URL's `sslrootcert` may name
+    /// (repeat for several; the chart's `databaseCaDirectories`). None: a
+    /// URL's CA comes only from its Secret (`urlSecretRef.caKey`) — a
+    /// path in a URL is its Scheduler's owner's to choose, and the
+    /// operator reads no file they name elsewhere.
+    #[arg(long = "database-ca-dir", value_name = "DIR")]
+    pub database_ca_dirs: Vec<std::path::PathBuf>,
 }
 
 /// Runs the Kubernetes mode until SIGTERM or Ctrl-C.
 pub async fn run(args: RunArgs) -> anyhow::Result<()> {
+    if let Err(was) = orca_db::ca::restrict_ca_files(args.database_ca_dirs.clone()) {
+        anyhow::bail!("the CA files' directories were set already: {was:?}");
+    }
     let config = kube::Config::infer().await?;
     let client = Client::try_from(config.clone())?;
     // The lease's own client gives up on a call well within the fence: a

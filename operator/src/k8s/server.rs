@@ -117,6 +117,14 @@ impl Progress {
         self.0.stuck_after
     }
 
+    /// How long a reconcile may run before it is stopped
+    /// ([`super::guard::guarded`]): a fifth of [`Progress::stuck_after`]
+    /// (a minute by default), at least a second, so that a slow tenant's
+    /// object is given up long before `/healthz` would restart the replica.
+    pub fn deadline(&self) -> Duration {
+        (self.0.stuck_after / 5).max(Duration::from_secs(1))
+    }
+
     /// The election loop looked at the Lease (with any outcome).
     pub fn looked(&self) {
         let ms = self.0.started.elapsed().as_millis().max(1) as u64;

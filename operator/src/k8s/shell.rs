@@ -20,7 +20,7 @@ use std::{future::Future, sync::Arc};
 use kube::{runtime::controller::Action, Resource, ResourceExt};
 
 use super::{
-    guard::{self, Panicked},
+    guard::{self, Stopped},
     server::Progress,
 };
 use crate::{
@@ -44,13 +44,13 @@ pub trait Reconciler: Send + Sync + Sized + 'static {
         object: Arc<Self::Object>,
     ) -> impl Future<Output = Result<Action, Self::Error>> + Send;
 
-    /// The error of a `panic` in a reconcile of `object`, after dropping
-    /// what was kept of it (it may be half-changed: the next pass starts
-    /// afresh).
-    fn panicked(&self, object: &Self::Object, panic: Panicked) -> Self::Error;
+    /// The error of a reconcile of `object` that was stopped (a panic, or
+    /// its deadline), after dropping what was kept of it (it may be
+    /// half-changed: the next pass starts afresh).
+    fn stopped(&self, object: &Self::Object, stop: Stopped) -> Self::Error;
 
-    /// The panic `error` is, if it is one.
-    fn panic_of(error: &Self::Error) -> Option<&Panicked>;
+    /// The stop `error` is, if it is one.
+    fn stopped_of(error: &Self::Error) -> Option<&Stopped>;
 
     /// The stage that failed: the `stage` label of the failure metric and
     /// of the log.
@@ -104,10 +104,10 @@ pub async fn reconcile<R: Reconciler>(
     let failed = match guard::guarded(ctx.progress(), what, stages).await {
         Ok(Ok(action)) => return Ok(action),
         Ok(Err(e)) => e,
-        Err(panic) => ctx.panicked(&object, panic),
+        Err(stop) => ctx.stopped(&object, stop),
     };
-    let said = match R::panic_of(&failed) {
-        Some(panic) => Some((guard::INTERNAL_ERROR, panic.to_string())),
+    let said = match R::stopped_of(&failed) {
+        Some(stop) => Some((stop.reason, stop.to_string())),
         None if failed.is_fenced() => None,
         None => guard::forbidden(&failed).map(|m| (guard::FORBIDDEN, m)),
     };
@@ -169,7 +169,7 @@ mod tests {
         #[error("fenced stage: {0}")]
         Fenced(#[source] Fenced),
         #[error("{0}")]
-        Panicked(Panicked),
+        Stopped(Stopped),
         #[error("changed since it was read")]
         Raced,
     }
@@ -216,21 +216,21 @@ mod tests {
             }
         }
 
-        fn panicked(&self, object: &ConfigMap, panic: Panicked) -> TestError {
+        fn stopped(&self, object: &ConfigMap, stop: Stopped) -> TestError {
             self.call(format!("forget {}", object.name_any()));
-            TestError::Panicked(panic)
+            TestError::Stopped(stop)
         }
 
-        fn panic_of(error: &TestError) -> Option<&Panicked> {
+        fn stopped_of(error: &TestError) -> Option<&Stopped> {
             match error {
-                TestError::Panicked(p) => Some(p),
+                TestError::Stopped(p) => Some(p),
                 _ => None,
             }
         }
 
         fn stage(error: &TestError) -> &'static str {
             match error {
-                TestError::Panicked(_) => "panic",
+                TestError::Stopped(_) => "panic",
                 _ => "stage",
             }
         }

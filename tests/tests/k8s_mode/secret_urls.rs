@@ -15,6 +15,7 @@ fn orca_db() -> SecretKeyRef {
     SecretKeyRef {
         name: "orca-db".into(),
         key: "url".into(),
+        ca_key: None,
     }
 }
 

@@ -191,13 +191,20 @@ async fn until_present(stage: &OnCluster, ec2: &Ec2Stage, ns: &str, n: usize) ->
 /// The editor's first write waits for kube-controller-manager to have
 /// aggregated the chart's role into `edit`.
 async fn create_as_editor(client: &Client, ns: &str, pool: &WarmPool) {
-    eventually("the editor creating a pool", Duration::from_secs(30), || async {
-        create_as(client, ns, pool).await
-    })
+    eventually(
+        "the editor creating a pool",
+        Duration::from_secs(30),
+        || async { create_as(client, ns, pool).await },
+    )
     .await;
 }
 
-async fn patch_as(client: &Client, ns: &str, name: &str, patch: serde_json::Value) -> Result<(), String> {
+async fn patch_as(
+    client: &Client,
+    ns: &str,
+    name: &str,
+    patch: serde_json::Value,
+) -> Result<(), String> {
     Api::<WarmPool>::namespaced(client.clone(), ns)
         .patch(name, &PatchParams::default(), &Patch::Merge(patch))
         .await
@@ -265,9 +272,14 @@ async fn orphaning_a_full_pool_and_starting_again_never_passes_the_namespace_lim
     create_as_editor(&alice, &stage.ns, &held_pool("first", &name, 3)).await;
     let first = until_present(&stage, &ec2, &stage.ns, 3).await;
     for (left, next) in [("first", "second"), ("second", "third")] {
-        patch_as(&alice, &stage.ns, left, serde_json::json!({"spec": {"onDelete": "Orphan"}}))
-            .await
-            .unwrap_or_else(|e| panic!("orphaning {left}: {e}"));
+        patch_as(
+            &alice,
+            &stage.ns,
+            left,
+            serde_json::json!({"spec": {"onDelete": "Orphan"}}),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("orphaning {left}: {e}"));
         hers.delete(left, &DeleteParams::default())
             .await
             .unwrap_or_else(|e| panic!("deleting {left}: {e}"));
@@ -284,10 +296,23 @@ async fn orphaning_a_full_pool_and_starting_again_never_passes_the_namespace_lim
     }
     // Passes go on for a while: the orphans are still counted.
     tokio::time::sleep(Duration::from_secs(10)).await;
-    assert_eq!(ids_of(&ec2, &stage.ns).await, first, "only the first pool's ran");
+    assert_eq!(
+        ids_of(&ec2, &stage.ns).await,
+        first,
+        "only the first pool's ran"
+    );
     assert!(sampler.most(ALL) <= 3, "{} at once", sampler.most(ALL));
-    assert!(sampler.most(&name) <= 3, "{} of the class at once", sampler.most(&name));
-    assert_eq!(ec2.launched(), 3, "{:?}", ec2.proxy.calls_of("RunInstances"));
+    assert!(
+        sampler.most(&name) <= 3,
+        "{} of the class at once",
+        sampler.most(&name)
+    );
+    assert_eq!(
+        ec2.launched(),
+        3,
+        "{:?}",
+        ec2.proxy.calls_of("RunInstances")
+    );
 }
 
 /// A pool switched to another class, then to another Scheduler, then back
@@ -307,9 +332,16 @@ async fn switching_class_and_scheduler_and_moving_back_never_passes_a_limit() {
     stage.apply_scheduler(&paused_scheduler("orca")).await;
     stage.apply_scheduler(&paused_scheduler("orca2")).await;
     let ec2 = Ec2Stage::new(&stage, "unused").await;
-    let (a, b) = (format!("a-{}", random_hex(3)), format!("b-{}", random_hex(3)));
+    let (a, b) = (
+        format!("a-{}", random_hex(3)),
+        format!("b-{}", random_hex(3)),
+    );
     for c in [&a, &b] {
-        apply_class(&stage, &class(c, &ec2, &team, "  namespaceLimits: {instances: 2}")).await;
+        apply_class(
+            &stage,
+            &class(c, &ec2, &team, "  namespaceLimits: {instances: 2}"),
+        )
+        .await;
     }
     let alice = editor(&stage, &stage.ns, "alice").await;
     let sampler = Sampler::start(&ec2, &stage.ns);
@@ -321,35 +353,58 @@ async fn switching_class_and_scheduler_and_moving_back_never_passes_a_limit() {
 
     // Another class: the instances class a counts stay with the pool, and
     // a second pool of class a gets nothing beside them.
-    patch_as(&alice, &stage.ns, "p", serde_json::json!({"spec": {"classRef": {"name": b}}}))
-        .await
-        .unwrap_or_else(|e| panic!("switching class: {e}"));
+    patch_as(
+        &alice,
+        &stage.ns,
+        "p",
+        serde_json::json!({"spec": {"classRef": {"name": b}}}),
+    )
+    .await
+    .unwrap_or_else(|e| panic!("switching class: {e}"));
     create_as(&alice, &stage.ns, &held_pool("q", &a, 2))
         .await
         .unwrap_or_else(|e| panic!("q: {e}"));
     stage
-        .wait_pool("q", "LimitReached", Duration::from_secs(60), degraded_for("LimitReached"))
+        .wait_pool(
+            "q",
+            "LimitReached",
+            Duration::from_secs(60),
+            degraded_for("LimitReached"),
+        )
         .await;
 
     // Another Scheduler: the busy instances drain where they are, still
     // class a's; the new place launches in class b.
-    patch_as(&alice, &stage.ns, "p", serde_json::json!({"spec": {"scheduler": "orca2"}}))
-        .await
-        .unwrap_or_else(|e| panic!("switching Scheduler: {e}"));
+    patch_as(
+        &alice,
+        &stage.ns,
+        "p",
+        serde_json::json!({"spec": {"scheduler": "orca2"}}),
+    )
+    .await
+    .unwrap_or_else(|e| panic!("switching Scheduler: {e}"));
     let moved_at = std::time::Instant::now();
     // Two busy where it was, two launched in the new place.
     until_present(&stage, &ec2, &stage.ns, 4).await;
     stage
-        .wait_pool("p", "the first place draining", Duration::from_secs(30), |s: &WarmPoolStatus| {
-            s.retiring.iter().any(|r| r.scheduler == "orca")
-        })
+        .wait_pool(
+            "p",
+            "the first place draining",
+            Duration::from_secs(30),
+            |s: &WarmPoolStatus| s.retiring.iter().any(|r| r.scheduler == "orca"),
+        )
         .await;
 
     // Back where it ran: its loop takes the busy instances over; past the
     // drain time-out they are still there.
-    patch_as(&alice, &stage.ns, "p", serde_json::json!({"spec": {"scheduler": "orca"}}))
-        .await
-        .unwrap_or_else(|e| panic!("moving back: {e}"));
+    patch_as(
+        &alice,
+        &stage.ns,
+        "p",
+        serde_json::json!({"spec": {"scheduler": "orca"}}),
+    )
+    .await
+    .unwrap_or_else(|e| panic!("moving back: {e}"));
     let past = Duration::from_secs(35).saturating_sub(moved_at.elapsed());
     tokio::time::sleep(past).await;
     let still = ids_of(&ec2, &stage.ns).await;
@@ -358,7 +413,11 @@ async fn switching_class_and_scheduler_and_moving_back_never_passes_a_limit() {
         "busy instances terminated after the pool came back: {first:?}, now {still:?}"
     );
     for c in [&a, &b] {
-        assert!(sampler.most(c) <= 2, "{} of class {c} at once", sampler.most(c));
+        assert!(
+            sampler.most(c) <= 2,
+            "{} of class {c} at once",
+            sampler.most(c)
+        );
     }
     assert!(sampler.most(ALL) <= 4, "{} at once", sampler.most(ALL));
 }
@@ -373,11 +432,18 @@ async fn a_namespace_the_class_does_not_admit_takes_nothing_from_those_it_does()
     let team_b = orca_tests::cluster::ControlPlane::shared()
         .namespace(&client, "hostile-other")
         .await;
-    let stage = OnCluster::watching("hostile-admit", std::slice::from_ref(&team_b), &["tenancy.requireClass=true"])
-        .await
-        .with_replica("a")
-        .await;
-    let (ta, tb) = (format!("a-{}", random_hex(3)), format!("b-{}", random_hex(3)));
+    let stage = OnCluster::watching(
+        "hostile-admit",
+        std::slice::from_ref(&team_b),
+        &["tenancy.requireClass=true"],
+    )
+    .await
+    .with_replica("a")
+    .await;
+    let (ta, tb) = (
+        format!("a-{}", random_hex(3)),
+        format!("b-{}", random_hex(3)),
+    );
     label(&stage.client, &stage.ns, &ta).await;
     label(&stage.client, &team_b, &tb).await;
     stage.apply_scheduler(&paused_scheduler("orca")).await;
@@ -395,8 +461,15 @@ async fn a_namespace_the_class_does_not_admit_takes_nothing_from_those_it_does()
         .await
         .unwrap_or_else(|e| panic!("team-b's Scheduler: {e}"));
     let ec2 = Ec2Stage::new(&stage, "unused").await;
-    let (shared, theirs) = (format!("shared-{}", random_hex(3)), format!("theirs-{}", random_hex(3)));
-    apply_class(&stage, &class(&shared, &ec2, &ta, "  limits: {instances: 4}")).await;
+    let (shared, theirs) = (
+        format!("shared-{}", random_hex(3)),
+        format!("theirs-{}", random_hex(3)),
+    );
+    apply_class(
+        &stage,
+        &class(&shared, &ec2, &ta, "  limits: {instances: 4}"),
+    )
+    .await;
     apply_class(&stage, &class(&theirs, &ec2, &tb, "")).await;
     let b_pools = Api::<WarmPool>::namespaced(stage.client.clone(), &team_b);
     b_pools
@@ -404,10 +477,19 @@ async fn a_namespace_the_class_does_not_admit_takes_nothing_from_those_it_does()
         .await
         .unwrap_or_else(|e| panic!("team-b's pool: {e}"));
     until_present(&stage, &ec2, &team_b, 3).await;
-    eventually("team-b's status counting 3", Duration::from_secs(30), || async {
-        let s = b_pools.get("full").await.map_err(|e| e.to_string())?.status.unwrap_or_default();
-        (s.launching == 3).then_some(()).ok_or(format!("{s:?}"))
-    })
+    eventually(
+        "team-b's status counting 3",
+        Duration::from_secs(30),
+        || async {
+            let s = b_pools
+                .get("full")
+                .await
+                .map_err(|e| e.to_string())?
+                .status
+                .unwrap_or_default();
+            (s.launching == 3).then_some(()).ok_or(format!("{s:?}"))
+        },
+    )
     .await;
     // Pointed at the class that does not admit team-b, with more wanted.
     b_pools
@@ -420,8 +502,15 @@ async fn a_namespace_the_class_does_not_admit_takes_nothing_from_those_it_does()
         .await
         .unwrap_or_else(|e| panic!("pointing team-b's pool at the class: {e}"));
     eventually("team-b's pool refused", Duration::from_secs(30), || async {
-        let s = b_pools.get("full").await.map_err(|e| e.to_string())?.status.unwrap_or_default();
-        degraded_for("NamespaceNotAllowed")(&s).then_some(()).ok_or(format!("{s:?}"))
+        let s = b_pools
+            .get("full")
+            .await
+            .map_err(|e| e.to_string())?
+            .status
+            .unwrap_or_default();
+        degraded_for("NamespaceNotAllowed")(&s)
+            .then_some(())
+            .ok_or(format!("{s:?}"))
     })
     .await;
     // The classes are counted every 5 s: the refused pool is the class's
@@ -429,7 +518,9 @@ async fn a_namespace_the_class_does_not_admit_takes_nothing_from_those_it_does()
     tokio::time::sleep(Duration::from_secs(6)).await;
     stage.create_pool(&held_pool("runners", &shared, 4)).await;
     until_present(&stage, &ec2, &stage.ns, 4).await;
-    assert!(present(ec2.ec2.client(), &team_b, Some(&shared)).await.is_empty());
+    assert!(present(ec2.ec2.client(), &team_b, Some(&shared))
+        .await
+        .is_empty());
 }
 
 /// The class bounds what a team decides about lifetimes: a pool asking
@@ -462,16 +553,20 @@ async fn lifetimes_orphaning_and_a_deletions_place_are_the_classs_to_bound() {
 
     let mut year = held_pool("year", &name, 1);
     year.spec.idle_seconds = 31_536_000;
-    let said = eventually("the bound reaching the policy", Duration::from_secs(30), || async {
-        match create_as(&alice, &stage.ns, &year).await {
-            Err(e) if e.contains("poolLimits") => Ok(e),
-            Err(e) => Err(e),
-            Ok(()) => {
-                let _ = stage.pools().delete("year", &DeleteParams::default()).await;
-                Err("admitted before the class's bound reached the policy".into())
+    let said = eventually(
+        "the bound reaching the policy",
+        Duration::from_secs(30),
+        || async {
+            match create_as(&alice, &stage.ns, &year).await {
+                Err(e) if e.contains("poolLimits") => Ok(e),
+                Err(e) => Err(e),
+                Ok(()) => {
+                    let _ = stage.pools().delete("year", &DeleteParams::default()).await;
+                    Err("admitted before the class's bound reached the policy".into())
+                }
             }
-        }
-    })
+        },
+    )
     .await;
     assert!(
         said.contains(&format!(
@@ -484,7 +579,10 @@ async fn lifetimes_orphaning_and_a_deletions_place_are_the_classs_to_bound() {
     let said = create_as(&alice, &stage.ns, &orphaning)
         .await
         .expect_err("orphaning is refused");
-    assert!(said.contains("spec.onDelete: Orphan is not allowed by WarmPoolClass"), "{said}");
+    assert!(
+        said.contains("spec.onDelete: Orphan is not allowed by WarmPoolClass"),
+        "{said}"
+    );
 
     // Deleted with onDelete Orphan from before: torn down all the same.
     let hers = Api::<WarmPool>::namespaced(alice.clone(), &stage.ns);
@@ -509,17 +607,29 @@ async fn lifetimes_orphaning_and_a_deletions_place_are_the_classs_to_bound() {
         said.contains("spec.scheduler may not change while the WarmPool is being deleted"),
         "{said}"
     );
-    eventually("kept's instance terminated", Duration::from_secs(60), || async {
-        let now = ids_of(&ec2, &stage.ns).await;
-        now.is_empty().then_some(()).ok_or(format!("{now:?} of {launched:?}"))
-    })
+    eventually(
+        "kept's instance terminated",
+        Duration::from_secs(60),
+        || async {
+            let now = ids_of(&ec2, &stage.ns).await;
+            now.is_empty()
+                .then_some(())
+                .ok_or(format!("{now:?} of {launched:?}"))
+        },
+    )
     .await;
     // The operator let go once its instance was terminated.
-    eventually("the operator's finalizer gone", Duration::from_secs(30), || async {
-        let held = stage.pools().get("kept").await.map_err(|e| e.to_string())?;
-        let left = held.metadata.finalizers.unwrap_or_default();
-        (left == ["test.orca.dev/hold"]).then_some(()).ok_or(format!("{left:?}"))
-    })
+    eventually(
+        "the operator's finalizer gone",
+        Duration::from_secs(30),
+        || async {
+            let held = stage.pools().get("kept").await.map_err(|e| e.to_string())?;
+            let left = held.metadata.finalizers.unwrap_or_default();
+            (left == ["test.orca.dev/hold"])
+                .then_some(())
+                .ok_or(format!("{left:?}"))
+        },
+    )
     .await;
     stage
         .pools()

@@ -9,6 +9,7 @@ mod aws_identity;
 mod classes;
 mod deletion;
 mod handover;
+mod hostile_input;
 mod hostile_limits;
 mod in_cluster;
 mod install;

@@ -54,19 +54,19 @@ pub enum ReconcileError {
     #[error("finalizer: {0}")]
     Finalizer(#[from] FinalizerError),
     #[error("{0}")]
-    Panicked(guard::Panicked),
+    Stopped(guard::Stopped),
 }
 
 impl ReconcileError {
     /// The stage that failed (`observe`, `act`, `status`, `finalizer` or
-    /// `panic`): the `stage` label of the errors metric and of the log.
+    /// `panic` or `deadline`): the `stage` label of the errors metric and of the log.
     pub fn stage(&self) -> &'static str {
         match self {
             ReconcileError::Observe(_) => "observe",
             ReconcileError::Act(_) => "act",
             ReconcileError::Status(_) => "status",
             ReconcileError::Finalizer(_) => "finalizer",
-            ReconcileError::Panicked(_) => "panic",
+            ReconcileError::Stopped(stop) => stop.stage(),
         }
     }
 }
@@ -120,9 +120,7 @@ mod tests {
             assert_eq!(e.to_string().matches("fenced:").count(), 1, "{e}");
         }
         let failed: Vec<ReconcileError> = vec![
-            ReconcileError::Panicked(guard::Panicked {
-                message: "fenced: a panic's own words".into(),
-            }),
+            ReconcileError::Stopped(guard::Stopped::panic("fenced: a panic's own words")),
             FinalizerError {
                 what: "adding",
                 scheduler: "ns/s".into(),

@@ -41,17 +41,17 @@ impl Reconciler for Context {
         run_stages(scheduler, ctx, ns, name).instrument(span)
     }
 
-    fn panicked(&self, scheduler: &Scheduler, panic: guard::Panicked) -> ReconcileError {
+    fn stopped(&self, scheduler: &Scheduler, stop: guard::Stopped) -> ReconcileError {
         let (ns, name) = (crate::crd::namespace_of(scheduler), scheduler.name_any());
         self.connections.forget(&ns, &name);
         self.memory.forget(&ns, &name);
         self.watched.forget(&ns, &name);
-        ReconcileError::Panicked(panic)
+        ReconcileError::Stopped(stop)
     }
 
-    fn panic_of(error: &ReconcileError) -> Option<&guard::Panicked> {
+    fn stopped_of(error: &ReconcileError) -> Option<&guard::Stopped> {
         match error {
-            ReconcileError::Panicked(p) => Some(p),
+            ReconcileError::Stopped(p) => Some(p),
             _ => None,
         }
     }

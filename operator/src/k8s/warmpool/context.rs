@@ -32,7 +32,7 @@ use crate::{
     backoff::{Backoff, PerObject},
     by_object::locked,
     connections::Connections,
-    crd::{Scheduler, WarmPool, WarmPoolClass, WarmPoolStatus},
+    crd::{Scheduler, SecretKeyRef, WarmPool, WarmPoolClass, WarmPoolStatus},
     k8s::{
         database::SecretUrls,
         status::post_event,
@@ -45,8 +45,8 @@ use crate::{
 /// Secret's `resourceVersion` (unknown without the watch of Secrets).
 #[derive(Clone, Debug, PartialEq)]
 pub(super) struct UrlSource {
-    pub(super) secret: String,
-    pub(super) key: String,
+    /// The Secret and its keys (the URL's, the CA's).
+    pub(super) secret: SecretKeyRef,
     pub(super) version: Option<String>,
 }
 
@@ -100,8 +100,6 @@ pub struct Context {
     /// then the Scheduler and the Secret are read from the API.
     pub(super) caches: Option<Caches>,
     pub(super) pools: Mutex<HashMap<String, Slot>>,
-    /// The database each pool's loop runs on, for the listeners.
-    pub(super) databases: Mutex<HashMap<String, DatabaseKey>>,
     pub(super) listeners: Listeners,
     /// The pools' connections: one per database, shared by its pools.
     pub(super) connections: Arc<Connections>,
@@ -141,7 +139,6 @@ impl Context {
             config,
             caches,
             pools: Mutex::new(HashMap::new()),
-            databases: Mutex::new(HashMap::new()),
             finalized: Mutex::new(HashSet::new()),
             warned: AtomicBool::new(false),
             backoff: PerObject::default(),
@@ -171,7 +168,7 @@ impl Context {
     pub fn stop_all(&self) {
         self.listeners.stop();
         locked(&self.pools).clear();
-        locked(&self.databases).clear();
+        locked(self.listeners.on_database()).clear();
     }
 
     /// The watches' stores once they have listed, waiting for that in the
@@ -225,7 +222,7 @@ impl Context {
     /// Records the database `pool`'s loop runs on (none: no loop), and
     /// starts or stops the listeners to match.
     pub(super) fn set_database(&self, pool: &str, database: Option<(DatabaseKey, &DatabaseUrl)>) {
-        let mut databases = locked(&self.databases);
+        let mut databases = locked(self.listeners.on_database());
         match database {
             Some((key, url)) => {
                 databases.insert(pool.to_string(), key);

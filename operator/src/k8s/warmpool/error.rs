@@ -55,10 +55,10 @@ pub enum ReconcileError {
         source: crate::pool::ec2::Ec2Error,
     },
     #[error("WarmPool {pool}: {source}")]
-    Panicked {
+    Stopped {
         pool: String,
         #[source]
-        source: guard::Panicked,
+        source: guard::Stopped,
     },
 }
 
@@ -73,7 +73,7 @@ impl ReconcileError {
             ReconcileError::Fenced { .. } => "fenced",
             ReconcileError::Finalizer { .. } => "finalizer",
             ReconcileError::Ec2 { .. } => "ec2",
-            ReconcileError::Panicked { .. } => "panic",
+            ReconcileError::Stopped { source, .. } => source.stage(),
         }
     }
 
@@ -138,11 +138,9 @@ mod tests {
         for e in &fenced {
             assert!(e.is_fenced(), "{} ({}) is fenced", e, e.stage());
         }
-        let failed = ReconcileError::Panicked {
+        let failed = ReconcileError::Stopped {
             pool: pool(),
-            source: guard::Panicked {
-                message: "fenced: a panic's own words".into(),
-            },
+            source: guard::Stopped::panic("fenced: a panic's own words"),
         };
         assert!(!failed.is_fenced());
     }

@@ -52,8 +52,7 @@ pub(super) async fn prepare(
             .and_then(|m| m.resource_version())
     });
     let source = UrlSource {
-        secret: secret_ref.name.clone(),
-        key: secret_ref.key.clone(),
+        secret: secret_ref.clone(),
         version,
     };
     if let (Some(state), Some(stale)) = (slot.as_mut().filter(|_| same), run_stale) {
@@ -249,11 +248,7 @@ async fn retiring_of(
                 }
                 !back
             });
-            let secret = SecretKeyRef {
-                name: old.source.secret.clone(),
-                key: old.source.key.clone(),
-            };
-            let place = retiring::place_of(old.lp.spec(), secret, Utc::now());
+            let place = retiring::place_of(old.lp.spec(), old.source.secret.clone(), Utc::now());
             tracing::info!(pool = %pool, place = ?place, "the pool moved: the old place's loop terminates what it launched there");
             retiring.push(retiring::retire(&ctx.config, old.lp, place));
             retiring

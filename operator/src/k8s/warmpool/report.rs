@@ -13,7 +13,7 @@ use super::{
 };
 use crate::fence::MaybeFenced;
 use crate::{
-    crd::{set_degraded, SecretKeyRef, WarmPool, WarmPoolStatus},
+    crd::{set_degraded, WarmPool, WarmPoolStatus},
     fence::Fence,
     k8s::status::{write_status, StatusWriteError},
     pool::{PassReport, PoolError, PoolEvent},
@@ -77,12 +77,13 @@ pub(super) async fn write_back(
         }
     };
     status.observed_generation = wp.metadata.generation;
-    let secret = SecretKeyRef {
-        name: state.source.secret.clone(),
-        key: state.source.key.clone(),
-    };
+    let secret = state.source.secret.clone();
     let before = state.last.as_ref().and_then(|s| s.place.as_ref());
-    status.place = Some(super::retiring::here(state.lp.spec(), secret.clone(), before));
+    status.place = Some(super::retiring::here(
+        state.lp.spec(),
+        secret.clone(),
+        before,
+    ));
     status.database_secret = Some(secret);
     status.retiring = state.retiring.iter().map(|r| r.place.clone()).collect();
     // The spec here is the class's: where the instances are.

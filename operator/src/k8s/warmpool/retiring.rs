@@ -47,7 +47,9 @@ pub(super) fn place_of(
 /// Whether `place` is where `spec` runs a pool: the same Scheduler,
 /// region and endpoint (the instances one listing sees).
 pub(super) fn is_where(place: &FormerPlace, spec: &WarmPoolSpec) -> bool {
-    place.scheduler == spec.scheduler && place.region == spec.region && place.endpoint == spec.endpoint
+    place.scheduler == spec.scheduler
+        && place.region == spec.region
+        && place.endpoint == spec.endpoint
 }
 
 /// Where `spec` runs the pool now, on the database of `secret`: since

@@ -41,20 +41,17 @@ impl Reconciler for Context {
         Ok(action)
     }
 
-    fn panicked(&self, wp: &WarmPool, panic: guard::Panicked) -> ReconcileError {
+    fn stopped(&self, wp: &WarmPool, stop: guard::Stopped) -> ReconcileError {
         let pool = key(&crate::crd::namespace_of(wp), &wp.name_any());
         // Its loop may be half-changed: the next pass makes a new one from
         // the status.
         self.forget(&pool);
-        ReconcileError::Panicked {
-            pool,
-            source: panic,
-        }
+        ReconcileError::Stopped { pool, source: stop }
     }
 
-    fn panic_of(error: &ReconcileError) -> Option<&guard::Panicked> {
+    fn stopped_of(error: &ReconcileError) -> Option<&guard::Stopped> {
         match error {
-            ReconcileError::Panicked { source, .. } => Some(source),
+            ReconcileError::Stopped { source, .. } => Some(source),
             _ => None,
         }
     }
