@@ -343,6 +343,7 @@ fn pool_spec() -> impl Strategy<Value = WarmPoolSpec> {
                     .collect();
                 WarmPoolSpec {
                     scheduler: "orca".into(),
+                    ssm_endpoint: None,
                     class_ref: None,
                     region: "us-east-1".into(),
                     endpoint: None,

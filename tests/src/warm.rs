@@ -135,6 +135,8 @@ pub fn spec(
         scheduler: "sched".into(),
         region: REGION.into(),
         endpoint: Some(endpoint.into()),
+        // moto serves SSM too.
+        ssm_endpoint: Some(endpoint.into()),
         idle: IdleRange { min, max },
         schedules: vec![],
         forecast: None,

@@ -44,6 +44,12 @@ pub struct WarmPoolClassSpec {
     /// Another EC2 endpoint URL, e.g. a VPC endpoint. Default: the region's.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub endpoint: Option<String>,
+    /// Another SSM endpoint URL (e.g. an SSM VPC endpoint), where the
+    /// operator keeps each Scheduler's database URL parameter and its pools'
+    /// instances read it. Default: the region's own SSM (never the EC2
+    /// endpoint).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ssm_endpoint: Option<String>,
     /// How instances are launched and what they run: a launch template, or
     /// an image with subnets, and the security groups, instance profile,
     /// tags, agent path, database URL file and run command (the WarmPool's

@@ -63,6 +63,12 @@ pub struct WarmPoolSpec {
     /// server). Default: the region's (with a classRef, the class's).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub endpoint: Option<String>,
+    /// Another SSM endpoint URL (e.g. an SSM VPC endpoint), where the
+    /// operator keeps the database URL parameter and the instances read it
+    /// (databaseUrlIn parameter). Default: the region's own SSM — never the
+    /// EC2 endpoint, which serves EC2 alone. With a classRef, the class's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ssm_endpoint: Option<String>,
     /// How many idle instances to keep warm, and at most. Required.
     pub idle: IdleRange,
     /// Periods with an idle range of their own, e.g. more warm instances in

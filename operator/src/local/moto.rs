@@ -163,6 +163,8 @@ pub async fn onto(
         .take(spec.launch.subnet_ids.len().max(1))
         .collect::<Vec<_>>();
     println!("warmpool {key}: on moto at {endpoint}: image {MOTO_IMAGE}, moto's subnets {subnets:?}, no security groups");
+    // Its SSM too: moto serves both.
+    spec.ssm_endpoint.get_or_insert_with(|| endpoint.clone());
     spec.endpoint = Some(endpoint);
     spec.launch.launch_template = None;
     spec.launch.image_id = Some(MOTO_IMAGE.into());

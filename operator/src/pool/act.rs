@@ -101,6 +101,50 @@ pub(super) struct Actuator<W> {
     pub(super) booted: HashSet<String>,
 }
 
+/// A launch EC2 refused that will not work until something changes, as
+/// the `Degraded` reason and message it is: the instance profile does not
+/// exist (a class's `{namespace}` profile not made for this namespace, a
+/// role deleted), or the launch's parameters are refused (an image or a
+/// subnet gone). Not a capacity, throttling or credentials refusal: those
+/// have their own ways.
+fn refusal(e: &Ec2Error, spec: &WarmPoolSpec, namespace: &str) -> Option<(&'static str, String)> {
+    let Ec2Error::Refused { code, message, .. } = e else {
+        return None;
+    };
+    let profile = spec.launch.iam_instance_profile.as_deref();
+    let about_profile = code == "NoSuchEntity"
+        || (code == "InvalidParameterValue" && message.contains("iamInstanceProfile"));
+    if about_profile {
+        let named = profile.unwrap_or("the launch template's");
+        return Some((
+            "InstanceProfileNotFound",
+            format!(
+                "EC2 refused the launch: the instance profile {named} does not exist ({code}: \
+                 {message}); make it for namespace {namespace}, its role's policy from \
+                 `orca-operator iam-policy --instance-role --namespace {namespace}`"
+            ),
+        ));
+    }
+    matches!(
+        code.as_str(),
+        "InvalidParameterValue"
+            | "InvalidParameterCombination"
+            | "InvalidAMIID.NotFound"
+            | "InvalidAMIID.Malformed"
+            | "InvalidSubnetID.NotFound"
+            | "InvalidGroup.NotFound"
+            | "InvalidLaunchTemplateId.NotFound"
+            | "InvalidLaunchTemplateName.NotFoundException"
+            | "InvalidLaunchTemplateId.VersionNotFound"
+    )
+    .then(|| {
+        (
+            "LaunchRefused",
+            format!("EC2 refused the launch: {code}: {message}"),
+        )
+    })
+}
+
 /// What one pass's act step goes by.
 #[derive(Clone, Copy)]
 pub(super) struct Orders<'a> {
@@ -177,6 +221,9 @@ impl Actuator<super::live::Live> {
                     .push(PoolEvent::new("BootFailing", message.clone(), true));
             }
             report.degraded = Some(("BootFailing", message));
+        }
+        if let Some(refused) = self.boot.refusal() {
+            report.degraded = Some(refused);
         }
     }
 }
@@ -419,6 +466,7 @@ impl<W: World> Actuator<W> {
                     Ok(ids) => {
                         tracing::info!(pool = %self.pool, offering = %offering, count, token = %token,
                             instances = ?ids, "launched");
+                        self.boot.launched();
                         self.learn_launched(offering, count, ids, now, report);
                         budget -= count;
                         break;
@@ -442,7 +490,23 @@ impl<W: World> Actuator<W> {
                     }
                     Err(e) => {
                         tracing::warn!(pool = %self.pool, offering = %offering, error = %e, "launch failed");
-                        report.ec2_failed("LaunchFailed", &e);
+                        match refusal(&e, spec, &self.owner.namespace) {
+                            // One that cannot work: it backs off, and the
+                            // pool says why until one works.
+                            Some((reason, message)) => {
+                                report
+                                    .events
+                                    .push(PoolEvent::new(reason, message.clone(), true));
+                                self.boot.refuse(
+                                    reason,
+                                    message,
+                                    self.tuning.boot_backoff_base,
+                                    self.tuning.boot_backoff_cap,
+                                );
+                                report.degraded = self.boot.refusal();
+                            }
+                            None => report.ec2_failed("LaunchFailed", &e),
+                        }
                         return Ok(());
                     }
                 }
@@ -471,7 +535,8 @@ impl<W: World> Actuator<W> {
                     (tags::TAG_SCHEDULER, self.owner.scheduler.as_str()),
                     (tags::TAG_OPERATOR, self.owner.operator.as_str()),
                 ];
-                Some(self.world.publish(name, &self.url.0, &tags).await)
+                let at = spec.ssm_endpoint.as_deref();
+                Some(self.world.publish(name, &self.url.0, &tags, at).await)
             }
             _ => None,
         };

@@ -198,6 +198,7 @@ impl World for Table {
         _name: &str,
         _value: &str,
         _tags: &[(&str, &str)],
+        _endpoint: Option<&str>,
     ) -> Result<bool, super::ssm::SsmError> {
         Ok(false)
     }
@@ -367,10 +368,14 @@ async fn a_lost_answer_keeps_its_token_and_a_refusal_uses_it_up() {
         "the next pass asks again with it"
     );
 
+    // A launch that cannot work (its image gone): said, and launches
+    // wait rather than ask again every pass.
     let mut lp = run_answered(&[Answer::Refused]);
     let report = launch(&mut lp, &launching(1), 0).await;
-    assert_eq!(reasons(&report), ["LaunchFailed"]);
+    assert_eq!(reasons(&report), ["LaunchRefused"]);
     assert!(report.events[0].warning);
+    assert_eq!(report.degraded.as_ref().map(|d| d.0), Some("LaunchRefused"));
+    assert!(lp.act.boot.holding().is_some(), "launches wait");
     assert_eq!(lp.act.launches.batches, 1);
     assert!(
         lp.act.holds.until().is_empty(),

@@ -22,6 +22,11 @@ pub struct BootFailures {
     last: Option<(String, String)>,
     /// No launch before this.
     launch_after: Option<Instant>,
+    /// The launch EC2 refused outright, the last time (a `Degraded` reason
+    /// and its message), and how many in a row: a launch that cannot work
+    /// backs off as failing boots do, until one works or the spec changes.
+    refused: Option<(&'static str, String)>,
+    refused_in_a_row: u32,
 }
 
 impl BootFailures {
@@ -55,6 +60,43 @@ impl BootFailures {
         let wait = doubling(base, self.in_a_row - FAILING_AFTER, cap);
         self.launch_after = Some(Instant::now() + wait);
         true
+    }
+
+    /// EC2 refused a launch outright (`reason`, `message`): launches wait,
+    /// a minute and then doubling with each refusal more, up to `cap`.
+    pub fn refuse(&mut self, reason: &'static str, message: String, base: Duration, cap: Duration) {
+        self.refused_in_a_row += 1;
+        let wait = doubling(base, self.refused_in_a_row - 1, cap);
+        self.launch_after = Some(Instant::now() + wait);
+        self.refused = Some((reason, message));
+    }
+
+    /// A launch worked: a refusal is over.
+    pub fn launched(&mut self) {
+        self.refused = None;
+        self.refused_in_a_row = 0;
+        if self.in_a_row < FAILING_AFTER {
+            self.launch_after = None;
+        }
+    }
+
+    /// The spec changed: what EC2 refused may work now; try at once.
+    pub fn spec_changed(&mut self) {
+        if self.refused.take().is_some() {
+            self.refused_in_a_row = 0;
+            self.launch_after = None;
+        }
+    }
+
+    /// The `Degraded` reason and message of the last refused launch, while
+    /// launches wait for it.
+    pub fn refusal(&self) -> Option<(&'static str, String)> {
+        let (reason, message) = self.refused.as_ref()?;
+        let wait = match self.holding() {
+            Some(d) => format!("launches wait {}s", d.as_secs().max(1)),
+            None => "the next launch is a try".to_string(),
+        };
+        Some((reason, format!("{message}; {wait}")))
     }
 
     /// Whether launches wait now, and until when.
@@ -92,6 +134,34 @@ impl BootFailures {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_refused_launch_backs_off_until_one_works_or_the_spec_changes() {
+        let (base, cap) = (Duration::from_secs(60), Duration::from_secs(600));
+        let mut b = BootFailures::default();
+        b.refuse(
+            "InstanceProfileNotFound",
+            "no such profile".into(),
+            base,
+            cap,
+        );
+        assert!(b.holding().is_some_and(|d| d <= base));
+        let (reason, said) = b.refusal().expect("refused");
+        assert_eq!(reason, "InstanceProfileNotFound");
+        assert!(said.starts_with("no such profile; launches wait"), "{said}");
+        b.refuse(
+            "InstanceProfileNotFound",
+            "no such profile".into(),
+            base,
+            cap,
+        );
+        assert!(b.holding().unwrap() > base, "doubled");
+        b.spec_changed();
+        assert!(b.holding().is_none() && b.refusal().is_none());
+        b.refuse("LaunchRefused", "gone".into(), base, cap);
+        b.launched();
+        assert!(b.holding().is_none() && b.refusal().is_none());
+    }
 
     #[test]
     fn failures_in_a_row_back_off_and_a_report_clears_them() {

@@ -58,6 +58,11 @@ pub const CLASS_OWNED: &[OwnedField] = &[
         cel: "has(object.spec.endpoint)",
     },
     OwnedField {
+        path: "spec.ssmEndpoint",
+        set: |p| p.ssm_endpoint.is_some(),
+        cel: "has(object.spec.ssmEndpoint)",
+    },
+    OwnedField {
         path: "spec.launch.launchTemplate",
         set: |p| p.launch.launch_template.is_some(),
         cel: "has(object.spec.launch) && has(object.spec.launch.launchTemplate)",
@@ -360,6 +365,7 @@ pub fn resolve(
     Ok(WarmPoolSpec {
         region: class.region.clone(),
         endpoint: class.endpoint.clone(),
+        ssm_endpoint: class.ssm_endpoint.clone(),
         launch,
         ..pool.clone()
     })

@@ -366,6 +366,7 @@ impl PoolLoop {
         }
         self.spec = spec;
         self.act.denials.clear();
+        self.act.boot.spec_changed();
         self.seen.floors = None;
     }
 

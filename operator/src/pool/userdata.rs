@@ -56,7 +56,7 @@ impl<'a> DatabaseSource<'a> {
             (None, DatabaseUrlIn::Parameter) => DatabaseSource::Parameter {
                 name: parameter,
                 region: &spec.region,
-                endpoint: spec.endpoint.as_deref(),
+                endpoint: spec.ssm_endpoint.as_deref(),
             },
         }
     }

@@ -64,13 +64,15 @@ pub trait World {
         &mut self,
         req: &RunRequest<'_>,
     ) -> impl Future<Output = Result<Vec<String>, Ec2Error>> + Send;
-    /// Makes the SSM parameter `name` of the pool's region hold `value`
-    /// (the database URL), tagged `tags` when created: whether it wrote.
+    /// Makes the SSM parameter `name` of the pool's region (at SSM's
+    /// `endpoint`, if not the region's own) hold `value` (the database
+    /// URL), tagged `tags` when created: whether it wrote.
     fn publish(
         &mut self,
         name: &str,
         value: &str,
         tags: &[(&str, &str)],
+        endpoint: Option<&str>,
     ) -> impl Future<Output = Result<bool, SsmError>> + Send;
 }
 
@@ -141,10 +143,12 @@ impl World for Live {
         name: &str,
         value: &str,
         tags: &[(&str, &str)],
+        endpoint: Option<&str>,
     ) -> Result<bool, SsmError> {
+        let at = super::ec2::Ec2Config::new(&self.ec2_config.region, endpoint);
         let ssm = match &self.credentials {
-            None => Ssm::new(&self.ec2_config).await,
-            Some(credentials) => Ssm::with_credentials(&self.ec2_config, credentials.clone()).await,
+            None => Ssm::new(&at).await,
+            Some(credentials) => Ssm::with_credentials(&at, credentials.clone()).await,
         };
         ssm.with_fence(self.fence.clone())
             .publish(name, value, tags)

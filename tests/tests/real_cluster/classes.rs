@@ -35,6 +35,7 @@ metadata: {{name: {name}}}
 spec:
   region: {region}
   endpoint: {endpoint}
+  ssmEndpoint: {endpoint}
   launch: {{imageId: {image}, subnetIds: [{subnet}], runCommand: "true"}}
   instanceTypes: [t3.micro, t3.small]
   capacityTypes: [onDemand]

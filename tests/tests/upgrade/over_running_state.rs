@@ -305,7 +305,11 @@ async fn helm_upgrade_over_what_d589380_left_running_changes_nothing_then_rolls_
         .patch(
             POOL,
             &PatchParams::default(),
-            &patch(serde_json::json!({"spec": {"launch": {"imageId": image}}})),
+            // And SSM where EC2 is (moto serves both): this release keeps
+            // the database URL in SSM, at ssmEndpoint, never at EC2's
+            // endpoint (docs/operations.md#upgrade).
+            &patch(serde_json::json!({"spec": {"launch": {"imageId": image},
+                "ssmEndpoint": loaded.moto.endpoint()}})),
         )
         .await
         .unwrap();

@@ -178,3 +178,58 @@ async fn a_reserve_ec2_will_not_start_is_retired_and_the_run_served_by_a_launch(
         "not asked to start again"
     );
 }
+
+/// A launch whose instance profile does not exist (a class's
+/// `orca-pool-{namespace}` never made for this team) is refused by EC2:
+/// the pool says which profile and how to make it, and does not ask again
+/// until its back-off is over or its spec changes — where it launches.
+#[tokio::test]
+async fn a_launch_with_a_profile_that_does_not_exist_says_so_and_backs_off() {
+    let (moto, url, ec2, subnets) = warm::Stage::new().await.parts();
+    let mut spec = warm::spec(&moto.endpoint(), &["t3.micro"], &subnets[..1], 1, 1, 2);
+    spec.launch.iam_instance_profile = Some("orca-pool-team-b".into());
+    let mut lp = PoolLoop::new(
+        "team-b",
+        "pool",
+        spec.clone(),
+        &url,
+        warm::tuning(Duration::ZERO),
+    )
+    .await
+    .unwrap();
+    let report = lp.pass(Utc::now()).await.unwrap();
+    assert!(report.launched.is_empty());
+    let (reason, said) = report
+        .degraded
+        .clone()
+        .unwrap_or_else(|| panic!("not Degraded: {:?}", report.events));
+    assert_eq!(reason, "InstanceProfileNotFound");
+    assert!(
+        said.contains("the instance profile orca-pool-team-b does not exist")
+            && said.contains("iam-policy --instance-role --namespace team-b"),
+        "{said}"
+    );
+    // The next passes ask EC2 nothing: the launch waits.
+    for _ in 0..3 {
+        let report = lp.pass(Utc::now()).await.unwrap();
+        assert!(report.launched.is_empty());
+        assert_eq!(
+            report.degraded.as_ref().map(|d| d.0),
+            Some("InstanceProfileNotFound")
+        );
+        assert!(
+            !report
+                .events
+                .iter()
+                .any(|e| e.reason == "InstanceProfileNotFound"),
+            "asked again: {:?}",
+            report.events
+        );
+    }
+    // The profile made (here: the spec fixed), it launches at once.
+    spec.launch.iam_instance_profile = None;
+    lp.set_spec(spec).await;
+    let report = lp.pass(Utc::now()).await.unwrap();
+    assert_eq!(report.launched.len(), 1, "{:?}", report.events);
+    assert_eq!(ec2.describe(lp.ownership()).await.unwrap().len(), 1);
+}

@@ -102,29 +102,28 @@ pub(super) async fn release_parameter(wp: &WarmPool, ctx: &Context, pool: &str) 
         return;
     };
     let namespace = crate::crd::namespace_of(wp);
-    let endpoint = wp.spec.endpoint.as_deref();
+    // Another pool of the same Scheduler in the same region (or in one not
+    // known) may read the parameter: it is kept.
     let shared = caches.pools.state().iter().any(|other| {
         let status = other.status.as_ref();
         let region = Some(other.spec.region.as_str())
             .filter(|r| !r.is_empty())
             .or(status.and_then(|s| s.class_region.as_deref()));
-        let other_endpoint = other
-            .spec
-            .endpoint
-            .as_deref()
-            .or(status.and_then(|s| s.class_endpoint.as_deref()));
         other.uid() != wp.uid()
             && other.namespace().as_deref() == Some(namespace.as_str())
             && other.spec.scheduler == wp.spec.scheduler
-            && region.is_none_or(|r| r == wp.spec.region && other_endpoint == endpoint)
+            && region.is_none_or(|r| r == wp.spec.region)
     });
     if shared {
         return;
     }
     let name = ssm::parameter_name(&ctx.config.tuning.cluster, &namespace, &wp.spec.scheduler);
-    let ssm = Ssm::new(&Ec2Config::new(&wp.spec.region, endpoint))
-        .await
-        .with_fence(ctx.config.fence.clone());
+    let ssm = Ssm::new(&Ec2Config::new(
+        &wp.spec.region,
+        wp.spec.ssm_endpoint.as_deref(),
+    ))
+    .await
+    .with_fence(ctx.config.fence.clone());
     match ssm.delete(&name).await {
         Ok(()) => {}
         Err(e) if e.is_fenced() => {}

@@ -27,6 +27,7 @@ fn now() -> DateTime<Utc> {
 
 pub(in crate::pool) fn spec(min: i32, max: i32, max_instances: i32) -> WarmPoolSpec {
     WarmPoolSpec {
+        ssm_endpoint: None,
         scheduler: "sched".into(),
         class_ref: None,
         region: "us-east-1".into(),
