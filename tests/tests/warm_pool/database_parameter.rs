@@ -263,3 +263,72 @@ async fn an_agent_refused_by_the_database_reads_the_parameter_again() {
         "a password in the agent's log:\n{said}"
     );
 }
+
+/// `orca-pool-agent database-url` as an instance whose role is a moto IAM
+/// user with `policy` (moto enforcing IAM), the parameter `name` at moto:
+/// what it prints, or its stderr.
+async fn read_as(
+    moto: &orca_tests::moto::Moto,
+    key: &orca_tests::iam::AccessKey,
+    name: &str,
+) -> Result<String, String> {
+    let out = tokio::process::Command::new(bins::path("orca-pool-agent"))
+        .arg("database-url")
+        .env("AWS_ACCESS_KEY_ID", &key.id)
+        .env("AWS_SECRET_ACCESS_KEY", &key.secret)
+        .env_remove("AWS_SESSION_TOKEN")
+        .env_remove("ORCA_DATABASE_URL")
+        .env("ORCA_DATABASE_URL_PARAMETER", name)
+        .env("ORCA_DATABASE_URL_REGION", warm::REGION)
+        .env("ORCA_DATABASE_URL_ENDPOINT", moto.endpoint())
+        .output()
+        .await
+        .expect("orca-pool-agent runs");
+    if out.status.success() {
+        Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
+    } else {
+        Err(String::from_utf8_lossy(&out.stderr).into_owned())
+    }
+}
+
+/// A team's instance role, as `orca-operator iam-policy --instance-role
+/// --namespace` prints it, has every action its agent needs to read its
+/// team's database URL (moto enforcing IAM checks actions; which
+/// parameters it may read is held by the policy's unit evaluator, which
+/// refuses another team's), and a role without `ssm:GetParameter` reads
+/// nothing.
+#[tokio::test]
+async fn a_team_role_as_printed_lets_its_agent_read_its_url() {
+    use orca_operator::iam_policy::{instance_policy, Reads};
+    let (moto, url, _ec2, _subnets) = warm::Stage::new().await.parts();
+    let cluster = warm::tuning(Duration::from_secs(60)).cluster;
+    let name = orca_operator::pool::ssm::parameter_name(&cluster, "team-a", "orca");
+    orca_operator::pool::ssm::Ssm::new(&orca_operator::pool::Ec2Config::new(
+        warm::REGION,
+        Some(&moto.endpoint()),
+    ))
+    .await
+    .publish(&name, &url, &[])
+    .await
+    .unwrap_or_else(|e| panic!("publishing {name}: {e}"));
+    let printed: serde_json::Value = serde_json::from_str(&orca_operator::iam_policy::render(
+        &instance_policy(&cluster, Reads::Namespace("team-a")),
+    ))
+    .unwrap();
+    // As moto checks a policy: its actions, on any resource.
+    let checked = |without| orca_tests::iam::as_moto_checks(&printed, without);
+    let team_a = orca_tests::iam::user(&moto, "team-a-instances", &checked(None));
+    let without = checked(Some("ssm:GetParameter"));
+    assert!(
+        orca_tests::iam::statements(&without).is_empty(),
+        "{without}"
+    );
+    let elsewhere = serde_json::json!({"Version": "2012-10-17", "Statement": [
+        {"Effect": "Allow", "Action": ["ec2:DescribeInstances"], "Resource": "*"}]});
+    let none = orca_tests::iam::user(&moto, "no-read", &elsewhere);
+    orca_tests::iam::enforce(&moto);
+    assert_eq!(read_as(&moto, &team_a, &name).await, Ok(url.clone()));
+    let refused = read_as(&moto, &none, &name).await.expect_err("refused");
+    assert!(refused.contains("GetParameter"), "{refused}");
+    assert!(!refused.contains(&url), "{refused}");
+}
