@@ -150,3 +150,17 @@ use_static_build() {
     export CARGO_BUILD_TARGET=x86_64-unknown-linux-gnu
     export CARGO_TARGET_X86_64_UNKNOWN_LINUX_GNU_RUSTFLAGS="-C target-feature=+crt-static"
 }
+
+# Clippy's lints as the workspace's crates are built (`-D warnings`, as
+# `cargo clippy -- -D warnings`), by making clippy-driver their compiler:
+# what `cargo clippy` does, but for a build whose artifacts the tests use,
+# rather than a check build beside it. Export it before any cargo command
+# that should reuse scripts/test's build.
+use_clippy_build() {
+    RUSTC_WORKSPACE_WRAPPER=$(rustup which clippy-driver 2>/dev/null || command -v clippy-driver) || {
+        echo "setup: clippy-driver is missing: rustup component add clippy" >&2
+        return 1
+    }
+    export RUSTC_WORKSPACE_WRAPPER
+    export CLIPPY_ARGS="-D__CLIPPY_HACKERY__warnings__CLIPPY_HACKERY__"
+}

@@ -523,7 +523,8 @@ mod tests {
         });
         let within = resolve_in(&bounded, "team-a", "a", &pool());
         assert!(within.is_ok(), "the defaults are within: {within:?}");
-        let cases: [(fn(&mut WarmPoolSpec), &str); 4] = [
+        type Case = (fn(&mut WarmPoolSpec), &'static str);
+        let cases: [Case; 4] = [
             (
                 |p| p.idle_seconds = 31_536_000,
                 "spec.idleSeconds: 31536000 is over WarmPoolClass shared's poolLimits.maxIdleSeconds (3600)",
