@@ -13,6 +13,7 @@ pub mod counting;
 pub mod ec2_faults;
 pub mod eventually;
 pub mod forecast_sim;
+pub mod hostile;
 pub mod iam;
 pub mod image;
 pub mod imds;

@@ -11,96 +11,17 @@
 
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::Secret;
-use kube::{
-    api::{ObjectMeta, PostParams},
-    Api,
-};
+use kube::{api::PostParams, Api};
 use orca_operator::crd::{Scheduler, SchedulerStatus, WarmPool};
-use orca_tests::{eventually::eventually, on_cluster::OnCluster, pg};
+use orca_tests::{
+    eventually::eventually,
+    hostile::{
+        fifo, huge_database, paused, secret, sleeper, slow_database, with_ca, CHART_MEMORY_LIMIT,
+    },
+    on_cluster::OnCluster,
+};
 
 use super::warm_pool::Ec2Stage;
-
-/// The chart's memory limit of the operator's container.
-const CHART_MEMORY_LIMIT: u64 = 256 * 1024 * 1024;
-
-/// A Scheduler `name` on Secret `secret`'s URL, whose pods only sleep (they
-/// never join: the operator reads its database and waits).
-fn sleeper(name: &str, secret: &str) -> Scheduler {
-    let yaml = format!(
-        "apiVersion: orca.dev/v1alpha1\nkind: Scheduler\nmetadata: {{name: {name}}}\n\
-         spec:\n  image: v1\n  command: [\"sleep\", \"3600\"]\n\
-         \x20 database:\n    urlSecretRef: {{name: {secret}, key: url}}\n\
-         \x20 handover: {{joinTimeoutSeconds: 600}}\n"
-    );
-    serde_yaml::from_str(&yaml).unwrap_or_else(|e| panic!("a Scheduler: {e}\n{yaml}"))
-}
-
-/// A paused Scheduler `orca` on Secret `orca-db`: a pool's.
-fn paused() -> Scheduler {
-    let yaml = "apiVersion: orca.dev/v1alpha1\nkind: Scheduler\nmetadata: {name: orca}\n\
-                spec:\n  image: v1\n  paused: true\n\
-                \x20 database:\n    urlSecretRef: {name: orca-db, key: url}\n";
-    serde_yaml::from_str(yaml).unwrap_or_else(|e| panic!("a Scheduler: {e}"))
-}
-
-async fn secret(stage: &OnCluster, ns: &str, name: &str, url: &str) {
-    let s = Secret {
-        metadata: ObjectMeta {
-            name: Some(name.into()),
-            ..Default::default()
-        },
-        string_data: Some([("url".to_string(), url.to_string())].into()),
-        ..Default::default()
-    };
-    Api::<Secret>::namespaced(stage.client.clone(), ns)
-        .create(&PostParams::default(), &s)
-        .await
-        .unwrap_or_else(|e| panic!("Secret {ns}/{name}: {e}"));
-}
-
-/// `url` with `sslmode=verify-full&sslrootcert=<path>`.
-fn with_ca(url: &str, path: &str) -> String {
-    let sep = if url.contains('?') { '&' } else { '?' };
-    format!("{url}{sep}sslmode=verify-full&sslrootcert={path}")
-}
-
-/// A fresh database whose `orca.schedulers` holds 1500 live rows, three of
-/// them naming a 100 MB image.
-async fn huge_database() -> String {
-    let url = pg::Cluster::shared().migrated_db().await;
-    let db = pg::connect(&url).await;
-    db.execute(
-        "insert into orca.schedulers (host, pid, image, migrations, role, running)
-         select 'h-' || n, n, case when n <= 3 then repeat('x', 100 * 1024 * 1024) else 'v' end,
-                1, 'waiting', ''
-         from generate_series(1, 1500) n",
-        &[],
-    )
-    .await
-    .unwrap_or_else(|e| panic!("the huge rows: {e}"));
-    url
-}
-
-/// A fresh database each of whose `orca.schedulers` rows takes 3 s to
-/// read, three of them: a statement 9 s long, within the statement
-/// time-out.
-async fn slow_database() -> String {
-    let url = pg::Cluster::shared().migrated_db().await;
-    let db = pg::connect(&url).await;
-    for sql in [
-        "insert into orca.schedulers (host, pid, image, migrations, role, running)
-         select 'h-' || n, n, 'v', 1, 'waiting', '' from generate_series(1, 3) n",
-        "alter table orca.schedulers rename to schedulers_rows",
-        "create view orca.schedulers as
-         select * from orca.schedulers_rows where pg_sleep(3) is not null",
-    ] {
-        db.execute(sql, &[])
-            .await
-            .unwrap_or_else(|e| panic!("the slow rows: {e}"));
-    }
-    url
-}
 
 /// Scheduler `name`'s status once it is Degraded with a message holding
 /// `said`.
@@ -122,12 +43,7 @@ async fn a_tenants_ca_paths_and_databases_stop_neither_the_operator_nor_anyone_e
         .await;
     // The directory the chart names for CA files, with a FIFO in it.
     let ca_dir = std::env::temp_dir().join(format!("orca-input-ca-{}", std::process::id()));
-    std::fs::create_dir_all(&ca_dir).unwrap();
-    let fifo = ca_dir.join("fifo.pem");
-    let _ = std::fs::remove_file(&fifo);
-    let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
-    // SAFETY: a valid C string naming a path in the test's directory.
-    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+    let fifo = fifo(&ca_dir, "fifo.pem");
     let dirs = format!("databaseCaDirectories={{{}}}", ca_dir.display());
     let stage = OnCluster::watching(
         "input",
@@ -140,9 +56,9 @@ async fn a_tenants_ca_paths_and_databases_stop_neither_the_operator_nor_anyone_e
     let ec2 = Ec2Stage::new(&stage, "unused").await;
 
     // The victim's pool, served while all is quiet.
-    secret(&stage, &victim, "orca-db", &stage.url).await;
+    secret(&stage.client, &victim, "orca-db", &stage.url).await;
     Api::<Scheduler>::namespaced(stage.client.clone(), &victim)
-        .create(&PostParams::default(), &paused())
+        .create(&PostParams::default(), &paused("orca", "orca-db"))
         .await
         .unwrap_or_else(|e| panic!("the victim's Scheduler: {e}"));
     let mut pool = ec2.pool("runners", 1, 3, 3);
@@ -183,16 +99,16 @@ async fn a_tenants_ca_paths_and_databases_stop_neither_the_operator_nor_anyone_e
     present(1).await;
 
     // The attacks.
-    secret(&stage, &stage.ns, "zero", &with_ca(&stage.url, "/dev/zero")).await;
+    secret(&stage.client, &stage.ns, "zero", &with_ca(&stage.url, "/dev/zero")).await;
     secret(
-        &stage,
+        &stage.client,
         &stage.ns,
         "fifo",
         &with_ca(&stage.url, fifo.to_str().unwrap()),
     )
     .await;
-    secret(&stage, &stage.ns, "huge", &huge_database().await).await;
-    secret(&stage, &stage.ns, "slow", &slow_database().await).await;
+    secret(&stage.client, &stage.ns, "huge", &huge_database().await).await;
+    secret(&stage.client, &stage.ns, "slow", &slow_database().await).await;
     for (name, secret) in [
         ("zero", "zero"),
         ("fifo", "fifo"),
