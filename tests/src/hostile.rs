@@ -117,8 +117,7 @@ pub async fn notify_flood(url: &str, pool: &str, per_second: u32) -> tokio::task
     let db = pg::connect(url).await;
     let pool = pool.to_string();
     tokio::spawn(async move {
-        let mut tick =
-            tokio::time::interval(std::time::Duration::from_secs(1) / per_second.max(1));
+        let mut tick = tokio::time::interval(std::time::Duration::from_secs(1) / per_second.max(1));
         loop {
             tick.tick().await;
             let _ = db

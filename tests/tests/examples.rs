@@ -219,6 +219,11 @@ fn the_class_example_runs_its_pool_example() {
         .unwrap_or_else(|e| panic!("the class refuses its example pool: {e:?}"));
     assert_eq!(spec.launch.instance_types, ["m6i.large"]);
     assert_eq!(spec.launch.image_id, class.spec.launch.image_id);
+    assert_eq!(
+        spec.launch.iam_instance_profile.as_deref(),
+        Some("orca-pool-pipelines"),
+        "the namespace's own profile"
+    );
 }
 
 #[test]

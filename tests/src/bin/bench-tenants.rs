@@ -147,7 +147,11 @@ async fn main() {
     let flood_url = pg::Cluster::shared().migrated_db().await;
     secret(&stage.client, &stage.ns, "flood", &flood_url).await;
     let attacks: [(&str, &str, String); 4] = [
-        ("a CA path of /dev/zero", "zero", with_ca(&stage.url, "/dev/zero")),
+        (
+            "a CA path of /dev/zero",
+            "zero",
+            with_ca(&stage.url, "/dev/zero"),
+        ),
         (
             "a FIFO in the CA directory",
             "fifo",

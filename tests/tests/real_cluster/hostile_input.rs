@@ -99,7 +99,13 @@ async fn a_tenants_ca_paths_and_databases_stop_neither_the_operator_nor_anyone_e
     present(1).await;
 
     // The attacks.
-    secret(&stage.client, &stage.ns, "zero", &with_ca(&stage.url, "/dev/zero")).await;
+    secret(
+        &stage.client,
+        &stage.ns,
+        "zero",
+        &with_ca(&stage.url, "/dev/zero"),
+    )
+    .await;
     secret(
         &stage.client,
         &stage.ns,
