@@ -17,6 +17,9 @@
 //! SSM.
 //!
 //! Pure: names in, JSON out; nothing here calls AWS.
+//!
+//! Kept whole, one concept: the policies of one cluster and the arguments
+//! that name them (their tables are `iam_policy_tests.rs`).
 
 use std::collections::BTreeMap;
 
@@ -194,133 +197,156 @@ fn via_ssm(statement: Statement, parameters: &str) -> Statement {
 /// security groups and launch templates tagged [`launch_from_tag`] only
 /// (`tagged_network`; else into any).
 pub fn operator_policy(cluster: &str, pass_roles: &[String], tagged_network: bool) -> Policy {
-    let request_tag = |tag: &str| format!("aws:RequestTag/{tag}");
-    let resource_tag = |tag: &str| format!("aws:ResourceTag/{tag}");
-    let present = json!("?*");
-    let ours = json!(cluster);
     let roles = if pass_roles.is_empty() {
         vec![default_pass_role(cluster)]
     } else {
         pass_roles.to_vec()
     };
+    let list = Statement::allow(
+        "ListInstances",
+        &[
+            "ec2:DescribeInstances",
+            "ec2:DescribeInstanceTypes",
+            "ec2:DescribeLaunchTemplateVersions",
+        ],
+        vec!["*".to_string()],
+    );
+    let pass = Statement::allow("PassTheInstanceRole", &["iam:PassRole"], roles).when(
+        "StringEquals",
+        "iam:PassedToService",
+        json!("ec2.amazonaws.com"),
+    );
+    Policy {
+        version: "2012-10-17",
+        statements: std::iter::once(list)
+            .chain(launch_statements(cluster, tagged_network))
+            .chain(tag_statements(cluster))
+            .chain([act_statement(cluster), pass])
+            .chain(parameter_statements(&parameter_path(cluster)))
+            .collect(),
+    }
+}
+
+fn request_tag(tag: &str) -> String {
+    format!("aws:RequestTag/{tag}")
+}
+
+fn resource_tag(tag: &str) -> String {
+    format!("aws:ResourceTag/{tag}")
+}
+
+/// Any value but an empty one.
+fn present() -> Value {
+    json!("?*")
+}
+
+/// What `cluster`'s operator may launch: an instance with its ownership
+/// tags, from what the launch names, into the network (and template)
+/// tagged for the cluster (`tagged_network`; else any).
+fn launch_statements(cluster: &str, tagged_network: bool) -> [Statement; 3] {
     // Where the instances go: the network and the template, tagged for
     // this cluster by the platform team. (Images are not held so: public
     // AMIs carry no tags of the account's; the classes name them.)
-    let network = ["subnet", "security-group", "launch-template"];
+    let network = ["subnet", "security-group", "launch-template"]
+        .map(ec2)
+        .to_vec();
     let launch_into = if tagged_network {
-        Statement::allow(
-            "LaunchIntoTaggedNetwork",
-            &["ec2:RunInstances"],
-            network.map(ec2).to_vec(),
-        )
-        .when(
+        Statement::allow("LaunchIntoTaggedNetwork", &["ec2:RunInstances"], network).when(
             "Null",
             resource_tag(&launch_from_tag(cluster)),
             json!("false"),
         )
     } else {
-        Statement::allow(
-            "LaunchIntoAnyNetwork",
-            &["ec2:RunInstances"],
-            network.map(ec2).to_vec(),
-        )
+        Statement::allow("LaunchIntoAnyNetwork", &["ec2:RunInstances"], network)
     };
-    let path = parameter_path(cluster);
-    Policy {
-        version: "2012-10-17",
-        statements: [
-            Statement::allow(
-                "ListInstances",
-                &[
-                    "ec2:DescribeInstances",
-                    "ec2:DescribeInstanceTypes",
-                    "ec2:DescribeLaunchTemplateVersions",
-                ],
-                vec!["*".to_string()],
-            ),
-            Statement::allow(
-                "LaunchOwnedInstances",
-                &["ec2:RunInstances"],
-                vec![ec2("instance")],
-            )
-            .when("StringEquals", request_tag(TAG_CLUSTER), ours.clone())
-            .when("StringLike", request_tag(TAG_POOL), present.clone())
-            .when("StringLike", request_tag(TAG_SCHEDULER), present.clone())
-            .when("StringLike", request_tag(TAG_OPERATOR), present.clone()),
-            // The launch's other resources. The tags go on the instance
-            // alone (a request's tags are asked of the resource type they
-            // are given for), so none of these can be held to them; the
-            // instance, which every launch makes, is. What the launch
-            // makes beside it (its interface, volumes, spot request) is
-            // new: nothing to hold it to.
-            Statement::allow(
-                "LaunchFrom",
-                &["ec2:RunInstances"],
-                [
-                    "image",
-                    "network-interface",
-                    "volume",
-                    "spot-instances-request",
-                ]
-                .map(ec2)
-                .to_vec(),
-            ),
-            launch_into,
-            Statement::allow("TagAtLaunch", &["ec2:CreateTags"], vec![ec2("instance")])
-                .when("StringEquals", "ec2:CreateAction", json!("RunInstances"))
-                .when("StringEquals", request_tag(TAG_CLUSTER), ours.clone()),
-            Statement::allow(
-                "AdoptUnclaimedInstances",
-                &["ec2:CreateTags"],
-                vec![ec2("instance")],
-            )
-            .when("Null", resource_tag(TAG_CLUSTER), json!("true"))
-            .when("StringLike", resource_tag(TAG_POOL), present.clone())
-            .when("StringLike", resource_tag(TAG_OPERATOR), present.clone())
-            .when(
-                "ForAllValues:StringEquals",
-                "aws:TagKeys",
-                json!([TAG_CLUSTER]),
-            )
+    [
+        Statement::allow(
+            "LaunchOwnedInstances",
+            &["ec2:RunInstances"],
+            vec![ec2("instance")],
+        )
+        .when("StringEquals", request_tag(TAG_CLUSTER), json!(cluster))
+        .when("StringLike", request_tag(TAG_POOL), present())
+        .when("StringLike", request_tag(TAG_SCHEDULER), present())
+        .when("StringLike", request_tag(TAG_OPERATOR), present()),
+        // The launch's other resources. The tags go on the instance
+        // alone (a request's tags are asked of the resource type they are
+        // given for), so none of these can be held to them; the instance,
+        // which every launch makes, is. What the launch makes beside it
+        // (its interface, volumes, spot request) is new: nothing to hold
+        // it to.
+        Statement::allow(
+            "LaunchFrom",
+            &["ec2:RunInstances"],
+            [
+                "image",
+                "network-interface",
+                "volume",
+                "spot-instances-request",
+            ]
+            .map(ec2)
+            .to_vec(),
+        ),
+        launch_into,
+    ]
+}
+
+/// The tags `cluster`'s operator may put on instances: at launch, with the
+/// cluster's name; the cluster's own on an unclaimed one (adoption); and
+/// the class's and namespace's on its own.
+fn tag_statements(cluster: &str) -> [Statement; 3] {
+    let ours = json!(cluster);
+    [
+        Statement::allow("TagAtLaunch", &["ec2:CreateTags"], vec![ec2("instance")])
+            .when("StringEquals", "ec2:CreateAction", json!("RunInstances"))
             .when("StringEquals", request_tag(TAG_CLUSTER), ours.clone()),
-            // The tags a class's census counts by, added to instances
-            // launched before them: on this cluster's instances only, and
-            // only those two keys.
-            Statement::allow(
-                "TagOwnedInstancesTenancy",
-                &["ec2:CreateTags"],
-                vec![ec2("instance")],
-            )
-            .when("StringEquals", resource_tag(TAG_CLUSTER), ours.clone())
-            .when("StringLike", resource_tag(TAG_POOL), present.clone())
-            .when(
-                "ForAllValues:StringEquals",
-                "aws:TagKeys",
-                json!([TAG_CLASS, TAG_NAMESPACE]),
-            ),
-            Statement::allow(
-                "ActOnOwnedInstances",
-                &[
-                    "ec2:TerminateInstances",
-                    "ec2:StopInstances",
-                    "ec2:StartInstances",
-                    "ec2:GetConsoleOutput",
-                ],
-                vec![ec2("instance")],
-            )
-            .when("StringEquals", resource_tag(TAG_CLUSTER), ours)
-            .when("StringLike", resource_tag(TAG_POOL), present.clone())
-            .when("StringLike", resource_tag(TAG_OPERATOR), present),
-            Statement::allow("PassTheInstanceRole", &["iam:PassRole"], roles).when(
-                "StringEquals",
-                "iam:PassedToService",
-                json!("ec2.amazonaws.com"),
-            ),
-        ]
-        .into_iter()
-        .chain(parameter_statements(&path))
-        .collect(),
-    }
+        Statement::allow(
+            "AdoptUnclaimedInstances",
+            &["ec2:CreateTags"],
+            vec![ec2("instance")],
+        )
+        .when("Null", resource_tag(TAG_CLUSTER), json!("true"))
+        .when("StringLike", resource_tag(TAG_POOL), present())
+        .when("StringLike", resource_tag(TAG_OPERATOR), present())
+        .when(
+            "ForAllValues:StringEquals",
+            "aws:TagKeys",
+            json!([TAG_CLUSTER]),
+        )
+        .when("StringEquals", request_tag(TAG_CLUSTER), ours.clone()),
+        // The tags a class's census counts by, added to instances launched
+        // before them: on this cluster's instances only, and only those two
+        // keys.
+        Statement::allow(
+            "TagOwnedInstancesTenancy",
+            &["ec2:CreateTags"],
+            vec![ec2("instance")],
+        )
+        .when("StringEquals", resource_tag(TAG_CLUSTER), ours)
+        .when("StringLike", resource_tag(TAG_POOL), present())
+        .when(
+            "ForAllValues:StringEquals",
+            "aws:TagKeys",
+            json!([TAG_CLASS, TAG_NAMESPACE]),
+        ),
+    ]
+}
+
+/// What `cluster`'s operator may do to its own instances.
+fn act_statement(cluster: &str) -> Statement {
+    Statement::allow(
+        "ActOnOwnedInstances",
+        &[
+            "ec2:TerminateInstances",
+            "ec2:StopInstances",
+            "ec2:StartInstances",
+            "ec2:GetConsoleOutput",
+        ],
+        vec![ec2("instance")],
+    )
+    .when("StringEquals", resource_tag(TAG_CLUSTER), json!(cluster))
+    .when("StringLike", resource_tag(TAG_POOL), present())
+    .when("StringLike", resource_tag(TAG_OPERATOR), present())
 }
 
 /// What the operator may do with the database URL parameters under

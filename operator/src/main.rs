@@ -193,7 +193,7 @@ async fn run(command: Command) -> anyhow::Result<ExitCode> {
         }
         Command::AdmissionRules => {
             use std::io::Write;
-            let rules = orca_operator::pool::class::admission_rules();
+            let rules = orca_operator::pool::admission::admission_rules();
             let _ = std::io::stdout().write_all(rules.as_bytes());
         }
         Command::IamPolicy(args) => {

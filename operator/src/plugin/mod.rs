@@ -284,7 +284,7 @@ pub async fn run(cli: Cli) -> Result<(), PluginError> {
     }
 }
 
-/// The WarmPoolClass `class` that holds `pool`'s region, endpoint and launch
+/// The WarmPoolClass `class` that holds `pool`'s region, endpoints and launch
 /// (its instance types and capacity type the class's only ones; the
 /// namespace alone admitted; no limits, to set before applying), then, as a
 /// comment, the patch that moves the pool onto it. Launched from the class,
@@ -301,6 +301,7 @@ pub fn class_from_pool(pool: &WarmPool, class: &str) -> String {
         "spec": {
             "region": pool.spec.region,
             "endpoint": pool.spec.endpoint,
+            "ssmEndpoint": pool.spec.ssm_endpoint,
             "launch": launch,
             "instanceTypes": types,
             "capacityTypes": [capacity],
@@ -308,8 +309,13 @@ pub fn class_from_pool(pool: &WarmPool, class: &str) -> String {
         },
     });
     let mut object = object;
-    if pool.spec.endpoint.is_none() {
-        object["spec"].as_object_mut().map(|s| s.remove("endpoint"));
+    for (unset, key) in [
+        (pool.spec.endpoint.is_none(), "endpoint"),
+        (pool.spec.ssm_endpoint.is_none(), "ssmEndpoint"),
+    ] {
+        if unset {
+            object["spec"].as_object_mut().map(|s| s.remove(key));
+        }
     }
     let yaml = serde_yaml::to_string(&object).unwrap_or_default();
     format!(
@@ -317,7 +323,7 @@ pub fn class_from_pool(pool: &WarmPool, class: &str) -> String {
          # spec.namespaceLimits, apply it, then move the pool onto it (its\n\
          # instances stay):\n\
          #   kubectl patch warmpool {} -n {ns} --type merge -p \\\n\
-         #     '{{\"spec\":{{\"classRef\":{{\"name\":\"{class}\"}},\"region\":null,\"endpoint\":null,\"launch\":null}}}}'\n\
+         #     '{{\"spec\":{{\"classRef\":{{\"name\":\"{class}\"}},\"region\":null,\"endpoint\":null,\"ssmEndpoint\":null,\"launch\":null}}}}'\n\
          {yaml}",
         pool.name_any(),
         pool.name_any(),

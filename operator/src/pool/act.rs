@@ -490,23 +490,7 @@ impl<W: World> Actuator<W> {
                     }
                     Err(e) => {
                         tracing::warn!(pool = %self.pool, offering = %offering, error = %e, "launch failed");
-                        match refusal(&e, spec, &self.owner.namespace) {
-                            // One that cannot work: it backs off, and the
-                            // pool says why until one works.
-                            Some((reason, message)) => {
-                                report
-                                    .events
-                                    .push(PoolEvent::new(reason, message.clone(), true));
-                                self.boot.refuse(
-                                    reason,
-                                    message,
-                                    self.tuning.boot_backoff_base,
-                                    self.tuning.boot_backoff_cap,
-                                );
-                                report.degraded = self.boot.refusal();
-                            }
-                            None => report.ec2_failed("LaunchFailed", &e),
-                        }
+                        self.launch_failed(&e, spec, report);
                         return Ok(());
                     }
                 }
@@ -642,6 +626,27 @@ impl<W: World> Actuator<W> {
             false,
         ));
         report.launched.extend(ids);
+    }
+
+    /// A launch failed with `e` (not for capacity, throttling or the
+    /// fence): one that cannot work backs off, and the pool says why until
+    /// one works; any other is said and tried again by the next pass.
+    fn launch_failed(&mut self, e: &Ec2Error, spec: &WarmPoolSpec, report: &mut PassReport) {
+        match refusal(e, spec, &self.owner.namespace) {
+            Some((reason, message)) => {
+                report
+                    .events
+                    .push(PoolEvent::new(reason, message.clone(), true));
+                self.boot.refuse(
+                    reason,
+                    message,
+                    self.tuning.boot_backoff_base,
+                    self.tuning.boot_backoff_cap,
+                );
+                report.degraded = self.boot.refusal();
+            }
+            None => report.ec2_failed("LaunchFailed", e),
+        }
     }
 
     /// EC2 had no capacity in `offering` (`code`, `message`): it is held,

@@ -24,12 +24,15 @@
 mod act;
 #[cfg(test)]
 mod act_tests;
+pub mod admission;
 pub mod arch;
 pub mod boot;
 pub mod budget;
 #[cfg(test)]
 mod budget_tests;
 pub mod class;
+#[cfg(test)]
+mod class_tests;
 mod conditions;
 pub mod cost;
 pub mod drain;

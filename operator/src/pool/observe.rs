@@ -3,6 +3,9 @@
 //! ages by the database's clock — into one [`Snapshot`]; what EC2 says of
 //! the spec's instance types, the forecast's floors from the database's
 //! history, and the count of boots that keep failing.
+//!
+//! Kept whole, one concept: what one pass reads before it plans, and what
+//! the observer keeps between passes to read it (`Seen`).
 
 use std::{
     collections::{BTreeMap, HashMap, HashSet},

@@ -28,6 +28,8 @@ fn the_deployment_runs_two_locked_down_replicas_with_leader_election() {
             RELEASE_NAMESPACE,
             "--cluster-name",
             "chart-test",
+            "--database-ca-dir",
+            "/etc/orca/db-ca",
         ])
     );
     let c = container(&docs);
@@ -335,8 +337,8 @@ fn extra_volumes_mounts_environment_and_arguments_are_rendered_when_set() {
     assert_eq!(
         args[args.len() - 4..],
         strings(&[
-            "--cluster-name",
-            "chart-test",
+            "--database-ca-dir",
+            "/etc/orca/db-ca",
             "--stuck-after-seconds=600",
             "yes"
         ])

@@ -145,7 +145,7 @@ fn the_policies_carry_the_rules_the_operator_renders() {
     let on_disk =
         std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     assert!(
-        on_disk == orca_operator::pool::class::admission_rules(),
+        on_disk == orca_operator::pool::admission::admission_rules(),
         "{} is stale: run `cargo run -p orca-operator -- admission-rules > {}`",
         path.display(),
         "charts/orca-operator/files/admission-rules.yaml"

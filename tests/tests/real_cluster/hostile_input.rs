@@ -3,10 +3,11 @@
 //! 20 s, one namespace's Schedulers point at a CA "file" that is
 //! `/dev/zero`, at a FIFO in the CA directory the chart names, at a
 //! database whose `orca.schedulers` holds 1500 rows (three of them a
-//! 100 MB image each) and at one whose every row takes seconds to read.
-//! The replica stays up and healthy, each of those Schedulers says why it
-//! cannot run, and another namespace's pool scaled up meanwhile gets its
-//! instances. (Against 865d898's operator the replica was killed within
+//! 100 MB image each) and at one whose every row takes seconds to read,
+//! and a pool's schedule never fires — all written by an editor with a
+//! token of their own. The replica stays up and healthy, each of those
+//! says why it cannot run, and another namespace's pool scaled up
+//! meanwhile gets its instances. (Against 865d898's operator the replica was killed within
 //! seconds.)
 
 use std::time::Duration;
@@ -21,7 +22,7 @@ use orca_tests::{
     on_cluster::OnCluster,
 };
 
-use super::warm_pool::Ec2Stage;
+use super::{classes::editor, warm_pool::Ec2Stage};
 
 /// Scheduler `name`'s status once it is Degraded with a message holding
 /// `said`.
@@ -48,7 +49,11 @@ async fn a_tenants_ca_paths_and_databases_stop_neither_the_operator_nor_anyone_e
     let stage = OnCluster::watching(
         "input",
         std::slice::from_ref(&victim),
-        &["tenancy.requireClass=false", &dirs],
+        &[
+            "tenancy.requireClass=false",
+            "tenancy.trustEveryEditor=true",
+            &dirs,
+        ],
     )
     .await
     .with_held_replica("a", &["--stuck-after-seconds=20"], CHART_MEMORY_LIMIT)
@@ -98,31 +103,54 @@ async fn a_tenants_ca_paths_and_databases_stop_neither_the_operator_nor_anyone_e
     };
     present(1).await;
 
-    // The attacks.
+    // The attacks, by an editor of the namespace: the built-in `edit`
+    // role and a token of their own.
+    let mallory = editor(&stage, &stage.ns, "mallory").await;
+    let ns = stage.ns.clone();
+    secret(&mallory, &ns, "zero", &with_ca(&stage.url, "/dev/zero")).await;
     secret(
-        &stage.client,
-        &stage.ns,
-        "zero",
-        &with_ca(&stage.url, "/dev/zero"),
-    )
-    .await;
-    secret(
-        &stage.client,
-        &stage.ns,
+        &mallory,
+        &ns,
         "fifo",
         &with_ca(&stage.url, fifo.to_str().unwrap()),
     )
     .await;
-    secret(&stage.client, &stage.ns, "huge", &huge_database().await).await;
-    secret(&stage.client, &stage.ns, "slow", &slow_database().await).await;
-    for (name, secret) in [
-        ("zero", "zero"),
-        ("fifo", "fifo"),
-        ("huge", "huge"),
-        ("slow", "slow"),
-    ] {
-        stage.apply_scheduler(&sleeper(name, secret)).await;
+    secret(&mallory, &ns, "huge", &huge_database().await).await;
+    secret(&mallory, &ns, "slow", &slow_database().await).await;
+    let theirs = Api::<Scheduler>::namespaced(mallory.clone(), &ns);
+    for name in ["zero", "fifo", "huge", "slow"] {
+        let s = sleeper(name, name);
+        // The aggregated role reaches `edit` once kube-controller-manager
+        // has aggregated it.
+        eventually(
+            &format!("mallory's Scheduler {name}"),
+            Duration::from_secs(30),
+            || async {
+                theirs
+                    .create(&PostParams::default(), &s)
+                    .await
+                    .map(|_| ())
+                    .map_err(|e| e.to_string())
+            },
+        )
+        .await;
     }
+    // And a schedule that never fires (the 30th and 31st of February),
+    // which the CRD's rules cannot tell, on a Scheduler of its own.
+    // (The stage's Secret orca-db holds its database already.)
+    theirs
+        .create(&PostParams::default(), &paused("orca", "orca-db"))
+        .await
+        .unwrap_or_else(|e| panic!("mallory's paused Scheduler: {e}"));
+    let mut never = ec2.pool("never", 0, 0, 1);
+    never.spec.schedules = serde_yaml::from_str(
+        "[{cron: '0 0 30-31 2 *', timezone: UTC, duration: 1h, idle: {min: 1, max: 1}}]",
+    )
+    .unwrap();
+    Api::<WarmPool>::namespaced(mallory.clone(), &ns)
+        .create(&PostParams::default(), &never)
+        .await
+        .unwrap_or_else(|e| panic!("mallory's pool: {e}"));
     // Meanwhile, the victim scales up.
     pools
         .patch(
@@ -153,6 +181,16 @@ async fn a_tenants_ca_paths_and_databases_stop_neither_the_operator_nor_anyone_e
     said(&stage, "fifo", "is not a regular file").await;
     said(&stage, "huge", "holds more than 1000 scheduler instances").await;
     said(&stage, "slow", "ran past its deadline").await;
+    stage
+        .wait_pool("never", "InvalidSchedule", Duration::from_secs(30), |p| {
+            p.conditions.iter().any(|c| {
+                c.type_ == "Degraded"
+                    && c.reason == "InvalidSchedule"
+                    && c.message.contains("spec.schedules[0].cron")
+                    && c.message.contains("never fires")
+            })
+        })
+        .await;
     let replica = &stage.replicas[0];
     assert!(
         matches!(replica.health(), Ok((200, _))),
