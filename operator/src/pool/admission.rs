@@ -9,7 +9,7 @@ use super::class::{CLASS_OWNED, LIFETIMES};
 /// The chart's admission rules (`charts/orca-operator/files/admission-rules.yaml`
 /// holds them; a test keeps the two equal), as YAML: `classOwned`, a
 /// `validations` item refusing each field a class owns, from
-/// [`CLASS_OWNED`](super::class::CLASS_OWNED); `poolLimits`, one refusing each lifetime beyond the
+/// [`CLASS_OWNED`]; `poolLimits`, one refusing each lifetime beyond the
 /// class's bound and an orphaning it forbids, from the table the operator
 /// checks, over the class as the policy's parameter (`params`); and
 /// `deletion`, one refusing each change of where a WarmPool being deleted

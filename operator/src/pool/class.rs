@@ -31,7 +31,8 @@ impl Refusal {
 /// A field a class owns, which a pool with a classRef may not set: its
 /// path in the WarmPool, whether a pool's spec sets it, and the same test
 /// in CEL over `object` (the WarmPool), which the chart's admission policy
-/// is rendered from ([`admission_rules`]), so the two cannot differ.
+/// is rendered from ([`super::admission::admission_rules`]), so the two
+/// cannot differ.
 pub struct OwnedField {
     pub path: &'static str,
     set: fn(&WarmPoolSpec) -> bool,
