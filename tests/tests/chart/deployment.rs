@@ -272,8 +272,32 @@ fn the_network_policy_lets_in_the_metrics_port_and_out_dns_the_api_ec2_and_datab
         .collect();
     assert_eq!(
         egress,
-        ["UDP/53", "TCP/53", "TCP/443", "TCP/6443", "TCP/5432", "TCP/6432"]
+        ["UDP/53", "TCP/53", "TCP/443", "TCP/6443", "TCP/5432", "TCP/6432", "TCP/80"]
     );
+    // Port 80 to the documented credential sources alone: the node's
+    // metadata service and EKS Pod Identity's agent.
+    let credentials = at(policy, &["spec", "egress"])
+        .and_then(Value::as_sequence)
+        .and_then(|rules| rules.last())
+        .expect("the credential sources' rule");
+    let cidrs: Vec<&str> = at(credentials, &["to"])
+        .and_then(Value::as_sequence)
+        .into_iter()
+        .flatten()
+        .filter_map(|peer| str_at(peer, &["ipBlock", "cidr"]))
+        .collect();
+    assert_eq!(
+        cidrs,
+        [
+            "169.254.169.254/32",
+            "169.254.170.23/32",
+            "fd00:ec2::254/128",
+            "fd00:ec2::23/128"
+        ]
+    );
+    let without = render(&["networkPolicy.credentialSources=false"]);
+    let policy = object(&without, "NetworkPolicy", RELEASE_NAMESPACE, FULLNAME);
+    assert!(!serde_yaml::to_string(policy).unwrap().contains("169.254"));
     let docs = render(&["networkPolicy.enabled=false"]);
     assert!(!inventory(&docs)
         .iter()

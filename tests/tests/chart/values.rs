@@ -59,3 +59,30 @@ fn a_list_value_given_a_string_is_refused_by_the_schema() {
         assert!(stderr.contains("array"), "{value}: {stderr}");
     }
 }
+
+/// The chart's admission policies are `admissionregistration.k8s.io/v1`,
+/// served from Kubernetes 1.30: an older cluster is refused before
+/// anything is installed, saying so.
+#[test]
+fn a_cluster_older_than_1_30_is_refused_before_anything_is_installed() {
+    let template = |version: &str| {
+        std::process::Command::new(helm())
+            .current_dir(repo())
+            .args([
+                "template",
+                RELEASE,
+                "charts/orca-operator",
+                "--set",
+                "clusterName=chart-test",
+                "--kube-version",
+                version,
+            ])
+            .output()
+            .expect("helm runs")
+    };
+    let old = template("1.29.9");
+    assert!(!old.status.success());
+    let said = String::from_utf8_lossy(&old.stderr);
+    assert!(said.contains(">=1.30.0-0"), "{said}");
+    assert!(template("1.30.0").status.success());
+}

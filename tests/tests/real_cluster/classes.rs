@@ -568,3 +568,66 @@ async fn an_inline_pool_moved_onto_a_class_keeps_its_instances() {
     assert!(ec2.proxy.calls_of("RunInstances").is_empty());
     assert!(ec2.proxy.calls_of("TerminateInstances").is_empty());
 }
+
+/// With `tenancy.requireClass` turned on over a pool made without a class
+/// (an upgrade's): its editors may still resize, pause and resume it — the
+/// policy refuses only a change of a field a class owns, and a new pool
+/// without a class.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_inline_pool_under_require_class_is_resized_and_paused_not_relaunched() {
+    let stage = OnCluster::new("cls-inline").await;
+    stage
+        .apply_scheduler(&orca_tests::hostile::paused("orca", "orca-db"))
+        .await;
+    let ec2 = Ec2Stage::new(&stage, "runners").await;
+    stage.create_pool(&ec2.pool("runners", 1, 1, 3)).await;
+    stage
+        .release
+        .upgrade(stage.cp, &["tenancy.requireClass=true"]);
+    let alice = editor(&stage, &stage.ns, "alice").await;
+    let patch = |v: serde_json::Value| {
+        let alice = alice.clone();
+        let ns = stage.ns.clone();
+        async move {
+            Api::<WarmPool>::namespaced(alice, &ns)
+                .patch("runners", &PatchParams::default(), &Patch::Merge(v))
+                .await
+                .map(|_| ())
+                .map_err(|e| e.to_string())
+        }
+    };
+    // Once the role and the policy are in force: its image is the class's
+    // to own, and stays as it was made.
+    let refused = eventually("the policy in force", Duration::from_secs(30), || async {
+        match patch(serde_json::json!({"spec": {"launch": {"imageId": "ami-other"}}})).await {
+            Err(e) if e.contains("may not change on a WarmPool without a class") => Ok(e),
+            Err(e) => Err(e),
+            Ok(()) => {
+                // Admitted before the policy was loaded: put it back.
+                let _ =
+                    patch(serde_json::json!({"spec": {"launch": {"imageId": warm::IMAGE}}})).await;
+                Err("admitted before the policy was in force".into())
+            }
+        }
+    })
+    .await;
+    assert!(refused.contains("spec.launch.imageId"), "{refused}");
+    for (what, change) in [
+        (
+            "resized",
+            serde_json::json!({"spec": {"idle": {"min": 2, "max": 2}}}),
+        ),
+        ("paused", serde_json::json!({"spec": {"paused": true}})),
+        ("resumed", serde_json::json!({"spec": {"paused": false}})),
+    ] {
+        patch(change)
+            .await
+            .unwrap_or_else(|e| panic!("{what}: {e}"));
+    }
+    let mut another = ec2.pool("another", 1, 1, 1);
+    another.spec.scheduler = "orca".into();
+    let refused = create_as(&alice, &stage.ns, &another)
+        .await
+        .expect_err("a new pool without a class is refused");
+    assert!(refused.contains("spec.classRef is required"), "{refused}");
+}
