@@ -178,11 +178,21 @@ fn the_admission_rules_refuse_each_owned_field_and_lifetime_by_name() {
     let rules: serde_json::Value =
         serde_yaml::from_str(&super::admission::admission_rules()).expect("the rules are YAML");
     let owned = rules["classOwned"].as_array().expect("classOwned");
-    assert_eq!(owned.len(), CLASS_OWNED.len());
-    for (rule, f) in owned.iter().zip(CLASS_OWNED) {
+    // Each field twice: not set beside a class, not changed without one.
+    assert_eq!(owned.len(), 2 * CLASS_OWNED.len());
+    let (set, changed) = owned.split_at(CLASS_OWNED.len());
+    for ((set, changed), f) in set.iter().zip(changed).zip(CLASS_OWNED) {
         assert_eq!(
-            rule["message"].as_str(),
+            set["message"].as_str(),
             Some(format!("{} may not be set: the WarmPoolClass holds it", f.path).as_str())
+        );
+        let changed = changed["message"].as_str().expect("a message");
+        assert!(
+            changed.starts_with(&format!(
+                "{} may not change on a WarmPool without a class",
+                f.path
+            )),
+            "{changed}"
         );
     }
     let limits = rules["poolLimits"].as_array().expect("poolLimits");
