@@ -119,23 +119,50 @@ async fn url(database: &cli::Database) -> Option<DatabaseUrl> {
     }
 }
 
-/// `database-url`: the parameter's value on stdout.
+/// How long `database-url` tries before it gives up: a minute, or
+/// `ORCA_POOL_AGENT_READ_SECONDS` (a test-only setting).
+fn read_for() -> Duration {
+    std::env::var("ORCA_POOL_AGENT_READ_SECONDS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .map(Duration::from_secs)
+        .unwrap_or(FIRST_READ)
+}
+
+/// `database-url`: the parameter's value on stdout, tried every 2 s for a
+/// minute (a new role's permission takes a while to reach IAM, a route a
+/// while to come up). Giving up, its last stderr line says why, for the
+/// user-data to put on the instance's console.
 async fn print_url(database: cli::Database) -> ExitCode {
     use std::io::Write;
     let Some(parameter) = database.parameter else {
         return ExitCode::from(2);
     };
-    match parameter.read().await {
-        Ok(text) => {
-            let mut out = std::io::stdout().lock();
-            if writeln!(out, "{text}").and_then(|_| out.flush()).is_err() {
+    let by = tokio::time::Instant::now() + read_for();
+    let mut said = false;
+    loop {
+        match parameter.read().await {
+            Ok(text) => {
+                let mut out = std::io::stdout().lock();
+                if writeln!(out, "{text}").and_then(|_| out.flush()).is_err() {
+                    return ExitCode::from(1);
+                }
+                return ExitCode::SUCCESS;
+            }
+            Err(e) if tokio::time::Instant::now() >= by => {
+                eprintln!(
+                    "orca-pool-agent: cannot read the database URL: {}",
+                    e.cause()
+                );
                 return ExitCode::from(1);
             }
-            ExitCode::SUCCESS
-        }
-        Err(e) => {
-            tracing::error!(error = %e, "cannot read the database URL's parameter");
-            ExitCode::from(1)
+            Err(e) => {
+                if !said {
+                    tracing::warn!(error = %e, "cannot read the database URL's parameter; trying again for a minute");
+                    said = true;
+                }
+                tokio::time::sleep(Duration::from_secs(2)).await;
+            }
         }
     }
 }

@@ -62,6 +62,36 @@ pub enum SsmError {
     Malformed(String),
 }
 
+impl SsmError {
+    /// What it means for the instance, on one line, for its console: why
+    /// it cannot read its database URL, and what would let it.
+    pub fn cause(&self) -> String {
+        match self {
+            SsmError::Refused { name, code, .. }
+                if code.contains("AccessDenied") || code.contains("UnauthorizedOperation") =>
+            {
+                format!(
+                    "the instance's role may not read {name} (ssm:GetParameter): give the role of \
+                     its instance profile the policy `orca-operator iam-policy --instance-role \
+                     --namespace <namespace>` prints"
+                )
+            }
+            SsmError::Refused { name, code, .. } if code == "ParameterNotFound" => format!(
+                "the parameter {name} does not exist where the instance looks: the operator writes \
+                 it before a launch, at the pool's ssmEndpoint (or the region's SSM)"
+            ),
+            SsmError::Call { endpoint, source } => format!(
+                "SSM is unreachable at {endpoint} from the instance ({source}): give its subnet a \
+                 route to SSM (a VPC endpoint with private DNS, a NAT gateway), or set ssmEndpoint"
+            ),
+            SsmError::NoRole => "the instance has no role: launch it with an instance profile \
+                 (launch.iamInstanceProfile) whose role may read the parameter"
+                .to_string(),
+            other => other.to_string(),
+        }
+    }
+}
+
 impl Parameter {
     /// The parameter `name` of `region`, at SSM's own endpoint unless
     /// `endpoint` is given.
@@ -189,5 +219,43 @@ impl Parameter {
             None,
             "instance role",
         ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_cause_says_what_would_let_the_instance_read_its_url() {
+        let refused = |code: &str| SsmError::Refused {
+            name: "/orca/c/team-a/orca/database-url".into(),
+            status: 400,
+            code: code.into(),
+            message: "no".into(),
+        };
+        let denied = refused("AccessDeniedException").cause();
+        assert!(
+            denied.contains("may not read /orca/c/team-a/orca/database-url (ssm:GetParameter)")
+                && denied.contains("iam-policy --instance-role"),
+            "{denied}"
+        );
+        assert!(refused("ParameterNotFound")
+            .cause()
+            .contains("does not exist"));
+        let unreachable = SsmError::Call {
+            endpoint: "ssm.eu-west-1.amazonaws.com".into(),
+            source: CallError::Timeout(Duration::from_secs(10)),
+        }
+        .cause();
+        assert!(
+            unreachable.starts_with("SSM is unreachable at ssm.eu-west-1.amazonaws.com")
+                && unreachable.contains("a route to SSM"),
+            "{unreachable}"
+        );
+        assert!(SsmError::NoRole.cause().contains("instance profile"));
+        for cause in [denied, unreachable] {
+            assert!(!cause.contains('\n'), "one line: {cause}");
+        }
     }
 }
