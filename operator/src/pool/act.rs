@@ -177,13 +177,14 @@ impl Actuator<super::live::Live> {
         &mut self,
         plan: &PoolPlan,
         snap: &Snapshot,
+        now: DateTime<Utc>,
         report: &mut PassReport,
-    ) {
-        let timed_out: Vec<&str> = plan
+    ) -> Result<(), PoolError> {
+        let mut timed_out: Vec<String> = plan
             .retirements
             .iter()
             .filter(|r| r.reason == super::plan::Reason::BootTimeout)
-            .map(|r| r.instance.as_str())
+            .map(|r| r.instance.clone())
             .collect();
         // A boot worked: an instance this loop launched reported (a row),
         // for the first time.
@@ -191,6 +192,34 @@ impl Actuator<super::live::Live> {
         let mut reported = false;
         for r in snap.rows.iter().filter(|r| snap.ours.contains(&r.instance)) {
             reported |= self.booted.insert(r.instance.clone());
+        }
+        // And those that ended before they reported, however: powered off
+        // by their own script, stopped or terminated by someone else, gone.
+        let launched: HashMap<String, DateTime<Utc>> = self
+            .launches
+            .times
+            .iter()
+            .map(|(id, (at, _))| (id.clone(), *at))
+            .collect();
+        let candidates =
+            super::boot::ended_unreported(snap, &launched, &self.booted, &self.boot, now);
+        if !candidates.is_empty() {
+            let pool = self.pool.clone();
+            let had = self
+                .world
+                .read(async |db| orca_db::pool::had_rows(db, &pool, &candidates).await)
+                .await?;
+            let lost: Vec<String> = candidates
+                .into_iter()
+                .filter(|id| !had.contains(id))
+                .collect();
+            let known: HashSet<String> = launched.keys().cloned().collect();
+            self.boot.counted_lost(&lost, &known);
+            if !lost.is_empty() {
+                tracing::warn!(pool = %self.pool, instances = ?lost,
+                    "instances ended before their agents reported");
+            }
+            timed_out.extend(lost);
         }
         let last = match timed_out.last() {
             Some(id) => {
@@ -225,6 +254,7 @@ impl Actuator<super::live::Live> {
         if let Some(refused) = self.boot.refusal() {
             report.degraded = Some(refused);
         }
+        Ok(())
     }
 }
 

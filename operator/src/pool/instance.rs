@@ -107,3 +107,19 @@ pub struct Ec2Instance {
     /// or for one launched before instances carried it.
     pub template_version: Option<String>,
 }
+
+impl Ec2Instance {
+    /// One known only by its id and state (launched `launched`): no
+    /// offering, launch spec, image or template version on record.
+    pub fn bare(id: &str, state: Ec2State, launched: DateTime<Utc>) -> Self {
+        Ec2Instance {
+            id: id.into(),
+            state,
+            launched,
+            offering: Offering::default(),
+            launch: None,
+            image: None,
+            template_version: None,
+        }
+    }
+}

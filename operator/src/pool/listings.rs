@@ -455,7 +455,7 @@ mod tests {
     use chrono::Utc;
 
     use super::*;
-    use crate::pool::plan::{Ec2State, Offering};
+    use crate::pool::plan::Ec2State;
 
     fn owner(pool: &str) -> Ownership {
         Ownership::new("ns", pool, "sched", "orca-operator", "east")
@@ -469,15 +469,7 @@ mod tests {
             cluster: cluster.map(str::to_string),
             class: None,
             namespace: None,
-            instance: Some(Ec2Instance {
-                id: id.into(),
-                state,
-                launched: Utc::now(),
-                offering: Offering::default(),
-                launch: None,
-                image: None,
-                template_version: None,
-            }),
+            instance: Some(Ec2Instance::bare(id, state, Utc::now())),
         }
     }
 

@@ -76,8 +76,8 @@ impl PoolLoop {
             Some(d) => self.announce_deletion(&decided, d, &mut report),
             None => {
                 self.act
-                    .count_boot_failures(&decided, &snap, &mut report)
-                    .await
+                    .count_boot_failures(&decided, &snap, now, &mut report)
+                    .await?
             }
         }
         let orders = Orders {
@@ -87,6 +87,7 @@ impl PoolLoop {
             now,
         };
         self.act(orders, &mut report).await?;
+        self.act.boot.ended_by_loop(&report.terminated);
         report.instances = super::roster::roster(spec, &snap, &decided, &self.act.launches.times);
         // A refusal of the credentials outlasts the pass that met it (see
         // `Denials`), over any boot failure: the IAM policy mends it.

@@ -455,15 +455,7 @@ fn states(
     }
     let unlisted = unlisted
         .into_iter()
-        .map(|id| Ec2Instance {
-            id: id.clone(),
-            state: Ec2State::Pending,
-            launched: now,
-            offering: Offering::default(),
-            launch: None,
-            image: None,
-            template_version: None,
-        })
+        .map(|id| Ec2Instance::bare(id, Ec2State::Pending, now))
         .collect();
     (states, unlisted)
 }

@@ -101,8 +101,8 @@ pub fn render(spec: &WarmPoolSpec, pool: &str, db: DatabaseSource<'_>) -> UserDa
         DatabaseSource::Url(url) => (format!("ORCA_DATABASE_URL={}", shell_quote(url)), ""),
         DatabaseSource::File(file) => (
             format!(
-                "ORCA_DATABASE_URL=$(cat {}) || {{ echo 'orca: cannot read the database URL file' >&2; halt_now; }}",
-                shell_quote(file)
+                "ORCA_DATABASE_URL=$(cat {file}) || halt_now \"cannot read the database URL file {file} (launch.databaseUrlFile)\"",
+                file = shell_quote(file)
             ),
             "",
         ),
@@ -114,9 +114,14 @@ pub fn render(spec: &WarmPoolSpec, pool: &str, db: DatabaseSource<'_>) -> UserDa
             format!(
                 "ORCA_DATABASE_URL_PARAMETER={name}\nORCA_DATABASE_URL_REGION={region}\n{endpoint}\
                  export ORCA_DATABASE_URL_PARAMETER ORCA_DATABASE_URL_REGION\n\
-                 # The agent retries for a minute, with the instance role's credentials.\n\
-                 ORCA_DATABASE_URL=$(\"$AGENT\" database-url) \\\n    \
-                 || {{ echo 'orca: cannot read the database URL parameter' >&2; halt_now; }}",
+                 # The agent retries for a minute, with the instance role's credentials;\n\
+                 # giving up, its last line says why. An agent without the command (an\n\
+                 # older release's) says so with a usage error, exit 2.\n\
+                 ERR=$(mktemp)\n\
+                 ORCA_DATABASE_URL=$(\"$AGENT\" database-url 2>\"$ERR\") || {{\n    \
+                 [ $? = 2 ] && halt_now \"the image's orca-pool-agent has no database-url command (an older release's): bake this release's agent into the image, or set launch.databaseUrlIn: userData\"\n    \
+                 halt_now \"cannot read the database URL parameter: $(tail -n 1 \"$ERR\")\"\n\
+                 }}",
                 name = shell_quote(name),
                 region = shell_quote(region),
                 endpoint = endpoint
@@ -133,7 +138,10 @@ pub fn render(spec: &WarmPoolSpec, pool: &str, db: DatabaseSource<'_>) -> UserDa
         r#"#!/bin/sh
 # orca warm pool instance of {pool_comment}: rendered by orca-operator.
 set -u
-halt_now() {{ shutdown -h now 2>/dev/null || poweroff; exit 1; }}
+# What the operator reads from the console (GetConsoleOutput) when the
+# instance ends before its agent reported: one line, the cause.
+say() {{ echo "orca: $*" >&2; echo "orca: $*" >"${{ORCA_CONSOLE:-/dev/console}}" 2>/dev/null || true; }}
+halt_now() {{ say "$1"; shutdown -h now 2>/dev/null || poweroff; exit 1; }}
 # cloud-init runs user-data on the first boot only; a reserve instance is
 # stopped and started again, so the script copies itself to run on every boot.
 PER_BOOT=${{ORCA_PER_BOOT_DIR:-/var/lib/cloud/scripts/per-boot}}
@@ -144,15 +152,16 @@ fi
 ORCA_POOL={pool}
 export ORCA_POOL
 AGENT={agent}
+[ -x "$AGENT" ] || halt_now "no executable orca-pool-agent at $AGENT in the image (launch.agentPath)"
 RUN_COMMAND={run_command}
 {database}
 export ORCA_DATABASE_URL
-IMDS=http://169.254.169.254/latest
+IMDS=${{ORCA_IMDS:-http://169.254.169.254/latest}}
 tries=0
 until TOKEN=$(curl -sf -X PUT -H 'X-aws-ec2-metadata-token-ttl-seconds: 300' "$IMDS/api/token") \
     && ORCA_INSTANCE=$(curl -sf -H "X-aws-ec2-metadata-token: $TOKEN" "$IMDS/meta-data/instance-id"); do
     tries=$((tries + 1))
-    [ "$tries" -lt 120 ] || halt_now
+    [ "$tries" -lt 120 ] || halt_now "the instance metadata service did not answer for two minutes"
     sleep 1
 done
 export ORCA_INSTANCE
@@ -174,7 +183,7 @@ while line=$("$AGENT" pool-next "$ORCA_INSTANCE" "$run" "$start" {seconds}); do
     kill "$watch" 2>/dev/null
     wait "$watch" 2>/dev/null
 done
-halt_now
+halt_now "no run for the instance (idleSeconds over, or the pool let it go): powering off"
 "#,
         pool_comment = pool.replace('\n', " "),
         pool = shell_quote(pool),

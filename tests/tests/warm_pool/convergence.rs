@@ -164,7 +164,11 @@ async fn boots_that_keep_failing_back_off_and_say_so() {
         ("True", "BootFailing"),
         "{status:?}"
     );
-    assert!(degraded.message.contains("never reported") && degraded.message.contains("i-"));
+    assert!(
+        degraded.message.contains("before their agent reported") && degraded.message.contains("i-"),
+        "{}",
+        degraded.message
+    );
     assert!(events
         .iter()
         .any(|e| e.reason == "BootFailing" && e.warning));
