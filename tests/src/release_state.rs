@@ -46,6 +46,9 @@ pub const JOBS: &str = "jobs.yaml";
 pub const ROWS: &str = "orca.sql";
 /// The EC2 instances.
 pub const INSTANCES: &str = "instances.yaml";
+/// The user-data the release's launches booted with (its URL, endpoints
+/// and instance ids as placeholders).
+pub const USER_DATA: &str = "user-data.sh";
 
 /// One EC2 instance as captured.
 #[derive(Debug, Serialize, Deserialize)]

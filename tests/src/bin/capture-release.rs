@@ -23,7 +23,7 @@ use orca_tests::{
     release::{helm, run_as_admin, Release, Replica},
     release_state::{
         self, kept, postgres_tool, write_yaml, Instance, Names, INSTANCES, JOBS, NAMESPACE,
-        OBJECTS, PODS, POOL, RELEASE, ROWS, SCHEDULER,
+        OBJECTS, PODS, POOL, RELEASE, ROWS, SCHEDULER, USER_DATA,
     },
     warm,
 };
@@ -45,21 +45,25 @@ async fn main() {
     let cp = ControlPlane::shared();
     let client = cp.client().await;
     cp.namespace_named(&client, NAMESPACE).await;
-    run_as_admin(
-        cp,
-        &helm(),
-        &[
-            "install",
-            RELEASE,
-            dir.join("chart").to_str().expect("a UTF-8 path"),
-            "--namespace",
-            NAMESPACE,
-            "--set",
-            "replicaCount=0",
-            "--wait",
-        ],
-        None,
-    );
+    let chart = dir.join("chart");
+    let mut install = vec![
+        "install".to_string(),
+        RELEASE.into(),
+        chart.to_str().expect("a UTF-8 path").into(),
+        "--namespace".into(),
+        NAMESPACE.into(),
+        "--set".into(),
+        "replicaCount=0".into(),
+        "--wait".into(),
+    ];
+    // A release that knows clusterName requires it.
+    let values = std::fs::read_to_string(chart.join("values.yaml")).unwrap_or_default();
+    if values.lines().any(|l| l.starts_with("clusterName:")) {
+        install.push("--set".into());
+        install.push(format!("clusterName={}", orca_tests::release::TEST_CLUSTER));
+    }
+    let install: Vec<&str> = install.iter().map(String::as_str).collect();
+    run_as_admin(cp, &helm(), &install, None);
     let url = pg::Cluster::shared().migrated_db().await;
     let moto = orca_tests::moto::Moto::start();
     let ec2 = warm::ec2(&moto.endpoint()).await;
@@ -119,7 +123,18 @@ async fn main() {
     let state = dir.join("state");
     std::fs::create_dir_all(&state).unwrap_or_else(|e| panic!("{}: {e}", state.display()));
     let mut names = Names::of_moto(&moto.endpoint(), &subnets);
+    names.add("${database-url}".into(), url.clone());
     let instances = instances(&ec2, &mut names).await;
+    // What its launches booted with: the version skew tests run this
+    // release's agent on it.
+    let first = names.show("${instance-0}");
+    let user_data = ec2
+        .user_data(&first)
+        .await
+        .unwrap_or_else(|e| panic!("{first}'s user-data: {e}"))
+        .unwrap_or_else(|| panic!("{first} has no user-data"));
+    std::fs::write(state.join(USER_DATA), names.hide(&user_data))
+        .unwrap_or_else(|e| panic!("writing {USER_DATA}: {e}"));
     std::fs::write(
         state.join(INSTANCES),
         serde_yaml::to_string(&instances).expect("invariant: instances serialise"),
@@ -162,7 +177,7 @@ async fn main() {
     );
     std::fs::write(state.join(ROWS), names.hide(&dump))
         .unwrap_or_else(|e| panic!("writing {ROWS}: {e}"));
-    for file in [INSTANCES, OBJECTS, PODS, JOBS, ROWS] {
+    for file in [INSTANCES, OBJECTS, PODS, JOBS, ROWS, USER_DATA] {
         let text = std::fs::read_to_string(state.join(file)).unwrap_or_default();
         assert!(
             !text.contains(&url) && !text.contains("127.0.0.1"),
