@@ -20,6 +20,9 @@ pub enum Fault {
     /// Forward to moto (so it acts), then close without an answer: the
     /// caller cannot know whether it happened.
     DropResponse,
+    /// Answer 200 with this XML body, moto never asked: what EC2 would say
+    /// that moto cannot (an instance's console, say).
+    Answer { body: String },
 }
 
 impl Fault {
@@ -77,7 +80,8 @@ struct State {
     calls: Vec<Call>,
 }
 
-/// The proxy; it stops accepting when dropped.
+/// The proxy; it stops accepting when its last handle is dropped.
+#[derive(Clone)]
 pub struct Ec2Faults {
     port: u16,
     state: Arc<Mutex<State>>,
@@ -241,6 +245,11 @@ fn serve(conn: TcpStream, upstream: &str, state: &Mutex<State>) {
         let (fault, index) = fault;
         let answer = match fault {
             Some(Fault::Error { code, status }) => error_response(&code, status),
+            Some(Fault::Answer { body }) => format!(
+                "HTTP/1.1 200 OK\r\nContent-Type: text/xml;charset=UTF-8\r\nContent-Length: {}\r\n\r\n{body}",
+                body.len()
+            )
+            .into_bytes(),
             Some(Fault::DropRequest) => return,
             Some(Fault::DropResponse) => {
                 let _ = forward(&req, upstream);

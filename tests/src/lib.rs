@@ -8,6 +8,7 @@
 //! missing; nothing here skips.
 
 pub mod bins;
+pub mod booting;
 pub mod cluster;
 pub mod counting;
 pub mod ec2_faults;

@@ -281,6 +281,8 @@ async fn read_as(
         .env("ORCA_DATABASE_URL_PARAMETER", name)
         .env("ORCA_DATABASE_URL_REGION", warm::REGION)
         .env("ORCA_DATABASE_URL_ENDPOINT", moto.endpoint())
+        // One try: a refusal is the answer wanted.
+        .env("ORCA_POOL_AGENT_READ_SECONDS", "0")
         .output()
         .await
         .expect("orca-pool-agent runs");

@@ -252,6 +252,7 @@ impl Drop for Running {
     }
 }
 
+mod boots;
 mod convergence;
 mod database_parameter;
 mod drain;
