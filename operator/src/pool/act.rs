@@ -554,6 +554,11 @@ impl<W: World> Actuator<W> {
             }
             _ => None,
         };
+        // A refusal of the credentials is said in every pass, launching or
+        // not (see `Denials`).
+        if let Some(outcome) = &published {
+            self.denials.record_ssm(outcome);
+        }
         let budget = plan.launch_count().min(plan.room.saturating_sub(stayed));
         if plan.short > 0 {
             let (reason, warning) = if plan.launches.is_empty() && plan.room > 0 {
@@ -582,8 +587,13 @@ impl<W: World> Actuator<W> {
         }
         if let Some(Err(e)) = published {
             tracing::warn!(pool = %self.pool, error = %e, "no launch: the database URL parameter cannot be written");
+            let reason = if e.denial().is_some() {
+                super::pass_report::UNAUTHORIZED
+            } else {
+                "DatabaseUrlParameter"
+            };
             report.events.push(PoolEvent::new(
-                "DatabaseUrlParameter",
+                reason,
                 format!(
                     "{budget} launch(es) held: the database URL parameter cannot be written: {e}"
                 ),

@@ -125,6 +125,22 @@ impl Denials {
         }
     }
 
+    /// As [`Denials::record`], for a write of the database URL's parameter
+    /// (`ssm:PutParameter`): a refusal of the credentials stands, a write
+    /// made ends it.
+    pub fn record_ssm<T>(&mut self, outcome: &Result<T, super::ssm::SsmError>) {
+        match outcome {
+            Ok(_) => {
+                self.0.remove("PutParameter");
+            }
+            Err(e) => {
+                if let Some(message) = e.denial() {
+                    self.0.insert(e.action(), message);
+                }
+            }
+        }
+    }
+
     /// The `Degraded` message of a denial still standing, if any.
     pub fn standing(&self) -> Option<&str> {
         self.0.values().next().map(String::as_str)

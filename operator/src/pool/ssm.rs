@@ -55,6 +55,37 @@ pub enum SsmError {
     },
 }
 
+impl SsmError {
+    /// A call the operator's credentials may not make: the `Unauthorized`
+    /// condition's message, naming the action and what grants it, if this
+    /// is one.
+    pub fn denial(&self) -> Option<String> {
+        match self {
+            SsmError::Refused {
+                action,
+                name,
+                code,
+                message,
+            } if super::ec2::DENIED_CODES.contains(&code.as_str()) => Some(format!(
+                "{action}: the operator's AWS credentials may not call ssm:{action} on {name} \
+                 ({code}: {message}); its IAM policy needs that action on this cluster's \
+                 parameters (`orca-operator iam-policy --cluster-name <name>` prints it, \
+                 `orca-operator preflight` checks it)"
+            )),
+            _ => None,
+        }
+    }
+
+    /// The SSM action that failed.
+    pub fn action(&self) -> &'static str {
+        match self {
+            SsmError::Refused { action, .. }
+            | SsmError::Transport { action, .. }
+            | SsmError::Fenced { action, .. } => action,
+        }
+    }
+}
+
 /// An SSM client for one region and endpoint (the pool's: moto's server
 /// in the tests), behind a fence.
 #[derive(Clone, Debug)]
@@ -248,22 +279,83 @@ where
             code: code.to_string(),
             message: e.message().unwrap_or_default().replace('\n', " "),
         },
-        // An answer that is not SSM's JSON (a proxy's, an XML refusal):
-        // its status, not its whole text.
-        None => SsmError::Transport {
-            action,
-            name: name.to_string(),
-            reason: match e.raw_response() {
-                Some(raw) => format!("an unreadable answer, HTTP {}", raw.status().as_u16()),
-                None => DisplayErrorContext(&e).to_string().replace('\n', " "),
+        // An answer that is not SSM's JSON: an XML refusal (an IAM front
+        // that speaks the query protocol) is read for its code and message;
+        // anything else (a proxy's page) by its status, not its whole text.
+        None => match e.raw_response() {
+            Some(raw) => match raw.body().bytes().and_then(xml_error) {
+                Some((code, message)) => SsmError::Refused {
+                    action,
+                    name: name.to_string(),
+                    code,
+                    message,
+                },
+                None => SsmError::Transport {
+                    action,
+                    name: name.to_string(),
+                    reason: format!("an unreadable answer, HTTP {}", raw.status().as_u16()),
+                },
+            },
+            None => SsmError::Transport {
+                action,
+                name: name.to_string(),
+                reason: DisplayErrorContext(&e).to_string().replace('\n', " "),
             },
         },
     }
 }
 
+/// The `<Code>` and `<Message>` of an XML error answer, each at most 300
+/// characters on one line.
+fn xml_error(body: &[u8]) -> Option<(String, String)> {
+    let text = std::str::from_utf8(body).ok()?;
+    let element = |name: &str| {
+        let (_, rest) = text.split_once(&format!("<{name}>"))?;
+        let (inner, _) = rest.split_once(&format!("</{name}>"))?;
+        Some(
+            inner
+                .replace('\n', " ")
+                .chars()
+                .take(300)
+                .collect::<String>(),
+        )
+    };
+    let code = element("Code")?;
+    (!code.is_empty() && code.chars().all(|c| c.is_ascii_alphanumeric() || c == '.'))
+        .then(|| (code, element("Message").unwrap_or_default()))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_xml_refusal_is_read_for_its_code_and_message() {
+        let body = b"<?xml version=\"1.0\"?><ErrorResponse><Error><Code>AccessDenied</Code>\
+            <Message>User: arn:aws:iam::1:user/op is not authorized to perform: ssm:PutParameter\
+            </Message></Error></ErrorResponse>";
+        let (code, message) = xml_error(body).expect("read");
+        assert_eq!(code, "AccessDenied");
+        assert!(message.ends_with("ssm:PutParameter"), "{message}");
+        assert_eq!(xml_error(b"<html>Forbidden</html>"), None);
+        assert_eq!(xml_error(b"<Code><script></Code>"), None);
+        let denied = SsmError::Refused {
+            action: "PutParameter",
+            name: "/orca/c/ns/s/database-url".into(),
+            code,
+            message,
+        };
+        assert!(denied
+            .denial()
+            .is_some_and(|m| m.contains("ssm:PutParameter")));
+        let other = SsmError::Refused {
+            action: "PutParameter",
+            name: "/orca/c/ns/s/database-url".into(),
+            code: "ParameterLimitExceeded".into(),
+            message: String::new(),
+        };
+        assert_eq!(other.denial(), None);
+    }
 
     #[test]
     fn names() {

@@ -161,9 +161,13 @@ async fn a_pool_runs_as_a_user_with_exactly_the_policys_actions() {
 }
 
 /// Waits until the pool is `Degraded` (`Unauthorized`) naming `action`
-/// (60 s at most); its message.
+/// (EC2's, or `service:Action`; 60 s at most); its message.
 async fn degraded_without(action: &str, stage: &AsPrincipal) -> String {
-    let named = format!("ec2:{action}");
+    let named = if action.contains(':') {
+        action.to_string()
+    } else {
+        format!("ec2:{action}")
+    };
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
         let seen = degraded(&stage.running);
@@ -285,6 +289,31 @@ async fn without_start_instances_a_start_is_unauthorized_and_the_run_launched_fo
     // the refusal still stands, for the next run would meet it.
     tokio::time::sleep(Duration::from_secs(3)).await;
     degraded_without("StartInstances", &stage).await;
+}
+
+/// Without `ssm:PutParameter` the database URL's parameter cannot be
+/// written: the pool says so as `Unauthorized`, naming the action, in
+/// every pass — here a pool that wants no launch at all, which said
+/// nothing before — and launches nothing when it wants one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn without_put_parameter_every_pass_says_unauthorized_launching_or_not() {
+    let quiet = as_principal("iam/quiet", Some("ssm:PutParameter"), shape(0, 0, 0, 0)).await;
+    let message = degraded_without("ssm:PutParameter", &quiet).await;
+    assert!(message.contains("orca-operator preflight"), "{message}");
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    degraded_without("ssm:PutParameter", &quiet).await;
+    let wanting = as_principal("iam/parameter", Some("ssm:PutParameter"), shape(1, 1, 0, 0)).await;
+    degraded_without("ssm:PutParameter", &wanting).await;
+    let held = wanting
+        .running
+        .events_once(|e| e.reason == "Unauthorized")
+        .await;
+    assert!(
+        held.iter()
+            .any(|e| e.reason == "Unauthorized" && e.message.contains("launch(es) held")),
+        "{held:?}"
+    );
+    assert!(wanting.faults.calls_of("RunInstances").is_empty());
 }
 
 #[test]
