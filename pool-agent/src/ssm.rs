@@ -166,15 +166,22 @@ impl Parameter {
             endpoint: self.endpoint.host.clone(),
             source,
         })?;
-        let answer: serde_json::Value = serde_json::from_slice(&answer).unwrap_or_default();
+        let body = answer;
+        let answer: serde_json::Value = serde_json::from_slice(&body).unwrap_or_default();
         if status != 200 {
             // `__type` may be `namespace#Code`; the message is AWS's own
-            // (no value of the parameter is in an error).
-            let code = answer["__type"].as_str().unwrap_or("?");
+            // (no value of the parameter is in an error). A refusal by
+            // IAM in front of SSM may come as XML (`<Code>`, `<Message>`).
+            let text = String::from_utf8_lossy(&body);
+            let code = answer["__type"]
+                .as_str()
+                .or_else(|| element(&text, "Code"))
+                .unwrap_or("?");
             let code = code.rsplit('#').next().unwrap_or(code).to_string();
             let message = answer["message"]
                 .as_str()
                 .or(answer["Message"].as_str())
+                .or_else(|| element(&text, "Message"))
                 .unwrap_or("")
                 .replace('\n', " ");
             return Err(SsmError::Refused {
@@ -220,6 +227,13 @@ impl Parameter {
             "instance role",
         ))
     }
+}
+
+/// The text of XML element `<name>` in `text`, if there is one.
+fn element<'a>(text: &'a str, name: &str) -> Option<&'a str> {
+    let (_, rest) = text.split_once(&format!("<{name}>"))?;
+    rest.split_once(&format!("</{name}>"))
+        .map(|(inner, _)| inner)
 }
 
 #[cfg(test)]

@@ -453,3 +453,12 @@ pub async fn hosts(
         .of_any_cluster();
     tokio::spawn(hosts.run(stop))
 }
+
+/// `tests/fixtures/releases/<commit>/<file>` of the release users upgrade
+/// from to this one (`tests/fixtures/releases/PREVIOUS` names it).
+pub fn previous_release(file: &str) -> PathBuf {
+    let releases = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/releases");
+    let commit = std::fs::read_to_string(releases.join("PREVIOUS"))
+        .expect("tests/fixtures/releases/PREVIOUS names the previous release");
+    releases.join(commit.trim()).join(file)
+}

@@ -537,8 +537,9 @@ impl Ec2 {
         Ok(out)
     }
 
-    /// The last lines of instance `id`'s console (`GetConsoleOutput`), at
-    /// most 300 characters, one line; empty if EC2 has none yet.
+    /// The last three lines of instance `id`'s console (`GetConsoleOutput`),
+    /// each at most 400 characters from its start, joined by ` / ` into
+    /// one line; empty if EC2 has none yet.
     pub async fn console_tail(&self, id: &str) -> Result<String, Ec2Error> {
         const ACTION: &str = "GetConsoleOutput";
         self.check(ACTION)?;
@@ -560,9 +561,12 @@ impl Ec2 {
             .map(str::trim)
             .filter(|l| !l.is_empty())
             .collect();
-        let tail = lines[lines.len().saturating_sub(3)..].join(" / ");
-        let kept: String = tail.chars().rev().take(300).collect();
-        Ok(kept.chars().rev().collect())
+        // Each line kept from its start, where the script's `orca: ` is.
+        Ok(lines[lines.len().saturating_sub(3)..]
+            .iter()
+            .map(|l| l.chars().take(400).collect::<String>())
+            .collect::<Vec<_>>()
+            .join(" / "))
     }
 
     /// Tags `ids` with `owner`'s cluster (`CreateTags`).

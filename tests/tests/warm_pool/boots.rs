@@ -11,7 +11,8 @@
 use std::path::PathBuf;
 
 use orca_operator::crd::WarmPoolSpec;
-use orca_tests::{bins, booting::Booting, release_state};
+use orca_tests::{bins, booting::Booting, iam, release_state};
+use serde_json::json;
 
 use super::*;
 
@@ -55,18 +56,39 @@ fn launched(proxy: &Ec2Faults) -> u32 {
 
 /// Passes of `pool`'s loop on `spec` every second for `seconds`, its
 /// instances booting their own user-data: the `BootFailing` message, if
-/// the pool said it, and how many instances were launched.
-async fn boot_for(
+/// the pool said it, and how many instances were launched. With
+/// `principals`, on moto enforcing IAM: the operator (and the hosts' EC2
+/// calls) signing as the first, the instances' SSM reads as the second,
+/// their role.
+async fn boot_as(
     pool: &str,
     spec: WarmPoolSpec,
     url: &str,
     moto: &orca_tests::moto::Moto,
     proxy: &Ec2Faults,
     seconds: u64,
+    principals: Option<(&iam::AccessKey, &iam::AccessKey)>,
 ) -> (Option<String>, u32) {
-    let ec2 = warm::ec2(&moto.endpoint()).await;
-    let _booting = Booting::start(ec2, proxy, warm::owner(pool), instance_env());
+    let mut env = instance_env();
+    let (ec2, operator) = match principals {
+        Some((operator, role)) => {
+            env.retain(|(k, _)| !k.starts_with("AWS_"));
+            env.push(("AWS_ACCESS_KEY_ID".into(), role.id.clone()));
+            env.push(("AWS_SECRET_ACCESS_KEY".into(), role.secret.clone()));
+            // The test process's dummy session token is no part of it.
+            env.push(("AWS_SESSION_TOKEN".into(), String::new()));
+            (
+                warm::ec2_as(&moto.endpoint(), operator).await,
+                Some(warm::ec2_as(&proxy.endpoint(), operator).await),
+            )
+        }
+        None => (warm::ec2(&moto.endpoint()).await, None),
+    };
+    let _booting = Booting::start(ec2, proxy, warm::owner(pool), env);
     let mut lp = warm::pool_loop(pool, spec, url).await;
+    if let Some(operator) = operator {
+        lp = lp.with_ec2(operator);
+    }
     let mut said = None;
     for _ in 0..seconds {
         let report = lp.pass(Utc::now()).await.unwrap();
@@ -109,13 +131,48 @@ async fn the_previous_agent_on_this_releases_user_data_fails_at_once_naming_it_a
         &moto.endpoint(),
         &previous("orca-pool-agent"),
     );
-    let (said, launched) = boot_for("skew/old-agent", spec, &url, &moto, &proxy, 30).await;
+    let (said, launched) = boot_as("skew/old-agent", spec, &url, &moto, &proxy, 30, None).await;
     let said = said.expect("the pool says its boots fail");
     assert!(
         said.contains("The last one said: the image's orca-pool-agent has no database-url command"),
         "{said}"
     );
     assert!(said.contains("launches wait"), "{said}");
+    assert!(launched <= 4, "{launched} launched in 30 s");
+}
+
+/// An instance role that may not read the database URL's parameter (moto
+/// enforcing IAM; the role has no `ssm:GetParameter`): each instance says
+/// so on its console and powers off; after three the pool is
+/// `BootFailing` naming the role's missing action, and its launches wait.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_instance_role_that_may_not_read_the_parameter_is_named_within_a_few_launches() {
+    warm::aws_env();
+    let (moto, url, _ec2, subnets) = warm::Stage::new().await.parts();
+    let proxy = Ec2Faults::start(&moto.endpoint());
+    let everything = json!({"Version": "2012-10-17",
+        "Statement": [{"Effect": "Allow", "Action": "*", "Resource": "*"}]});
+    let operator = iam::user(&moto, "operator", &everything);
+    let no_read = json!({"Version": "2012-10-17",
+        "Statement": [{"Effect": "Allow", "Action": ["ec2:DescribeInstances"], "Resource": "*"}]});
+    let role = iam::user(&moto, "instances", &no_read);
+    iam::enforce(&moto);
+    let spec = spec_with(
+        &proxy,
+        &subnets,
+        &moto.endpoint(),
+        &bins::path("orca-pool-agent"),
+    );
+    let pool = "skew/no-read";
+    let principals = Some((&operator, &role));
+    let (said, launched) = boot_as(pool, spec, &url, &moto, &proxy, 30, principals).await;
+    let said = said.expect("the pool says its boots fail");
+    assert!(
+        said.contains("The last one said: cannot read the database URL parameter")
+            && said.contains("ssm:GetParameter"),
+        "{said}"
+    );
+    assert!(!said.contains(&url), "{said}");
     assert!(launched <= 4, "{launched} launched in 30 s");
 }
 
@@ -127,20 +184,10 @@ async fn this_releases_agent_serves_runs_on_the_previous_releases_user_data() {
     warm::aws_env();
     let (moto, url, ec2, subnets) = warm::Stage::new().await.parts();
     let proxy = Ec2Faults::start(&moto.endpoint());
-    let previous = std::fs::read_to_string(
-        std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("fixtures/releases")
-            .join(
-                std::fs::read_to_string(
-                    std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-                        .join("fixtures/releases/PREVIOUS"),
-                )
-                .unwrap()
-                .trim(),
-            )
-            .join("state")
-            .join(release_state::USER_DATA),
-    )
+    let previous = std::fs::read_to_string(release_state::previous_release(&format!(
+        "state/{}",
+        release_state::USER_DATA
+    )))
     .expect("the previous release's captured user-data");
     let agent = bins::agent();
     let script = previous.replace("${database-url}", &url).replace(
