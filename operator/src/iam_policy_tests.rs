@@ -594,3 +594,87 @@ fn the_glob_matches_as_iam_does() {
     assert!(glob("?*", "x") && !glob("?*", ""));
     assert!(!glob("a*c", "abd") && !glob("abc", "abcd"));
 }
+
+/// The previous release's operator (before classes and the parameter
+/// store) runs under this release's policy, so that the policy can be
+/// applied before the upgrade and serve both while they overlap: every
+/// request that operator makes is allowed once its pools' roles are named
+/// with `--pass-role` (its docs made them `orca-pool-*`, outside this
+/// cluster's path) and its network carries the launch-from tag — and
+/// refused without either, which is why the upgrade's order says so.
+#[test]
+fn the_previous_releases_requests_are_allowed_so_the_policy_can_go_first() {
+    let old_roles = operator_policy("blue", &["arn:aws:iam::*:role/orca-pool-*".into()], true);
+    let tagged = |kind: &str| {
+        request(
+            "ec2:RunInstances",
+            &format!("arn:aws:ec2:eu-west-1:111122223333:{kind}/x-1"),
+        )
+        .with(
+            format!("aws:ResourceTag/{}", launch_from_tag("blue")),
+            &["yes"],
+        )
+    };
+    let mut previous = vec![
+        request("ec2:DescribeInstances", "*"),
+        request("ec2:RunInstances", INSTANCE).owned("aws:RequestTag/", Some("blue")),
+        request(
+            "ec2:RunInstances",
+            "arn:aws:ec2:eu-west-1:111122223333:spot-instances-request/sir-1",
+        ),
+        request("ec2:RunInstances", "arn:aws:ec2:eu-west-1::image/ami-1"),
+        request(
+            "ec2:RunInstances",
+            "arn:aws:ec2:eu-west-1:111122223333:network-interface/eni-1",
+        ),
+        request(
+            "ec2:RunInstances",
+            "arn:aws:ec2:eu-west-1:111122223333:volume/vol-1",
+        ),
+        tagged("subnet"),
+        tagged("security-group"),
+        tagged("launch-template"),
+        request("ec2:CreateTags", INSTANCE)
+            .with("ec2:CreateAction", &["RunInstances"])
+            .owned("aws:RequestTag/", Some("blue"))
+            .with(
+                "aws:TagKeys",
+                &[TAG_POOL, TAG_SCHEDULER, TAG_OPERATOR, TAG_CLUSTER],
+            ),
+        // Its one-time adoption of the release before it.
+        request("ec2:CreateTags", INSTANCE)
+            .owned("aws:ResourceTag/", None)
+            .with(format!("aws:RequestTag/{TAG_CLUSTER}"), &["blue"])
+            .with("aws:TagKeys", &[TAG_CLUSTER]),
+        request(
+            "iam:PassRole",
+            "arn:aws:iam::111122223333:role/orca-pool-team-a",
+        )
+        .with("iam:PassedToService", &["ec2.amazonaws.com"]),
+    ];
+    for action in [
+        "ec2:TerminateInstances",
+        "ec2:StopInstances",
+        "ec2:StartInstances",
+        "ec2:GetConsoleOutput",
+    ] {
+        previous.push(request(action, INSTANCE).owned("aws:ResourceTag/", Some("blue")));
+    }
+    for r in &previous {
+        assert!(
+            allows(&old_roles, r),
+            "{} on {} refused",
+            r.action,
+            r.resource
+        );
+    }
+    // Without --pass-role its roles are not passed; untagged, its network
+    // is not launched into.
+    let pass = previous.iter().find(|r| r.action == "iam:PassRole");
+    assert!(!allows(&blue(), pass.unwrap()));
+    let untagged = request(
+        "ec2:RunInstances",
+        "arn:aws:ec2:eu-west-1:111122223333:subnet/x-1",
+    );
+    assert!(!allows(&old_roles, &untagged));
+}

@@ -11,6 +11,7 @@ pub mod k8s;
 pub mod local;
 pub mod plugin;
 pub mod pool;
+pub mod preflight;
 pub mod rollout;
 pub mod scheduler_rows;
 pub mod spec_hash;

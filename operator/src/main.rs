@@ -59,12 +59,17 @@ enum Command {
     /// Prints the API reference of the CRDs (what `docs/api.md` holds).
     ApiDocs,
     /// Prints the admission rules refusing the fields a WarmPoolClass owns
-    /// (what the chart's `files/class-owned.yaml` holds).
+    /// (what the chart's `files/admission-rules.yaml` holds).
     AdmissionRules,
     /// Prints the least IAM policy of one cluster's operator (what
     /// `docs/iam-policy.json` holds for an example cluster), or with
     /// `--instance-role` that of its pool instances' role.
     IamPolicy(orca_operator::iam_policy::IamPolicyArgs),
+    /// Asks AWS whether each action this release calls for its pools is
+    /// allowed (EC2's DryRun, a parameter of no Scheduler's written and
+    /// deleted), prints what is missing with the statements that grant it,
+    /// and exits 1 if anything is.
+    Preflight(orca_operator::preflight::PreflightArgs),
     /// Prints a line per scheduler instance not long gone, oldest first.
     Instances {
         #[command(flatten)]
@@ -200,6 +205,7 @@ async fn run(command: Command) -> anyhow::Result<ExitCode> {
             use std::io::Write;
             let _ = std::io::stdout().write_all(args.render().as_bytes());
         }
+        Command::Preflight(args) => return orca_operator::preflight::command(&args).await,
         Command::Instances { db, stale_seconds } => {
             return instances_cmd::instances(&db.url()?, secs(stale_seconds)?).await
         }

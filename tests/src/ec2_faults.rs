@@ -78,6 +78,10 @@ impl Call {
 struct State {
     rules: Vec<Rule>,
     calls: Vec<Call>,
+    /// The actions of the calls made with `DryRun=true` (a pool's
+    /// preflight): forwarded untouched, never faulted, and not among
+    /// `calls`, which are the calls that act.
+    dry_runs: Vec<String>,
 }
 
 /// The proxy; it stops accepting when its last handle is dropped.
@@ -145,6 +149,11 @@ impl Ec2Faults {
     /// Every call so far.
     pub fn calls(&self) -> Vec<Call> {
         self.lock().calls.clone()
+    }
+
+    /// The actions dry run so far (see `State::dry_runs`).
+    pub fn dry_runs(&self) -> Vec<String> {
+        self.lock().dry_runs.clone()
     }
 
     /// The calls of `action` so far.
@@ -216,6 +225,17 @@ fn serve(conn: TcpStream, upstream: &str, state: &Mutex<State>) {
             .find_map(|kv| kv.strip_prefix("Action="))
             .unwrap_or("")
             .to_string();
+        if body.split('&').any(|kv| kv == "DryRun=true") {
+            state
+                .lock()
+                .expect("invariant: the proxy's lock is never poisoned")
+                .dry_runs
+                .push(action);
+            match forward(&req, upstream) {
+                Some(answer) if out.write_all(&answer).is_ok() => continue,
+                _ => return,
+            }
+        }
         let fault = {
             let mut s = state
                 .lock()

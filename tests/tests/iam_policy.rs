@@ -4,11 +4,17 @@
 //! says what is wrong, and the linter parliament finds nothing wrong with
 //! what it prints. What each statement allows and refuses is held by the
 //! operator's unit tests (`operator/src/iam_policy_tests.rs`).
+//!
+//! `orca-operator preflight` run before an upgrade, on moto enforcing IAM:
+//! as the previous release's policy left the operator it names each action
+//! this release needs and that policy lacks, and the statements that grant
+//! them; as this release's policy, nothing.
 
 use std::process::{Command, Output};
 
 use orca_operator::iam_policy::{instance_policy, operator_policy, render, Reads};
-use orca_tests::{bins, iam, parliament};
+use orca_operator::pool::ec2::{TAG_CLUSTER, TAG_OPERATOR, TAG_POOL, TAG_SCHEDULER};
+use orca_tests::{bins, iam, moto::Moto, parliament, release_state, warm};
 use serde_json::Value;
 
 fn run(args: &[&str]) -> Output {
@@ -159,4 +165,124 @@ fn run_instances_split(finding: &Value, policy: &Value) -> bool {
                     .and_then(resource_type)
                     .is_some_and(|t| named.contains(&t))
         })
+}
+
+/// `orca-operator preflight` for the docs' cluster on `moto`, signing as
+/// `key`: its exit status and what it printed.
+fn preflight(moto: &Moto, key: &iam::AccessKey, subnet: &str) -> (bool, String) {
+    let endpoint = moto.endpoint();
+    let out = Command::new(bins::path("orca-operator"))
+        .args(["preflight", "--cluster-name", iam::DOCS_CLUSTER])
+        .args(["--region", warm::REGION, "--endpoint", &endpoint])
+        .args(["--ssm-endpoint", &endpoint, "--image", warm::IMAGE])
+        .args(["--subnet", subnet])
+        .env("AWS_ACCESS_KEY_ID", &key.id)
+        .env("AWS_SECRET_ACCESS_KEY", &key.secret)
+        .env_remove("AWS_SESSION_TOKEN")
+        .env("AWS_EC2_METADATA_DISABLED", "true")
+        .output()
+        .expect("orca-operator runs");
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        !stdout.contains(&key.secret),
+        "the secret key is printed: {stdout}"
+    );
+    (
+        out.status.success(),
+        format!("{stdout}{}", String::from_utf8_lossy(&out.stderr)),
+    )
+}
+
+#[tokio::test]
+async fn preflight_names_what_the_previous_releases_policy_lacks_and_nothing_of_this_ones() {
+    warm::aws_env();
+    let moto = Moto::start();
+    let ec2 = warm::ec2(&moto.endpoint()).await;
+    let subnets = warm::subnets(&ec2).await;
+    // One of the cluster's instances, tagged as the previous release
+    // tagged them: the calls on instances are asked about it.
+    let tag = |k: &str, v: &str| aws_sdk_ec2::types::Tag::builder().key(k).value(v).build();
+    ec2.client()
+        .run_instances()
+        .image_id(warm::IMAGE)
+        .min_count(1)
+        .max_count(1)
+        .subnet_id(&subnets[0])
+        .tag_specifications(
+            aws_sdk_ec2::types::TagSpecification::builder()
+                .resource_type(aws_sdk_ec2::types::ResourceType::Instance)
+                .tags(tag(TAG_CLUSTER, iam::DOCS_CLUSTER))
+                .tags(tag(TAG_POOL, "pipelines/runners"))
+                .tags(tag(TAG_SCHEDULER, "orca"))
+                .tags(tag(TAG_OPERATOR, "orca-operator"))
+                .build(),
+        )
+        .send()
+        .await
+        .expect("moto launches");
+    let previous_policy: Value = serde_json::from_str(
+        &std::fs::read_to_string(release_state::previous_release("iam-policy.json"))
+            .expect("the previous release's docs/iam-policy.json, kept as a fixture"),
+    )
+    .unwrap();
+    let previous = iam::user(
+        &moto,
+        "previous",
+        &iam::as_moto_checks(&previous_policy, None),
+    );
+    let current = iam::user(&moto, "current", &iam::as_moto_checks(&iam::policy(), None));
+    iam::enforce(&moto);
+
+    let (ok, said) = preflight(&moto, &previous, &subnets[0]);
+    assert!(!ok, "exit 0 with the previous policy: {said}");
+    for missing in [
+        "ec2:DescribeInstanceTypes",
+        "ec2:DescribeLaunchTemplateVersions",
+        "ssm:PutParameter",
+        "ssm:AddTagsToResource",
+        "ssm:DeleteParameter",
+    ] {
+        assert!(
+            said.contains(&format!("  MISSING      {missing}: ")),
+            "{missing} not named: {said}"
+        );
+    }
+    for allowed in [
+        "ec2:DescribeInstances",
+        "ec2:RunInstances",
+        "ec2:TerminateInstances",
+        "ec2:StopInstances",
+        "ec2:StartInstances",
+        "ec2:GetConsoleOutput",
+        "ec2:CreateTags",
+    ] {
+        assert!(
+            said.contains(&format!("  allowed      {allowed}\n")),
+            "{allowed} not allowed: {said}"
+        );
+    }
+    for statement in ["KeepTheDatabaseUrlParameters", "ListInstances"] {
+        assert!(
+            said.contains(&format!("\"Sid\": \"{statement}\"")),
+            "{statement} not printed: {said}"
+        );
+    }
+
+    let (ok, said) = preflight(&moto, &current, &subnets[0]);
+    assert!(ok, "this release's policy falls short: {said}");
+    assert!(!said.contains("MISSING"), "{said}");
+    // Asked, not done: moto still holds only the instance launched above.
+    let listed = warm::ec2_as(&moto.endpoint(), &current)
+        .await
+        .client()
+        .describe_instances()
+        .send()
+        .await
+        .expect("this release's policy lists instances");
+    let instances: usize = listed
+        .reservations()
+        .iter()
+        .map(|r| r.instances().len())
+        .sum();
+    assert_eq!(instances, 1, "a dry run launched: {listed:?}");
 }

@@ -99,6 +99,13 @@ pub(super) struct Actuator<W> {
     pub(super) boot: BootFailures,
     /// Instances this loop launched that reported (had a row).
     pub(super) booted: HashSet<String>,
+    /// When the pool's preflight is next due (see [`super::preflight`]):
+    /// at once for a new loop or spec, a minute on while an action it
+    /// found missing stands, `None` once all were allowed.
+    pub(super) preflight_at: Option<DateTime<Utc>>,
+    /// Whether it asked about the calls on instances (it needs one of
+    /// the pool's): the first pass with an instance asks, if not.
+    pub(super) preflight_instances: bool,
 }
 
 /// A launch EC2 refused that will not work until something changes, as

@@ -202,6 +202,13 @@ impl World for Table {
     ) -> Result<bool, super::ssm::SsmError> {
         Ok(false)
     }
+
+    async fn preflight(
+        &mut self,
+        _probe: &super::preflight::Probe<'_>,
+    ) -> Vec<super::preflight::Check> {
+        Vec::new()
+    }
 }
 
 fn offering(t: &str) -> Offering {

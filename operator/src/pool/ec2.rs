@@ -629,6 +629,24 @@ impl Ec2 {
     /// their ids.
     pub async fn run(&self, req: &RunRequest<'_>) -> Result<Vec<String>, Ec2Error> {
         const ACTION: &str = "RunInstances";
+        let call = self.run_call(req);
+        self.check(ACTION)?;
+        let out = call
+            .send()
+            .await
+            .map_err(|e| sdk_error(ACTION, Some(req.offering), e))?;
+        Ok(out
+            .instances()
+            .iter()
+            .filter_map(|i| i.instance_id().map(String::from))
+            .collect())
+    }
+
+    /// The `RunInstances` call of `req`, not sent (a preflight dry-runs it).
+    pub fn run_call(
+        &self,
+        req: &RunRequest<'_>,
+    ) -> aws_sdk_ec2::operation::run_instances::builders::RunInstancesFluentBuilder {
         let count = i32::try_from(req.count).unwrap_or(i32::MAX);
         let mut call = self
             .client
@@ -692,16 +710,7 @@ impl Ec2 {
                 p.name(profile).build()
             });
         }
-        self.check(ACTION)?;
-        let out = call
-            .send()
-            .await
-            .map_err(|e| sdk_error(ACTION, Some(req.offering), e))?;
-        Ok(out
-            .instances()
-            .iter()
-            .filter_map(|i| i.instance_id().map(String::from))
-            .collect())
+        call
     }
 
     /// Terminates `ids`, at most [`TERMINATE_BATCH`] a call.

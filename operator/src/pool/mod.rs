@@ -49,6 +49,7 @@ mod pass;
 mod pass_report;
 pub mod plan;
 mod pool_loop;
+pub mod preflight;
 mod reserve;
 pub mod roster;
 pub mod schedule;

@@ -87,6 +87,13 @@ impl PoolLoop {
             now,
         };
         self.act(orders, &mut report).await?;
+        // After acting, so that asking never delays what the pass does.
+        if deletion.is_none() {
+            let version = snap.template_version.as_deref();
+            self.act
+                .preflight(spec, &snap, version, now, &mut report)
+                .await;
+        }
         self.act.boot.ended_by_loop(&report.terminated);
         report.instances = super::roster::roster(spec, &snap, &decided, &self.act.launches.times);
         // A refusal of the credentials outlasts the pass that met it (see

@@ -106,20 +106,25 @@ pub const UNAUTHORIZED: &str = "Unauthorized";
 /// a pass that does not make the call again (the instance went by itself,
 /// no run asked for the reserve) proves nothing, so the pool stays
 /// `Degraded` until the action is allowed once or the spec changes.
+///
+/// A pool's preflight (see [`super::preflight`]) adds what it finds
+/// missing, and clears only what it found itself: its dry run on one
+/// instance says nothing of a real call refused on another.
 #[derive(Clone, Debug, Default)]
-pub struct Denials(std::collections::BTreeMap<&'static str, String>);
+pub struct Denials {
+    refused: std::collections::BTreeMap<&'static str, String>,
+    by_preflight: std::collections::BTreeSet<&'static str>,
+}
 
 impl Denials {
     /// Remembers what a call of `action` answered: a denial stands, a
     /// success ends it; any other error says nothing of the policy.
     pub fn record<T>(&mut self, action: &'static str, outcome: &Result<T, Ec2Error>) {
         match outcome {
-            Ok(_) => {
-                self.0.remove(action);
-            }
+            Ok(_) => self.allowed(action),
             Err(e) => {
                 if let Some(message) = e.denial() {
-                    self.0.insert(action, message);
+                    self.refused(action, message, false);
                 }
             }
         }
@@ -130,26 +135,54 @@ impl Denials {
     /// made ends it.
     pub fn record_ssm<T>(&mut self, outcome: &Result<T, super::ssm::SsmError>) {
         match outcome {
-            Ok(_) => {
-                self.0.remove("PutParameter");
-            }
+            Ok(_) => self.allowed("PutParameter"),
             Err(e) => {
                 if let Some(message) = e.denial() {
-                    self.0.insert(e.action(), message);
+                    self.refused(e.action(), message, false);
                 }
             }
         }
     }
 
+    /// What a preflight said of `action` (see [`super::preflight`]): a
+    /// denial stands as a refused call's does; an allowance ends one the
+    /// preflight found, not one a real call met.
+    pub fn note(&mut self, action: &'static str, outcome: &super::preflight::Outcome) {
+        match outcome {
+            super::preflight::Outcome::Allowed if self.by_preflight.contains(action) => {
+                self.allowed(action)
+            }
+            super::preflight::Outcome::Missing(message) => {
+                self.refused(action, message.clone(), true)
+            }
+            _ => {}
+        }
+    }
+
+    fn allowed(&mut self, action: &'static str) {
+        self.refused.remove(action);
+        self.by_preflight.remove(action);
+    }
+
+    fn refused(&mut self, action: &'static str, message: String, by_preflight: bool) {
+        self.refused.insert(action, message);
+        if by_preflight {
+            self.by_preflight.insert(action);
+        } else {
+            self.by_preflight.remove(action);
+        }
+    }
+
     /// The `Degraded` message of a denial still standing, if any.
     pub fn standing(&self) -> Option<&str> {
-        self.0.values().next().map(String::as_str)
+        self.refused.values().next().map(String::as_str)
     }
 
     /// Forgets every denial: the spec changed, and what it needs may be
     /// other calls.
     pub fn clear(&mut self) {
-        self.0.clear();
+        self.refused.clear();
+        self.by_preflight.clear();
     }
 }
 

@@ -125,6 +125,8 @@ impl<W> PoolLoop<W> {
                 budget: None,
                 boot: Default::default(),
                 booted: HashSet::new(),
+                preflight_at: Some(chrono::DateTime::<chrono::Utc>::MIN_UTC),
+                preflight_instances: false,
             },
             seen: Seen::new(),
             spec,
@@ -366,6 +368,8 @@ impl PoolLoop {
         }
         self.spec = spec;
         self.act.denials.clear();
+        self.act.preflight_at = Some(chrono::DateTime::<chrono::Utc>::MIN_UTC);
+        self.act.preflight_instances = false;
         self.act.boot.spec_changed();
         self.seen.floors = None;
     }

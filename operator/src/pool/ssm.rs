@@ -259,6 +259,64 @@ impl Ssm {
         }
     }
 
+    /// Each call the database URL's parameters need, made on `name` (a
+    /// parameter of no Scheduler's): written as theirs are (a
+    /// `SecureString`, overwritten), tagged with `tags`, deleted. What
+    /// each answered; a call after a refused write is made all the same,
+    /// and a delete refused leaves `name` behind, holding no secret.
+    pub async fn probe(
+        &self,
+        name: &str,
+        tags: &[(&str, &str)],
+    ) -> Vec<(&'static str, Result<(), SsmError>)> {
+        let put = async {
+            self.check("PutParameter", name)?;
+            self.client
+                .put_parameter()
+                .name(name)
+                .value("orca-operator preflight: no secret")
+                .r#type(ParameterType::SecureString)
+                .description("orca: what orca-operator preflight writes and deletes")
+                .overwrite(true)
+                .send()
+                .await
+                .map(|_| ())
+                .map_err(|e| error("PutParameter", name, e))
+        }
+        .await;
+        let tag = async {
+            self.check("AddTagsToResource", name)?;
+            let tags: Vec<Tag> = tags
+                .iter()
+                .filter_map(|(k, v)| Tag::builder().key(*k).value(*v).build().ok())
+                .collect();
+            self.client
+                .add_tags_to_resource()
+                .resource_type(aws_sdk_ssm::types::ResourceTypeForTagging::Parameter)
+                .resource_id(name)
+                .set_tags(Some(tags))
+                .send()
+                .await
+                .map(|_| ())
+                .map_err(|e| error("AddTagsToResource", name, e))
+        }
+        .await;
+        let delete = async {
+            self.check("DeleteParameter", name)?;
+            match self.client.delete_parameter().name(name).send().await {
+                Ok(_) => Ok(()),
+                Err(e) if e.code() == Some("ParameterNotFound") => Ok(()),
+                Err(e) => Err(error("DeleteParameter", name, e)),
+            }
+        }
+        .await;
+        vec![
+            ("PutParameter", put),
+            ("AddTagsToResource", tag),
+            ("DeleteParameter", delete),
+        ]
+    }
+
     fn check(&self, action: &'static str, name: &str) -> Result<(), SsmError> {
         self.fence.check().map_err(|source| SsmError::Fenced {
             action,

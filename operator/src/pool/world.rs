@@ -9,6 +9,7 @@ use super::{
     live::Live,
     pass_report::PoolError,
     plan::Offering,
+    preflight::{Check, Probe},
     ssm::{Ssm, SsmError},
 };
 
@@ -74,6 +75,9 @@ pub trait World {
         tags: &[(&str, &str)],
         endpoint: Option<&str>,
     ) -> impl Future<Output = Result<bool, SsmError>> + Send;
+    /// Asks, without acting, whether the credentials may make each call
+    /// of `probe` (see [`super::preflight`]).
+    fn preflight(&mut self, probe: &Probe<'_>) -> impl Future<Output = Vec<Check>> + Send;
 }
 
 impl World for Live {
@@ -145,13 +149,28 @@ impl World for Live {
         tags: &[(&str, &str)],
         endpoint: Option<&str>,
     ) -> Result<bool, SsmError> {
+        self.ssm(endpoint).await.publish(name, value, tags).await
+    }
+
+    async fn preflight(&mut self, probe: &Probe<'_>) -> Vec<Check> {
+        let mut checks = super::preflight::ec2_checks(&self.ec2, probe).await;
+        if let Some(p) = &probe.ssm {
+            let ssm = self.ssm(p.endpoint).await;
+            checks.extend(super::preflight::ssm_checks(&ssm, p.cluster, p.asker, p.tags).await);
+        }
+        checks
+    }
+}
+
+impl Live {
+    /// The SSM client of the pool's region (at `endpoint`, if not the
+    /// region's own), with the loop's credentials, behind its fence.
+    async fn ssm(&self, endpoint: Option<&str>) -> Ssm {
         let at = super::ec2::Ec2Config::new(&self.ec2_config.region, endpoint);
         let ssm = match &self.credentials {
             None => Ssm::new(&at).await,
             Some(credentials) => Ssm::with_credentials(&at, credentials.clone()).await,
         };
         ssm.with_fence(self.fence.clone())
-            .publish(name, value, tags)
-            .await
     }
 }

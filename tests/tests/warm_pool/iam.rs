@@ -224,17 +224,52 @@ async fn without_terminate_instances_a_retirement_is_unauthorized() {
     })
     .await;
     stage.running.hang_hosts();
+    // Tried, refused, and tried again a pass later: not forgotten.
+    eventually_true("terminate tried twice", Duration::from_secs(60), || async {
+        stage.faults.calls_of("TerminateInstances").len() >= 2
+    })
+    .await;
     degraded_without("TerminateInstances", &stage).await;
-    // Still so a few passes later, the instance still running.
-    tokio::time::sleep(Duration::from_secs(3)).await;
-    degraded_without("TerminateInstances", &stage).await;
-    let tries = stage.faults.calls_of("TerminateInstances").len();
-    assert!(tries >= 2, "tried once and forgotten: {tries} calls");
     let listed = stage.admin.describe(&warm::owner(pool)).await.unwrap();
     assert!(
         listed.iter().any(|i| i.state == Ec2State::Running),
         "{listed:?}"
     );
+}
+
+/// Permissions before they are needed: a pool whose instances all serve
+/// well, that has nothing to terminate, is `Unauthorized` naming
+/// `ec2:TerminateInstances` as soon as it has an instance to ask about
+/// (its preflight's dry run), not on the day an instance must go; and it
+/// keeps serving.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn without_terminate_instances_the_pool_says_so_before_anything_must_go() {
+    let pool = "iam/before";
+    let stage = as_principal(pool, Some("ec2:TerminateInstances"), shape(1, 1, 0, 0)).await;
+    let message = degraded_without("TerminateInstances", &stage).await;
+    assert!(stage.faults.calls_of("TerminateInstances").is_empty());
+    assert!(
+        stage
+            .faults
+            .dry_runs()
+            .iter()
+            .any(|a| a == "TerminateInstances"),
+        "{:?}",
+        stage.faults.dry_runs()
+    );
+    let said = stage
+        .running
+        .events_once(|e| e.reason == "Unauthorized" && e.message.contains("asked before"))
+        .await;
+    assert!(
+        said.iter()
+            .any(|e| e.reason == "Unauthorized" && e.message.contains("ec2:TerminateInstances")),
+        "{message}: {said:?}"
+    );
+    eventually_true("one idle all the same", Duration::from_secs(60), || async {
+        stage.running.status().idle == 1
+    })
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
