@@ -13,6 +13,7 @@ use crate::pool::ec2::{
     Ec2, Ec2Config, Ownership, RunRequest, TAG_CLASS, TAG_CLUSTER, TAG_NAMESPACE,
 };
 use crate::pool::preflight::{self, Check, Outcome, Probe};
+use crate::pool::preflight_aws;
 use crate::pool::ssm::Ssm;
 use crate::pool::tags::cluster_name;
 use crate::pool::Offering;
@@ -123,9 +124,9 @@ pub async fn command(args: &PreflightArgs) -> anyhow::Result<ExitCode> {
         describes: Some(&args.instance_type),
         ssm: None,
     };
-    let mut checks = preflight::ec2_checks(&ec2, &probe).await;
+    let mut checks = preflight_aws::ec2_checks(&ec2, &probe).await;
     let tags = [(TAG_CLUSTER, args.cluster_name.as_str())];
-    checks.extend(preflight::ssm_checks(&ssm, &args.cluster_name, "cli", &tags).await);
+    checks.extend(preflight_aws::ssm_checks(&ssm, &args.cluster_name, "cli", &tags).await);
     let (text, ok) = report(&checks, &args.cluster_name, &args.region, id.as_deref());
     print!("{text}");
     Ok(if ok {

@@ -50,10 +50,14 @@ mod pass_report;
 pub mod plan;
 mod pool_loop;
 pub mod preflight;
+pub(crate) mod preflight_aws;
+mod preflight_pool;
 mod reserve;
 pub mod roster;
 pub mod schedule;
 pub mod ssm;
+#[cfg(test)]
+mod ssm_tests;
 pub mod starts;
 pub mod tags;
 mod tuning;

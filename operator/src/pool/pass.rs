@@ -90,9 +90,7 @@ impl PoolLoop {
         // After acting, so that asking never delays what the pass does.
         if deletion.is_none() {
             let version = snap.template_version.as_deref();
-            self.act
-                .preflight(spec, &snap, version, now, &mut report)
-                .await;
+            super::preflight_pool::ask(&mut self.act, spec, &snap, version, now, &mut report).await;
         }
         self.act.boot.ended_by_loop(&report.terminated);
         report.instances = super::roster::roster(spec, &snap, &decided, &self.act.launches.times);

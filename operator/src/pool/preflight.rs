@@ -1,27 +1,14 @@
-//! Permissions before they are needed: each AWS action this release calls
-//! for a pool, asked without doing it — EC2's `DryRun` (EC2 answers
-//! `DryRunOperation` when the call would be allowed), and for SSM a
-//! parameter of no Scheduler's written, tagged and deleted under this
-//! cluster's path. `orca-operator preflight` runs it for a region; each
-//! pool's loop runs it with its own launch and instance when it starts
-//! and after its spec changes, so that a missing action is `Unauthorized`
-//! from the start, not on the day it is first needed.
+//! Permissions before they are needed: what is asked of AWS for each
+//! action this release calls for a pool, without doing it, and what the
+//! answers said. EC2's `DryRun` asks each EC2 action (EC2 answers
+//! `DryRunOperation` when the call would be allowed); for SSM a parameter
+//! of no Scheduler's is written, tagged and deleted under this cluster's
+//! path. The asking is `preflight_aws.rs`; a pool's loop asks when it
+//! starts and after its spec changes (`preflight_pool.rs`), and
+//! `orca-operator preflight` asks for a region, so that a missing action
+//! is `Unauthorized` from the start, not on the day it is first needed.
 
-use aws_sdk_ec2::error::ProvideErrorMetadata;
-use chrono::{DateTime, Utc};
-
-use super::act::Actuator;
-use super::ec2::{
-    classify, Ec2, Ec2Error, RunRequest, TAG_CLASS, TAG_CLUSTER, TAG_NAMESPACE, TAG_OPERATOR,
-    TAG_SCHEDULER,
-};
-use super::instance::offerings;
-use super::pass_report::{PassReport, PoolEvent};
-use super::plan::Snapshot;
-use super::ssm::{Ssm, SsmError};
-use super::userdata::{self, DatabaseSource};
-use super::world::World;
-use crate::crd::WarmPoolSpec;
+use super::ec2::RunRequest;
 
 /// What asking said of one action.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -50,6 +37,7 @@ pub struct Check {
 }
 
 impl Check {
+    /// `action` of `service` (`ec2`, `ssm`), and what asking said.
     pub fn new(service: &'static str, action: &'static str, outcome: Outcome) -> Self {
         Check {
             service,
@@ -109,181 +97,6 @@ pub const IGNORES_DRY_RUN: &str = "the EC2 endpoint answers dry runs as real cal
 /// Why the calls on instances were not asked without one.
 pub const NO_INSTANCE: &str = "no instance of this cluster to ask about yet";
 
-/// Each EC2 action of `probe`, dry run.
-pub async fn ec2_checks(ec2: &Ec2, probe: &Probe<'_>) -> Vec<Check> {
-    let c = ec2.client();
-    let first = c.describe_instances().dry_run(true).send().await;
-    if first.is_ok() {
-        // An endpoint that answers a dry run as a real call would launch,
-        // stop and terminate for real: ask nothing more of it.
-        return [
-            "DescribeInstances",
-            "DescribeInstanceTypes",
-            "DescribeLaunchTemplateVersions",
-            "RunInstances",
-            "TerminateInstances",
-            "StopInstances",
-            "StartInstances",
-            "GetConsoleOutput",
-            "CreateTags",
-        ]
-        .into_iter()
-        .map(|action| Check::new("ec2", action, Outcome::NotChecked(IGNORES_DRY_RUN)))
-        .collect();
-    }
-    let mut checks = vec![Check::new(
-        "ec2",
-        "DescribeInstances",
-        answer("DescribeInstances", first),
-    )];
-    if let Some(instance_type) = probe.describes {
-        checks.push(Check::new(
-            "ec2",
-            "DescribeInstanceTypes",
-            answer(
-                "DescribeInstanceTypes",
-                c.describe_instance_types()
-                    .instance_types(instance_type.into())
-                    .dry_run(true)
-                    .send()
-                    .await,
-            ),
-        ));
-        checks.push(Check::new(
-            "ec2",
-            "DescribeLaunchTemplateVersions",
-            answer(
-                "DescribeLaunchTemplateVersions",
-                c.describe_launch_template_versions()
-                    .versions("$Latest")
-                    .dry_run(true)
-                    .send()
-                    .await,
-            ),
-        ));
-    }
-    checks.push(Check::new(
-        "ec2",
-        "RunInstances",
-        match &probe.launch {
-            Some(req) => answer("RunInstances", ec2.run_call(req).dry_run(true).send().await),
-            None => Outcome::NotChecked("no launch to try (give --image and --subnet)"),
-        },
-    ));
-    let Some(id) = probe.instance else {
-        for action in [
-            "TerminateInstances",
-            "StopInstances",
-            "StartInstances",
-            "GetConsoleOutput",
-            "CreateTags",
-        ] {
-            checks.push(Check::new("ec2", action, Outcome::NotChecked(NO_INSTANCE)));
-        }
-        return checks;
-    };
-    let ids = vec![id.to_string()];
-    let on = [
-        (
-            "TerminateInstances",
-            answer(
-                "TerminateInstances",
-                c.terminate_instances()
-                    .set_instance_ids(Some(ids.clone()))
-                    .dry_run(true)
-                    .send()
-                    .await,
-            ),
-        ),
-        (
-            "StopInstances",
-            answer(
-                "StopInstances",
-                c.stop_instances()
-                    .set_instance_ids(Some(ids.clone()))
-                    .dry_run(true)
-                    .send()
-                    .await,
-            ),
-        ),
-        (
-            "StartInstances",
-            answer(
-                "StartInstances",
-                c.start_instances()
-                    .set_instance_ids(Some(ids.clone()))
-                    .dry_run(true)
-                    .send()
-                    .await,
-            ),
-        ),
-        (
-            "GetConsoleOutput",
-            answer(
-                "GetConsoleOutput",
-                c.get_console_output()
-                    .instance_id(id)
-                    .dry_run(true)
-                    .send()
-                    .await,
-            ),
-        ),
-    ];
-    for (action, outcome) in on {
-        checks.push(Check::new("ec2", action, outcome));
-    }
-    if !probe.tenancy_tags.is_empty() {
-        let tags = probe
-            .tenancy_tags
-            .iter()
-            .map(|(k, v)| aws_sdk_ec2::types::Tag::builder().key(*k).value(*v).build())
-            .collect();
-        checks.push(Check::new(
-            "ec2",
-            "CreateTags",
-            answer(
-                "CreateTags",
-                c.create_tags()
-                    .set_resources(Some(ids))
-                    .set_tags(Some(tags))
-                    .dry_run(true)
-                    .send()
-                    .await,
-            ),
-        ));
-    }
-    checks
-}
-
-/// What a dry run's answer says of the credentials.
-fn answer<T, E>(
-    action: &'static str,
-    outcome: Result<T, aws_sdk_ec2::error::SdkError<E>>,
-) -> Outcome
-where
-    E: ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,
-{
-    match outcome {
-        // Made for real, and allowed: an endpoint that honours some dry
-        // runs and not others (moto's `GetConsoleOutput`, a read).
-        Ok(_) => Outcome::Allowed,
-        Err(e) => match e.code() {
-            Some("DryRunOperation") => Outcome::Allowed,
-            Some(code) => match classify(action, None, code, e.message().unwrap_or("")) {
-                e @ Ec2Error::Denied { .. } => Outcome::Missing(e.to_string()),
-                e => Outcome::Unknown(e.to_string()),
-            },
-            None => Outcome::Unknown(
-                Ec2Error::Transport {
-                    action,
-                    source: Box::new(e),
-                }
-                .to_string(),
-            ),
-        },
-    }
-}
-
 /// The name of the parameter the SSM checks of `asker` (a pool's
 /// `namespace/name`, or `cli`) write and delete: under this cluster's
 /// path, where the operator's policy lets it write, of no Scheduler's
@@ -291,36 +104,6 @@ where
 /// at once do not delete each other's.
 pub fn probe_parameter(cluster: &str, asker: &str) -> String {
     format!("/orca/{cluster}/_preflight/{asker}")
-}
-
-/// The SSM actions of the database URL's parameter: write
-/// ([`probe_parameter`], encrypted as the real ones are), tag, delete.
-pub async fn ssm_checks(
-    ssm: &Ssm,
-    cluster: &str,
-    asker: &str,
-    tags: &[(&str, &str)],
-) -> Vec<Check> {
-    let name = probe_parameter(cluster, asker);
-    ssm.probe(&name, tags)
-        .await
-        .into_iter()
-        .map(|(action, outcome)| {
-            Check::new(
-                "ssm",
-                action,
-                match outcome {
-                    Ok(()) => Outcome::Allowed,
-                    Err(e) => ssm_outcome(&e),
-                },
-            )
-        })
-        .collect()
-}
-
-fn ssm_outcome(e: &SsmError) -> Outcome {
-    e.denial()
-        .map_or_else(|| Outcome::Unknown(e.to_string()), Outcome::Missing)
 }
 
 /// The `orca-operator iam-policy` statements that grant each missing
@@ -336,105 +119,6 @@ pub fn granting(checks: &[Check], policy: &crate::iam_policy::Policy) -> Vec<Str
         })
         .map(|s| s.sid.to_string())
         .collect()
-}
-
-/// How long a missing action stands before the preflight asks again.
-const ASK_AGAIN: chrono::Duration = chrono::Duration::seconds(60);
-
-impl<W: World> Actuator<W> {
-    /// The pool's preflight, when due (the loop's first pass, a new spec,
-    /// its first pass with an instance, a minute after one that found
-    /// something missing): its launch as the next pass would make it (the
-    /// first offering, its tags, network, profile and user-data), one of
-    /// its instances for the calls on instances, and the database URL's
-    /// parameter. What is missing stands as a refused
-    /// call does (`Degraded` `Unauthorized`) and is said in an Event; it is
-    /// asked again a minute on, so that a policy mended is seen.
-    pub(super) async fn preflight(
-        &mut self,
-        spec: &WarmPoolSpec,
-        snap: &Snapshot,
-        template_version: Option<&str>,
-        now: DateTime<Utc>,
-        report: &mut PassReport,
-    ) {
-        // One this pass did not just terminate: the dry runs of stop and
-        // start on an ended one would answer its state, not the policy.
-        let instance = snap
-            .instances
-            .iter()
-            .find(|i| i.state.is_present() && !report.terminated.contains(&i.id))
-            .map(|i| i.id.as_str());
-        let due = self.preflight_at.is_some_and(|at| now >= at)
-            || (!self.preflight_instances && instance.is_some());
-        if !due {
-            return;
-        }
-        self.preflight_instances |= instance.is_some();
-        let offering = offerings(&spec.launch)
-            .into_iter()
-            .next()
-            .unwrap_or_default();
-        let parameter = self.parameter_name(spec);
-        let source = DatabaseSource::for_spec(spec, &self.url.0, &parameter);
-        let in_parameter = matches!(source, DatabaseSource::Parameter { .. });
-        let user_data = userdata::render(spec, &self.pool, source);
-        let namespace = self.owner.namespace.clone();
-        let class = self.budget.as_ref().map(|b| b.class().to_string());
-        let parameter_tags = [
-            (TAG_CLUSTER, self.owner.cluster.as_str()),
-            (TAG_SCHEDULER, self.owner.scheduler.as_str()),
-            (TAG_OPERATOR, self.owner.operator.as_str()),
-        ];
-        let probe = Probe {
-            launch: Some(RunRequest {
-                launch: &spec.launch,
-                offering: &offering,
-                count: 1,
-                token: "orca-preflight",
-                user_data: &user_data,
-                owner: &self.owner,
-                class: class.as_deref(),
-                template_version,
-            }),
-            instance,
-            tenancy_tags: match &class {
-                Some(c) => vec![(TAG_CLASS, c.as_str()), (TAG_NAMESPACE, namespace.as_str())],
-                None => Vec::new(),
-            },
-            describes: None,
-            ssm: in_parameter.then_some(SsmProbe {
-                cluster: &self.tuning.cluster,
-                asker: &self.pool,
-                endpoint: spec.ssm_endpoint.as_deref(),
-                tags: &parameter_tags,
-            }),
-        };
-        let checks = self.world.preflight(&probe).await;
-        for c in &checks {
-            self.denials.note(c.action, &c.outcome);
-        }
-        let missing: Vec<String> = checks
-            .iter()
-            .filter(|c| matches!(c.outcome, Outcome::Missing(_)))
-            .map(Check::name)
-            .collect();
-        if missing.is_empty() {
-            tracing::info!(pool = %self.pool, "preflight: every action this pool calls is allowed");
-            self.preflight_at = None;
-            return;
-        }
-        let said = format!(
-            "the operator's AWS credentials may not call {} (asked before they are needed: \
-             `orca-operator preflight` lists them with the statements that grant them)",
-            missing.join(", ")
-        );
-        tracing::warn!(pool = %self.pool, "preflight: {said}");
-        report
-            .events
-            .push(PoolEvent::new(super::pass_report::UNAUTHORIZED, said, true));
-        self.preflight_at = Some(now + ASK_AGAIN);
-    }
 }
 
 #[cfg(test)]
@@ -455,35 +139,6 @@ mod tests {
             ["ActOnOwnedInstances", "KeepTheDatabaseUrlParameters"]
         );
         assert_eq!(checks[0].name(), "ec2:TerminateInstances");
-    }
-
-    #[test]
-    fn a_preflight_clears_what_it_found_and_not_what_a_call_met() {
-        use super::super::pass_report::Denials;
-        let mut denials = Denials::default();
-        denials.note("TerminateInstances", &Outcome::Missing("may not".into()));
-        assert_eq!(denials.standing(), Some("may not"));
-        denials.note("TerminateInstances", &Outcome::Unknown("no answer".into()));
-        assert_eq!(
-            denials.standing(),
-            Some("may not"),
-            "an unknown says nothing"
-        );
-        denials.note("TerminateInstances", &Outcome::Allowed);
-        assert_eq!(denials.standing(), None, "mended");
-        // A real call refused (on one instance) stands against a dry run
-        // allowed (on another), until a call of it succeeds.
-        let refused: Result<(), Ec2Error> = Err(classify(
-            "StopInstances",
-            None,
-            "UnauthorizedOperation",
-            "You are not authorized",
-        ));
-        denials.record("StopInstances", &refused);
-        denials.note("StopInstances", &Outcome::Allowed);
-        assert!(denials.standing().is_some());
-        denials.record::<()>("StopInstances", &Ok(()));
-        assert_eq!(denials.standing(), None);
     }
 
     #[test]

@@ -365,7 +365,7 @@ where
 
 /// The `<Code>` and `<Message>` of an XML error answer, each at most 300
 /// characters on one line.
-fn xml_error(body: &[u8]) -> Option<(String, String)> {
+pub(super) fn xml_error(body: &[u8]) -> Option<(String, String)> {
     let text = std::str::from_utf8(body).ok()?;
     let element = |name: &str| {
         let (_, rest) = text.split_once(&format!("<{name}>"))?;
@@ -381,45 +381,4 @@ fn xml_error(body: &[u8]) -> Option<(String, String)> {
     let code = element("Code")?;
     (!code.is_empty() && code.chars().all(|c| c.is_ascii_alphanumeric() || c == '.'))
         .then(|| (code, element("Message").unwrap_or_default()))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn an_xml_refusal_is_read_for_its_code_and_message() {
-        let body = b"<?xml version=\"1.0\"?><ErrorResponse><Error><Code>AccessDenied</Code>\
-            <Message>User: arn:aws:iam::1:user/op is not authorized to perform: ssm:PutParameter\
-            </Message></Error></ErrorResponse>";
-        let (code, message) = xml_error(body).expect("read");
-        assert_eq!(code, "AccessDenied");
-        assert!(message.ends_with("ssm:PutParameter"), "{message}");
-        assert_eq!(xml_error(b"<html>Forbidden</html>"), None);
-        assert_eq!(xml_error(b"<Code><script></Code>"), None);
-        let denied = SsmError::Refused {
-            action: "PutParameter",
-            name: "/orca/c/ns/s/database-url".into(),
-            code,
-            message,
-        };
-        assert!(denied
-            .denial()
-            .is_some_and(|m| m.contains("ssm:PutParameter")));
-        let other = SsmError::Refused {
-            action: "PutParameter",
-            name: "/orca/c/ns/s/database-url".into(),
-            code: "ParameterLimitExceeded".into(),
-            message: String::new(),
-        };
-        assert_eq!(other.denial(), None);
-    }
-
-    #[test]
-    fn names() {
-        assert_eq!(
-            parameter_name("prod-eu", "team-a", "orca"),
-            "/orca/prod-eu/team-a/orca/database-url"
-        );
-    }
 }

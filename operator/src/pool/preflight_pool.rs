@@ -1,0 +1,147 @@
+//! When a pool's loop asks its preflight (see `preflight.rs`) and what
+//! it does with the answers: at the loop's first pass, after a new spec,
+//! on its first pass with an instance, and a minute after one that found
+//! something missing; asked after the pass acted, so that asking never
+//! delays what the pass does.
+
+use chrono::{DateTime, Utc};
+
+use super::act::Actuator;
+use super::ec2::{RunRequest, TAG_CLASS, TAG_CLUSTER, TAG_NAMESPACE, TAG_OPERATOR, TAG_SCHEDULER};
+use super::instance::offerings;
+use super::pass_report::{PassReport, PoolEvent, UNAUTHORIZED};
+use super::plan::Snapshot;
+use super::preflight::{Check, Outcome, Probe, SsmProbe};
+use super::userdata::{self, DatabaseSource};
+use super::world::World;
+use crate::crd::WarmPoolSpec;
+
+/// How long a missing action stands before the preflight asks again.
+const ASK_AGAIN: chrono::Duration = chrono::Duration::seconds(60);
+
+/// The pool's preflight, when due (the loop's first pass, a new spec,
+/// its first pass with an instance, a minute after one that found
+/// something missing): its launch as the next pass would make it (the
+/// first offering, its tags, network, profile and user-data), one of
+/// its instances for the calls on instances, and the database URL's
+/// parameter. What is missing stands as a refused
+/// call does (`Degraded` `Unauthorized`) and is said in an Event; it is
+/// asked again a minute on, so that a policy mended is seen.
+pub(super) async fn ask<W: World>(
+    act: &mut Actuator<W>,
+    spec: &WarmPoolSpec,
+    snap: &Snapshot,
+    template_version: Option<&str>,
+    now: DateTime<Utc>,
+    report: &mut PassReport,
+) {
+    // One this pass did not just terminate: the dry runs of stop and
+    // start on an ended one would answer its state, not the policy.
+    let instance = snap
+        .instances
+        .iter()
+        .find(|i| i.state.is_present() && !report.terminated.contains(&i.id))
+        .map(|i| i.id.as_str());
+    let due = act.preflight_at.is_some_and(|at| now >= at)
+        || (!act.preflight_instances && instance.is_some());
+    if !due {
+        return;
+    }
+    act.preflight_instances |= instance.is_some();
+    let offering = offerings(&spec.launch)
+        .into_iter()
+        .next()
+        .unwrap_or_default();
+    let parameter = act.parameter_name(spec);
+    let source = DatabaseSource::for_spec(spec, &act.url.0, &parameter);
+    let in_parameter = matches!(source, DatabaseSource::Parameter { .. });
+    let user_data = userdata::render(spec, &act.pool, source);
+    let namespace = act.owner.namespace.clone();
+    let class = act.budget.as_ref().map(|b| b.class().to_string());
+    let parameter_tags = [
+        (TAG_CLUSTER, act.owner.cluster.as_str()),
+        (TAG_SCHEDULER, act.owner.scheduler.as_str()),
+        (TAG_OPERATOR, act.owner.operator.as_str()),
+    ];
+    let probe = Probe {
+        launch: Some(RunRequest {
+            launch: &spec.launch,
+            offering: &offering,
+            count: 1,
+            token: "orca-preflight",
+            user_data: &user_data,
+            owner: &act.owner,
+            class: class.as_deref(),
+            template_version,
+        }),
+        instance,
+        tenancy_tags: match &class {
+            Some(c) => vec![(TAG_CLASS, c.as_str()), (TAG_NAMESPACE, namespace.as_str())],
+            None => Vec::new(),
+        },
+        describes: None,
+        ssm: in_parameter.then_some(SsmProbe {
+            cluster: &act.tuning.cluster,
+            asker: &act.pool,
+            endpoint: spec.ssm_endpoint.as_deref(),
+            tags: &parameter_tags,
+        }),
+    };
+    let checks = act.world.preflight(&probe).await;
+    for c in &checks {
+        act.denials.note(c.action, &c.outcome);
+    }
+    let missing: Vec<String> = checks
+        .iter()
+        .filter(|c| matches!(c.outcome, Outcome::Missing(_)))
+        .map(Check::name)
+        .collect();
+    if missing.is_empty() {
+        tracing::info!(pool = %act.pool, "preflight: every action this pool calls is allowed");
+        act.preflight_at = None;
+        return;
+    }
+    let said = format!(
+        "the operator's AWS credentials may not call {} (asked before they are needed: \
+         `orca-operator preflight` lists them with the statements that grant them)",
+        missing.join(", ")
+    );
+    tracing::warn!(pool = %act.pool, "preflight: {said}");
+    report.events.push(PoolEvent::new(UNAUTHORIZED, said, true));
+    act.preflight_at = Some(now + ASK_AGAIN);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::ec2::{classify, Ec2Error};
+    use super::super::pass_report::Denials;
+    use super::*;
+
+    #[test]
+    fn a_preflight_clears_what_it_found_and_not_what_a_call_met() {
+        let mut denials = Denials::default();
+        denials.note("TerminateInstances", &Outcome::Missing("may not".into()));
+        assert_eq!(denials.standing(), Some("may not"));
+        denials.note("TerminateInstances", &Outcome::Unknown("no answer".into()));
+        assert_eq!(
+            denials.standing(),
+            Some("may not"),
+            "an unknown says nothing"
+        );
+        denials.note("TerminateInstances", &Outcome::Allowed);
+        assert_eq!(denials.standing(), None, "mended");
+        // A real call refused (on one instance) stands against a dry run
+        // allowed (on another), until a call of it succeeds.
+        let refused: Result<(), Ec2Error> = Err(classify(
+            "StopInstances",
+            None,
+            "UnauthorizedOperation",
+            "You are not authorized",
+        ));
+        denials.record("StopInstances", &refused);
+        denials.note("StopInstances", &Outcome::Allowed);
+        assert!(denials.standing().is_some());
+        denials.record::<()>("StopInstances", &Ok(()));
+        assert_eq!(denials.standing(), None);
+    }
+}
