@@ -41,14 +41,18 @@ use super::{
 const REPOSITORY: &str = "localhost/orca-operator";
 const TAG: &str = "upgraded";
 
-/// What runs: the Scheduler's pods and its Jobs (by uid), the pool's instance
-/// rows (by id) and its EC2 instances that are not terminated.
+/// What runs: the Scheduler's pods and its Jobs (by uid, and whether being
+/// deleted), the pool's instance rows (by id, and whether ended) and its
+/// EC2 instances that are not terminated; and every instance EC2 lists in
+/// any state (moto keeps terminated ones listed), so that one launched and
+/// terminated between two samples is seen all the same.
 #[derive(Debug, PartialEq)]
 struct Running {
     pods: BTreeSet<String>,
     jobs: BTreeSet<String>,
-    rows: BTreeSet<i64>,
+    rows: BTreeSet<(i64, bool)>,
     instances: BTreeSet<String>,
+    ever: BTreeSet<String>,
 }
 
 async fn running(client: &kube::Client, loaded: &Loaded) -> Running {
@@ -57,18 +61,23 @@ async fn running(client: &kube::Client, loaded: &Loaded) -> Running {
     let jobs: Api<Job> = Api::namespaced(client.clone(), NAMESPACE);
     let named = |meta: &kube::api::ObjectMeta| {
         format!(
-            "{} {}",
+            "{} {}{}",
             meta.name.clone().unwrap_or_default(),
-            meta.uid.clone().unwrap_or_default()
+            meta.uid.clone().unwrap_or_default(),
+            if meta.deletion_timestamp.is_some() {
+                " deleting"
+            } else {
+                ""
+            }
         )
     };
     let db = pg::connect(&loaded.url).await;
     let rows = db
-        .query("select id from orca.instances", &[])
+        .query("select id, ended is not null from orca.instances", &[])
         .await
         .expect("the instance rows")
         .iter()
-        .map(|r| r.get::<_, i64>(0))
+        .map(|r| (r.get::<_, i64>(0), r.get::<_, bool>(1)))
         .collect();
     let listed = loaded
         .ec2
@@ -92,9 +101,14 @@ async fn running(client: &kube::Client, loaded: &Loaded) -> Running {
             .collect(),
         rows,
         instances: listed
+            .iter()
+            .filter_map(|t| t.instance.as_ref())
+            .filter(|i| !matches!(i.state, Ec2State::Terminated | Ec2State::ShuttingDown))
+            .map(|i| i.id.clone())
+            .collect(),
+        ever: listed
             .into_iter()
             .filter_map(|t| t.instance)
-            .filter(|i| !matches!(i.state, Ec2State::Terminated | Ec2State::ShuttingDown))
             .map(|i| i.id)
             .collect(),
     }
@@ -257,10 +271,14 @@ async fn helm_upgrade_over_what_d589380_left_running_changes_nothing_then_rolls_
     .await;
 
     stage("quiet 60 s");
-    // Nothing that runs changes for 60 s.
-    let quiet = Duration::from_secs(60);
-    while started.elapsed() < quiet {
+    // Nothing that runs changes for 60 s of this release leading: each
+    // sample, at least one a second, finds what ran before the upgrade.
+    let quiet = Instant::now();
+    let mut samples = 0;
+    while quiet.elapsed() < Duration::from_secs(60) {
+        let next = Instant::now() + Duration::from_secs(1);
         let now = running(&client, &loaded).await;
+        samples += 1;
         assert_eq!(
             now,
             before,
@@ -268,8 +286,12 @@ async fn helm_upgrade_over_what_d589380_left_running_changes_nothing_then_rolls_
             started.elapsed(),
             log()
         );
-        tokio::time::sleep(Duration::from_secs(2)).await;
+        tokio::time::sleep_until(next.into()).await;
     }
+    assert!(
+        samples >= 30,
+        "{samples} samples in 60 s: the window was not watched"
+    );
 
     stage("rollout and replacement");
     // Then it acts as it would on its own objects: a rollout hands over,
