@@ -225,7 +225,8 @@ impl LocalMode {
     }
 
     /// Hands run 1 of WarmPool `pool` (`namespace/name`) an idle instance,
-    /// as a scheduler does: the instance's id.
+    /// as a scheduler does, asking again until one is idle (a status that
+    /// says idle may be a pass ahead of an agent's row): the instance's id.
     pub async fn hand_out(&self, pool: &str) -> String {
         let url = self.database_url().expect("the local mode's database");
         let mut db = crate::pg::connect(&url).await;
@@ -237,11 +238,19 @@ impl LocalMode {
             head_address: "",
             new_code: true,
         };
-        orca_db::pool::hand_out(&mut db, &req, std::time::Duration::from_secs(60))
-            .await
-            .expect("the hand-out's statement")
-            .expect("an idle instance")
-            .instance
+        let by = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        loop {
+            let handed = orca_db::pool::hand_out(&mut db, &req, std::time::Duration::from_secs(60))
+                .await
+                .expect("the hand-out's statement");
+            match handed {
+                Some(h) => return h.instance,
+                None if std::time::Instant::now() < by => {
+                    tokio::time::sleep(std::time::Duration::from_millis(200)).await
+                }
+                None => panic!("no idle instance of {pool} for 30 s"),
+            }
+        }
     }
 
     /// Writes the Scheduler's YAML, as `kubectl apply` would.
