@@ -388,6 +388,12 @@ impl Ec2 {
             .map_err(|source| Ec2Error::Fenced { action, source })
     }
 
+    /// The SDK client behind the fence: `Fenced` once it has closed (the
+    /// preflight's dry runs, which have no method of their own here).
+    pub(crate) fn fenced_client(&self, action: &'static str) -> Result<&Client, Ec2Error> {
+        self.check(action).map(|()| &self.client)
+    }
+
     /// The SDK client, for what the pool loop does not need (the local
     /// mode and the tests: subnets, instances made by hand); not fenced.
     pub fn client(&self) -> &Client {

@@ -22,19 +22,14 @@ const ON_INSTANCE: [&str; 5] = [
 /// first dry run as a real call is asked nothing more: it would launch,
 /// stop and terminate for real.
 pub async fn ec2_checks(ec2: &Ec2, probe: &Probe<'_>) -> Vec<Check> {
-    let c = ec2.client();
+    // Behind the fence as every EC2 call is: a replica that lost the
+    // Lease asks nothing.
+    let Ok(c) = ec2.fenced_client("DescribeInstances") else {
+        return none_asked(FENCED);
+    };
     let first = c.describe_instances().dry_run(true).send().await;
     if first.is_ok() {
-        return [
-            "DescribeInstances",
-            "DescribeInstanceTypes",
-            "DescribeLaunchTemplateVersions",
-            "RunInstances",
-        ]
-        .into_iter()
-        .chain(ON_INSTANCE)
-        .map(|action| Check::new("ec2", action, Outcome::NotChecked(IGNORES_DRY_RUN)))
-        .collect();
+        return none_asked(IGNORES_DRY_RUN);
     }
     let mut checks = vec![ec2_check("DescribeInstances", first)];
     if let Some(instance_type) = probe.describes {
@@ -74,10 +69,32 @@ pub async fn ec2_checks(ec2: &Ec2, probe: &Probe<'_>) -> Vec<Check> {
     checks
 }
 
+/// Why nothing was asked of a replica whose fence has closed.
+const FENCED: &str = "this replica no longer leads";
+
+/// Every EC2 action, not asked, for `why`.
+fn none_asked(why: &'static str) -> Vec<Check> {
+    [
+        "DescribeInstances",
+        "DescribeInstanceTypes",
+        "DescribeLaunchTemplateVersions",
+        "RunInstances",
+    ]
+    .into_iter()
+    .chain(ON_INSTANCE)
+    .map(|action| Check::new("ec2", action, Outcome::NotChecked(why)))
+    .collect()
+}
+
 /// The calls on instance `id`, dry run; `CreateTags` with `tenancy_tags`,
 /// if any.
 async fn on_instance(ec2: &Ec2, id: &str, tenancy_tags: &[(&str, &str)]) -> Vec<Check> {
-    let c = ec2.client();
+    let Ok(c) = ec2.fenced_client("TerminateInstances") else {
+        return ON_INSTANCE
+            .into_iter()
+            .map(|action| Check::new("ec2", action, Outcome::NotChecked(FENCED)))
+            .collect();
+    };
     let ids = Some(vec![id.to_string()]);
     let mut checks = vec![
         ec2_check(
