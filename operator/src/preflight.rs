@@ -122,11 +122,10 @@ pub async fn command(args: &PreflightArgs) -> anyhow::Result<ExitCode> {
             Vec::new()
         },
         describes: Some(&args.instance_type),
-        ssm: None,
     };
     let mut checks = preflight_aws::ec2_checks(&ec2, &probe).await;
     let tags = [(TAG_CLUSTER, args.cluster_name.as_str())];
-    checks.extend(preflight_aws::ssm_checks(&ssm, &args.cluster_name, "cli", &tags).await);
+    checks.extend(preflight_aws::ssm_checks(&ssm, &args.cluster_name, &tags).await);
     let (text, ok) = report(&checks, &args.cluster_name, &args.region, id.as_deref());
     print!("{text}");
     Ok(if ok {

@@ -104,8 +104,11 @@ pub(super) struct Actuator<W> {
     /// found missing stands, `None` once all were allowed.
     pub(super) preflight_at: Option<DateTime<Utc>>,
     /// Whether it asked about the calls on instances (it needs one of
-    /// the pool's): the first pass with an instance asks, if not.
+    /// the pool's): the first pass with an instance asks, if not, once
+    /// for the loop (what they need does not change with the spec).
     pub(super) preflight_instances: bool,
+    /// When it last asked: asks are a minute apart (but for that once).
+    pub(super) preflight_asked: Option<DateTime<Utc>>,
 }
 
 /// A launch EC2 refused that will not work until something changes, as

@@ -10,7 +10,7 @@ use chrono::{TimeZone, Utc};
 
 use super::act::Orders;
 use super::ec2::{client_token, Ec2Error, Ownership, RunRequest};
-use super::plan::{Counts, End, LaunchBatch, Offering, PoolPlan, Reason, Retirement};
+use super::plan::{Counts, End, LaunchBatch, Offering, PoolPlan, Reason, Retirement, Snapshot};
 use super::world::World;
 use super::{
     pass_report::{PassReport, PoolError},
@@ -55,6 +55,9 @@ struct Table {
     stopped: Vec<String>,
     woken: Vec<i64>,
     unwoken: Vec<i64>,
+    /// For each preflight asked: the instance its calls on instances were
+    /// asked about, if any.
+    preflights: Vec<Option<String>>,
 }
 
 fn refusal(answer: Answer, action: &'static str, offering: Option<&Offering>) -> Ec2Error {
@@ -205,9 +208,14 @@ impl World for Table {
 
     async fn preflight(
         &mut self,
-        _probe: &super::preflight::Probe<'_>,
+        probe: &super::preflight::Probe<'_>,
     ) -> Vec<super::preflight::Check> {
-        Vec::new()
+        self.preflights.push(probe.instance.map(String::from));
+        vec![super::preflight::Check::new(
+            "ec2",
+            "TerminateInstances",
+            super::preflight::Outcome::Missing("may not".into()),
+        )]
     }
 }
 
@@ -629,4 +637,55 @@ async fn a_stop_refused_for_good_retires_the_instance_refused_alone() {
     assert_eq!(lp.act.world.stopped, ["i-3"]);
     assert_eq!(lp.act.world.terminated, ["i-1"]);
     assert_eq!(reasons(&report), ["Stopped", "StopFailed", "Terminated"]);
+}
+
+/// The pool's preflight at `t0` and `secs` seconds: what the pass said.
+async fn ask(
+    lp: &mut PoolLoop<Table>,
+    spec: &WarmPoolSpec,
+    snap: Snapshot,
+    t0: chrono::DateTime<Utc>,
+    secs: i64,
+) -> PassReport {
+    let now = t0 + chrono::Duration::seconds(secs);
+    let mut report = PassReport::default();
+    super::preflight_pool::ask(&mut lp.act, spec, &snap, None, now, &mut report).await;
+    report
+}
+
+/// A pool's preflight while an action stays missing: asked at the loop's
+/// start, once more on its first pass with an instance, then a minute
+/// apart however often the spec changes (an editor's edits cannot spend
+/// the account's EC2 request budget); each ask keeps the pool
+/// `Unauthorized` and says so in an Event.
+#[tokio::test]
+async fn the_preflight_asks_at_most_once_a_minute_however_often_the_spec_changes() {
+    let mut lp = pool(Table::default());
+    let spec = lp.spec.clone();
+    let t0 = Utc.with_ymd_and_hms(2026, 1, 1, 12, 0, 0).unwrap();
+    let with_instance = Snapshot {
+        instances: vec![super::instance::Ec2Instance::bare(
+            "i-1",
+            super::Ec2State::Running,
+            t0,
+        )],
+        ..Snapshot::default()
+    };
+    let first = ask(&mut lp, &spec, Snapshot::default(), t0, 0).await;
+    assert!(first.events.iter().any(|e| e.reason == "Unauthorized"));
+    assert!(lp.act.denials.standing().is_some());
+    // The first pass with an instance asks about it, once.
+    ask(&mut lp, &spec, with_instance.clone(), t0, 1).await;
+    // Edits every second: none asked until a minute after the last ask.
+    for s in 2..61 {
+        lp.act.preflight_at = Some(chrono::DateTime::<Utc>::MIN_UTC);
+        ask(&mut lp, &spec, with_instance.clone(), t0, s).await;
+    }
+    assert_eq!(
+        lp.act.world.preflights,
+        [None, Some("i-1".to_string())],
+        "asked more than once a minute"
+    );
+    ask(&mut lp, &spec, with_instance, t0, 61).await;
+    assert_eq!(lp.act.world.preflights.len(), 3);
 }

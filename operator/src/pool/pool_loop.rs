@@ -127,6 +127,7 @@ impl<W> PoolLoop<W> {
                 booted: HashSet::new(),
                 preflight_at: Some(chrono::DateTime::<chrono::Utc>::MIN_UTC),
                 preflight_instances: false,
+                preflight_asked: None,
             },
             seen: Seen::new(),
             spec,
@@ -369,7 +370,6 @@ impl PoolLoop {
         self.spec = spec;
         self.act.denials.clear();
         self.act.preflight_at = Some(chrono::DateTime::<chrono::Utc>::MIN_UTC);
-        self.act.preflight_instances = false;
         self.act.boot.spec_changed();
         self.seen.floors = None;
     }

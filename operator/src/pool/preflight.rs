@@ -1,12 +1,13 @@
 //! Permissions before they are needed: what is asked of AWS for each
 //! action this release calls for a pool, without doing it, and what the
 //! answers said. EC2's `DryRun` asks each EC2 action (EC2 answers
-//! `DryRunOperation` when the call would be allowed); for SSM a parameter
-//! of no Scheduler's is written, tagged and deleted under this cluster's
-//! path. The asking is `preflight_aws.rs`; a pool's loop asks when it
-//! starts and after its spec changes (`preflight_pool.rs`), and
-//! `orca-operator preflight` asks for a region, so that a missing action
-//! is `Unauthorized` from the start, not on the day it is first needed.
+//! `DryRunOperation` when the call would be allowed); for SSM
+//! `orca-operator preflight` writes, tags and deletes a parameter of no
+//! Scheduler's under this cluster's path. The asking is
+//! `preflight_aws.rs`; a pool's loop asks its EC2 calls when it starts and
+//! after its spec changes, at most once a minute (`preflight_pool.rs`),
+//! so that a missing action is `Unauthorized` from the start, not on the
+//! day it is first needed.
 
 use super::ec2::RunRequest;
 
@@ -72,22 +73,6 @@ pub struct Probe<'a> {
     /// the command asks them; a pool's passes make them whenever they need
     /// them, so its refusals show there.
     pub describes: Option<&'a str>,
-    /// The SSM calls of the database URL's parameter: `None` to leave them
-    /// unasked (a pool whose URL is not in a parameter).
-    pub ssm: Option<SsmProbe<'a>>,
-}
-
-/// Where and as whom the SSM calls are asked.
-#[derive(Clone, Copy, Debug)]
-pub struct SsmProbe<'a> {
-    /// The cluster, whose path the parameter is under.
-    pub cluster: &'a str,
-    /// Who asks: see [`probe_parameter`].
-    pub asker: &'a str,
-    /// SSM's endpoint, when not the region's own.
-    pub endpoint: Option<&'a str>,
-    /// The tags the operator gives its parameters.
-    pub tags: &'a [(&'a str, &'a str)],
 }
 
 /// Why nothing more is asked of an EC2 endpoint that answered
@@ -97,13 +82,11 @@ pub const IGNORES_DRY_RUN: &str = "the EC2 endpoint answers dry runs as real cal
 /// Why the calls on instances were not asked without one.
 pub const NO_INSTANCE: &str = "no instance of this cluster to ask about yet";
 
-/// The name of the parameter the SSM checks of `asker` (a pool's
-/// `namespace/name`, or `cli`) write and delete: under this cluster's
-/// path, where the operator's policy lets it write, of no Scheduler's
-/// (`_` is in no namespace's name), and one per asker, so that two asking
-/// at once do not delete each other's.
-pub fn probe_parameter(cluster: &str, asker: &str) -> String {
-    format!("/orca/{cluster}/_preflight/{asker}")
+/// The parameter `orca-operator preflight`'s SSM checks write, tag and
+/// delete: under this cluster's path, where the operator's policy lets it
+/// write, and of no Scheduler's (`_` is in no namespace's name).
+pub fn probe_parameter(cluster: &str) -> String {
+    format!("/orca/{cluster}/_preflight/check")
 }
 
 /// The `orca-operator iam-policy` statements that grant each missing
@@ -143,7 +126,7 @@ mod tests {
 
     #[test]
     fn the_probe_parameter_is_no_schedulers() {
-        let name = probe_parameter("prod", "team-a/builds");
+        let name = probe_parameter("prod");
         assert!(name.starts_with(&crate::iam_policy::parameter_path("prod")));
         // A Scheduler's is /orca/<cluster>/<namespace>/<name>/database-url,
         // its namespace a DNS label.

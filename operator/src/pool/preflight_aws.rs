@@ -1,7 +1,7 @@
 //! The asking of a preflight (see `preflight.rs`): each EC2 action dry
 //! run — the launch as given, the calls on an instance on that instance —
-//! and the SSM calls on a parameter of the asker's own; what each answer
-//! says of the credentials.
+//! and, for the command, the SSM calls on a parameter of its own; what
+//! each answer says of the credentials.
 
 use aws_sdk_ec2::error::ProvideErrorMetadata;
 
@@ -190,13 +190,8 @@ where
 
 /// The SSM actions of the database URL's parameter: write
 /// ([`probe_parameter`], encrypted as the real ones are), tag, delete.
-pub async fn ssm_checks(
-    ssm: &Ssm,
-    cluster: &str,
-    asker: &str,
-    tags: &[(&str, &str)],
-) -> Vec<Check> {
-    let name = probe_parameter(cluster, asker);
+pub async fn ssm_checks(ssm: &Ssm, cluster: &str, tags: &[(&str, &str)]) -> Vec<Check> {
+    let name = probe_parameter(cluster);
     ssm.probe(&name, tags)
         .await
         .into_iter()

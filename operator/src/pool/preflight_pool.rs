@@ -7,11 +7,11 @@
 use chrono::{DateTime, Utc};
 
 use super::act::Actuator;
-use super::ec2::{RunRequest, TAG_CLASS, TAG_CLUSTER, TAG_NAMESPACE, TAG_OPERATOR, TAG_SCHEDULER};
+use super::ec2::{RunRequest, TAG_CLASS, TAG_NAMESPACE};
 use super::instance::offerings;
 use super::pass_report::{PassReport, PoolEvent, UNAUTHORIZED};
 use super::plan::Snapshot;
-use super::preflight::{Check, Outcome, Probe, SsmProbe};
+use super::preflight::{Check, Outcome, Probe};
 use super::userdata::{self, DatabaseSource};
 use super::world::World;
 use crate::crd::WarmPoolSpec;
@@ -20,13 +20,16 @@ use crate::crd::WarmPoolSpec;
 const ASK_AGAIN: chrono::Duration = chrono::Duration::seconds(60);
 
 /// The pool's preflight, when due (the loop's first pass, a new spec,
-/// its first pass with an instance, a minute after one that found
-/// something missing): its launch as the next pass would make it (the
-/// first offering, its tags, network, profile and user-data), one of
-/// its instances for the calls on instances, and the database URL's
-/// parameter. What is missing stands as a refused
-/// call does (`Degraded` `Unauthorized`) and is said in an Event; it is
-/// asked again a minute on, so that a policy mended is seen.
+/// a minute after one that found something missing; and once, on its
+/// first pass with an instance): its launch as the next pass would make
+/// it (the first offering, its tags, network, profile and user-data), and
+/// one of its instances for the calls on instances. What is missing
+/// stands as a refused call does (`Degraded` `Unauthorized`) and is said
+/// in an Event; it is asked again a minute on, so that a policy mended is
+/// seen. At most once a minute besides that once, however often the spec
+/// changes: an editor cannot spend the account's EC2 request budget by
+/// editing. (The SSM calls are not asked here: each pass writes the
+/// database URL's parameter and says a refusal then.)
 pub(super) async fn ask<W: World>(
     act: &mut Actuator<W>,
     spec: &WarmPoolSpec,
@@ -42,27 +45,23 @@ pub(super) async fn ask<W: World>(
         .iter()
         .find(|i| i.state.is_present() && !report.terminated.contains(&i.id))
         .map(|i| i.id.as_str());
-    let due = act.preflight_at.is_some_and(|at| now >= at)
+    let spaced = act.preflight_asked.is_none_or(|at| now >= at + ASK_AGAIN);
+    let due = (spaced && act.preflight_at.is_some_and(|at| now >= at))
         || (!act.preflight_instances && instance.is_some());
     if !due {
         return;
     }
     act.preflight_instances |= instance.is_some();
+    act.preflight_asked = Some(now);
     let offering = offerings(&spec.launch)
         .into_iter()
         .next()
         .unwrap_or_default();
     let parameter = act.parameter_name(spec);
     let source = DatabaseSource::for_spec(spec, &act.url.0, &parameter);
-    let in_parameter = matches!(source, DatabaseSource::Parameter { .. });
     let user_data = userdata::render(spec, &act.pool, source);
     let namespace = act.owner.namespace.clone();
     let class = act.budget.as_ref().map(|b| b.class().to_string());
-    let parameter_tags = [
-        (TAG_CLUSTER, act.owner.cluster.as_str()),
-        (TAG_SCHEDULER, act.owner.scheduler.as_str()),
-        (TAG_OPERATOR, act.owner.operator.as_str()),
-    ];
     let probe = Probe {
         launch: Some(RunRequest {
             launch: &spec.launch,
@@ -80,12 +79,6 @@ pub(super) async fn ask<W: World>(
             None => Vec::new(),
         },
         describes: None,
-        ssm: in_parameter.then_some(SsmProbe {
-            cluster: &act.tuning.cluster,
-            asker: &act.pool,
-            endpoint: spec.ssm_endpoint.as_deref(),
-            tags: &parameter_tags,
-        }),
     };
     let checks = act.world.preflight(&probe).await;
     for c in &checks {

@@ -153,12 +153,7 @@ impl World for Live {
     }
 
     async fn preflight(&mut self, probe: &Probe<'_>) -> Vec<Check> {
-        let mut checks = super::preflight_aws::ec2_checks(&self.ec2, probe).await;
-        if let Some(p) = &probe.ssm {
-            let ssm = self.ssm(p.endpoint).await;
-            checks.extend(super::preflight_aws::ssm_checks(&ssm, p.cluster, p.asker, p.tags).await);
-        }
-        checks
+        super::preflight_aws::ec2_checks(&self.ec2, probe).await
     }
 }
 
