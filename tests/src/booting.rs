@@ -7,7 +7,8 @@
 //! script's output as the instance's console, which the EC2 proxy in
 //! front of moto answers `GetConsoleOutput` with. What agent the "image"
 //! holds is the spec's `launch.agentPath`: this release's, or an earlier
-//! one's.
+//! one's; or, with [`Booting::with_images`], the agent baked into the
+//! instance's AMI, found at the default `agentPath`.
 
 use std::{
     collections::HashSet,
@@ -18,7 +19,10 @@ use std::{
 };
 
 use base64::Engine;
-use orca_operator::pool::{Ec2, Ownership};
+use orca_operator::{
+    crd::DEFAULT_AGENT_PATH,
+    pool::{Ec2, Ownership},
+};
 use tokio::task::JoinHandle;
 
 use crate::ec2_faults::{Ec2Faults, Fault};
@@ -64,6 +68,20 @@ impl Booting {
         owner: Ownership,
         env: Vec<(String, String)>,
     ) -> Booting {
+        Booting::with_images(ec2, proxy, owner, env, Vec::new())
+    }
+
+    /// As [`Booting::start`], each AMI of `images` holding its agent
+    /// binary at the default `launch.agentPath` (as an image baked with
+    /// that release's agent does): an instance launched from it (its tag
+    /// `orca.dev/image`) runs that agent where its script names the path.
+    pub fn with_images(
+        ec2: Ec2,
+        proxy: &Ec2Faults,
+        owner: Ownership,
+        env: Vec<(String, String)>,
+        images: Vec<(String, PathBuf)>,
+    ) -> Booting {
         let dir = std::env::temp_dir().join(format!(
             "orca-booting-{}-{}",
             std::process::id(),
@@ -93,7 +111,12 @@ impl Booting {
                             | orca_operator::pool::Ec2State::Running
                     );
                     if running && seen.insert(i.id.clone()) {
-                        boot(&ec2, &proxy, &base, &i.id, &env, &kept).await;
+                        let agent = images
+                            .iter()
+                            .find(|(ami, _)| i.image.as_deref() == Some(ami))
+                            .map(|(_, agent)| agent.as_path());
+                        let instance = Instance { id: &i.id, agent };
+                        boot(&ec2, &proxy, &base, instance, &env, &kept).await;
                     }
                 }
                 tokio::time::sleep(Duration::from_millis(300)).await;
@@ -103,19 +126,30 @@ impl Booting {
     }
 }
 
-/// Runs instance `id`'s user-data in a process group of its own; when it
+/// An instance to boot: its id, and the agent its image holds at the
+/// default `agentPath`, if the test says.
+struct Instance<'a> {
+    id: &'a str,
+    agent: Option<&'a Path>,
+}
+
+/// Runs the instance's user-data in a process group of its own; when it
 /// ends having powered off, terminates the instance and serves its console.
 async fn boot(
     ec2: &Ec2,
     proxy: &Ec2Faults,
     base: &Path,
-    id: &str,
+    instance: Instance<'_>,
     env: &[(String, String)],
     groups: &Arc<Mutex<Vec<i32>>>,
 ) {
-    let Ok(Some(script)) = ec2.user_data(id).await else {
+    let id = instance.id;
+    let Ok(Some(mut script)) = ec2.user_data(id).await else {
         return;
     };
+    if let Some(agent) = instance.agent {
+        script = script.replace(DEFAULT_AGENT_PATH, &agent.display().to_string());
+    }
     let home = base.join(id);
     let _ = std::fs::create_dir_all(&home);
     let file = home.join("part-001");

@@ -121,6 +121,29 @@ pub fn strings(v: &Value) -> Vec<String> {
 /// access key for it. Only while moto does not enforce IAM yet.
 pub fn user(moto: &Moto, name: &str, policy: &Value) -> AccessKey {
     iam(moto, &[("Action", "CreateUser"), ("UserName", name)]);
+    put_user_policy(moto, name, policy);
+    let answer = iam(moto, &[("Action", "CreateAccessKey"), ("UserName", name)]);
+    AccessKey {
+        id: element(&answer, "AccessKeyId"),
+        secret: element(&answer, "SecretAccessKey"),
+    }
+}
+
+/// Replaces user `name`'s policy with `policy` while moto enforces IAM,
+/// as an administrator edits a role's policy: moto stops checking for the
+/// moment the call takes (anyone's requests meanwhile go unchecked), then
+/// checks every request again.
+pub fn put_policy(moto: &Moto, name: &str, policy: &Value) {
+    match moto.post("/moto-api/reset-auth", &[], "inf") {
+        Some((200, _)) => {}
+        other => panic!("moto would not stop checking IAM: {other:?}"),
+    }
+    put_user_policy(moto, name, policy);
+    enforce(moto);
+}
+
+/// `policy` as user `name`'s only (inline) policy, unsigned.
+fn put_user_policy(moto: &Moto, name: &str, policy: &Value) {
     let document = policy.to_string();
     iam(
         moto,
@@ -131,11 +154,13 @@ pub fn user(moto: &Moto, name: &str, policy: &Value) -> AccessKey {
             ("PolicyDocument", &document),
         ],
     );
-    let answer = iam(moto, &[("Action", "CreateAccessKey"), ("UserName", name)]);
-    AccessKey {
-        id: element(&answer, "AccessKeyId"),
-        secret: element(&answer, "SecretAccessKey"),
-    }
+}
+
+/// A policy that allows every action (the test's own calls, as the
+/// account's administrator).
+pub fn everything() -> Value {
+    json!({"Version": "2012-10-17",
+        "Statement": [{"Effect": "Allow", "Action": "*", "Resource": "*"}]})
 }
 
 /// From here on moto checks every request's signature and its signer's

@@ -250,6 +250,8 @@ fn operator_binary() -> PathBuf {
 
 /// How a replica is started.
 struct How<'a> {
+    /// The operator binary, if not [`operator_binary`].
+    binary: Option<&'a Path>,
     extra: &'a [&'a str],
     env: &'a [(&'a str, &'a str)],
     keys: bool,
@@ -306,9 +308,31 @@ impl Replica {
         keys: bool,
     ) -> Replica {
         let how = How {
+            binary: None,
             extra,
             env,
             keys,
+            memory: None,
+        };
+        Replica::spawn(cp, client, release, name, how).await
+    }
+
+    /// As [`Replica::start_as`] without AWS keys of its own, running
+    /// `binary` (an earlier release's operator, say): its credentials come
+    /// from `env`.
+    pub async fn start_binary(
+        cp: &ControlPlane,
+        client: &Client,
+        release: &Release,
+        name: &str,
+        binary: &Path,
+        env: &[(&str, &str)],
+    ) -> Replica {
+        let how = How {
+            binary: Some(binary),
+            extra: &[],
+            env,
+            keys: false,
             memory: None,
         };
         Replica::spawn(cp, client, release, name, how).await
@@ -327,6 +351,7 @@ impl Replica {
         memory: u64,
     ) -> Replica {
         let how = How {
+            binary: None,
             extra,
             env: &[],
             keys: true,
@@ -343,6 +368,7 @@ impl Replica {
         how: How<'_>,
     ) -> Replica {
         let How {
+            binary,
             extra,
             env,
             keys,
@@ -369,7 +395,7 @@ impl Replica {
         let out = std::fs::File::create(&log)
             .unwrap_or_else(|e| panic!("creating {}: {e}", log.display()));
         args.extend(extra.iter().map(|a| a.to_string()));
-        let mut cmd = Command::new(operator_binary());
+        let mut cmd = Command::new(binary.map_or_else(operator_binary, Path::to_path_buf));
         cmd.args(&args)
             .env("KUBECONFIG", &kubeconfig)
             .env("POD_NAME", name)

@@ -25,7 +25,7 @@ use orca_operator::pool::{Ec2, Ownership};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::{pg, warm};
+use crate::{moto::Moto, pg, warm};
 
 /// The namespace of the captured release, its objects and its operator.
 pub const NAMESPACE: &str = "orca-release";
@@ -226,7 +226,7 @@ pub fn postgres_tool(program: &str, args: &[&str]) -> String {
 /// names the placeholders stood for.
 pub struct Loaded {
     pub url: String,
-    pub moto: crate::moto::Moto,
+    pub moto: Moto,
     pub ec2: Ec2,
     pub names: Names,
 }
@@ -237,17 +237,30 @@ pub struct Loaded {
 /// a moto holding its instances, the Secret `orca-db`, and its objects
 /// with their status, pods and Jobs.
 pub async fn load(client: &Client, dir: &Path) -> Loaded {
-    let moto = crate::moto::Moto::start();
+    let moto = Moto::start();
+    let endpoint = moto.endpoint();
+    load_into(client, dir, moto, &endpoint).await
+}
+
+/// As [`load`], into `moto`, the objects naming `endpoint` as EC2's (a
+/// proxy in front of moto, say); each instance launched with the
+/// user-data the release booted it with, when the state holds it
+/// ([`USER_DATA`]).
+pub async fn load_into(client: &Client, dir: &Path, moto: Moto, endpoint: &str) -> Loaded {
     let ec2 = warm::ec2(&moto.endpoint()).await;
-    let mut names = Names::of_moto(&moto.endpoint(), &warm::subnets(&ec2).await);
+    let url = pg::Cluster::shared().fresh_db().await;
+    let mut names = Names::of_moto(endpoint, &warm::subnets(&ec2).await);
+    names.add("${database-url}".into(), url.clone());
+    let user_data = std::fs::read_to_string(dir.join(USER_DATA))
+        .ok()
+        .map(|script| names.show(&script));
     let instances: Vec<Instance> = serde_yaml::from_str(&read(dir, INSTANCES))
         .unwrap_or_else(|e| panic!("{}: {e}", dir.join(INSTANCES).display()));
     for instance in &instances {
-        let id = run_instance(&ec2, instance, &names).await;
+        let id = run_instance(&ec2, instance, &names, user_data.as_deref()).await;
         names.add(instance.id.clone(), id);
     }
 
-    let url = pg::Cluster::shared().fresh_db().await;
     let shown = std::env::temp_dir().join(format!(
         "orca-release-rows-{}-{}.sql",
         std::process::id(),
@@ -406,8 +419,13 @@ async fn write_status(
 }
 
 /// Launches one instance as `captured` was (its image, type, subnet and
-/// tags) in moto; its id.
-async fn run_instance(ec2: &Ec2, captured: &Instance, names: &Names) -> String {
+/// tags, and `user_data`) in moto; its id.
+async fn run_instance(
+    ec2: &Ec2,
+    captured: &Instance,
+    names: &Names,
+    user_data: Option<&str>,
+) -> String {
     use aws_sdk_ec2::types::{InstanceType, ResourceType, Tag, TagSpecification};
     let tags = captured
         .tags
@@ -427,6 +445,10 @@ async fn run_instance(ec2: &Ec2, captured: &Instance, names: &Names) -> String {
                 .set_tags(Some(tags.collect()))
                 .build(),
         )
+        .set_user_data(user_data.map(|script| {
+            use base64::Engine;
+            base64::engine::general_purpose::STANDARD.encode(script)
+        }))
         .send()
         .await
         .unwrap_or_else(|e| panic!("moto's RunInstances failed: {e}"));
@@ -461,4 +483,18 @@ pub fn previous_release(file: &str) -> PathBuf {
     let commit = std::fs::read_to_string(releases.join("PREVIOUS"))
         .expect("tests/fixtures/releases/PREVIOUS names the previous release");
     releases.join(commit.trim()).join(file)
+}
+
+/// The previous release's binary `name` (`orca-operator`,
+/// `orca-pool-agent`), which scripts/test builds with
+/// scripts/build-release and names in `ORCA_PREVIOUS_RELEASE`.
+pub fn previous_binary(name: &str) -> PathBuf {
+    let dir = std::env::var_os("ORCA_PREVIOUS_RELEASE").unwrap_or_else(|| {
+        panic!(
+            "ORCA_PREVIOUS_RELEASE is not set: the previous release's binaries, which \
+             `scripts/build-release $(cat tests/fixtures/releases/PREVIOUS)` builds \
+             (scripts/test does)"
+        )
+    });
+    PathBuf::from(dir).join(name)
 }

@@ -8,26 +8,11 @@
 //! launches back off. (Before, such an instance was never counted, and a
 //! launch followed every pass.)
 
-use std::path::PathBuf;
-
 use orca_operator::crd::WarmPoolSpec;
 use orca_tests::{bins, booting::Booting, iam, release_state};
 use serde_json::json;
 
 use super::*;
-
-/// The previous release's binaries (scripts/test builds them with
-/// scripts/build-release).
-fn previous(binary: &str) -> PathBuf {
-    let dir = std::env::var_os("ORCA_PREVIOUS_RELEASE").unwrap_or_else(|| {
-        panic!(
-            "ORCA_PREVIOUS_RELEASE is not set: the previous release's binaries, which \
-             `scripts/build-release $(cat tests/fixtures/releases/PREVIOUS)` builds \
-             (scripts/test does)"
-        )
-    });
-    PathBuf::from(dir).join(binary)
-}
 
 /// What the instances' scripts get besides their user-data: keys for SSM
 /// (moto takes any), and a short first read of the parameter.
@@ -129,7 +114,7 @@ async fn the_previous_agent_on_this_releases_user_data_fails_at_once_naming_it_a
         &proxy,
         &subnets,
         &moto.endpoint(),
-        &previous("orca-pool-agent"),
+        &release_state::previous_binary("orca-pool-agent"),
     );
     let (said, launched) = boot_as("skew/old-agent", spec, &url, &moto, &proxy, 30, None).await;
     let said = said.expect("the pool says its boots fail");
@@ -150,8 +135,7 @@ async fn an_instance_role_that_may_not_read_the_parameter_is_named_within_a_few_
     warm::aws_env();
     let (moto, url, _ec2, subnets) = warm::Stage::new().await.parts();
     let proxy = Ec2Faults::start(&moto.endpoint());
-    let everything = json!({"Version": "2012-10-17",
-        "Statement": [{"Effect": "Allow", "Action": "*", "Resource": "*"}]});
+    let everything = iam::everything();
     let operator = iam::user(&moto, "operator", &everything);
     let no_read = json!({"Version": "2012-10-17",
         "Statement": [{"Effect": "Allow", "Action": ["ec2:DescribeInstances"], "Resource": "*"}]});
@@ -241,7 +225,7 @@ async fn the_previous_agent_serves_runs_on_this_releases_user_data_with_the_url_
         &proxy,
         &subnets,
         &moto.endpoint(),
-        &previous("orca-pool-agent"),
+        &release_state::previous_binary("orca-pool-agent"),
     );
     spec.launch.database_url_in = orca_operator::crd::DatabaseUrlIn::UserData;
     let ec2 = warm::ec2(&moto.endpoint()).await;

@@ -11,7 +11,6 @@
 use orca_operator::crd::{StoppedRange, WarmPoolSpec};
 use orca_operator::pool::ec2::{TAG_CLUSTER, TAG_OPERATOR, TAG_POOL, TAG_SCHEDULER};
 use orca_tests::iam;
-use serde_json::json;
 
 use super::*;
 
@@ -29,8 +28,7 @@ struct AsPrincipal {
 async fn as_principal(pool: &str, without: Option<&str>, shape: Shape) -> AsPrincipal {
     let (moto, url, _, subnets) = warm::Stage::new().await.parts();
     let faults = Ec2Faults::start(&moto.endpoint());
-    let everything = json!({"Version": "2012-10-17",
-        "Statement": [{"Effect": "Allow", "Action": "*", "Resource": "*"}]});
+    let everything = iam::everything();
     let admin_key = iam::user(&moto, "admin", &everything);
     let operator_key = iam::user(
         &moto,
