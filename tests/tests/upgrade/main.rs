@@ -5,18 +5,32 @@
 //! docs/operations.md#upgrade says.
 
 mod from_d589380;
+mod from_e207371;
 mod over_running_state;
 mod stale_crds;
 
-use std::{path::PathBuf, time::Duration};
+use std::{
+    collections::BTreeSet,
+    path::PathBuf,
+    time::{Duration, Instant},
+};
 
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use orca_operator::crd::{Scheduler, WarmPool};
+use k8s_openapi::{
+    api::{batch::v1::Job, core::v1::Pod},
+    apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition,
+};
+use kube::Api;
+use orca_operator::{
+    crd::{Phase, Scheduler, WarmPool},
+    pool::{Ec2, Ec2State},
+};
 use orca_tests::{
     cluster::ControlPlane,
     eventually::eventually,
     on_cluster::kubectl,
+    pg,
     release::{helm, repo, run_as_admin},
+    release_state::{NAMESPACE, POOL, SCHEDULER},
 };
 use tokio::sync::{Mutex, MutexGuard};
 
@@ -32,8 +46,8 @@ pub async fn fresh_crds(cp: &ControlPlane) -> MutexGuard<'static, ()> {
     static CRDS: Mutex<()> = Mutex::const_new(());
     let held = CRDS.lock().await;
     let client = cp.client().await;
-    clear_finalizers::<Scheduler>(&client).await;
-    clear_finalizers::<WarmPool>(&client).await;
+    clear_finalizers(&client, Api::<Scheduler>::all(client.clone())).await;
+    clear_finalizers(&client, Api::<WarmPool>::all(client.clone())).await;
     kubectl_run(
         cp,
         &[
@@ -50,9 +64,10 @@ pub async fn fresh_crds(cp: &ControlPlane) -> MutexGuard<'static, ()> {
     held
 }
 
-/// Takes the finalizers off every `K` in the cluster (their operator may
-/// be gone), so that deleting its CRD deletes them.
-async fn clear_finalizers<K>(client: &kube::Client)
+/// Takes the finalizers off every `K` that `list` lists (their operator
+/// may be gone), so that deleting them, their CRD or their namespace
+/// deletes them.
+async fn clear_finalizers<K>(client: &kube::Client, list: Api<K>)
 where
     K: kube::Resource<Scope = kube::core::NamespaceResourceScope>
         + Clone
@@ -62,10 +77,7 @@ where
 {
     let clear = serde_json::json!({"metadata": {"finalizers": null}});
     let patch = kube::api::Patch::Merge(&clear);
-    let Ok(list) = kube::Api::<K>::all(client.clone())
-        .list(&Default::default())
-        .await
-    else {
+    let Ok(list) = list.list(&Default::default()).await else {
         return;
     };
     for object in list {
@@ -79,6 +91,60 @@ where
     }
 }
 
+/// Namespace [`NAMESPACE`], where a release's captured state loads, new
+/// and empty: the release an earlier test installed there uninstalled
+/// (the in-use finalizers of its RoleBindings and Secrets taken off: no
+/// operator runs), the
+/// namespace deleted with what it held (its pods at once: the test node
+/// that ran them may be gone) and made again.
+pub async fn fresh_release_namespace(cp: &ControlPlane, client: &kube::Client) {
+    let namespaces: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(client.clone());
+    if namespaces.get_opt(NAMESPACE).await.unwrap().is_some() {
+        // This release's in-use finalizers, which no operator takes off now.
+        use k8s_openapi::api::{core::v1::Secret, rbac::v1::RoleBinding};
+        let bindings = Api::<RoleBinding>::namespaced(client.clone(), NAMESPACE);
+        clear_finalizers(client, bindings).await;
+        let secrets = Api::<Secret>::namespaced(client.clone(), NAMESPACE);
+        clear_finalizers(client, secrets).await;
+        helm_run(
+            cp,
+            &[
+                "uninstall",
+                RELEASE,
+                "--namespace",
+                NAMESPACE,
+                "--ignore-not-found",
+                "--wait",
+            ],
+        );
+        kubectl_run(
+            cp,
+            &[
+                "delete",
+                "pods",
+                "--all",
+                "--namespace",
+                NAMESPACE,
+                "--grace-period=0",
+                "--force",
+            ],
+        );
+        kubectl_run(cp, &["delete", "namespace", NAMESPACE, "--wait=false"]);
+        within("the namespace of the previous test gone", 120, || async {
+            match namespaces
+                .get_opt(NAMESPACE)
+                .await
+                .map_err(|e| e.to_string())?
+            {
+                None => Ok(()),
+                Some(ns) => Err(format!("{:?}", ns.status)),
+            }
+        })
+        .await;
+    }
+    cp.namespace_named(client, NAMESPACE).await;
+}
+
 /// The Helm release of the operator, in every test here (the captured
 /// release's name).
 pub use orca_tests::release_state::RELEASE;
@@ -86,20 +152,28 @@ pub use orca_tests::release_state::RELEASE;
 /// The previous release as its users installed it, in namespace `ns`
 /// (with no replica: the test runs the operator), its CRDs established.
 pub fn install_previous(cp: &ControlPlane, ns: &str) {
-    let old_chart = fixtures().join("chart");
-    helm_run(
-        cp,
-        &[
-            "install",
-            RELEASE,
-            old_chart.to_str().expect("a UTF-8 path"),
-            "--namespace",
-            ns,
-            "--set",
-            "replicaCount=0",
-            "--wait",
-        ],
-    );
+    install_release(cp, ns, &fixtures(), &[]);
+}
+
+/// The release whose fixtures are in `dir` (its `chart/`) as its users
+/// installed it, in namespace `ns`, with `sets` (`key=value`) and no
+/// replica (the test runs the operator); its CRDs established.
+pub fn install_release(cp: &ControlPlane, ns: &str, dir: &std::path::Path, sets: &[&str]) {
+    let old_chart = dir.join("chart");
+    let mut args = vec![
+        "install",
+        RELEASE,
+        old_chart.to_str().expect("a UTF-8 path"),
+        "--namespace",
+        ns,
+        "--set",
+        "replicaCount=0",
+        "--wait",
+    ];
+    for set in sets {
+        args.extend(["--set", set]);
+    }
+    helm_run(cp, &args);
     established(cp, &["schedulers.orca.dev", "warmpools.orca.dev"]);
 }
 
@@ -110,8 +184,16 @@ pub fn install_previous(cp: &ControlPlane, ns: &str) {
 /// `sets` (`key=value`) are the user's own values besides.
 pub fn upgrade_as_documented(cp: &ControlPlane, ns: &str, sets: &[String]) {
     kubectl_run(cp, &["delete", "rolebinding", RELEASE, "--namespace", ns]);
-    let chart = repo().join("charts/orca-operator");
     let cluster = format!("clusterName={}", orca_tests::release::TEST_CLUSTER);
+    let mut all = vec![cluster];
+    all.extend(sets.iter().cloned());
+    helm_upgrade(cp, ns, &all);
+}
+
+/// The command at the top of docs/operations.md#upgrade, with
+/// `tenancy.requireClass=false` (pools without a class run) and `sets`.
+pub fn helm_upgrade(cp: &ControlPlane, ns: &str, sets: &[String]) {
+    let chart = repo().join("charts/orca-operator");
     let mut args = vec![
         "upgrade",
         RELEASE,
@@ -121,8 +203,6 @@ pub fn upgrade_as_documented(cp: &ControlPlane, ns: &str, sets: &[String]) {
         "--reset-then-reuse-values",
         "--take-ownership",
         "--wait",
-        "--set",
-        &cluster,
         "--set",
         "tenancy.requireClass=false",
     ];
@@ -202,4 +282,156 @@ pub fn kubectl_run(cp: &ControlPlane, args: &[&str]) -> String {
 /// `helm args…` as the admin.
 pub fn helm_run(cp: &ControlPlane, args: &[&str]) -> String {
     run_as_admin(cp, &helm(), args, None)
+}
+
+/// What runs: the Scheduler's pods and its Jobs (by uid, and whether being
+/// deleted), the pool's instance rows (by id, and whether ended) and its
+/// EC2 instances that are not terminated; and every instance EC2 lists in
+/// any state (moto keeps terminated ones listed), so that one launched and
+/// terminated between two samples is seen all the same.
+#[derive(Debug, PartialEq)]
+pub struct Running {
+    pub pods: BTreeSet<String>,
+    pub jobs: BTreeSet<String>,
+    pub rows: BTreeSet<(i64, bool)>,
+    pub instances: BTreeSet<String>,
+    pub ever: BTreeSet<String>,
+}
+
+pub async fn running(client: &kube::Client, url: &str, ec2: &Ec2) -> Running {
+    let pods: Api<Pod> = Api::namespaced(client.clone(), NAMESPACE);
+    let of_scheduler = kube::api::ListParams::default().labels("orca.dev/scheduler");
+    let jobs: Api<Job> = Api::namespaced(client.clone(), NAMESPACE);
+    let named = |meta: &kube::api::ObjectMeta| {
+        format!(
+            "{} {}{}",
+            meta.name.clone().unwrap_or_default(),
+            meta.uid.clone().unwrap_or_default(),
+            if meta.deletion_timestamp.is_some() {
+                " deleting"
+            } else {
+                ""
+            }
+        )
+    };
+    let db = pg::connect(url).await;
+    let rows = db
+        .query("select id, ended is not null from orca.instances", &[])
+        .await
+        .expect("the instance rows")
+        .iter()
+        .map(|r| (r.get::<_, i64>(0), r.get::<_, bool>(1)))
+        .collect();
+    let listed = ec2
+        .describe_tagged(&[("orca.dev/pool", &format!("{NAMESPACE}/{POOL}"))])
+        .await
+        .expect("moto lists the pool's instances");
+    Running {
+        pods: pods
+            .list(&of_scheduler)
+            .await
+            .expect("the pods")
+            .iter()
+            .map(|p| named(&p.metadata))
+            .collect(),
+        jobs: jobs
+            .list(&Default::default())
+            .await
+            .expect("the Jobs")
+            .iter()
+            .map(|j| named(&j.metadata))
+            .collect(),
+        rows,
+        instances: listed
+            .iter()
+            .filter_map(|t| t.instance.as_ref())
+            .filter(|i| !matches!(i.state, Ec2State::Terminated | Ec2State::ShuttingDown))
+            .map(|i| i.id.clone())
+            .collect(),
+        ever: listed
+            .into_iter()
+            .filter_map(|t| t.instance)
+            .map(|i| i.id)
+            .collect(),
+    }
+}
+
+/// Waits until what a release left running serves again: its restored
+/// scheduler leads, and `agents` instances' agents poll.
+pub async fn serving(db: &orca_db::Db, agents: i64) {
+    within(
+        "the restored scheduler leading and the agents polling",
+        90,
+        || async {
+            let count = |sql: &'static str| async move {
+                db.query_one(sql, &[])
+                    .await
+                    .map(|r| r.get::<_, i64>(0))
+                    .map_err(|e| e.to_string())
+            };
+            let leading = count(
+                "select count(*) from orca.schedulers where ended is null \
+                 and role = 'leading' and seen > now() - interval '2 seconds'",
+            )
+            .await?;
+            let polling = count(
+                "select count(*) from orca.instances where ended is null \
+                 and idle is not null and polled > now() - interval '2 seconds'",
+            )
+            .await?;
+            if leading == 1 && polling == agents {
+                Ok(())
+            } else {
+                Err(format!("{leading} leading, {polling} polling"))
+            }
+        },
+    )
+    .await;
+}
+
+/// Watches what runs for 60 s, at least once a second: every sample finds
+/// `before`, or the test fails saying `when` (how long into the upgrade,
+/// the operator's log).
+pub async fn quiet(
+    client: &kube::Client,
+    url: &str,
+    ec2: &Ec2,
+    before: &Running,
+    when: impl Fn() -> String,
+) {
+    let quiet = Instant::now();
+    let mut samples = 0;
+    while quiet.elapsed() < Duration::from_secs(60) {
+        let next = Instant::now() + Duration::from_secs(1);
+        let now = running(client, url, ec2).await;
+        samples += 1;
+        assert_eq!(&now, before, "this release changed what runs, {}", when());
+        tokio::time::sleep_until(next.into()).await;
+    }
+    assert!(
+        samples >= 30,
+        "{samples} samples in 60 s: the window was not watched"
+    );
+}
+
+/// Waits until the Scheduler has handed over to `image`: Ready, its leader
+/// of that image, the previous leader drained.
+pub async fn handed_over_to(schedulers: &Api<Scheduler>, image: &str) {
+    within(&format!("the handover to {image}"), 120, || async {
+        let s = schedulers.get(SCHEDULER).await.map_err(|e| e.to_string())?;
+        let status = s.status.clone().unwrap_or_default();
+        let drained = status
+            .last_handover
+            .as_ref()
+            .is_some_and(|h| h.drained.is_some());
+        if status.phase == Phase::Ready
+            && status.leader.as_ref().is_some_and(|l| l.image == image)
+            && drained
+        {
+            Ok(())
+        } else {
+            Err(format!("{status:?}"))
+        }
+    })
+    .await;
 }

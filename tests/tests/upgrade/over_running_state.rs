@@ -10,109 +10,30 @@
 //! every write came from the one pod that leads. A rollback to the
 //! previous chart keeps the CRDs, the objects and what runs.
 
-use std::{
-    collections::BTreeSet,
-    time::{Duration, Instant},
-};
+use std::{collections::BTreeSet, time::Instant};
 
-use k8s_openapi::api::{batch::v1::Job, coordination::v1::Lease, core::v1::Pod};
+use k8s_openapi::api::coordination::v1::Lease;
 use kube::{
     api::{Patch, PatchParams},
     Api,
 };
-use orca_operator::{
-    crd::{Phase, Scheduler, WarmPool},
-    pool::Ec2State,
-};
+use orca_operator::crd::{Phase, Scheduler, WarmPool};
 use orca_tests::{
     cluster::{port_of, ControlPlane},
     image, pg,
     release::{overlapping_leaders, writes_by_pods},
-    release_state::{self, Loaded, NAMESPACE, POOL, SCHEDULER},
+    release_state::{self, NAMESPACE, POOL, SCHEDULER},
     warm,
 };
 
 use super::{
-    fixtures, fresh_crds, install_previous, rollback_as_documented, upgrade_as_documented, within,
-    RELEASE,
+    fixtures, fresh_crds, fresh_release_namespace, handed_over_to, install_previous, quiet,
+    rollback_as_documented, running, serving, upgrade_as_documented, within, RELEASE,
 };
 
 /// The image of this release that the upgrade installs.
 const REPOSITORY: &str = "localhost/orca-operator";
 const TAG: &str = "upgraded";
-
-/// What runs: the Scheduler's pods and its Jobs (by uid, and whether being
-/// deleted), the pool's instance rows (by id, and whether ended) and its
-/// EC2 instances that are not terminated; and every instance EC2 lists in
-/// any state (moto keeps terminated ones listed), so that one launched and
-/// terminated between two samples is seen all the same.
-#[derive(Debug, PartialEq)]
-struct Running {
-    pods: BTreeSet<String>,
-    jobs: BTreeSet<String>,
-    rows: BTreeSet<(i64, bool)>,
-    instances: BTreeSet<String>,
-    ever: BTreeSet<String>,
-}
-
-async fn running(client: &kube::Client, loaded: &Loaded) -> Running {
-    let pods: Api<Pod> = Api::namespaced(client.clone(), NAMESPACE);
-    let of_scheduler = kube::api::ListParams::default().labels("orca.dev/scheduler");
-    let jobs: Api<Job> = Api::namespaced(client.clone(), NAMESPACE);
-    let named = |meta: &kube::api::ObjectMeta| {
-        format!(
-            "{} {}{}",
-            meta.name.clone().unwrap_or_default(),
-            meta.uid.clone().unwrap_or_default(),
-            if meta.deletion_timestamp.is_some() {
-                " deleting"
-            } else {
-                ""
-            }
-        )
-    };
-    let db = pg::connect(&loaded.url).await;
-    let rows = db
-        .query("select id, ended is not null from orca.instances", &[])
-        .await
-        .expect("the instance rows")
-        .iter()
-        .map(|r| (r.get::<_, i64>(0), r.get::<_, bool>(1)))
-        .collect();
-    let listed = loaded
-        .ec2
-        .describe_tagged(&[("orca.dev/pool", &format!("{NAMESPACE}/{POOL}"))])
-        .await
-        .expect("moto lists the pool's instances");
-    Running {
-        pods: pods
-            .list(&of_scheduler)
-            .await
-            .expect("the pods")
-            .iter()
-            .map(|p| named(&p.metadata))
-            .collect(),
-        jobs: jobs
-            .list(&Default::default())
-            .await
-            .expect("the Jobs")
-            .iter()
-            .map(|j| named(&j.metadata))
-            .collect(),
-        rows,
-        instances: listed
-            .iter()
-            .filter_map(|t| t.instance.as_ref())
-            .filter(|i| !matches!(i.state, Ec2State::Terminated | Ec2State::ShuttingDown))
-            .map(|i| i.id.clone())
-            .collect(),
-        ever: listed
-            .into_iter()
-            .filter_map(|t| t.instance)
-            .map(|i| i.id)
-            .collect(),
-    }
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn helm_upgrade_over_what_d589380_left_running_changes_nothing_then_rolls_out_and_replaces() {
@@ -122,7 +43,7 @@ async fn helm_upgrade_over_what_d589380_left_running_changes_nothing_then_rolls_
     let cp = ControlPlane::shared();
     let _crds = fresh_crds(cp).await;
     let client = cp.client().await;
-    cp.namespace_named(&client, NAMESPACE).await;
+    fresh_release_namespace(cp, &client).await;
     install_previous(cp, NAMESPACE);
     let loaded = release_state::load(&client, &fixtures().join("state")).await;
     let (stop_hosts, hosts_stopped) = tokio::sync::oneshot::channel::<()>();
@@ -135,38 +56,9 @@ async fn helm_upgrade_over_what_d589380_left_running_changes_nothing_then_rolls_
     // What the release left running, running again: its scheduler leads
     // from the restored pod, and both instances' agents poll.
     let db = pg::connect(&loaded.url).await;
-    within(
-        "the restored scheduler leading and both agents polling",
-        60,
-        || async {
-            let count = |sql: &'static str| {
-                let db = &db;
-                async move {
-                    db.query_one(sql, &[])
-                        .await
-                        .map(|r| r.get::<_, i64>(0))
-                        .map_err(|e| e.to_string())
-                }
-            };
-            let leading = count(
-                "select count(*) from orca.schedulers where ended is null \
-                 and role = 'leading' and seen > now() - interval '2 seconds'",
-            )
-            .await?;
-            let polling = count(
-                "select count(*) from orca.instances where ended is null \
-                 and idle is not null and polled > now() - interval '2 seconds'",
-            )
-            .await?;
-            match (leading, polling) {
-                (1, 2) => Ok(()),
-                _ => Err(format!("{leading} leading, {polling} polling")),
-            }
-        },
-    )
-    .await;
+    serving(&db, 2).await;
 
-    let before = running(&client, &loaded).await;
+    let before = running(&client, &loaded.url, &loaded.ec2).await;
     assert_eq!(before.pods.len(), 1, "{before:?}");
     assert_eq!(before.jobs.len(), 1, "{before:?}");
     assert_eq!(before.instances.len(), 2, "{before:?}");
@@ -273,25 +165,10 @@ async fn helm_upgrade_over_what_d589380_left_running_changes_nothing_then_rolls_
     stage("quiet 60 s");
     // Nothing that runs changes for 60 s of this release leading: each
     // sample, at least one a second, finds what ran before the upgrade.
-    let quiet = Instant::now();
-    let mut samples = 0;
-    while quiet.elapsed() < Duration::from_secs(60) {
-        let next = Instant::now() + Duration::from_secs(1);
-        let now = running(&client, &loaded).await;
-        samples += 1;
-        assert_eq!(
-            now,
-            before,
-            "{:?} into the upgrade, this release changed what runs\n{}",
-            started.elapsed(),
-            log()
-        );
-        tokio::time::sleep_until(next.into()).await;
-    }
-    assert!(
-        samples >= 30,
-        "{samples} samples in 60 s: the window was not watched"
-    );
+    quiet(&client, &loaded.url, &loaded.ec2, &before, || {
+        format!("{:?} into the upgrade\n{}", started.elapsed(), log())
+    })
+    .await;
 
     stage("rollout and replacement");
     // Then it acts as it would on its own objects: a rollout hands over,
@@ -305,23 +182,7 @@ async fn helm_upgrade_over_what_d589380_left_running_changes_nothing_then_rolls_
         )
         .await
         .unwrap();
-    within("the handover to v2", 120, || async {
-        let s = schedulers.get(SCHEDULER).await.map_err(|e| e.to_string())?;
-        let status = s.status.clone().unwrap_or_default();
-        let drained = status
-            .last_handover
-            .as_ref()
-            .is_some_and(|h| h.drained.is_some());
-        if status.phase == Phase::Ready
-            && status.leader.as_ref().is_some_and(|l| l.image == "v2")
-            && drained
-        {
-            Ok(())
-        } else {
-            Err(format!("{status:?}"))
-        }
-    })
-    .await;
+    handed_over_to(&schedulers, "v2").await;
     let image = warm::another_image(&loaded.ec2).await;
     pools
         .patch(
@@ -336,7 +197,7 @@ async fn helm_upgrade_over_what_d589380_left_running_changes_nothing_then_rolls_
         .await
         .unwrap();
     within("both instances replaced, one at a time", 240, || async {
-        let now = running(&client, &loaded).await;
+        let now = running(&client, &loaded.url, &loaded.ec2).await;
         let status = pools
             .get(POOL)
             .await
@@ -367,10 +228,10 @@ async fn helm_upgrade_over_what_d589380_left_running_changes_nothing_then_rolls_
     stage("rollback");
     // A rollback to the previous release: its chart again (no replica),
     // the CRDs kept, and nothing that runs deleted with the Deployment.
-    let rolled = running(&client, &loaded).await;
+    let rolled = running(&client, &loaded.url, &loaded.ec2).await;
     rollback_as_documented(cp, &client, NAMESPACE).await;
     assert!(schedulers.get_opt(SCHEDULER).await.unwrap().is_some());
     assert!(pools.get_opt(POOL).await.unwrap().is_some());
-    assert_eq!(running(&client, &loaded).await, rolled);
+    assert_eq!(running(&client, &loaded.url, &loaded.ec2).await, rolled);
     let _ = stop_hosts.send(());
 }
