@@ -350,6 +350,7 @@ fn pool_spec() -> impl Strategy<Value = WarmPoolSpec> {
                     idle: IdleRange { min, max },
                     schedules,
                     forecast: None,
+                    objective: None,
                     stopped: stopped.map(|(m, x)| StoppedRange {
                         min: m.min(max_instances),
                         max: x.map(|x| x.max(m.min(max_instances))),

@@ -140,6 +140,7 @@ pub fn spec(
         idle: IdleRange { min, max },
         schedules: vec![],
         forecast: None,
+        objective: None,
         stopped: None,
         max_instances,
         idle_seconds: 600,

@@ -222,8 +222,9 @@ fn no_file_of_the_operator_imports_its_importer() {
 
 /// The pure cores: what decides, with no I/O of its own — every file of
 /// `rollout/` (the Scheduler's decision and its tables), and these.
-const CORE: [&str; 13] = [
+const CORE: [&str; 14] = [
     "pool/plan.rs",
+    "pool/objective.rs",
     "pool/class.rs",
     "pool/budget.rs",
     "pool/schedule.rs",

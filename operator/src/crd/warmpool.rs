@@ -82,6 +82,12 @@ pub struct WarmPoolSpec {
     /// foresees for each hour of the week (see Forecast). Default none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub forecast: Option<super::forecast::Forecast>,
+    /// Keep runs' time to start under a target at the least cost: idle and
+    /// stopped instances chosen each hour from the pool's demand history and
+    /// measured start times, within the ranges above (see Objective).
+    /// Default none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub objective: Option<super::objective::Objective>,
     /// A reserve of instances kept stopped: launched, booted once, their
     /// agents reported, then stopped (no compute bill, EBS only). When idle
     /// instances fall below idle.min or runs wait, reserve instances are
@@ -484,6 +490,10 @@ pub struct WarmPoolStatus {
     /// weeks of history it came from.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub forecast: Option<super::forecast::ForecastStatus>,
+    /// With spec.objective: the share of the last hour's runs that started
+    /// within the target, and what the pool keeps for it and why.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub objective: Option<super::objective::ObjectiveStatus>,
     /// Instance-seconds the operator has seen, by instance type and capacity
     /// type (onDemand or spot): idle, busy, stopped (EBS only), and booting
     /// (booting, starting, being stopped or retired). What the pool cost.

@@ -243,6 +243,22 @@ fn pool_sizes(out: &mut String, spec: &WarmPoolSpec, status: &WarmPoolStatus) {
             f.weeks
         );
     }
+    if let (Some(o), Some(st)) = (&spec.objective, &status.objective) {
+        let attained = st
+            .attained_percent
+            .map(|p| format!("{p:.1} % of {} run(s) in the last hour", st.runs))
+            .unwrap_or_else(|| "no runs in the last hour".into());
+        let _ = writeln!(
+            out,
+            "Objective: {} % within {} s: {attained}; keeping {} idle, {} stopped \
+             (expected {:.1} %)",
+            o.time_to_start.percentile,
+            o.time_to_start.seconds,
+            st.idle,
+            st.stopped,
+            st.expected_percent
+        );
+    }
     if let Some(r) = &spec.stopped {
         let _ = writeln!(
             out,

@@ -47,6 +47,7 @@ pub(super) fn status(
         capacity_errors: holds.status(now),
         active_schedule: report.active_schedule.clone(),
         forecast: report.forecast.clone(),
+        objective: report.objective.clone(),
         instances: report.instances.clone(),
         // The Kubernetes mode's, which knows the Secret and the places.
         database_secret: None,

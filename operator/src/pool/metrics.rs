@@ -41,6 +41,8 @@ pub struct PoolMetrics {
     launching: Family<Labels, Gauge>,
     idle_min: Family<Labels, Gauge>,
     degraded: Family<Labels, Gauge>,
+    objective_attained: Family<Labels, Gauge<f64, AtomicU64>>,
+    objective_goal: Family<Labels, Gauge<f64, AtomicU64>>,
     starts: Family<Labels, Counter>,
     instance_seconds: Family<Labels, Counter<f64, AtomicU64>>,
     served: Family<Labels, Counter>,
@@ -68,6 +70,8 @@ impl PoolMetrics {
             launching: Family::default(),
             idle_min: Family::default(),
             degraded: Family::default(),
+            objective_attained: Family::default(),
+            objective_goal: Family::default(),
             starts: Family::default(),
             instance_seconds: Family::default(),
             served: Family::default(),
@@ -101,6 +105,7 @@ impl PoolMetrics {
             "1 while the WarmPool's Degraded condition is True",
             m.degraded.clone(),
         );
+        m.register_objective(r);
         r.register(
             "stopped_instances",
             "Instances in the stopped reserve",
@@ -180,6 +185,35 @@ impl PoolMetrics {
         self.degraded
             .get_or_create(&pool(p))
             .set(i64::from(degraded));
+    }
+
+    /// The objective's gauges, under `r`.
+    fn register_objective(&self, r: &mut Registry) {
+        r.register(
+            "objective_attained_ratio",
+            "With spec.objective: the share of the last hour's runs that started within its target",
+            self.objective_attained.clone(),
+        );
+        r.register(
+            "objective_goal_ratio",
+            "With spec.objective: the share of runs it asks to start within its target",
+            self.objective_goal.clone(),
+        );
+    }
+
+    /// Pool `p`'s objective: the share of the last hour's runs that started
+    /// within the target (`attained`, without runs none) and the share it
+    /// asks for (`orca_pool_objective_{attained,goal}_ratio`).
+    pub fn objective(&self, p: &str, attained: Option<f64>, goal: f64) {
+        self.objective_goal.get_or_create(&pool(p)).set(goal);
+        match attained {
+            Some(a) => {
+                self.objective_attained.get_or_create(&pool(p)).set(a);
+            }
+            None => {
+                self.objective_attained.remove(&pool(p));
+            }
+        }
     }
 
     /// Adds `secs` of pool `p`'s instances of `instance_type`, spot or not,

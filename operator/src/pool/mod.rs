@@ -44,6 +44,7 @@ pub mod instance;
 pub mod listings;
 mod live;
 pub mod metrics;
+pub mod objective;
 mod observe;
 mod pass;
 mod pass_report;

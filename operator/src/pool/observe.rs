@@ -16,6 +16,7 @@ use std::{
 use chrono::{DateTime, Utc};
 
 use super::forecast::{self, Demand, Floors};
+use super::objective::{Bounds, Choice, History, StartTimes};
 use super::plan::{Ec2Instance, Snapshot};
 
 use super::act::Actuator;
@@ -29,6 +30,25 @@ use crate::crd::WarmPoolSpec;
 
 /// How often the forecast is made again from the database's history.
 pub const FORECAST_EVERY: Duration = Duration::from_secs(3600);
+
+/// The shares of starts within the target before any was measured: an
+/// idle hand-out is (its run waits for nothing); the reserve and cold
+/// launches are relied on only once seen.
+const UNMEASURED: StartTimes = StartTimes {
+    idle: 1.0,
+    reserve: 0.0,
+    cold: 0.0,
+};
+
+/// Weeks of demand history the objective plans from.
+const OBJECTIVE_WEEKS: i32 = 4;
+
+/// The objective's plan for a pass: what to keep, and what from.
+#[derive(Clone, Debug, PartialEq)]
+pub(super) struct Planned {
+    pub(super) choice: Choice,
+    pub(super) planned_from: String,
+}
 
 /// After the tenancy tags were refused, they are tried again this much later.
 pub const MARK_RETRY: Duration = Duration::from_secs(300);
@@ -55,6 +75,12 @@ pub(super) struct Seen {
     pub(super) resolved_template: Option<(Instant, String)>,
     /// The forecast's floors and when they were made (`spec.forecast`).
     pub(super) floors: Option<(Instant, Floors)>,
+    /// The objective's demand history and when it was read
+    /// (`spec.objective`).
+    pub(super) history: Option<(Instant, History)>,
+    /// The share of each source's starts within the objective's target,
+    /// as last measured: kept through an hour without such starts.
+    pub(super) shares: StartTimes,
     /// The instances given their tenancy tags (see [`Observer::mark`]).
     pub(super) marked: HashSet<String>,
     /// When adding them was last refused.
@@ -72,6 +98,8 @@ impl Seen {
             types: HashMap::new(),
             resolved_template: None,
             floors: None,
+            history: None,
+            shares: UNMEASURED,
             marked: HashSet::new(),
             mark_failed: None,
         }
@@ -419,6 +447,105 @@ impl Observer<'_> {
         let f = forecast::floors(&spec, &demand, now);
         self.seen.floors = Some((Instant::now(), f.clone()));
         Ok(Some(f))
+    }
+
+    /// The objective's holdings for `now` within `bounds`
+    /// (`spec.objective`): planned from the demand history, read from the
+    /// database once every [`FORECAST_EVERY`] (and after a new spec) in
+    /// slices of one cold start as measured, and from the share of each
+    /// source's starts within the target (the last hour's, or as last
+    /// measured).
+    pub(super) async fn objective(
+        &mut self,
+        now: DateTime<Utc>,
+        bounds: Bounds,
+    ) -> Result<Option<Planned>, PoolError> {
+        let Some(objective) = self.spec.objective.clone() else {
+            self.seen.history = None;
+            return Ok(None);
+        };
+        let target = objective.time_to_start.seconds as f64;
+        let starts = &self.cost.starts;
+        use orca_db::pool::Source;
+        let shares = &mut self.seen.shares;
+        for (source, share) in [
+            (Source::Idle, &mut shares.idle),
+            (Source::Reserve, &mut shares.reserve),
+            (Source::Cold, &mut shares.cold),
+        ] {
+            if let Some((within, _)) = starts.within(source, target) {
+                *share = within;
+            }
+        }
+        let shares = self.seen.shares;
+        // Runs within one cold start of each other: a launch for the first
+        // serves none of the others in time.
+        let cold = starts
+            .quantile(Source::Cold, objective.goal())
+            .unwrap_or(300.0)
+            .clamp(30.0, 900.0);
+        let fresh = self
+            .seen
+            .history
+            .as_ref()
+            .filter(|(made, _)| made.elapsed() < FORECAST_EVERY)
+            .map(|(_, h)| h.clone());
+        let history = match fresh {
+            Some(h) => h,
+            None => {
+                let pool = self.act.pool.clone();
+                let slice = cold.round() as i64;
+                let counts = self
+                    .act
+                    .world
+                    .read(async |db| {
+                        orca_db::pool::demand_history(db, &pool, slice, OBJECTIVE_WEEKS).await
+                    })
+                    .await?;
+                let h = History {
+                    slice_secs: slice,
+                    counts: counts.into_iter().collect(),
+                };
+                self.seen.history = Some((Instant::now(), h.clone()));
+                h
+            }
+        };
+        let lead = chrono::Duration::seconds(cold as i64);
+        let plan = |slices: &[u32]| {
+            super::objective::choose(
+                slices,
+                objective.goal(),
+                &shares,
+                &bounds,
+                objective.stopped_cost(),
+            )
+        };
+        let choice = super::objective::at(&history, now, lead, plan);
+        let mut busiest = history.hour_of(now, now, i64::from(OBJECTIVE_WEEKS));
+        busiest.sort_unstable_by(|a, b| b.cmp(a));
+        busiest.truncate(3);
+        let planned_from = format!(
+            "busiest {}-second slices of this hour in {OBJECTIVE_WEEKS} weeks: {}; \
+             starts within {}s: idle {:.0} %, reserve {:.0} %, cold {:.0} %",
+            history.slice_secs,
+            if busiest.is_empty() {
+                "no runs".to_string()
+            } else {
+                busiest
+                    .iter()
+                    .map(|n| n.to_string())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            },
+            objective.time_to_start.seconds,
+            shares.idle * 100.0,
+            shares.reserve * 100.0,
+            shares.cold * 100.0,
+        );
+        Ok(Some(Planned {
+            choice,
+            planned_from,
+        }))
     }
 
     /// Asks EC2 about the spec's instance types this loop has not had

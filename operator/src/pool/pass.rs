@@ -21,13 +21,51 @@ use super::{
     plan::{plan, Ec2Instance, PoolPlan, Snapshot},
     schedule,
 };
-use crate::crd::WarmPoolSpec;
+use crate::crd::{Objective, ObjectiveStatus, WarmPoolSpec};
 use crate::fence::MaybeFenced;
 
 use super::act::Orders;
-use super::observe::Observer;
+use super::objective::Bounds;
+use super::observe::{Observer, Planned};
 use super::pass_report::{Deletion, PassReport, PoolError, PoolEvent};
 use super::pool_loop::PoolLoop;
+use super::starts::Starts;
+
+/// What the objective may choose from at a moment: its spec's idle range
+/// (the schedule's and the forecast's floor in it), its stopped range, and
+/// maxInstances.
+fn bounds_of(spec: &WarmPoolSpec) -> Bounds {
+    let n = |v: i32| u32::try_from(v).unwrap_or(0);
+    Bounds {
+        idle: (n(spec.idle.min), n(spec.idle.max).max(n(spec.idle.min))),
+        stopped: spec.stopped.as_ref().map(|s| {
+            let max = s.max.unwrap_or(s.min).max(s.min);
+            (n(s.min), n(max))
+        }),
+        max_instances: n(spec.max_instances),
+    }
+}
+
+/// `status.objective`: the share of the last hour's runs that started
+/// within the target, what the plan keeps and what from.
+fn objective_status(p: &Planned, o: &Objective, starts: &Starts) -> ObjectiveStatus {
+    use orca_db::pool::Source;
+    let target = o.time_to_start.seconds as f64;
+    let (within, runs) = [Source::Idle, Source::Reserve, Source::Cold]
+        .into_iter()
+        .filter_map(|s| starts.within(s, target))
+        .fold((0.0, 0usize), |(w, n), (share, runs)| {
+            (w + share * runs as f64, n + runs)
+        });
+    ObjectiveStatus {
+        attained_percent: (runs > 0).then(|| (within / runs as f64 * 1000.0).round() / 10.0),
+        runs: runs as i64,
+        idle: i32::try_from(p.choice.idle).unwrap_or(i32::MAX),
+        stopped: i32::try_from(p.choice.stopped).unwrap_or(i32::MAX),
+        planned_from: p.planned_from.clone(),
+        expected_percent: (p.choice.met * 1000.0).round() / 10.0,
+    }
+}
 
 /// The hours ahead whose floor `status.forecast` shows.
 const FORECAST_HOURS_SHOWN: usize = 6;
@@ -42,6 +80,8 @@ struct Moment {
     spec: WarmPoolSpec,
     active: Result<Option<schedule::Active>, schedule::ScheduleError>,
     floors: Option<Floors>,
+    /// With `spec.objective`: what it keeps, which raised the floors.
+    objective: Option<Planned>,
 }
 
 impl PoolLoop {
@@ -174,7 +214,7 @@ impl PoolLoop {
         let active = schedule::active(&self.spec.schedules, now);
         let floors = self.observer().floors(now).await?;
         let idle = schedule::idle_of(&self.spec, &active);
-        let spec = WarmPoolSpec {
+        let mut spec = WarmPoolSpec {
             idle: match &floors {
                 Some(f) => f.raise(&idle, now),
                 None => idle,
@@ -183,10 +223,22 @@ impl PoolLoop {
                 .map_or(self.spec.drain_timeout_seconds, |d| d.drain_timeout_seconds),
             ..self.spec.clone()
         };
+        let objective = self.observer().objective(now, bounds_of(&spec)).await?;
+        if let Some(p) = &objective {
+            // The objective only adds, within the ranges.
+            let idle = i32::try_from(p.choice.idle).unwrap_or(i32::MAX);
+            spec.idle.min = spec.idle.min.max(idle.min(spec.idle.max));
+            if let Some(stopped) = spec.stopped.as_mut() {
+                let max = stopped.max.unwrap_or(stopped.min);
+                let want = i32::try_from(p.choice.stopped).unwrap_or(i32::MAX);
+                stopped.min = stopped.min.max(want.min(max));
+            }
+        }
         Ok(Moment {
             spec,
             active,
             floors,
+            objective,
         })
     }
 
@@ -214,7 +266,7 @@ impl PoolLoop {
         decided: &PoolPlan,
         now: DateTime<Utc>,
     ) -> PassReport {
-        PassReport {
+        let mut report = PassReport {
             plan: decided.clone(),
             deleting: snap.deleting.is_some(),
             deleted: snap.deleting.is_some() && self.nothing_left(snap),
@@ -228,8 +280,33 @@ impl PoolLoop {
                     schedule::idle_at(&self.spec, t)
                 })
             }),
+            objective: moment
+                .objective
+                .as_ref()
+                .zip(self.spec.objective.as_ref())
+                .map(|(p, o)| objective_status(p, o, &self.cost.starts)),
             ..PassReport::default()
+        };
+        if let (Some(p), Some(o)) = (&moment.objective, &self.spec.objective) {
+            if let Some(binding) = p.choice.binding {
+                report.events.push(PoolEvent::new(
+                    "ObjectiveUnreachable",
+                    format!(
+                        "{} % of runs within {} s is out of reach: at most {:.1} % would have \
+                         started in time in this hour of past weeks, with {} idle and {} \
+                         stopped; what binds is {}",
+                        o.time_to_start.percentile,
+                        o.time_to_start.seconds,
+                        p.choice.met * 100.0,
+                        p.choice.idle,
+                        p.choice.stopped,
+                        binding.describe()
+                    ),
+                    true,
+                ));
+            }
         }
+        report
     }
 
     /// What the pass says beyond what it does: instance types that cannot

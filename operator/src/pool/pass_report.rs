@@ -66,6 +66,8 @@ pub struct PassReport {
     /// With `spec.forecast`: the floor of the hours ahead
     /// (`status.forecast`).
     pub forecast: Option<crate::crd::ForecastStatus>,
+    /// With `spec.objective`: how close it is (`status.objective`).
+    pub objective: Option<crate::crd::ObjectiveStatus>,
     /// The instances one by one (`status.instances`).
     pub instances: Vec<crate::crd::PoolInstance>,
 }

@@ -38,22 +38,8 @@ impl Starts {
             return None;
         }
         let of = |source: Source| {
-            let mut waits: Vec<f64> = self
-                .kept
-                .iter()
-                .filter(|h| h.source == source)
-                .map(|h| h.waited)
-                .collect();
-            if waits.is_empty() {
-                return None;
-            }
-            waits.sort_by(f64::total_cmp);
-            let millis = |q: f64| {
-                // The nearest rank: the smallest wait at least `q` of the
-                // runs did not exceed.
-                let rank = ((q * waits.len() as f64).ceil() as usize).clamp(1, waits.len());
-                (waits[rank - 1] * 1000.0).round() as i64
-            };
+            let waits = self.waits(source)?;
+            let millis = |q: f64| (nearest_rank(&waits, q) * 1000.0).round() as i64;
             Some(StartFigures {
                 runs: waits.len() as i64,
                 p50_millis: millis(0.5),
@@ -68,6 +54,41 @@ impl Starts {
             cold: of(Source::Cold),
         })
     }
+}
+
+impl Starts {
+    /// `source`'s waits in the window, sorted; `None` without any.
+    fn waits(&self, source: Source) -> Option<Vec<f64>> {
+        let mut waits: Vec<f64> = self
+            .kept
+            .iter()
+            .filter(|h| h.source == source)
+            .map(|h| h.waited)
+            .collect();
+        waits.sort_by(f64::total_cmp);
+        (!waits.is_empty()).then_some(waits)
+    }
+
+    /// The share of `source`'s hand-outs in the window whose run waited at
+    /// most `secs`, and how many there were; `None` without any.
+    pub fn within(&self, source: Source, secs: f64) -> Option<(f64, usize)> {
+        let waits = self.waits(source)?;
+        let within = waits.iter().filter(|w| **w <= secs).count();
+        Some((within as f64 / waits.len() as f64, waits.len()))
+    }
+
+    /// The `q` quantile (0 to 1) of `source`'s waits in the window, in
+    /// seconds; `None` without any.
+    pub fn quantile(&self, source: Source, q: f64) -> Option<f64> {
+        Some(nearest_rank(&self.waits(source)?, q))
+    }
+}
+
+/// The nearest rank of sorted, non-empty `waits`: the smallest wait at
+/// least `q` of the runs did not exceed.
+fn nearest_rank(waits: &[f64], q: f64) -> f64 {
+    let rank = ((q * waits.len() as f64).ceil() as usize).clamp(1, waits.len());
+    waits[rank - 1]
 }
 
 #[cfg(test)]
@@ -103,6 +124,19 @@ mod tests {
         assert_eq!(f.reserve.unwrap().p50_millis, 2500);
         s.add(&[], 9000.0);
         assert_eq!(s.figures(), None);
+    }
+
+    #[test]
+    fn the_share_within_a_target_is_by_source() {
+        let mut s = Starts::default();
+        let seen: Vec<HandOut> = (1..=10)
+            .map(|i| out(Source::Cold, f64::from(i) * 10.0, 1000.0 + f64::from(i)))
+            .collect();
+        s.add(&seen, 1100.0);
+        assert_eq!(s.within(Source::Cold, 35.0), Some((0.3, 10)));
+        assert_eq!(s.within(Source::Reserve, 35.0), None);
+        assert_eq!(s.quantile(Source::Cold, 0.95), Some(100.0));
+        assert_eq!(s.quantile(Source::Cold, 0.5), Some(50.0));
     }
 
     #[test]

@@ -5,30 +5,6 @@ use orca_operator::crd::Forecast;
 
 use super::*;
 
-/// Writes `n` hand-outs of `pool` at `at` (seconds apart) as the database
-/// keeps them: each an idle warm row ended by the hand-out, and its run's
-/// row made at the same moment, since ended.
-async fn hand_outs_at(db: &orca_db::Db, pool: &str, at: chrono::DateTime<Utc>, n: i64) {
-    for k in 0..n {
-        let instance = format!("i-history-{k}");
-        let t = at + chrono::Duration::seconds(k);
-        db.execute(
-            "insert into orca.instances (instance, pool, role, idle, polled, ended, ended_by)
-             values ($1, $2, 'warm', $3::timestamptz - interval '1 minute', $3, $3, 'handout')",
-            &[&instance, &pool, &t],
-        )
-        .await
-        .unwrap();
-        db.execute(
-            "insert into orca.instances (instance, pool, run, start, role, pooled, created, ended, ended_by)
-             values ($1, $2, $3, 1, 'head', true, $4, $4::timestamptz + interval '10 minutes', 'agent')",
-            &[&instance, &pool, &(1000 + k), &t],
-        )
-        .await
-        .unwrap();
-    }
-}
-
 #[tokio::test]
 async fn a_busy_hour_a_week_ago_raises_the_floor_now_within_idle_max() {
     let (moto, url, ec2, subnets) = warm::Stage::new().await.parts();

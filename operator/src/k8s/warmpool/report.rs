@@ -95,6 +95,11 @@ pub(super) async fn write_back(
         ctx.say(wp, e).await;
     }
     note_degraded(ctx, pool, &status);
+    if let (Some(m), Some(o), Some(st)) =
+        (&ctx.config.metrics, &wp.spec.objective, &status.objective)
+    {
+        m.objective(pool, st.attained_percent.map(|p| p / 100.0), o.goal());
+    }
     if state.last.as_ref() != Some(&status) {
         apply_status(&ctx.client, fence, wp, &status)
             .await

@@ -35,6 +35,7 @@ pub(in crate::pool) fn spec(min: i32, max: i32, max_instances: i32) -> WarmPoolS
         idle: IdleRange { min, max },
         schedules: vec![],
         forecast: None,
+        objective: None,
         stopped: None,
         max_instances,
         idle_seconds: 600,

@@ -1,0 +1,82 @@
+//! A WarmPool's time-to-start objective: its spec (how long a run may wait
+//! for its instance, for what share of runs) and what its status shows
+//! (how close the pool is, what it keeps and why).
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// Size the pool to how long runs may wait for an instance, rather than to
+/// a count: for each coming hour, from the pool's own demand history (the
+/// same hour of the last four weeks, runs counted within one cold start of
+/// each other) and the start times it has measured from each source (an
+/// idle hand-out, a start from the stopped reserve, a cold launch), the
+/// operator keeps the idle and stopped instances that start the given
+/// share of runs within the target at the least cost. idle, stopped,
+/// schedules and the forecast stay floors and ceilings: the objective only
+/// adds within them, and within maxInstances and the class's limits.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Objective {
+    pub time_to_start: StartTarget,
+    /// What a stopped instance costs a second against a running one (its
+    /// volumes' price against the instance's), for choosing between idle
+    /// instances and the stopped reserve. 0.001 to 1. Default 0.05 (a small
+    /// instance with a 20 GiB gp3 volume).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0.001, max = 1.0))]
+    pub stopped_cost_ratio: Option<f64>,
+}
+
+/// The objective's target.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct StartTarget {
+    /// The share of runs, in percent, that must start within `seconds`. 50
+    /// to 100. Default 95.
+    #[serde(default = "default_percentile")]
+    #[schemars(range(min = 50, max = 100))]
+    pub percentile: i32,
+    /// The longest wait that counts as met, in seconds: from a run's first
+    /// ask that found no instance to its hand-out. 1 to 3600.
+    #[schemars(range(min = 1, max = 3600))]
+    pub seconds: i64,
+}
+
+fn default_percentile() -> i32 {
+    95
+}
+
+impl Objective {
+    /// [`Objective::stopped_cost_ratio`], defaulted and within its range.
+    pub fn stopped_cost(&self) -> f64 {
+        self.stopped_cost_ratio.unwrap_or(0.05).clamp(0.001, 1.0)
+    }
+
+    /// The share of runs to start within the target, 0.5 to 1.
+    pub fn goal(&self) -> f64 {
+        f64::from(self.time_to_start.percentile.clamp(50, 100)) / 100.0
+    }
+}
+
+/// How a pool with an objective is doing.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ObjectiveStatus {
+    /// The share of the last hour's runs, in percent, that started within
+    /// the target; absent without runs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub attained_percent: Option<f64>,
+    /// How many runs that share counts.
+    #[serde(default)]
+    pub runs: i64,
+    /// What the pool keeps for the objective now: idle instances.
+    pub idle: i32,
+    /// And stopped ones.
+    pub stopped: i32,
+    /// What that was planned from: the busiest slices of the hour in past
+    /// weeks, and the share of each source's starts within the target.
+    pub planned_from: String,
+    /// The share of the planned hour's runs, in percent, that those holdings
+    /// would have started within the target.
+    pub expected_percent: f64,
+}

@@ -1,0 +1,373 @@
+//! Sizing a pool to a time-to-start objective (`spec.objective`): for the
+//! hour ahead, how many idle and how many stopped instances to keep so that
+//! the share of runs the objective names starts within its target, at the
+//! least cost. Pure: the demand history, the start times measured by
+//! source and the clock come in.
+//!
+//! The model. Runs that arrive within one cold start of each other (a
+//! slice) cannot be served by a launch made for the first of them: of the
+//! `n` runs of a slice, the first `idle` are handed an idle instance, the
+//! next `stopped` one started from the reserve, the rest wait for a cold
+//! launch. Each source starts a run within the target for the share of
+//! its starts measured so ([`StartTimes`]). An hour of the week is planned
+//! from the slices of that hour in the weeks of history: the runs that
+//! would have waited longer than the target, over all the runs. Of the
+//! holdings that meet the objective within the spec's bounds, the
+//! cheapest: an idle instance costs its running seconds, a stopped one
+//! its volumes' (`stoppedCostRatio` of that); the launches that replace
+//! what runs took are the same whatever is held, and are left out.
+
+use std::collections::BTreeMap;
+
+use chrono::{DateTime, Datelike, Duration, TimeZone, Timelike, Utc};
+
+const WEEK_SECS: i64 = 7 * 24 * 3600;
+
+/// The share of each source's starts that were within the target, 0 to 1
+/// (an idle hand-out almost always is; a source never measured counts as
+/// never within, so the plan relies on it only once it has been seen).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct StartTimes {
+    pub idle: f64,
+    pub reserve: f64,
+    pub cold: f64,
+}
+
+/// What the plan may choose from: the spec's (or the moment's) idle and
+/// stopped ranges, and the instances it may hold at most.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Bounds {
+    pub idle: (u32, u32),
+    /// `None` without `spec.stopped`: no reserve.
+    pub stopped: Option<(u32, u32)>,
+    pub max_instances: u32,
+}
+
+/// The limit that keeps a pool from its objective.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Binding {
+    /// `idle.max` (or `stopped.max`): more would meet it.
+    IdleMax,
+    StoppedMax,
+    /// `maxInstances` (or the class's limits, which lower it).
+    MaxInstances,
+    /// Every source that could hold more is slower than the target: the
+    /// reserve's starts and the cold launches.
+    SourcesTooSlow,
+}
+
+impl Binding {
+    /// For the `ObjectiveUnreachable` condition: what binds, in the spec's
+    /// words.
+    pub fn describe(self) -> &'static str {
+        match self {
+            Binding::IdleMax => "idle.max",
+            Binding::StoppedMax => "stopped.max",
+            Binding::MaxInstances => "maxInstances (or the class's limits)",
+            Binding::SourcesTooSlow => {
+                "the start times: more would wait for the stopped reserve or a cold launch, \
+                 both slower than the target"
+            }
+        }
+    }
+}
+
+/// What to keep for an hour.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Choice {
+    pub idle: u32,
+    pub stopped: u32,
+    /// The share of the hour's runs (in its weeks of history) that would
+    /// have started within the target, 0 to 1; 1 without runs.
+    pub met: f64,
+    /// What the choice holds an hour, in instance-seconds of a running
+    /// instance.
+    pub cost: f64,
+    /// Why the objective is not met, when it is not.
+    pub binding: Option<Binding>,
+}
+
+/// The runs of one slice that wait longer than the target with `idle` and
+/// `stopped` held: each source's share of its runs beyond the target.
+fn late(n: u32, idle: u32, stopped: u32, starts: &StartTimes) -> f64 {
+    let from_idle = n.min(idle);
+    let from_reserve = (n - from_idle).min(stopped);
+    let cold = n - from_idle - from_reserve;
+    f64::from(from_idle) * (1.0 - starts.idle)
+        + f64::from(from_reserve) * (1.0 - starts.reserve)
+        + f64::from(cold) * (1.0 - starts.cold)
+}
+
+/// The share of the runs of `slices` started within the target with
+/// `idle` and `stopped` held; 1 without runs.
+pub fn met(slices: &[u32], idle: u32, stopped: u32, starts: &StartTimes) -> f64 {
+    let runs: u32 = slices.iter().sum();
+    if runs == 0 {
+        return 1.0;
+    }
+    let late: f64 = slices.iter().map(|&n| late(n, idle, stopped, starts)).sum();
+    1.0 - late / f64::from(runs)
+}
+
+/// The cheapest holdings within `bounds` whose runs of `slices` start
+/// within the target for at least `goal` of them (0 to 1); when none does,
+/// the one that meets most of it, the cheapest of those, with the limit
+/// that binds.
+pub fn choose(
+    slices: &[u32],
+    goal: f64,
+    starts: &StartTimes,
+    bounds: &Bounds,
+    stopped_cost: f64,
+) -> Choice {
+    let cost =
+        |idle: u32, stopped: u32| 3600.0 * (f64::from(idle) + f64::from(stopped) * stopped_cost);
+    let (idle_min, idle_max) = bounds.idle;
+    let (stopped_min, stopped_max) = bounds.stopped.unwrap_or((0, 0));
+    let mut best: Option<Choice> = None;
+    let mut closest: Option<Choice> = None;
+    for stopped in stopped_min..=stopped_max {
+        if stopped + idle_min > bounds.max_instances {
+            break;
+        }
+        let idle_top = idle_max.min(bounds.max_instances - stopped);
+        for idle in idle_min..=idle_top.max(idle_min) {
+            let choice = Choice {
+                idle,
+                stopped,
+                met: met(slices, idle, stopped, starts),
+                cost: cost(idle, stopped),
+                binding: None,
+            };
+            if choice.met + 1e-9 >= goal {
+                if best.is_none_or(|b| choice.cost < b.cost) {
+                    best = Some(choice);
+                }
+                // More idle only costs more.
+                break;
+            }
+            let nearer = closest.is_none_or(|c| {
+                choice.met > c.met + 1e-9 || (choice.met + 1e-9 >= c.met && choice.cost < c.cost)
+            });
+            if nearer {
+                closest = Some(choice);
+            }
+        }
+    }
+    if let Some(b) = best {
+        return b;
+    }
+    let mut c = closest.unwrap_or(Choice {
+        idle: idle_min,
+        stopped: stopped_min,
+        met: met(slices, idle_min, stopped_min, starts),
+        cost: cost(idle_min, stopped_min),
+        binding: None,
+    });
+    c.binding = Some(binding(slices, goal, starts, bounds, &c));
+    c
+}
+
+/// Which limit keeps `closest` from `goal`: the one that, lifted, would
+/// let more runs start within the target.
+fn binding(
+    slices: &[u32],
+    goal: f64,
+    starts: &StartTimes,
+    bounds: &Bounds,
+    closest: &Choice,
+) -> Binding {
+    let peak = slices.iter().copied().max().unwrap_or(0);
+    let unbounded = met(slices, peak, 0, starts);
+    if unbounded + 1e-9 < goal {
+        // Even an idle instance for every run of every slice falls short:
+        // the idle hand-outs themselves are slow.
+        return Binding::SourcesTooSlow;
+    }
+    if closest.idle + closest.stopped >= bounds.max_instances {
+        return Binding::MaxInstances;
+    }
+    if closest.idle >= bounds.idle.1 {
+        if bounds.stopped.is_some_and(|(_, max)| closest.stopped < max) && starts.reserve < 1.0 {
+            return Binding::SourcesTooSlow;
+        }
+        return Binding::IdleMax;
+    }
+    Binding::StoppedMax
+}
+
+/// The demand history, counted in slices of `slice_secs`: the slice `k`
+/// covers `[k * slice_secs, (k + 1) * slice_secs)` in epoch seconds.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct History {
+    pub slice_secs: i64,
+    pub counts: BTreeMap<i64, u32>,
+}
+
+impl History {
+    /// The counts of the slices in the same hour of the week (UTC) as
+    /// `at`, in each of the `weeks` weeks before `now` (slices without a
+    /// run left out: they change no share).
+    pub fn hour_of(&self, at: DateTime<Utc>, now: DateTime<Utc>, weeks: i64) -> Vec<u32> {
+        let hour = hour_of_week(at);
+        let slice = self.slice_secs.max(1);
+        self.counts
+            .iter()
+            .filter(|(&k, &n)| {
+                let start = k * slice;
+                let age = now.timestamp() - start;
+                n > 0
+                    && (0..WEEK_SECS * weeks).contains(&age)
+                    && Utc
+                        .timestamp_opt(start, 0)
+                        .single()
+                        .is_some_and(|t| hour_of_week(t) == hour)
+            })
+            .map(|(_, &n)| n)
+            .collect()
+    }
+}
+
+/// The hour of the week of `t` (UTC): Monday 00:00–01:00 is 0.
+fn hour_of_week(t: DateTime<Utc>) -> u32 {
+    t.weekday().num_days_from_monday() * 24 + t.hour()
+}
+
+/// The choice for the moment `now`: the hour under way and, from one
+/// `lead` before the next hour, that one too — the more of each.
+pub fn at(
+    history: &History,
+    now: DateTime<Utc>,
+    lead: Duration,
+    plan: impl Fn(&[u32]) -> Choice,
+) -> Choice {
+    let this = plan(&history.hour_of(now, now, 4));
+    let ahead = plan(&history.hour_of(now + lead, now, 4));
+    Choice {
+        idle: this.idle.max(ahead.idle),
+        stopped: this.stopped.max(ahead.stopped),
+        met: this.met.min(ahead.met),
+        cost: this.cost.max(ahead.cost),
+        binding: this.binding.or(ahead.binding),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const FAST: StartTimes = StartTimes {
+        idle: 1.0,
+        reserve: 1.0,
+        cold: 0.0,
+    };
+
+    fn bounds(idle: (u32, u32), stopped: Option<(u32, u32)>, max: u32) -> Bounds {
+        Bounds {
+            idle,
+            stopped,
+            max_instances: max,
+        }
+    }
+
+    #[test]
+    fn the_share_met_counts_each_sources_runs_within_the_target() {
+        // Slices of 3 and 1 runs; 2 idle: the third run of the first slice
+        // waits for a cold launch, beyond the target.
+        assert_eq!(met(&[3, 1], 2, 0, &FAST), 0.75);
+        // A stopped instance serves it within the target.
+        assert_eq!(met(&[3, 1], 2, 1, &FAST), 1.0);
+        // A reserve within the target half the time.
+        let half = StartTimes {
+            reserve: 0.5,
+            ..FAST
+        };
+        assert_eq!(met(&[3, 1], 2, 1, &half), 0.875);
+        assert_eq!(met(&[], 0, 0, &FAST), 1.0);
+    }
+
+    #[test]
+    fn the_cheapest_holdings_that_meet_the_goal_are_chosen() {
+        // Twenty slices: most of one run, two of four.
+        let mut slices = vec![1u32; 18];
+        slices.extend([4, 4]);
+        type Row = (&'static str, f64, Option<(u32, u32)>, f64, (u32, u32));
+        let table: &[Row] = &[
+            // 26 runs; one idle leaves 6 late (77 %), two leave 4 (84.6 %),
+            // four leave none.
+            ("all within, idle only", 1.0, None, 0.05, (4, 0)),
+            ("84 %, idle only", 0.84, None, 0.05, (2, 0)),
+            // A stopped instance costs a twentieth of an idle one, and
+            // starts within the target: the reserve serves them all.
+            (
+                "all within, with a reserve",
+                1.0,
+                Some((0, 5)),
+                0.05,
+                (0, 4),
+            ),
+            // One as dear as an idle instance is no cheaper: idle only.
+            ("a dear reserve", 1.0, Some((0, 5)), 1.0, (4, 0)),
+        ];
+        for (what, goal, stopped, ratio, want) in table {
+            let c = choose(
+                &slices,
+                *goal,
+                &FAST,
+                &bounds((0, 10), *stopped, 20),
+                *ratio,
+            );
+            assert_eq!((c.idle, c.stopped), *want, "{what}: {c:?}");
+            assert!(c.met >= *goal, "{what}: {c:?}");
+            assert_eq!(c.binding, None, "{what}");
+        }
+    }
+
+    #[test]
+    fn the_spec_stays_a_floor_and_a_ceiling() {
+        // No runs: the floors of the spec.
+        let c = choose(&[], 0.95, &FAST, &bounds((2, 5), Some((1, 3)), 10), 0.05);
+        assert_eq!((c.idle, c.stopped, c.met), (2, 1, 1.0));
+        // idle.max binds: 5 runs at once, at most 3 idle, no reserve.
+        let c = choose(&[5], 1.0, &FAST, &bounds((0, 3), None, 10), 0.05);
+        assert_eq!((c.idle, c.binding), (3, Some(Binding::IdleMax)));
+        // maxInstances binds.
+        let c = choose(&[5], 1.0, &FAST, &bounds((0, 5), Some((0, 5)), 3), 0.05);
+        assert_eq!(c.idle + c.stopped, 3);
+        assert_eq!(c.binding, Some(Binding::MaxInstances));
+        // The reserve starts slower than the target: it does not help, and
+        // the limit named is the start time, not stopped.max.
+        let slow = StartTimes {
+            reserve: 0.0,
+            ..FAST
+        };
+        let c = choose(&[5], 1.0, &slow, &bounds((0, 3), Some((0, 5)), 10), 0.05);
+        assert_eq!((c.idle, c.stopped), (3, 0));
+        assert_eq!(c.binding, Some(Binding::SourcesTooSlow));
+    }
+
+    #[test]
+    fn an_hour_is_planned_from_the_same_hour_of_past_weeks() {
+        let t = |s: &str| DateTime::parse_from_rfc3339(s).unwrap().with_timezone(&Utc);
+        let now = t("2026-12-07T08:58:00Z"); // a Monday
+        let mut h = History {
+            slice_secs: 300,
+            ..Default::default()
+        };
+        let mut add = |at: &str, n: u32| {
+            h.counts.insert(t(at).timestamp() / 300, n);
+        };
+        add("2026-11-30T09:05:00Z", 4); // last Monday 09:00
+        add("2026-11-23T09:40:00Z", 2); // the one before
+        add("2026-11-30T08:05:00Z", 1); // last Monday 08:00
+        add("2026-10-26T09:05:00Z", 9); // six weeks ago: too old
+        let mut nine = h.hour_of(t("2026-12-07T09:00:00Z"), now, 4);
+        nine.sort_unstable();
+        assert_eq!(nine, [2, 4]);
+        assert_eq!(h.hour_of(now, now, 4), [1]);
+        // Two minutes before 09:00 with a five-minute lead: 09:00's plan.
+        let plan = |s: &[u32]| choose(s, 1.0, &FAST, &bounds((0, 9), None, 9), 0.05);
+        assert_eq!(at(&h, now, Duration::minutes(5), plan).idle, 4);
+        assert_eq!(at(&h, now, Duration::minutes(1), plan).idle, 1);
+    }
+}

@@ -1,0 +1,89 @@
+//! A pool sized to a time-to-start objective (`spec.objective`): from its
+//! hand-out history in Postgres it keeps the idle instances that would
+//! have started its share of runs within the target, within its limits,
+//! says what it keeps and what from, and is `Degraded`
+//! `ObjectiveUnreachable` naming the limit that keeps it short.
+
+use orca_operator::crd::{Objective, StartTarget};
+
+use super::*;
+
+fn objective(percentile: i32, seconds: i64) -> Option<Objective> {
+    Some(Objective {
+        time_to_start: StartTarget {
+            percentile,
+            seconds,
+        },
+        stopped_cost_ratio: None,
+    })
+}
+
+/// The pool's `Degraded` condition, when True: its reason and message.
+fn degraded(status: &WarmPoolStatus) -> Option<(String, String)> {
+    status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == "Degraded" && c.status == "True")
+        .map(|c| (c.reason.clone(), c.message.clone()))
+}
+
+/// Four runs at once in this hour a week ago: no launch made for the
+/// first serves the others within 20 s, so the pool keeps four idle.
+async fn busy_hour_a_week_ago(db: &orca_db::Db, pool: &str) {
+    let week_ago = (Utc::now() - chrono::Duration::days(7)).timestamp();
+    let slice = chrono::DateTime::from_timestamp(week_ago - week_ago % 300, 0).unwrap();
+    hand_outs_at(db, pool, slice, 4).await;
+}
+
+#[tokio::test]
+async fn a_pool_with_an_objective_keeps_what_its_busiest_slice_needed_and_says_so() {
+    let (moto, url, ec2, subnets) = warm::Stage::new().await.parts();
+    let pool = "objective/pool";
+    let db = pg::connect(&url).await;
+    // Before any history: its idle range, and no runs to plan from.
+    let mut spec = warm::spec(&moto.endpoint(), &["t3.micro"], &subnets[..1], 1, 6, 8);
+    spec.objective = objective(95, 20);
+    let mut lp = warm::pool_loop(pool, spec.clone(), &url).await;
+    let report = lp.pass(Utc::now()).await.unwrap();
+    assert_eq!(report.idle_min, 1);
+    let status = report.status.objective.clone().expect("status.objective");
+    assert_eq!((status.idle, status.attained_percent), (1, None));
+    assert!(status.planned_from.contains("no runs"), "{status:?}");
+
+    // With the busy hour in the history (read again after a new spec).
+    busy_hour_a_week_ago(&db, pool).await;
+    lp.set_spec(spec.clone()).await;
+    let report = lp.pass(Utc::now()).await.unwrap();
+    assert_eq!(report.idle_min, 4);
+    assert_eq!(present(&ec2, pool).await.len(), 4);
+    let status = report.status.objective.clone().expect("status.objective");
+    assert_eq!((status.idle, status.stopped), (4, 0), "{status:?}");
+    assert_eq!(status.expected_percent, 100.0);
+    assert!(status.planned_from.contains(": 4;"), "{status:?}");
+    assert_eq!(degraded(&report.status), None);
+
+    // A lower share asks for fewer: 75 % of four runs is three.
+    spec.objective = objective(75, 20);
+    lp.set_spec(spec).await;
+    let report = lp.pass(Utc::now()).await.unwrap();
+    assert_eq!(report.idle_min, 3);
+}
+
+#[tokio::test]
+async fn an_objective_beyond_max_instances_is_degraded_naming_it() {
+    let (moto, url, ec2, subnets) = warm::Stage::new().await.parts();
+    let pool = "objective/capped";
+    let db = pg::connect(&url).await;
+    busy_hour_a_week_ago(&db, pool).await;
+    let mut spec = warm::spec(&moto.endpoint(), &["t3.micro"], &subnets[..1], 0, 2, 2);
+    spec.objective = objective(95, 20);
+    let mut lp = warm::pool_loop(pool, spec, &url).await;
+    let report = lp.pass(Utc::now()).await.unwrap();
+    // As near as it gets: two idle, within maxInstances.
+    assert_eq!(report.idle_min, 2);
+    assert_eq!(present(&ec2, pool).await.len(), 2);
+    let (reason, message) = degraded(&report.status).expect("Degraded");
+    assert_eq!(reason, "ObjectiveUnreachable");
+    assert!(message.contains("maxInstances"), "{message}");
+    assert!(message.contains("at most 50.0 %"), "{message}");
+}
