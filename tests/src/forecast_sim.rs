@@ -2,20 +2,50 @@
 //! arrive with a daily and weekly cycle, the operator's own plan
 //! (`orca_operator::pool::plan`) decides each tick what to launch and
 //! retire, and instances boot, serve runs and power off when idle too long
-//! as the agent makes them. The idle floor is either a static `idle.min` or
-//! the forecast warm-up (`orca_operator::pool::forecast`), fed the
-//! simulated history. What it tells: runs that waited for a cold launch,
-//! and the instance-hours paid.
+//! as the agent makes them. The idle floor is either a static `idle.min`, a
+//! schedule's, the forecast warm-up (`orca_operator::pool::forecast`) or
+//! a time-to-start objective (`orca_operator::pool::objective`), each fed
+//! the simulated history. What it tells: runs that waited for a cold
+//! launch and how long each waited, and the instance-hours paid.
 
 use std::collections::{BTreeMap, HashSet, VecDeque};
 
 use chrono::{DateTime, Datelike, Duration, Timelike, Utc};
-use orca_operator::crd::{Forecast, WarmPoolSpec};
+use orca_operator::crd::{Forecast, Objective, StartTarget, WarmPoolSpec};
 use orca_operator::pool::{
     drift::launch_hash,
     forecast::{floors, Demand, Floors},
+    objective::{self, Bounds, History, StartTimes},
     plan::{Ec2Instance, Ec2State, Limits, Offering, PoolRow, Snapshot},
+    schedule,
 };
+
+/// How often the simulated operator plans for its objective again.
+const PLAN_EVERY: i64 = 600;
+
+/// The share of the last hour's hand-outs within `target` seconds, by
+/// source (a run handed an idle instance at once, or one that waited for a
+/// launch), as the operator measures them; a source not seen counts as
+/// the operator counts it (idle always in time, a launch never).
+fn shares(recent: &VecDeque<(i64, bool, i64)>, target: i64) -> StartTimes {
+    let share = |cold: bool, unseen: f64| {
+        let of: Vec<i64> = recent
+            .iter()
+            .filter(|(_, c, _)| *c == cold)
+            .map(|(_, _, w)| *w)
+            .collect();
+        if of.is_empty() {
+            unseen
+        } else {
+            of.iter().filter(|w| **w <= target).count() as f64 / of.len() as f64
+        }
+    };
+    StartTimes {
+        idle: share(false, 1.0),
+        reserve: 0.0,
+        cold: share(true, 0.0),
+    }
+}
 
 /// The simulated world's constants.
 #[derive(Clone, Debug)]
@@ -34,7 +64,25 @@ pub struct World {
     pub run_secs: i64,
     /// Runs a minute at the busiest hour of a workday.
     pub peak_per_min: f64,
+    /// Bursts of runs at once, a workday: how many, and how many runs each.
+    pub bursts_per_day: u32,
+    pub burst_runs: u32,
+    /// Days (from the start) whose boots take `slow_boot_secs` instead: a
+    /// new image that boots slower, for a week.
+    pub slow_days: std::ops::Range<i64>,
+    pub slow_boot_secs: i64,
     pub seed: u64,
+}
+
+impl World {
+    /// From launch to an idle row, for a launch at `s`.
+    pub fn boot_at(&self, s: i64) -> i64 {
+        if self.slow_days.contains(&(s / 86_400)) {
+            self.slow_boot_secs
+        } else {
+            self.boot_secs
+        }
+    }
 }
 
 impl Default for World {
@@ -49,6 +97,10 @@ impl Default for World {
             boot_secs: 180,
             run_secs: 900,
             peak_per_min: 1.0,
+            bursts_per_day: 0,
+            burst_runs: 0,
+            slow_days: 0..0,
+            slow_boot_secs: 180,
             seed: 7,
         }
     }
@@ -118,6 +170,17 @@ pub fn arrivals(w: &World) -> Vec<i64> {
         }
         s += w.tick_secs;
     }
+    // Bursts: on workdays, at random moments between 08:00 and 18:00.
+    for day in 0..(w.warm_up_days + w.days) {
+        let t = w.start + Duration::days(day);
+        if t.weekday().number_from_monday() >= 6 {
+            continue;
+        }
+        for _ in 0..w.bursts_per_day {
+            let at = day * 86_400 + 8 * 3600 + (rng.next() * 10.0 * 3600.0) as i64;
+            out.extend(std::iter::repeat_n(at, w.burst_runs as usize));
+        }
+    }
     out.sort_unstable();
     out
 }
@@ -130,6 +193,42 @@ pub struct Outcome {
     pub cold: u64,
     /// Instance-hours of every instance, booting, idle or busy.
     pub instance_hours: f64,
+    /// Those of instances not serving a run (booting or idle): what the
+    /// policy holds, the busy hours being the same under any.
+    pub warm_hours: f64,
+    /// Each measured run's wait for an instance, in seconds (to the tick),
+    /// and the hour it arrived in (from the start).
+    pub waits: Vec<(i64, i64)>,
+}
+
+impl Outcome {
+    /// The share of runs that waited at most `secs`.
+    pub fn within(&self, secs: i64) -> f64 {
+        if self.waits.is_empty() {
+            return 1.0;
+        }
+        let n = self.waits.iter().filter(|(_, w)| *w <= secs).count();
+        n as f64 / self.waits.len() as f64
+    }
+
+    /// The share of hours with runs in which at least `goal` of them waited
+    /// at most `secs`.
+    pub fn hours_met(&self, secs: i64, goal: f64) -> f64 {
+        let mut by_hour: BTreeMap<i64, (u32, u32)> = BTreeMap::new();
+        for (hour, wait) in &self.waits {
+            let e = by_hour.entry(*hour).or_default();
+            e.0 += 1;
+            e.1 += u32::from(*wait <= secs);
+        }
+        if by_hour.is_empty() {
+            return 1.0;
+        }
+        let met = by_hour
+            .values()
+            .filter(|(n, ok)| f64::from(*ok) + 1e-9 >= goal * f64::from(*n))
+            .count();
+        met as f64 / by_hour.len() as f64
+    }
 }
 
 struct Instance {
@@ -167,6 +266,16 @@ pub fn simulate(w: &World, spec: &WarmPoolSpec, arrivals: &[i64]) -> Outcome {
     let mut next_id = 0i64;
     let mut history = Demand::new(spec.forecast.as_ref().map_or(300, |f| f.lead_seconds));
     let mut made: Option<(i64, Floors)> = None;
+    // The objective's: demand in slices of one boot, read once an hour as
+    // the operator reads it, and the last hour's hand-outs (when, whether
+    // the run waited for a launch, its wait) for the shares within target.
+    let mut counts = History {
+        slice_secs: w.boot_secs,
+        ..History::default()
+    };
+    let mut read: Option<(i64, History)> = None;
+    let mut planned: Option<(i64, objective::Choice)> = None;
+    let mut recent: VecDeque<(i64, bool, i64)> = VecDeque::new();
     let mut next_arrival = 0usize;
     let mut s = 0i64;
     while s < end {
@@ -176,7 +285,7 @@ pub fn simulate(w: &World, spec: &WarmPoolSpec, arrivals: &[i64]) -> Outcome {
         // minute after it).
         for i in &mut instances {
             match i.row {
-                None if s - i.launched >= w.boot_secs => i.row = Some(Row::Idle(s)),
+                None if s - i.launched >= w.boot_at(i.launched) => i.row = Some(Row::Idle(s)),
                 Some(Row::Busy(until)) if s >= until => i.row = Some(Row::Idle(s)),
                 _ => {}
             }
@@ -189,7 +298,12 @@ pub fn simulate(w: &World, spec: &WarmPoolSpec, arrivals: &[i64]) -> Outcome {
         while next_arrival < arrivals.len() && arrivals[next_arrival] < s + w.tick_secs {
             let at = arrivals[next_arrival];
             next_arrival += 1;
-            history.add((w.start + Duration::seconds(at)).timestamp());
+            let epoch = (w.start + Duration::seconds(at)).timestamp();
+            history.add(epoch);
+            *counts
+                .counts
+                .entry(epoch.div_euclid(counts.slice_secs))
+                .or_default() += 1;
             out.runs += u64::from(at >= measured_from);
             arrived.push_back(at);
         }
@@ -197,13 +311,18 @@ pub fn simulate(w: &World, spec: &WarmPoolSpec, arrivals: &[i64]) -> Outcome {
             if !matches!(i.row, Some(Row::Idle(_))) {
                 continue;
             }
-            if waiting
-                .pop_front()
-                .or_else(|| arrived.pop_front())
-                .is_none()
-            {
-                break;
+            let (at, waited_for_launch) = match waiting.pop_front() {
+                Some(at) => (at, true),
+                None => match arrived.pop_front() {
+                    Some(at) => (at, false),
+                    None => break,
+                },
+            };
+            let wait = (s - at).max(0);
+            if at >= measured_from {
+                out.waits.push(((at - measured_from) / 3600, wait));
             }
+            recent.push_back((s, waited_for_launch, wait));
             i.row = Some(Row::Busy(s + w.run_secs));
             i.uses += 1;
             next_id += 1;
@@ -214,14 +333,46 @@ pub fn simulate(w: &World, spec: &WarmPoolSpec, arrivals: &[i64]) -> Outcome {
             out.cold += u64::from(at >= measured_from);
             waiting.push_back(at);
         }
-        // The plan, with the idle range the forecast raises.
+        // The plan, with the idle range of the schedule under way, which
+        // the forecast and the objective raise.
         let mut pass_spec = spec.clone();
+        let active = schedule::active(&spec.schedules, now);
+        pass_spec.idle = schedule::idle_of(spec, &active);
         if let Some(f) = &spec.forecast {
             if made.as_ref().is_none_or(|(at, _)| s - at >= 3600) {
                 made = Some((s, floors(f, &history, now)));
             }
             if let Some((_, fl)) = &made {
-                pass_spec.idle = fl.raise(&spec.idle, now);
+                pass_spec.idle = fl.raise(&pass_spec.idle, now);
+            }
+        }
+        while recent.front().is_some_and(|(at, _, _)| s - at >= 3600) {
+            recent.pop_front();
+        }
+        if let Some(o) = &spec.objective {
+            if read.as_ref().is_none_or(|(at, _)| s - at >= 3600) {
+                read = Some((s, counts.clone()));
+            }
+            if planned.as_ref().is_none_or(|(at, _)| s - at >= PLAN_EVERY) {
+                let shares = shares(&recent, o.time_to_start.seconds);
+                let h = &read.as_ref().expect("read just now").1;
+                let bounds = Bounds {
+                    idle: (
+                        pass_spec.idle.min.max(0) as u32,
+                        pass_spec.idle.max.max(0) as u32,
+                    ),
+                    stopped: None,
+                    max_instances: spec.max_instances.max(0) as u32,
+                };
+                let plan = |slices: &[u32]| {
+                    objective::choose(slices, o.goal(), &shares, &bounds, o.stopped_cost())
+                };
+                let lead = Duration::seconds(w.boot_at(s));
+                planned = Some((s, objective::at(h, now, lead, plan)));
+            }
+            if let Some((_, c)) = &planned {
+                let idle = c.idle as i32;
+                pass_spec.idle.min = pass_spec.idle.min.max(idle.min(pass_spec.idle.max));
             }
         }
         let snap = snapshot(&instances, &hash, &offering, s, w.start, waiting.len());
@@ -245,7 +396,13 @@ pub fn simulate(w: &World, spec: &WarmPoolSpec, arrivals: &[i64]) -> Outcome {
             }
         }
         if measured {
-            out.instance_hours += instances.len() as f64 * w.tick_secs as f64 / 3600.0;
+            let hours = w.tick_secs as f64 / 3600.0;
+            let busy = instances
+                .iter()
+                .filter(|i| matches!(i.row, Some(Row::Busy(_))))
+                .count();
+            out.instance_hours += instances.len() as f64 * hours;
+            out.warm_hours += (instances.len() - busy) as f64 * hours;
         }
         s += w.tick_secs;
     }
@@ -317,6 +474,37 @@ pub fn spec(min: i32, max: i32, max_instances: i32) -> WarmPoolSpec {
     );
     s.boot_timeout_seconds = 300;
     s
+}
+
+/// `spec` with a time-to-start objective: `percentile` % of runs within
+/// `seconds`.
+pub fn with_objective(mut spec: WarmPoolSpec, percentile: i32, seconds: i64) -> WarmPoolSpec {
+    spec.objective = Some(Objective {
+        time_to_start: StartTarget {
+            percentile,
+            seconds,
+        },
+        stopped_cost_ratio: None,
+    });
+    spec
+}
+
+/// `spec` with a schedule: `idle.min` = `min` on workdays from 08:00 for
+/// 11 hours.
+pub fn with_workday_schedule(mut spec: WarmPoolSpec, min: i32) -> WarmPoolSpec {
+    use orca_operator::crd::{IdleRange, IdleSchedule, Period};
+    spec.schedules = vec![IdleSchedule {
+        period: Period {
+            cron: "0 8 * * 1-5".into(),
+            timezone: "UTC".into(),
+            duration: "11h".into(),
+        },
+        idle: IdleRange {
+            min,
+            max: spec.idle.max,
+        },
+    }];
+    spec
 }
 
 /// `spec` with the forecast warm-up (its defaults but the lead, one boot).
