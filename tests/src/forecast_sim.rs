@@ -273,7 +273,7 @@ pub fn simulate(w: &World, spec: &WarmPoolSpec, arrivals: &[i64]) -> Outcome {
         slice_secs: w.boot_secs,
         ..History::default()
     };
-    let mut read: Option<(i64, History)> = None;
+    let mut read: Option<(i64, Vec<Vec<u32>>)> = None;
     let mut planned: Option<(i64, objective::Choice)> = None;
     let mut recent: VecDeque<(i64, bool, i64)> = VecDeque::new();
     let mut next_arrival = 0usize;
@@ -351,7 +351,7 @@ pub fn simulate(w: &World, spec: &WarmPoolSpec, arrivals: &[i64]) -> Outcome {
         }
         if let Some(o) = &spec.objective {
             if read.as_ref().is_none_or(|(at, _)| s - at >= 3600) {
-                read = Some((s, counts.clone()));
+                read = Some((s, counts.by_hour(now, 4)));
             }
             if planned.as_ref().is_none_or(|(at, _)| s - at >= PLAN_EVERY) {
                 let shares = shares(&recent, o.time_to_start.seconds);

@@ -16,6 +16,9 @@
 //! cheapest: an idle instance costs its running seconds, a stopped one
 //! its volumes' (`stoppedCostRatio` of that); the launches that replace
 //! what runs took are the same whatever is held, and are left out.
+//!
+//! Kept whole, one concept: the model, the search over it, and the hours
+//! of the week it is fed.
 
 use std::collections::BTreeMap;
 
@@ -228,21 +231,53 @@ impl History {
     }
 }
 
+impl History {
+    /// [`History::hour_of`] for every hour of the week at once, by hour
+    /// (Monday 00:00 UTC is 0): read once with the history, so that a pass
+    /// looks its hour up rather than going through four weeks of slices.
+    pub fn by_hour(&self, now: DateTime<Utc>, weeks: i64) -> Vec<Vec<u32>> {
+        let mut hours = vec![Vec::new(); HOURS];
+        let slice = self.slice_secs.max(1);
+        for (&k, &n) in &self.counts {
+            let start = k * slice;
+            let age = now.timestamp() - start;
+            if n == 0 || !(0..WEEK_SECS * weeks).contains(&age) {
+                continue;
+            }
+            if let Some(t) = Utc.timestamp_opt(start, 0).single() {
+                hours[hour_of_week(t) as usize].push(n);
+            }
+        }
+        hours
+    }
+}
+
+/// Hours in a week.
+const HOURS: usize = 7 * 24;
+
 /// The hour of the week of `t` (UTC): Monday 00:00–01:00 is 0.
 fn hour_of_week(t: DateTime<Utc>) -> u32 {
     t.weekday().num_days_from_monday() * 24 + t.hour()
 }
 
-/// The choice for the moment `now`: the hour under way and, from one
+/// The slices of `t`'s hour of the week in `hours` ([`History::by_hour`]).
+pub fn at_hour(hours: &[Vec<u32>], t: DateTime<Utc>) -> &[u32] {
+    hours
+        .get(hour_of_week(t) as usize)
+        .map_or(&[][..], Vec::as_slice)
+}
+
+/// The choice for the moment `now` from the slices of each hour of the
+/// week (`hours`, [`History::by_hour`]): the hour under way and, from one
 /// `lead` before the next hour, that one too — the more of each.
 pub fn at(
-    history: &History,
+    hours: &[Vec<u32>],
     now: DateTime<Utc>,
     lead: Duration,
     plan: impl Fn(&[u32]) -> Choice,
 ) -> Choice {
-    let this = plan(&history.hour_of(now, now, 4));
-    let ahead = plan(&history.hour_of(now + lead, now, 4));
+    let this = plan(at_hour(hours, now));
+    let ahead = plan(at_hour(hours, now + lead));
     Choice {
         idle: this.idle.max(ahead.idle),
         stopped: this.stopped.max(ahead.stopped),
@@ -367,7 +402,12 @@ mod tests {
         assert_eq!(h.hour_of(now, now, 4), [1]);
         // Two minutes before 09:00 with a five-minute lead: 09:00's plan.
         let plan = |s: &[u32]| choose(s, 1.0, &FAST, &bounds((0, 9), None, 9), 0.05);
-        assert_eq!(at(&h, now, Duration::minutes(5), plan).idle, 4);
-        assert_eq!(at(&h, now, Duration::minutes(1), plan).idle, 1);
+        let hours = h.by_hour(now, 4);
+        assert_eq!(hours.len(), 168);
+        let mut monday_nine = hours[9].clone();
+        monday_nine.sort_unstable();
+        assert_eq!(monday_nine, nine);
+        assert_eq!(at(&hours, now, Duration::minutes(5), plan).idle, 4);
+        assert_eq!(at(&hours, now, Duration::minutes(1), plan).idle, 1);
     }
 }

@@ -75,9 +75,9 @@ pub(super) struct Seen {
     pub(super) resolved_template: Option<(Instant, String)>,
     /// The forecast's floors and when they were made (`spec.forecast`).
     pub(super) floors: Option<(Instant, Floors)>,
-    /// The objective's demand history and when it was read
-    /// (`spec.objective`).
-    pub(super) history: Option<(Instant, History)>,
+    /// When the objective's demand history was read, its slices' length,
+    /// and its slices by hour of the week (`spec.objective`).
+    pub(super) history: Option<(Instant, i64, Vec<Vec<u32>>)>,
     /// The share of each source's starts within the objective's target,
     /// as last measured: kept through an hour without such starts.
     pub(super) shares: StartTimes,
@@ -488,27 +488,26 @@ impl Observer<'_> {
             .seen
             .history
             .as_ref()
-            .filter(|(made, _)| made.elapsed() < FORECAST_EVERY)
-            .map(|(_, h)| h.clone());
-        let history = match fresh {
-            Some(h) => h,
-            None => {
-                let pool = self.act.pool.clone();
-                let slice = cold.round() as i64;
-                let counts = self
-                    .act
-                    .world
-                    .read(async |db| {
-                        orca_db::pool::demand_history(db, &pool, slice, OBJECTIVE_WEEKS).await
-                    })
-                    .await?;
-                let h = History {
-                    slice_secs: slice,
-                    counts: counts.into_iter().collect(),
-                };
-                self.seen.history = Some((Instant::now(), h.clone()));
-                h
-            }
+            .is_some_and(|(made, _, _)| made.elapsed() < FORECAST_EVERY);
+        if !fresh {
+            let pool = self.act.pool.clone();
+            let slice = cold.round() as i64;
+            let counts = self
+                .act
+                .world
+                .read(async |db| {
+                    orca_db::pool::demand_history(db, &pool, slice, OBJECTIVE_WEEKS).await
+                })
+                .await?;
+            let h = History {
+                slice_secs: slice,
+                counts: counts.into_iter().collect(),
+            };
+            let hours = h.by_hour(now, i64::from(OBJECTIVE_WEEKS));
+            self.seen.history = Some((Instant::now(), slice, hours));
+        }
+        let Some((_, slice_secs, hours)) = &self.seen.history else {
+            return Ok(None);
         };
         let lead = chrono::Duration::seconds(cold as i64);
         let plan = |slices: &[u32]| {
@@ -520,14 +519,14 @@ impl Observer<'_> {
                 objective.stopped_cost(),
             )
         };
-        let choice = super::objective::at(&history, now, lead, plan);
-        let mut busiest = history.hour_of(now, now, i64::from(OBJECTIVE_WEEKS));
+        let choice = super::objective::at(hours, now, lead, plan);
+        let mut busiest = super::objective::at_hour(hours, now).to_vec();
         busiest.sort_unstable_by(|a, b| b.cmp(a));
         busiest.truncate(3);
         let planned_from = format!(
             "busiest {}-second slices of this hour in {OBJECTIVE_WEEKS} weeks: {}; \
              starts within {}s: idle {:.0} %, reserve {:.0} %, cold {:.0} %",
-            history.slice_secs,
+            slice_secs,
             if busiest.is_empty() {
                 "no runs".to_string()
             } else {
