@@ -125,51 +125,68 @@ pub fn choose(
 ) -> Choice {
     let cost =
         |idle: u32, stopped: u32| 3600.0 * (f64::from(idle) + f64::from(stopped) * stopped_cost);
+    let choice = |idle: u32, stopped: u32| Choice {
+        idle,
+        stopped,
+        met: met(slices, idle, stopped, starts),
+        cost: cost(idle, stopped),
+        binding: None,
+    };
     let (idle_min, idle_max) = bounds.idle;
     let (stopped_min, stopped_max) = bounds.stopped.unwrap_or((0, 0));
+    // Holding more than the busiest slice's runs of either kind serves no
+    // run more: the search stops there, and takes at most STOPPED_STEPS
+    // reserve sizes and a bisection of idle counts for each, however wide
+    // the ranges a spec gives (10 000 each at most).
+    let peak = slices.iter().copied().max().unwrap_or(0);
+    let stopped_top = stopped_max.min(stopped_min.max(peak));
+    let step = ((stopped_top.saturating_sub(stopped_min)) / STOPPED_STEPS).max(1) as usize;
     let mut best: Option<Choice> = None;
     let mut closest: Option<Choice> = None;
-    for stopped in stopped_min..=stopped_max {
+    for stopped in (stopped_min..=stopped_top).step_by(step) {
         if stopped + idle_min > bounds.max_instances {
             break;
         }
-        let idle_top = idle_max.min(bounds.max_instances - stopped);
-        for idle in idle_min..=idle_top.max(idle_min) {
-            let choice = Choice {
-                idle,
-                stopped,
-                met: met(slices, idle, stopped, starts),
-                cost: cost(idle, stopped),
-                binding: None,
-            };
-            if choice.met + 1e-9 >= goal {
-                if best.is_none_or(|b| choice.cost < b.cost) {
-                    best = Some(choice);
-                }
-                // More idle only costs more.
-                break;
-            }
+        let top = idle_max
+            .min(bounds.max_instances - stopped)
+            .min(idle_min.max(peak))
+            .max(idle_min);
+        let most = choice(top, stopped);
+        if most.met + 1e-9 < goal {
             let nearer = closest.is_none_or(|c| {
-                choice.met > c.met + 1e-9 || (choice.met + 1e-9 >= c.met && choice.cost < c.cost)
+                most.met > c.met + 1e-9 || (most.met + 1e-9 >= c.met && most.cost < c.cost)
             });
             if nearer {
-                closest = Some(choice);
+                closest = Some(most);
             }
+            continue;
+        }
+        // The fewest idle that meet it: more idle never starts fewer runs
+        // in time.
+        let (mut low, mut high) = (idle_min, top);
+        while low < high {
+            let mid = low + (high - low) / 2;
+            if choice(mid, stopped).met + 1e-9 >= goal {
+                high = mid;
+            } else {
+                low = mid + 1;
+            }
+        }
+        let found = choice(low, stopped);
+        if best.is_none_or(|b| found.cost < b.cost) {
+            best = Some(found);
         }
     }
     if let Some(b) = best {
         return b;
     }
-    let mut c = closest.unwrap_or(Choice {
-        idle: idle_min,
-        stopped: stopped_min,
-        met: met(slices, idle_min, stopped_min, starts),
-        cost: cost(idle_min, stopped_min),
-        binding: None,
-    });
+    let mut c = closest.unwrap_or_else(|| choice(idle_min, stopped_min));
     c.binding = Some(binding(slices, goal, starts, bounds, &c));
     c
 }
+
+/// The most reserve sizes [`choose`] tries.
+const STOPPED_STEPS: u32 = 256;
 
 /// Which limit keeps `closest` from `goal`: the one that, lifted, would
 /// let more runs start within the target.
@@ -379,6 +396,19 @@ mod tests {
         let c = choose(&[5], 1.0, &slow, &bounds((0, 3), Some((0, 5)), 10), 0.05);
         assert_eq!((c.idle, c.stopped), (3, 0));
         assert_eq!(c.binding, Some(Binding::SourcesTooSlow));
+    }
+
+    #[test]
+    fn the_widest_ranges_a_spec_allows_are_searched_in_bounded_steps() {
+        // A tenant's own history may hold any number of runs at once, and
+        // its spec ranges of 10 000: the choice still comes at once.
+        let slices = vec![1_000_000u32; 480];
+        // (Searched one by one, this was 10^8 holdings of 480 slices each:
+        // a pass that never ended, on a worker every pool shares.)
+        let wide = bounds((0, 10_000), Some((0, 10_000)), 10_000);
+        let c = choose(&slices, 1.0, &FAST, &wide, 0.05);
+        assert_eq!(c.idle + c.stopped, 10_000, "{c:?}");
+        assert_eq!(c.binding, Some(Binding::MaxInstances));
     }
 
     #[test]
