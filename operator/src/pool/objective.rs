@@ -225,33 +225,11 @@ pub struct History {
 }
 
 impl History {
-    /// The counts of the slices in the same hour of the week (UTC) as
-    /// `at`, in each of the `weeks` weeks before `now` (slices without a
-    /// run left out: they change no share).
-    pub fn hour_of(&self, at: DateTime<Utc>, now: DateTime<Utc>, weeks: i64) -> Vec<u32> {
-        let hour = hour_of_week(at);
-        let slice = self.slice_secs.max(1);
-        self.counts
-            .iter()
-            .filter(|(&k, &n)| {
-                let start = k * slice;
-                let age = now.timestamp() - start;
-                n > 0
-                    && (0..WEEK_SECS * weeks).contains(&age)
-                    && Utc
-                        .timestamp_opt(start, 0)
-                        .single()
-                        .is_some_and(|t| hour_of_week(t) == hour)
-            })
-            .map(|(_, &n)| n)
-            .collect()
-    }
-}
-
-impl History {
-    /// [`History::hour_of`] for every hour of the week at once, by hour
-    /// (Monday 00:00 UTC is 0): read once with the history, so that a pass
-    /// looks its hour up rather than going through four weeks of slices.
+    /// The counts of the slices of each hour of the week (UTC; Monday
+    /// 00:00 is 0) in the `weeks` weeks before `now`, slices without a run
+    /// left out (they change no share): made once with the history, so
+    /// that a pass looks its hour up rather than going through four weeks
+    /// of slices.
     pub fn by_hour(&self, now: DateTime<Utc>, weeks: i64) -> Vec<Vec<u32>> {
         let mut hours = vec![Vec::new(); HOURS];
         let slice = self.slice_secs.max(1);
@@ -426,17 +404,14 @@ mod tests {
         add("2026-11-23T09:40:00Z", 2); // the one before
         add("2026-11-30T08:05:00Z", 1); // last Monday 08:00
         add("2026-10-26T09:05:00Z", 9); // six weeks ago: too old
-        let mut nine = h.hour_of(t("2026-12-07T09:00:00Z"), now, 4);
+        let hours = h.by_hour(now, 4);
+        let mut nine = at_hour(&hours, t("2026-12-07T09:00:00Z")).to_vec();
         nine.sort_unstable();
         assert_eq!(nine, [2, 4]);
-        assert_eq!(h.hour_of(now, now, 4), [1]);
+        assert_eq!(at_hour(&hours, now), [1]);
         // Two minutes before 09:00 with a five-minute lead: 09:00's plan.
         let plan = |s: &[u32]| choose(s, 1.0, &FAST, &bounds((0, 9), None, 9), 0.05);
-        let hours = h.by_hour(now, 4);
         assert_eq!(hours.len(), 168);
-        let mut monday_nine = hours[9].clone();
-        monday_nine.sort_unstable();
-        assert_eq!(monday_nine, nine);
         assert_eq!(at(&hours, now, Duration::minutes(5), plan).idle, 4);
         assert_eq!(at(&hours, now, Duration::minutes(1), plan).idle, 1);
     }
