@@ -363,6 +363,7 @@ pub fn simulate(w: &World, spec: &WarmPoolSpec, arrivals: &[i64]) -> Outcome {
                     ),
                     stopped: None,
                     max_instances: spec.max_instances.max(0) as u32,
+                    class: None,
                 };
                 let plan = |slices: &[u32]| {
                     objective::choose(slices, o.goal(), &shares, &bounds, o.stopped_cost())

@@ -401,6 +401,51 @@ impl Budget {
         )
     }
 
+    /// The limit of the class that leaves the least room for one more
+    /// instance of `instance_type`, and the instance type whose vCPUs are
+    /// not known, if one is and a vCPU limit needs it.
+    fn tightest(
+        &self,
+        book: &Book,
+        vcpus: &HashMap<String, i64>,
+        instance_type: &str,
+    ) -> (Option<Room>, Option<String>) {
+        let usage = book.by_namespace(vcpus);
+        let mut total = Usage::default();
+        for u in usage.values() {
+            total.add(*u);
+        }
+        let mine = usage.get(&self.namespace).copied().unwrap_or_default();
+        let unknown = book
+            .types()
+            .chain([instance_type])
+            .find(|t| !vcpus.contains_key(*t))
+            .map(str::to_string);
+        let vcpu_limit = book.limits.vcpus.is_some() || book.namespace_limits.vcpus.is_some();
+        let per = match (&unknown, vcpu_limit) {
+            // What is counted so far is not known in vCPUs: nothing fits.
+            (Some(_), true) => 0,
+            _ => vcpus.get(instance_type).copied().unwrap_or(0),
+        };
+        (tightest(book, total, mine, per, &self.namespace), unknown)
+    }
+
+    /// How many more instances of `instance_type` the class's limits leave
+    /// room for now, with the limit that leaves the least: `None` when no
+    /// limit applies, or while the class or its instances are not known
+    /// (no launch is granted then anyway). Grants nothing: for the bounds
+    /// of a plan, whose launches [`Budget::grant`] still checks.
+    pub fn room(&self, instance_type: &str) -> Option<(u32, &'static str)> {
+        let books = locked(&self.budgets.books);
+        let vcpus = locked(&self.budgets.vcpus);
+        let book = books.get(&self.class)?;
+        if book.uncounted().is_some() {
+            return None;
+        }
+        let (room, _) = self.tightest(book, &vcpus, instance_type);
+        room.map(|r| (u32::try_from(r.count.max(0)).unwrap_or(u32::MAX), r.limit))
+    }
+
     /// Up to `wanted` instances of `instance_type`, as many as every limit
     /// of the class leaves room for; those granted count at once, until
     /// the launch is answered ([`Budget::launched`], [`Budget::lost`],
@@ -430,24 +475,7 @@ impl Budget {
                 }),
             };
         }
-        let usage = book.by_namespace(&vcpus);
-        let mut total = Usage::default();
-        for u in usage.values() {
-            total.add(*u);
-        }
-        let mine = usage.get(&self.namespace).copied().unwrap_or_default();
-        let unknown = book
-            .types()
-            .chain([instance_type])
-            .find(|t| !vcpus.contains_key(*t))
-            .map(str::to_string);
-        let vcpu_limit = book.limits.vcpus.is_some() || book.namespace_limits.vcpus.is_some();
-        let per = match (&unknown, vcpu_limit) {
-            // What is counted so far is not known in vCPUs: nothing fits.
-            (Some(_), true) => 0,
-            _ => vcpus.get(instance_type).copied().unwrap_or(0),
-        };
-        let tightest = tightest(book, total, mine, per, &self.namespace);
+        let (tightest, unknown) = self.tightest(book, &vcpus, instance_type);
         let count = tightest
             .as_ref()
             .map_or(wanted as i64, |r| r.count.min(wanted as i64)) as u32;

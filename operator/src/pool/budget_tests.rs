@@ -63,6 +63,29 @@ fn a_namespace_gets_no_more_than_its_limit_and_says_which() {
 }
 
 #[test]
+fn the_room_a_plan_is_bounded_by_is_the_tightest_limit_and_grants_nothing() {
+    let listed = [("i-1", "a", "t3.micro"), ("i-2", "b", "t3.xlarge")];
+    // 12 vCPUs in all (6 taken): one more xlarge, three more micro; a's
+    // own limit of 2 instances leaves one.
+    let b = book(limits(None, Some(12)), limits(Some(2), None), &listed);
+    let p = b.budget("shared", "a/p", "a");
+    assert_eq!(p.room("t3.xlarge"), Some((1, "limits.vcpus")));
+    assert_eq!(p.room("t3.micro"), Some((1, "namespaceLimits.instances")));
+    // Asking twice took nothing.
+    assert_eq!(p.grant("t3.micro", 5).count, 1);
+    assert_eq!(p.room("t3.micro"), Some((0, "namespaceLimits.instances")));
+    // No limits: no room to name.
+    let free = book(limits(None, None), limits(None, None), &listed);
+    assert_eq!(free.budget("shared", "a/p", "a").room("t3.micro"), None);
+    // A class not counted yet: not known, and nothing is granted either.
+    let uncounted = Arc::new(Budgets::default());
+    uncounted.set_limits("shared", &spec(limits(Some(1), None), limits(None, None)));
+    let p = uncounted.budget("shared", "a/p", "a");
+    assert_eq!(p.room("t3.micro"), None);
+    assert_eq!(p.grant("t3.micro", 1).count, 0);
+}
+
+#[test]
 fn what_ec2_lists_under_the_class_counts_whatever_its_pool_is_doing() {
     // Three of namespace a's instances run with no pool, no loop, no
     // status (orphaned, their WarmPool deleted): a's limit is taken.

@@ -44,6 +44,19 @@ pub struct Bounds {
     /// `None` without `spec.stopped`: no reserve.
     pub stopped: Option<(u32, u32)>,
     pub max_instances: u32,
+    /// What the class's limits let the pool hold idle and stopped at most
+    /// (what it holds now and the room they leave), with the limit that
+    /// leaves the least; `None`: no class limit applies.
+    pub class: Option<(u32, &'static str)>,
+}
+
+impl Bounds {
+    /// The most instances the pool may hold idle and stopped: maxInstances,
+    /// or less where the class's limits leave less.
+    fn most(&self) -> u32 {
+        self.class
+            .map_or(self.max_instances, |(n, _)| n.min(self.max_instances))
+    }
 }
 
 /// The limit that keeps a pool from its objective.
@@ -52,8 +65,11 @@ pub enum Binding {
     /// `idle.max` (or `stopped.max`): more would meet it.
     IdleMax,
     StoppedMax,
-    /// `maxInstances` (or the class's limits, which lower it).
+    /// `maxInstances`.
     MaxInstances,
+    /// One of the class's limits (named): the room its other pools and
+    /// namespaces leave.
+    Class(&'static str),
     /// Every source that could hold more is slower than the target: the
     /// reserve's starts and the cold launches.
     SourcesTooSlow,
@@ -62,15 +78,15 @@ pub enum Binding {
 impl Binding {
     /// For the `ObjectiveUnreachable` condition: what binds, in the spec's
     /// words.
-    pub fn describe(self) -> &'static str {
+    pub fn describe(self) -> String {
         match self {
-            Binding::IdleMax => "idle.max",
-            Binding::StoppedMax => "stopped.max",
-            Binding::MaxInstances => "maxInstances (or the class's limits)",
-            Binding::SourcesTooSlow => {
-                "the start times: more would wait for the stopped reserve or a cold launch, \
-                 both slower than the target"
-            }
+            Binding::IdleMax => "idle.max".into(),
+            Binding::StoppedMax => "stopped.max".into(),
+            Binding::MaxInstances => "maxInstances".into(),
+            Binding::Class(limit) => format!("the WarmPoolClass's {limit}"),
+            Binding::SourcesTooSlow => "the start times: more would wait for the stopped \
+                 reserve or a cold launch, both slower than the target"
+                .into(),
         }
     }
 }
@@ -143,12 +159,13 @@ pub fn choose(
     let step = ((stopped_top.saturating_sub(stopped_min)) / STOPPED_STEPS).max(1) as usize;
     let mut best: Option<Choice> = None;
     let mut closest: Option<Choice> = None;
+    let most = bounds.most();
     for stopped in (stopped_min..=stopped_top).step_by(step) {
-        if stopped + idle_min > bounds.max_instances {
+        if stopped + idle_min > most {
             break;
         }
         let top = idle_max
-            .min(bounds.max_instances - stopped)
+            .min(most - stopped)
             .min(idle_min.max(peak))
             .max(idle_min);
         let most = choice(top, stopped);
@@ -204,8 +221,11 @@ fn binding(
         // the idle hand-outs themselves are slow.
         return Binding::SourcesTooSlow;
     }
-    if closest.idle + closest.stopped >= bounds.max_instances {
-        return Binding::MaxInstances;
+    if closest.idle + closest.stopped >= bounds.most() {
+        return match bounds.class {
+            Some((n, limit)) if n < bounds.max_instances => Binding::Class(limit),
+            _ => Binding::MaxInstances,
+        };
     }
     if closest.idle >= bounds.idle.1 {
         if bounds.stopped.is_some_and(|(_, max)| closest.stopped < max) && starts.reserve < 1.0 {
@@ -297,6 +317,7 @@ mod tests {
             idle,
             stopped,
             max_instances: max,
+            class: None,
         }
     }
 
@@ -365,6 +386,19 @@ mod tests {
         let c = choose(&[5], 1.0, &FAST, &bounds((0, 5), Some((0, 5)), 3), 0.05);
         assert_eq!(c.idle + c.stopped, 3);
         assert_eq!(c.binding, Some(Binding::MaxInstances));
+        // The class's limits leave less than maxInstances: they bind, by
+        // name; with more room than maxInstances, maxInstances does.
+        let class = |n| Bounds {
+            class: Some((n, "namespaceLimits.vcpus")),
+            ..bounds((0, 5), None, 3)
+        };
+        let c = choose(&[5], 1.0, &FAST, &class(2), 0.05);
+        assert_eq!(
+            (c.idle, c.binding),
+            (2, Some(Binding::Class("namespaceLimits.vcpus")))
+        );
+        let c = choose(&[5], 1.0, &FAST, &class(9), 0.05);
+        assert_eq!((c.idle, c.binding), (3, Some(Binding::MaxInstances)));
         // The reserve starts slower than the target: it does not help, and
         // the limit named is the start time, not stopped.max.
         let slow = StartTimes {

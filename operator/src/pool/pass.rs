@@ -32,9 +32,9 @@ use super::pool_loop::PoolLoop;
 use super::starts::Starts;
 
 /// What the objective may choose from at a moment: its spec's idle range
-/// (the schedule's and the forecast's floor in it), its stopped range, and
-/// maxInstances.
-fn bounds_of(spec: &WarmPoolSpec) -> Bounds {
+/// (the schedule's and the forecast's floor in it), its stopped range,
+/// maxInstances, and what the class's limits let it hold (`class`).
+fn bounds_of(spec: &WarmPoolSpec, class: Option<(u32, &'static str)>) -> Bounds {
     let n = |v: i32| u32::try_from(v).unwrap_or(0);
     Bounds {
         idle: (n(spec.idle.min), n(spec.idle.max).max(n(spec.idle.min))),
@@ -43,6 +43,7 @@ fn bounds_of(spec: &WarmPoolSpec) -> Bounds {
             (n(s.min), n(max))
         }),
         max_instances: n(spec.max_instances),
+        class,
     }
 }
 
@@ -97,7 +98,7 @@ impl PoolLoop {
         snap.deleting = deletion.map(|d| d.since);
         self.act.holds.expire(now);
         let foreign = self.hold_foreign_types(now);
-        let moment = self.moment(now, deletion).await?;
+        let moment = self.moment(now, deletion, &snap).await?;
         let spec = &moment.spec;
         let decided = plan(spec, &snap, self.act.holds.until(), &self.limits(), now);
         self.count_cost(&snap);
@@ -204,12 +205,13 @@ impl PoolLoop {
         }
     }
 
-    /// The spec of the pass at `now`, with `deletion` if the WarmPool is
-    /// being deleted (see [`Moment`]).
+    /// The spec of the pass at `now` over `snap`, with `deletion` if the
+    /// WarmPool is being deleted (see [`Moment`]).
     async fn moment(
         &mut self,
         now: DateTime<Utc>,
         deletion: Option<Deletion>,
+        snap: &Snapshot,
     ) -> Result<Moment, PoolError> {
         let active = schedule::active(&self.spec.schedules, now);
         let floors = self.observer().floors(now).await?;
@@ -223,7 +225,8 @@ impl PoolLoop {
                 .map_or(self.spec.drain_timeout_seconds, |d| d.drain_timeout_seconds),
             ..self.spec.clone()
         };
-        let objective = self.observer().objective(now, bounds_of(&spec)).await?;
+        let bounds = bounds_of(&spec, self.class_room(snap));
+        let objective = self.observer().objective(now, bounds).await?;
         if let Some(p) = &objective {
             // The objective only adds, within the ranges.
             let idle = i32::try_from(p.choice.idle).unwrap_or(i32::MAX);
@@ -240,6 +243,30 @@ impl PoolLoop {
             floors,
             objective,
         })
+    }
+
+    /// What the class's limits let the pool hold idle and stopped (see
+    /// [`Bounds::class`]): the instances it has that are in no run, and the
+    /// room left for the instance type that fits the most. `None` without
+    /// a class limit that applies, or while the class is not counted.
+    fn class_room(&self, snap: &Snapshot) -> Option<(u32, &'static str)> {
+        let budget = self.act.budget.as_ref()?;
+        let mut most: Option<(u32, &'static str)> = None;
+        for t in &self.spec.launch.instance_types {
+            // A type no limit holds back: the class does not bound the pool.
+            let room = budget.room(t)?;
+            if most.is_none_or(|(n, _)| room.0 > n) {
+                most = Some(room);
+            }
+        }
+        let (room, limit) = most?;
+        let present = snap.instances.iter().filter(|i| i.state.is_present());
+        let busy = snap.rows.iter().filter(|r| r.run.is_some()).count();
+        let held = present.count().saturating_sub(busy);
+        Some((
+            room.saturating_add(u32::try_from(held).unwrap_or(u32::MAX)),
+            limit,
+        ))
     }
 
     /// Counts the instance-seconds since the last pass: what each instance

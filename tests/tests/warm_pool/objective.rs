@@ -87,3 +87,50 @@ async fn an_objective_beyond_max_instances_is_degraded_naming_it() {
     assert!(message.contains("maxInstances"), "{message}");
     assert!(message.contains("at most 50.0 %"), "{message}");
 }
+
+#[tokio::test]
+async fn an_objective_beyond_the_class_s_room_is_degraded_naming_the_limit() {
+    use orca_operator::crd::{ClassLimits, WarmPoolClassSpec};
+    use orca_operator::pool::budget::{Budgets, Census};
+    let (moto, url, ec2, subnets) = warm::Stage::new().await.parts();
+    let pool = "objective/classed";
+    let db = pg::connect(&url).await;
+    busy_hour_a_week_ago(&db, pool).await;
+    // maxInstances would allow the four the history asks for; the class
+    // leaves the namespace two.
+    let mut spec = warm::spec(&moto.endpoint(), &["t3.micro"], &subnets[..1], 0, 6, 8);
+    spec.objective = objective(95, 20);
+    let mut class: WarmPoolClassSpec =
+        serde_yaml::from_str("region: r\nlaunch: {runCommand: run}\n").unwrap();
+    class.namespace_limits = Some(ClassLimits {
+        instances: Some(2),
+        vcpus: None,
+    });
+    let budgets = Arc::new(Budgets::default());
+    budgets.set_limits("shared", &class);
+    let census = Census {
+        asked: Instant::now(),
+        instances: Vec::new(),
+    };
+    budgets.census("shared", census);
+    let mut lp = warm::pool_loop(pool, spec, &url).await;
+    lp.set_budget(Some(budgets.budget("shared", pool, "objective")));
+    let report = lp.pass(Utc::now()).await.unwrap();
+    assert_eq!(present(&ec2, pool).await.len(), 2);
+    let status = report.status.objective.clone().expect("status.objective");
+    assert_eq!(status.idle, 2, "{status:?}");
+    let (reason, message) = degraded(&report.status).expect("Degraded");
+    assert_eq!(reason, "ObjectiveUnreachable");
+    assert!(
+        message.contains("the WarmPoolClass's namespaceLimits.instances"),
+        "{message}"
+    );
+    // Once the two run, the room is what they leave: the plan asks for no
+    // more than the class allows, and says the same.
+    let report = lp.pass(Utc::now()).await.unwrap();
+    assert_eq!(present(&ec2, pool).await.len(), 2);
+    assert_eq!(
+        degraded(&report.status).map(|d| d.0).as_deref(),
+        Some("ObjectiveUnreachable")
+    );
+}
