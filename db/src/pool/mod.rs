@@ -41,9 +41,9 @@ mod operator;
 
 pub use notice::{record_notice, Notice};
 pub use operator::{
-    claim, claim_reserved, demand_history, end_busy_row, end_claim, end_idle_rows, had_rows,
-    hand_outs_since, known, live_rows, reserve_idle_rows, unwake_rows, wake_rows, HandOut, PoolRow,
-    Served, Source,
+    attainment, claim, claim_reserved, demand_history, end_busy_row, end_claim, end_idle_rows,
+    had_rows, hand_outs_since, known, live_rows, reserve_idle_rows, unwake_rows, wake_rows,
+    HandOut, PoolRow, Served, Source,
 };
 
 /// The client's bound on one of the agent's statements, a little beyond the

@@ -206,6 +206,31 @@ pub struct HandOut {
     pub at: f64,
 }
 
+/// Of `pool`'s hand-outs in the last `hours` hours, how many started
+/// their run within `secs` (a run handed an instance at once waited
+/// nothing) and how many there were, joined as [`hand_outs_since`] joins
+/// them.
+pub async fn attainment(db: &Db, pool: &str, secs: f64, hours: i32) -> Result<(u64, u64), DbError> {
+    let row = db
+        .query_one(
+            "select count(*) filter (where coalesce(waited, 0) <= $2), count(*)
+             from (select extract(epoch from h.created - (
+                          select d.asked from orca.pool_demand d
+                          where d.pool = $1 and d.run = h.run and d.start = h.start
+                            and d.served = h.created
+                          order by d.asked limit 1))::float8 as waited
+                   from orca.instances w
+                   join orca.instances h
+                     on h.instance = w.instance and h.pooled and h.created = w.ended
+                   where w.pool = $1 and w.ended_by = 'handout'
+                     and w.ended > now() - make_interval(hours => $3)) starts",
+            &[&pool, &secs, &hours],
+        )
+        .await?;
+    let n = |i: usize| u64::try_from(row.get::<_, i64>(i)).unwrap_or(0);
+    Ok((n(0), n(1)))
+}
+
 /// The hand-outs of `pool` whose idle row ended after `after` (the
 /// database's epoch seconds), oldest first: 10 000 at most, the next
 /// call going on from the last one's. A hand-out ends the idle row

@@ -79,4 +79,32 @@ pub struct ObjectiveStatus {
     /// The share of the planned hour's runs, in percent, that those holdings
     /// would have started within the target.
     pub expected_percent: f64,
+    /// The share of the last 24 hours' runs, in percent, that started
+    /// within the target (read every five minutes); absent without runs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub day_attained_percent: Option<f64>,
+    /// How many runs that share counts.
+    #[serde(default)]
+    pub day_runs: i64,
+    /// What the objective plans to hold over the next 24 hours, in
+    /// instance-hours of a running instance (a stopped hour counts at
+    /// stoppedCostRatio), with the floors of the moment it was planned
+    /// (hourly, with the history).
+    #[serde(default)]
+    pub expected_instance_hours: f64,
+    /// The static floor that would meet the same objective, to set against
+    /// it; absent when no idle.min within idle.max and maxInstances would.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub static_floor: Option<StaticFloor>,
+}
+
+/// The fewest idle instances that, kept at every hour, would have started
+/// the objective's share of the last four weeks' runs within its target.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct StaticFloor {
+    /// The `idle.min` it takes.
+    pub idle: i32,
+    /// What that holds over 24 hours, in instance-hours.
+    pub instance_hours: f64,
 }

@@ -244,19 +244,32 @@ fn pool_sizes(out: &mut String, spec: &WarmPoolSpec, status: &WarmPoolStatus) {
         );
     }
     if let (Some(o), Some(st)) = (&spec.objective, &status.objective) {
-        let attained = st
-            .attained_percent
-            .map(|p| format!("{p:.1} % of {} run(s) in the last hour", st.runs))
-            .unwrap_or_else(|| "no runs in the last hour".into());
+        let attained = |p: Option<f64>, runs: i64, when: &str| {
+            p.map(|p| format!("{p:.1} % of {runs} run(s) in the last {when}"))
+                .unwrap_or_else(|| format!("no runs in the last {when}"))
+        };
+        let against = st
+            .static_floor
+            .as_ref()
+            .map(|f| {
+                format!(
+                    " against {:.0} for a static idle.min {}",
+                    f.instance_hours, f.idle
+                )
+            })
+            .unwrap_or_else(|| ", no static idle.min would meet it".into());
         let _ = writeln!(
             out,
-            "Objective: {} % within {} s: {attained}; keeping {} idle, {} stopped \
-             (expected {:.1} %)",
+            "Objective: {} % within {} s: {}, {}; keeping {} idle, {} stopped \
+             (expected {:.1} %); next 24 h {:.1} instance-h{against}",
             o.time_to_start.percentile,
             o.time_to_start.seconds,
+            attained(st.attained_percent, st.runs, "hour"),
+            attained(st.day_attained_percent, st.day_runs, "day"),
             st.idle,
             st.stopped,
-            st.expected_percent
+            st.expected_percent,
+            st.expected_instance_hours,
         );
     }
     if let Some(r) = &spec.stopped {

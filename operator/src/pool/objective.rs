@@ -302,6 +302,57 @@ pub fn at(
     }
 }
 
+/// What the objective expects to hold, against the static floor that
+/// would meet the same target.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Outlook {
+    /// The holdings planned for each of the next 24 hours, in
+    /// instance-hours of a running instance (a stopped one counts at its
+    /// cost ratio).
+    pub next_day: f64,
+    /// The fewest idle instances that, kept at every hour, would have
+    /// started `goal` of all the history's runs within the target; `None`
+    /// when none up to `most_idle` would.
+    pub static_floor: Option<u32>,
+}
+
+/// The [`Outlook`] at `now` from the slices of each hour of the week
+/// (`hours`), planning each hour with `plan`; the static floor within
+/// `most_idle` (the idle instances a pool may hold).
+pub fn outlook(
+    hours: &[Vec<u32>],
+    now: DateTime<Utc>,
+    plan: impl Fn(&[u32]) -> Choice,
+    goal: f64,
+    starts: &StartTimes,
+    most_idle: u32,
+) -> Outlook {
+    let next_day = (0..24)
+        .map(|h| plan(at_hour(hours, now + Duration::hours(h))).cost / 3600.0)
+        .sum();
+    let all: Vec<u32> = hours.iter().flatten().copied().collect();
+    let peak = all.iter().copied().max().unwrap_or(0);
+    let top = most_idle.min(peak);
+    let meets = |n: u32| met(&all, n, 0, starts) + 1e-9 >= goal;
+    let static_floor = meets(top).then(|| {
+        // More idle never starts fewer runs in time: the fewest, bisected.
+        let (mut low, mut high) = (0, top);
+        while low < high {
+            let mid = low + (high - low) / 2;
+            if meets(mid) {
+                high = mid;
+            } else {
+                low = mid + 1;
+            }
+        }
+        low
+    });
+    Outlook {
+        next_day,
+        static_floor,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -421,6 +472,36 @@ mod tests {
         let c = choose(&slices, 1.0, &FAST, &wide, 0.05);
         assert_eq!(c.idle + c.stopped, 10_000, "{c:?}");
         assert_eq!(c.binding, Some(Binding::MaxInstances));
+    }
+
+    #[test]
+    fn the_outlook_sets_the_hours_holdings_against_a_floor_kept_all_day() {
+        let t = |s: &str| DateTime::parse_from_rfc3339(s).unwrap().with_timezone(&Utc);
+        let now = t("2026-12-07T00:00:00Z"); // a Monday, midnight
+        let mut hours = vec![Vec::new(); HOURS];
+        // Monday 09:00: eight slices of four runs at once; the other hours
+        // of the week one run now and then (ten single-run slices).
+        hours[9] = vec![4; 8];
+        for h in [20, 40, 60, 80, 100, 120, 140, 150, 160, 165] {
+            hours[h] = vec![1];
+        }
+        let b = bounds((0, 10), None, 10);
+        let plan = |s: &[u32]| choose(s, 0.95, &FAST, &b, 0.05);
+        let o = outlook(&hours, now, plan, 0.95, &FAST, 10);
+        // The next 24 hours: four idle through 09:00, one at 20:00.
+        assert_eq!(o.next_day, 5.0);
+        // Kept at every hour: 42 runs, 32 of them at 09:00; three idle
+        // leave 8 late (81 %), four none.
+        assert_eq!(o.static_floor, Some(4));
+        // A pool that may hold three idle at most has no such floor.
+        assert_eq!(
+            outlook(&hours, now, plan, 0.95, &FAST, 3).static_floor,
+            None
+        );
+        // No history: nothing held, no floor needed.
+        let empty = vec![Vec::new(); HOURS];
+        let o = outlook(&empty, now, plan, 0.95, &FAST, 10);
+        assert_eq!((o.next_day, o.static_floor), (0.0, Some(0)));
     }
 
     #[test]

@@ -16,7 +16,7 @@ use std::{
 use chrono::{DateTime, Utc};
 
 use super::forecast::{self, Demand, Floors};
-use super::objective::{Bounds, Choice, History, StartTimes};
+use super::objective::{Bounds, Choice, History, Outlook, StartTimes};
 use super::plan::{Ec2Instance, Snapshot};
 
 use super::act::Actuator;
@@ -43,11 +43,48 @@ const UNMEASURED: StartTimes = StartTimes {
 /// Weeks of demand history the objective plans from.
 const OBJECTIVE_WEEKS: i32 = 4;
 
+/// How often the objective's attainment over the last day is read again.
+const DAY_EVERY: Duration = Duration::from_secs(300);
+
 /// The objective's plan for a pass: what to keep, and what from.
 #[derive(Clone, Debug, PartialEq)]
 pub(super) struct Planned {
     pub(super) choice: Choice,
     pub(super) planned_from: String,
+    /// Its cost over the next day against the static floor, as of the
+    /// history's last reading.
+    pub(super) outlook: Outlook,
+    /// Of the last day's runs, how many started within the target, and how
+    /// many there were (read every [`DAY_EVERY`]).
+    pub(super) day: Option<(u64, u64)>,
+}
+
+/// The objective's reading of the database (`spec.objective`).
+#[derive(Debug)]
+pub(super) struct Reading {
+    /// The demand history as last read.
+    history: Option<Read>,
+    /// When the last day's attainment was read, and what it was.
+    day: Option<(Instant, (u64, u64))>,
+}
+
+/// The demand history as read at `at`: its slices' length, its slices by
+/// hour of the week, and the outlook made with them.
+#[derive(Debug)]
+struct Read {
+    at: Instant,
+    slice_secs: i64,
+    hours: Vec<Vec<u32>>,
+    outlook: Option<Outlook>,
+}
+
+impl Reading {
+    pub(super) fn new() -> Reading {
+        Reading {
+            history: None,
+            day: None,
+        }
+    }
 }
 
 /// After the tenancy tags were refused, they are tried again this much later.
@@ -75,9 +112,8 @@ pub(super) struct Seen {
     pub(super) resolved_template: Option<(Instant, String)>,
     /// The forecast's floors and when they were made (`spec.forecast`).
     pub(super) floors: Option<(Instant, Floors)>,
-    /// When the objective's demand history was read, its slices' length,
-    /// and its slices by hour of the week (`spec.objective`).
-    pub(super) history: Option<(Instant, i64, Vec<Vec<u32>>)>,
+    /// What the objective read of the database (`spec.objective`).
+    pub(super) history: Reading,
     /// The share of each source's starts within the objective's target,
     /// as last measured: kept through an hour without such starts.
     pub(super) shares: StartTimes,
@@ -98,7 +134,7 @@ impl Seen {
             types: HashMap::new(),
             resolved_template: None,
             floors: None,
-            history: None,
+            history: Reading::new(),
             shares: UNMEASURED,
             marked: HashSet::new(),
             mark_failed: None,
@@ -461,12 +497,60 @@ impl Observer<'_> {
         bounds: Bounds,
     ) -> Result<Option<Planned>, PoolError> {
         let Some(objective) = self.spec.objective.clone() else {
-            self.seen.history = None;
+            self.seen.history = Reading::new();
             return Ok(None);
         };
         let target = objective.time_to_start.seconds as f64;
-        let starts = &self.cost.starts;
+        let shares = self.shares_within(target);
+        // Runs within one cold start of each other: a launch for the first
+        // serves none of the others in time.
+        let cold = self
+            .cost
+            .starts
+            .quantile(orca_db::pool::Source::Cold, objective.goal())
+            .unwrap_or(300.0)
+            .clamp(30.0, 900.0);
+        self.read_objective(target, cold.round() as i64, now)
+            .await?;
+        let reading = &mut self.seen.history;
+        let Some(Read {
+            slice_secs,
+            hours,
+            outlook: made,
+            ..
+        }) = &mut reading.history
+        else {
+            return Ok(None);
+        };
+        let plan = |slices: &[u32]| {
+            super::objective::choose(
+                slices,
+                objective.goal(),
+                &shares,
+                &bounds,
+                objective.stopped_cost(),
+            )
+        };
+        let lead = chrono::Duration::seconds(cold as i64);
+        let choice = super::objective::at(hours, now, lead, plan);
+        let outlook = *made.get_or_insert_with(|| {
+            let most_idle = bounds.idle.1.min(bounds.max_instances);
+            super::objective::outlook(hours, now, plan, objective.goal(), &shares, most_idle)
+        });
+        let busiest = super::objective::at_hour(hours, now);
+        Ok(Some(Planned {
+            choice,
+            planned_from: planned_from(busiest, *slice_secs, &objective, &shares),
+            outlook,
+            day: reading.day.map(|(_, d)| d),
+        }))
+    }
+
+    /// The share of each source's starts within `target` seconds in the
+    /// last hour, kept from the last measure for a source without one.
+    fn shares_within(&mut self, target: f64) -> StartTimes {
         use orca_db::pool::Source;
+        let starts = &self.cost.starts;
         let shares = &mut self.seen.shares;
         for (source, share) in [
             (Source::Idle, &mut shares.idle),
@@ -477,21 +561,23 @@ impl Observer<'_> {
                 *share = within;
             }
         }
-        let shares = self.seen.shares;
-        // Runs within one cold start of each other: a launch for the first
-        // serves none of the others in time.
-        let cold = starts
-            .quantile(Source::Cold, objective.goal())
-            .unwrap_or(300.0)
-            .clamp(30.0, 900.0);
-        let fresh = self
-            .seen
-            .history
-            .as_ref()
-            .is_some_and(|(made, _, _)| made.elapsed() < FORECAST_EVERY);
-        if !fresh {
-            let pool = self.act.pool.clone();
-            let slice = cold.round() as i64;
+        self.seen.shares
+    }
+
+    /// Reads what the objective plans from when it is due: the demand
+    /// history in slices of `slice` seconds every [`FORECAST_EVERY`] (its
+    /// outlook made again with it), the last day's starts within `target`
+    /// every [`DAY_EVERY`].
+    async fn read_objective(
+        &mut self,
+        target: f64,
+        slice: i64,
+        now: DateTime<Utc>,
+    ) -> Result<(), PoolError> {
+        let pool = self.act.pool.clone();
+        let due = |at: Option<&Instant>, every: Duration| at.is_none_or(|a| a.elapsed() >= every);
+        let reading = &self.seen.history;
+        if due(reading.history.as_ref().map(|h| &h.at), FORECAST_EVERY) {
             let counts = self
                 .act
                 .world
@@ -504,47 +590,22 @@ impl Observer<'_> {
                 counts: counts.into_iter().collect(),
             };
             let hours = h.by_hour(now, i64::from(OBJECTIVE_WEEKS));
-            self.seen.history = Some((Instant::now(), slice, hours));
+            self.seen.history.history = Some(Read {
+                at: Instant::now(),
+                slice_secs: slice,
+                hours,
+                outlook: None,
+            });
         }
-        let Some((_, slice_secs, hours)) = &self.seen.history else {
-            return Ok(None);
-        };
-        let lead = chrono::Duration::seconds(cold as i64);
-        let plan = |slices: &[u32]| {
-            super::objective::choose(
-                slices,
-                objective.goal(),
-                &shares,
-                &bounds,
-                objective.stopped_cost(),
-            )
-        };
-        let choice = super::objective::at(hours, now, lead, plan);
-        let mut busiest = super::objective::at_hour(hours, now).to_vec();
-        busiest.sort_unstable_by(|a, b| b.cmp(a));
-        busiest.truncate(3);
-        let planned_from = format!(
-            "busiest {}-second slices of this hour in {OBJECTIVE_WEEKS} weeks: {}; \
-             starts within {}s: idle {:.0} %, reserve {:.0} %, cold {:.0} %",
-            slice_secs,
-            if busiest.is_empty() {
-                "no runs".to_string()
-            } else {
-                busiest
-                    .iter()
-                    .map(|n| n.to_string())
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            },
-            objective.time_to_start.seconds,
-            shares.idle * 100.0,
-            shares.reserve * 100.0,
-            shares.cold * 100.0,
-        );
-        Ok(Some(Planned {
-            choice,
-            planned_from,
-        }))
+        if due(self.seen.history.day.as_ref().map(|d| &d.0), DAY_EVERY) {
+            let day = self
+                .act
+                .world
+                .read(async |db| orca_db::pool::attainment(db, &pool, target, 24).await)
+                .await?;
+            self.seen.history.day = Some((Instant::now(), day));
+        }
+        Ok(())
     }
 
     /// Asks EC2 about the spec's instance types this loop has not had
@@ -577,4 +638,35 @@ impl Observer<'_> {
         }
         Ok(())
     }
+}
+
+/// What the objective planned from, for `status.objective.plannedFrom`:
+/// the busiest of the hour's slices (`busiest`) of `slice_secs`, and the
+/// share of each source's starts within the target.
+fn planned_from(
+    busiest: &[u32],
+    slice_secs: i64,
+    objective: &crate::crd::Objective,
+    shares: &StartTimes,
+) -> String {
+    let mut busiest = busiest.to_vec();
+    busiest.sort_unstable_by(|a, b| b.cmp(a));
+    busiest.truncate(3);
+    let slices = if busiest.is_empty() {
+        "no runs".to_string()
+    } else {
+        busiest
+            .iter()
+            .map(|n| n.to_string())
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    format!(
+        "busiest {slice_secs}-second slices of this hour in {OBJECTIVE_WEEKS} weeks: {slices}; \
+         starts within {}s: idle {:.0} %, reserve {:.0} %, cold {:.0} %",
+        objective.time_to_start.seconds,
+        shares.idle * 100.0,
+        shares.reserve * 100.0,
+        shares.cold * 100.0,
+    )
 }

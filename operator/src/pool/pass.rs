@@ -21,7 +21,7 @@ use super::{
     plan::{plan, Ec2Instance, PoolPlan, Snapshot},
     schedule,
 };
-use crate::crd::{Objective, ObjectiveStatus, WarmPoolSpec};
+use crate::crd::{Objective, ObjectiveStatus, StaticFloor, WarmPoolSpec};
 use crate::fence::MaybeFenced;
 
 use super::act::Orders;
@@ -65,6 +65,18 @@ fn objective_status(p: &Planned, o: &Objective, starts: &Starts) -> ObjectiveSta
         stopped: i32::try_from(p.choice.stopped).unwrap_or(i32::MAX),
         planned_from: p.planned_from.clone(),
         expected_percent: (p.choice.met * 1000.0).round() / 10.0,
+        day_attained_percent: p
+            .day
+            .filter(|(_, runs)| *runs > 0)
+            .map(|(within, runs)| (within as f64 / runs as f64 * 1000.0).round() / 10.0),
+        day_runs: p
+            .day
+            .map_or(0, |(_, runs)| i64::try_from(runs).unwrap_or(i64::MAX)),
+        expected_instance_hours: (p.outlook.next_day * 10.0).round() / 10.0,
+        static_floor: p.outlook.static_floor.map(|idle| StaticFloor {
+            idle: i32::try_from(idle).unwrap_or(i32::MAX),
+            instance_hours: f64::from(idle) * 24.0,
+        }),
     }
 }
 

@@ -372,7 +372,7 @@ impl PoolLoop {
         self.act.preflight_at = Some(chrono::DateTime::<chrono::Utc>::MIN_UTC);
         self.act.boot.spec_changed();
         self.seen.floors = None;
-        self.seen.history = None;
+        self.seen.history = super::observe::Reading::new();
     }
 
     pub(super) fn limits(&self) -> Limits {

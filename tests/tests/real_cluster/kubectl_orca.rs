@@ -154,6 +154,13 @@ async fn status_pause_resume_and_restart_through_kubectl() {
     let subnets = vec!["subnet-0a1b".to_string()];
     let mut spec = warm::spec("http://127.0.0.1:9", &["m7i.large"], &subnets, 2, 4, 8);
     spec.scheduler = "orca".into();
+    spec.objective = Some(orca_operator::crd::Objective {
+        time_to_start: orca_operator::crd::StartTarget {
+            percentile: 95,
+            seconds: 20,
+        },
+        stopped_cost_ratio: None,
+    });
     stage.create_pool(&WarmPool::new("pool", spec)).await;
     let pool_times = write_status(&pools, "pool", "warmpool.status.json").await;
 

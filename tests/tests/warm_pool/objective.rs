@@ -61,6 +61,30 @@ async fn a_pool_with_an_objective_keeps_what_its_busiest_slice_needed_and_says_s
     assert_eq!(status.expected_percent, 100.0);
     assert!(status.planned_from.contains(": 4;"), "{status:?}");
     assert_eq!(degraded(&report.status), None);
+    // Four idle for this hour (and the next, planned ahead): the next 24
+    // hours hold at least four instance-hours; four runs of four weeks'
+    // at once take a static idle.min of 4, 96 instance-hours a day.
+    assert!(status.expected_instance_hours >= 4.0, "{status:?}");
+    assert!(status.expected_instance_hours < 96.0, "{status:?}");
+    let floor = status.static_floor.clone().expect("a static floor");
+    assert_eq!((floor.idle, floor.instance_hours), (4, 96.0));
+    // The last day's runs: none yet; then three, one of which waited 90 s
+    // for a cold launch.
+    assert_eq!((status.day_attained_percent, status.day_runs), (None, 0));
+    let two_hours_ago = Utc::now() - chrono::Duration::hours(2);
+    hand_outs_at(&db, pool, two_hours_ago, 3).await;
+    db.execute(
+        "insert into orca.pool_demand (pool, run, start, role, asked, served)
+         values ($1, 1000, 1, 'head', $2::timestamptz - interval '90 seconds', $2)",
+        &[&pool, &two_hours_ago],
+    )
+    .await
+    .unwrap();
+    lp.set_spec(spec.clone()).await;
+    let report = lp.pass(Utc::now()).await.unwrap();
+    let status = report.status.objective.clone().expect("status.objective");
+    assert_eq!(status.day_runs, 3, "{status:?}");
+    assert_eq!(status.day_attained_percent, Some(66.7), "{status:?}");
 
     // A lower share asks for fewer: 75 % of four runs is three.
     spec.objective = objective(75, 20);
