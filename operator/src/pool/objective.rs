@@ -24,6 +24,8 @@ use std::collections::BTreeMap;
 
 use chrono::{DateTime, Datelike, Duration, TimeZone, Timelike, Utc};
 
+use crate::crd::WarmPoolSpec;
+
 const WEEK_SECS: i64 = 7 * 24 * 3600;
 
 /// The share of each source's starts that were within the target, 0 to 1
@@ -56,6 +58,35 @@ impl Bounds {
     fn most(&self) -> u32 {
         self.class
             .map_or(self.max_instances, |(n, _)| n.min(self.max_instances))
+    }
+}
+
+/// What the objective may choose from at a moment: `spec`'s idle range
+/// (the schedule's and the forecast's floor in it), its stopped range,
+/// maxInstances, and what the class's limits let it hold (`class`).
+pub fn bounds(spec: &WarmPoolSpec, class: Option<(u32, &'static str)>) -> Bounds {
+    let n = |v: i32| u32::try_from(v).unwrap_or(0);
+    Bounds {
+        idle: (n(spec.idle.min), n(spec.idle.max).max(n(spec.idle.min))),
+        stopped: spec.stopped.as_ref().map(|s| {
+            let max = s.max.unwrap_or(s.min).max(s.min);
+            (n(s.min), n(max))
+        }),
+        max_instances: n(spec.max_instances),
+        class,
+    }
+}
+
+/// `spec` with the floors `choice` keeps: the objective only adds, and
+/// only within the ranges — a ceiling it lowered would retire, the next
+/// hour, what it launched this one.
+pub fn raise(spec: &mut WarmPoolSpec, choice: &Choice) {
+    let idle = i32::try_from(choice.idle).unwrap_or(i32::MAX);
+    spec.idle.min = spec.idle.min.max(idle.min(spec.idle.max));
+    if let Some(stopped) = spec.stopped.as_mut() {
+        let max = stopped.max.unwrap_or(stopped.min);
+        let want = i32::try_from(choice.stopped).unwrap_or(i32::MAX);
+        stopped.min = stopped.min.max(want.min(max));
     }
 }
 
@@ -459,6 +490,37 @@ mod tests {
         let c = choose(&[5], 1.0, &slow, &bounds((0, 3), Some((0, 5)), 10), 0.05);
         assert_eq!((c.idle, c.stopped), (3, 0));
         assert_eq!(c.binding, Some(Binding::SourcesTooSlow));
+    }
+
+    #[test]
+    fn a_choice_raises_floors_within_the_ranges_and_never_lowers_a_ceiling() {
+        let mut spec: WarmPoolSpec = serde_yaml::from_str(
+            "scheduler: s\nregion: r\nidle: {min: 1, max: 5}\nstopped: {min: 0, max: 2}\n\
+             maxInstances: 9\nlaunch: {imageId: ami-1, instanceTypes: [t3.micro], \
+             subnetIds: [subnet-1], runCommand: run}\n",
+        )
+        .unwrap();
+        let b = super::bounds(&spec, Some((4, "limits.instances")));
+        assert_eq!(
+            (b.idle, b.stopped, b.max_instances),
+            ((1, 5), Some((0, 2)), 9)
+        );
+        let pick = |idle, stopped| Choice {
+            idle,
+            stopped,
+            met: 1.0,
+            cost: 0.0,
+            binding: None,
+        };
+        raise(&mut spec, &pick(8, 3));
+        assert_eq!((spec.idle.min, spec.idle.max), (5, 5));
+        assert_eq!(
+            spec.stopped.as_ref().map(|s| (s.min, s.max)),
+            Some((2, Some(2)))
+        );
+        // A lower choice keeps what the spec (or an earlier raise) says.
+        raise(&mut spec, &pick(0, 0));
+        assert_eq!((spec.idle.min, spec.idle.max), (5, 5));
     }
 
     #[test]

@@ -25,27 +25,11 @@ use crate::crd::{Objective, ObjectiveStatus, StaticFloor, WarmPoolSpec};
 use crate::fence::MaybeFenced;
 
 use super::act::Orders;
-use super::objective::Bounds;
+use super::objective;
 use super::observe::{Observer, Planned};
 use super::pass_report::{Deletion, PassReport, PoolError, PoolEvent};
 use super::pool_loop::PoolLoop;
 use super::starts::Starts;
-
-/// What the objective may choose from at a moment: its spec's idle range
-/// (the schedule's and the forecast's floor in it), its stopped range,
-/// maxInstances, and what the class's limits let it hold (`class`).
-fn bounds_of(spec: &WarmPoolSpec, class: Option<(u32, &'static str)>) -> Bounds {
-    let n = |v: i32| u32::try_from(v).unwrap_or(0);
-    Bounds {
-        idle: (n(spec.idle.min), n(spec.idle.max).max(n(spec.idle.min))),
-        stopped: spec.stopped.as_ref().map(|s| {
-            let max = s.max.unwrap_or(s.min).max(s.min);
-            (n(s.min), n(max))
-        }),
-        max_instances: n(spec.max_instances),
-        class,
-    }
-}
 
 /// `status.objective`: the share of the last hour's runs that started
 /// within the target, what the plan keeps and what from.
@@ -237,17 +221,10 @@ impl PoolLoop {
                 .map_or(self.spec.drain_timeout_seconds, |d| d.drain_timeout_seconds),
             ..self.spec.clone()
         };
-        let bounds = bounds_of(&spec, self.class_room(snap));
+        let bounds = objective::bounds(&spec, self.class_room(snap));
         let objective = self.observer().objective(now, bounds).await?;
         if let Some(p) = &objective {
-            // The objective only adds, within the ranges.
-            let idle = i32::try_from(p.choice.idle).unwrap_or(i32::MAX);
-            spec.idle.min = spec.idle.min.max(idle.min(spec.idle.max));
-            if let Some(stopped) = spec.stopped.as_mut() {
-                let max = stopped.max.unwrap_or(stopped.min);
-                let want = i32::try_from(p.choice.stopped).unwrap_or(i32::MAX);
-                stopped.min = stopped.min.max(want.min(max));
-            }
+            objective::raise(&mut spec, &p.choice);
         }
         Ok(Moment {
             spec,

@@ -1,12 +1,16 @@
-//! A month of a WarmPool on a simulated clock, for `bench-forecast`: runs
-//! arrive with a daily and weekly cycle, the operator's own plan
-//! (`orca_operator::pool::plan`) decides each tick what to launch and
-//! retire, and instances boot, serve runs and power off when idle too long
-//! as the agent makes them. The idle floor is either a static `idle.min`, a
-//! schedule's, the forecast warm-up (`orca_operator::pool::forecast`) or
-//! a time-to-start objective (`orca_operator::pool::objective`), each fed
-//! the simulated history. What it tells: runs that waited for a cold
-//! launch and how long each waited, and the instance-hours paid.
+//! A month of a WarmPool on a simulated clock, for `bench-forecast`,
+//! `bench-objective` and the objective's tests against what demand does:
+//! runs arrive with a daily and weekly cycle (and, as a world says, busier
+//! days, bursts, one-off surges, slower boots, spot reclaims), the
+//! operator's own plan (`orca_operator::pool::plan`) decides each tick what
+//! to launch and retire, and instances boot, serve runs and power off when
+//! idle too long as the agent makes them. The idle floor is either a static
+//! `idle.min`, a schedule's, the forecast warm-up
+//! (`orca_operator::pool::forecast`) or a time-to-start objective
+//! (`orca_operator::pool::objective`: its bounds, choice and raise), each
+//! fed the simulated history as the operator reads it. What it tells: runs
+//! that waited for a cold launch and how long each waited, the
+//! instance-hours paid, and launches the plan took back unused.
 
 use std::collections::{BTreeMap, HashSet, VecDeque};
 
@@ -15,7 +19,7 @@ use orca_operator::crd::{Forecast, Objective, StartTarget, WarmPoolSpec};
 use orca_operator::pool::{
     drift::launch_hash,
     forecast::{floors, Demand, Floors},
-    objective::{self, Bounds, History, StartTimes},
+    objective::{self, History, StartTimes},
     plan::{Ec2Instance, Ec2State, Limits, Offering, PoolRow, Snapshot},
     schedule,
 };
@@ -71,6 +75,16 @@ pub struct World {
     /// new image that boots slower, for a week.
     pub slow_days: std::ops::Range<i64>,
     pub slow_boot_secs: i64,
+    /// Days (from the start) whose demand is `busy_factor` times the
+    /// cycle's.
+    pub busy_days: std::ops::Range<i64>,
+    pub busy_factor: f64,
+    /// One-off bursts beyond the daily ones: the second (from the start)
+    /// and how many runs at once.
+    pub surges: Vec<(i64, u32)>,
+    /// Spot reclaims: the second (from the start) and how many instances
+    /// EC2 takes back, the idle ones first, then those booting.
+    pub reclaims: Vec<(i64, u32)>,
     pub seed: u64,
 }
 
@@ -101,6 +115,10 @@ impl Default for World {
             burst_runs: 0,
             slow_days: 0..0,
             slow_boot_secs: 180,
+            busy_days: 0..0,
+            busy_factor: 1.0,
+            surges: Vec::new(),
+            reclaims: Vec::new(),
             seed: 7,
         }
     }
@@ -164,7 +182,12 @@ pub fn arrivals(w: &World) -> Vec<i64> {
     let mut s = 0;
     while s < total {
         let t = w.start + Duration::seconds(s);
-        let mean = rate(t) * w.peak_per_min * w.tick_secs as f64 / 60.0;
+        let busy = if w.busy_days.contains(&(s / 86_400)) {
+            w.busy_factor
+        } else {
+            1.0
+        };
+        let mean = rate(t) * busy * w.peak_per_min * w.tick_secs as f64 / 60.0;
         for _ in 0..rng.poisson(mean) {
             out.push(s + (rng.next() * w.tick_secs as f64) as i64);
         }
@@ -180,6 +203,9 @@ pub fn arrivals(w: &World) -> Vec<i64> {
             let at = day * 86_400 + 8 * 3600 + (rng.next() * 10.0 * 3600.0) as i64;
             out.extend(std::iter::repeat_n(at, w.burst_runs as usize));
         }
+    }
+    for &(at, runs) in &w.surges {
+        out.extend(std::iter::repeat_n(at, runs as usize));
     }
     out.sort_unstable();
     out
@@ -197,18 +223,32 @@ pub struct Outcome {
     /// policy holds, the busy hours being the same under any.
     pub warm_hours: f64,
     /// Each measured run's wait for an instance, in seconds (to the tick),
-    /// and the hour it arrived in (from the start).
+    /// and the hour it arrived in (from the start of the measured days).
     pub waits: Vec<(i64, i64)>,
+    /// Instances the plan retired that had never served a run, but for idle
+    /// beyond the spec's own `idle.max` (after a burst, what was launched
+    /// for its runs and found them served goes, as the user's ceiling
+    /// says): a launch one plan made and a later one took back for nothing.
+    pub churn: u64,
 }
 
 impl Outcome {
     /// The share of runs that waited at most `secs`.
     pub fn within(&self, secs: i64) -> f64 {
-        if self.waits.is_empty() {
+        let (late, runs) = self.late(0..i64::MAX, secs);
+        if runs == 0 {
             return 1.0;
         }
-        let n = self.waits.iter().filter(|(_, w)| *w <= secs).count();
-        n as f64 / self.waits.len() as f64
+        1.0 - late as f64 / runs as f64
+    }
+
+    /// Of the runs that arrived in `hours` (from the start of the measured
+    /// days), how many waited longer than `secs`, and how many there were.
+    pub fn late(&self, hours: std::ops::Range<i64>, secs: i64) -> (u64, u64) {
+        let of = self.waits.iter().filter(|(h, _)| hours.contains(h));
+        of.fold((0, 0), |(late, runs), (_, w)| {
+            (late + u64::from(*w > secs), runs + 1)
+        })
     }
 
     /// The share of hours with runs in which at least `goal` of them waited
@@ -246,72 +286,206 @@ enum Row {
     Busy(i64),
 }
 
-/// Runs the simulation with `spec` (its `idle` and, if any, `forecast`).
+/// What the simulated objective reads and plans from, as the operator's
+/// observer does: the demand in slices of one cold start as measured
+/// (counted again when that changes), read once an hour; the last hour's
+/// hand-outs (when, whether the run waited for a launch, its wait) for the
+/// shares within the target; its last choice.
+struct Planner {
+    epochs: Vec<i64>,
+    counts: History,
+    read: Option<(i64, Vec<Vec<u32>>)>,
+    planned: Option<(i64, objective::Choice)>,
+    recent: VecDeque<(i64, bool, i64)>,
+}
+
+impl Planner {
+    fn new() -> Planner {
+        Planner {
+            epochs: Vec::new(),
+            counts: History {
+                slice_secs: 300,
+                ..History::default()
+            },
+            read: None,
+            planned: None,
+            recent: VecDeque::new(),
+        }
+    }
+
+    fn arrived(&mut self, epoch: i64) {
+        self.epochs.push(epoch);
+        *self
+            .counts
+            .counts
+            .entry(epoch.div_euclid(self.counts.slice_secs))
+            .or_default() += 1;
+    }
+
+    /// The slice the operator reads in: the `goal` quantile of the last
+    /// hour's waits for a launch, 300 s before any, within 30 to 900 s.
+    fn slice(&self, goal: f64) -> i64 {
+        let mut cold: Vec<i64> = self
+            .recent
+            .iter()
+            .filter(|(_, c, _)| *c)
+            .map(|(_, _, w)| *w)
+            .collect();
+        if cold.is_empty() {
+            return 300;
+        }
+        cold.sort_unstable();
+        let rank = ((goal * cold.len() as f64).ceil() as usize).clamp(1, cold.len());
+        cold[rank - 1].clamp(30, 900)
+    }
+
+    /// `pass_spec` raised by the objective `o` at `s` (`now`), planning
+    /// again every [`PLAN_EVERY`] as the operator's pass does.
+    fn raise(&mut self, o: &Objective, pass_spec: &mut WarmPoolSpec, s: i64, now: DateTime<Utc>) {
+        while self.recent.front().is_some_and(|(at, _, _)| s - at >= 3600) {
+            self.recent.pop_front();
+        }
+        let slice = self.slice(o.goal());
+        if self.read.as_ref().is_none_or(|(at, _)| s - at >= 3600) {
+            if slice != self.counts.slice_secs {
+                self.counts = History {
+                    slice_secs: slice,
+                    ..History::default()
+                };
+                for e in std::mem::take(&mut self.epochs) {
+                    self.arrived(e);
+                }
+            }
+            self.read = Some((s, self.counts.by_hour(now, 4)));
+        }
+        if self
+            .planned
+            .as_ref()
+            .is_none_or(|(at, _)| s - at >= PLAN_EVERY)
+        {
+            let shares = shares(&self.recent, o.time_to_start.seconds);
+            let h = &self.read.as_ref().expect("read just now").1;
+            let bounds = objective::bounds(pass_spec, None);
+            let plan = |slices: &[u32]| {
+                objective::choose(slices, o.goal(), &shares, &bounds, o.stopped_cost())
+            };
+            let lead = Duration::seconds(slice);
+            self.planned = Some((s, objective::at(h, now, lead, plan)));
+        }
+        if let Some((_, c)) = &self.planned {
+            objective::raise(pass_spec, c);
+        }
+    }
+}
+
+/// The simulated pool: its instances, the runs waiting for one, and the
+/// policy's state.
+struct Sim<'a> {
+    w: &'a World,
+    spec: &'a WarmPoolSpec,
+    hash: String,
+    offering: Offering,
+    measured_from: i64,
+    out: Outcome,
+    instances: Vec<Instance>,
+    waiting: VecDeque<i64>,
+    next_id: i64,
+    history: Demand,
+    made: Option<(i64, Floors)>,
+    planner: Planner,
+}
+
+/// Runs the simulation with `spec` (its `idle` and, if any, `forecast`
+/// and `objective`).
 pub fn simulate(w: &World, spec: &WarmPoolSpec, arrivals: &[i64]) -> Outcome {
-    let hash = launch_hash(&spec.launch);
-    let offering = Offering {
-        instance_type: spec.launch.instance_types[0].clone(),
-        subnet: spec.launch.subnet_ids[0].clone(),
-        ..Offering::default()
+    let mut sim = Sim {
+        w,
+        spec,
+        hash: launch_hash(&spec.launch),
+        offering: Offering {
+            instance_type: spec.launch.instance_types[0].clone(),
+            subnet: spec.launch.subnet_ids[0].clone(),
+            ..Offering::default()
+        },
+        measured_from: w.warm_up_days * 86_400,
+        out: Outcome::default(),
+        instances: Vec::new(),
+        waiting: VecDeque::new(),
+        next_id: 0,
+        history: Demand::new(spec.forecast.as_ref().map_or(300, |f| f.lead_seconds)),
+        made: None,
+        planner: Planner::new(),
     };
-    let limits = Limits {
-        leak_grace_secs: 3600.0,
-        ..Limits::default()
-    };
-    let measured_from = w.warm_up_days * 86_400;
-    let end = measured_from + w.days * 86_400;
-    let mut out = Outcome::default();
-    let mut instances: Vec<Instance> = Vec::new();
-    let mut waiting: VecDeque<i64> = VecDeque::new();
-    let mut next_id = 0i64;
-    let mut history = Demand::new(spec.forecast.as_ref().map_or(300, |f| f.lead_seconds));
-    let mut made: Option<(i64, Floors)> = None;
-    // The objective's: demand in slices of one boot, read once an hour as
-    // the operator reads it, and the last hour's hand-outs (when, whether
-    // the run waited for a launch, its wait) for the shares within target.
-    let mut counts = History {
-        slice_secs: w.boot_secs,
-        ..History::default()
-    };
-    let mut read: Option<(i64, Vec<Vec<u32>>)> = None;
-    let mut planned: Option<(i64, objective::Choice)> = None;
-    let mut recent: VecDeque<(i64, bool, i64)> = VecDeque::new();
+    let end = sim.measured_from + w.days * 86_400;
     let mut next_arrival = 0usize;
     let mut s = 0i64;
     while s < end {
-        let now = w.start + Duration::seconds(s);
-        let measured = s >= measured_from;
-        // Boots end, runs end, idle agents give up (idleSeconds, and the
-        // minute after it).
-        for i in &mut instances {
+        sim.agents(s);
+        sim.reclaim(s);
+        let first = next_arrival;
+        while next_arrival < arrivals.len() && arrivals[next_arrival] < s + w.tick_secs {
+            next_arrival += 1;
+        }
+        sim.hand_out(s, &arrivals[first..next_arrival]);
+        sim.plan(s);
+        s += w.tick_secs;
+    }
+    sim.out
+}
+
+impl Sim<'_> {
+    /// Boots end, runs end, idle agents give up (idleSeconds, and the
+    /// minute after it).
+    fn agents(&mut self, s: i64) {
+        for i in &mut self.instances {
             match i.row {
-                None if s - i.launched >= w.boot_at(i.launched) => i.row = Some(Row::Idle(s)),
+                None if s - i.launched >= self.w.boot_at(i.launched) => i.row = Some(Row::Idle(s)),
                 Some(Row::Busy(until)) if s >= until => i.row = Some(Row::Idle(s)),
                 _ => {}
             }
         }
-        instances.retain(
-            |i| !matches!(i.row, Some(Row::Idle(since)) if s - since >= spec.idle_seconds + 60),
-        );
-        // This tick's arrivals; runs still waiting from before go first.
+        let idle_secs = self.spec.idle_seconds + 60;
+        self.instances
+            .retain(|i| !matches!(i.row, Some(Row::Idle(since)) if s - since >= idle_secs));
+    }
+
+    /// Spot reclaims due in this tick: idle instances go first, then those
+    /// booting.
+    fn reclaim(&mut self, s: i64) {
+        let tick = s..s + self.w.tick_secs;
+        for &(_, n) in self.w.reclaims.iter().filter(|(at, _)| tick.contains(at)) {
+            for booting in [false, true] {
+                let mut left = n;
+                self.instances.retain(|i| {
+                    let hit = left > 0
+                        && match i.row {
+                            Some(Row::Idle(_)) => !booting,
+                            None => booting,
+                            Some(Row::Busy(_)) => false,
+                        };
+                    left -= u32::from(hit);
+                    !hit
+                });
+            }
+        }
+    }
+
+    /// This tick's arrivals: runs still waiting from before go first; those
+    /// that find no idle instance wait (cold starts).
+    fn hand_out(&mut self, s: i64, arrivals: &[i64]) {
         let mut arrived: VecDeque<i64> = VecDeque::new();
-        while next_arrival < arrivals.len() && arrivals[next_arrival] < s + w.tick_secs {
-            let at = arrivals[next_arrival];
-            next_arrival += 1;
-            let epoch = (w.start + Duration::seconds(at)).timestamp();
-            history.add(epoch);
-            *counts
-                .counts
-                .entry(epoch.div_euclid(counts.slice_secs))
-                .or_default() += 1;
-            out.runs += u64::from(at >= measured_from);
+        for &at in arrivals {
+            let epoch = (self.w.start + Duration::seconds(at)).timestamp();
+            self.history.add(epoch);
+            self.planner.arrived(epoch);
+            self.out.runs += u64::from(at >= self.measured_from);
             arrived.push_back(at);
         }
-        for i in &mut instances {
+        for i in &mut self.instances {
             if !matches!(i.row, Some(Row::Idle(_))) {
                 continue;
             }
-            let (at, waited_for_launch) = match waiting.pop_front() {
+            let (at, waited_for_launch) = match self.waiting.pop_front() {
                 Some(at) => (at, true),
                 None => match arrived.pop_front() {
                     Some(at) => (at, false),
@@ -319,95 +493,99 @@ pub fn simulate(w: &World, spec: &WarmPoolSpec, arrivals: &[i64]) -> Outcome {
                 },
             };
             let wait = (s - at).max(0);
-            if at >= measured_from {
-                out.waits.push(((at - measured_from) / 3600, wait));
+            if at >= self.measured_from {
+                self.out
+                    .waits
+                    .push(((at - self.measured_from) / 3600, wait));
             }
-            recent.push_back((s, waited_for_launch, wait));
-            i.row = Some(Row::Busy(s + w.run_secs));
+            self.planner.recent.push_back((s, waited_for_launch, wait));
+            i.row = Some(Row::Busy(s + self.w.run_secs));
             i.uses += 1;
-            next_id += 1;
-            i.row_id = next_id;
+            self.next_id += 1;
+            i.row_id = self.next_id;
         }
-        // Those that found no idle instance wait: cold starts.
         for at in arrived {
-            out.cold += u64::from(at >= measured_from);
-            waiting.push_back(at);
+            self.out.cold += u64::from(at >= self.measured_from);
+            self.waiting.push_back(at);
         }
-        // The plan, with the idle range of the schedule under way, which
-        // the forecast and the objective raise.
+    }
+
+    /// The plan, with the idle range of the schedule under way, which the
+    /// forecast and the objective raise; what it retires goes, what it
+    /// launches boots.
+    fn plan(&mut self, s: i64) {
+        let now = self.w.start + Duration::seconds(s);
+        let spec = self.spec;
         let mut pass_spec = spec.clone();
         let active = schedule::active(&spec.schedules, now);
         pass_spec.idle = schedule::idle_of(spec, &active);
         if let Some(f) = &spec.forecast {
-            if made.as_ref().is_none_or(|(at, _)| s - at >= 3600) {
-                made = Some((s, floors(f, &history, now)));
+            if self.made.as_ref().is_none_or(|(at, _)| s - at >= 3600) {
+                self.made = Some((s, floors(f, &self.history, now)));
             }
-            if let Some((_, fl)) = &made {
+            if let Some((_, fl)) = &self.made {
                 pass_spec.idle = fl.raise(&pass_spec.idle, now);
             }
         }
-        while recent.front().is_some_and(|(at, _, _)| s - at >= 3600) {
-            recent.pop_front();
-        }
         if let Some(o) = &spec.objective {
-            if read.as_ref().is_none_or(|(at, _)| s - at >= 3600) {
-                read = Some((s, counts.by_hour(now, 4)));
-            }
-            if planned.as_ref().is_none_or(|(at, _)| s - at >= PLAN_EVERY) {
-                let shares = shares(&recent, o.time_to_start.seconds);
-                let h = &read.as_ref().expect("read just now").1;
-                let bounds = Bounds {
-                    idle: (
-                        pass_spec.idle.min.max(0) as u32,
-                        pass_spec.idle.max.max(0) as u32,
-                    ),
-                    stopped: None,
-                    max_instances: spec.max_instances.max(0) as u32,
-                    class: None,
-                };
-                let plan = |slices: &[u32]| {
-                    objective::choose(slices, o.goal(), &shares, &bounds, o.stopped_cost())
-                };
-                let lead = Duration::seconds(w.boot_at(s));
-                planned = Some((s, objective::at(h, now, lead, plan)));
-            }
-            if let Some((_, c)) = &planned {
-                let idle = c.idle as i32;
-                pass_spec.idle.min = pass_spec.idle.min.max(idle.min(pass_spec.idle.max));
-            }
+            self.planner.raise(o, &mut pass_spec, s, now);
         }
-        let snap = snapshot(&instances, &hash, &offering, s, w.start, waiting.len());
+        let snap = snapshot(
+            &self.instances,
+            &self.hash,
+            &self.offering,
+            s,
+            self.w.start,
+            self.waiting.len(),
+        );
+        let limits = Limits {
+            leak_grace_secs: 3600.0,
+            ..Limits::default()
+        };
         let plan = orca_operator::pool::plan(&pass_spec, &snap, &BTreeMap::new(), &limits, now);
         let gone: HashSet<&str> = plan
             .retirements
             .iter()
             .map(|r| r.instance.as_str())
             .collect();
-        instances.retain(|i| !gone.contains(i.id.as_str()));
+        let measured = s >= self.measured_from;
+        // Churn: a retired instance that never served a run, retired below
+        // the spec's own idle.max (a ceiling the user set is the user's).
+        let ceiling_lowered = pass_spec.idle.max < spec.idle.max;
+        self.instances.retain(|i| {
+            let retired = gone.contains(i.id.as_str());
+            let users_ceiling = !ceiling_lowered
+                && plan.retirements.iter().any(|r| {
+                    r.instance == i.id
+                        && r.reason == orca_operator::pool::plan::Reason::IdleBeyondMax
+                });
+            self.out.churn += u64::from(retired && measured && i.uses == 0 && !users_ceiling);
+            !retired
+        });
         for b in &plan.launches {
             for _ in 0..b.count {
-                next_id += 1;
-                instances.push(Instance {
-                    id: format!("i-{next_id}"),
+                self.next_id += 1;
+                self.instances.push(Instance {
+                    id: format!("i-{}", self.next_id),
                     launched: s,
                     row: None,
-                    row_id: next_id,
+                    row_id: self.next_id,
                     uses: 0,
                 });
             }
         }
         if measured {
-            let hours = w.tick_secs as f64 / 3600.0;
-            let busy = instances
+            let hours = self.w.tick_secs as f64 / 3600.0;
+            let all = self.instances.len();
+            let busy = self
+                .instances
                 .iter()
                 .filter(|i| matches!(i.row, Some(Row::Busy(_))))
                 .count();
-            out.instance_hours += instances.len() as f64 * hours;
-            out.warm_hours += (instances.len() - busy) as f64 * hours;
+            self.out.instance_hours += all as f64 * hours;
+            self.out.warm_hours += (all - busy) as f64 * hours;
         }
-        s += w.tick_secs;
     }
-    out
 }
 
 fn snapshot(
@@ -538,3 +716,6 @@ mod tests {
         assert!(high.instance_hours > low.instance_hours, "{high:?} {low:?}");
     }
 }
+
+#[cfg(test)]
+mod objective_tests;
