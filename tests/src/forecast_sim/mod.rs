@@ -15,6 +15,7 @@
 use std::collections::{BTreeMap, HashSet, VecDeque};
 
 use chrono::{DateTime, Datelike, Duration, Timelike, Utc};
+use orca_db::pool::Source;
 use orca_operator::crd::{Forecast, Objective, StartTarget, WarmPoolSpec};
 use orca_operator::pool::{
     drift::launch_hash,
@@ -28,14 +29,15 @@ use orca_operator::pool::{
 const PLAN_EVERY: i64 = 600;
 
 /// The share of the last hour's hand-outs within `target` seconds, by
-/// source (a run handed an idle instance at once, or one that waited for a
-/// launch), as the operator measures them; a source not seen counts as
-/// the operator counts it (idle always in time, a launch never).
-fn shares(recent: &VecDeque<(i64, bool, i64)>, target: i64) -> StartTimes {
-    let share = |cold: bool, unseen: f64| {
+/// source (a run handed an idle instance at once, one started from the
+/// reserve for it, or one that waited for a launch), as the operator
+/// measures them; a source not seen counts as the operator counts it
+/// (idle always in time, the reserve and a launch never).
+fn shares(recent: &VecDeque<(i64, Source, i64)>, target: i64) -> StartTimes {
+    let share = |source: Source, unseen: f64| {
         let of: Vec<i64> = recent
             .iter()
-            .filter(|(_, c, _)| *c == cold)
+            .filter(|(_, s, _)| *s == source)
             .map(|(_, _, w)| *w)
             .collect();
         if of.is_empty() {
@@ -45,9 +47,9 @@ fn shares(recent: &VecDeque<(i64, bool, i64)>, target: i64) -> StartTimes {
         }
     };
     StartTimes {
-        idle: share(false, 1.0),
-        reserve: 0.0,
-        cold: share(true, 0.0),
+        idle: share(Source::Idle, 1.0),
+        reserve: share(Source::Reserve, 0.0),
+        cold: share(Source::Cold, 0.0),
     }
 }
 
@@ -75,6 +77,8 @@ pub struct World {
     /// new image that boots slower, for a week.
     pub slow_days: std::ops::Range<i64>,
     pub slow_boot_secs: i64,
+    /// From a reserve instance's start to its agent back, idle.
+    pub reserve_start_secs: i64,
     /// Days (from the start) whose demand is `busy_factor` times the
     /// cycle's.
     pub busy_days: std::ops::Range<i64>,
@@ -115,6 +119,7 @@ impl Default for World {
             burst_runs: 0,
             slow_days: 0..0,
             slow_boot_secs: 180,
+            reserve_start_secs: 45,
             busy_days: 0..0,
             busy_factor: 1.0,
             surges: Vec::new(),
@@ -217,11 +222,14 @@ pub struct Outcome {
     pub runs: u64,
     /// Runs that found no idle instance and waited for one.
     pub cold: u64,
-    /// Instance-hours of every instance, booting, idle or busy.
+    /// Instance-hours of every running instance, booting, idle or busy.
     pub instance_hours: f64,
     /// Those of instances not serving a run (booting or idle): what the
     /// policy holds, the busy hours being the same under any.
     pub warm_hours: f64,
+    /// Instance-hours of the stopped reserve (its volumes' only), apart:
+    /// not in the two above.
+    pub stopped_hours: f64,
     /// Each measured run's wait for an instance, in seconds (to the tick),
     /// and the hour it arrived in (from the start of the measured days).
     pub waits: Vec<(i64, i64)>,
@@ -278,12 +286,18 @@ struct Instance {
     row: Option<Row>,
     row_id: i64,
     uses: i64,
+    /// Idle after a start from the reserve, not handed a run since.
+    woken: bool,
 }
 
 #[derive(Clone, Copy)]
 enum Row {
     Idle(i64),
     Busy(i64),
+    /// In the stopped reserve.
+    Stopped,
+    /// Started from the reserve at, its agent not back yet.
+    Waking(i64),
 }
 
 /// What the simulated objective reads and plans from, as the operator's
@@ -296,7 +310,7 @@ struct Planner {
     counts: History,
     read: Option<(i64, Vec<Vec<u32>>)>,
     planned: Option<(i64, objective::Choice)>,
-    recent: VecDeque<(i64, bool, i64)>,
+    recent: VecDeque<(i64, Source, i64)>,
 }
 
 impl Planner {
@@ -328,7 +342,7 @@ impl Planner {
         let mut cold: Vec<i64> = self
             .recent
             .iter()
-            .filter(|(_, c, _)| *c)
+            .filter(|(_, source, _)| *source == Source::Cold)
             .map(|(_, _, w)| *w)
             .collect();
         if cold.is_empty() {
@@ -441,6 +455,10 @@ impl Sim<'_> {
             match i.row {
                 None if s - i.launched >= self.w.boot_at(i.launched) => i.row = Some(Row::Idle(s)),
                 Some(Row::Busy(until)) if s >= until => i.row = Some(Row::Idle(s)),
+                Some(Row::Waking(since)) if s - since >= self.w.reserve_start_secs => {
+                    i.row = Some(Row::Idle(s));
+                    i.woken = true;
+                }
                 _ => {}
             }
         }
@@ -461,7 +479,7 @@ impl Sim<'_> {
                         && match i.row {
                             Some(Row::Idle(_)) => !booting,
                             None => booting,
-                            Some(Row::Busy(_)) => false,
+                            _ => false,
                         };
                     left -= u32::from(hit);
                     !hit
@@ -485,12 +503,17 @@ impl Sim<'_> {
             if !matches!(i.row, Some(Row::Idle(_))) {
                 continue;
             }
-            let (at, waited_for_launch) = match self.waiting.pop_front() {
+            let (at, waited) = match self.waiting.pop_front() {
                 Some(at) => (at, true),
                 None => match arrived.pop_front() {
                     Some(at) => (at, false),
                     None => break,
                 },
+            };
+            let source = match (waited, i.woken) {
+                (_, true) => Source::Reserve,
+                (true, false) => Source::Cold,
+                (false, false) => Source::Idle,
             };
             let wait = (s - at).max(0);
             if at >= self.measured_from {
@@ -498,8 +521,9 @@ impl Sim<'_> {
                     .waits
                     .push(((at - self.measured_from) / 3600, wait));
             }
-            self.planner.recent.push_back((s, waited_for_launch, wait));
+            self.planner.recent.push_back((s, source, wait));
             i.row = Some(Row::Busy(s + self.w.run_secs));
+            i.woken = false;
             i.uses += 1;
             self.next_id += 1;
             i.row_id = self.next_id;
@@ -562,6 +586,16 @@ impl Sim<'_> {
             self.out.churn += u64::from(retired && measured && i.uses == 0 && !users_ceiling);
             !retired
         });
+        let stops: HashSet<&str> = plan.stops.iter().map(|w| w.instance.as_str()).collect();
+        let starts: HashSet<&str> = plan.starts.iter().map(|w| w.instance.as_str()).collect();
+        for i in &mut self.instances {
+            if stops.contains(i.id.as_str()) {
+                i.row = Some(Row::Stopped);
+                i.woken = false;
+            } else if starts.contains(i.id.as_str()) {
+                i.row = Some(Row::Waking(s));
+            }
+        }
         for b in &plan.launches {
             for _ in 0..b.count {
                 self.next_id += 1;
@@ -571,19 +605,20 @@ impl Sim<'_> {
                     row: None,
                     row_id: self.next_id,
                     uses: 0,
+                    woken: false,
                 });
             }
         }
         if measured {
             let hours = self.w.tick_secs as f64 / 3600.0;
             let all = self.instances.len();
-            let busy = self
-                .instances
-                .iter()
-                .filter(|i| matches!(i.row, Some(Row::Busy(_))))
-                .count();
-            self.out.instance_hours += all as f64 * hours;
-            self.out.warm_hours += (all - busy) as f64 * hours;
+            let count =
+                |f: fn(&Option<Row>) -> bool| self.instances.iter().filter(|i| f(&i.row)).count();
+            let busy = count(|r| matches!(r, Some(Row::Busy(_))));
+            let stopped = count(|r| matches!(r, Some(Row::Stopped)));
+            self.out.instance_hours += (all - stopped) as f64 * hours;
+            self.out.warm_hours += (all - busy - stopped) as f64 * hours;
+            self.out.stopped_hours += stopped as f64 * hours;
         }
     }
 }
@@ -604,7 +639,10 @@ fn snapshot(
     for i in instances {
         snap.instances.push(Ec2Instance {
             id: i.id.clone(),
-            state: Ec2State::Running,
+            state: match i.row {
+                Some(Row::Stopped) => Ec2State::Stopped,
+                _ => Ec2State::Running,
+            },
             launched: start + Duration::seconds(i.launched),
             offering: offering.clone(),
             launch: Some(hash.to_string()),
@@ -620,17 +658,20 @@ fn snapshot(
                 instance: i.id.clone(),
                 run: match row {
                     Row::Busy(_) => Some(i.row_id),
-                    Row::Idle(_) => None,
+                    _ => None,
                 },
                 idle_secs: match row {
                     Row::Idle(since) => Some((s - since) as f64),
-                    Row::Busy(_) => None,
+                    _ => None,
                 },
                 polled_secs: Some(0.0),
                 uses: i.uses,
                 claim: false,
-                reserved: false,
-                woken_secs: None,
+                reserved: matches!(row, Row::Stopped),
+                woken_secs: match row {
+                    Row::Waking(since) => Some((s - since) as f64),
+                    _ => None,
+                },
                 noticed: false,
                 interrupted: false,
             }),
@@ -664,6 +705,15 @@ pub fn with_objective(mut spec: WarmPoolSpec, percentile: i32, seconds: i64) -> 
             seconds,
         },
         stopped_cost_ratio: None,
+    });
+    spec
+}
+
+/// `spec` with a stopped reserve of `min` to `max` instances.
+pub fn with_reserve(mut spec: WarmPoolSpec, min: i32, max: i32) -> WarmPoolSpec {
+    spec.stopped = Some(orca_operator::crd::StoppedRange {
+        min,
+        max: Some(max),
     });
     spec
 }
