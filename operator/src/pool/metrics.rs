@@ -43,6 +43,7 @@ pub struct PoolMetrics {
     degraded: Family<Labels, Gauge>,
     objective_attained: Family<Labels, Gauge<f64, AtomicU64>>,
     objective_goal: Family<Labels, Gauge<f64, AtomicU64>>,
+    objective_day: Family<Labels, Gauge<f64, AtomicU64>>,
     starts: Family<Labels, Counter>,
     instance_seconds: Family<Labels, Counter<f64, AtomicU64>>,
     served: Family<Labels, Counter>,
@@ -72,6 +73,7 @@ impl PoolMetrics {
             degraded: Family::default(),
             objective_attained: Family::default(),
             objective_goal: Family::default(),
+            objective_day: Family::default(),
             starts: Family::default(),
             instance_seconds: Family::default(),
             served: Family::default(),
@@ -199,19 +201,27 @@ impl PoolMetrics {
             "With spec.objective: the share of runs it asks to start within its target",
             self.objective_goal.clone(),
         );
+        r.register(
+            "objective_day_attained_ratio",
+            "With spec.objective: the share of the last 24 hours' runs that started within its target",
+            self.objective_day.clone(),
+        );
     }
 
-    /// Pool `p`'s objective: the share of the last hour's runs that started
-    /// within the target (`attained`, without runs none) and the share it
-    /// asks for (`orca_pool_objective_{attained,goal}_ratio`).
-    pub fn objective(&self, p: &str, attained: Option<f64>, goal: f64) {
+    /// Pool `p`'s objective: the share of the last hour's and of the last
+    /// day's runs that started within the target (`hour`, `day`; without
+    /// runs none) and the share it asks for
+    /// (`orca_pool_objective_{attained,day_attained,goal}_ratio`).
+    pub fn objective(&self, p: &str, hour: Option<f64>, day: Option<f64>, goal: f64) {
         self.objective_goal.get_or_create(&pool(p)).set(goal);
-        match attained {
-            Some(a) => {
-                self.objective_attained.get_or_create(&pool(p)).set(a);
-            }
-            None => {
-                self.objective_attained.remove(&pool(p));
+        for (gauge, share) in [(&self.objective_attained, hour), (&self.objective_day, day)] {
+            match share {
+                Some(a) => {
+                    gauge.get_or_create(&pool(p)).set(a);
+                }
+                None => {
+                    gauge.remove(&pool(p));
+                }
             }
         }
     }

@@ -157,7 +157,7 @@ fn every_family() -> String {
     pool.throttle(p);
     pool.reconcile_failed(p, "api");
     pool.degraded(p, true);
-    pool.objective(p, Some(0.9), 0.95);
+    pool.objective(p, Some(0.9), Some(0.93), 0.95);
     leader.set(1);
     let mut page = String::new();
     prometheus_client::encoding::text::encode(&mut page, &registry).unwrap();

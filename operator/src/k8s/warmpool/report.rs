@@ -98,7 +98,13 @@ pub(super) async fn write_back(
     if let (Some(m), Some(o), Some(st)) =
         (&ctx.config.metrics, &wp.spec.objective, &status.objective)
     {
-        m.objective(pool, st.attained_percent.map(|p| p / 100.0), o.goal());
+        let share = |p: Option<f64>| p.map(|p| p / 100.0);
+        m.objective(
+            pool,
+            share(st.attained_percent),
+            share(st.day_attained_percent),
+            o.goal(),
+        );
     }
     if state.last.as_ref() != Some(&status) {
         apply_status(&ctx.client, fence, wp, &status)
