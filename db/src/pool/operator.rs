@@ -195,8 +195,10 @@ impl Source {
 }
 
 /// One run handed an instance of the pool.
-#[derive(Clone, Copy, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct HandOut {
+    /// The instance handed out.
+    pub instance: String,
     pub source: Source,
     /// Its time to start: from the run's first ask that found no instance
     /// to the hand-out, in seconds by the database's clock; 0 for a run
@@ -245,7 +247,8 @@ pub async fn hand_outs_since(db: &Db, pool: &str, after: f64) -> Result<Vec<Hand
                         where d.pool = $1 and d.run = h.run and d.start = h.start
                           and d.served = h.created
                         order by d.asked limit 1))::float8,
-                    extract(epoch from w.ended)::float8
+                    extract(epoch from w.ended)::float8,
+                    w.instance
              from orca.instances w
              join orca.instances h
                on h.instance = w.instance and h.pooled and h.created = w.ended
@@ -266,6 +269,7 @@ pub async fn hand_outs_since(db: &Db, pool: &str, after: f64) -> Result<Vec<Hand
                 (false, None) => Source::Idle,
             };
             HandOut {
+                instance: r.get(3),
                 source,
                 waited: waited.unwrap_or(0.0).max(0.0),
                 at: r.get(2),

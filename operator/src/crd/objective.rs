@@ -74,7 +74,9 @@ pub struct ObjectiveStatus {
     /// And stopped ones.
     pub stopped: i32,
     /// What that was planned from: the busiest slices of the hour in past
-    /// weeks, and the share of each source's starts within the target.
+    /// weeks, and the share of each source's starts within the target (a
+    /// cold launch's of the instance type and subnet the next launch goes
+    /// to, named, once three were measured there in the hour).
     pub planned_from: String,
     /// The share of the planned hour's runs, in percent, that those holdings
     /// would have started within the target.

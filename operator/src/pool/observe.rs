@@ -17,7 +17,7 @@ use chrono::{DateTime, Utc};
 
 use super::forecast::{self, Demand, Floors};
 use super::objective::{Bounds, Choice, History, Outlook, StartTimes};
-use super::plan::{Ec2Instance, Snapshot};
+use super::plan::{Ec2Instance, Offering, Snapshot};
 
 use super::act::Actuator;
 use super::cost::Cost;
@@ -39,6 +39,10 @@ const UNMEASURED: StartTimes = StartTimes {
     reserve: 0.0,
     cold: 0.0,
 };
+
+/// Cold starts of one offering measured in the last hour before the
+/// objective takes that offering's start times rather than the pool's.
+const MEASURED_ON: usize = 3;
 
 /// Weeks of demand history the objective plans from.
 const OBJECTIVE_WEEKS: i32 = 4;
@@ -254,7 +258,7 @@ impl Observer<'_> {
             .world
             .read(async |db| orca_db::pool::open_demand(db, &pool).await)
             .await?;
-        self.count_hand_outs(listed).await?;
+        self.count_hand_outs(listed, &instances).await?;
         // An id stays ours while EC2 lists it, or briefly before it does.
         self.act.launches.ours.retain(|id, at| {
             instances
@@ -286,8 +290,13 @@ impl Observer<'_> {
     /// start); at the loop's first, those of the last hour, for the time
     /// to start, of which only the last minute's are counted as served (the
     /// status restored the rest). `listed`: the listing's time on the
-    /// database's clock.
-    async fn count_hand_outs(&mut self, listed: f64) -> Result<(), PoolError> {
+    /// database's clock; `instances`: what it listed, for the offering of
+    /// each instance handed out.
+    async fn count_hand_outs(
+        &mut self,
+        listed: f64,
+        instances: &[Ec2Instance],
+    ) -> Result<(), PoolError> {
         let pool = self.act.pool.clone();
         let first = self.cost.handed_mark.is_none();
         let after = self
@@ -308,6 +317,9 @@ impl Observer<'_> {
             }
         }
         self.cost.starts.add(&outs, listed);
+        // A listing reused from before a launch may not show its instance
+        // yet: each pass places what its listing shows.
+        self.cost.starts.place(instances);
         self.cost.add_served(served);
         if let Some(m) = &self.act.metrics {
             m.served(&self.act.pool, served);
@@ -501,13 +513,22 @@ impl Observer<'_> {
             return Ok(None);
         };
         let target = objective.time_to_start.seconds as f64;
-        let shares = self.shares_within(target);
+        // A cold start is the next launch's: of its offering where enough of
+        // them were measured, as start times differ by type and subnet.
+        let next = self.next_offering(now);
+        let on = next.filter(|o| {
+            self.cost
+                .starts
+                .within_on(orca_db::pool::Source::Cold, target, o)
+                .is_some_and(|(_, n)| n >= MEASURED_ON)
+        });
+        let shares = self.shares_within(target, on.as_ref());
         // Runs within one cold start of each other: a launch for the first
         // serves none of the others in time.
         let cold = self
             .cost
             .starts
-            .quantile(orca_db::pool::Source::Cold, objective.goal())
+            .quantile(orca_db::pool::Source::Cold, objective.goal(), on.as_ref())
             .unwrap_or(300.0)
             .clamp(30.0, 900.0);
         self.read_objective(target, cold.round() as i64, now)
@@ -540,15 +561,16 @@ impl Observer<'_> {
         let busiest = super::objective::at_hour(hours, now);
         Ok(Some(Planned {
             choice,
-            planned_from: planned_from(busiest, *slice_secs, &objective, &shares),
+            planned_from: planned_from(busiest, *slice_secs, &objective, &shares, on.as_ref()),
             outlook,
             day: reading.day.map(|(_, d)| d),
         }))
     }
 
     /// The share of each source's starts within `target` seconds in the
-    /// last hour, kept from the last measure for a source without one.
-    fn shares_within(&mut self, target: f64) -> StartTimes {
+    /// last hour (cold launches' of offering `on` if given), kept from the
+    /// last measure for a source without one.
+    fn shares_within(&mut self, target: f64, on: Option<&Offering>) -> StartTimes {
         use orca_db::pool::Source;
         let starts = &self.cost.starts;
         let shares = &mut self.seen.shares;
@@ -557,11 +579,24 @@ impl Observer<'_> {
             (Source::Reserve, &mut shares.reserve),
             (Source::Cold, &mut shares.cold),
         ] {
-            if let Some((within, _)) = starts.within(source, target) {
+            let measured = match on {
+                Some(o) if source == Source::Cold => starts.within_on(source, target, o),
+                _ => starts.within(source, target),
+            };
+            if let Some((within, _)) = measured {
                 *share = within;
             }
         }
         self.seen.shares
+    }
+
+    /// The offering the next launch goes to: the spec's first without a
+    /// capacity hold at `now`.
+    fn next_offering(&self, now: DateTime<Utc>) -> Option<Offering> {
+        let held = self.act.holds.until();
+        super::instance::offerings(&self.spec.launch)
+            .into_iter()
+            .find(|o| held.get(o).is_none_or(|until| *until <= now))
     }
 
     /// Reads what the objective plans from when it is due: the demand
@@ -648,6 +683,7 @@ fn planned_from(
     slice_secs: i64,
     objective: &crate::crd::Objective,
     shares: &StartTimes,
+    on: Option<&Offering>,
 ) -> String {
     let mut busiest = busiest.to_vec();
     busiest.sort_unstable_by(|a, b| b.cmp(a));
@@ -661,9 +697,15 @@ fn planned_from(
             .collect::<Vec<_>>()
             .join(", ")
     };
+    let cold_on = on
+        .map(|o| {
+            let spot = if o.spot { " (spot)" } else { "" };
+            format!(" ({} in {}{spot})", o.instance_type, o.subnet)
+        })
+        .unwrap_or_default();
     format!(
         "busiest {slice_secs}-second slices of this hour in {OBJECTIVE_WEEKS} weeks: {slices}; \
-         starts within {}s: idle {:.0} %, reserve {:.0} %, cold {:.0} %",
+         starts within {}s: idle {:.0} %, reserve {:.0} %, cold {:.0} %{cold_on}",
         objective.time_to_start.seconds,
         shares.idle * 100.0,
         shares.reserve * 100.0,

@@ -2,10 +2,11 @@
 //! its instance came from and how long its run waited, for the status's
 //! figures (the metrics' histogram takes each hand-out as it is seen).
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 
 use orca_db::pool::{HandOut, Source};
 
+use super::plan::{Ec2Instance, Offering};
 use crate::crd::{StartFigures, TimeToStart};
 
 /// How far back the status's figures reach, in seconds.
@@ -18,14 +19,32 @@ const KEPT: usize = 20_000;
 /// The hand-outs of the last [`WINDOW_SECS`], oldest first.
 #[derive(Clone, Debug, Default)]
 pub struct Starts {
-    kept: VecDeque<HandOut>,
+    kept: VecDeque<Kept>,
+}
+
+/// One hand-out kept: its instance, where it came from, how long its run
+/// waited, when, and the offering (instance type, subnet, spot or not) the
+/// instance runs in, once a listing showed it.
+#[derive(Clone, Debug)]
+struct Kept {
+    instance: String,
+    source: Source,
+    waited: f64,
+    at: f64,
+    offering: Option<Offering>,
 }
 
 impl Starts {
     /// Adds hand-outs seen (oldest first) and drops those older than the
     /// window at `now` (the database's epoch seconds).
     pub fn add(&mut self, seen: &[HandOut], now: f64) {
-        self.kept.extend(seen.iter().copied());
+        self.kept.extend(seen.iter().map(|h| Kept {
+            instance: h.instance.clone(),
+            source: h.source,
+            waited: h.waited,
+            at: h.at,
+            offering: None,
+        }));
         while self.kept.front().is_some_and(|h| h.at <= now - WINDOW_SECS) || self.kept.len() > KEPT
         {
             self.kept.pop_front();
@@ -38,7 +57,7 @@ impl Starts {
             return None;
         }
         let of = |source: Source| {
-            let waits = self.waits(source)?;
+            let waits = self.waits(source, None)?;
             let millis = |q: f64| (nearest_rank(&waits, q) * 1000.0).round() as i64;
             Some(StartFigures {
                 runs: waits.len() as i64,
@@ -57,12 +76,28 @@ impl Starts {
 }
 
 impl Starts {
-    /// `source`'s waits in the window, sorted; `None` without any.
-    fn waits(&self, source: Source) -> Option<Vec<f64>> {
+    /// Notes the offering of each hand-out's instance that `listed` shows
+    /// and none before it did.
+    pub fn place(&mut self, listed: &[Ec2Instance]) {
+        if self.kept.iter().all(|h| h.offering.is_some()) {
+            return;
+        }
+        let by_id: HashMap<&str, &Offering> = listed
+            .iter()
+            .map(|i| (i.id.as_str(), &i.offering))
+            .collect();
+        for h in self.kept.iter_mut().filter(|h| h.offering.is_none()) {
+            h.offering = by_id.get(h.instance.as_str()).map(|o| (*o).clone());
+        }
+    }
+
+    /// `source`'s waits in the window, sorted, of instances in `on` if
+    /// given; `None` without any.
+    fn waits(&self, source: Source, on: Option<&Offering>) -> Option<Vec<f64>> {
         let mut waits: Vec<f64> = self
             .kept
             .iter()
-            .filter(|h| h.source == source)
+            .filter(|h| h.source == source && on.is_none_or(|o| h.offering.as_ref() == Some(o)))
             .map(|h| h.waited)
             .collect();
         waits.sort_by(f64::total_cmp);
@@ -72,16 +107,26 @@ impl Starts {
     /// The share of `source`'s hand-outs in the window whose run waited at
     /// most `secs`, and how many there were; `None` without any.
     pub fn within(&self, source: Source, secs: f64) -> Option<(f64, usize)> {
-        let waits = self.waits(source)?;
-        let within = waits.iter().filter(|w| **w <= secs).count();
-        Some((within as f64 / waits.len() as f64, waits.len()))
+        within(&self.waits(source, None)?, secs)
+    }
+
+    /// [`Starts::within`] of the hand-outs of instances in offering `on`
+    /// only: start times differ by instance type and subnet.
+    pub fn within_on(&self, source: Source, secs: f64, on: &Offering) -> Option<(f64, usize)> {
+        within(&self.waits(source, Some(on))?, secs)
     }
 
     /// The `q` quantile (0 to 1) of `source`'s waits in the window, in
-    /// seconds; `None` without any.
-    pub fn quantile(&self, source: Source, q: f64) -> Option<f64> {
-        Some(nearest_rank(&self.waits(source)?, q))
+    /// seconds, of instances in `on` if given; `None` without any.
+    pub fn quantile(&self, source: Source, q: f64, on: Option<&Offering>) -> Option<f64> {
+        Some(nearest_rank(&self.waits(source, on)?, q))
     }
+}
+
+/// The share of sorted, non-empty `waits` at most `secs`, and how many.
+fn within(waits: &[f64], secs: f64) -> Option<(f64, usize)> {
+    let n = waits.iter().filter(|w| **w <= secs).count();
+    Some((n as f64 / waits.len() as f64, waits.len()))
 }
 
 /// The nearest rank of sorted, non-empty `waits`: the smallest wait at
@@ -96,7 +141,12 @@ mod tests {
     use super::*;
 
     fn out(source: Source, waited: f64, at: f64) -> HandOut {
-        HandOut { source, waited, at }
+        HandOut {
+            instance: format!("i-{at}"),
+            source,
+            waited,
+            at,
+        }
     }
 
     #[test]
@@ -135,8 +185,50 @@ mod tests {
         s.add(&seen, 1100.0);
         assert_eq!(s.within(Source::Cold, 35.0), Some((0.3, 10)));
         assert_eq!(s.within(Source::Reserve, 35.0), None);
-        assert_eq!(s.quantile(Source::Cold, 0.95), Some(100.0));
-        assert_eq!(s.quantile(Source::Cold, 0.5), Some(50.0));
+        assert_eq!(s.quantile(Source::Cold, 0.95, None), Some(100.0));
+        assert_eq!(s.quantile(Source::Cold, 0.5, None), Some(50.0));
+    }
+
+    #[test]
+    fn start_times_are_told_apart_by_offering() {
+        let off = |subnet: &str| Offering {
+            instance_type: "t3.micro".into(),
+            subnet: subnet.into(),
+            spot: false,
+        };
+        // Cold starts in subnet a take 30 s, in b 90 s.
+        let seen: Vec<HandOut> = (1..=10)
+            .map(|i| {
+                let slow = i % 2 == 0;
+                out(
+                    Source::Cold,
+                    if slow { 90.0 } else { 30.0 },
+                    1000.0 + f64::from(i),
+                )
+            })
+            .collect();
+        let mut s = Starts::default();
+        s.add(&seen, 1100.0);
+        // Not listed yet: no offering's own.
+        assert_eq!(s.within_on(Source::Cold, 60.0, &off("a")), None);
+        let listed: Vec<Ec2Instance> = seen
+            .iter()
+            .map(|h| Ec2Instance {
+                id: h.instance.clone(),
+                state: super::super::plan::Ec2State::Running,
+                launched: chrono::DateTime::UNIX_EPOCH,
+                offering: off(if (h.at as i64) % 2 == 0 { "b" } else { "a" }),
+                launch: None,
+                image: None,
+                template_version: None,
+            })
+            .collect();
+        s.place(&listed);
+        assert_eq!(s.within(Source::Cold, 60.0), Some((0.5, 10)));
+        assert_eq!(s.within_on(Source::Cold, 60.0, &off("a")), Some((1.0, 5)));
+        assert_eq!(s.within_on(Source::Cold, 60.0, &off("b")), Some((0.0, 5)));
+        assert_eq!(s.within_on(Source::Cold, 60.0, &off("c")), None);
+        assert_eq!(s.quantile(Source::Cold, 0.95, Some(&off("b"))), Some(90.0));
     }
 
     #[test]

@@ -158,3 +158,49 @@ async fn an_objective_beyond_the_class_s_room_is_degraded_naming_the_limit() {
         Some("ObjectiveUnreachable")
     );
 }
+
+#[tokio::test]
+async fn cold_starts_are_measured_on_the_offering_the_next_launch_goes_to() {
+    let (moto, url, ec2, subnets) = warm::Stage::new().await.parts();
+    let pool = "objective/offerings";
+    let db = pg::connect(&url).await;
+    let mut spec = warm::spec(&moto.endpoint(), &["t3.micro"], &subnets[..2], 3, 6, 8);
+    spec.objective = objective(95, 60);
+    let mut lp = warm::pool_loop(pool, spec, &url).await;
+    lp.pass(Utc::now()).await.unwrap();
+    let launched = present(&ec2, pool).await;
+    assert_eq!(launched.len(), 3);
+    // Each handed a run that waited 30 s for it: three cold starts in the
+    // first subnet, where the next launch goes too.
+    let at = Utc::now() - chrono::Duration::seconds(10);
+    for (k, i) in (0i64..).zip(&launched) {
+        db.execute(
+            "insert into orca.instances (instance, pool, role, idle, polled, ended, ended_by)
+             values ($1, $2, 'warm', $3::timestamptz - interval '1 minute', $3, $3, 'handout')",
+            &[&i.id, &pool, &at],
+        )
+        .await
+        .unwrap();
+        db.execute(
+            "insert into orca.instances (instance, pool, run, start, role, pooled, created)
+             values ($1, $2, $3, 1, 'head', true, $4)",
+            &[&i.id, &pool, &(2000 + k), &at],
+        )
+        .await
+        .unwrap();
+        db.execute(
+            "insert into orca.pool_demand (pool, run, start, role, asked, served)
+             values ($1, $2, 1, 'head', $3::timestamptz - interval '30 seconds', $3)",
+            &[&pool, &(2000 + k), &at],
+        )
+        .await
+        .unwrap();
+    }
+    // A listing newer than the launch places them (the one reused for the
+    // next half second predates it).
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let report = lp.pass(Utc::now()).await.unwrap();
+    let status = report.status.objective.clone().expect("status.objective");
+    let on = format!("cold 100 % (t3.micro in {})", subnets[0]);
+    assert!(status.planned_from.contains(&on), "{status:?}");
+}
