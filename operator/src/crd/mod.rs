@@ -20,7 +20,7 @@ pub use api_doc::api_markdown;
 pub use class::*;
 pub use condition::{degraded_already, set_condition, set_degraded};
 pub use forecast::{Forecast, ForecastHour, ForecastStatus};
-pub use objective::{Objective, ObjectiveStatus, StartTarget, StaticFloor};
+pub use objective::{Objective, ObjectiveStatus, StartTarget, StaticFloor, TypePrice};
 pub use period::Period;
 pub use roster::PoolInstance;
 pub use scheduler::*;

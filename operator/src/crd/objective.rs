@@ -2,6 +2,8 @@
 //! for its instance, for what share of runs) and what its status shows
 //! (how close the pool is, what it keeps and why).
 
+use std::collections::BTreeMap;
+
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
@@ -25,6 +27,41 @@ pub struct Objective {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 0.001, max = 1.0))]
     pub stopped_cost_ratio: Option<f64>,
+    /// What the instance types cost, by type name (e.g. `m7i.large`), in
+    /// any one currency an hour: the objective weighs an idle instance
+    /// against a stopped one at the prices of the type the next launch
+    /// goes to (stoppedCostRatio for a type not listed), and the status
+    /// shows what it expects to spend against the static floor. At most
+    /// 100 types.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[schemars(extend("maxProperties" = 100))]
+    pub prices: BTreeMap<String, TypePrice>,
+}
+
+/// One instance type's prices an hour.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct TypePrice {
+    /// Running, on demand. More than 0.
+    #[schemars(range(min = 0.0))]
+    pub on_demand: f64,
+    /// Running, on spot; on-demand's when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0.0))]
+    pub spot: Option<f64>,
+    /// Stopped: its volumes. At least 0.
+    #[schemars(range(min = 0.0))]
+    pub stopped: f64,
+}
+
+impl TypePrice {
+    /// Running, on spot or on demand.
+    pub fn running(&self, spot: bool) -> f64 {
+        match (spot, self.spot) {
+            (true, Some(p)) => p,
+            _ => self.on_demand,
+        }
+    }
 }
 
 /// The objective's target.
@@ -50,6 +87,23 @@ impl Objective {
     /// [`Objective::stopped_cost_ratio`], defaulted and within its range.
     pub fn stopped_cost(&self) -> f64 {
         self.stopped_cost_ratio.unwrap_or(0.05).clamp(0.001, 1.0)
+    }
+
+    /// The prices of `instance_type` with a running price above 0, if
+    /// listed.
+    pub fn price_of(&self, instance_type: &str) -> Option<&TypePrice> {
+        self.prices
+            .get(instance_type)
+            .filter(|p| p.on_demand > 0.0 && p.spot.is_none_or(|s| s > 0.0))
+    }
+
+    /// What a stopped instance of `instance_type` (on spot or not) costs
+    /// against a running one: its prices' ratio if listed, else
+    /// [`Objective::stopped_cost`]; within 0.001 to 1.
+    pub fn stopped_cost_of(&self, instance_type: &str, spot: bool) -> f64 {
+        self.price_of(instance_type)
+            .map_or(self.stopped_cost(), |p| p.stopped / p.running(spot))
+            .clamp(0.001, 1.0)
     }
 
     /// The share of runs to start within the target, 0.5 to 1.
@@ -98,6 +152,12 @@ pub struct ObjectiveStatus {
     /// it; absent when no idle.min within idle.max and maxInstances would.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub static_floor: Option<StaticFloor>,
+    /// With `spec.objective.prices` for the type the next launch goes to:
+    /// expectedInstanceHours at its price, and the instance type priced.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expected_cost: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub priced_as: Option<String>,
 }
 
 /// The fewest idle instances that, kept at every hour, would have started
@@ -109,4 +169,29 @@ pub struct StaticFloor {
     pub idle: i32,
     /// What that holds over 24 hours, in instance-hours.
     pub instance_hours: f64,
+    /// And at the price of the type the next launch goes to, with
+    /// `spec.objective.prices`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cost: Option<f64>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_listed_types_prices_weigh_a_stopped_instance_against_a_running_one() {
+        let o: Objective = serde_yaml::from_str(
+            "timeToStart: {seconds: 20}\nstoppedCostRatio: 0.2\nprices:\n  \
+             m7i.large: {onDemand: 0.1008, spot: 0.04, stopped: 0.0032}\n  \
+             free.nano: {onDemand: 0, stopped: 0.01}\n",
+        )
+        .unwrap();
+        assert!((o.stopped_cost_of("m7i.large", false) - 0.0317).abs() < 1e-4);
+        assert!((o.stopped_cost_of("m7i.large", true) - 0.08).abs() < 1e-9);
+        // Not listed, or priced at nothing running: stoppedCostRatio.
+        assert_eq!(o.stopped_cost_of("t3.micro", false), 0.2);
+        assert_eq!(o.stopped_cost_of("free.nano", false), 0.2);
+        assert_eq!(o.price_of("m7i.large").map(|p| p.running(true)), Some(0.04));
+    }
 }

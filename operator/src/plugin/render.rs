@@ -248,20 +248,26 @@ fn pool_sizes(out: &mut String, spec: &WarmPoolSpec, status: &WarmPoolStatus) {
             p.map(|p| format!("{p:.1} % of {runs} run(s) in the last {when}"))
                 .unwrap_or_else(|| format!("no runs in the last {when}"))
         };
+        let priced = |cost: Option<f64>| match (cost, &st.priced_as) {
+            (Some(c), Some(t)) => format!(" ({c:.2} at {t}'s price)"),
+            _ => String::new(),
+        };
         let against = st
             .static_floor
             .as_ref()
             .map(|f| {
                 format!(
-                    " against {:.0} for a static idle.min {}",
-                    f.instance_hours, f.idle
+                    " against {:.0}{} for a static idle.min {}",
+                    f.instance_hours,
+                    priced(f.cost),
+                    f.idle
                 )
             })
             .unwrap_or_else(|| ", no static idle.min would meet it".into());
         let _ = writeln!(
             out,
             "Objective: {} % within {} s: {}, {}; keeping {} idle, {} stopped \
-             (expected {:.1} %); next 24 h {:.1} instance-h{against}",
+             (expected {:.1} %); next 24 h {:.1} instance-h{}{against}",
             o.time_to_start.percentile,
             o.time_to_start.seconds,
             attained(st.attained_percent, st.runs, "hour"),
@@ -270,6 +276,7 @@ fn pool_sizes(out: &mut String, spec: &WarmPoolSpec, status: &WarmPoolStatus) {
             st.stopped,
             st.expected_percent,
             st.expected_instance_hours,
+            priced(st.expected_cost),
         );
     }
     if let Some(r) = &spec.stopped {

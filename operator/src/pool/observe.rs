@@ -61,6 +61,9 @@ pub(super) struct Planned {
     /// Of the last day's runs, how many started within the target, and how
     /// many there were (read every [`DAY_EVERY`]).
     pub(super) day: Option<(u64, u64)>,
+    /// With `spec.objective.prices` for the type the next launch goes to:
+    /// that type and its running price an hour.
+    pub(super) priced: Option<(String, f64)>,
 }
 
 /// The objective's reading of the database (`spec.objective`).
@@ -516,7 +519,7 @@ impl Observer<'_> {
         // A cold start is the next launch's: of its offering where enough of
         // them were measured, as start times differ by type and subnet.
         let next = self.next_offering(now);
-        let on = next.filter(|o| {
+        let on = next.clone().filter(|o| {
             self.cost
                 .starts
                 .within_on(orca_db::pool::Source::Cold, target, o)
@@ -543,14 +546,17 @@ impl Observer<'_> {
         else {
             return Ok(None);
         };
+        // An idle instance against a stopped one at the prices of the type
+        // the next launch goes to.
+        let stopped_cost = next.as_ref().map_or(objective.stopped_cost(), |o| {
+            objective.stopped_cost_of(&o.instance_type, o.spot)
+        });
+        let priced = next.as_ref().and_then(|o| {
+            let p = objective.price_of(&o.instance_type)?;
+            Some((o.instance_type.clone(), p.running(o.spot)))
+        });
         let plan = |slices: &[u32]| {
-            super::objective::choose(
-                slices,
-                objective.goal(),
-                &shares,
-                &bounds,
-                objective.stopped_cost(),
-            )
+            super::objective::choose(slices, objective.goal(), &shares, &bounds, stopped_cost)
         };
         let lead = chrono::Duration::seconds(cold as i64);
         let choice = super::objective::at(hours, now, lead, plan);
@@ -564,6 +570,7 @@ impl Observer<'_> {
             planned_from: planned_from(busiest, *slice_secs, &objective, &shares, on.as_ref()),
             outlook,
             day: reading.day.map(|(_, d)| d),
+            priced,
         }))
     }
 

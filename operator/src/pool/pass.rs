@@ -34,6 +34,8 @@ use super::starts::Starts;
 /// `status.objective`: the share of the last hour's runs that started
 /// within the target, what the plan keeps and what from.
 fn objective_status(p: &Planned, o: &Objective, starts: &Starts) -> ObjectiveStatus {
+    let price = p.priced.as_ref().map(|(_, h)| *h);
+    let cents = |v: f64| (v * 100.0).round() / 100.0;
     use orca_db::pool::Source;
     let target = o.time_to_start.seconds as f64;
     let (within, runs) = [Source::Idle, Source::Reserve, Source::Cold]
@@ -60,7 +62,10 @@ fn objective_status(p: &Planned, o: &Objective, starts: &Starts) -> ObjectiveSta
         static_floor: p.outlook.static_floor.map(|idle| StaticFloor {
             idle: i32::try_from(idle).unwrap_or(i32::MAX),
             instance_hours: f64::from(idle) * 24.0,
+            cost: price.map(|h| cents(f64::from(idle) * 24.0 * h)),
         }),
+        expected_cost: price.map(|h| cents(p.outlook.next_day * h)),
+        priced_as: p.priced.as_ref().map(|(t, _)| t.clone()),
     }
 }
 

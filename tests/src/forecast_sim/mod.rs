@@ -705,6 +705,7 @@ pub fn with_objective(mut spec: WarmPoolSpec, percentile: i32, seconds: i64) -> 
             seconds,
         },
         stopped_cost_ratio: None,
+        prices: Default::default(),
     });
     spec
 }

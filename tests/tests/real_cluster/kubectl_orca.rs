@@ -160,6 +160,7 @@ async fn status_pause_resume_and_restart_through_kubectl() {
             seconds: 20,
         },
         stopped_cost_ratio: None,
+        prices: Default::default(),
     });
     stage.create_pool(&WarmPool::new("pool", spec)).await;
     let pool_times = write_status(&pools, "pool", "warmpool.status.json").await;

@@ -15,6 +15,7 @@ fn objective(percentile: i32, seconds: i64) -> Option<Objective> {
             seconds,
         },
         stopped_cost_ratio: None,
+        prices: Default::default(),
     })
 }
 
@@ -68,6 +69,7 @@ async fn a_pool_with_an_objective_keeps_what_its_busiest_slice_needed_and_says_s
     assert!(status.expected_instance_hours < 96.0, "{status:?}");
     let floor = status.static_floor.clone().expect("a static floor");
     assert_eq!((floor.idle, floor.instance_hours), (4, 96.0));
+    assert_eq!((floor.cost, status.expected_cost), (None, None));
     // The last day's runs: none yet; then three, one of which waited 90 s
     // for a cold launch.
     assert_eq!((status.day_attained_percent, status.day_runs), (None, 0));
@@ -85,6 +87,28 @@ async fn a_pool_with_an_objective_keeps_what_its_busiest_slice_needed_and_says_s
     let status = report.status.objective.clone().expect("status.objective");
     assert_eq!(status.day_runs, 3, "{status:?}");
     assert_eq!(status.day_attained_percent, Some(66.7), "{status:?}");
+
+    // With the type's prices, what it holds is in money too.
+    let mut priced = spec.clone();
+    if let Some(o) = priced.objective.as_mut() {
+        let price = orca_operator::crd::TypePrice {
+            on_demand: 0.0104,
+            spot: None,
+            stopped: 0.0016,
+        };
+        o.prices.insert("t3.micro".into(), price);
+    }
+    lp.set_spec(priced).await;
+    let report = lp.pass(Utc::now()).await.unwrap();
+    let status = report.status.objective.clone().expect("status.objective");
+    assert_eq!(status.priced_as.as_deref(), Some("t3.micro"));
+    let floor = status.static_floor.clone().expect("a static floor");
+    assert_eq!(floor.cost, Some(1.0)); // 96 h at 0.0104
+    let expected = status.expected_cost.expect("an expected cost");
+    assert!(
+        (expected - status.expected_instance_hours * 0.0104).abs() < 0.01,
+        "{status:?}"
+    );
 
     // A lower share asks for fewer: 75 % of four runs is three.
     spec.objective = objective(75, 20);
