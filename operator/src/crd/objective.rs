@@ -153,9 +153,10 @@ pub struct ObjectiveStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub static_floor: Option<StaticFloor>,
     /// With `spec.objective.prices` for the type the next launch goes to:
-    /// expectedInstanceHours at its price, and the instance type priced.
+    /// expectedInstanceHours at its price.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub expected_cost: Option<f64>,
+    /// The instance type whose price the costs are at.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub priced_as: Option<String>,
 }

@@ -35,6 +35,13 @@ fn hour(w: &World, s: i64) -> i64 {
     (s - w.warm_up_days * 86_400) / 3600
 }
 
+/// The objective's week without any event, simulated once for the tests
+/// that set theirs against it.
+fn base() -> &'static Outcome {
+    static BASE: std::sync::OnceLock<Outcome> = std::sync::OnceLock::new();
+    BASE.get_or_init(|| run(&world()))
+}
+
 fn run(w: &World) -> Outcome {
     let spec = with_objective(spec(0, 24, 200), PERCENTILE, SECONDS);
     simulate(w, &spec, &arrivals(w))
@@ -53,7 +60,7 @@ fn recovered(o: &Outcome, base: &Outcome, hours: std::ops::Range<i64>, secs: i64
 
 #[test]
 fn a_burst_larger_than_any_seen_costs_its_own_hour_only() {
-    let base = run(&world());
+    let base = base();
     // Thirty runs at once, where the history's bursts were six.
     let mut w = world();
     let t = at(&w, 2, 10, 20);
@@ -62,32 +69,32 @@ fn a_burst_larger_than_any_seen_costs_its_own_hour_only() {
     let h = hour(&w, t);
     let (late, _) = o.late(h..h + 1, SECONDS);
     assert!(late >= base.late(h..h + 1, SECONDS).0 + 20, "{late}");
-    recovered(&o, &base, h + 1..h + 25, SECONDS);
+    recovered(&o, base, h + 1..h + 25, SECONDS);
     assert_eq!(o.churn, 0);
 }
 
 #[test]
 fn spot_reclaims_of_every_idle_instance_are_made_up_within_the_hour() {
-    let base = run(&world());
+    let base = base();
     // All idle instances taken back four times in a workday hour.
     let mut w = world();
     let t = at(&w, 2, 10, 0);
     w.reclaims = (0..4).map(|k| (t + k * 900, 100)).collect();
     let o = run(&w);
     let h = hour(&w, t);
-    recovered(&o, &base, h + 1..h + 25, SECONDS);
+    recovered(&o, base, h + 1..h + 25, SECONDS);
     assert_eq!(o.churn, 0);
 }
 
 #[test]
 fn a_quiet_week_after_a_busy_one_starts_as_many_runs_in_time() {
-    let base = run(&world());
+    let base = base();
     // The history's second week three times as busy as the measured one.
     let mut w = world();
     w.busy_days = 7..14;
     w.busy_factor = 3.0;
     let o = run(&w);
-    recovered(&o, &base, 0..24 * 7, SECONDS);
+    recovered(&o, base, 0..24 * 7, SECONDS);
     assert_eq!(o.churn, 0);
 }
 
@@ -119,7 +126,7 @@ fn a_deploy_whose_image_boots_past_the_target_is_planned_for_at_once() {
 fn no_plan_retires_what_an_earlier_one_launched_for_the_objective() {
     // A week of workdays, nights and bursts: the objective's holdings rise
     // and fall with the hours, and never by a launch taken back unused.
-    let o = run(&world());
+    let o = base();
     assert!(o.runs > 2_000, "{}", o.runs);
     assert_eq!(o.churn, 0);
 }
