@@ -226,7 +226,14 @@ impl PoolLoop {
                 .map_or(self.spec.drain_timeout_seconds, |d| d.drain_timeout_seconds),
             ..self.spec.clone()
         };
-        let bounds = objective::bounds(&spec, self.class_room(snap));
+        // The class's room is asked of its book (a lock every pool shares)
+        // only by a pool with an objective.
+        let class = self
+            .spec
+            .objective
+            .as_ref()
+            .and_then(|_| self.class_room(snap));
+        let bounds = objective::bounds(&spec, class);
         let objective = self.observer().objective(now, bounds).await?;
         if let Some(p) = &objective {
             objective::raise(&mut spec, &p.choice);
@@ -240,7 +247,7 @@ impl PoolLoop {
     }
 
     /// What the class's limits let the pool hold idle and stopped (see
-    /// [`Bounds::class`]): the instances it has that are in no run, and the
+    /// [`objective::Bounds::class`]): the instances it has that are in no run, and the
     /// room left for the instance type that fits the most. `None` without
     /// a class limit that applies, or while the class is not counted.
     fn class_room(&self, snap: &Snapshot) -> Option<(u32, &'static str)> {
