@@ -25,7 +25,7 @@ use tokio_postgres::{
 };
 
 use crate::{
-    error::DbError,
+    error::{said, DbError},
     tls,
     url::{DatabaseUrl, SslMode},
 };
@@ -188,16 +188,6 @@ async fn connect_inner(
         });
     }
     Err(fail(last))
-}
-
-/// The server's own words when it answered (`password authentication
-/// failed for user "x"`), else the error's: tokio-postgres says only "db
-/// error" for an error the server sent.
-fn said(e: &tokio_postgres::Error) -> String {
-    match e.as_db_error() {
-        Some(db) => format!("{} (SQLSTATE {})", db.message(), db.code().code()),
-        None => e.to_string(),
-    }
 }
 
 /// SQLSTATE class 28, invalid authorization: the server refused the

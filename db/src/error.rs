@@ -22,7 +22,7 @@ pub enum DbError {
         target: String,
         after: Duration,
     },
-    #[error("{target}: {source}")]
+    #[error("{target}: {}", said(.source))]
     Statement {
         target: String,
         #[source]
@@ -66,6 +66,18 @@ impl DbError {
             DbError::Statement { source, .. } => source.code().map(|c| c.code()),
             _ => None,
         }
+    }
+}
+
+/// The server's own words when it answered (`canceling statement due to
+/// statement timeout`, `password authentication failed for user "x"`),
+/// else the error's: tokio-postgres says only "db error" for an error the
+/// server sent. The server's message names no password; its DETAIL, which
+/// may quote a row's values, is left out.
+pub(crate) fn said(e: &tokio_postgres::Error) -> String {
+    match e.as_db_error() {
+        Some(db) => format!("{} (SQLSTATE {})", db.message(), db.code().code()),
+        None => e.to_string(),
     }
 }
 

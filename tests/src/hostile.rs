@@ -79,7 +79,17 @@ pub fn fifo(dir: &Path, name: &str) -> PathBuf {
 /// them naming a 100 MB image.
 pub async fn huge_database() -> String {
     let url = pg::Cluster::shared().migrated_db().await;
-    let db = pg::connect(&url).await;
+    // 300 MB written and compressed takes more than the default statement
+    // time-out (10 s) on two busy cores.
+    let db = orca_db::connect(
+        &orca_db::DatabaseUrl::parse(&url).unwrap(),
+        &orca_db::ConnectOptions {
+            statement_timeout: std::time::Duration::from_secs(300),
+            ..orca_db::ConnectOptions::named("orca-tests")
+        },
+    )
+    .await
+    .unwrap_or_else(|e| panic!("test connection: {e}"));
     db.execute(
         "insert into orca.schedulers (host, pid, image, migrations, role, running)
          select 'h-' || n, n, case when n <= 3 then repeat('x', 100 * 1024 * 1024) else 'v' end,

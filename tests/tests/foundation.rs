@@ -126,6 +126,13 @@ async fn the_database_refuses_a_second_live_row_for_one_instance() {
     db.execute(insert, &[]).await.unwrap();
     let second = db.execute(insert, &[]).await.unwrap_err();
     assert_eq!(second.code(), Some("23505"), "{second}");
+    // The server's words, not tokio-postgres's bare "db error"; its DETAIL
+    // (which quotes the row) left out.
+    let said = second.to_string();
+    assert!(
+        said.ends_with("duplicate key value violates unique constraint \"instances_one_live\" (SQLSTATE 23505)"),
+        "{said}"
+    );
     // Once the first has ended, a new live row is fine.
     db.execute(
         "update orca.instances set ended = now(), ended_by = 'agent' where instance = 'i-1'",
@@ -304,6 +311,11 @@ async fn a_hanging_statement_is_cut_by_the_statement_timeout() {
         started.elapsed()
     );
     assert_eq!(err.code(), Some("57014"), "{err}");
+    assert!(
+        err.to_string()
+            .ends_with(": canceling statement due to statement timeout (SQLSTATE 57014)"),
+        "{err}"
+    );
     // The connection is still good for the next statement.
     db.execute("select 1", &[]).await.unwrap();
 }
