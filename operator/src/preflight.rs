@@ -8,6 +8,7 @@
 use std::process::ExitCode;
 
 use crate::crd::Launch;
+use crate::fence::Fence;
 use crate::iam_policy::operator_policy;
 use crate::pool::ec2::{
     Ec2, Ec2Config, Ownership, RunRequest, TAG_CLASS, TAG_CLUSTER, TAG_NAMESPACE,
@@ -55,8 +56,17 @@ pub struct PreflightArgs {
 /// Runs the checks and prints them; exit 1 when an action is missing or
 /// could not be asked about.
 pub async fn command(args: &PreflightArgs) -> anyhow::Result<ExitCode> {
-    let ec2 = Ec2::new(&Ec2Config::new(&args.region, args.endpoint.as_deref())).await;
-    let ssm = Ssm::new(&Ec2Config::new(&args.region, args.ssm_endpoint.as_deref())).await;
+    // Run by hand, once: no election, so its calls are not fenced.
+    let ec2 = Ec2::new(
+        &Ec2Config::new(&args.region, args.endpoint.as_deref()),
+        Fence::always(),
+    )
+    .await;
+    let ssm = Ssm::new(
+        &Ec2Config::new(&args.region, args.ssm_endpoint.as_deref()),
+        Fence::always(),
+    )
+    .await;
     // One of this cluster's instances, for the calls on instances (their
     // conditions are on its tags).
     let tagged = ec2

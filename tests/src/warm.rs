@@ -4,6 +4,7 @@
 //! scheduler's half of the hand-out (the `orca_db::pool` functions
 //! `orca-sim` uses).
 
+use orca_operator::fence::Fence;
 use std::{sync::Once, time::Duration};
 
 use orca_operator::{
@@ -67,7 +68,7 @@ impl Stage {
 /// An EC2 client of the tests' own for `endpoint`.
 pub async fn ec2(endpoint: &str) -> Ec2 {
     aws_env();
-    Ec2::new(&Ec2Config::new(REGION, Some(endpoint))).await
+    Ec2::new(&Ec2Config::new(REGION, Some(endpoint)), Fence::always()).await
 }
 
 /// An EC2 client for `endpoint` signing as IAM user `key` (see
@@ -78,6 +79,7 @@ pub async fn ec2_as(endpoint: &str, key: &crate::iam::AccessKey) -> Ec2 {
         &Ec2Config::new(REGION, Some(endpoint)),
         &key.id,
         &key.secret,
+        Fence::always(),
     )
     .await
 }
@@ -189,9 +191,16 @@ pub fn tuning(leak_grace: Duration) -> Tuning {
 /// [`tuning`] and a leak grace of a minute.
 pub async fn pool_loop(pool: &str, spec: WarmPoolSpec, url: &str) -> PoolLoop {
     let (ns, name) = pool.split_once('/').expect("namespace/name");
-    PoolLoop::new(ns, name, spec, url, tuning(Duration::from_secs(60)))
-        .await
-        .expect("the pool's loop starts")
+    PoolLoop::new(
+        ns,
+        name,
+        spec,
+        url,
+        tuning(Duration::from_secs(60)),
+        Fence::always(),
+    )
+    .await
+    .expect("the pool's loop starts")
 }
 
 /// The ownership tags of pool `pool` of these tests.

@@ -3,6 +3,7 @@
 //! (docs/protocol.md#demand), rows of instances EC2 no longer runs, and
 //! busy instances whose run is over or whose heartbeat is stale.
 
+use orca_operator::fence::Fence;
 use std::time::Duration;
 
 use chrono::Utc;
@@ -62,7 +63,9 @@ async fn pool_loop(
 ) -> PoolLoop {
     let (ns, name) = pool.split_once('/').unwrap();
     warm::aws_env();
-    PoolLoop::new(ns, name, spec, url, t).await.unwrap()
+    PoolLoop::new(ns, name, spec, url, t, Fence::always())
+        .await
+        .unwrap()
 }
 
 fn terminated_for(report: &PassReport, reason: &str) -> bool {

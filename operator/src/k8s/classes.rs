@@ -118,7 +118,7 @@ async fn census(
     let name = class.name_any();
     budgets.set_limits(&name, &class.spec);
     let cfg = Ec2Config::new(&class.spec.region, class.spec.endpoint.as_deref());
-    let ec2 = Ec2::new(&cfg).await.with_fence(fence.clone());
+    let ec2 = Ec2::new(&cfg, fence.clone()).await;
     match sources
         .listings
         .census(&ec2, &cfg, &name, &sources.owner, CENSUS_WITHIN)

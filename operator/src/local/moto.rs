@@ -14,6 +14,7 @@ use std::{
 use super::spawn::{free_port, spawn_tied_with};
 use crate::{
     crd::WarmPoolSpec,
+    fence::Fence,
     pool::ec2::{Ec2, Ec2Config},
 };
 
@@ -150,7 +151,11 @@ pub async fn onto(
         .as_ref()
         .map(|m| m.endpoint())
         .expect("invariant: moto started above");
-    let ec2 = Ec2::new(&Ec2Config::new(&spec.region, Some(&endpoint))).await;
+    let ec2 = Ec2::new(
+        &Ec2Config::new(&spec.region, Some(&endpoint)),
+        Fence::always(),
+    )
+    .await;
     let subnets = ec2
         .client()
         .describe_subnets()

@@ -27,6 +27,7 @@ use tokio::{sync::watch, task::JoinHandle};
 use super::moto::Moto;
 use crate::{
     crd::{OnDelete, WarmPool, WarmPoolSpec, WarmPoolStatus},
+    fence::Fence,
     local::host::{HostConfig, Hosts},
     pool::{
         drift::moved,
@@ -167,10 +168,12 @@ impl LocalPools {
             cluster: cluster_of(&self.state_dir),
             ..Tuning::default()
         };
-        let mut pool_loop = PoolLoop::new(namespace, name, spec.clone(), url, tuning)
-            .await
-            .map_err(|e| e.to_string())?
-            .with_listings(&self.listings);
+        // The local mode has no election: its loops act whenever they run.
+        let mut pool_loop =
+            PoolLoop::new(namespace, name, spec.clone(), url, tuning, Fence::always())
+                .await
+                .map_err(|e| e.to_string())?
+                .with_listings(&self.listings);
         pool_loop.set_run_stale(run_stale);
         let hosts = hosts_of(&pool_loop, &spec, key, url).await?;
         let (deletion, deleting) = watch::channel(None);
@@ -359,7 +362,11 @@ async fn hosts_of(
     key: &str,
     url: &str,
 ) -> Result<Hosts, String> {
-    let ec2 = Ec2::new(&Ec2Config::new(&spec.region, spec.endpoint.as_deref())).await;
+    let ec2 = Ec2::new(
+        &Ec2Config::new(&spec.region, spec.endpoint.as_deref()),
+        Fence::always(),
+    )
+    .await;
     let agent = sibling("orca-pool-agent")
         .ok_or("orca-pool-agent is not beside orca-operator; build the workspace")?;
     Ok(Hosts::new(

@@ -311,8 +311,10 @@ impl Ec2 {
     /// Credentials come from the default chain (environment, profile, IMDS,
     /// web identity); rustls on ring, like the rest of the operator. One
     /// client per `cfg` in the process, shared by the pools there (its
-    /// connections, its TLS set-up and its credentials' cache).
-    pub async fn new(cfg: &Ec2Config) -> Ec2 {
+    /// connections, its TLS set-up and its credentials' cache). Each call
+    /// checks `fence` first: the Lease's in the Kubernetes mode,
+    /// [`Fence::always`] in the local mode, which has no election.
+    pub async fn new(cfg: &Ec2Config, fence: Fence) -> Ec2 {
         static CLIENTS: Mutex<Option<HashMap<Ec2Config, Client>>> = Mutex::new(None);
         let kept = |clients: &Mutex<Option<HashMap<Ec2Config, Client>>>| {
             let clients = clients.lock().unwrap_or_else(|e| e.into_inner());
@@ -321,11 +323,11 @@ impl Ec2 {
         if let Some(client) = kept(&CLIENTS) {
             return Ec2 {
                 client,
-                fence: Fence::always(),
+                fence,
                 keys: None,
             };
         }
-        let made = Ec2::build(cfg, None).await;
+        let made = Ec2::build(cfg, None, fence.clone()).await;
         let mut clients = CLIENTS.lock().unwrap_or_else(|e| e.into_inner());
         let client = clients
             .get_or_insert_with(HashMap::new)
@@ -334,7 +336,7 @@ impl Ec2 {
             .clone();
         Ec2 {
             client,
-            fence: Fence::always(),
+            fence,
             keys: None,
         }
     }
@@ -342,15 +344,24 @@ impl Ec2 {
     /// As [`Ec2::new`], signing with this access key instead of the default
     /// chain's: one process acting as several IAM principals (the tests'
     /// operator and the hosts beside it).
-    pub async fn with_credentials(cfg: &Ec2Config, access_key_id: &str, secret: &str) -> Ec2 {
+    pub async fn with_credentials(
+        cfg: &Ec2Config,
+        access_key_id: &str,
+        secret: &str,
+        fence: Fence,
+    ) -> Ec2 {
         let credentials =
             aws_sdk_ec2::config::Credentials::new(access_key_id, secret, None, None, "static");
-        let mut ec2 = Ec2::build(cfg, Some(credentials.clone())).await;
+        let mut ec2 = Ec2::build(cfg, Some(credentials.clone()), fence).await;
         ec2.keys = Some(credentials);
         ec2
     }
 
-    async fn build(cfg: &Ec2Config, credentials: Option<aws_sdk_ec2::config::Credentials>) -> Ec2 {
+    async fn build(
+        cfg: &Ec2Config,
+        credentials: Option<aws_sdk_ec2::config::Credentials>,
+        fence: Fence,
+    ) -> Ec2 {
         let http = http_client();
         let mut loader = aws_config::defaults(BehaviorVersion::latest())
             .region(Region::new(cfg.region.clone()))
@@ -370,14 +381,14 @@ impl Ec2 {
         }
         Ec2 {
             client: Client::new(&loader.load().await),
-            fence: Fence::always(),
+            fence,
             keys: None,
         }
     }
 
-    /// The same client, each call checking `fence` first (it has
-    /// [`Fence::always`] until then).
-    pub fn with_fence(mut self, fence: Fence) -> Ec2 {
+    /// The same client behind `fence` instead of its own: a loop given a
+    /// client puts it behind the loop's fence.
+    pub(crate) fn behind(mut self, fence: Fence) -> Ec2 {
         self.fence = fence;
         self
     }
@@ -942,9 +953,11 @@ mod tests {
     async fn a_fenced_client_sends_nothing() {
         // Nothing listens on port 9: a call that went out would fail as a
         // transport error, not as fenced.
-        let ec2 = Ec2::new(&Ec2Config::new("us-east-1", Some("http://127.0.0.1:9")))
-            .await
-            .with_fence(Fence::new());
+        let ec2 = Ec2::new(
+            &Ec2Config::new("us-east-1", Some("http://127.0.0.1:9")),
+            Fence::new(),
+        )
+        .await;
         let owner = Ownership::new("ns", "p", "s", "o", "c");
         assert!(matches!(
             ec2.describe(&owner).await,

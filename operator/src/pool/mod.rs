@@ -18,8 +18,9 @@
 //! (`k8s::warmpool`) runs one [`PoolLoop::pass`] per reconcile instead.
 //!
 //! In the Kubernetes mode every EC2 call, statement, status write and Event
-//! checks the Lease's [`crate::fence::Fence`] first ([`PoolLoop::with_fence`]); the local
-//! mode has no election, and its loops' fence is always open.
+//! checks the Lease's [`crate::fence::Fence`] first: no loop, EC2 or SSM client
+//! is made without one ([`PoolLoop::new`], [`Ec2::new`]). The local mode has
+//! no election and passes [`crate::fence::Fence::always`], by name.
 
 mod act;
 #[cfg(test)]

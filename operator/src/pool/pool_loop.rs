@@ -212,13 +212,17 @@ impl<W> PoolLoop<W> {
 impl PoolLoop {
     /// The loop of WarmPool `namespace/name`, over the database at
     /// `database_url` (libpq-style; it reaches the instances' user-data
-    /// unless `launch.databaseUrlFile` is set).
+    /// unless `launch.databaseUrlFile` is set). Every EC2 and SSM call and
+    /// every statement of the loop checks `fence` first: the Lease's in the
+    /// Kubernetes mode, [`Fence::always`] in the local mode, which has no
+    /// election.
     pub async fn new(
         namespace: &str,
         name: &str,
         spec: WarmPoolSpec,
         database_url: &str,
         tuning: Tuning,
+        fence: Fence,
     ) -> Result<PoolLoop, PoolError> {
         let pool = format!("{namespace}/{name}");
         let url = DatabaseUrl::parse(database_url).map_err(|source| PoolError::Db {
@@ -226,7 +230,7 @@ impl PoolLoop {
             source,
         })?;
         let ec2_config = Ec2Config::new(&spec.region, spec.endpoint.as_deref());
-        let ec2 = Ec2::new(&ec2_config).await;
+        let ec2 = Ec2::new(&ec2_config, fence.clone()).await;
         let owner = Ownership::new(
             namespace,
             name,
@@ -243,7 +247,7 @@ impl PoolLoop {
             db: None,
             shared: None,
             held: None,
-            fence: Fence::always(),
+            fence,
             credentials: None,
         };
         Ok(PoolLoop::with_world(
@@ -280,21 +284,12 @@ impl PoolLoop {
         self
     }
 
-    /// Every EC2 call and statement of the loop checks `fence` first. A
-    /// loop is built with [`Fence::always`] (the local mode, which has no
-    /// election); the Kubernetes mode sets its Lease's.
-    pub fn with_fence(mut self, fence: Fence) -> Self {
-        self.act.world.ec2 = self.act.world.ec2.with_fence(fence.clone());
-        self.act.world.fence = fence;
-        self
-    }
-
     /// EC2 through `ec2` (say, [`Ec2::with_credentials`]: the tests' IAM
     /// principal) rather than the default chain's client for the spec's
     /// region and endpoint, until a spec moves the pool to another.
     pub fn with_ec2(mut self, ec2: Ec2) -> Self {
         self.act.world.credentials = ec2.credentials();
-        self.act.world.ec2 = ec2.with_fence(self.act.world.fence.clone());
+        self.act.world.ec2 = ec2.behind(self.act.world.fence.clone());
         // Its credentials are its own: so are its listings.
         self.listings = None;
         self.place = Place::own();
@@ -344,9 +339,7 @@ impl PoolLoop {
         self.seen.fresh_after = Some(Instant::now());
         let cfg = Ec2Config::new(&spec.region, spec.endpoint.as_deref());
         if cfg != self.act.world.ec2_config {
-            self.act.world.ec2 = Ec2::new(&cfg)
-                .await
-                .with_fence(self.act.world.fence.clone());
+            self.act.world.ec2 = Ec2::new(&cfg, self.act.world.fence.clone()).await;
             self.act.world.ec2_config = cfg;
         }
         let (ns, name) = self

@@ -110,8 +110,9 @@ fn digest(value: &str) -> [u8; 32] {
 
 impl Ssm {
     /// The SSM API where `cfg` has EC2's: its region, and its endpoint if
-    /// one is given. Credentials from the default chain, as for EC2.
-    pub async fn new(cfg: &Ec2Config) -> Ssm {
+    /// one is given. Credentials from the default chain, as for EC2; each
+    /// call checks `fence` first.
+    pub async fn new(cfg: &Ec2Config, fence: Fence) -> Ssm {
         static CLIENTS: OnceLock<Mutex<HashMap<Ec2Config, Client>>> = OnceLock::new();
         let clients = CLIENTS.get_or_init(Default::default);
         let kept = clients
@@ -134,7 +135,7 @@ impl Ssm {
         Ssm {
             client,
             config: cfg.clone(),
-            fence: Fence::always(),
+            fence,
         }
     }
 
@@ -143,11 +144,12 @@ impl Ssm {
     pub async fn with_credentials(
         cfg: &Ec2Config,
         credentials: aws_sdk_ssm::config::Credentials,
+        fence: Fence,
     ) -> Ssm {
         Ssm {
             client: Self::build(cfg, Some(credentials)).await,
             config: cfg.clone(),
-            fence: Fence::always(),
+            fence,
         }
     }
 
@@ -172,12 +174,6 @@ impl Ssm {
             loader = loader.credentials_provider(credentials);
         }
         Client::new(&loader.load().await)
-    }
-
-    /// Its calls are made only while `fence` is open.
-    pub fn with_fence(mut self, fence: Fence) -> Self {
-        self.fence = fence;
-        self
     }
 
     /// Makes `name` hold `value` (a `SecureString` under the account's

@@ -162,10 +162,10 @@ impl Live {
     /// region's own), with the loop's credentials, behind its fence.
     async fn ssm(&self, endpoint: Option<&str>) -> Ssm {
         let at = super::ec2::Ec2Config::new(&self.ec2_config.region, endpoint);
-        let ssm = match &self.credentials {
-            None => Ssm::new(&at).await,
-            Some(credentials) => Ssm::with_credentials(&at, credentials.clone()).await,
-        };
-        ssm.with_fence(self.fence.clone())
+        let fence = self.fence.clone();
+        match &self.credentials {
+            None => Ssm::new(&at, fence).await,
+            Some(credentials) => Ssm::with_credentials(&at, credentials.clone(), fence).await,
+        }
     }
 }

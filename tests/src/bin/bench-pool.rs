@@ -14,6 +14,7 @@
 //! - a pool's pass, 200 pools over 5 WarmPoolClasses at their limits,
 //!   beside the same 200 pools without a class.
 
+use orca_operator::fence::Fence;
 use std::{
     collections::BTreeMap,
     sync::mpsc,
@@ -223,6 +224,7 @@ async fn bench_reserve(moto: &Moto, url: &str, max: Option<i32>) {
         spec,
         url,
         warm::tuning(Duration::from_secs(600)),
+        Fence::always(),
     )
     .await
     .unwrap_or_else(|e| panic!("pool loop: {e}"));
@@ -359,7 +361,7 @@ async fn bench_below_target(moto: &Moto, url: &str, beside: Option<(&Listings, &
         leak_grace: Some(Duration::from_secs(600)),
         ..Tuning::default()
     };
-    let mut lp = PoolLoop::new("bench", name, spec, url, tuning)
+    let mut lp = PoolLoop::new("bench", name, spec, url, tuning, Fence::always())
         .await
         .unwrap_or_else(|e| panic!("pool loop: {e}"));
     if let Some((listings, _)) = beside {
@@ -421,7 +423,7 @@ async fn bench_drift(moto: &Moto, url: &str, max_drifted: i32) {
         listing_reuse: Duration::ZERO,
         ..Tuning::default()
     };
-    let mut lp = PoolLoop::new(ns, name, spec.clone(), url, tuning)
+    let mut lp = PoolLoop::new(ns, name, spec.clone(), url, tuning, Fence::always())
         .await
         .unwrap_or_else(|e| panic!("pool loop: {e}"));
     let db = pg::connect(url).await;
@@ -549,9 +551,16 @@ async fn bench_steady_state(moto: &Moto, url: &str) {
         leak_grace: Some(Duration::from_secs(600)),
         ..Tuning::default()
     };
-    let lp = PoolLoop::new("bench", "steady", spec, url, tuning.clone())
-        .await
-        .unwrap_or_else(|e| panic!("pool loop: {e}"));
+    let lp = PoolLoop::new(
+        "bench",
+        "steady",
+        spec,
+        url,
+        tuning.clone(),
+        Fence::always(),
+    )
+    .await
+    .unwrap_or_else(|e| panic!("pool loop: {e}"));
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     tokio::spawn(lp.run(|_| {}, async move {
         let _ = stop_rx.await;
@@ -593,7 +602,7 @@ async fn bench_many_pools(moto: &Moto, url: &str, pools: usize) {
     for name in &names {
         let spec = warm::spec(&faults.endpoint(), &["t3.micro"], &subnets[..1], 1, 1, 3);
         let (_, short) = name.split_once('/').unwrap_or(("many", name));
-        let lp = PoolLoop::new("many", short, spec, url, tuning.clone())
+        let lp = PoolLoop::new("many", short, spec, url, tuning.clone(), Fence::always())
             .await
             .unwrap_or_else(|e| panic!("pool loop: {e}"))
             .with_listings(&listings);
@@ -698,10 +707,11 @@ async fn bench_class_passes(url: &str) {
                 max,
             );
             let (_, short) = name.split_once('/').unwrap_or(("classed", name));
-            let mut lp = PoolLoop::new("classed", short, spec, url, tuning.clone())
-                .await
-                .unwrap_or_else(|e| panic!("pool loop: {e}"))
-                .with_listings(&listings);
+            let mut lp =
+                PoolLoop::new("classed", short, spec, url, tuning.clone(), Fence::always())
+                    .await
+                    .unwrap_or_else(|e| panic!("pool loop: {e}"))
+                    .with_listings(&listings);
             if classed {
                 lp.set_budget(Some(budgets.budget(&class_of(i), name, "classed")));
             }

@@ -5,6 +5,7 @@
 //! a removed pool's instances the same. A pool put back where it still
 //! drains waits until that is done.
 
+use orca_operator::fence::Fence;
 use orca_operator::pool::{Ec2, Ec2Config};
 
 use super::*;
@@ -32,7 +33,7 @@ spec:
 /// The instances moto runs in `region` that are not terminated (or
 /// shutting down).
 async fn alive(endpoint: &str, region: &str) -> Vec<String> {
-    let ec2 = Ec2::new(&Ec2Config::new(region, Some(endpoint))).await;
+    let ec2 = Ec2::new(&Ec2Config::new(region, Some(endpoint)), Fence::always()).await;
     let out = ec2
         .client()
         .describe_instances()

@@ -4,6 +4,7 @@
 //! warm and serving until they idled out — and a stopped reserve never did.
 
 use super::*;
+use orca_operator::fence::Fence;
 
 /// The pool's present instances and the image each was launched from.
 async fn images(ec2: &Ec2, pool: &str) -> Vec<(String, Option<String>)> {
@@ -26,9 +27,16 @@ async fn warmed_up(
 ) -> (PoolLoop, orca_db::Db, oneshot::Sender<()>) {
     warm::aws_env();
     let (ns, name) = pool.split_once('/').expect("namespace/name");
-    let mut lp = PoolLoop::new(ns, name, spec, url, warm::tuning(Duration::from_secs(60)))
-        .await
-        .unwrap();
+    let mut lp = PoolLoop::new(
+        ns,
+        name,
+        spec,
+        url,
+        warm::tuning(Duration::from_secs(60)),
+        Fence::always(),
+    )
+    .await
+    .unwrap();
     let hosts = warm::hosts(&moto.endpoint(), url, pool, "true").await;
     let (stop_hosts, stopped) = oneshot::channel::<()>();
     tokio::spawn(hosts.run(async move {
@@ -132,7 +140,7 @@ async fn boots_that_keep_failing_back_off_and_say_so() {
     };
     warm::aws_env();
     // No local hosts: no agent ever reports.
-    let mut lp = PoolLoop::new("noagent", "pool", spec, &url, tuning)
+    let mut lp = PoolLoop::new("noagent", "pool", spec, &url, tuning, Fence::always())
         .await
         .unwrap();
     let started = Instant::now();

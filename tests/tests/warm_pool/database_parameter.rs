@@ -4,6 +4,7 @@
 //! metadata stand-in; a rotated URL reaches the next agent; no log line,
 //! at trace, holds the password or the user-data.
 
+use orca_operator::fence::Fence;
 use std::{
     io::Write,
     sync::{Arc, Mutex},
@@ -305,10 +306,10 @@ async fn a_team_role_as_printed_lets_its_agent_read_its_url() {
     let (moto, url, _ec2, _subnets) = warm::Stage::new().await.parts();
     let cluster = warm::tuning(Duration::from_secs(60)).cluster;
     let name = orca_operator::pool::ssm::parameter_name(&cluster, "team-a", "orca");
-    orca_operator::pool::ssm::Ssm::new(&orca_operator::pool::Ec2Config::new(
-        warm::REGION,
-        Some(&moto.endpoint()),
-    ))
+    orca_operator::pool::ssm::Ssm::new(
+        &orca_operator::pool::Ec2Config::new(warm::REGION, Some(&moto.endpoint())),
+        Fence::always(),
+    )
     .await
     .publish(&name, &url, &[])
     .await

@@ -9,6 +9,7 @@
 //! in the operator's unit tests of `iam_policy`).
 
 use orca_operator::crd::{StoppedRange, WarmPoolSpec};
+use orca_operator::fence::Fence;
 use orca_operator::pool::ec2::{TAG_CLUSTER, TAG_OPERATOR, TAG_POOL, TAG_SCHEDULER};
 use orca_tests::iam;
 
@@ -39,10 +40,17 @@ async fn as_principal(pool: &str, without: Option<&str>, shape: Shape) -> AsPrin
     let admin = warm::ec2_as(&moto.endpoint(), &admin_key).await;
     let spec = shape.spec(&faults.endpoint(), &subnets);
     let (ns, name) = pool.split_once('/').unwrap();
-    let lp = PoolLoop::new(ns, name, spec, &url, warm::tuning(Duration::from_secs(60)))
-        .await
-        .unwrap()
-        .with_ec2(warm::ec2_as(&faults.endpoint(), &operator_key).await);
+    let lp = PoolLoop::new(
+        ns,
+        name,
+        spec,
+        &url,
+        warm::tuning(Duration::from_secs(60)),
+        Fence::always(),
+    )
+    .await
+    .unwrap()
+    .with_ec2(warm::ec2_as(&faults.endpoint(), &operator_key).await);
     let hosts = warm::hosts_on(admin.clone(), &url, warm::owner(pool), "true", vec![]);
     AsPrincipal {
         _moto: moto,

@@ -2,6 +2,7 @@
 //! duplicate a launch nor reuse a batch's token.
 
 use orca_operator::crd::WarmPoolStatus;
+use orca_operator::fence::Fence;
 
 use super::*;
 
@@ -151,6 +152,7 @@ async fn an_operator_restarted_in_the_middle_of_a_launch_launches_no_duplicates(
         spec.clone(),
         &url,
         warm::tuning(Duration::from_secs(60)),
+        Fence::always(),
     )
     .await
     .unwrap();
@@ -190,6 +192,7 @@ async fn an_operator_restarted_in_the_middle_of_a_launch_launches_no_duplicates(
         spec.clone(),
         &url,
         warm::tuning(Duration::from_secs(60)),
+        Fence::always(),
     )
     .await
     .unwrap()
@@ -226,6 +229,7 @@ async fn a_restarted_operator_keeps_capacity_holds_transition_times_and_tokens()
             spec.clone(),
             &url,
             warm::tuning(Duration::from_secs(60)),
+            Fence::always(),
         )
         .await
         .unwrap()

@@ -6,6 +6,7 @@
 //! Intervals are shortened through `warm::tuning` (resync 1 s, stale 5 s,
 //! leak grace per test); the production defaults are in `pool::Tuning`.
 
+use orca_operator::fence::Fence;
 use std::{
     collections::HashSet,
     sync::{Arc, Mutex},
@@ -200,9 +201,16 @@ async fn start_with(
 ) -> Running {
     let (ns, name) = pool.split_once('/').unwrap();
     warm::aws_env();
-    let lp = PoolLoop::new(ns, name, spec, url, warm::tuning(Duration::from_secs(60)))
-        .await
-        .unwrap();
+    let lp = PoolLoop::new(
+        ns,
+        name,
+        spec,
+        url,
+        warm::tuning(Duration::from_secs(60)),
+        Fence::always(),
+    )
+    .await
+    .unwrap();
     let hosts = warm::hosts_with(endpoint, url, warm::owner(pool), run_command, env).await;
     spawn_running(lp, hosts)
 }

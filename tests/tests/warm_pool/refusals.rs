@@ -6,6 +6,7 @@
 
 use aws_sdk_ec2::types::AttributeBooleanValue;
 use orca_operator::crd::StoppedRange;
+use orca_operator::fence::Fence;
 
 use super::*;
 
@@ -37,6 +38,7 @@ async fn a_protected_instance_is_named_and_the_others_terminated_in_the_same_pas
         spec,
         &url,
         warm::tuning(Duration::ZERO),
+        Fence::always(),
     )
     .await
     .unwrap();
@@ -194,6 +196,7 @@ async fn a_launch_with_a_profile_that_does_not_exist_says_so_and_backs_off() {
         spec.clone(),
         &url,
         warm::tuning(Duration::ZERO),
+        Fence::always(),
     )
     .await
     .unwrap();

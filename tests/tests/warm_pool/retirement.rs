@@ -2,6 +2,7 @@
 //! and never one that was just handed a run.
 
 use super::*;
+use orca_operator::fence::Fence;
 
 /// The pids of the local agents serving `instance` (started by this test).
 fn agent_pids(instance: &str) -> Vec<i32> {
@@ -150,6 +151,7 @@ async fn leaked_instances_older_than_the_grace_are_terminated_younger_ones_left(
         spec,
         &url,
         warm::tuning(Duration::from_secs(3)),
+        Fence::always(),
     )
     .await
     .unwrap();
@@ -238,6 +240,7 @@ async fn a_thousand_hand_outs_racing_retirements_never_terminate_a_handed_out_in
             spec,
             &url,
             warm::tuning(Duration::from_secs(600)),
+            Fence::always(),
         )
         .await
         .unwrap();

@@ -3,6 +3,7 @@
 
 use chrono::{DurationRound, Timelike};
 use orca_operator::crd::{IdleRange, IdleSchedule, Period};
+use orca_operator::fence::Fence;
 
 use super::*;
 
@@ -31,7 +32,7 @@ async fn a_schedule_under_way_sets_the_idle_range_and_its_end_restores_it() {
     spec.schedules = vec![schedule(cron, "UTC", 2)];
     warm::aws_env();
     let tuning = warm::tuning(Duration::from_secs(600));
-    let mut lp = PoolLoop::new("sched", "pool", spec, &url, tuning)
+    let mut lp = PoolLoop::new("sched", "pool", spec, &url, tuning, Fence::always())
         .await
         .unwrap();
     let db = pg::connect(&url).await;
@@ -77,7 +78,7 @@ async fn a_schedule_that_cannot_be_read_is_named_and_spec_idle_holds() {
     spec.schedules = vec![schedule("* * * * *".into(), "Mars/Olympus", 3)];
     warm::aws_env();
     let tuning = warm::tuning(Duration::from_secs(600));
-    let mut lp = PoolLoop::new("badsched", "pool", spec, &url, tuning)
+    let mut lp = PoolLoop::new("badsched", "pool", spec, &url, tuning, Fence::always())
         .await
         .unwrap();
     let pass = lp.pass(Utc::now()).await.unwrap();

@@ -2,6 +2,7 @@
 //! their `DescribeInstances`, never take each other's instances, and a pool
 //! that acted lists anew.
 
+use orca_operator::fence::Fence;
 use orca_operator::pool::{Listings, Tuning};
 
 use super::*;
@@ -17,7 +18,7 @@ async fn two_pools(
     let mut loops = Vec::new();
     for name in ["a", "b"] {
         let spec = warm::spec(endpoint, &["t3.micro"], &subnets[..1], 1, 1, 3);
-        let lp = PoolLoop::new("shared", name, spec, url, tuning.clone())
+        let lp = PoolLoop::new("shared", name, spec, url, tuning.clone(), Fence::always())
             .await
             .unwrap()
             .with_listings(listings);

@@ -1,6 +1,7 @@
 //! Sizing: idle.min kept, bursts bounded by maxInstances, idle.max trimmed.
 
 use super::*;
+use orca_operator::fence::Fence;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn idle_min_is_kept_and_a_burst_of_50_runs_never_passes_max_instances() {
@@ -123,9 +124,16 @@ async fn a_hand_out_launches_without_a_new_listing_and_nothing_is_launched_twice
         ..warm::tuning(Duration::from_secs(60))
     };
     warm::aws_env();
-    let mut lp = PoolLoop::new("relist", "pool", spec.clone(), &url, tuning)
-        .await
-        .unwrap();
+    let mut lp = PoolLoop::new(
+        "relist",
+        "pool",
+        spec.clone(),
+        &url,
+        tuning,
+        Fence::always(),
+    )
+    .await
+    .unwrap();
     let db = pg::connect(&url).await;
     let lists = || faults.calls_of("DescribeInstances").len();
 
@@ -181,7 +189,7 @@ async fn an_instance_powered_off_since_the_listing_is_looked_at_again_not_termin
         ..warm::tuning(Duration::from_secs(60))
     };
     warm::aws_env();
-    let mut lp = PoolLoop::new("poweroff", "pool", spec, &url, tuning)
+    let mut lp = PoolLoop::new("poweroff", "pool", spec, &url, tuning, Fence::always())
         .await
         .unwrap();
     let db = pg::connect(&url).await;

@@ -2,6 +2,7 @@
 //! to on-demand under spotThenOnDemand, and is a refusal under spot.
 
 use orca_operator::crd::CapacityType;
+use orca_operator::fence::Fence;
 
 use super::*;
 
@@ -23,9 +24,16 @@ async fn without_spot(
     let mut spec = warm::spec(&faults.endpoint(), &["t3.micro"], &subnets[..1], 2, 2, 10);
     spec.launch.capacity_type = capacity;
     let (ns, name) = pool.split_once('/').unwrap();
-    let mut lp = PoolLoop::new(ns, name, spec, &url, warm::tuning(Duration::from_secs(60)))
-        .await
-        .unwrap();
+    let mut lp = PoolLoop::new(
+        ns,
+        name,
+        spec,
+        &url,
+        warm::tuning(Duration::from_secs(60)),
+        Fence::always(),
+    )
+    .await
+    .unwrap();
     let report = lp.pass(Utc::now()).await.unwrap();
     let spot: Vec<bool> = present(&ec2, pool)
         .await

@@ -2,6 +2,7 @@
 //! did not tag its cluster yet.
 
 use aws_sdk_ec2::types::{ResourceType, Tag, TagSpecification};
+use orca_operator::fence::Fence;
 use orca_operator::pool::{
     ec2::{TAG_CLUSTER, TAG_OPERATOR, TAG_POOL, TAG_SCHEDULER},
     Ownership, Tuning,
@@ -25,7 +26,7 @@ async fn loop_of(
         leak_grace: Some(Duration::from_secs(1)),
         ..warm::tuning(Duration::from_secs(1))
     };
-    PoolLoop::new("default", "runners", spec, url, tuning)
+    PoolLoop::new("default", "runners", spec, url, tuning, Fence::always())
         .await
         .unwrap()
 }

@@ -118,12 +118,11 @@ pub(super) async fn release_parameter(wp: &WarmPool, ctx: &Context, pool: &str) 
         return;
     }
     let name = ssm::parameter_name(&ctx.config.tuning.cluster, &namespace, &wp.spec.scheduler);
-    let ssm = Ssm::new(&Ec2Config::new(
-        &wp.spec.region,
-        wp.spec.ssm_endpoint.as_deref(),
-    ))
-    .await
-    .with_fence(ctx.config.fence.clone());
+    let ssm = Ssm::new(
+        &Ec2Config::new(&wp.spec.region, wp.spec.ssm_endpoint.as_deref()),
+        ctx.config.fence.clone(),
+    )
+    .await;
     match ssm.delete(&name).await {
         Ok(()) => {}
         Err(e) if e.is_fenced() => {}

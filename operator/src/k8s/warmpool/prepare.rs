@@ -131,6 +131,7 @@ async fn new_loop(
         wp.spec.clone(),
         url_text,
         ctx.config.tuning.clone(),
+        ctx.config.fence.clone(),
     )
     .await
     .map_err(|source| ReconcileError::Start {
@@ -138,7 +139,6 @@ async fn new_loop(
         source,
     })?
     .sharing(&ctx.connections)
-    .with_fence(ctx.config.fence.clone())
     .with_listings(&ctx.config.listings)
     .with_deletion(told)
     .remember(wp.metadata.uid.as_deref().unwrap_or_default(), remembered);

@@ -101,7 +101,6 @@ pub(super) fn retire(config: &PoolControllerConfig, lp: PoolLoop, place: FormerP
     lp.set_budget(None);
     let lp = lp
         .with_deletion(told)
-        .with_fence(config.fence.clone())
         .with_listings(&config.listings)
         .without_metrics();
     Retiring {
@@ -153,7 +152,16 @@ pub(super) async fn restore(
                 continue;
             }
         };
-        match PoolLoop::new(&ns, &wp.name_any(), spec, &url, config.tuning.clone()).await {
+        let name = wp.name_any();
+        let made = PoolLoop::new(
+            &ns,
+            &name,
+            spec,
+            &url,
+            config.tuning.clone(),
+            config.fence.clone(),
+        );
+        match made.await {
             Ok(lp) => out.push(retire(config, lp.not_listening(), place.clone())),
             Err(e) => tracing::warn!(pool = %wp.name_any(), error = %e, "a former place's loop"),
         }

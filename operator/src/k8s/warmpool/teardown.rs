@@ -44,12 +44,11 @@ pub(super) async fn without_database(
         &tuning.operator,
         &tuning.cluster,
     );
-    let ec2 = Ec2::new(&Ec2Config::new(
-        &wp.spec.region,
-        wp.spec.endpoint.as_deref(),
-    ))
-    .await
-    .with_fence(ctx.config.fence.clone());
+    let ec2 = Ec2::new(
+        &Ec2Config::new(&wp.spec.region, wp.spec.endpoint.as_deref()),
+        ctx.config.fence.clone(),
+    )
+    .await;
     let ec2_error = |source| ReconcileError::Ec2 {
         pool: pool.to_string(),
         source,
