@@ -178,7 +178,7 @@ impl<W> Actuator<W> {
     }
 }
 
-impl Actuator<super::live::Live> {
+impl<W: World> Actuator<W> {
     /// Boot time-outs in a row (`plan`'s `BootTimeout` retirements, none of
     /// this loop's instances reporting): past a few, a Warning, the pool
     /// `Degraded` (`BootFailing`, with the last one's console, scrubbed of
@@ -215,10 +215,7 @@ impl Actuator<super::live::Live> {
             super::boot::ended_unreported(snap, &launched, &self.booted, &self.boot, now);
         if !candidates.is_empty() {
             let pool = self.pool.clone();
-            let had = self
-                .world
-                .read(async |db| orca_db::pool::had_rows(db, &pool, &candidates).await)
-                .await?;
+            let had = self.world.had_rows(&pool, &candidates).await?;
             let lost: Vec<String> = candidates
                 .into_iter()
                 .filter(|id| !had.contains(id))
@@ -233,7 +230,7 @@ impl Actuator<super::live::Live> {
         }
         let last = match timed_out.last() {
             Some(id) => {
-                let console = match self.world.ec2.console_tail(id).await {
+                let console = match self.world.console_tail(id).await {
                     Ok(console) => console,
                     // Said, so that a policy without the action is noticed.
                     Err(e) if e.denial().is_some() => {
@@ -266,9 +263,7 @@ impl Actuator<super::live::Live> {
         }
         Ok(())
     }
-}
 
-impl<W: World> Actuator<W> {
     /// Ends or claims each instance to retire, terminates those it got;
     /// returns how many stay (a hand-out or an agent came first, or EC2
     /// refused), each of which takes back a place the plan counted free.

@@ -1,9 +1,10 @@
 //! Tables of (plan, what the world answers) → what the act step did:
-//! launch, capacity fall-back, throttling, lost answers and retirement,
+//! launch, capacity fall-back, throttling, lost answers, retirement and
+//! the counting of failed boots,
 //! in-process against a table of answers (moto and a real PostgreSQL take
 //! the same paths end to end in `tests/tests/warm_pool/`).
 
-use std::collections::{HashSet, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::time::Duration;
 
 use chrono::{TimeZone, Utc};
@@ -58,6 +59,11 @@ struct Table {
     /// For each preflight asked: the instance its calls on instances were
     /// asked about, if any.
     preflights: Vec<Option<String>>,
+    /// Instances whose agent once wrote a row.
+    had_rows: HashSet<String>,
+    /// What each instance's console ends with; `None`: the operator's
+    /// policy lacks `ec2:GetConsoleOutput`.
+    consoles: Option<HashMap<String, String>>,
 }
 
 fn refusal(answer: Answer, action: &'static str, offering: Option<&Offering>) -> Ec2Error {
@@ -216,6 +222,30 @@ impl World for Table {
             "TerminateInstances",
             super::preflight::Outcome::Missing("may not".into()),
         )]
+    }
+
+    async fn had_rows(
+        &mut self,
+        _pool: &str,
+        instances: &[String],
+    ) -> Result<HashSet<String>, PoolError> {
+        Ok(instances
+            .iter()
+            .filter(|i| self.had_rows.contains(*i))
+            .cloned()
+            .collect())
+    }
+
+    async fn console_tail(&mut self, instance: &str) -> Result<String, Ec2Error> {
+        match &self.consoles {
+            Some(consoles) => Ok(consoles.get(instance).cloned().unwrap_or_default()),
+            None => Err(super::ec2::classify(
+                "GetConsoleOutput",
+                None,
+                "UnauthorizedOperation",
+                "not authorized",
+            )),
+        }
     }
 }
 
@@ -688,4 +718,100 @@ async fn the_preflight_asks_at_most_once_a_minute_however_often_the_spec_changes
     );
     ask(&mut lp, &spec, with_instance, t0, 61).await;
     assert_eq!(lp.act.world.preflights.len(), 3);
+}
+
+/// The pool's URL in these tables' boot tests: its password must never
+/// reach a status or an Event, whatever a console prints.
+const URL_WITH_PASSWORD: &str = "postgres://orca:s3cret-pw@db/orca";
+
+/// A pool on `table` whose database URL holds a password.
+fn pool_with_password(table: Table) -> PoolLoop<Table> {
+    let owner = Ownership::new("ns", "p", "sched", "orca-operator", "c");
+    let spec = super::plan::tests::spec(0, 0, 100);
+    PoolLoop::with_world(owner, spec, URL_WITH_PASSWORD, Tuning::default(), table)
+        .remember("uid-1", &Default::default())
+}
+
+/// One pass's counting of failed boots: `plan`'s boot time-outs, over
+/// `snap`, at the tables' time.
+async fn count(lp: &mut PoolLoop<Table>, plan: &PoolPlan, snap: &Snapshot) -> PassReport {
+    let mut report = PassReport::default();
+    let now = Utc.with_ymd_and_hms(2026, 1, 1, 12, 0, 0).unwrap();
+    lp.act
+        .count_boot_failures(plan, snap, now, &mut report)
+        .await
+        .expect("the table never fails a statement");
+    report
+}
+
+fn timed_out(ids: &[&str]) -> PoolPlan {
+    retiring(
+        ids.iter()
+            .map(|id| retirement(id, Reason::BootTimeout, End::Claim))
+            .collect(),
+    )
+}
+
+#[tokio::test]
+async fn three_boot_time_outs_make_the_pool_boot_failing_with_the_last_console_scrubbed() {
+    let console =
+        format!("orca-pool-agent: cannot connect to {URL_WITH_PASSWORD}: refused / powering off");
+    let mut lp = pool_with_password(Table {
+        consoles: Some(HashMap::from([("i-3".to_string(), console)])),
+        ..Table::default()
+    });
+    let snap = Snapshot::default();
+    let two = count(&mut lp, &timed_out(&["i-1", "i-2"]), &snap).await;
+    assert_eq!(two.degraded, None, "two in a row are not yet failing");
+    let three = count(&mut lp, &timed_out(&["i-3"]), &snap).await;
+    let (reason, message) = three.degraded.clone().expect("failing after three");
+    assert_eq!(reason, "BootFailing");
+    assert!(message.contains("the last: i-3"), "{message}");
+    assert!(message.contains("powering off"), "{message}");
+    assert!(!message.contains("s3cret-pw"), "the password in {message}");
+    assert_eq!(reasons(&three), ["BootFailing"]);
+    assert!(lp.act.boot.holding().is_some(), "launches back off");
+}
+
+#[tokio::test]
+async fn a_console_the_policy_may_not_read_is_said_in_the_message() {
+    let mut lp = pool_with_password(Table::default());
+    let report = count(
+        &mut lp,
+        &timed_out(&["i-1", "i-2", "i-3"]),
+        &Snapshot::default(),
+    )
+    .await;
+    let (_, message) = report.degraded.expect("failing after three");
+    assert!(
+        message.contains("ec2:GetConsoleOutput is not allowed"),
+        "{message}"
+    );
+}
+
+#[tokio::test]
+async fn an_instance_gone_before_it_reported_counts_unless_its_agent_ever_wrote_a_row() {
+    // Four launched by this loop ten minutes ago, none listed now: gone;
+    // the agents of two of them wrote a row once.
+    let mut lp = pool_with_password(Table {
+        had_rows: HashSet::from(["i-2".to_string(), "i-3".to_string()]),
+        consoles: Some(HashMap::new()),
+        ..Table::default()
+    });
+    let launched = Utc.with_ymd_and_hms(2026, 1, 1, 11, 50, 0).unwrap();
+    for id in ["i-1", "i-2", "i-3", "i-4"] {
+        lp.act
+            .launches
+            .times
+            .insert(id.to_string(), (launched, offering("t3.small")));
+    }
+    let gone = count(&mut lp, &PoolPlan::default(), &Snapshot::default()).await;
+    assert_eq!(gone.degraded, None, "two lost boots, not four");
+    // Counted once: the next pass finds none of them again, and one boot
+    // time-out more makes three.
+    let again = count(&mut lp, &PoolPlan::default(), &Snapshot::default()).await;
+    assert_eq!(again.degraded, None);
+    let third = count(&mut lp, &timed_out(&["i-5"]), &Snapshot::default()).await;
+    let (_, message) = third.degraded.expect("three failed boots in a row");
+    assert!(message.contains("the last: i-5"), "{message}");
 }

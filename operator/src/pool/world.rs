@@ -1,6 +1,7 @@
 //! What the act step does to the world, as a trait: the pool's rows (each
-//! end race-free, by one statement) and EC2's calls. [`Live`] is the real
-//! world; the act step's tests answer from a table.
+//! end race-free, by one statement) and EC2's calls, and what it reads
+//! there to count failed boots (rows ever written, a console's last lines).
+//! [`Live`] is the real world; the act step's tests answer from a table.
 
 use std::{collections::HashSet, future::Future};
 
@@ -78,9 +79,34 @@ pub trait World {
     /// Asks, without acting, whether the credentials may make each call
     /// of `probe` (see [`super::preflight`]).
     fn preflight(&mut self, probe: &Probe<'_>) -> impl Future<Output = Vec<Check>> + Send;
+    /// Which of `instances` ever had a row in `pool` (their agents
+    /// reported once, whatever came after).
+    fn had_rows(
+        &mut self,
+        pool: &str,
+        instances: &[String],
+    ) -> impl Future<Output = Result<HashSet<String>, PoolError>> + Send;
+    /// The last lines of `instance`'s console (`GetConsoleOutput`).
+    fn console_tail(
+        &mut self,
+        instance: &str,
+    ) -> impl Future<Output = Result<String, Ec2Error>> + Send;
 }
 
 impl World for Live {
+    async fn had_rows(
+        &mut self,
+        pool: &str,
+        instances: &[String],
+    ) -> Result<HashSet<String>, PoolError> {
+        self.read(async |db| orca_db::pool::had_rows(db, pool, instances).await)
+            .await
+    }
+
+    async fn console_tail(&mut self, instance: &str) -> Result<String, Ec2Error> {
+        self.ec2.console_tail(instance).await
+    }
+
     async fn end_idle_rows(&mut self, rows: &[i64]) -> Result<HashSet<i64>, PoolError> {
         self.read(async |db| orca_db::pool::end_idle_rows(db, rows).await)
             .await
