@@ -1,11 +1,11 @@
 //! The fence: until when this replica may act. The Kubernetes mode's
-//! election ([`crate::k8s::leader`]) opens it after each successful write of
+//! election ([`crate::runtime::leader`]) opens it after each successful write of
 //! its Lease and it closes on its own when the Lease would run out; every
 //! EC2 call, statement, pod, Job, status and Event write of the controllers
 //! checks it first. Each EC2 and SSM client and each pool loop takes its
 //! fence when it is made: none can be made without one. The local mode,
 //! which has no election, passes [`Fence::always`] by name. Neither
-//! `pool/` nor `rollout/` needs Kubernetes to know of it.
+//! `warmpool/` nor `scheduler/` needs Kubernetes to know of it.
 
 use std::sync::{
     atomic::{AtomicU64, Ordering},

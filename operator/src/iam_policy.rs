@@ -18,7 +18,7 @@
 //!
 //! Pure: names in, JSON out; nothing here calls AWS.
 //!
-//! Kept whole, one concept: the policies of one cluster and the arguments
+//! The policies of one cluster and the arguments
 //! that name them (their tables are `iam_policy_tests.rs`).
 
 use std::collections::BTreeMap;
@@ -26,8 +26,8 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 use serde_json::{json, Value};
 
-use crate::pool::ssm::parameter_name;
-use crate::pool::tags::{
+use crate::warmpool::ssm::parameter_name;
+use crate::warmpool::tags::{
     cluster_name, TAG_CLASS, TAG_CLUSTER, TAG_NAMESPACE, TAG_OPERATOR, TAG_POOL, TAG_SCHEDULER,
 };
 

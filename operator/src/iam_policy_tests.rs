@@ -10,8 +10,8 @@ use std::collections::BTreeMap;
 use serde_json::Value;
 
 use crate::iam_policy::*;
-use crate::pool::ssm::parameter_name;
-use crate::pool::tags::{
+use crate::warmpool::ssm::parameter_name;
+use crate::warmpool::tags::{
     TAG_CLASS, TAG_CLUSTER, TAG_NAMESPACE, TAG_OPERATOR, TAG_POOL, TAG_SCHEDULER,
 };
 

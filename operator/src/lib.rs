@@ -1,25 +1,43 @@
 //! The orca control plane as a library: the binary `orca-operator` wires
 //! these modules; the end-to-end tests drive them directly.
 
+// backoff — back-off, one formula for the whole operator.
 pub mod backoff;
+// by_object — what a controller keeps of each object between its reconciles.
 pub mod by_object;
+// connections — one connection per database, shared by a controller's users of it.
 pub mod connections;
+// crd — the custom resources, `orca.dev/v1alpha1` `Scheduler`, `WarmPool` and `WarmPoolClass`.
 pub mod crd;
+// fence — until when this replica may act; every client and loop takes one.
 pub mod fence;
+// iam_policy — the least IAM policies of one cluster (`orca-operator iam-policy`).
 pub mod iam_policy;
+// k8s — the Kubernetes mode: both controllers wired on the runtime.
 pub mod k8s;
+// local — the local mode: a directory of manifests run on this machine.
 pub mod local;
+// plugin — `kubectl orca`, the kubectl plugin (binary `kubectl-orca`).
 pub mod plugin;
-pub mod pool;
+// preflight — `orca-operator preflight`.
 pub mod preflight;
-pub mod rollout;
-pub mod scheduler_rows;
+// runtime — what both controllers run on: shell, election, watches, status, endpoints.
+pub mod runtime;
+// scheduler — the Scheduler: its pure decision, its rows, its Kubernetes stages.
+pub mod scheduler;
+// spec_hash — the hashes that name what a user wrote and must mean the same across releases.
 pub mod spec_hash;
+// warmpool — the WarmPool: its plan, its pass over EC2 and the database, its Kubernetes stages.
+pub mod warmpool;
+// window — periods of the day and week, read and matched.
 pub mod window;
 
+// iam_policy_tests — the rendered policies, held to what they are for.
 #[cfg(test)]
 mod iam_policy_tests;
+// properties — no object can stop the operator for the others.
 #[cfg(test)]
 mod properties;
+// spec_hash_tests — golden values of the hashes that must not change across releases.
 #[cfg(test)]
 mod spec_hash_tests;

@@ -6,8 +6,6 @@ use clap::{Parser, Subcommand};
 use orca_db::{migrate, ConnectOptions, DatabaseUrl};
 use orca_operator::crd;
 
-mod instances_cmd;
-
 #[derive(Parser)]
 #[command(name = "orca-operator", version, about = "The orca control plane")]
 struct Cli {
@@ -198,7 +196,7 @@ async fn run(command: Command) -> anyhow::Result<ExitCode> {
         }
         Command::AdmissionRules => {
             use std::io::Write;
-            let rules = orca_operator::pool::admission::admission_rules();
+            let rules = orca_operator::warmpool::admission::admission_rules();
             let _ = std::io::stdout().write_all(rules.as_bytes());
         }
         Command::IamPolicy(args) => {
@@ -207,20 +205,25 @@ async fn run(command: Command) -> anyhow::Result<ExitCode> {
         }
         Command::Preflight(args) => return orca_operator::preflight::command(&args).await,
         Command::Instances { db, stale_seconds } => {
-            return instances_cmd::instances(&db.url()?, secs(stale_seconds)?).await
+            return orca_operator::scheduler::commands::instances(&db.url()?, secs(stale_seconds)?)
+                .await
         }
         Command::Drain {
             db,
             id,
             stale_seconds,
-        } => return instances_cmd::drain(&db.url()?, id, secs(stale_seconds)?).await,
+        } => {
+            return orca_operator::scheduler::commands::drain(&db.url()?, id, secs(stale_seconds)?)
+                .await
+        }
         Command::WaitForLead {
             db,
             timeout,
             stale_seconds,
         } => {
             let (timeout, stale) = (secs(timeout)?, secs(stale_seconds)?);
-            return instances_cmd::wait_for_lead(&db.url()?, timeout, stale).await;
+            return orca_operator::scheduler::commands::wait_for_lead(&db.url()?, timeout, stale)
+                .await;
         }
     }
     Ok(ExitCode::SUCCESS)

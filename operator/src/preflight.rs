@@ -1,6 +1,6 @@
 //! `orca-operator preflight`: asks AWS, with the credentials the operator
 //! would use, whether each action this release calls for its pools is
-//! allowed (see [`crate::pool::preflight`]), prints what is missing with
+//! allowed (see [`crate::warmpool::preflight`]), prints what is missing with
 //! the statements of `orca-operator iam-policy` that grant it, and exits
 //! non-zero when anything is. Run before an upgrade, with the policy about
 //! to be applied, and it tells whether the new release can work.
@@ -10,14 +10,14 @@ use std::process::ExitCode;
 use crate::crd::Launch;
 use crate::fence::Fence;
 use crate::iam_policy::operator_policy;
-use crate::pool::ec2::{
+use crate::warmpool::ec2::{
     Ec2, Ec2Config, Ownership, RunRequest, TAG_CLASS, TAG_CLUSTER, TAG_NAMESPACE,
 };
-use crate::pool::preflight::{self, Check, Outcome, Probe};
-use crate::pool::preflight_aws;
-use crate::pool::ssm::Ssm;
-use crate::pool::tags::cluster_name;
-use crate::pool::Offering;
+use crate::warmpool::preflight::{self, Check, Outcome, Probe};
+use crate::warmpool::preflight_aws;
+use crate::warmpool::ssm::Ssm;
+use crate::warmpool::tags::cluster_name;
+use crate::warmpool::Offering;
 
 /// The arguments of `orca-operator preflight`.
 #[derive(clap::Args, Clone, Debug)]

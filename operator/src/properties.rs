@@ -18,11 +18,11 @@ use crate::crd::{
     Database, Handover, IdleRange, IdleSchedule, Launch, OnDelete, Period, SchedulerSpec,
     SchedulerStatus, StoppedRange, WarmPoolSpec, MAX_SECONDS,
 };
-use crate::pool::{plan, schedule, Ec2Instance, Ec2State, Limits, Offering, Snapshot};
-use crate::rollout::{
+use crate::scheduler::{
     decide, host_name, pod_name, InstanceView, JobState, JobView, Observed, PodState, PodView,
     Problem,
 };
+use crate::warmpool::{plan, schedule, Ec2Instance, Ec2State, Limits, Offering, Snapshot};
 
 /// A pass slower than this walks: far above any honest pass here.
 const SLOW_MS: u128 = 250;
@@ -186,7 +186,7 @@ fn pod(spec: SchedulerSpec) -> impl Strategy<Value = PodView> {
     )
         .prop_map(
             move |(seq, created, started, state, code, finished, deleting, due)| {
-                let revision = crate::rollout::revision_of(&spec);
+                let revision = crate::scheduler::revision_of(&spec);
                 PodView {
                     name: pod_name("orca", &revision, seq),
                     host: host_name("ns", "orca", &revision, seq),

@@ -9,8 +9,8 @@ use serde_json::{json, Value};
 
 use crate::{
     crd::{Launch, SchedulerSpec},
-    pool::drift::{launch_fields, launch_hash},
-    rollout::{register_hash, revision_fields, revision_of},
+    scheduler::{register_hash, revision_fields, revision_of},
+    warmpool::drift::{launch_fields, launch_hash},
 };
 
 /// Scheduler specs (YAML) and the revision each has had since 0.1.0.

@@ -21,7 +21,7 @@ use std::{
 use base64::Engine;
 use orca_operator::{
     crd::DEFAULT_AGENT_PATH,
-    pool::{Ec2, Ownership},
+    warmpool::{Ec2, Ownership},
 };
 use tokio::task::JoinHandle;
 
@@ -107,8 +107,8 @@ impl Booting {
                 for i in listed {
                     let running = matches!(
                         i.state,
-                        orca_operator::pool::Ec2State::Pending
-                            | orca_operator::pool::Ec2State::Running
+                        orca_operator::warmpool::Ec2State::Pending
+                            | orca_operator::warmpool::Ec2State::Running
                     );
                     if running && seen.insert(i.id.clone()) {
                         let agent = images

@@ -21,7 +21,7 @@ use kube::{
     api::{ApiResource, DynamicObject, GroupVersionKind, PostParams},
     Api, Client,
 };
-use orca_operator::pool::{Ec2, Ownership};
+use orca_operator::warmpool::{Ec2, Ownership};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 

@@ -10,7 +10,7 @@ use std::{sync::Once, time::Duration};
 use orca_operator::{
     crd::{IdleRange, Launch, WarmPoolSpec},
     local::host::{HostConfig, Hosts},
-    pool::{Ec2, Ec2Config, Ownership, PoolLoop, Tuning},
+    warmpool::{Ec2, Ec2Config, Ownership, PoolLoop, Tuning},
 };
 
 use crate::{bins, moto::Moto, pg};
@@ -276,12 +276,12 @@ pub async fn launch_by_hand(
         1,
     );
     let owner = owner(pool);
-    let offering = orca_operator::pool::Offering {
+    let offering = orca_operator::warmpool::Offering {
         instance_type: "t3.micro".into(),
         subnet: subnet.into(),
         spot: false,
     };
-    ec2.run(&orca_operator::pool::ec2::RunRequest {
+    ec2.run(&orca_operator::warmpool::ec2::RunRequest {
         launch: &spec.launch,
         offering: &offering,
         count,

@@ -13,7 +13,7 @@
 use std::process::{Command, Output};
 
 use orca_operator::iam_policy::{instance_policy, operator_policy, render, Reads};
-use orca_operator::pool::ec2::{TAG_CLUSTER, TAG_OPERATOR, TAG_POOL, TAG_SCHEDULER};
+use orca_operator::warmpool::ec2::{TAG_CLUSTER, TAG_OPERATOR, TAG_POOL, TAG_SCHEDULER};
 use orca_tests::{bins, iam, moto::Moto, parliament, release_state, warm};
 use serde_json::Value;
 

@@ -1,5 +1,6 @@
 //! The operator's layout (docs/architecture.md#layout), held against its
-//! code: no two files of `operator/src` import each other, even through
+//! code: every file is on its folder's map (its `mod.rs`, one line a
+//! file); no two files of `operator/src` import each other, even through
 //! others; and the pure cores — the Scheduler's decision, the pool's plan
 //! and schedule — import no adapter: no Kubernetes client, database
 //! connection, EC2 client or runtime, and no module that holds one.
@@ -32,7 +33,7 @@ fn files(dir: &Path, out: &mut Vec<PathBuf>) {
     }
 }
 
-/// The module path of a file: `pool/act.rs` → `[pool, act]`, `pool/mod.rs`
+/// The module path of a file: `warmpool/act.rs` → `[warmpool, act]`, `warmpool/mod.rs`
 /// → `[pool]`, `lib.rs` → `[]`.
 fn module_of(file: &Path) -> Vec<String> {
     let mut parts: Vec<String> = file
@@ -221,22 +222,32 @@ fn no_file_of_the_operator_imports_its_importer() {
 }
 
 /// The pure cores: what decides, with no I/O of its own — every file of
-/// `rollout/` (the Scheduler's decision and its tables), and these.
-const CORE: [&str; 14] = [
-    "pool/plan.rs",
-    "pool/objective.rs",
-    "pool/class.rs",
-    "pool/budget.rs",
-    "pool/schedule.rs",
-    "pool/drift.rs",
-    "pool/holds.rs",
-    "pool/instance.rs",
-    "pool/boot.rs",
-    "pool/forecast.rs",
-    "pool/starts.rs",
-    "pool/roster.rs",
-    "pool/drain.rs",
+/// `scheduler/` but its Kubernetes stages, its rows and its commands (the
+/// Scheduler's decision and its tables), and these.
+const CORE: [&str; 16] = [
+    "warmpool/plan.rs",
+    "warmpool/objective.rs",
+    "warmpool/class.rs",
+    "warmpool/budget.rs",
+    "warmpool/schedule.rs",
+    "warmpool/drift.rs",
+    "warmpool/holds.rs",
+    "warmpool/instance.rs",
+    "warmpool/boot.rs",
+    "warmpool/forecast.rs",
+    "warmpool/starts.rs",
+    "warmpool/roster.rs",
+    "warmpool/drain.rs",
     "backoff.rs",
+    "window.rs",
+    "spec_hash.rs",
+];
+
+/// The files of `scheduler/` that are not its pure decision.
+const SCHEDULER_ADAPTERS: [&str; 3] = [
+    "scheduler/k8s/",
+    "scheduler/rows.rs",
+    "scheduler/commands.rs",
 ];
 
 /// What only an adapter may name: clients, connections, the runtime.
@@ -253,36 +264,48 @@ const ADAPTER_PATHS: [&str; 9] = [
 ];
 
 /// The operator's own modules that hold one.
-const ADAPTER_FILES: [&str; 13] = [
+const ADAPTER_FILES: [&str; 17] = [
     "k8s/",
+    "runtime/",
     "local/",
-    "scheduler_rows.rs",
-    "pool/ec2.rs",
-    "pool/live.rs",
-    "pool/world.rs",
-    "pool/pool_loop.rs",
-    "pool/observe.rs",
-    "pool/pass.rs",
-    "pool/act.rs",
-    "pool/reserve.rs",
-    "pool/run.rs",
-    "pool/listings.rs",
+    "scheduler/k8s/",
+    "scheduler/rows.rs",
+    "scheduler/commands.rs",
+    "warmpool/k8s/",
+    "warmpool/ec2.rs",
+    "warmpool/ssm.rs",
+    "warmpool/live.rs",
+    "warmpool/world.rs",
+    "warmpool/pool_loop.rs",
+    "warmpool/observe.rs",
+    "warmpool/pass.rs",
+    "warmpool/act.rs",
+    "warmpool/reserve.rs",
+    "warmpool/listings.rs",
 ];
 
 #[test]
 fn the_cores_import_no_adapter() {
     let g = graph();
+    for adapter in ADAPTER_FILES {
+        assert!(
+            g.keys()
+                .any(|f| f.starts_with(adapter.trim_end_matches('/'))),
+            "{adapter} is not in operator/src any more: update ADAPTER_FILES"
+        );
+    }
     let mut wrong = Vec::new();
-    let rollout: Vec<String> = g
+    let decision: Vec<String> = g
         .keys()
-        .filter(|f| f.starts_with("rollout"))
         .map(|f| f.display().to_string())
+        .filter(|f| f.starts_with("scheduler/"))
+        .filter(|f| !SCHEDULER_ADAPTERS.iter().any(|a| f.starts_with(a)))
         .collect();
-    assert!(rollout.len() > 5, "rollout/ read: {rollout:?}");
+    assert!(decision.len() > 5, "scheduler/ read: {decision:?}");
     for core in CORE
         .iter()
         .copied()
-        .chain(rollout.iter().map(String::as_str))
+        .chain(decision.iter().map(String::as_str))
     {
         let (imports, paths) = g
             .get(Path::new(core))
@@ -401,28 +424,91 @@ fn code() -> Vec<(String, String)> {
         .collect()
 }
 
-/// A file of the operator over 400 lines says in its header why it is kept
-/// whole ("Kept whole, one concept: …"); test files are tables and may
-/// grow.
+/// Each folder's `mod.rs` (and `lib.rs` for the crate's root) is its
+/// map: every file and folder in it is declared there, and each
+/// declaration has one line of `//` above it (past its attributes) that
+/// says what it holds — the line a newcomer reads to find their file.
 #[test]
-fn a_long_file_says_why_it_is_kept_whole() {
-    let mut long = Vec::new();
-    for (name, text) in code() {
-        let lines = text.lines().count();
-        let header: String = text
-            .lines()
-            .take_while(|l| l.starts_with("//!"))
-            .collect::<Vec<_>>()
-            .join("\n");
-        if lines > 400 && !header.contains("Kept whole, one concept:") {
-            long.push(format!("{name}: {lines} lines"));
+fn every_file_is_on_its_folders_map() {
+    let mut all = Vec::new();
+    files(&src(), &mut all);
+    let mut wrong = Vec::new();
+    for file in &all {
+        let name = file
+            .file_name()
+            .and_then(|n| n.to_str())
+            .unwrap_or_default();
+        if matches!(name, "mod.rs" | "lib.rs" | "main.rs") || file.starts_with("bin") {
+            continue;
         }
+        let folder = file.parent().unwrap_or(Path::new(""));
+        // A folder of tests declared by `#[path]` (the plan's tables) is
+        // its declaring file's own.
+        if folder.ends_with("plan_tests") || folder.ends_with("tests") {
+            continue;
+        }
+        let (map, module) = if folder.as_os_str().is_empty() {
+            (
+                "lib.rs".to_string(),
+                name.trim_end_matches(".rs").to_string(),
+            )
+        } else {
+            let map = folder.join("mod.rs").display().to_string();
+            (map, name.trim_end_matches(".rs").to_string())
+        };
+        check_declared(&map, &module, &mut wrong);
+    }
+    // Each folder, on its parent's map.
+    let mut folders: BTreeSet<PathBuf> = all
+        .iter()
+        .filter(|f| f.ends_with("mod.rs"))
+        .filter_map(|f| f.parent().map(Path::to_path_buf))
+        .collect();
+    folders.retain(|f| !f.ends_with("plan_tests"));
+    for folder in folders {
+        let parent = folder.parent().unwrap_or(Path::new(""));
+        let map = if parent.as_os_str().is_empty() {
+            "lib.rs".to_string()
+        } else {
+            parent.join("mod.rs").display().to_string()
+        };
+        let module = folder
+            .file_name()
+            .and_then(|n| n.to_str())
+            .unwrap_or_default();
+        check_declared(&map, module, &mut wrong);
     }
     assert!(
-        long.is_empty(),
-        "split these, or say why each is one concept:\n{}",
-        long.join("\n")
+        wrong.is_empty(),
+        "not on their folder's map:\n{}",
+        wrong.join("\n")
     );
+}
+
+/// Whether `map` (a path under operator/src) declares `module` with a line
+/// of `//` above it; what is wrong, into `wrong`.
+fn check_declared(map: &str, module: &str, wrong: &mut Vec<String>) {
+    let text = std::fs::read_to_string(src().join(map)).unwrap_or_default();
+    let lines: Vec<&str> = text.lines().collect();
+    let declared = |l: &str| {
+        let l = l.trim();
+        l.ends_with(&format!("mod {module};")) && (l.starts_with("mod ") || l.starts_with("pub"))
+    };
+    let Some(at) = lines.iter().position(|l| declared(l)) else {
+        wrong.push(format!("{map} does not declare {module}"));
+        return;
+    };
+    let above = lines[..at]
+        .iter()
+        .rev()
+        .find(|l| !l.trim_start().starts_with("#["))
+        .map(|l| l.trim_start());
+    match above {
+        Some(l) if l.starts_with("// ") && !l.starts_with("///") => {}
+        _ => wrong.push(format!(
+            "{map}: `mod {module};` has no line of `//` above it"
+        )),
+    }
 }
 
 /// No type of the operator has `impl` blocks (inherent or of a trait) in

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use chrono::Utc;
 use orca_db::{pool::ask_for_instance, pool::Request, Db};
-use orca_operator::pool::{Ec2State, PassReport, PoolLoop, Tuning};
+use orca_operator::warmpool::{Ec2State, PassReport, PoolLoop, Tuning};
 use orca_tests::{pg, warm};
 
 /// A run of `status` at `start`, its heartbeat `beat_ago` seconds old.

@@ -2,7 +2,7 @@
 //! region, the network, the image, the role — which namespaces may use it,
 //! and how much they may hold (docs/operations.md#warm-pool-classes).
 //!
-//! Kept whole, one concept: the class's spec and status types, each field
+//! The class's spec and status types, each field
 //! documented where the CRD's schema comes from.
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, LabelSelector};

@@ -4,16 +4,27 @@
 //! (`orca-operator crds`), with the validation the API server applies:
 //! required fields, ranges, enums and CEL rules where fields relate.
 
+// api_doc — `docs/api.md`, generated from the CRDs the Rust types make.
 mod api_doc;
+// class — the `WarmPoolClass`.
 mod class;
+// condition — one way to set a status condition, for both controllers.
 mod condition;
+// forecast — a WarmPool's forecast warm-up.
 mod forecast;
+// objective — a WarmPool's time-to-start objective.
 mod objective;
+// period — a period of the day or week.
 mod period;
+// roster — a WarmPool's instances one by one, as its status lists them.
 mod roster;
+// scheduler — the `Scheduler`.
 mod scheduler;
+// schema — which CRDs this build is for, and whether those installed hold what it writes.
 pub mod schema;
+// time_to_start — how long runs waited for an instance, as a WarmPool's status shows it.
 mod time_to_start;
+// warmpool — the `WarmPool`.
 mod warmpool;
 
 pub use api_doc::api_markdown;

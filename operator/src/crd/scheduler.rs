@@ -1,7 +1,7 @@
 //! The `Scheduler`: an image of the orca scheduler, the database it uses,
 //! and how its rollouts hand over (docs/protocol.md#the-operators-rollout).
 //!
-//! Kept whole, one concept: the Scheduler's spec and status types, each
+//! The Scheduler's spec and status types, each
 //! field documented where the CRD's schema comes from.
 
 use std::collections::BTreeMap;

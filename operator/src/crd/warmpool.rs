@@ -1,7 +1,7 @@
 //! The `WarmPool`: EC2 instances kept warm for a Scheduler's runs
 //! (docs/architecture.md#the-warmpool-controller).
 //!
-//! Kept whole, one concept: the WarmPool's spec and status types, each field
+//! The WarmPool's spec and status types, each field
 //! documented where the CRD's schema comes from.
 
 use std::collections::BTreeMap;

@@ -1,41 +1,17 @@
 //! The Kubernetes mode (`orca-operator run`, docs/architecture.md): the
-//! two controllers side by side, and what they share.
+//! wiring above both controllers — the Scheduler's
+//! ([`crate::scheduler::k8s`], around the pure [`crate::scheduler::decide`])
+//! and the WarmPool's ([`crate::warmpool::k8s`], around a pool's pass), with
+//! the WarmPoolClasses' beside it — on the runtime they share
+//! ([`crate::runtime`]: the shell, the election, the watches, the status
+//! writes, the endpoints).
 //!
-//! - [`scheduler`] — the Scheduler controller around the pure
-//!   [`crate::rollout::decide`]: `reconcile` (observe → decide → act →
-//!   events → status), `error_policy`, and the pods, Jobs, finalizer and
-//!   memory of its status it works with;
-//! - [`warmpool`] — the WarmPool controller around a pool's pass
-//!   ([`crate::pool`]): its watches and triggers, finalizer and write-back;
-//! - shared: [`database`] (a Scheduler's Secret → its database URL, a
-//!   connection kept per database), [`status`] (status by server-side
-//!   apply, the Events), [`names`] (the labels and [`MANAGER`]);
-//! - [`metrics`], [`server`] — the Prometheus registry and `/metrics`,
-//!   `/healthz`, `/readyz`;
-//! - [`leader`] — only the holder of a `Lease` runs the controllers,
-//!   behind its [`crate::fence::Fence`];
-//! - [`crd_check`] — at start, CRDs older than this build hold the replica
-//!   back from the election, saying so;
-//! - [`run()`] — wires it all.
+//! The map, one line a file:
 
-pub mod classes;
-pub mod crd_check;
-pub mod database;
-pub mod finalizer;
-pub mod guard;
-pub mod in_use;
-pub mod leader;
-pub mod metrics;
-pub mod names;
+// run — `orca-operator run`: the client, the election, the controllers and the server, wired.
 pub mod run;
-pub mod scheduler;
-pub mod server;
-pub mod shell;
-pub mod status;
-pub mod warmpool;
-pub mod watches;
 
-pub use metrics::Metrics;
-pub use names::*;
+pub use crate::runtime::metrics::Metrics;
+pub use crate::runtime::names::*;
+pub use crate::scheduler::k8s::{error_policy, reconcile, Context, ReconcileError};
 pub use run::{run, RunArgs};
-pub use scheduler::{error_policy, reconcile, Context, ReconcileError};

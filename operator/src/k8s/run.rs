@@ -16,18 +16,17 @@ use kube::Client;
 use prometheus_client::{metrics::gauge::Gauge, registry::Registry};
 use tracing::{info, warn};
 
-use super::{
+use crate::fence::Fence;
+use crate::runtime::{
     crd_check, in_use,
     leader::{self, Election},
     names::MANAGER,
-    scheduler,
     server::{self, Progress, Readiness},
     watches::{ClusterWatches, Watches},
 };
-use crate::fence::Fence;
-use crate::k8s::classes::{self, ClassSources};
-use crate::k8s::warmpool::{self, PoolControllerConfig};
-use crate::pool::{Listings, Ownership, Tuning};
+use crate::warmpool::k8s::classes::{self, ClassSources};
+use crate::warmpool::k8s::PoolControllerConfig;
+use crate::warmpool::{Listings, Ownership, Tuning};
 
 /// How long a call about the Lease may take: well within the 12 s its
 /// fence stays open after a renewal starts.
@@ -56,7 +55,7 @@ pub struct RunArgs {
     /// (`orca.dev/cluster`), and only instances tagged so are listed,
     /// counted or terminated. Changing it later leaves the instances
     /// launched under the old name to their agents.
-    #[arg(long, env = "ORCA_CLUSTER_NAME", value_parser = crate::pool::tags::cluster_name)]
+    #[arg(long, env = "ORCA_CLUSTER_NAME", value_parser = crate::warmpool::tags::cluster_name)]
     pub cluster_name: String,
     /// The operator's RoleBinding in each watched namespace (the chart's,
     /// with `watchNamespaces`): kept while Schedulers or WarmPools are left
@@ -103,7 +102,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         .unwrap_or_else(|| client.default_namespace().to_string());
 
     let mut registry = Registry::default();
-    let (metrics, pool_metrics, leading) = super::metrics::register_all(&mut registry);
+    let (metrics, pool_metrics, leading) = crate::runtime::metrics::register_all(&mut registry);
     let registry = Arc::new(registry);
     let progress = Progress::new(Duration::from_secs(args.stuck_after_seconds));
     let ready = Readiness::with_progress(progress.clone());
@@ -118,8 +117,13 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         let identity = identity.clone();
         move |fence: Fence| {
             let ctx = Arc::new(
-                scheduler::Context::new(client.clone(), metrics.clone(), &identity, fence.clone())
-                    .with_progress(progress.clone()),
+                crate::scheduler::k8s::Context::new(
+                    client.clone(),
+                    metrics.clone(),
+                    &identity,
+                    fence.clone(),
+                )
+                .with_progress(progress.clone()),
             );
             let pools = PoolControllerConfig {
                 tuning: Tuning {
@@ -172,7 +176,7 @@ async fn controllers(
     client: Client,
     namespaces: Vec<String>,
     role_binding: Option<String>,
-    ctx: Arc<scheduler::Context>,
+    ctx: Arc<crate::scheduler::k8s::Context>,
     pools: PoolControllerConfig,
 ) -> anyhow::Result<()> {
     let scopes: Vec<Option<String>> = if namespaces.is_empty() {
@@ -202,8 +206,14 @@ async fn controllers(
         let scope_pools = watches.pools.subscribe();
         sources.pools.push(scope_pools.store);
         sources.listed.push(scope_pools.listed);
-        runs.push(scheduler::run(client.clone(), scope.clone(), ctx.clone(), &mut watches).boxed());
-        runs.push(warmpool::run(client.clone(), pools.clone(), &mut watches, &mut cluster).boxed());
+        runs.push(
+            crate::scheduler::k8s::run(client.clone(), scope.clone(), ctx.clone(), &mut watches)
+                .boxed(),
+        );
+        runs.push(
+            crate::warmpool::k8s::run(client.clone(), pools.clone(), &mut watches, &mut cluster)
+                .boxed(),
+        );
         runs.push(
             in_use::run(
                 client.clone(),

@@ -2,7 +2,7 @@
 //! `orca-operator local` and the tests, the instances of an EC2 endpoint
 //! without machines behind it (moto's server) are played by local
 //! processes. For each instance of the pool EC2 lists as running, this runs
-//! what its user-data would (see [`crate::pool::userdata`]): the real
+//! what its user-data would (see [`crate::warmpool::userdata`]): the real
 //! `orca-pool-agent pool-next` with `ORCA_INSTANCE` = the instance id, the
 //! `runCommand` as `sh -c` for each run it is handed, and `pool-next`
 //! again; when `pool-next` exits non-zero it terminates the instance in
@@ -18,7 +18,7 @@ use std::{collections::HashMap, fmt, path::PathBuf, process::Stdio, sync::Arc, t
 use tokio::{process::Command, task::JoinHandle};
 
 use super::spawn::spawn_tied_async;
-use crate::pool::{
+use crate::warmpool::{
     ec2::{Ec2, Ec2Error, Ownership},
     plan::Ec2State,
 };

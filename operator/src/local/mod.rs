@@ -3,14 +3,23 @@
 //! processes instead of pods, a throwaway PostgreSQL unless a URL is given,
 //! and moto's EC2 server.
 
+// host — local EC2 hosts.
 pub mod host;
+// manifests — the YAML of a local-mode directory.
 pub mod manifests;
+// moto — moto's EC2 server on a free port, from the venv the scripts make.
 pub mod moto;
+// pods — pods and Jobs as local processes.
 pub mod pods;
+// pools — WarmPools in the local mode.
 pub mod pools;
+// postgres — a throwaway PostgreSQL cluster.
 pub mod postgres;
+// scheduler — a Scheduler in the local mode.
 mod scheduler;
+// spawn — processes that die with the local mode or test binary that started them.
 pub mod spawn;
+// supervise — `orca-operator local-supervise`.
 pub mod supervise;
 
 use std::{collections::BTreeMap, path::PathBuf, time::Duration};

@@ -15,7 +15,7 @@ use super::spawn::{free_port, spawn_tied_with};
 use crate::{
     crd::WarmPoolSpec,
     fence::Fence,
-    pool::ec2::{Ec2, Ec2Config},
+    warmpool::ec2::{Ec2, Ec2Config},
 };
 
 /// A running moto EC2 server on a port of its own; killed when dropped.

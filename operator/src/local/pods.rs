@@ -14,7 +14,7 @@ use std::{
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
-use crate::rollout::{JobState, JobView, PodState, PodView};
+use crate::scheduler::{JobState, JobView, PodState, PodView};
 
 /// What a local pod or job is.
 #[derive(Clone, Debug, Serialize, Deserialize)]

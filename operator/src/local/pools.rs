@@ -29,7 +29,7 @@ use crate::{
     crd::{OnDelete, WarmPool, WarmPoolSpec, WarmPoolStatus},
     fence::Fence,
     local::host::{HostConfig, Hosts},
-    pool::{
+    warmpool::{
         drift::moved,
         ec2::{Ec2, Ec2Config},
         Deletion, Listings, PoolLoop, Tuning,

@@ -11,7 +11,7 @@ use super::{
 };
 use crate::{
     crd::{Scheduler, SchedulerStatus},
-    rollout::{self, Action, Decision, Event, Observed, Problem},
+    scheduler::{self, Action, Decision, Event, Observed, Problem},
 };
 
 /// One Scheduler's loop state: its database connection and its status.
@@ -75,9 +75,9 @@ impl LocalScheduler {
         let url = database_url(s, manifests, self.fallback_url.as_deref());
         let observed_db = match &url {
             Ok(url) => match self.connect(url).await {
-                Ok(db) => crate::scheduler_rows::observe_instances(db, stale)
+                Ok(db) => crate::scheduler::rows::observe_instances(db, stale)
                     .await
-                    .map_err(|e| crate::scheduler_rows::db_problem(&e)),
+                    .map_err(|e| crate::scheduler::rows::db_problem(&e)),
                 Err(p) => Err(p),
             },
             Err(p) => Err(p.clone()),
@@ -105,13 +105,13 @@ impl LocalScheduler {
                 .metadata
                 .annotations
                 .as_ref()
-                .and_then(|a| a.get(crate::rollout::ROLLOUT_NOW).cloned()),
+                .and_then(|a| a.get(crate::scheduler::ROLLOUT_NOW).cloned()),
         };
         let observed = match db_now {
             Some(now) => observed.on_database_clock(now),
             None => observed,
         };
-        let decision = rollout::decide(&observed);
+        let decision = scheduler::decide(&observed);
         for event in &decision.events {
             print_event(&self.key, event);
         }
@@ -181,8 +181,8 @@ impl LocalScheduler {
                 let url = url.ok_or("no database URL")?;
                 let register = s.spec.register.as_ref().ok_or("no register command")?;
                 let meta = PodMeta {
-                    register: Some(rollout::register_hash(register)),
-                    ..self.meta(revision, rollout::register_attempt(name, revision), image)
+                    register: Some(scheduler::register_hash(register)),
+                    ..self.meta(revision, scheduler::register_attempt(name, revision), image)
                 };
                 let mut command = register.command.clone();
                 command.extend(register.args.iter().cloned());

@@ -6,9 +6,10 @@
 //! it. It reads only the Kubernetes API, with the user's kubeconfig:
 //! everything it shows is in the objects' status.
 //!
-//! Kept whole, one concept: the plugin's command line and what each
+//! The plugin's command line and what each
 //! command does, a few lines each on the one client they share.
 
+// render — what `kubectl orca status` prints for a Scheduler or a WarmPool.
 pub mod render;
 
 use std::io::IsTerminal;
@@ -243,9 +244,9 @@ pub async fn run(cli: Cli) -> Result<(), PluginError> {
                 return Err(PluginError::NoRollouts);
             }
             let scheduler = at.get(&at.api::<Scheduler>(), &name).await?;
-            let revision = crate::rollout::revision_of(&scheduler.spec);
+            let revision = crate::scheduler::revision_of(&scheduler.spec);
             let patch =
-                json!({"metadata": {"annotations": {crate::rollout::ROLLOUT_NOW: revision}}});
+                json!({"metadata": {"annotations": {crate::scheduler::ROLLOUT_NOW: revision}}});
             at.patch::<Scheduler>(&name, &patch).await?;
             println!(
                 "scheduler {}/{name}: revision {revision} ({}) rolls out now",
@@ -422,7 +423,7 @@ impl At {
             .as_ref()
             .map(|s| s.instances.iter().map(|i| i.id.clone()).collect())
             .unwrap_or_default();
-        let complete = !listed.is_empty() && listed.len() < crate::pool::roster::LISTED;
+        let complete = !listed.is_empty() && listed.len() < crate::warmpool::roster::LISTED;
         if complete {
             if let Some(unknown) = instances.iter().find(|i| !listed.contains(i)) {
                 return Err(PluginError::NotAnInstance(
@@ -436,15 +437,15 @@ impl At {
             .metadata
             .annotations
             .as_ref()
-            .and_then(|a| a.get(crate::pool::DRAIN))
-            .map(|v| crate::pool::drain_of(v).into_iter().collect())
+            .and_then(|a| a.get(crate::warmpool::DRAIN))
+            .map(|v| crate::warmpool::drain_of(v).into_iter().collect())
             .unwrap_or_default();
         if complete {
             drain.retain(|i| listed.contains(i));
         }
         drain.extend(instances.iter().cloned());
         let value = drain.into_iter().collect::<Vec<_>>().join(",");
-        let patch = json!({"metadata": {"annotations": {crate::pool::DRAIN: value}}});
+        let patch = json!({"metadata": {"annotations": {crate::warmpool::DRAIN: value}}});
         self.patch::<WarmPool>(name, &patch).await?;
         println!(
             "warmpool {}/{name}: draining {} (each retired once it is not in a run)",

@@ -3,7 +3,7 @@
 //! that it needs nothing but the Kubernetes API. Pure: the object and the
 //! time it is read at in, text out.
 //!
-//! Kept whole, one concept: the plugin's text for both kinds, with the
+//! The plugin's text for both kinds, with the
 //! table, age and colour helpers they share, and their tests.
 
 use std::fmt::Write;
@@ -311,7 +311,7 @@ fn pool_instances(out: &mut String, status: &WarmPoolStatus, now: DateTime<Utc>)
         + i64::from(status.launching)
         + i64::from(status.stopped)
         + i64::from(status.terminating);
-    if listed >= crate::pool::roster::LISTED as i64 && all > listed {
+    if listed >= crate::warmpool::roster::LISTED as i64 && all > listed {
         let _ = writeln!(out, "  … and {} more", all - listed);
     }
 }

@@ -21,7 +21,7 @@
 use std::time::Instant;
 
 use chrono::Duration;
-use orca_operator::pool::objective::{self, Bounds, History, StartTimes};
+use orca_operator::warmpool::objective::{self, Bounds, History, StartTimes};
 use orca_tests::forecast_sim::{
     arrivals, simulate, spec, with_forecast, with_objective, with_reserve, with_workday_schedule,
     Outcome, World,

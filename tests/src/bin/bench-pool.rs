@@ -25,7 +25,7 @@ use chrono::Utc;
 use orca_operator::crd::{
     IdleRange, IdleSchedule, Period, StoppedRange, WarmPoolClassSpec, WarmPoolSpec,
 };
-use orca_operator::pool::{
+use orca_operator::warmpool::{
     budget::{Budgets, Census, Counted},
     plan::{plan, Ec2Instance, Ec2State, Limits, Offering, PoolRow, Snapshot},
     schedule, Listings, PoolLoop, Tuning,
@@ -484,7 +484,7 @@ async fn bench_drift(moto: &Moto, url: &str, max_drifted: i32) {
 /// hand into `subnet` with their idle rows, and their agents beating: the
 /// pools' names, and the beat's task.
 async fn idle_by_hand(
-    ec2: &orca_operator::pool::Ec2,
+    ec2: &orca_operator::warmpool::Ec2,
     db: &orca_db::Db,
     url: &str,
     namespace: &str,

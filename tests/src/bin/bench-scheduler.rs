@@ -16,13 +16,7 @@ use kube::{
     Api, Client,
 };
 use orca_operator::{
-    crd::Scheduler,
-    fence::Fence,
-    k8s::{
-        scheduler::{self, Context},
-        watches::Watches,
-        Metrics,
-    },
+    crd::Scheduler, fence::Fence, k8s::Metrics, runtime::watches::Watches, scheduler::k8s::Context,
 };
 use orca_tests::{
     cluster::ControlPlane,
@@ -76,7 +70,7 @@ impl Stage {
         ));
         let scope = Some(self.ns.clone());
         let mut watches = Watches::new(&self.client, &scope);
-        let run = scheduler::run(self.client.clone(), scope, ctx, &mut watches);
+        let run = orca_operator::scheduler::k8s::run(self.client.clone(), scope, ctx, &mut watches);
         self.controller = Some(tokio::spawn(async move {
             futures::join!(run, watches.run());
         }));

@@ -18,7 +18,7 @@ use kube::{
 };
 use orca_operator::{
     crd::{Scheduler, WarmPool},
-    pool::Ownership,
+    warmpool::Ownership,
 };
 use orca_tests::{
     cluster::ControlPlane,
@@ -37,7 +37,7 @@ const ROUNDS: usize = 3;
 struct Victim<'a> {
     pools: Api<WarmPool>,
     owner: Ownership,
-    ec2: &'a orca_operator::pool::Ec2,
+    ec2: &'a orca_operator::warmpool::Ec2,
     size: i32,
 }
 

@@ -24,11 +24,8 @@ use kube::{
 use orca_operator::{
     crd::{Scheduler, WarmPool},
     fence::Fence,
-    k8s::{
-        warmpool::{self, PoolControllerConfig},
-        watches::{ClusterWatches, Watches},
-    },
-    pool::{Ownership, Tuning},
+    runtime::watches::{ClusterWatches, Watches},
+    warmpool::{k8s::PoolControllerConfig, Ownership, Tuning},
 };
 use orca_tests::{
     cluster::ControlPlane,
@@ -107,7 +104,7 @@ impl Stage {
         };
         let mut watches = Watches::new(&client, &Some(ns.clone()));
         let mut cluster = ClusterWatches::new(&client);
-        let run = warmpool::run(client, config, &mut watches, &mut cluster);
+        let run = orca_operator::warmpool::k8s::run(client, config, &mut watches, &mut cluster);
         let controller = tokio::spawn(async move {
             futures::join!(run, watches.run(), cluster.run());
         });
@@ -136,7 +133,11 @@ impl Stage {
 
 /// Plays the agents of `owner`'s instances that have no row yet: a warm
 /// row each, idle. How many it added.
-async fn report_idle(db: &orca_db::Db, ec2: &orca_operator::pool::Ec2, owner: &Ownership) -> usize {
+async fn report_idle(
+    db: &orca_db::Db,
+    ec2: &orca_operator::warmpool::Ec2,
+    owner: &Ownership,
+) -> usize {
     let ids: Vec<String> = ec2
         .describe(owner)
         .await
@@ -159,7 +160,7 @@ async fn report_idle(db: &orca_db::Db, ec2: &orca_operator::pool::Ec2, owner: &O
 
 /// Plays the end of every run of `owner`'s pool: the agents end their
 /// rows and power their instances off.
-async fn finish_runs(db: &orca_db::Db, ec2: &orca_operator::pool::Ec2, owner: &Ownership) {
+async fn finish_runs(db: &orca_db::Db, ec2: &orca_operator::warmpool::Ec2, owner: &Ownership) {
     let ids: Vec<String> = db
         .query(
             "update orca.instances set ended = now(), ended_by = 'agent'
@@ -339,7 +340,7 @@ async fn bench_reserve(cp: &'static ControlPlane, moto: &Moto) {
                 .await
                 .unwrap_or_else(|e| panic!("DescribeInstances: {e}"))
                 .iter()
-                .filter(|i| i.state == orca_operator::pool::Ec2State::Stopped)
+                .filter(|i| i.state == orca_operator::warmpool::Ec2State::Stopped)
                 .count();
             let idle: i64 = db
                 .query_one(

@@ -236,7 +236,7 @@ spec:
 }
 
 /// The pool's running instances, each id written as `${instance-N}`.
-async fn instances(ec2: &orca_operator::pool::Ec2, names: &mut Names) -> Vec<Instance> {
+async fn instances(ec2: &orca_operator::warmpool::Ec2, names: &mut Names) -> Vec<Instance> {
     use aws_sdk_ec2::types::Filter;
     let out = ec2
         .client()

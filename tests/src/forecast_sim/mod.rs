@@ -2,12 +2,12 @@
 //! `bench-objective` and the objective's tests against what demand does:
 //! runs arrive with a daily and weekly cycle (and, as a world says, busier
 //! days, bursts, one-off surges, slower boots, spot reclaims), the
-//! operator's own plan (`orca_operator::pool::plan`) decides each tick what
+//! operator's own plan (`orca_operator::warmpool::plan`) decides each tick what
 //! to launch and retire, and instances boot, serve runs and power off when
 //! idle too long as the agent makes them. The idle floor is either a static
 //! `idle.min`, a schedule's, the forecast warm-up
-//! (`orca_operator::pool::forecast`) or a time-to-start objective
-//! (`orca_operator::pool::objective`: its bounds, choice and raise), each
+//! (`orca_operator::warmpool::forecast`) or a time-to-start objective
+//! (`orca_operator::warmpool::objective`: its bounds, choice and raise), each
 //! fed the simulated history as the operator reads it. What it tells: runs
 //! that waited for a cold launch and how long each waited, the
 //! instance-hours paid, and launches the plan took back unused.
@@ -17,7 +17,7 @@ use std::collections::{BTreeMap, HashSet, VecDeque};
 use chrono::{DateTime, Datelike, Duration, Timelike, Utc};
 use orca_db::pool::Source;
 use orca_operator::crd::{Forecast, Objective, StartTarget, WarmPoolSpec};
-use orca_operator::pool::{
+use orca_operator::warmpool::{
     drift::launch_hash,
     forecast::{floors, Demand, Floors},
     objective::{self, History, StartTimes},
@@ -566,7 +566,7 @@ impl Sim<'_> {
             leak_grace_secs: 3600.0,
             ..Limits::default()
         };
-        let plan = orca_operator::pool::plan(&pass_spec, &snap, &BTreeMap::new(), &limits, now);
+        let plan = orca_operator::warmpool::plan(&pass_spec, &snap, &BTreeMap::new(), &limits, now);
         let gone: HashSet<&str> = plan
             .retirements
             .iter()
@@ -581,7 +581,7 @@ impl Sim<'_> {
             let users_ceiling = !ceiling_lowered
                 && plan.retirements.iter().any(|r| {
                     r.instance == i.id
-                        && r.reason == orca_operator::pool::plan::Reason::IdleBeyondMax
+                        && r.reason == orca_operator::warmpool::plan::Reason::IdleBeyondMax
                 });
             self.out.churn += u64::from(retired && measured && i.uses == 0 && !users_ceiling);
             !retired

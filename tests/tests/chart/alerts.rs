@@ -119,8 +119,8 @@ fn the_dashboard_is_a_configmap_the_grafana_sidecar_loads() {
 fn every_family() -> String {
     use orca_operator::{
         crd::{HandoverStatus, Phase, SchedulerStatus},
-        k8s::metrics::register_all,
-        pool::{cost::Use, Counts},
+        runtime::metrics::register_all,
+        warmpool::{cost::Use, Counts},
     };
     let mut registry = prometheus_client::registry::Registry::default();
     let (scheduler, pool, leader) = register_all(&mut registry);

@@ -145,7 +145,7 @@ fn the_policies_carry_the_rules_the_operator_renders() {
     let on_disk =
         std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     assert!(
-        on_disk == orca_operator::pool::admission::admission_rules(),
+        on_disk == orca_operator::warmpool::admission::admission_rules(),
         "{} is stale: run `cargo run -p orca-operator -- admission-rules > {}`",
         path.display(),
         "charts/orca-operator/files/admission-rules.yaml"
@@ -167,7 +167,7 @@ fn the_policies_carry_the_rules_the_operator_renders() {
             assert!(validations.contains(rule), "{policy} lacks {rule:?}");
         }
     }
-    for field in orca_operator::pool::class::CLASS_OWNED {
+    for field in orca_operator::warmpool::class::CLASS_OWNED {
         assert!(on_disk.contains(&format!("{} may not be set", field.path)));
     }
 }

@@ -6,13 +6,13 @@ use super::*;
 
 /// The timings of the leader-election tests: 2 s leases, renewed every
 /// 200 ms, the fence closing 500 ms early.
-fn quick_election(identity: &str) -> orca_operator::k8s::leader::Election {
-    orca_operator::k8s::leader::Election {
+fn quick_election(identity: &str) -> orca_operator::runtime::leader::Election {
+    orca_operator::runtime::leader::Election {
         duration: Duration::from_secs(2),
         renew_period: Duration::from_millis(200),
         margin: Duration::from_millis(500),
         call_timeout: Duration::from_secs(1),
-        ..orca_operator::k8s::leader::Election::new("orca-operator", "ops", identity)
+        ..orca_operator::runtime::leader::Election::new("orca-operator", "ops", identity)
     }
 }
 
@@ -73,8 +73,8 @@ impl Work {
 /// the fence is closed.
 #[tokio::test]
 async fn only_the_lease_holder_runs_the_controllers() {
-    use orca_operator::k8s::leader::lead;
-    use orca_operator::k8s::server::Readiness;
+    use orca_operator::runtime::leader::lead;
+    use orca_operator::runtime::server::Readiness;
 
     let (client, api) = mock_client();
     let leases = fixtures::LeaseServer::default();
@@ -149,8 +149,8 @@ async fn only_the_lease_holder_runs_the_controllers() {
 /// shutdown it gives the Lease back.
 #[tokio::test]
 async fn a_leader_that_cannot_renew_stops_when_its_fence_closes() {
-    use orca_operator::k8s::leader::lead;
-    use orca_operator::k8s::server::Readiness;
+    use orca_operator::runtime::leader::lead;
+    use orca_operator::runtime::server::Readiness;
     use std::sync::atomic::Ordering;
 
     let (client, api) = mock_client();
@@ -211,8 +211,8 @@ async fn a_leader_that_cannot_renew_stops_when_its_fence_closes() {
 /// renewTime looks old (it says 2000 here) — and counts the transition.
 #[tokio::test]
 async fn a_standby_takes_over_only_after_the_record_stood_still_a_lease_duration() {
-    use orca_operator::k8s::leader::lead;
-    use orca_operator::k8s::server::Readiness;
+    use orca_operator::runtime::leader::lead;
+    use orca_operator::runtime::server::Readiness;
 
     let (client, api) = mock_client();
     let leases = fixtures::LeaseServer::default();

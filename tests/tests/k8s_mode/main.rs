@@ -34,7 +34,7 @@ fn scheduler(image: &str) -> Scheduler {
     s.metadata.generation = Some(1);
     // As an earlier pass left it: these tests are about what comes after.
     s.metadata.finalizers = Some(vec![
-        orca_operator::k8s::scheduler::deletion::FINALIZER.into()
+        orca_operator::scheduler::k8s::deletion::FINALIZER.into()
     ]);
     s
 }

@@ -7,7 +7,7 @@ use http::{Method, StatusCode};
 use k8s_openapi::api::core::v1::Secret;
 use kube::Api;
 use orca_operator::crd::SecretKeyRef;
-use orca_operator::k8s::database::{ReadUrl, SecretError, SecretUrls};
+use orca_operator::runtime::database::{ReadUrl, SecretError, SecretUrls};
 
 use super::*;
 

@@ -6,7 +6,7 @@
 //! drains waits until that is done.
 
 use orca_operator::fence::Fence;
-use orca_operator::pool::{Ec2, Ec2Config};
+use orca_operator::warmpool::{Ec2, Ec2Config};
 
 use super::*;
 

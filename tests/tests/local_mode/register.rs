@@ -66,7 +66,9 @@ async fn a_failed_register_job_is_retried_as_a_new_job() {
     );
     let jobs = register_jobs(&local);
     assert!(
-        jobs.contains(&orca_operator::rollout::register_job_name("orca", &rev2, 2)),
+        jobs.contains(&orca_operator::scheduler::register_job_name(
+            "orca", &rev2, 2
+        )),
         "the retry is a new job: {jobs:?}"
     );
     let out = local.output().join("\n");
@@ -91,7 +93,7 @@ async fn a_failed_register_job_is_retried_as_a_new_job() {
     local.wait_for("registered again", Duration::from_secs(30), |s| {
         s.phase == Phase::Ready && s.register.as_ref().is_some_and(|r| r.attempts == 3)
     });
-    let third = orca_operator::rollout::register_job_name("orca", &rev2, 3);
+    let third = orca_operator::scheduler::register_job_name("orca", &rev2, 3);
     let log = std::fs::read_to_string(local.dir().join(".status/jobs").join(&third).join("log"))
         .unwrap_or_default();
     assert!(log.contains("registered again v2"), "{third}: {log:?}");

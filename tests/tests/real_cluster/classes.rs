@@ -19,7 +19,7 @@ use kube::{
 };
 use orca_operator::{
     crd::{WarmPool, WarmPoolClass, WarmPoolStatus},
-    pool::Ownership,
+    warmpool::Ownership,
 };
 use orca_tests::{cluster::random_hex, eventually::eventually, on_cluster::OnCluster, warm};
 

@@ -73,7 +73,7 @@ async fn a_tenants_ca_paths_and_databases_stop_neither_the_operator_nor_anyone_e
         .create(&PostParams::default(), &pool)
         .await
         .unwrap_or_else(|e| panic!("the victim's pool: {e}"));
-    let victims = orca_operator::pool::Ownership::new(
+    let victims = orca_operator::warmpool::Ownership::new(
         &victim,
         "runners",
         "orca",

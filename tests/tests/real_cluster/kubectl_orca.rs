@@ -222,7 +222,7 @@ async fn status_pause_resume_and_restart_through_kubectl() {
     assert!(ok, "{err}");
     assert!(pools.get("pool").await.unwrap().spec.paused);
 
-    let before = orca_operator::rollout::revision_of(&schedulers.get("orca").await.unwrap().spec);
+    let before = orca_operator::scheduler::revision_of(&schedulers.get("orca").await.unwrap().spec);
     let (ok, out, err) = kubectl_orca(&stage, &["rollout", "restart", "scheduler", "orca"]);
     assert!(ok, "{err}");
     assert!(out.contains("restarted at"), "{out}");
@@ -234,7 +234,7 @@ async fn status_pause_resume_and_restart_through_kubectl() {
     );
     assert_eq!(restarted.image, "registry.example/orca:v2");
     assert_ne!(
-        orca_operator::rollout::revision_of(&restarted),
+        orca_operator::scheduler::revision_of(&restarted),
         before,
         "a restart is a new revision of the same image"
     );

@@ -7,7 +7,10 @@
 use std::time::Duration;
 
 use kube::{api::DeleteParams, ResourceExt};
-use orca_operator::{crd::OnDelete, k8s::warmpool::FINALIZER, pool::Ec2State};
+use orca_operator::{
+    crd::OnDelete,
+    warmpool::{k8s::FINALIZER, Ec2State},
+};
 use orca_tests::{eventually::eventually, on_cluster::OnCluster};
 
 use super::{scheduler, warm_pool::Ec2Stage};
@@ -15,7 +18,7 @@ use super::{scheduler, warm_pool::Ec2Stage};
 /// The database URL parameter of Scheduler `orca` of the stage, as SSM
 /// holds it behind `ec2`'s proxy.
 async fn url_parameter(stage: &OnCluster, ec2: &Ec2Stage) -> Option<String> {
-    let name = orca_operator::pool::ssm::parameter_name(
+    let name = orca_operator::warmpool::ssm::parameter_name(
         orca_tests::release::TEST_CLUSTER,
         &stage.ns,
         "orca",

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Namespace, Secret};
 use kube::{api::DeleteParams, Api};
-use orca_operator::{crd::WarmPool, pool::Ec2State};
+use orca_operator::{crd::WarmPool, warmpool::Ec2State};
 use orca_tests::{
     eventually::eventually,
     on_cluster::{kubectl, OnCluster},

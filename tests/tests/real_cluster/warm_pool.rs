@@ -8,7 +8,7 @@ use std::time::Duration;
 use orca_db::pool::{ask_for_instance, Request};
 use orca_operator::{
     crd::WarmPool,
-    pool::{Ec2, Ownership},
+    warmpool::{Ec2, Ownership},
 };
 use orca_tests::{
     ec2_faults::{Ec2Faults, Fault},

@@ -23,7 +23,7 @@ use kube::{
 };
 use orca_operator::{
     crd::{Scheduler, WarmPool, WarmPoolStatus},
-    pool::{Ec2, Ownership},
+    warmpool::{Ec2, Ownership},
 };
 use orca_tests::{
     bins,
@@ -250,8 +250,8 @@ impl Previous {
                     .filter(|i| {
                         !matches!(
                             i.state,
-                            orca_operator::pool::Ec2State::Terminated
-                                | orca_operator::pool::Ec2State::ShuttingDown
+                            orca_operator::warmpool::Ec2State::Terminated
+                                | orca_operator::warmpool::Ec2State::ShuttingDown
                         )
                     })
                     .collect();

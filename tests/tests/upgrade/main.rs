@@ -22,7 +22,7 @@ use k8s_openapi::{
 use kube::Api;
 use orca_operator::{
     crd::{Phase, Scheduler, WarmPool},
-    pool::{Ec2, Ec2State},
+    warmpool::{Ec2, Ec2State},
 };
 use orca_tests::{
     cluster::ControlPlane,

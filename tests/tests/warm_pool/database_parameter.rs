@@ -305,9 +305,9 @@ async fn a_team_role_as_printed_lets_its_agent_read_its_url() {
     use orca_operator::iam_policy::{instance_policy, Reads};
     let (moto, url, _ec2, _subnets) = warm::Stage::new().await.parts();
     let cluster = warm::tuning(Duration::from_secs(60)).cluster;
-    let name = orca_operator::pool::ssm::parameter_name(&cluster, "team-a", "orca");
-    orca_operator::pool::ssm::Ssm::new(
-        &orca_operator::pool::Ec2Config::new(warm::REGION, Some(&moto.endpoint())),
+    let name = orca_operator::warmpool::ssm::parameter_name(&cluster, "team-a", "orca");
+    orca_operator::warmpool::ssm::Ssm::new(
+        &orca_operator::warmpool::Ec2Config::new(warm::REGION, Some(&moto.endpoint())),
         Fence::always(),
     )
     .await

@@ -10,7 +10,7 @@
 
 use orca_operator::crd::{StoppedRange, WarmPoolSpec};
 use orca_operator::fence::Fence;
-use orca_operator::pool::ec2::{TAG_CLUSTER, TAG_OPERATOR, TAG_POOL, TAG_SCHEDULER};
+use orca_operator::warmpool::ec2::{TAG_CLUSTER, TAG_OPERATOR, TAG_POOL, TAG_SCHEDULER};
 use orca_tests::iam;
 
 use super::*;
@@ -362,7 +362,7 @@ fn the_policy_allows_every_ec2_call_the_operator_makes_scoped_by_its_cluster() {
     let policy = iam::policy();
     // Each EC2 action the pool's adapter calls, as its source names them.
     let source = std::fs::read_to_string(
-        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../operator/src/pool/ec2.rs"),
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../operator/src/warmpool/ec2.rs"),
     )
     .unwrap();
     let called: Vec<String> = source
@@ -374,7 +374,7 @@ fn the_policy_allows_every_ec2_call_the_operator_makes_scoped_by_its_cluster() {
     // The database URL's parameter: each SSM call the operator makes (its
     // fence check names it), and the tags given at its creation.
     let ssm = std::fs::read_to_string(
-        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../operator/src/pool/ssm.rs"),
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../operator/src/warmpool/ssm.rs"),
     )
     .unwrap();
     let mut called = called;

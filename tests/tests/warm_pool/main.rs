@@ -16,7 +16,7 @@ use std::{
 use chrono::Utc;
 use orca_db::pool::{ask_for_instance, hand_out, Request};
 use orca_operator::crd::WarmPoolStatus;
-use orca_operator::pool::{
+use orca_operator::warmpool::{
     userdata::{self, DatabaseSource},
     Ec2, Ec2State, PoolEvent, PoolLoop,
 };
@@ -27,7 +27,7 @@ use orca_tests::{
 };
 use tokio::sync::oneshot;
 
-async fn present(ec2: &Ec2, pool: &str) -> Vec<orca_operator::pool::Ec2Instance> {
+async fn present(ec2: &Ec2, pool: &str) -> Vec<orca_operator::warmpool::Ec2Instance> {
     ec2.describe(&warm::owner(pool))
         .await
         .unwrap()

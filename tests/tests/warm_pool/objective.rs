@@ -139,7 +139,7 @@ async fn an_objective_beyond_max_instances_is_degraded_naming_it() {
 #[tokio::test]
 async fn an_objective_beyond_the_class_s_room_is_degraded_naming_the_limit() {
     use orca_operator::crd::{ClassLimits, WarmPoolClassSpec};
-    use orca_operator::pool::budget::{Budgets, Census};
+    use orca_operator::warmpool::budget::{Budgets, Census};
     let (moto, url, ec2, subnets) = warm::Stage::new().await.parts();
     let pool = "objective/classed";
     let db = pg::connect(&url).await;

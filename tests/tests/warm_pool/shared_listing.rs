@@ -3,7 +3,7 @@
 //! that acted lists anew.
 
 use orca_operator::fence::Fence;
-use orca_operator::pool::{Listings, Tuning};
+use orca_operator::warmpool::{Listings, Tuning};
 
 use super::*;
 

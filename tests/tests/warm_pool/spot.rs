@@ -12,7 +12,11 @@ use super::*;
 async fn without_spot(
     capacity: CapacityType,
     pool: &str,
-) -> (orca_operator::pool::PassReport, Vec<bool>, Vec<Vec<String>>) {
+) -> (
+    orca_operator::warmpool::PassReport,
+    Vec<bool>,
+    Vec<Vec<String>>,
+) {
     let (moto, url, ec2, subnets) = warm::Stage::new().await.parts();
     let faults = Ec2Faults::start(&moto.endpoint());
     faults.fail(

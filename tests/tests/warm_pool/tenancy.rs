@@ -3,7 +3,7 @@
 
 use aws_sdk_ec2::types::{ResourceType, Tag, TagSpecification};
 use orca_operator::fence::Fence;
-use orca_operator::pool::{
+use orca_operator::warmpool::{
     ec2::{TAG_CLUSTER, TAG_OPERATOR, TAG_POOL, TAG_SCHEDULER},
     Ownership, Tuning,
 };

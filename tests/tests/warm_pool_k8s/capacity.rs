@@ -23,7 +23,7 @@ async fn capacity_errors_show_while_held_and_then_are_gone() {
     let ctx = Arc::new(Context::new(
         client,
         PoolControllerConfig {
-            tuning: orca_operator::pool::Tuning {
+            tuning: orca_operator::warmpool::Tuning {
                 capacity_hold: Duration::from_secs(2),
                 ..warm::tuning(Duration::from_secs(60))
             },

@@ -2,7 +2,7 @@
 //! running loop acts no more; an aborted controller stops every pool loop.
 
 use super::*;
-use orca_operator::k8s::watches::{ClusterWatches, Watches};
+use orca_operator::runtime::watches::{ClusterWatches, Watches};
 
 /// The finalizer is a write like any other: behind a closed fence the
 /// reconcile of a new WarmPool makes no call at all and starts no loop.
@@ -38,7 +38,7 @@ async fn aborting_the_controller_stops_every_pool_loop() {
     let mut watches = Watches::new(&client, &Some(NS.into()));
     // No classes here: their watches are subscribed to and never run.
     let mut cluster = ClusterWatches::new(&client);
-    let run = orca_operator::k8s::warmpool::run(
+    let run = orca_operator::warmpool::k8s::run(
         client,
         config(Fence::always()),
         &mut watches,

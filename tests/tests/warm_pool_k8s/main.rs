@@ -18,7 +18,7 @@ use kube::runtime::controller::Action;
 use orca_db::pool::{hand_out, mark_idle, Request};
 use orca_operator::crd::{OnDelete, Scheduler, SchedulerSpec, WarmPool, WarmPoolSpec};
 use orca_operator::fence::Fence;
-use orca_operator::k8s::warmpool::{
+use orca_operator::warmpool::k8s::{
     reconcile, Context, PoolControllerConfig, ReconcileError, FINALIZER,
 };
 use orca_tests::mock_api::{mock_client, not_found, secret, ApiServerVerifier, Call, NS};

@@ -1,0 +1,153 @@
+//! The class stage: a WarmPool that names a WarmPoolClass runs on the spec
+//! the class makes of it ([`crate::warmpool::class::resolve`]), read here from
+//! the watches of classes and Namespaces (or the API before they list);
+//! every later stage sees only that spec. A pool being deleted is torn
+//! down where its instances are — the class's region, or the one its status
+//! recorded if the class is gone — whatever the class would refuse now.
+
+use std::{collections::BTreeMap, sync::Arc};
+
+use k8s_openapi::api::core::v1::Namespace;
+use kube::{runtime::reflector::ObjectRef, Api, ResourceExt};
+
+use super::{context::Context, error::ReconcileError};
+use crate::{
+    crd::{WarmPool, WarmPoolClass},
+    warmpool::class::{may_orphan, resolve, Refusal, Tenant},
+};
+
+/// `wp` as its loop runs it: as written without a class, else with the
+/// class's region, endpoint and launch — or why it may not run.
+pub(super) async fn effective(
+    wp: Arc<WarmPool>,
+    ctx: &Context,
+    pool: &str,
+    deleting: bool,
+) -> Result<Result<Arc<WarmPool>, Refusal>, ReconcileError> {
+    let Some(class_ref) = &wp.spec.class_ref else {
+        return Ok(Ok(wp));
+    };
+    let name = class_ref.name.clone();
+    let Some(class) = class_of(ctx, pool, &name).await? else {
+        ctx.config.budgets.forget_class(&name);
+        let recorded = wp.status.as_ref().and_then(|s| s.class_region.clone());
+        return Ok(match recorded {
+            // Gone before the pool: its instances are where the status says.
+            Some(region) if deleting => {
+                let mut spec = wp.spec.clone();
+                spec.region = region;
+                spec.endpoint = wp.status.as_ref().and_then(|s| s.class_endpoint.clone());
+                Ok(with_spec(&wp, spec))
+            }
+            _ => Err(Refusal {
+                reason: "ClassNotFound",
+                message: format!("WarmPoolClass {name} does not exist"),
+            }),
+        });
+    };
+    ctx.config.budgets.set_limits(&name, &class.spec);
+    let ns = crate::crd::namespace_of(&*wp);
+    let labels = labels_of(ctx, pool, &ns).await?;
+    let tenant = Tenant {
+        name: &ns,
+        labels: &labels,
+    };
+    match resolve(&name, &class.spec, &tenant, &wp.spec) {
+        Ok(spec) => Ok(Ok(with_spec(&wp, spec))),
+        Err(_) if deleting => {
+            // Torn down where it ran, refused or not.
+            let mut spec = wp.spec.clone();
+            spec.region = class.spec.region.clone();
+            spec.endpoint = class.spec.endpoint.clone();
+            Ok(Ok(with_spec(&wp, spec)))
+        }
+        Err(refusal) => Ok(Err(refusal)),
+    }
+}
+
+/// Whether `wp`, deleted with `onDelete: Orphan`, may leave its instances
+/// running: a pool without a class may; one with a class only if the class
+/// exists and allows it (`poolLimits.orphan`). Else it is torn down as with
+/// Terminate.
+pub(super) async fn may_leave(
+    wp: &WarmPool,
+    ctx: &Context,
+    pool: &str,
+) -> Result<bool, ReconcileError> {
+    let Some(class_ref) = &wp.spec.class_ref else {
+        return Ok(true);
+    };
+    Ok(class_of(ctx, pool, &class_ref.name)
+        .await?
+        .is_some_and(|c| may_orphan(&c.spec)))
+}
+
+fn with_spec(wp: &WarmPool, spec: crate::crd::WarmPoolSpec) -> Arc<WarmPool> {
+    let mut out = wp.clone();
+    out.spec = spec;
+    Arc::new(out)
+}
+
+/// The class `name`: from the watch once it has listed, else from the API.
+async fn class_of(
+    ctx: &Context,
+    pool: &str,
+    name: &str,
+) -> Result<Option<Arc<WarmPoolClass>>, ReconcileError> {
+    if let Some(caches) = &ctx.caches {
+        if caches.cluster_listed.ready().await {
+            return Ok(caches.classes.get(&ObjectRef::new(name)));
+        }
+    }
+    if let Some(fenced) = fenced(ctx, pool) {
+        return Err(fenced);
+    }
+    Api::<WarmPoolClass>::all(ctx.client.clone())
+        .get_opt(name)
+        .await
+        .map(|c| c.map(Arc::new))
+        .map_err(|source| ReconcileError::Kube {
+            pool: pool.to_string(),
+            source,
+        })
+}
+
+/// The labels of namespace `ns`.
+async fn labels_of(
+    ctx: &Context,
+    pool: &str,
+    ns: &str,
+) -> Result<BTreeMap<String, String>, ReconcileError> {
+    if let Some(caches) = &ctx.caches {
+        if caches.cluster_listed.ready().await {
+            return Ok(caches
+                .namespaces
+                .get(&ObjectRef::new(ns))
+                .map(|n| n.labels().clone())
+                .unwrap_or_default());
+        }
+    }
+    if let Some(fenced) = fenced(ctx, pool) {
+        return Err(fenced);
+    }
+    Api::<Namespace>::all(ctx.client.clone())
+        .get_opt(ns)
+        .await
+        .map(|n| n.map(|n| n.labels().clone()).unwrap_or_default())
+        .map_err(|source| ReconcileError::Kube {
+            pool: pool.to_string(),
+            source,
+        })
+}
+
+/// The fence, before a read from the API: the error if it is closed.
+fn fenced(ctx: &Context, pool: &str) -> Option<ReconcileError> {
+    ctx.config
+        .fence
+        .check()
+        .err()
+        .map(|source| ReconcileError::Fenced {
+            pool: pool.to_string(),
+            source,
+        })
+}

@@ -1,0 +1,263 @@
+//! What every reconcile of the WarmPool controller shares: the client,
+//! the watches' caches, each pool's loop between reconciles, the
+//! listeners of the pools' databases and the per-pool back-off.
+
+use std::{
+    collections::{HashMap, HashSet},
+    sync::{
+        atomic::{AtomicBool, Ordering},
+        Arc, Mutex,
+    },
+};
+
+use futures::channel::mpsc;
+use k8s_openapi::api::core::v1::Secret;
+use kube::{
+    core::PartialObjectMeta,
+    runtime::{
+        events::{Recorder, Reporter},
+        reflector::{ObjectRef, Store},
+    },
+    Client, Resource,
+};
+use orca_db::DatabaseUrl;
+use tokio::sync::watch;
+
+use super::{
+    config::{PoolControllerConfig, FINALIZER},
+    listen::{DatabaseKey, Listeners},
+    retiring::Retiring,
+};
+use crate::{
+    backoff::{Backoff, PerObject},
+    by_object::locked,
+    connections::Connections,
+    crd::{Scheduler, SecretKeyRef, WarmPool, WarmPoolClass, WarmPoolStatus},
+    runtime::{
+        database::SecretUrls,
+        status::post_event,
+        watches::{FirstListing, NamespaceMeta},
+    },
+    warmpool::{Deletion, PoolEvent, PoolLoop},
+};
+
+/// Where a pool's database URL was read from: the Secret, its key and the
+/// Secret's `resourceVersion` (unknown without the watch of Secrets).
+#[derive(Clone, Debug, PartialEq)]
+pub(super) struct UrlSource {
+    /// The Secret and its keys (the URL's, the CA's).
+    pub(super) secret: SecretKeyRef,
+    pub(super) version: Option<String>,
+}
+
+/// A pool between reconciles.
+pub(super) struct PoolState {
+    pub(super) uid: Option<String>,
+    pub(super) generation: Option<i64>,
+    pub(super) source: UrlSource,
+    pub(super) database: DatabaseKey,
+    pub(super) lp: PoolLoop,
+    /// Tells the loop of the WarmPool's deletion.
+    pub(super) deletion: watch::Sender<Option<Deletion>>,
+    /// The status this replica last wrote (or found written): only a change
+    /// is written.
+    pub(super) last: Option<WarmPoolStatus>,
+    /// Between failed or throttled passes.
+    pub(super) backoff: Backoff,
+    /// Where the pool ran before, while instances are left there.
+    pub(super) retiring: Vec<Retiring>,
+}
+
+/// One pool's state; the controller never reconciles one pool twice at
+/// once, the lock only makes that plain.
+pub(super) type Slot = Arc<tokio::sync::Mutex<Option<PoolState>>>;
+
+/// The Schedulers, the Secrets' metadata and the WarmPools, as the
+/// controller's watches keep them.
+#[derive(Clone)]
+pub(super) struct Caches {
+    pub(super) schedulers: Store<Scheduler>,
+    pub(super) secrets: Store<PartialObjectMeta<Secret>>,
+    pub(super) pools: Store<WarmPool>,
+    /// The URLs read from the Secrets (shared with the Scheduler
+    /// controller).
+    pub(super) urls: Arc<SecretUrls>,
+    /// The first listing of the Schedulers and the Secrets.
+    pub(super) listed: FirstListing,
+    /// The WarmPoolClasses and the Namespaces' labels (cluster-wide).
+    pub(super) classes: Store<WarmPoolClass>,
+    pub(super) namespaces: Store<NamespaceMeta>,
+    /// Their first listing.
+    pub(super) cluster_listed: FirstListing,
+}
+
+/// What every reconcile of the WarmPool controller shares.
+pub struct Context {
+    pub(super) client: Client,
+    pub(super) config: PoolControllerConfig,
+    pub(super) recorder: Recorder,
+    /// `None` outside [`run`] (a reconcile called on its own, in tests):
+    /// then the Scheduler and the Secret are read from the API.
+    pub(super) caches: Option<Caches>,
+    pub(super) pools: Mutex<HashMap<String, Slot>>,
+    pub(super) listeners: Listeners,
+    /// The pools' connections: one per database, shared by its pools.
+    pub(super) connections: Arc<Connections>,
+    /// The uids of the WarmPools this replica put the finalizer on.
+    pub(super) finalized: Mutex<HashSet<String>>,
+    /// Whether a reconcile said that the watches had not listed.
+    pub(super) warned: AtomicBool,
+    /// Failed reconciles in a row, per WarmPool.
+    pub(super) backoff: PerObject,
+}
+
+impl Context {
+    /// A context whose reconciles read Schedulers and Secrets from the API,
+    /// and whose listeners' notifications go nowhere.
+    pub fn new(client: Client, config: PoolControllerConfig) -> Self {
+        let (triggers, _) = mpsc::unbounded();
+        Self::with(client, config, None, triggers)
+    }
+
+    /// A context with the watches' `caches` (or none) and `triggers` for
+    /// the listeners' notifications.
+    pub(super) fn with(
+        client: Client,
+        config: PoolControllerConfig,
+        caches: Option<Caches>,
+        triggers: mpsc::UnboundedSender<ObjectRef<WarmPool>>,
+    ) -> Self {
+        Context {
+            recorder: Recorder::new(client.clone(), Reporter::from(config.reporter.as_str())),
+            listeners: Listeners::new(
+                triggers,
+                config.fence.clone(),
+                config.tuning.application_name("listen"),
+            ),
+            connections: Arc::new(Connections::named(&config.tuning.application_name("pool"))),
+            client,
+            config,
+            caches,
+            pools: Mutex::new(HashMap::new()),
+            finalized: Mutex::new(HashSet::new()),
+            warned: AtomicBool::new(false),
+            backoff: PerObject::default(),
+        }
+    }
+
+    /// Publishes `event` on `wp`, unless the fence is closed.
+    pub(super) async fn say(&self, wp: &WarmPool, event: &PoolEvent) {
+        let reference = wp.object_ref(&());
+        let fence = &self.config.fence;
+        let (warning, reason) = (event.warning, event.reason);
+        if let Err(fenced) = post_event(
+            &self.recorder,
+            fence,
+            &reference,
+            warning,
+            reason,
+            &event.message,
+        )
+        .await
+        {
+            tracing::debug!(reason, error = %fenced, "event not posted");
+        }
+    }
+
+    /// Drops every pool's loop and stops every listener; none starts after.
+    pub fn stop_all(&self) {
+        self.listeners.stop();
+        locked(&self.pools).clear();
+        locked(self.listeners.on_database()).clear();
+    }
+
+    /// The watches' stores once they have listed, waiting for that in the
+    /// controller's first seconds ([`FIRST_LISTING`](crate::runtime::names::FIRST_LISTING));
+    /// `None` if they have not (a watch refused — say, RBAC without `list`
+    /// on Secrets): then the Scheduler and the Secret are read from the
+    /// API, as without the watches.
+    pub(super) async fn ready_caches(&self) -> Option<&Caches> {
+        let caches = self.caches.as_ref()?;
+        match caches.listed.ready().await {
+            true => Some(caches),
+            false => {
+                if !self.warned.swap(true, Ordering::Relaxed) {
+                    tracing::warn!(
+                        "the watches of Schedulers and Secrets have not listed yet; \
+                         reading them from the API until they have (check the \
+                         operator's RBAC: list and watch on secrets)"
+                    );
+                }
+                None
+            }
+        }
+    }
+
+    /// Whether `wp` has the finalizer: on it, or added by this replica
+    /// already (the watch may not have brought that change back yet).
+    pub(super) fn has_finalizer(&self, wp: &WarmPool) -> bool {
+        crate::runtime::finalizer::has(&wp.metadata, FINALIZER)
+            || wp
+                .metadata
+                .uid
+                .as_ref()
+                .is_some_and(|uid| locked(&self.finalized).contains(uid))
+    }
+
+    /// The slot of `pool`'s loop, made empty if there is none.
+    pub(super) fn slot(&self, pool: &str) -> Slot {
+        locked(&self.pools)
+            .entry(pool.to_string())
+            .or_default()
+            .clone()
+    }
+
+    /// Forgets `pool`: its loop and connection go, and the listener of its
+    /// database if no other pool uses it.
+    pub(super) fn forget(&self, pool: &str) {
+        locked(&self.pools).remove(pool);
+        self.set_database(pool, None);
+    }
+
+    /// Records the database `pool`'s loop runs on (none: no loop), and
+    /// starts or stops the listeners to match.
+    pub(super) fn set_database(&self, pool: &str, database: Option<(DatabaseKey, &DatabaseUrl)>) {
+        let mut databases = locked(self.listeners.on_database());
+        match database {
+            Some((key, url)) => {
+                databases.insert(pool.to_string(), key);
+                self.listeners.ensure(key, url);
+            }
+            None => {
+                databases.remove(pool);
+            }
+        }
+        let used: Vec<DatabaseKey> = databases.values().copied().collect();
+        self.listeners.retain(&used);
+    }
+
+    /// Forgets the pools whose WarmPool the watch no longer holds (deleted
+    /// with its finalizer removed by hand, say).
+    pub(super) fn forget_gone(&self) {
+        let Some(caches) = &self.caches else {
+            return;
+        };
+        let keys: Vec<String> = locked(&self.pools).keys().cloned().collect();
+        for pool in keys {
+            let (ns, name) = pool.split_once('/').unwrap_or(("", &pool));
+            if caches.pools.get(&ObjectRef::new(name).within(ns)).is_none() {
+                tracing::info!(pool = %pool, "WarmPool gone; its loop stops");
+                self.forget(&pool);
+            }
+        }
+    }
+}
+
+/// Stops the pools and listeners when [`run`] ends, or is dropped.
+pub(super) struct StopAll(pub(super) Arc<Context>);
+
+impl Drop for StopAll {
+    fn drop(&mut self) {
+        self.0.stop_all();
+    }
+}

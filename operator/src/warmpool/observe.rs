@@ -1,0 +1,721 @@
+//! The observe stage of a pool's pass: EC2 first (or a listing recent
+//! enough to reuse), then the database — the rows, the demand, their
+//! ages by the database's clock — into one [`Snapshot`]; what EC2 says of
+//! the spec's instance types, the forecast's floors from the database's
+//! history, and the count of boots that keep failing.
+//!
+//! What one pass reads before it plans, and what
+//! the observer keeps between passes to read it (`Seen`).
+
+use std::{
+    collections::{BTreeMap, HashMap, HashSet},
+    sync::Arc,
+    time::{Duration, Instant},
+};
+
+use chrono::{DateTime, Utc};
+
+use super::forecast::{self, Demand, Floors};
+use super::objective::{Bounds, Choice, History, Outlook, StartTimes};
+use super::plan::{Ec2Instance, Offering, Snapshot};
+
+use super::act::Actuator;
+use super::cost::Cost;
+use super::ec2::TypeFacts;
+use super::listings::{Marks, Place, Want};
+use super::live::Live;
+use super::pass_report::PoolError;
+use super::tags::{TAG_CLASS, TAG_NAMESPACE};
+use crate::crd::WarmPoolSpec;
+
+/// How often the forecast is made again from the database's history.
+pub const FORECAST_EVERY: Duration = Duration::from_secs(3600);
+
+/// The shares of starts within the target before any was measured: an
+/// idle hand-out is (its run waits for nothing); the reserve and cold
+/// launches are relied on only once seen.
+const UNMEASURED: StartTimes = StartTimes {
+    idle: 1.0,
+    reserve: 0.0,
+    cold: 0.0,
+};
+
+/// Cold starts of one offering measured in the last hour before the
+/// objective takes that offering's start times rather than the pool's.
+const MEASURED_ON: usize = 3;
+
+/// Weeks of demand history the objective plans from.
+const OBJECTIVE_WEEKS: i32 = 4;
+
+/// How often the objective's attainment over the last day is read again.
+const DAY_EVERY: Duration = Duration::from_secs(300);
+
+/// The objective's plan for a pass: what to keep, and what from.
+#[derive(Clone, Debug, PartialEq)]
+pub(super) struct Planned {
+    pub(super) choice: Choice,
+    pub(super) planned_from: String,
+    /// Its cost over the next day against the static floor, as of the
+    /// history's last reading.
+    pub(super) outlook: Outlook,
+    /// Of the last day's runs, how many started within the target, and how
+    /// many there were (read every [`DAY_EVERY`]).
+    pub(super) day: Option<(u64, u64)>,
+    /// With `spec.objective.prices` for the type the next launch goes to:
+    /// that type and its running price an hour.
+    pub(super) priced: Option<(String, f64)>,
+}
+
+/// The objective's reading of the database (`spec.objective`).
+#[derive(Debug)]
+pub(super) struct Reading {
+    /// The demand history as last read.
+    history: Option<Read>,
+    /// When the last day's attainment was read, and what it was.
+    day: Option<(Instant, (u64, u64))>,
+}
+
+/// The demand history as read at `at`: its slices' length, its slices by
+/// hour of the week, and the outlook made with them.
+#[derive(Debug)]
+struct Read {
+    at: Instant,
+    slice_secs: i64,
+    hours: Vec<Vec<u32>>,
+    outlook: Option<Outlook>,
+}
+
+impl Reading {
+    pub(super) fn new() -> Reading {
+        Reading {
+            history: None,
+            day: None,
+        }
+    }
+}
+
+/// After the tenancy tags were refused, they are tried again this much later.
+pub const MARK_RETRY: Duration = Duration::from_secs(300);
+
+/// What observing keeps between passes.
+#[derive(Debug)]
+pub(super) struct Seen {
+    /// A pass may take a listing asked for after this (the loop's last
+    /// act, or its start); `None`: the next pass lists anew (an act was
+    /// under way when a pass failed).
+    pub(super) fresh_after: Option<Instant>,
+    /// Busy rows seen hung, and the database's clock at the listing of the
+    /// pass that first saw each so.
+    pub(super) hung_since: HashMap<i64, f64>,
+    /// Instances of the pool without the cluster's tag were looked for
+    /// (see [`Observer::list`]).
+    pub(super) adopted: bool,
+    /// Those of them the last listing adopted, for the pass to say so.
+    pub(super) just_adopted: Vec<String>,
+    /// The instance types EC2 described to this loop.
+    pub(super) types: HashMap<String, TypeFacts>,
+    /// The number the launch template's version resolved to, and when it
+    /// was asked.
+    pub(super) resolved_template: Option<(Instant, String)>,
+    /// The forecast's floors and when they were made (`spec.forecast`).
+    pub(super) floors: Option<(Instant, Floors)>,
+    /// What the objective read of the database (`spec.objective`).
+    pub(super) history: Reading,
+    /// The share of each source's starts within the objective's target,
+    /// as last measured: kept through an hour without such starts.
+    pub(super) shares: StartTimes,
+    /// The instances given their tenancy tags (see [`Observer::mark`]).
+    pub(super) marked: HashSet<String>,
+    /// When adding them was last refused.
+    pub(super) mark_failed: Option<Instant>,
+}
+
+impl Seen {
+    /// Nothing seen yet; a listing from before now is not taken.
+    pub(super) fn new() -> Seen {
+        Seen {
+            fresh_after: Some(Instant::now()),
+            hung_since: HashMap::new(),
+            adopted: false,
+            just_adopted: Vec::new(),
+            types: HashMap::new(),
+            resolved_template: None,
+            floors: None,
+            history: Reading::new(),
+            shares: UNMEASURED,
+            marked: HashSet::new(),
+            mark_failed: None,
+        }
+    }
+}
+
+/// One pass's observer: what it keeps ([`Seen`]), the act step's world and
+/// what it launched, and what the pass reads of the loop.
+pub(super) struct Observer<'a> {
+    pub(super) seen: &'a mut Seen,
+    pub(super) act: &'a mut Actuator<Live>,
+    pub(super) cost: &'a mut Cost,
+    pub(super) spec: &'a WarmPoolSpec,
+    pub(super) place: &'a Arc<Place>,
+    pub(super) drain: &'a HashSet<String>,
+    /// The WarmPool is being deleted: list anew.
+    pub(super) deleting: bool,
+    /// The Scheduler's stale limit (see `PoolLoop::set_run_stale`).
+    pub(super) run_stale: Duration,
+}
+
+impl Observer<'_> {
+    /// Observes: EC2 first (a listing of the pool's place new enough for
+    /// it, see [`super::listings`]), then the rows and the demand.
+    pub(super) async fn observe(&mut self) -> Result<Snapshot, PoolError> {
+        // A deletion, and a pass after one that failed while it acted, list
+        // anew.
+        let deleting = self.deleting;
+        let after = match self.seen.fresh_after {
+            Some(after) if !deleting => after,
+            _ => Instant::now(),
+        };
+        let (snap, reused) = self.observe_once(after).await?;
+        // An instance a listing made before this pass shows alive lost its
+        // last row since (its agent powered it off, say): the listing
+        // cannot tell whether it still runs, so look again rather than
+        // terminate it twice.
+        if reused
+            && snap
+                .instances
+                .iter()
+                .any(|i| i.state.is_present() && snap.known.contains(&i.id))
+        {
+            return Ok(self.observe_once(Instant::now()).await?.0);
+        }
+        Ok(snap)
+    }
+
+    /// One observation, with a listing asked for after `after`; and
+    /// whether it was asked for before this observation began.
+    pub(super) async fn observe_once(
+        &mut self,
+        after: Instant,
+    ) -> Result<(Snapshot, bool), PoolError> {
+        // The database's clock, then the listing: a row made after the
+        // listing was asked for may be of an instance it does not show.
+        // A listing asked for before the clock was read is placed on the
+        // database's clock by the time between them, counted from after the
+        // read: never later than it was.
+        let clock = self
+            .act
+            .world
+            .read(async |db| orca_db::pool::clock(db).await)
+            .await?;
+        let read = Instant::now();
+        let (asked, instances) = self.list(after).await?;
+        let reused = asked < read;
+        let listed = clock - read.saturating_duration_since(asked).as_secs_f64();
+        let pool = self.act.pool.clone();
+        let count_uses = self.spec.max_uses > 0;
+        let live = self
+            .act
+            .world
+            .read(async |db| orca_db::pool::live_rows(db, &pool, count_uses).await)
+            .await?;
+        // Present, or launched by this loop and not listed yet, without a
+        // live row: had it rows once?
+        let unlisted = self
+            .act
+            .launches
+            .ours
+            .keys()
+            .filter(|id| !instances.iter().any(|i| &i.id == *id));
+        let without: Vec<String> = instances
+            .iter()
+            .filter(|i| i.state.is_present())
+            .map(|i| &i.id)
+            .chain(unlisted)
+            .filter(|id| !live.iter().any(|r| &r.instance == *id))
+            .cloned()
+            .collect();
+        let known = self
+            .act
+            .world
+            .read(async |db| orca_db::pool::known(db, &without).await)
+            .await?;
+        let stale = self.run_stale;
+        let checks = self
+            .act
+            .world
+            .read(async |db| orca_db::pool::check_rows(db, &pool, listed, stale).await)
+            .await?;
+        let mut made_before_listing = HashMap::with_capacity(checks.len());
+        let (mut hung, mut hung_since) = (HashMap::new(), HashMap::new());
+        for c in checks {
+            made_before_listing.insert(c.row, c.made_before_listing);
+            if c.hung {
+                let since = self.seen.hung_since.get(&c.row).copied().unwrap_or(listed);
+                hung_since.insert(c.row, since);
+                hung.insert(c.row, listed - since);
+            }
+        }
+        self.seen.hung_since = hung_since;
+        let demand = self
+            .act
+            .world
+            .read(async |db| orca_db::pool::open_demand(db, &pool).await)
+            .await?;
+        self.count_hand_outs(listed, &instances).await?;
+        // An id stays ours while EC2 lists it, or briefly before it does.
+        self.act.launches.ours.retain(|id, at| {
+            instances
+                .iter()
+                .any(|i| &i.id == id && i.state.is_present())
+                || at.elapsed() < Duration::from_secs(300)
+        });
+        let ours = &self.act.launches.ours;
+        self.act
+            .launches
+            .times
+            .retain(|id, _| ours.contains_key(id));
+        let snap = Snapshot {
+            instances,
+            rows: live,
+            known,
+            ours: self.act.launches.ours.keys().cloned().collect(),
+            demand,
+            deleting: None,
+            made_before_listing,
+            hung,
+            drain: self.drain.clone(),
+            template_version: self.template_version().await?,
+        };
+        Ok((snap, reused))
+    }
+
+    /// Counts the hand-outs since the last pass (runs served, the time to
+    /// start); at the loop's first, those of the last hour, for the time
+    /// to start, of which only the last minute's are counted as served (the
+    /// status restored the rest). `listed`: the listing's time on the
+    /// database's clock; `instances`: what it listed, for the offering of
+    /// each instance handed out.
+    async fn count_hand_outs(
+        &mut self,
+        listed: f64,
+        instances: &[Ec2Instance],
+    ) -> Result<(), PoolError> {
+        let pool = self.act.pool.clone();
+        let first = self.cost.handed_mark.is_none();
+        let after = self
+            .cost
+            .handed_mark
+            .unwrap_or(listed - super::starts::WINDOW_SECS);
+        let outs = self
+            .act
+            .world
+            .read(async |db| orca_db::pool::hand_outs_since(db, &pool, after).await)
+            .await?;
+        self.cost.handed_mark = outs.last().map(|h| h.at).or(Some(after));
+        let mut served = orca_db::pool::Served::default();
+        for h in outs.iter().filter(|h| !first || h.at > listed - 60.0) {
+            served.add(h.source);
+            if let Some(m) = &self.act.metrics {
+                m.time_to_start(&self.act.pool, h.source, h.waited);
+            }
+        }
+        self.cost.starts.add(&outs, listed);
+        // A listing reused from before a launch may not show its instance
+        // yet: each pass places what its listing shows.
+        self.cost.starts.place(instances);
+        self.cost.add_served(served);
+        if let Some(m) = &self.act.metrics {
+            m.served(&self.act.pool, served);
+        }
+        Ok(())
+    }
+
+    /// The number the spec's launch template version resolves to, asked
+    /// of EC2 at most once a `Tuning::template_every` (a minute;
+    /// `DescribeLaunchTemplateVersions`);
+    /// `None` without a template. A failed call keeps the last answer, or
+    /// none: no instance is known to drift by its version meanwhile.
+    async fn template_version(&mut self) -> Result<Option<String>, PoolError> {
+        let Some(template) = &self.spec.launch.launch_template else {
+            self.seen.resolved_template = None;
+            return Ok(None);
+        };
+        if let Some((at, version)) = &self.seen.resolved_template {
+            if at.elapsed() < self.act.tuning.template_every {
+                return Ok(Some(version.clone()));
+            }
+        }
+        match self.act.world.ec2.template_version(template).await {
+            Ok(version) => {
+                self.seen.resolved_template = Some((Instant::now(), version.clone()));
+                Ok(Some(version))
+            }
+            Err(e @ super::ec2::Ec2Error::Fenced { .. }) => Err(self.act.ec2_error(e)),
+            Err(e) => {
+                tracing::warn!(pool = %self.act.pool, error = %e,
+                    "the launch template's version could not be resolved");
+                Ok(self.seen.resolved_template.as_ref().map(|(_, v)| v.clone()))
+            }
+        }
+    }
+
+    /// The pool's instances in a listing asked for after `after`, and when
+    /// it was asked for. For the loop's first listing, one that shows the
+    /// instances launched before instances carried the cluster's tag too —
+    /// and those of them whose agents reported to this pool's database are
+    /// adopted: tagged with this cluster's name (so that later listings,
+    /// which filter on it, show them) and listed as the pool's. One without
+    /// a row here may be another cluster's, and is left alone (its agent
+    /// powers it off once idle).
+    pub(super) async fn list(
+        &mut self,
+        after: Instant,
+    ) -> Result<(Instant, Vec<Ec2Instance>), PoolError> {
+        let want = Want {
+            after,
+            within: self.act.tuning.listing_reuse,
+            untagged: !self.seen.adopted,
+        };
+        let place = self.place.clone();
+        let ec2 = &self.act.world.ec2;
+        let taken = place
+            .take(&self.act.owner, want, async |filter: &[(&str, &str)]| {
+                ec2.describe_tagged(filter).await
+            })
+            .await;
+        let (asked, group) = taken.map_err(|e| self.act.ec2_error(e))?;
+        let (mut instances, untagged) = (group.ours, group.untagged);
+        self.mark(&group.marks).await?;
+        if self.seen.adopted || untagged.is_empty() {
+            self.seen.adopted = true;
+            return Ok((asked, instances));
+        }
+        let ids: Vec<String> = untagged.iter().map(|i| i.id.clone()).collect();
+        let pool = self.act.pool.clone();
+        let mut ours: Vec<String> = self
+            .act
+            .world
+            .read(async |db| orca_db::pool::had_rows(db, &pool, &ids).await)
+            .await?
+            .into_iter()
+            .collect();
+        ours.sort();
+        if ours.is_empty() {
+            tracing::info!(pool = %self.act.pool, instances = ?ids,
+                "instances with this pool's tags but no cluster's and no row in its database: \
+                 another cluster's, left alone");
+        } else {
+            let tagged = self.act.world.ec2.tag_cluster(&ours, &self.act.owner).await;
+            tagged.map_err(|e| self.act.ec2_error(e))?;
+            // A listing asked for before the tags (this one, kept for the
+            // other passes) does not show them as the pool's: the next
+            // pass lists anew, or it would launch as many again.
+            self.seen.fresh_after = Some(Instant::now());
+            tracing::info!(pool = %self.act.pool, instances = ?ours, cluster = %self.act.owner.cluster, "adopted");
+            instances.extend(untagged.into_iter().filter(|i| ours.contains(&i.id)));
+            self.seen.just_adopted = ours;
+        }
+        self.seen.adopted = true;
+        Ok((asked, instances))
+    }
+
+    /// Adds the tenancy tags the pool's instances lack — launched before
+    /// instances carried them — so that a class's census counts them: the
+    /// namespace's on every one, the class's (the loop's) on those without
+    /// one (an instance launched through another class keeps counting
+    /// there). Once per instance; a refusal is said in the log and tried
+    /// again after [`MARK_RETRY`], never failing the pass.
+    async fn mark(&mut self, marks: &[Marks]) -> Result<(), PoolError> {
+        if self
+            .seen
+            .mark_failed
+            .is_some_and(|at| at.elapsed() < MARK_RETRY)
+        {
+            return Ok(());
+        }
+        let class = self.act.budget.as_ref().map(|b| b.class().to_string());
+        let owner = &self.act.owner;
+        let wants = |m: &Marks| {
+            let mut tags = Vec::new();
+            if !m.namespace {
+                tags.push((TAG_NAMESPACE, owner.namespace.clone()));
+            }
+            if let (None, Some(c)) = (&m.class, &class) {
+                tags.push((TAG_CLASS, c.clone()));
+            }
+            tags
+        };
+        let mut by_tags: BTreeMap<Vec<(&str, String)>, Vec<String>> = BTreeMap::new();
+        for m in marks.iter().filter(|m| !self.seen.marked.contains(&m.id)) {
+            let tags = wants(m);
+            if !tags.is_empty() {
+                by_tags.entry(tags).or_default().push(m.id.clone());
+            }
+        }
+        for (tags, ids) in by_tags {
+            let pairs: Vec<(&str, &str)> = tags.iter().map(|(k, v)| (*k, v.as_str())).collect();
+            match self.act.world.ec2.add_tags(&ids, &pairs).await {
+                Ok(()) => {
+                    tracing::info!(pool = %self.act.pool, instances = ?ids, tags = ?pairs,
+                        "tenancy tags added");
+                    self.seen.marked.extend(ids);
+                }
+                Err(e @ super::ec2::Ec2Error::Fenced { .. }) => return Err(self.act.ec2_error(e)),
+                Err(e) => {
+                    tracing::warn!(pool = %self.act.pool, instances = ?ids, error = %e,
+                        "the tenancy tags could not be added; their class does not count them yet");
+                    self.seen.mark_failed = Some(Instant::now());
+                    return Ok(());
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The forecast's floors with `spec.forecast`: from the database's
+    /// history once every [`FORECAST_EVERY`] (and after a new spec), else
+    /// as made last.
+    pub(super) async fn floors(&mut self, now: DateTime<Utc>) -> Result<Option<Floors>, PoolError> {
+        let Some(spec) = self.spec.forecast.clone() else {
+            self.seen.floors = None;
+            return Ok(None);
+        };
+        if let Some((made, f)) = &self.seen.floors {
+            if made.elapsed() < FORECAST_EVERY {
+                return Ok(Some(f.clone()));
+            }
+        }
+        let pool = self.act.pool.clone();
+        let counts = self
+            .act
+            .world
+            .read(async |db| {
+                orca_db::pool::demand_history(db, &pool, spec.lead_seconds, spec.weeks).await
+            })
+            .await?;
+        let mut demand = Demand::new(spec.lead_seconds);
+        demand.counts = counts.into_iter().collect();
+        let f = forecast::floors(&spec, &demand, now);
+        self.seen.floors = Some((Instant::now(), f.clone()));
+        Ok(Some(f))
+    }
+
+    /// The objective's holdings for `now` within `bounds`
+    /// (`spec.objective`): planned from the demand history, read from the
+    /// database once every [`FORECAST_EVERY`] (and after a new spec) in
+    /// slices of one cold start as measured, and from the share of each
+    /// source's starts within the target (the last hour's, or as last
+    /// measured).
+    pub(super) async fn objective(
+        &mut self,
+        now: DateTime<Utc>,
+        bounds: Bounds,
+    ) -> Result<Option<Planned>, PoolError> {
+        let Some(objective) = self.spec.objective.clone() else {
+            self.seen.history = Reading::new();
+            return Ok(None);
+        };
+        let target = objective.time_to_start.seconds as f64;
+        // A cold start is the next launch's: of its offering where enough of
+        // them were measured, as start times differ by type and subnet.
+        let next = self.next_offering(now);
+        let on = next.clone().filter(|o| {
+            self.cost
+                .starts
+                .within_on(orca_db::pool::Source::Cold, target, o)
+                .is_some_and(|(_, n)| n >= MEASURED_ON)
+        });
+        let shares = self.shares_within(target, on.as_ref());
+        // Runs within one cold start of each other: a launch for the first
+        // serves none of the others in time.
+        let cold = self
+            .cost
+            .starts
+            .quantile(orca_db::pool::Source::Cold, objective.goal(), on.as_ref())
+            .unwrap_or(300.0)
+            .clamp(30.0, 900.0);
+        self.read_objective(target, cold.round() as i64, now)
+            .await?;
+        let reading = &mut self.seen.history;
+        let Some(Read {
+            slice_secs,
+            hours,
+            outlook: made,
+            ..
+        }) = &mut reading.history
+        else {
+            return Ok(None);
+        };
+        // An idle instance against a stopped one at the prices of the type
+        // the next launch goes to.
+        let stopped_cost = next.as_ref().map_or(objective.stopped_cost(), |o| {
+            objective.stopped_cost_of(&o.instance_type, o.spot)
+        });
+        let priced = next.as_ref().and_then(|o| {
+            let p = objective.price_of(&o.instance_type)?;
+            Some((o.instance_type.clone(), p.running(o.spot)))
+        });
+        let plan = |slices: &[u32]| {
+            super::objective::choose(slices, objective.goal(), &shares, &bounds, stopped_cost)
+        };
+        let lead = chrono::Duration::seconds(cold as i64);
+        let choice = super::objective::at(hours, now, lead, plan);
+        let outlook = *made.get_or_insert_with(|| {
+            let most_idle = bounds.idle.1.min(bounds.max_instances);
+            super::objective::outlook(hours, now, plan, objective.goal(), &shares, most_idle)
+        });
+        let busiest = super::objective::at_hour(hours, now);
+        Ok(Some(Planned {
+            choice,
+            planned_from: planned_from(busiest, *slice_secs, &objective, &shares, on.as_ref()),
+            outlook,
+            day: reading.day.map(|(_, d)| d),
+            priced,
+        }))
+    }
+
+    /// The share of each source's starts within `target` seconds in the
+    /// last hour (cold launches' of offering `on` if given), kept from the
+    /// last measure for a source without one.
+    fn shares_within(&mut self, target: f64, on: Option<&Offering>) -> StartTimes {
+        use orca_db::pool::Source;
+        let starts = &self.cost.starts;
+        let shares = &mut self.seen.shares;
+        for (source, share) in [
+            (Source::Idle, &mut shares.idle),
+            (Source::Reserve, &mut shares.reserve),
+            (Source::Cold, &mut shares.cold),
+        ] {
+            let measured = match on {
+                Some(o) if source == Source::Cold => starts.within_on(source, target, o),
+                _ => starts.within(source, target),
+            };
+            if let Some((within, _)) = measured {
+                *share = within;
+            }
+        }
+        self.seen.shares
+    }
+
+    /// The offering the next launch goes to: the spec's first without a
+    /// capacity hold at `now`.
+    fn next_offering(&self, now: DateTime<Utc>) -> Option<Offering> {
+        let held = self.act.holds.until();
+        super::instance::offerings(&self.spec.launch)
+            .into_iter()
+            .find(|o| held.get(o).is_none_or(|until| *until <= now))
+    }
+
+    /// Reads what the objective plans from when it is due: the demand
+    /// history in slices of `slice` seconds every [`FORECAST_EVERY`] (its
+    /// outlook made again with it), the last day's starts within `target`
+    /// every [`DAY_EVERY`].
+    async fn read_objective(
+        &mut self,
+        target: f64,
+        slice: i64,
+        now: DateTime<Utc>,
+    ) -> Result<(), PoolError> {
+        let pool = self.act.pool.clone();
+        let due = |at: Option<&Instant>, every: Duration| at.is_none_or(|a| a.elapsed() >= every);
+        let reading = &self.seen.history;
+        if due(reading.history.as_ref().map(|h| &h.at), FORECAST_EVERY) {
+            let counts = self
+                .act
+                .world
+                .read(async |db| {
+                    orca_db::pool::demand_history(db, &pool, slice, OBJECTIVE_WEEKS).await
+                })
+                .await?;
+            let h = History {
+                slice_secs: slice,
+                counts: counts.into_iter().collect(),
+            };
+            let hours = h.by_hour(now, i64::from(OBJECTIVE_WEEKS));
+            self.seen.history.history = Some(Read {
+                at: Instant::now(),
+                slice_secs: slice,
+                hours,
+                outlook: None,
+            });
+        }
+        if due(self.seen.history.day.as_ref().map(|d| &d.0), DAY_EVERY) {
+            let day = self
+                .act
+                .world
+                .read(async |db| orca_db::pool::attainment(db, &pool, target, 24).await)
+                .await?;
+            self.seen.history.day = Some((Instant::now(), day));
+        }
+        Ok(())
+    }
+
+    /// Asks EC2 about the spec's instance types this loop has not had
+    /// described yet (`DescribeInstanceTypes`): their vCPUs, which a
+    /// class's limits count, and their architectures. A type EC2 does not
+    /// describe stays unknown, and a failed call is made again next pass.
+    pub(super) async fn learn_types(&mut self) -> Result<(), PoolError> {
+        let unknown: Vec<String> = self
+            .spec
+            .launch
+            .instance_types
+            .iter()
+            .filter(|t| !self.seen.types.contains_key(*t))
+            .cloned()
+            .collect();
+        if unknown.is_empty() {
+            return Ok(());
+        }
+        match self.act.world.ec2.describe_types(&unknown).await {
+            Ok(facts) => {
+                for f in facts {
+                    self.seen.types.insert(f.name.clone(), f);
+                }
+            }
+            Err(e @ super::ec2::Ec2Error::Fenced { .. }) => return Err(self.act.ec2_error(e)),
+            // Not known: no launch of those types under a vCPU limit, and
+            // no architecture check, until a pass learns them.
+            Err(e) => tracing::warn!(pool = %self.act.pool, error = %e,
+                "the pool's instance types could not be described"),
+        }
+        Ok(())
+    }
+}
+
+/// What the objective planned from, for `status.objective.plannedFrom`:
+/// the busiest of the hour's slices (`busiest`) of `slice_secs`, and the
+/// share of each source's starts within the target.
+fn planned_from(
+    busiest: &[u32],
+    slice_secs: i64,
+    objective: &crate::crd::Objective,
+    shares: &StartTimes,
+    on: Option<&Offering>,
+) -> String {
+    let mut busiest = busiest.to_vec();
+    busiest.sort_unstable_by(|a, b| b.cmp(a));
+    busiest.truncate(3);
+    let slices = if busiest.is_empty() {
+        "no runs".to_string()
+    } else {
+        busiest
+            .iter()
+            .map(|n| n.to_string())
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let cold_on = on
+        .map(|o| {
+            let spot = if o.spot { " (spot)" } else { "" };
+            format!(" ({} in {}{spot})", o.instance_type, o.subnet)
+        })
+        .unwrap_or_default();
+    format!(
+        "busiest {slice_secs}-second slices of this hour in {OBJECTIVE_WEEKS} weeks: {slices}; \
+         starts within {}s: idle {:.0} %, reserve {:.0} %, cold {:.0} %{cold_on}",
+        objective.time_to_start.seconds,
+        shares.idle * 100.0,
+        shares.reserve * 100.0,
+        shares.cold * 100.0,
+    )
+}

@@ -1,0 +1,604 @@
+//! One pass of a pool: observe (EC2 first, then the database, see
+//! `observe.rs`) → the moment's spec → [`plan`] → act (see `act.rs`) →
+//! status (`conditions.rs`) and events; and a loop run on its own (the local
+//! mode): passes on the pool's notifications, every resync, and after a
+//! back-off. Every EC2 call and every statement checks the loop's
+//! [`crate::fence::Fence`] just before it goes out; a fenced pass ends
+//! there, with [`PoolError::Fenced`].
+//!
+//! The pass as the sequence it is, the few steps
+//! of its own it names, and the loop that repeats it.
+
+use std::{
+    collections::HashSet,
+    time::{Duration, Instant},
+};
+
+use chrono::{DateTime, Utc};
+
+use super::{
+    forecast::Floors,
+    plan::{plan, Ec2Instance, PoolPlan, Snapshot},
+    schedule,
+};
+use crate::crd::{Objective, ObjectiveStatus, StaticFloor, WarmPoolSpec};
+use crate::fence::MaybeFenced;
+
+use super::act::Orders;
+use super::objective;
+use super::observe::{Observer, Planned};
+use super::pass_report::{Deletion, PassReport, PoolError, PoolEvent};
+use super::pool_loop::PoolLoop;
+use super::starts::Starts;
+
+/// `status.objective`: the share of the last hour's runs that started
+/// within the target, what the plan keeps and what from.
+fn objective_status(p: &Planned, o: &Objective, starts: &Starts) -> ObjectiveStatus {
+    let price = p.priced.as_ref().map(|(_, h)| *h);
+    let cents = |v: f64| (v * 100.0).round() / 100.0;
+    use orca_db::pool::Source;
+    let target = o.time_to_start.seconds as f64;
+    let (within, runs) = [Source::Idle, Source::Reserve, Source::Cold]
+        .into_iter()
+        .filter_map(|s| starts.within(s, target))
+        .fold((0.0, 0usize), |(w, n), (share, runs)| {
+            (w + share * runs as f64, n + runs)
+        });
+    ObjectiveStatus {
+        attained_percent: (runs > 0).then(|| (within / runs as f64 * 1000.0).round() / 10.0),
+        runs: runs as i64,
+        idle: i32::try_from(p.choice.idle).unwrap_or(i32::MAX),
+        stopped: i32::try_from(p.choice.stopped).unwrap_or(i32::MAX),
+        planned_from: p.planned_from.clone(),
+        expected_percent: (p.choice.met * 1000.0).round() / 10.0,
+        day_attained_percent: p
+            .day
+            .filter(|(_, runs)| *runs > 0)
+            .map(|(within, runs)| (within as f64 / runs as f64 * 1000.0).round() / 10.0),
+        day_runs: p
+            .day
+            .map_or(0, |(_, runs)| i64::try_from(runs).unwrap_or(i64::MAX)),
+        expected_instance_hours: (p.outlook.next_day * 10.0).round() / 10.0,
+        static_floor: p.outlook.static_floor.map(|idle| StaticFloor {
+            idle: i32::try_from(idle).unwrap_or(i32::MAX),
+            instance_hours: f64::from(idle) * 24.0,
+            cost: price.map(|h| cents(f64::from(idle) * 24.0 * h)),
+        }),
+        expected_cost: price.map(|h| cents(p.outlook.next_day * h)),
+        priced_as: p.priced.as_ref().map(|(t, _)| t.clone()),
+    }
+}
+
+/// The hours ahead whose floor `status.forecast` shows.
+const FORECAST_HOURS_SHOWN: usize = 6;
+
+/// The spec as given with what holds at the moment of a pass over it: the
+/// one spec both the plan and the act step read.
+struct Moment {
+    /// A schedule under way replaces the idle range (one that cannot be
+    /// read is a warning, and `spec.idle` holds), the forecast raises the
+    /// floor of either, within its max, and a deletion's drain time-out is
+    /// the one it was told.
+    spec: WarmPoolSpec,
+    active: Result<Option<schedule::Active>, schedule::ScheduleError>,
+    floors: Option<Floors>,
+    /// With `spec.objective`: what it keeps, which raised the floors.
+    objective: Option<Planned>,
+}
+
+impl PoolLoop {
+    /// One pass at `now` (the operator's clock, for EC2's launch times):
+    /// observe, the moment's spec, plan, act, the status.
+    pub async fn pass(&mut self, now: DateTime<Utc>) -> Result<PassReport, PoolError> {
+        let mut snap = self.observer().observe().await?;
+        self.observer().learn_types().await?;
+        self.tell_vcpus();
+        // Read after the observation: a deletion that began meanwhile
+        // launches nothing in this pass already.
+        let deletion = *self.deletion.borrow();
+        snap.deleting = deletion.map(|d| d.since);
+        self.act.holds.expire(now);
+        let foreign = self.hold_foreign_types(now);
+        let moment = self.moment(now, deletion, &snap).await?;
+        let spec = &moment.spec;
+        let decided = plan(spec, &snap, self.act.holds.until(), &self.limits(), now);
+        self.count_cost(&snap);
+        tracing::debug!(
+            pool = %self.act.pool,
+            instances = snap.instances.len(),
+            rows = snap.rows.len(),
+            demand = snap.demand,
+            launches = decided.launch_count(),
+            retirements = decided.retirements.len(),
+            "planned"
+        );
+        let mut report = self.report(&moment, &snap, &decided, now);
+        self.notices(foreign, &moment, &snap, now, &mut report);
+        match deletion {
+            Some(d) => self.announce_deletion(&decided, d, &mut report),
+            None => {
+                self.act
+                    .count_boot_failures(&decided, &snap, now, &mut report)
+                    .await?
+            }
+        }
+        let orders = Orders {
+            spec,
+            plan: &decided,
+            template_version: snap.template_version.as_deref(),
+            now,
+        };
+        self.act(orders, &mut report).await?;
+        // After acting, so that asking never delays what the pass does.
+        if deletion.is_none() {
+            let version = snap.template_version.as_deref();
+            super::preflight_pool::ask(&mut self.act, spec, &snap, version, now, &mut report).await;
+        }
+        self.act.boot.ended_by_loop(&report.terminated);
+        report.instances = super::roster::roster(spec, &snap, &decided, &self.act.launches.times);
+        // A refusal of the credentials outlasts the pass that met it (see
+        // `Denials`), over any boot failure: the IAM policy mends it.
+        if let Some(message) = self.act.denials.standing() {
+            report.degraded = Some((super::pass_report::UNAUTHORIZED, message.to_string()));
+        }
+        report.status = super::conditions::status(
+            &report,
+            &mut self.conditions,
+            &self.act.holds,
+            self.act.launches.batches,
+            &mut self.cost,
+            now,
+        );
+        self.deletion_announced |= report.deleting;
+        self.gauge(&report);
+        Ok(report)
+    }
+
+    /// Acts on the pass's `orders`: retire, the stopped reserve, launch.
+    ///
+    /// What it terminates, ends, stops or starts would look otherwise in a
+    /// listing asked for before it is done: the next passes take none of
+    /// those (and if the pass fails on the way, the next lists anew). What
+    /// it launches is counted as the loop's own; a loop that replaces this
+    /// one (a new database) has no `ours`, and must not take a listing from
+    /// before these launches either.
+    async fn act(&mut self, orders: Orders<'_>, report: &mut PassReport) -> Result<(), PoolError> {
+        let plan = orders.plan;
+        let changes = !(plan.retirements.is_empty()
+            && plan.ends.is_empty()
+            && plan.gone.is_empty()
+            && plan.stops.is_empty()
+            && plan.restops.is_empty()
+            && plan.starts.is_empty());
+        let acting = self
+            .listings
+            .clone()
+            .filter(|_| changes || plan.launch_count() > 0);
+        if changes {
+            self.seen.fresh_after = None;
+        }
+        if let Some(l) = &acting {
+            l.acting(&self.act.pool, false);
+        }
+        let stayed = self.act.retire(plan, report).await?;
+        self.act.reserve(orders, report).await?;
+        self.act.launch(orders, stayed, report).await?;
+        if changes {
+            self.seen.fresh_after = Some(Instant::now());
+        }
+        if let Some(l) = &acting {
+            l.acting(&self.act.pool, true);
+        }
+        Ok(())
+    }
+
+    /// The pass's observer, over what the loop keeps.
+    fn observer(&mut self) -> Observer<'_> {
+        Observer {
+            deleting: self.deletion.borrow().is_some(),
+            run_stale: self.run_stale.unwrap_or(self.act.tuning.stale),
+            seen: &mut self.seen,
+            act: &mut self.act,
+            cost: &mut self.cost,
+            spec: &self.spec,
+            place: &self.place,
+            drain: &self.drain,
+        }
+    }
+
+    /// The spec of the pass at `now` over `snap`, with `deletion` if the
+    /// WarmPool is being deleted (see [`Moment`]).
+    async fn moment(
+        &mut self,
+        now: DateTime<Utc>,
+        deletion: Option<Deletion>,
+        snap: &Snapshot,
+    ) -> Result<Moment, PoolError> {
+        let active = schedule::active(&self.spec.schedules, now);
+        let floors = self.observer().floors(now).await?;
+        let idle = schedule::idle_of(&self.spec, &active);
+        let mut spec = WarmPoolSpec {
+            idle: match &floors {
+                Some(f) => f.raise(&idle, now),
+                None => idle,
+            },
+            drain_timeout_seconds: deletion
+                .map_or(self.spec.drain_timeout_seconds, |d| d.drain_timeout_seconds),
+            ..self.spec.clone()
+        };
+        // The class's room is asked of its book (a lock every pool shares)
+        // only by a pool with an objective.
+        let class = self
+            .spec
+            .objective
+            .as_ref()
+            .and_then(|_| self.class_room(snap));
+        let bounds = objective::bounds(&spec, class);
+        let objective = self.observer().objective(now, bounds).await?;
+        if let Some(p) = &objective {
+            objective::raise(&mut spec, &p.choice);
+        }
+        Ok(Moment {
+            spec,
+            active,
+            floors,
+            objective,
+        })
+    }
+
+    /// What the class's limits let the pool hold idle and stopped (see
+    /// [`objective::Bounds::class`]): the instances it has that are in no run, and the
+    /// room left for the instance type that fits the most. `None` without
+    /// a class limit that applies, or while the class is not counted.
+    fn class_room(&self, snap: &Snapshot) -> Option<(u32, &'static str)> {
+        let budget = self.act.budget.as_ref()?;
+        let mut most: Option<(u32, &'static str)> = None;
+        for t in &self.spec.launch.instance_types {
+            // A type no limit holds back: the class does not bound the pool.
+            let room = budget.room(t)?;
+            if most.is_none_or(|(n, _)| room.0 > n) {
+                most = Some(room);
+            }
+        }
+        let (room, limit) = most?;
+        let present = snap.instances.iter().filter(|i| i.state.is_present());
+        let busy = snap.rows.iter().filter(|r| r.run.is_some()).count();
+        let held = present.count().saturating_sub(busy);
+        Some((
+            room.saturating_add(u32::try_from(held).unwrap_or(u32::MAX)),
+            limit,
+        ))
+    }
+
+    /// Counts the instance-seconds since the last pass: what each instance
+    /// was doing since is taken to be what it does now; a gap longer than
+    /// a few resyncs (the loop stopped, or lost its lease) is not counted.
+    fn count_cost(&mut self, snap: &Snapshot) {
+        let elapsed = self.cost_at.map_or(Duration::ZERO, |at| at.elapsed());
+        self.cost_at = Some(Instant::now());
+        if elapsed > self.act.tuning.resync * 4 {
+            return;
+        }
+        for ((instance_type, spot), u, secs) in self.cost.tally(snap, elapsed) {
+            if let Some(m) = &self.act.metrics {
+                m.instance_seconds(&self.act.pool, &instance_type, spot, u, secs);
+            }
+        }
+    }
+
+    /// The pass's report as planned, before it acts.
+    fn report(
+        &self,
+        moment: &Moment,
+        snap: &Snapshot,
+        decided: &PoolPlan,
+        now: DateTime<Utc>,
+    ) -> PassReport {
+        let mut report = PassReport {
+            plan: decided.clone(),
+            deleting: snap.deleting.is_some(),
+            deleted: snap.deleting.is_some() && self.nothing_left(snap),
+            idle_min: moment.spec.idle.min,
+            active_schedule: match &moment.active {
+                Ok(Some(a)) => Some(a.describe(&self.spec)),
+                _ => None,
+            },
+            forecast: moment.floors.as_ref().map(|f| {
+                f.status(now, FORECAST_HOURS_SHOWN, |t| {
+                    schedule::idle_at(&self.spec, t)
+                })
+            }),
+            objective: moment
+                .objective
+                .as_ref()
+                .zip(self.spec.objective.as_ref())
+                .map(|(p, o)| objective_status(p, o, &self.cost.starts)),
+            ..PassReport::default()
+        };
+        if let (Some(p), Some(o)) = (&moment.objective, &self.spec.objective) {
+            if let Some(binding) = p.choice.binding {
+                report.events.push(PoolEvent::new(
+                    "ObjectiveUnreachable",
+                    format!(
+                        "{} % of runs within {} s is out of reach: at most {:.1} % would have \
+                         started in time in this hour of past weeks, with {} idle and {} \
+                         stopped; what binds is {}",
+                        o.time_to_start.percentile,
+                        o.time_to_start.seconds,
+                        p.choice.met * 100.0,
+                        p.choice.idle,
+                        p.choice.stopped,
+                        binding.describe()
+                    ),
+                    true,
+                ));
+            }
+        }
+        report
+    }
+
+    /// What the pass says beyond what it does: instance types that cannot
+    /// run the agent (`foreign`), a schedule or a maintenance window that
+    /// cannot be read, drift, adoptions.
+    fn notices(
+        &mut self,
+        foreign: Option<String>,
+        moment: &Moment,
+        snap: &Snapshot,
+        now: DateTime<Utc>,
+        report: &mut PassReport,
+    ) {
+        if let Some(why) = foreign {
+            report.events.push(PoolEvent::new(
+                super::ec2::UNSUPPORTED_ARCHITECTURE,
+                why,
+                true,
+            ));
+        }
+        if let Err(e) = &moment.active {
+            report
+                .events
+                .push(PoolEvent::new("InvalidSchedule", e.to_string(), true));
+        }
+        if let Err((i, e)) = crate::window::standing(&self.spec.maintenance_windows, now) {
+            report.events.push(PoolEvent::new(
+                "InvalidMaintenanceWindow",
+                format!(
+                    "spec.maintenanceWindows[{i}].{e}; drifted instances wait until it is fixed"
+                ),
+                true,
+            ));
+        }
+        if report.plan.counts.drifted > 0 {
+            self.announce_drift(snap, report);
+        }
+        let adopted = std::mem::take(&mut self.seen.just_adopted);
+        if !adopted.is_empty() {
+            report.events.push(PoolEvent::new(
+                "Adopted",
+                format!(
+                    "{} instance(s) launched before instances carried the cluster's tag, with rows \
+                     in this pool's database, tagged {}={}: {}",
+                    adopted.len(),
+                    super::ec2::TAG_CLUSTER,
+                    self.act.owner.cluster,
+                    adopted.join(", ")
+                ),
+                false,
+            ));
+        }
+    }
+
+    /// The pool's gauges from the pass's status.
+    fn gauge(&self, report: &PassReport) {
+        if let Some(m) = &self.act.metrics {
+            let s = &report.status;
+            m.counts(
+                &self.act.pool,
+                super::metrics::Counts {
+                    idle: s.idle,
+                    busy: s.busy,
+                    stopped: s.stopped,
+                    launching: s.launching,
+                    idle_min: report.idle_min,
+                },
+            );
+        }
+    }
+
+    /// A `Drifted` event, once per launch spec: how many instances run an
+    /// out-of-date one, of which images, and how fast they are replaced.
+    pub(super) fn announce_drift(&mut self, snap: &Snapshot, report: &mut PassReport) {
+        let hash = super::drift::launch_hash(&self.spec.launch);
+        let version = snap.template_version.as_deref();
+        // Once per launch spec and template version.
+        let announced = format!("{hash}@{}", version.unwrap_or_default());
+        if self.drift_announced.as_deref() == Some(announced.as_str()) {
+            return;
+        }
+        let drifted: Vec<&Ec2Instance> = snap
+            .instances
+            .iter()
+            .filter(|i| {
+                i.state.is_present() && super::drift::drifted(&self.spec, &hash, version, i)
+            })
+            .collect();
+        let mut images: Vec<&str> = drifted.iter().filter_map(|i| i.image.as_deref()).collect();
+        images.sort_unstable();
+        images.dedup();
+        let was = if images.is_empty() {
+            "another launch spec, instance type or subnet".to_string()
+        } else {
+            images.join(", ")
+        };
+        let pace = match self.spec.disruption.max_drifted.max(0) {
+            0 => "disruption.maxDrifted is 0: they go by idleSeconds and maxUses".to_string(),
+            n => format!(
+                "replacing {n} at a time: idle and stopped ones once a replacement is up, \
+                 busy ones after their runs"
+            ),
+        };
+        report.events.push(PoolEvent::new(
+            "Drifted",
+            format!(
+                "{} instance(s) run an out-of-date launch spec ({was} → {}): {pace}",
+                drifted.len(),
+                super::drift::image_label(&self.spec.launch)
+            ),
+            false,
+        ));
+        self.drift_announced = Some(announced);
+    }
+
+    /// Holds the offerings of the spec's instance types that cannot run
+    /// the agent ([`super::arch`]); what `Degraded` says of them, if any.
+    fn hold_foreign_types(&mut self, now: DateTime<Utc>) -> Option<String> {
+        let foreign = super::arch::foreign(&self.spec.launch, &self.seen.types);
+        super::arch::hold(
+            &self.spec.launch,
+            &foreign,
+            &mut self.act.holds,
+            now + chrono::Duration::days(1),
+        )
+    }
+
+    /// Tells the book of the pool's class the vCPUs of the types it may
+    /// launch, as EC2 described them to this loop
+    /// ([`PoolLoop::learn_types`]): its limits count them.
+    fn tell_vcpus(&self) {
+        let Some(budget) = &self.act.budget else {
+            return;
+        };
+        let unknown = budget
+            .budgets()
+            .unknown_vcpus(&self.spec.launch.instance_types);
+        budget.budgets().learn_vcpus(
+            unknown
+                .iter()
+                .filter_map(|t| self.seen.types.get(t))
+                .filter_map(|f| Some((f.name.clone(), f.vcpus?))),
+        );
+    }
+
+    /// Whether EC2 listed none of the pool's instances as present, and
+    /// every instance this loop launched at all (the listing may lag a
+    /// launch): nothing of the pool is left to terminate.
+    pub(super) fn nothing_left(&self, snap: &Snapshot) -> bool {
+        let listed: HashSet<&str> = snap.instances.iter().map(|i| i.id.as_str()).collect();
+        snap.instances.iter().all(|i| !i.state.is_present())
+            && self
+                .act
+                .launches
+                .ours
+                .keys()
+                .all(|id| listed.contains(id.as_str()))
+    }
+
+    /// The `Deleting` event, until a pass that posted it succeeded.
+    pub(super) fn announce_deletion(
+        &self,
+        plan: &PoolPlan,
+        Deletion {
+            since,
+            drain_timeout_seconds,
+        }: Deletion,
+        report: &mut PassReport,
+    ) {
+        if self.deletion_announced {
+            return;
+        }
+        let drain = crate::crd::spec_seconds(drain_timeout_seconds);
+        let until = (since + drain).to_rfc3339();
+        tracing::info!(pool = %self.act.pool, since = %since.to_rfc3339(), busy = plan.counts.busy,
+            retiring = plan.retirements.len(), "WarmPool deleted: terminating its instances");
+        report.events.push(PoolEvent {
+            reason: "Deleting",
+            message: format!(
+                "onDelete Terminate: launching no more; terminating {} idle or booting instances; \
+                 {} busy may finish their runs until {until}",
+                plan.retirements.len(),
+                plan.counts.busy
+            ),
+            warning: false,
+        });
+    }
+
+    /// Passes until `stop` resolves: on a notification for this pool
+    /// (within `min_gap`), every `resync`, and after a back-off when a pass
+    /// failed or was throttled. Each pass's outcome goes to `report`.
+    pub async fn run<F, S>(mut self, mut report: F, stop: S)
+    where
+        F: FnMut(Result<&PassReport, &PoolError>),
+        S: std::future::Future<Output = ()>,
+    {
+        tokio::pin!(stop);
+        let mut deletion = self.deletion.clone();
+        loop {
+            // Back-off waits are slept in full: a notification must not
+            // cut them short.
+            let (wait, backing_off) = match self.pass(Utc::now()).await {
+                Ok(r) => {
+                    report(Ok(&r));
+                    if r.throttled {
+                        (self.backoff.next_wait(), true)
+                    } else {
+                        self.backoff.reset();
+                        (self.act.tuning.resync, false)
+                    }
+                }
+                Err(e) if e.is_fenced() => {
+                    tracing::debug!(pool = %self.act.pool, error = %e, "pool pass fenced");
+                    report(Err(&e));
+                    (self.backoff.next_wait(), true)
+                }
+                Err(e) => {
+                    tracing::warn!(pool = %self.act.pool, error = %e, "pool pass failed");
+                    report(Err(&e));
+                    (self.backoff.next_wait(), true)
+                }
+            };
+            let pause = if backing_off {
+                wait
+            } else {
+                self.act.tuning.min_gap
+            };
+            tokio::select! {
+                _ = &mut stop => return,
+                _ = tokio::time::sleep(pause) => {}
+            }
+            if backing_off {
+                continue;
+            }
+            // A deletion's first pass need not wait for the resync.
+            tokio::select! {
+                _ = &mut stop => return,
+                _ = self.wake(wait) => {}
+                Ok(()) = deletion.changed() => {}
+            }
+        }
+    }
+
+    /// Returns on a notification for this pool, or after `wait`.
+    pub(super) async fn wake(&mut self, wait: Duration) {
+        let deadline = tokio::time::Instant::now() + wait;
+        let pool = self.act.pool.clone();
+        let Some(db) = self.act.world.db.as_mut() else {
+            tokio::time::sleep(wait.min(Duration::from_secs(1))).await;
+            return;
+        };
+        loop {
+            match tokio::time::timeout_at(deadline, db.notification()).await {
+                Err(_) => return,
+                Ok(None) => {
+                    self.act.world.db = None;
+                    return;
+                }
+                Ok(Some(n)) if n.payload() == pool => {
+                    db.drain_notifications();
+                    return;
+                }
+                Ok(Some(_)) => {}
+            }
+        }
+    }
+}

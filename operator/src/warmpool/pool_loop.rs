@@ -1,0 +1,385 @@
+//! A pool's loop: what one WarmPool's controller keeps between passes —
+//! its spec, its world (the database and EC2, or a table in tests), what
+//! it launched, its holds and back-offs — and how it is made and told of
+//! a new spec, a deletion or a fence. Its passes are in `pass.rs`
+//! (with its own run), `observe.rs`, `act.rs` and `reserve.rs`.
+//!
+//! What a loop keeps between passes, and each way
+//! of making it (its world, its fence, its listings and connections).
+
+use std::{
+    collections::HashSet,
+    sync::Arc,
+    time::{Duration, Instant},
+};
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use orca_db::{ConnectOptions, DatabaseUrl, Reconnect};
+use tokio::sync::watch;
+
+use crate::backoff::Backoff;
+
+use super::{
+    act::{Actuator, Launches, SecretUrl},
+    ec2::{Ec2, Ec2Config, Ownership},
+    metrics::PoolMetrics,
+    observe::Seen,
+    plan::Limits,
+};
+use crate::crd::{WarmPoolSpec, WarmPoolStatus};
+use crate::fence::Fence;
+
+use super::holds::Holds;
+use super::listings::{Listings, Place};
+use super::live::{Live, Shared};
+use super::pass_report::{Deletion, Denials, PoolError};
+use super::tuning::Tuning;
+use crate::connections::Connections;
+
+/// A loop's own name for its launches, when it has no uid to remember:
+/// the pool, this process and when the loop was made, so no two loops share
+/// one.
+fn own_launch_id(pool: &str) -> String {
+    format!("{pool}/{}", nonce())
+}
+
+/// A value no other loop, of this process or another, ever had: the time,
+/// the process and a random number. It names a loop's launches (their
+/// `ClientToken`s), so that a batch count read back from a status that is
+/// behind — a write lost before a failover, a status restored from a
+/// backup — never makes a new batch repeat an old batch's token.
+fn nonce() -> String {
+    use std::hash::{BuildHasher, Hasher};
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or_default();
+    // RandomState is seeded from the system's randomness.
+    let random = std::collections::hash_map::RandomState::new()
+        .build_hasher()
+        .finish();
+    format!("{nanos:x}.{:x}.{random:x}", std::process::id())
+}
+
+/// The controller of one WarmPool, acting on `W`: the [`Live`] world, or
+/// a table of answers in the act step's tests. What it keeps between
+/// passes is in three owners: the act step's (`Actuator`: the world and
+/// what its calls teach), the observer's (`Seen`), and the loop's own
+/// below (the spec, what the status says, the cost).
+pub struct PoolLoop<W = Live> {
+    pub(super) spec: WarmPoolSpec,
+    pub(super) act: Actuator<W>,
+    pub(super) seen: Seen,
+    pub(super) backoff: Backoff,
+    /// Instance-seconds and runs served so far, and when they were last
+    /// counted.
+    pub(super) cost: super::cost::Cost,
+    pub(super) cost_at: Option<Instant>,
+    /// Where the loop lists EC2: a place of its own, or one it shares with
+    /// the operator's other pools there ([`PoolLoop::with_listings`]).
+    pub(super) place: Arc<Place>,
+    pub(super) listings: Option<Listings>,
+    pub(super) conditions: Vec<Condition>,
+    /// The WarmPool's deletion (`onDelete: Terminate`), once it began; the
+    /// sender is the controller's ([`PoolLoop::with_deletion`]).
+    pub(super) deletion: watch::Receiver<Option<Deletion>>,
+    /// The `Deleting` event was posted.
+    pub(super) deletion_announced: bool,
+    /// The launch spec whose drifted instances a `Drifted` event announced.
+    pub(super) drift_announced: Option<String>,
+    /// The Scheduler's stale limit: a busy instance whose run has not beaten
+    /// for this long looks hung. `None`: [`Tuning::stale`].
+    pub(super) run_stale: Option<Duration>,
+    /// Instances to drain ([`PoolLoop::set_drain`]).
+    pub(super) drain: HashSet<String>,
+}
+
+impl<W> PoolLoop<W> {
+    /// A loop acting on `world`, for the pool `owner` names: what
+    /// [`PoolLoop::new`] makes with the [`Live`] world, and the act step's
+    /// tests with a table of answers.
+    pub(super) fn with_world(
+        owner: Ownership,
+        spec: WarmPoolSpec,
+        database_url: &str,
+        tuning: Tuning,
+        world: W,
+    ) -> PoolLoop<W> {
+        let pool = owner.pool.clone();
+        let launch_id = own_launch_id(&pool);
+        PoolLoop {
+            backoff: Backoff::new(tuning.backoff_base, tuning.backoff_cap),
+            act: Actuator {
+                pool,
+                world,
+                owner,
+                url: SecretUrl(database_url.to_string()),
+                tuning,
+                metrics: None,
+                holds: Holds::default(),
+                denials: Denials::default(),
+                launches: Launches {
+                    id: launch_id,
+                    ..Launches::default()
+                },
+                budget: None,
+                boot: Default::default(),
+                booted: HashSet::new(),
+                preflight_at: Some(chrono::DateTime::<chrono::Utc>::MIN_UTC),
+                preflight_instances: false,
+                preflight_asked: None,
+            },
+            seen: Seen::new(),
+            spec,
+            cost: Default::default(),
+            cost_at: None,
+            place: Place::own(),
+            listings: None,
+            drain: HashSet::new(),
+            conditions: Vec::new(),
+            deletion: watch::channel(None).1,
+            deletion_announced: false,
+            drift_announced: None,
+            run_stale: None,
+        }
+    }
+
+    /// Takes up where the pool's last writer left off, from its observed
+    /// `status` (the Kubernetes mode: a restarted or newly elected operator):
+    /// the offerings still held for want of capacity, each condition's
+    /// transition time, and the launch batch count; `uid` (the WarmPool's)
+    /// and a value of this loop's own name its launches, so their tokens
+    /// are unique to the pool and never repeat, whatever the status says.
+    /// (A batch whose answer was lost is retried with its token by this
+    /// loop; after a failover the next leader launches afresh, and what a
+    /// lost batch launched after all is surplus the next passes retire.)
+    pub fn remember(mut self, uid: &str, status: &WarmPoolStatus) -> Self {
+        self.act.launches.id = format!("{uid}/{}", nonce());
+        self.act.launches.batches = status.launch_batches.max(0) as u64;
+        self.conditions = status.conditions.clone();
+        self.cost
+            .restore(&status.instance_seconds, status.runs_served.as_ref());
+        self.act
+            .holds
+            .restore(&self.act.pool, &status.capacity_errors);
+        self
+    }
+
+    /// The stale limit of the Scheduler the pool serves (its
+    /// `handover.staleSeconds`): its runs' heartbeats older than this look
+    /// hung, and a busy instance that looks so for twice it is retired
+    /// (`Hung`). Without it, [`Tuning::stale`].
+    pub fn set_run_stale(&mut self, stale: Duration) {
+        self.run_stale = Some(stale);
+    }
+
+    /// The instances a person asked to drain (the WarmPool's annotation
+    /// [`super::drain::DRAIN`]): each is retired once it is not in a run, and replaced
+    /// as any retirement is.
+    pub fn set_drain(&mut self, instances: HashSet<String>) {
+        self.drain = instances;
+    }
+
+    pub(super) fn run_stale(&self) -> Duration {
+        self.run_stale.unwrap_or(self.act.tuning.stale)
+    }
+
+    /// The book of the pool's class, which grants its launches (`None`: a
+    /// pool without a class, held by maxInstances only).
+    pub fn set_budget(&mut self, budget: Option<super::budget::Budget>) {
+        self.act.budget = budget;
+    }
+
+    /// The class whose book grants the pool's launches, if any.
+    pub fn budget_class(&self) -> Option<&str> {
+        self.act.budget.as_ref().map(|b| b.class())
+    }
+
+    /// No metrics: a loop draining where the pool ran before must not set
+    /// the pool's gauges, which are the current loop's.
+    pub fn without_metrics(mut self) -> Self {
+        self.act.metrics = None;
+        self
+    }
+
+    /// The same loop, counting into `metrics` and setting the pool's gauges.
+    pub fn with_metrics(mut self, metrics: PoolMetrics) -> Self {
+        self.act.metrics = Some(metrics);
+        self
+    }
+}
+
+impl PoolLoop {
+    /// The loop of WarmPool `namespace/name`, over the database at
+    /// `database_url` (libpq-style; it reaches the instances' user-data
+    /// unless `launch.databaseUrlFile` is set). Every EC2 and SSM call and
+    /// every statement of the loop checks `fence` first: the Lease's in the
+    /// Kubernetes mode, [`Fence::always`] in the local mode, which has no
+    /// election.
+    pub async fn new(
+        namespace: &str,
+        name: &str,
+        spec: WarmPoolSpec,
+        database_url: &str,
+        tuning: Tuning,
+        fence: Fence,
+    ) -> Result<PoolLoop, PoolError> {
+        let pool = format!("{namespace}/{name}");
+        let url = DatabaseUrl::parse(database_url).map_err(|source| PoolError::Db {
+            pool: pool.clone(),
+            source,
+        })?;
+        let ec2_config = Ec2Config::new(&spec.region, spec.endpoint.as_deref());
+        let ec2 = Ec2::new(&ec2_config, fence.clone()).await;
+        let owner = Ownership::new(
+            namespace,
+            name,
+            &spec.scheduler,
+            &tuning.operator,
+            &tuning.cluster,
+        );
+        let world = Live {
+            pool: pool.clone(),
+            ec2,
+            ec2_config,
+            reconnect: Reconnect::new(url, ConnectOptions::named(&tuning.application_name("pool")))
+                .listen("orca_pool"),
+            db: None,
+            shared: None,
+            held: None,
+            fence,
+            credentials: None,
+        };
+        Ok(PoolLoop::with_world(
+            owner,
+            spec,
+            database_url,
+            tuning,
+            world,
+        ))
+    }
+
+    /// No `LISTEN` on the loop's connection: whoever drives its passes
+    /// listens for it (the Kubernetes mode, one connection per database).
+    pub fn not_listening(mut self) -> Self {
+        let url = self.act.world.reconnect.url().clone();
+        let name = self.act.tuning.application_name("pool");
+        self.act.world.reconnect = Reconnect::new(url, ConnectOptions::named(&name));
+        self
+    }
+
+    /// The loop's statements go over its database's connection in
+    /// `connections`, shared with the controller's other pools there,
+    /// rather than a connection of its own; nothing listens on it (the
+    /// controller listens, one connection per database).
+    pub fn sharing(mut self, connections: &Arc<Connections>) -> Self {
+        let url = self.act.world.reconnect.url().clone();
+        self.act.world.shared = Some(Shared::new(
+            connections.clone(),
+            &self.act.pool,
+            &self.act.url.0,
+            url,
+        ));
+        self.act.world.db = None;
+        self
+    }
+
+    /// EC2 through `ec2` (say, [`Ec2::with_credentials`]: the tests' IAM
+    /// principal) rather than the default chain's client for the spec's
+    /// region and endpoint, until a spec moves the pool to another.
+    pub fn with_ec2(mut self, ec2: Ec2) -> Self {
+        self.act.world.credentials = ec2.credentials();
+        self.act.world.ec2 = ec2.behind(self.act.world.fence.clone());
+        // Its credentials are its own: so are its listings.
+        self.listings = None;
+        self.place = Place::own();
+        self
+    }
+
+    /// The loop lists EC2 with the operator's other pools of its region,
+    /// endpoint and cluster (see [`super::listings`]): one
+    /// `DescribeInstances` for all of them, each pass taking one that is
+    /// new enough for it.
+    pub fn with_listings(mut self, listings: &Listings) -> Self {
+        self.place = listings.place(&self.act.world.ec2_config, &self.act.owner);
+        self.seen.fresh_after = Some(listings.floor(&self.act.pool));
+        self.listings = Some(listings.clone());
+        self
+    }
+
+    /// The WarmPool's deletion with `onDelete: Terminate`, as `deletion`
+    /// tells it: from the first pass after it holds one, the loop launches
+    /// nothing and terminates the pool's instances (see [`super::plan()`]),
+    /// and each pass says whether any is left ([`super::PassReport::deleted`]). A
+    /// change cuts the wait for the next pass short.
+    pub fn with_deletion(mut self, deletion: watch::Receiver<Option<Deletion>>) -> Self {
+        self.deletion = deletion;
+        self
+    }
+
+    /// `namespace/name`.
+    pub fn pool(&self) -> &str {
+        &self.act.pool
+    }
+
+    /// Whose instances the pool's are: the tags it launches with and lists
+    /// by.
+    pub fn ownership(&self) -> &Ownership {
+        &self.act.owner
+    }
+
+    /// The spec the loop runs on now.
+    pub fn spec(&self) -> &WarmPoolSpec {
+        &self.spec
+    }
+
+    /// A changed spec (Kubernetes: a new generation); a changed region or
+    /// endpoint gets a new EC2 client, and the next pass lists afresh.
+    pub async fn set_spec(&mut self, spec: WarmPoolSpec) {
+        self.seen.fresh_after = Some(Instant::now());
+        let cfg = Ec2Config::new(&spec.region, spec.endpoint.as_deref());
+        if cfg != self.act.world.ec2_config {
+            self.act.world.ec2 = Ec2::new(&cfg, self.act.world.fence.clone()).await;
+            self.act.world.ec2_config = cfg;
+        }
+        let (ns, name) = self
+            .act
+            .pool
+            .split_once('/')
+            .unwrap_or(("", &self.act.pool));
+        self.act.owner = Ownership::new(
+            ns,
+            name,
+            &spec.scheduler,
+            &self.act.tuning.operator,
+            &self.act.tuning.cluster,
+        );
+        if let Some(listings) = &self.listings {
+            self.place = listings.place(&self.act.world.ec2_config, &self.act.owner);
+        }
+        if spec.launch.launch_template != self.spec.launch.launch_template {
+            self.seen.resolved_template = None;
+        }
+        self.spec = spec;
+        self.act.denials.clear();
+        self.act.preflight_at = Some(chrono::DateTime::<chrono::Utc>::MIN_UTC);
+        self.act.boot.spec_changed();
+        self.seen.floors = None;
+        self.seen.history = super::observe::Reading::new();
+    }
+
+    pub(super) fn limits(&self) -> Limits {
+        let grace = self.act.tuning.leak_grace.unwrap_or_else(|| {
+            Duration::from_secs(60).max(Duration::from_secs(
+                self.spec.boot_timeout_seconds.max(0) as u64
+            ))
+        });
+        Limits {
+            stale_secs: self.act.tuning.stale.as_secs_f64(),
+            leak_grace_secs: grace.as_secs_f64(),
+            max_batch: self.act.tuning.max_batch,
+            hung_grace_secs: 2.0 * self.run_stale().as_secs_f64(),
+            unlisted_grace_secs: 60.0,
+        }
+    }
+}
