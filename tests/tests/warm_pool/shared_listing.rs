@@ -35,8 +35,13 @@ async fn pools_of_one_place_share_their_listings_and_never_take_each_others_inst
     warm::aws_env();
     // A leak grace of a second: a pool that took the other's instance for
     // its own would terminate it as a leak at its next pass.
+    // A listing reused for 3 s: long enough for the second pool's pass to
+    // find the first one's listing on two busy cores (a pass that launches
+    // took over a second there), short enough to outwait below; and rows
+    // that stay fresh while it does.
     let tuning = Tuning {
-        listing_reuse: Duration::from_secs(1),
+        listing_reuse: Duration::from_secs(3),
+        stale: Duration::from_secs(60),
         ..warm::tuning(Duration::from_secs(1))
     };
     let listings = Listings::default();
@@ -60,7 +65,7 @@ async fn pools_of_one_place_share_their_listings_and_never_take_each_others_inst
     // instances, each pool's by its own tags.
     let mut calls = lists();
     for _ in 0..3 {
-        tokio::time::sleep(Duration::from_millis(1200)).await;
+        tokio::time::sleep(Duration::from_millis(3200)).await;
         for lp in [&mut a, &mut b] {
             let r = lp.pass(Utc::now()).await.unwrap();
             assert!(r.terminated.is_empty(), "{}: {r:?}", lp.pool());
