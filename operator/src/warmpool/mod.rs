@@ -15,7 +15,7 @@
 //!
 //! [`PoolLoop::run`] drives passes on `LISTEN orca_pool` with a periodic
 //! resync (the local mode); the Kubernetes mode's controller
-//! (`k8s::warmpool`) runs one [`PoolLoop::pass`] per reconcile instead.
+//! (`warmpool::k8s`) runs one [`PoolLoop::pass`] per reconcile instead.
 //!
 //! In the Kubernetes mode every EC2 call, statement, status write and Event
 //! checks the Lease's [`crate::fence::Fence`] first: no loop, EC2 or SSM client

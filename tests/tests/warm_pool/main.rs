@@ -4,7 +4,7 @@
 //! (`hand_out`, `ask_for_instance`), as `orca-sim` uses it.
 //!
 //! Intervals are shortened through `warm::tuning` (resync 1 s, stale 5 s,
-//! leak grace per test); the production defaults are in `pool::Tuning`.
+//! leak grace per test); the production defaults are in `warmpool::Tuning`.
 
 use orca_operator::fence::Fence;
 use std::{
