@@ -214,8 +214,7 @@ impl<W: World> Actuator<W> {
         let candidates =
             super::boot::ended_unreported(snap, &launched, &self.booted, &self.boot, now);
         if !candidates.is_empty() {
-            let pool = self.pool.clone();
-            let had = self.world.had_rows(&pool, &candidates).await?;
+            let had = self.world.had_rows(&self.pool, &candidates).await?;
             let lost: Vec<String> = candidates
                 .into_iter()
                 .filter(|id| !had.contains(id))
