@@ -21,9 +21,13 @@ async fn a_run_that_waited_for_a_cold_launch_shows_its_wait_and_an_idle_one_none
         .await
         .unwrap();
     assert!(first.is_some(), "the idle instance was not handed out");
-    // The second run finds none: it asks, and waits for the launch.
+    // The second run finds none: it asks at once, before the replacement
+    // the idle floor launches is up, and waits for it. (Asking only after a
+    // first wait let the replacement come up while nobody asked: a wait of
+    // a few milliseconds, not a launch's.)
     let asked = Instant::now();
     let req = request(pool, 2, "");
+    ask(&sched, &req).await;
     let second = loop {
         if let Some(h) = hand_out(&mut sched, &req, Duration::from_secs(3))
             .await
