@@ -17,17 +17,17 @@ async fn a_run_that_waited_for_a_cold_launch_shows_its_wait_and_an_idle_one_none
     })
     .await;
     let mut sched = pg::connect(&url).await;
+    // The second run asks before the first takes the only idle instance,
+    // so it waits for the launch that replaces it, however fast that is.
+    // (Asked after the hand-out, it raced the replacement the idle floor
+    // launches at once: one up before the ask is an idle hand-out.)
+    let asked = Instant::now();
+    let req = request(pool, 2, "");
+    ask(&sched, &req).await;
     let first = hand_out(&mut sched, &request(pool, 1, ""), Duration::from_secs(3))
         .await
         .unwrap();
     assert!(first.is_some(), "the idle instance was not handed out");
-    // The second run finds none: it asks at once, before the replacement
-    // the idle floor launches is up, and waits for it. (Asking only after a
-    // first wait let the replacement come up while nobody asked: a wait of
-    // a few milliseconds, not a launch's.)
-    let asked = Instant::now();
-    let req = request(pool, 2, "");
-    ask(&sched, &req).await;
     let second = loop {
         if let Some(h) = hand_out(&mut sched, &req, Duration::from_secs(3))
             .await
@@ -60,9 +60,11 @@ async fn a_run_that_waited_for_a_cold_launch_shows_its_wait_and_an_idle_one_none
     let (idle, cold) = (t.idle.unwrap(), t.cold.unwrap());
     assert_eq!((idle.runs, idle.max_millis), (1, 0), "{idle:?}");
     assert_eq!(cold.runs, 1, "{cold:?}");
-    // A launch and a boot took a while; the database's wait runs from the
-    // first ask, after the test's clock started.
-    assert!(cold.p50_millis >= 200, "{cold:?}");
+    // The run waited for a launch (an idle hand-out counts 0), no longer
+    // than it saw: the database's wait runs from its ask, after the test's
+    // clock started. (How long a launch takes here, moto and a local
+    // agent, is a matter of milliseconds: no floor is asserted.)
+    assert!(cold.p50_millis > 0, "{cold:?}");
     assert!(
         cold.max_millis <= seen.as_millis() as i64 + 100,
         "{cold:?} > {seen:?}"
