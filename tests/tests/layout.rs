@@ -328,6 +328,37 @@ fn the_cores_import_no_adapter() {
     assert!(wrong.is_empty(), "{}", wrong.join("\n"));
 }
 
+/// The layers, bottom up: the runtime both controllers run on, each
+/// controller, and the modes that wire them (`k8s/`, `local/`). A file
+/// imports nothing of a layer above its own, nor of the other controller:
+/// a change to one controller never reaches into the other or the runtime.
+#[test]
+fn no_file_imports_a_layer_above_its_own_or_the_other_controller() {
+    let g = graph();
+    let may_not: [(&str, &[&str]); 3] = [
+        (
+            "runtime",
+            &["scheduler", "warmpool", "k8s", "local", "plugin"],
+        ),
+        ("scheduler", &["warmpool", "k8s", "local", "plugin"]),
+        ("warmpool", &["scheduler", "k8s", "local", "plugin"]),
+    ];
+    let mut wrong = Vec::new();
+    for (file, (imports, _)) in &g {
+        for (layer, above) in may_not {
+            if !file.starts_with(layer) {
+                continue;
+            }
+            for f in imports {
+                if above.iter().any(|a| f.starts_with(a)) {
+                    wrong.push(format!("{} imports {}", file.display(), f.display()));
+                }
+            }
+        }
+    }
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+}
+
 /// Whether `m` is a `#[cfg(test)]` module.
 fn is_test(m: &syn::ItemMod) -> bool {
     m.attrs.iter().any(|a| {

@@ -4,6 +4,17 @@
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 
+/// Why something a resource needs cannot be had (its database: the Secret,
+/// the URL, the server): the `Degraded` condition it sets, for either
+/// controller.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Problem {
+    /// CamelCase, e.g. `SecretMissing`, `DatabaseUnreachable`.
+    pub reason: String,
+    /// One line, never a password.
+    pub message: String,
+}
+
 /// Sets condition `type_` in `conditions` to `on` with `reason` and
 /// `message`; its transition time stays while its status does not change
 /// (a failing pass repeated does not move it), else becomes `now`.

@@ -29,7 +29,7 @@ mod warmpool;
 
 pub use api_doc::api_markdown;
 pub use class::*;
-pub use condition::{degraded_already, set_condition, set_degraded};
+pub use condition::{degraded_already, set_condition, set_degraded, Problem};
 pub use forecast::{Forecast, ForecastHour, ForecastStatus};
 pub use objective::{Objective, ObjectiveStatus, StartTarget, StaticFloor, TypePrice};
 pub use period::Period;

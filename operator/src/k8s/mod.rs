@@ -8,10 +8,12 @@
 //!
 //! The map, one line a file:
 
+// metrics — every metric the mode exports, registered in one registry.
+pub mod metrics;
 // run — `orca-operator run`: the client, the election, the controllers and the server, wired.
 pub mod run;
 
-pub use crate::runtime::metrics::Metrics;
 pub use crate::runtime::names::*;
+pub use crate::scheduler::k8s::Metrics;
 pub use crate::scheduler::k8s::{error_policy, reconcile, Context, ReconcileError};
 pub use run::{run, RunArgs};

@@ -102,7 +102,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         .unwrap_or_else(|| client.default_namespace().to_string());
 
     let mut registry = Registry::default();
-    let (metrics, pool_metrics, leading) = crate::runtime::metrics::register_all(&mut registry);
+    let (metrics, pool_metrics, leading) = super::metrics::register_all(&mut registry);
     let registry = Arc::new(registry);
     let progress = Progress::new(Duration::from_secs(args.stuck_after_seconds));
     let ready = Readiness::with_progress(progress.clone());

@@ -15,8 +15,7 @@ use k8s_openapi::api::core::v1::Secret;
 use kube::Api;
 use orca_db::{DatabaseUrl, Db, DbError};
 
-use crate::crd::SecretKeyRef;
-use crate::scheduler::Problem;
+use crate::crd::{Problem, SecretKeyRef};
 
 /// Reading the Secret failed for a reason other than its absence (the API
 /// server, RBAC): the reconcile is retried.

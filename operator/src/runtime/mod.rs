@@ -16,8 +16,6 @@ pub mod guard;
 pub mod in_use;
 // leader — the election on a Lease, and the fence that says until when this replica may act.
 pub mod leader;
-// metrics — the Prometheus registry and the controllers' metrics.
-pub mod metrics;
 // names — the labels, annotations and field manager the operator writes under.
 pub mod names;
 // server — /metrics, /healthz and /readyz.

@@ -282,7 +282,7 @@ mod tests {
     #[tokio::test]
     async fn health_readiness_and_metrics_answer() {
         let mut registry = Registry::default();
-        let m = crate::k8s::Metrics::register(&mut registry);
+        let m = crate::scheduler::k8s::Metrics::register(&mut registry);
         m.reconciled("jobs", "orca");
         let progress = Progress::new(Duration::from_millis(200));
         let ready = Readiness::with_progress(progress.clone());

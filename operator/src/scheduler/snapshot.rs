@@ -3,6 +3,7 @@
 
 use std::time::Duration;
 
+pub use crate::crd::Problem;
 use crate::crd::{SchedulerSpec, SchedulerStatus};
 
 /// A point in time, in UTC: every time a snapshot holds.
@@ -138,15 +139,6 @@ pub struct Observed {
     /// The annotation [`super::ROLLOUT_NOW`]: the revision to roll out
     /// now, outside the maintenance windows.
     pub rollout_now: Option<String>,
-}
-
-/// Why the database could not be observed; a `Degraded` reason.
-#[derive(Clone, Debug, PartialEq)]
-pub struct Problem {
-    /// CamelCase, e.g. `SecretMissing`, `DatabaseUnreachable`.
-    pub reason: String,
-    /// One line, never a password.
-    pub message: String,
 }
 
 /// What the operator does next. Each is idempotent: the next snapshot shows

@@ -119,7 +119,7 @@ fn the_dashboard_is_a_configmap_the_grafana_sidecar_loads() {
 fn every_family() -> String {
     use orca_operator::{
         crd::{HandoverStatus, Phase, SchedulerStatus},
-        runtime::metrics::register_all,
+        k8s::metrics::register_all,
         warmpool::{cost::Use, Counts},
     };
     let mut registry = prometheus_client::registry::Registry::default();

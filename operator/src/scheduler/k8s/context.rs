@@ -5,11 +5,11 @@ use kube::{
     Client,
 };
 
-use super::{memory, watched};
+use super::{memory, metrics::Metrics, watched};
 use crate::{
     backoff::PerObject,
     fence::Fence,
-    runtime::{database, metrics::Metrics, names::MANAGER, server::Progress},
+    runtime::{database, names::MANAGER, server::Progress},
 };
 
 /// What every reconcile shares: the client, the event recorder, the

@@ -2,16 +2,16 @@
 //! (docs/operations.md#scheduler-metrics): reconciles,
 //! reconcile errors by stage, handover durations (`lastHandover` started →
 //! drained) and the phase of each Scheduler. Registered into the registry
-//! the `/metrics` server owns, beside the pool's.
+//! the `/metrics` server owns, beside the pool's (`crate::k8s::metrics`).
 
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::metrics::{counter::Counter, family::Family, gauge::Gauge};
 use prometheus_client::registry::Registry;
 
-use std::sync::atomic::AtomicI64;
-
 use crate::crd::{Phase, SchedulerStatus};
-use crate::warmpool::{metrics::Labels, PoolMetrics};
+
+/// A series' labels, in the order they are written.
+type Labels = Vec<(String, String)>;
 
 const PHASES: [Phase; 8] = [
     Phase::Pending,
@@ -27,21 +27,6 @@ const PHASES: [Phase; 8] = [
 fn handover_histogram() -> Histogram {
     // 1 s … ~4.5 h: a handover lasts as long as the old runs drain.
     Histogram::new(exponential_buckets(1.0, 2.0, 15))
-}
-
-/// Every metric the Kubernetes mode exports, registered in `registry`: the
-/// Scheduler's, the pools' and `orca_operator_leader` (1 while this replica
-/// holds the Lease and runs the controllers), which is returned last.
-pub fn register_all(registry: &mut Registry) -> (Metrics, PoolMetrics, Gauge<i64, AtomicI64>) {
-    let metrics = Metrics::register(registry);
-    let pool = PoolMetrics::register(registry);
-    let leading = Gauge::<i64, AtomicI64>::default();
-    registry.register(
-        "orca_operator_leader",
-        "1 while this replica holds the Lease and runs the controllers",
-        leading.clone(),
-    );
-    (metrics, pool, leading)
 }
 
 /// Cheap to clone: every family is shared.

@@ -20,6 +20,8 @@ mod error;
 pub mod jobs;
 // memory — what this replica last wrote into each status.
 pub mod memory;
+// metrics — the controller's Prometheus metrics.
+mod metrics;
 // observe — the observe stage: what a reconcile reads.
 mod observe;
 // pods — the scheduler Pod of a revision, and what `decide` reads back from one.
@@ -49,6 +51,7 @@ use kube::{
 
 pub use self::context::Context;
 pub use self::error::{ObserveError, ReconcileError, StatusError};
+pub use self::metrics::Metrics;
 use crate::crd::Scheduler;
 use crate::runtime::{
     names::{self, LABEL_SCHEDULER},

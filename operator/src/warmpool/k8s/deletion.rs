@@ -15,12 +15,12 @@ use kube::{runtime::controller::Action, ResourceExt};
 
 use super::{
     context::Context,
-    error::{ReconcileError, UrlProblem},
+    error::ReconcileError,
     finalizer::{let_go, release_parameter},
     report::degraded,
 };
 use crate::{
-    crd::{spec_seconds, WarmPool},
+    crd::{spec_seconds, Problem, WarmPool},
     warmpool::{
         ec2::{Ec2, Ec2Config, Ownership},
         Deletion, PoolEvent,
@@ -33,7 +33,7 @@ pub(super) async fn without_database(
     ctx: &Context,
     pool: &str,
     deletion: Deletion,
-    problem: UrlProblem,
+    problem: Problem,
 ) -> Result<Action, ReconcileError> {
     let ns = crate::crd::namespace_of(wp);
     let tuning = &ctx.config.tuning;

@@ -94,13 +94,6 @@ impl ReconcileError {
     }
 }
 
-/// Why the database URL of a pool cannot be had: a `Degraded` reason and
-/// message (never the password).
-pub(super) struct UrlProblem {
-    pub(super) reason: String,
-    pub(super) message: String,
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -45,6 +45,8 @@ pub mod classes;
 mod config;
 // context — what every reconcile shares.
 mod context;
+// deletion — a WarmPool deleted without its database: its instances by EC2 alone.
+mod deletion;
 // error — why a reconcile failed, by stage.
 mod error;
 // finalizer — the WarmPool's finalizer.
@@ -59,8 +61,6 @@ mod report;
 mod retiring;
 // stages — one reconcile, stage by stage.
 mod stages;
-// teardown — a WarmPool deleted: its instances terminated or orphaned.
-mod teardown;
 
 use std::{future::Future, sync::Arc};
 

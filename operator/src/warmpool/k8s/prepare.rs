@@ -13,13 +13,13 @@ use tokio::sync::watch;
 
 use super::{
     context::{Context, PoolState, UrlSource},
-    error::{ReconcileError, UrlProblem},
+    error::ReconcileError,
     listen::DatabaseKey,
     retiring,
 };
 use crate::{
     backoff::Backoff,
-    crd::{Scheduler, SecretKeyRef, WarmPool},
+    crd::{Problem, Scheduler, SecretKeyRef, WarmPool},
     runtime::database::read_url,
     warmpool::PoolLoop,
 };
@@ -36,7 +36,7 @@ pub(super) async fn prepare(
     pool: &str,
     slot: &mut Option<PoolState>,
     deleting: bool,
-) -> Result<Option<UrlProblem>, ReconcileError> {
+) -> Result<Option<Problem>, ReconcileError> {
     let same = slot.as_ref().is_some_and(|s| s.uid == wp.metadata.uid);
     if same && deleting {
         return Ok(None);
@@ -160,7 +160,7 @@ async fn database_of(
     ctx: &Context,
     pool: &str,
     deleting: bool,
-) -> Result<Result<(SecretKeyRef, Option<Duration>), UrlProblem>, ReconcileError> {
+) -> Result<Result<(SecretKeyRef, Option<Duration>), Problem>, ReconcileError> {
     let recorded = wp.status.as_ref().and_then(|s| s.database_secret.clone());
     Ok(match (scheduler_of(wp, ctx, pool).await?, recorded) {
         (Some(s), _) => {
@@ -179,7 +179,7 @@ async fn database_of(
         (None, Some(recorded)) if deleting => Ok((recorded, None)),
         // No Scheduler, no database to run the pool on: the loop stops,
         // and starts afresh (clearing `Degraded`) once it is back.
-        (None, _) => Err(UrlProblem {
+        (None, _) => Err(Problem {
             reason: "SchedulerMissing".into(),
             message: format!(
                 "Scheduler {}/{} does not exist",
@@ -200,7 +200,7 @@ async fn read_secret(
     secret_ref: &SecretKeyRef,
     source: &UrlSource,
     pool: &str,
-) -> Result<Result<(String, orca_db::DatabaseUrl), UrlProblem>, ReconcileError> {
+) -> Result<Result<(String, orca_db::DatabaseUrl), Problem>, ReconcileError> {
     let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), ns);
     let read = match (&source.version, &ctx.caches) {
         (Some(version), Some(caches)) => caches.urls.read(&secrets, ns, secret_ref, version).await,
@@ -210,10 +210,7 @@ async fn read_secret(
         pool: pool.to_string(),
         source,
     })?;
-    Ok(read.map_err(|problem| UrlProblem {
-        reason: problem.reason,
-        message: problem.message,
-    }))
+    Ok(read)
 }
 
 /// What the new loop's place keeps draining: the loop it replaces drains

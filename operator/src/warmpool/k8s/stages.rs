@@ -12,11 +12,12 @@ use super::{
     class,
     config::{key, FINALIZER},
     context::{Context, PoolState},
+    deletion,
     error::ReconcileError,
     finalizer::{self, orphan},
     prepare::prepare,
     report::{degraded, write_back},
-    retiring, teardown,
+    retiring,
 };
 use crate::{
     backoff::PerObject,
@@ -146,7 +147,7 @@ pub(super) async fn run_stages(
         drop(guard);
         ctx.forget(&pool);
         if let Some(deletion) = deletion {
-            return teardown::without_database(&wp, &ctx, &pool, deletion, problem).await;
+            return deletion::without_database(&wp, &ctx, &pool, deletion, problem).await;
         }
         degraded(&ctx, &wp, &problem.reason, problem.message).await?;
         return Ok(Action::requeue(Duration::from_secs(30)));
