@@ -122,6 +122,27 @@ async fn bad_specs_are_refused_by_the_api_server_naming_the_field() {
             "spec.register.timeoutSeconds",
         ),
         (
+            "an unknown field in the spec",
+            scheduler.replace(
+                "  image: registry.example.com/morca/orca:v1\n",
+                "  image: registry.example.com/morca/orca:v1\n  imagePullPolicy: Always\n",
+            ),
+            "imagePullPolicy",
+        ),
+        (
+            "a Scheduler without a database",
+            scheduler.replace(
+                "  database:\n    urlSecretRef:\n      name: orca-db\n      key: url\n",
+                "",
+            ),
+            "spec.database: Required value",
+        ),
+        (
+            "a WarmPool without maxInstances",
+            pool.replace("  maxInstances: 10\n", ""),
+            "spec.maxInstances: Required value",
+        ),
+        (
             "an unknown field in handover",
             scheduler.replace("joinTimeoutSeconds: 120", "joinTimeout: 120"),
             "joinTimeout",
