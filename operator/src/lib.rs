@@ -1,12 +1,19 @@
 //! The orca control plane as a library: the binary `orca-operator` wires
 //! these modules; the end-to-end tests drive them directly.
+//!
+//! Only what the binaries, the kubectl plugin and the tests use is public;
+//! the rest is `pub(crate)`. Its API docs are for the people who work on
+//! it, private items included (`cargo doc --document-private-items`, as
+//! `scripts/test` builds them), so a public item's doc may link a private
+//! one: the link resolves there.
+#![allow(rustdoc::private_intra_doc_links)]
 
 // backoff — back-off, one formula for the whole operator.
-pub mod backoff;
+pub(crate) mod backoff;
 // by_object — what a controller keeps of each object between its reconciles.
-pub mod by_object;
+pub(crate) mod by_object;
 // connections — one connection per database, shared by a controller's users of it.
-pub mod connections;
+pub(crate) mod connections;
 // crd — the custom resources, `orca.dev/v1alpha1` `Scheduler`, `WarmPool` and `WarmPoolClass`.
 pub mod crd;
 // fence — until when this replica may act; every client and loop takes one.
@@ -26,11 +33,11 @@ pub mod runtime;
 // scheduler — the Scheduler: its pure decision, its rows, its Kubernetes stages.
 pub mod scheduler;
 // spec_hash — the hashes that name what a user wrote and must mean the same across releases.
-pub mod spec_hash;
+pub(crate) mod spec_hash;
 // warmpool — the WarmPool: its plan, its pass over EC2 and the database, its Kubernetes stages.
 pub mod warmpool;
 // window — periods of the day and week, read and matched.
-pub mod window;
+pub(crate) mod window;
 
 // iam_policy_tests — the rendered policies, held to what they are for.
 #[cfg(test)]

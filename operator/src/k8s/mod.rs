@@ -11,7 +11,7 @@
 // metrics — every metric the mode exports, registered in one registry.
 pub mod metrics;
 // run — `orca-operator run`: the client, the election, the controllers and the server, wired.
-pub mod run;
+pub(crate) mod run;
 
 pub use crate::runtime::names::*;
 pub use crate::scheduler::k8s::Metrics;

@@ -6,13 +6,13 @@
 // host — local EC2 hosts.
 pub mod host;
 // manifests — the YAML of a local-mode directory.
-pub mod manifests;
+pub(crate) mod manifests;
 // moto — moto's EC2 server on a free port, from the venv the scripts make.
 pub mod moto;
 // pods — pods and Jobs as local processes.
-pub mod pods;
+pub(crate) mod pods;
 // pools — WarmPools in the local mode.
-pub mod pools;
+pub(crate) mod pools;
 // postgres — a throwaway PostgreSQL cluster.
 pub mod postgres;
 // scheduler — a Scheduler in the local mode.

@@ -10,7 +10,7 @@
 //! command does, a few lines each on the one client they share.
 
 // render — what `kubectl orca status` prints for a Scheduler or a WarmPool.
-pub mod render;
+pub(crate) mod render;
 
 use std::io::IsTerminal;
 

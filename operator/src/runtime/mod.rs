@@ -5,24 +5,24 @@
 //! The map, one line a file:
 
 // crd_check — before a replica stands for the Lease: CRDs older than this build hold it back.
-pub mod crd_check;
+pub(crate) mod crd_check;
 // database — a Scheduler's Secret → its database URL, a connection kept per database.
 pub mod database;
 // finalizer — one finalizer of any object, by JSON patches that test what they change.
-pub mod finalizer;
+pub(crate) mod finalizer;
 // guard — what keeps one object's trouble its own: deadlines, back-off, panics caught.
-pub mod guard;
+pub(crate) mod guard;
 // in_use — what the controllers need, kept from deletion while they need it.
-pub mod in_use;
+pub(crate) mod in_use;
 // leader — the election on a Lease, and the fence that says until when this replica may act.
 pub mod leader;
 // names — the labels, annotations and field manager the operator writes under.
-pub mod names;
+pub(crate) mod names;
 // server — /metrics, /healthz and /readyz.
 pub mod server;
 // shell — the shell every object's reconcile runs in, whichever controller's.
-pub mod shell;
+pub(crate) mod shell;
 // status — status by server-side apply, and the Events.
-pub mod status;
+pub(crate) mod status;
 // watches — one watch of each kind the controllers share, per scope.
 pub mod watches;

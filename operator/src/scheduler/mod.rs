@@ -1,5 +1,5 @@
 //! The Scheduler rollout (docs/protocol.md#the-operators-rollout): what the
-//! operator observed, and the pure [`decide`] that turns it into actions.
+//! operator observed, and the pure [`decide()`] that turns it into actions.
 //! The Kubernetes mode and the local mode observe and act differently; they
 //! share this.
 
@@ -16,7 +16,7 @@ pub mod k8s;
 // revision — a revision: the hash of what goes into a scheduler pod.
 mod revision;
 // rows — the database half of a rollout's snapshot.
-pub mod rows;
+pub(crate) mod rows;
 // snapshot — one snapshot of what a rollout depends on, and the actions that change it.
 mod snapshot;
 // steps — the steps of a rollout, a file each.

@@ -118,7 +118,7 @@ pub struct InstanceView {
     pub runs: i32,
 }
 
-/// Everything [`crate::scheduler::decide`] looks at.
+/// Everything [`crate::scheduler::decide()`] looks at.
 #[derive(Clone, Debug)]
 pub struct Observed {
     pub namespace: String,
@@ -204,7 +204,7 @@ pub const BUSY: Duration = Duration::from_secs(1);
 /// How soon to look again when all is quiet (watches wake it sooner).
 pub const QUIET: Duration = Duration::from_secs(30);
 
-/// The outcome of one [`decide`](super::decide): what to do, what to say,
+/// The outcome of one [`decide`](fn@super::decide): what to do, what to say,
 /// and the status that follows from them.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Decision {

@@ -140,14 +140,6 @@ pub fn held_by(refused: &Offering, code: &str, all: &[Offering]) -> Vec<Offering
     held
 }
 
-/// Whether `code` holds more than the offering it came from.
-pub fn is_wide(code: &str) -> bool {
-    matches!(
-        code,
-        "InstanceLimitExceeded" | "VcpuLimitExceeded" | "MaxSpotInstanceCountExceeded"
-    )
-}
-
 /// The vCPU quota an instance type counts against: EC2 keeps one for the
 /// standard families (A, C, D, H, I, M, R, T, Z) and one for each other
 /// class (F, G and VT, P, X, Inf, DL, Trn, HPC, high memory). A type named

@@ -30,9 +30,9 @@ mod act_tests;
 // admission — the chart's admission rules for WarmPools, rendered from the operator's own checks.
 pub mod admission;
 // arch — the agent's architecture against a pool's instance types.
-pub mod arch;
+pub(crate) mod arch;
 // boot — failed boots counted, and the launch back-off they earn.
-pub mod boot;
+pub(crate) mod boot;
 // budget — each WarmPoolClass's book: the one place launches are granted against its limits.
 pub mod budget;
 // budget_tests — the class's book as tables.
@@ -48,7 +48,7 @@ mod conditions;
 // cost — what the pool costs.
 pub mod cost;
 // drain — the drain of a pool being deleted or moved.
-pub mod drain;
+pub(crate) mod drain;
 // drift — which instances drifted from the spec.
 pub mod drift;
 // ec2 — every EC2 call the pool makes, each fenced.
@@ -56,17 +56,17 @@ pub mod ec2;
 // forecast — the forecast warm-up's arithmetic (`spec.forecast`).
 pub mod forecast;
 // holds — capacity holds: how far one refused launch or start reaches.
-pub mod holds;
+pub(crate) mod holds;
 // instance — what the pool is made of, as EC2 sees it.
-pub mod instance;
+pub(crate) mod instance;
 // k8s — the WarmPool controller: one pass a reconcile, its stages, the classes' controller.
 pub mod k8s;
 // listings — one EC2 listing for many pools.
-pub mod listings;
+pub(crate) mod listings;
 // live — the world a loop acts on for real: EC2, SSM and the database, behind the fence.
 mod live;
 // metrics — the pool's Prometheus metrics.
-pub mod metrics;
+pub(crate) mod metrics;
 // objective — sizing a pool to a time-to-start objective (`spec.objective`).
 pub mod objective;
 // observe — the observe stage: EC2 first, then the rows and the demand.
@@ -80,7 +80,7 @@ pub mod plan;
 // pool_loop — a pool's loop: what it keeps between passes.
 mod pool_loop;
 // preflight — permissions asked before they are needed.
-pub mod preflight;
+pub(crate) mod preflight;
 // preflight_aws — how a preflight asks AWS.
 pub(crate) mod preflight_aws;
 // preflight_pool — when a pool's loop asks its preflight, and what it does with the answers.
@@ -88,7 +88,7 @@ mod preflight_pool;
 // reserve — the act stage for the stopped reserve.
 mod reserve;
 // roster — the status's list of instances.
-pub mod roster;
+pub(crate) mod roster;
 // schedule — which of `spec.schedules` is active, and so which idle range the plan keeps.
 pub mod schedule;
 // ssm — the database URL in SSM Parameter Store.
@@ -97,9 +97,9 @@ pub mod ssm;
 #[cfg(test)]
 mod ssm_tests;
 // starts — time to start: cold starts measured, by offering.
-pub mod starts;
+pub(crate) mod starts;
 // tags — whose an instance is: the ownership tags.
-pub mod tags;
+pub(crate) mod tags;
 // tuning — the loop's knobs that are not in the spec.
 mod tuning;
 // userdata — the user-data script of a pool instance.

@@ -464,7 +464,7 @@ impl PoolLoop {
 
     /// Tells the book of the pool's class the vCPUs of the types it may
     /// launch, as EC2 described them to this loop
-    /// ([`PoolLoop::learn_types`]): its limits count them.
+    /// ([`Observer::learn_types`]): its limits count them.
     fn tell_vcpus(&self) {
         let Some(budget) = &self.act.budget else {
             return;

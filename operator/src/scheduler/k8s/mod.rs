@@ -3,13 +3,13 @@
 //! controllers' shell ([`crate::runtime::shell`]). A reconcile's stages are in
 //! `stages.rs` — observe (`observe.rs`: the pods and Jobs by label, the
 //! Secret's database URL, the rows of `orca.schedulers`) → the pure
-//! [`crate::scheduler::decide`] → act (`act.rs`, each action in order) → an
+//! [`crate::scheduler::decide()`] → act (`act.rs`, each action in order) → an
 //! Event per step and the status, applied (server-side apply) only when it
 //! changed (`report.rs`). Every write, and the database read, checks the
 //! Lease's fence first.
 
 // act — the act stage: pods, Jobs and rows changed.
-pub mod act;
+pub(crate) mod act;
 // context — what every reconcile shares.
 mod context;
 // deletion — deleting a Scheduler gracefully.
@@ -17,23 +17,23 @@ pub mod deletion;
 // error — why a reconcile failed, by stage.
 mod error;
 // jobs — the register Job of a revision.
-pub mod jobs;
+pub(crate) mod jobs;
 // memory — what this replica last wrote into each status.
-pub mod memory;
+pub(crate) mod memory;
 // metrics — the controller's Prometheus metrics.
 mod metrics;
 // observe — the observe stage: what a reconcile reads.
 mod observe;
 // pods — the scheduler Pod of a revision, and what `decide` reads back from one.
-pub mod pods;
+pub(crate) mod pods;
 // refusal — a write the API server refuses for good.
-pub mod refusal;
+pub(crate) mod refusal;
 // report — the report stage: status and Events.
 mod report;
 // stages — one reconcile, stage by stage.
 mod stages;
 // watched — what a pass reads from the watches rather than from the API.
-pub mod watched;
+pub(crate) mod watched;
 
 use std::{future::Future, sync::Arc};
 

@@ -112,7 +112,7 @@ async fn list_owned(
 }
 
 /// The database URL in Scheduler `name`'s Secret (see
-/// [`watched::Watched::read_url`]).
+/// [`super::watched::Watched::read_url`]).
 async fn database_url(
     ctx: &Context,
     ns: &str,

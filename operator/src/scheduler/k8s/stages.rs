@@ -1,6 +1,6 @@
 //! One reconcile of a Scheduler, stage by stage, as the controllers'
 //! shell ([`crate::runtime::shell`]) runs it: observe (`observe.rs`) → the
-//! pure [`crate::scheduler::decide`] → act (each action, in order,
+//! pure [`crate::scheduler::decide()`] → act (each action, in order,
 //! `act.rs`) → an Event per step and the status, applied only when it
 //! changed (`report.rs`). A write the API server refuses for good is said
 //! on the Scheduler instead (`refused`).

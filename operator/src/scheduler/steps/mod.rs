@@ -1,5 +1,5 @@
 //! The steps of a rollout, each in a file of its own with what it says:
-//! its decision over the snapshot ([`super::decide`] composes them in
+//! its decision over the snapshot ([`super::decide()`] composes them in
 //! order) and the status fields, conditions' reasons and Events that
 //! follow from it. The table tests of each are in `scheduler/tests/`, one
 //! file a concern (`start.rs`, `restarts.rs`, `handover.rs`,

@@ -96,7 +96,7 @@ pub struct Context {
     pub(super) client: Client,
     pub(super) config: PoolControllerConfig,
     pub(super) recorder: Recorder,
-    /// `None` outside [`run`] (a reconcile called on its own, in tests):
+    /// `None` outside [`super::run`] (a reconcile called on its own, in tests):
     /// then the Scheduler and the Secret are read from the API.
     pub(super) caches: Option<Caches>,
     pub(super) pools: Mutex<HashMap<String, Slot>>,
@@ -253,7 +253,7 @@ impl Context {
     }
 }
 
-/// Stops the pools and listeners when [`run`] ends, or is dropped.
+/// Stops the pools and listeners when [`super::run`] ends, or is dropped.
 pub(super) struct StopAll(pub(super) Arc<Context>);
 
 impl Drop for StopAll {

@@ -77,7 +77,7 @@ impl ReconcileError {
         }
     }
 
-    /// A finalizer's failure (fenced or not: see [`MaybeFenced`]).
+    /// A finalizer's failure (fenced or not: see [`crate::fence::MaybeFenced`]).
     pub(super) fn finalizer(pool: &str, source: FinalizerError) -> Self {
         ReconcileError::Finalizer {
             pool: pool.to_string(),
@@ -85,7 +85,7 @@ impl ReconcileError {
         }
     }
 
-    /// A status write's failure (fenced or not: see [`MaybeFenced`]).
+    /// A status write's failure (fenced or not: see [`crate::fence::MaybeFenced`]).
     pub(super) fn status(pool: &str, source: StatusWriteError) -> Self {
         ReconcileError::Status {
             pool: pool.to_string(),

@@ -40,7 +40,7 @@
 // class — the class stage: a pool's WarmPoolClass resolved or refused.
 mod class;
 // classes — the WarmPoolClasses' controller: their status and books.
-pub mod classes;
+pub(crate) mod classes;
 // config — what the controller is configured with.
 mod config;
 // context — what every reconcile shares.

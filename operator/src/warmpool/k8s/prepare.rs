@@ -257,7 +257,7 @@ async fn retiring_of(
     }
 }
 
-/// `wp`'s Scheduler: from the watch's store in [`run`], else from the API.
+/// `wp`'s Scheduler: from the watch's store in [`super::run`], else from the API.
 pub(super) async fn scheduler_of(
     wp: &WarmPool,
     ctx: &Context,
