@@ -475,3 +475,7 @@ fn dns_name(s: &str, dots: bool) -> bool {
         && edge(s.chars().next())
         && edge(s.chars().last())
 }
+
+#[cfg(test)]
+#[path = "iam_policy_tests.rs"]
+mod tests;

@@ -38,13 +38,11 @@ pub(crate) mod spec_hash;
 pub mod warmpool;
 // window — periods of the day and week, read and matched.
 pub(crate) mod window;
+// test_support — the fixtures the unit tests of several modules share.
+#[cfg(test)]
+pub(crate) mod test_support;
 
-// iam_policy_tests — the rendered policies, held to what they are for.
+// tests — no object can stop the operator for the others: properties over both controllers.
 #[cfg(test)]
-mod iam_policy_tests;
-// properties — no object can stop the operator for the others.
-#[cfg(test)]
-mod properties;
-// spec_hash_tests — golden values of the hashes that must not change across releases.
-#[cfg(test)]
-mod spec_hash_tests;
+#[path = "lib_tests.rs"]
+mod tests;

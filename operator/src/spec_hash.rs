@@ -117,34 +117,5 @@ fn is_unset(v: &Value) -> bool {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_value_says_its_scheme() {
-        for (value, scheme) in [
-            ("70f80a93cb", Some(1)),
-            ("0123456789ab", Some(1)),
-            ("70f80a93cb-s2", Some(2)),
-            ("70f80a93cb-s17", Some(17)),
-            ("70f80a93cb-s1", None),
-            ("70f80a93cb-s02", None),
-            ("70f80a93cb-s", None),
-            ("70F80A93CB", None),
-            ("-s2", None),
-            ("", None),
-            ("orca-70f80a93cb", None),
-        ] {
-            assert_eq!(scheme_of(value), scheme, "{value:?}");
-        }
-    }
-
-    #[test]
-    fn a_value_of_a_later_scheme_is_not_known_to_differ() {
-        let ours = hex_of(serde_json::json!({"image": "v1"}), 5);
-        assert_eq!(same(&ours, &ours), Some(true));
-        assert_eq!(same("0000000000", &ours), Some(false));
-        assert_eq!(same(&format!("{ours}-s2"), &ours), None);
-        assert_eq!(same("not a hash", &ours), Some(false));
-    }
-}
+#[path = "spec_hash_tests.rs"]
+mod tests;

@@ -7,6 +7,7 @@
 
 use serde_json::{json, Value};
 
+use super::{hex_of, same, scheme_of};
 use crate::{
     crd::{Launch, SchedulerSpec},
     scheduler::{register_hash, revision_fields, revision_of},
@@ -174,4 +175,32 @@ fn a_field_added_with_an_unset_default_changes_no_hash() {
             );
         }
     }
+}
+
+#[test]
+fn a_value_says_its_scheme() {
+    for (value, scheme) in [
+        ("70f80a93cb", Some(1)),
+        ("0123456789ab", Some(1)),
+        ("70f80a93cb-s2", Some(2)),
+        ("70f80a93cb-s17", Some(17)),
+        ("70f80a93cb-s1", None),
+        ("70f80a93cb-s02", None),
+        ("70f80a93cb-s", None),
+        ("70F80A93CB", None),
+        ("-s2", None),
+        ("", None),
+        ("orca-70f80a93cb", None),
+    ] {
+        assert_eq!(scheme_of(value), scheme, "{value:?}");
+    }
+}
+
+#[test]
+fn a_value_of_a_later_scheme_is_not_known_to_differ() {
+    let ours = hex_of(serde_json::json!({"image": "v1"}), 5);
+    assert_eq!(same(&ours, &ours), Some(true));
+    assert_eq!(same("0000000000", &ours), Some(false));
+    assert_eq!(same(&format!("{ours}-s2"), &ours), None);
+    assert_eq!(same("not a hash", &ours), Some(false));
 }

@@ -359,6 +359,36 @@ fn no_file_imports_a_layer_above_its_own_or_the_other_controller() {
     assert!(wrong.is_empty(), "{}", wrong.join("\n"));
 }
 
+/// One convention for unit tests: a module's tests are its child `tests`
+/// (see `operator/src/test_support.rs`), and what several modules' tests
+/// share is in `test_support`, not borrowed from another module's tests.
+#[test]
+fn every_test_module_is_its_modules_tests() {
+    let mut wrong = Vec::new();
+    let mut all = Vec::new();
+    files(&src(), &mut all);
+    for file in all {
+        let text = std::fs::read_to_string(src().join(&file)).unwrap();
+        let file = file.display().to_string();
+        let ast = syn::parse_file(&text).unwrap_or_else(|e| panic!("{file}: {e}"));
+        for item in &ast.items {
+            if let syn::Item::Mod(m) = item {
+                let name = m.ident.to_string();
+                let shared = file == "lib.rs" && name == "test_support";
+                if is_test(m) && name != "tests" && !shared {
+                    wrong.push(format!("{file}: #[cfg(test)] mod {name}"));
+                }
+            }
+        }
+        if text.contains("::tests::") {
+            wrong.push(format!(
+                "{file} borrows another module's tests: `::tests::`"
+            ));
+        }
+    }
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+}
+
 /// Whether `m` is a `#[cfg(test)]` module.
 fn is_test(m: &syn::ItemMod) -> bool {
     m.attrs.iter().any(|a| {
@@ -447,7 +477,7 @@ fn code() -> Vec<(String, String)> {
     files(&src(), &mut all);
     all.iter()
         .map(|file| (file.display().to_string(), file))
-        .filter(|(name, _)| !name.contains("tests") && name != "properties.rs")
+        .filter(|(name, _)| !name.contains("tests"))
         .map(|(name, file)| {
             let text = std::fs::read_to_string(src().join(file)).unwrap();
             (name, text)
@@ -473,9 +503,26 @@ fn every_file_is_on_its_folders_map() {
             continue;
         }
         let folder = file.parent().unwrap_or(Path::new(""));
-        // A folder of tests declared by `#[path]` (the plan's tables) is
-        // its declaring file's own.
-        if folder.ends_with("plan_tests") || folder.ends_with("tests") {
+        // A module's tests are its child `tests`: in a folder module's
+        // folder (`tests/`), or beside a file module `x.rs` in
+        // `x_tests.rs` or `x_tests/`, which `x.rs` declares by `#[path]`.
+        let in_tests = folder
+            .file_name()
+            .and_then(|n| n.to_str())
+            .is_some_and(|n| n == "tests" || n.ends_with("_tests"));
+        if in_tests {
+            continue;
+        }
+        if let Some(module) = name.strip_suffix("_tests.rs") {
+            let owner = folder.join(format!("{module}.rs"));
+            let text = std::fs::read_to_string(src().join(&owner)).unwrap_or_default();
+            if !text.contains(&format!("#[path = \"{name}\"]\nmod tests;")) {
+                wrong.push(format!(
+                    "{} is not declared by {} as its `mod tests`",
+                    file.display(),
+                    owner.display()
+                ));
+            }
             continue;
         }
         let (map, module) = if folder.as_os_str().is_empty() {
@@ -495,7 +542,11 @@ fn every_file_is_on_its_folders_map() {
         .filter(|f| f.ends_with("mod.rs"))
         .filter_map(|f| f.parent().map(Path::to_path_buf))
         .collect();
-    folders.retain(|f| !f.ends_with("plan_tests"));
+    folders.retain(|f| {
+        !f.file_name()
+            .and_then(|n| n.to_str())
+            .is_some_and(|n| n.ends_with("_tests"))
+    });
     for folder in folders {
         let parent = folder.parent().unwrap_or(Path::new(""));
         let map = if parent.as_os_str().is_empty() {

@@ -4,14 +4,14 @@
 //! back-off on `RequestLimitExceeded`). The stopped reserve's part is in
 //! `reserve.rs`.
 //!
-//! What it does to the world goes through [`World`]: the loop's
-//! [`super::Live`] world fences each statement and EC2 call (a fenced one
-//! ends the pass); the act step's tests answer from a table
-//! (`act_tests.rs`).
+//! What it does to the world goes through [`World`], which the loop owns
+//! and lends to each of the act step's calls: the loop's [`super::Live`]
+//! world fences each statement and EC2 call (a fenced one ends the pass);
+//! the act step's tests answer from a table (`act_tests.rs`).
 //!
-//! The [`Actuator`] owns the world and what its calls teach: the capacity
-//! holds, the credentials' denials, the launches (their ids, times and
-//! tokens), the class's grants and the boots that keep failing.
+//! The [`Actuator`] keeps what the calls teach: the capacity holds, the
+//! credentials' denials, the launches (their ids, times and tokens), the
+//! class's grants and the boots that keep failing.
 //!
 //! Retire and launch, the two halves of the act
 //! step that share the per-id retry.
@@ -75,13 +75,12 @@ pub(super) struct Launches {
     pub(super) batches: u64,
 }
 
-/// The act step of one pool, acting on `W` (the [`super::Live`] world,
-/// or a table of answers in its tests): the calls, and what they teach
-/// and later passes go by.
-pub(super) struct Actuator<W> {
+/// The act step of one pool: its calls, on the world the loop lends them
+/// (the [`super::Live`] world, or a table of answers in its tests), and
+/// what they teach and later passes go by.
+pub(super) struct Actuator {
     /// `namespace/name`.
     pub(super) pool: String,
-    pub(super) world: W,
     /// Whose instances the pool's are: the tags it launches with.
     pub(super) owner: Ownership,
     pub(super) url: SecretUrl,
@@ -167,24 +166,20 @@ pub(super) struct Orders<'a> {
     pub(super) now: DateTime<Utc>,
 }
 
-impl<W> Actuator<W> {
+impl Actuator {
     /// An EC2 call's failure as the pass's (fenced or not: see
     /// [`crate::fence::MaybeFenced`]).
     pub(super) fn ec2_error(&self, source: Ec2Error) -> PoolError {
-        PoolError::Ec2 {
-            pool: self.pool.clone(),
-            source,
-        }
+        PoolError::ec2(&self.pool, source)
     }
-}
 
-impl<W: World> Actuator<W> {
     /// Boot time-outs in a row (`plan`'s `BootTimeout` retirements, none of
     /// this loop's instances reporting): past a few, a Warning, the pool
     /// `Degraded` (`BootFailing`, with the last one's console, scrubbed of
     /// the database URL) and launches backing off (see [`super::boot`]).
     pub(super) async fn count_boot_failures(
         &mut self,
+        world: &mut impl World,
         plan: &PoolPlan,
         snap: &Snapshot,
         now: DateTime<Utc>,
@@ -214,7 +209,7 @@ impl<W: World> Actuator<W> {
         let candidates =
             super::boot::ended_unreported(snap, &launched, &self.booted, &self.boot, now);
         if !candidates.is_empty() {
-            let had = self.world.had_rows(&self.pool, &candidates).await?;
+            let had = world.had_rows(&self.pool, &candidates).await?;
             let lost: Vec<String> = candidates
                 .into_iter()
                 .filter(|id| !had.contains(id))
@@ -229,7 +224,7 @@ impl<W: World> Actuator<W> {
         }
         let last = match timed_out.last() {
             Some(id) => {
-                let console = match self.world.console_tail(id).await {
+                let console = match world.console_tail(id).await {
                     Ok(console) => console,
                     // Said, so that a policy without the action is noticed.
                     Err(e) if e.denial().is_some() => {
@@ -268,16 +263,20 @@ impl<W: World> Actuator<W> {
     /// refused), each of which takes back a place the plan counted free.
     pub(super) async fn retire(
         &mut self,
+        world: &mut impl World,
         plan: &PoolPlan,
         report: &mut PassReport,
     ) -> Result<u32, PoolError> {
-        let mut going = self.end_rows(plan, report).await?;
+        let mut going = self.end_rows(world, plan, report).await?;
         let mut stayed = (plan.retirements.len() - going.len()) as u32;
         if going.is_empty() {
             return Ok(stayed);
         }
         let mut ids: Vec<String> = going.iter().map(|(i, _, _)| i.to_string()).collect();
-        match self.each_alone_if_refused(Call::Terminate, &ids).await {
+        match self
+            .each_alone_if_refused(world, Call::Terminate, &ids)
+            .await
+        {
             Ok(refused) if !refused.is_empty() => {
                 for (id, why) in &refused {
                     tracing::warn!(pool = %self.pool, instance = %id, error = %why, "terminate refused");
@@ -310,7 +309,7 @@ impl<W: World> Actuator<W> {
                 return Ok(stayed + ids.len() as u32);
             }
         }
-        self.terminated(&going, report).await?;
+        self.terminated(world, &going, report).await?;
         report.terminated = ids;
         Ok(stayed)
     }
@@ -321,6 +320,7 @@ impl<W: World> Actuator<W> {
     /// came first) is said.
     async fn end_rows<'p>(
         &mut self,
+        world: &mut impl World,
         plan: &'p PoolPlan,
         report: &mut PassReport,
     ) -> Result<Vec<(&'p str, Reason, Option<i64>)>, PoolError> {
@@ -335,14 +335,14 @@ impl<W: World> Actuator<W> {
             })
             .collect();
         let pool = self.pool.clone();
-        let ended = self.world.end_idle_rows(&idle).await?;
+        let ended = world.end_idle_rows(&idle).await?;
         for r in &plan.retirements {
             let outcome = match r.end {
                 End::Idle(row) => ended.contains(&row).then_some(None),
-                End::Claim => self.world.claim(&r.instance, &pool).await?.map(Some),
+                End::Claim => world.claim(&r.instance, &pool).await?.map(Some),
                 End::Claimed(row) => Some(Some(row)),
-                End::Busy(row) => self.world.end_busy_row(row).await?.then_some(None),
-                End::Reserved(row) => self.world.claim_reserved(row).await?.map(Some),
+                End::Busy(row) => world.end_busy_row(row).await?.then_some(None),
+                End::Reserved(row) => world.claim_reserved(row).await?.map(Some),
             };
             match outcome {
                 Some(claim) => going.push((r.instance.as_str(), r.reason, claim)),
@@ -362,11 +362,11 @@ impl<W: World> Actuator<W> {
             }
         }
         for row in &plan.ends {
-            self.world.end_claim(*row).await?;
+            world.end_claim(*row).await?;
         }
         // Rows of instances EC2 no longer runs: nothing to terminate.
         if !plan.gone.is_empty() {
-            let ended = self.world.end_rows_of_gone(&plan.gone).await?;
+            let ended = world.end_rows_of_gone(&plan.gone).await?;
             if !ended.is_empty() {
                 tracing::info!(pool = %pool, rows = ?ended,
                     "ended the rows of instances EC2 no longer runs");
@@ -379,6 +379,7 @@ impl<W: World> Actuator<W> {
     /// said by reason.
     async fn terminated(
         &mut self,
+        world: &mut impl World,
         going: &[(&str, Reason, Option<i64>)],
         report: &mut PassReport,
     ) -> Result<(), PoolError> {
@@ -386,7 +387,7 @@ impl<W: World> Actuator<W> {
         for (instance, reason, claim) in going {
             by_reason.entry(*reason).or_default().push(instance);
             if let Some(row) = claim {
-                self.world.end_claim(*row).await?;
+                world.end_claim(*row).await?;
             }
         }
         for (reason, instances) in by_reason {
@@ -410,16 +411,17 @@ impl<W: World> Actuator<W> {
     /// otherwise (throttled, lost, fenced) is the error.
     pub(super) async fn each_alone_if_refused(
         &mut self,
+        world: &mut impl World,
         call: Call<'_>,
         ids: &[String],
     ) -> Result<Vec<(String, Ec2Error)>, Ec2Error> {
-        match self.call(call, ids).await {
+        match self.call(world, call, ids).await {
             Ok(()) => Ok(Vec::new()),
             Err(e @ Ec2Error::Refused { .. }) if ids.len() == 1 => Ok(vec![(ids[0].clone(), e)]),
             Err(Ec2Error::Refused { .. }) => {
                 let mut failed = Vec::new();
                 for id in ids {
-                    match self.call(call, std::slice::from_ref(id)).await {
+                    match self.call(world, call, std::slice::from_ref(id)).await {
                         Ok(()) => {}
                         Err(e @ Ec2Error::Fenced { .. }) => return Err(e),
                         Err(e) => failed.push((id.clone(), e)),
@@ -431,11 +433,16 @@ impl<W: World> Actuator<W> {
         }
     }
 
-    async fn call(&mut self, call: Call<'_>, ids: &[String]) -> Result<(), Ec2Error> {
+    async fn call(
+        &mut self,
+        world: &mut impl World,
+        call: Call<'_>,
+        ids: &[String],
+    ) -> Result<(), Ec2Error> {
         let (action, outcome) = match call {
-            Call::Terminate => ("TerminateInstances", self.world.terminate(ids).await),
-            Call::Stop => ("StopInstances", self.world.stop(ids).await),
-            Call::Start(offering) => ("StartInstances", self.world.start(ids, offering).await),
+            Call::Terminate => ("TerminateInstances", world.terminate(ids).await),
+            Call::Stop => ("StopInstances", world.stop(ids).await),
+            Call::Start(offering) => ("StartInstances", world.start(ids, offering).await),
         };
         self.denials.record(action, &outcome);
         outcome
@@ -445,6 +452,7 @@ impl<W: World> Actuator<W> {
     /// that did not happen (so `maxInstances` holds).
     pub(super) async fn launch(
         &mut self,
+        world: &mut impl World,
         orders: Orders<'_>,
         stayed: u32,
         report: &mut PassReport,
@@ -452,7 +460,8 @@ impl<W: World> Actuator<W> {
         let Orders {
             spec, plan, now, ..
         } = orders;
-        let Some((mut budget, user_data)) = self.ready(spec, plan, stayed, report).await? else {
+        let Some((mut budget, user_data)) = self.ready(world, spec, plan, stayed, report).await?
+        else {
             return Ok(());
         };
         let chain: Vec<Offering> = plan
@@ -484,7 +493,7 @@ impl<W: World> Actuator<W> {
                 }
                 let token = client_token(&self.launches.id, self.launches.batches);
                 let answer = self
-                    .run_batch(orders, offering, count, &token, &user_data)
+                    .run_batch(world, orders, offering, count, &token, &user_data)
                     .await;
                 self.answered(offering, count, &answer);
                 match answer {
@@ -539,6 +548,7 @@ impl<W: World> Actuator<W> {
     /// read it again when refused), and what keeps the launches back said.
     async fn ready(
         &mut self,
+        world: &mut impl World,
         spec: &WarmPoolSpec,
         plan: &PoolPlan,
         stayed: u32,
@@ -554,7 +564,7 @@ impl<W: World> Actuator<W> {
                     (tags::TAG_OPERATOR, self.owner.operator.as_str()),
                 ];
                 let at = spec.ssm_endpoint.as_deref();
-                Some(self.world.publish(name, &self.url.0, &tags, at).await)
+                Some(world.publish(name, &self.url.0, &tags, at).await)
             }
             _ => None,
         };
@@ -773,6 +783,7 @@ impl<W: World> Actuator<W> {
     /// One batch, retried with the same token while EC2 throttles.
     async fn run_batch(
         &mut self,
+        world: &mut impl World,
         orders: Orders<'_>,
         offering: &Offering,
         count: u32,
@@ -791,7 +802,7 @@ impl<W: World> Actuator<W> {
                 class: self.budget.as_ref().map(|b| b.class()),
                 template_version: orders.template_version,
             };
-            let outcome = self.world.run(&req).await;
+            let outcome = world.run(&req).await;
             self.denials.record("RunInstances", &outcome);
             match outcome {
                 Err(Ec2Error::Throttled { action })
@@ -815,3 +826,7 @@ impl<W: World> Actuator<W> {
         }
     }
 }
+
+#[cfg(test)]
+#[path = "act_tests.rs"]
+mod tests;

@@ -9,16 +9,18 @@ use std::time::Duration;
 
 use chrono::{TimeZone, Utc};
 
-use super::act::Orders;
-use super::ec2::{client_token, Ec2Error, Ownership, RunRequest};
-use super::plan::{Counts, End, LaunchBatch, Offering, PoolPlan, Reason, Retirement, Snapshot};
-use super::world::World;
-use super::{
+use crate::crd::WarmPoolSpec;
+use crate::warmpool::act::Orders;
+use crate::warmpool::ec2::{client_token, Ec2Error, Ownership, RunRequest};
+use crate::warmpool::plan::{
+    Counts, End, LaunchBatch, Offering, PoolPlan, Reason, Retirement, Snapshot,
+};
+use crate::warmpool::world::World;
+use crate::warmpool::{
     pass_report::{PassReport, PoolError},
     pool_loop::PoolLoop,
     tuning::Tuning,
 };
-use crate::crd::WarmPoolSpec;
 
 /// How EC2 answers one `RunInstances` call.
 #[derive(Clone, Copy, Debug)]
@@ -208,19 +210,19 @@ impl World for Table {
         _value: &str,
         _tags: &[(&str, &str)],
         _endpoint: Option<&str>,
-    ) -> Result<bool, super::ssm::SsmError> {
+    ) -> Result<bool, crate::warmpool::ssm::SsmError> {
         Ok(false)
     }
 
     async fn preflight(
         &mut self,
-        probe: &super::preflight::Probe<'_>,
-    ) -> Vec<super::preflight::Check> {
+        probe: &crate::warmpool::preflight::Probe<'_>,
+    ) -> Vec<crate::warmpool::preflight::Check> {
         self.preflights.push(probe.instance.map(String::from));
-        vec![super::preflight::Check::new(
+        vec![crate::warmpool::preflight::Check::new(
             "ec2",
             "TerminateInstances",
-            super::preflight::Outcome::Missing("may not".into()),
+            crate::warmpool::preflight::Outcome::Missing("may not".into()),
         )]
     }
 
@@ -239,7 +241,7 @@ impl World for Table {
     async fn console_tail(&mut self, instance: &str) -> Result<String, Ec2Error> {
         match &self.consoles {
             Some(consoles) => Ok(consoles.get(instance).cloned().unwrap_or_default()),
-            None => Err(super::ec2::classify(
+            None => Err(crate::warmpool::ec2::classify(
                 "GetConsoleOutput",
                 None,
                 "UnauthorizedOperation",
@@ -264,7 +266,7 @@ fn pool(table: Table) -> PoolLoop<Table> {
         ..Tuning::default()
     };
     let owner = Ownership::new("ns", "p", "sched", "orca-operator", "c");
-    let spec = super::plan::tests::spec(0, 0, 100);
+    let spec = crate::test_support::pool_spec(0, 0, 100);
     PoolLoop::with_world(owner, spec, "postgres://orca@db/orca", tuning, table)
         .remember("uid-1", &Default::default())
 }
@@ -287,7 +289,7 @@ fn retiring(retirements: Vec<Retirement>) -> PoolPlan {
 }
 
 /// A plan that starts `starts` from the reserve and does nothing else.
-fn starting(starts: Vec<super::plan::WithRow>) -> PoolPlan {
+fn starting(starts: Vec<crate::warmpool::plan::WithRow>) -> PoolPlan {
     PoolPlan {
         starts,
         ..PoolPlan::default()
@@ -332,7 +334,7 @@ async fn launch(lp: &mut PoolLoop<Table>, plan: &PoolPlan, stayed: u32) -> PassR
     let spec = lp.spec.clone();
     let orders = orders(&spec, plan);
     lp.act
-        .launch(orders, stayed, &mut report)
+        .launch(&mut lp.world, orders, stayed, &mut report)
         .await
         .expect("the table never fails a statement");
     report
@@ -347,7 +349,6 @@ async fn launches_go_to_the_next_offering_on_a_capacity_error_and_hold_the_first
     let mut lp = run_answered(&[Answer::NoCapacity]);
     let report = launch(&mut lp, &launching(3), 0).await;
     let runs: Vec<(&str, u32)> = lp
-        .act
         .world
         .runs
         .iter()
@@ -364,8 +365,8 @@ async fn launches_go_to_the_next_offering_on_a_capacity_error_and_hold_the_first
     );
     // Two answered calls, two tokens, both used up.
     assert_eq!(lp.act.launches.batches, 2);
-    assert_eq!(lp.act.world.runs[0].2, client_token(&lp.act.launches.id, 0));
-    assert_eq!(lp.act.world.runs[1].2, client_token(&lp.act.launches.id, 1));
+    assert_eq!(lp.world.runs[0].2, client_token(&lp.act.launches.id, 0));
+    assert_eq!(lp.world.runs[1].2, client_token(&lp.act.launches.id, 1));
     assert!(
         lp.act.launches.id.starts_with("uid-1/"),
         "{}",
@@ -379,9 +380,9 @@ async fn a_throttled_call_is_retried_with_its_token_and_throttled_to_the_end_kee
     let report = launch(&mut lp, &launching(2), 0).await;
     assert_eq!(report.launched.len(), 2);
     assert!(!report.throttled);
-    let tokens: HashSet<&str> = lp.act.world.runs.iter().map(|r| r.2.as_str()).collect();
+    let tokens: HashSet<&str> = lp.world.runs.iter().map(|r| r.2.as_str()).collect();
     assert_eq!(
-        (lp.act.world.runs.len(), tokens.len()),
+        (lp.world.runs.len(), tokens.len()),
         (3, 1),
         "one token, three calls"
     );
@@ -393,12 +394,12 @@ async fn a_throttled_call_is_retried_with_its_token_and_throttled_to_the_end_kee
     let report = launch(&mut lp, &launching(2), 0).await;
     assert!(report.throttled && report.launched.is_empty());
     assert_eq!(reasons(&report), ["Throttled"]);
-    assert_eq!(lp.act.world.runs.len(), 5);
+    assert_eq!(lp.world.runs.len(), 5);
     assert_eq!(lp.act.launches.batches, 0);
     let report = launch(&mut lp, &launching(2), 0).await;
     assert_eq!(report.launched.len(), 2);
     assert_eq!(
-        lp.act.world.runs[5].2, lp.act.world.runs[0].2,
+        lp.world.runs[5].2, lp.world.runs[0].2,
         "the retry repeats it"
     );
 }
@@ -445,11 +446,15 @@ async fn only_what_was_ended_or_claimed_is_terminated_and_each_miss_takes_back_a
         retire("i-late", End::Claim),
     ];
     let mut report = PassReport::default();
-    let stayed = lp.act.retire(&plan, &mut report).await.unwrap();
+    let stayed = lp
+        .act
+        .retire(&mut lp.world, &plan, &mut report)
+        .await
+        .unwrap();
     assert_eq!(stayed, 2, "the handed-out one and the late agent's");
-    assert_eq!(lp.act.world.terminated, ["i-idle", "i-bare"]);
+    assert_eq!(lp.world.terminated, ["i-idle", "i-bare"]);
     assert_eq!(
-        lp.act.world.ended_claims,
+        lp.world.ended_claims,
         [900],
         "the claim, after the termination"
     );
@@ -459,7 +464,7 @@ async fn only_what_was_ended_or_claimed_is_terminated_and_each_miss_takes_back_a
     );
     // Two places the plan counted free are taken back: nothing launches.
     let report = launch(&mut lp, &plan, stayed).await;
-    assert!(report.launched.is_empty() && lp.act.world.runs.is_empty());
+    assert!(report.launched.is_empty() && lp.world.runs.is_empty());
 }
 
 #[tokio::test]
@@ -470,18 +475,22 @@ async fn a_throttled_termination_leaves_the_claims_for_the_next_pass() {
     });
     let plan = retiring(vec![retirement("i-bare", Reason::Leaked, End::Claim)]);
     let mut report = PassReport::default();
-    let stayed = lp.act.retire(&plan, &mut report).await.unwrap();
+    let stayed = lp
+        .act
+        .retire(&mut lp.world, &plan, &mut report)
+        .await
+        .unwrap();
     assert_eq!(stayed, 1);
     assert!(report.throttled);
     assert_eq!(reasons(&report), ["TerminateFailed"]);
     assert!(
-        lp.act.world.ended_claims.is_empty(),
+        lp.world.ended_claims.is_empty(),
         "the claim stays for the retry"
     );
 }
 
-fn with_row(instance: &str, row: i64) -> super::plan::WithRow {
-    super::plan::WithRow {
+fn with_row(instance: &str, row: i64) -> crate::warmpool::plan::WithRow {
+    crate::warmpool::plan::WithRow {
         instance: instance.into(),
         row,
         offering: offering("t3.small"),
@@ -493,7 +502,7 @@ async fn reserve(lp: &mut PoolLoop<Table>, plan: &PoolPlan) -> PassReport {
     let spec = lp.spec.clone();
     let orders = orders(&spec, plan);
     lp.act
-        .reserve(orders, &mut report)
+        .reserve(&mut lp.world, orders, &mut report)
         .await
         .expect("the table never fails a statement");
     report
@@ -512,7 +521,7 @@ async fn only_idle_rows_taken_into_the_reserve_are_stopped_and_running_reserved_
     };
     let report = reserve(&mut lp, &plan).await;
     // i-2 was handed a run before its row was taken: it keeps running.
-    assert_eq!(lp.act.world.stopped, ["i-1", "i-3"]);
+    assert_eq!(lp.world.stopped, ["i-1", "i-3"]);
     assert_eq!(reasons(&report), ["Stopped"]);
 }
 
@@ -524,9 +533,9 @@ async fn a_start_without_capacity_puts_the_rows_back_and_holds_the_offering() {
     });
     let plan = starting(vec![with_row("i-1", 1), with_row("i-2", 2)]);
     let report = reserve(&mut lp, &plan).await;
-    assert_eq!(lp.act.world.woken, [1, 2], "woken before the start");
-    assert!(lp.act.world.started.is_empty());
-    assert_eq!(lp.act.world.unwoken, [1, 2], "back into the reserve");
+    assert_eq!(lp.world.woken, [1, 2], "woken before the start");
+    assert!(lp.world.started.is_empty());
+    assert_eq!(lp.world.unwoken, [1, 2], "back into the reserve");
     assert!(report.started.is_empty());
     assert_eq!(reasons(&report), ["StartFailed"]);
     assert!(
@@ -535,7 +544,7 @@ async fn a_start_without_capacity_puts_the_rows_back_and_holds_the_offering() {
     );
 
     let report = reserve(&mut lp, &plan).await;
-    assert_eq!(lp.act.world.started, ["i-1", "i-2"]);
+    assert_eq!(lp.world.started, ["i-1", "i-2"]);
     assert_eq!(report.started, ["i-1", "i-2"]);
     assert_eq!(reasons(&report), ["Started"]);
 }
@@ -551,11 +560,15 @@ async fn a_reserve_instance_whose_agent_came_back_is_not_terminated() {
         retirement("i-2", Reason::ReserveBeyondMax, End::Reserved(2)),
     ]);
     let mut report = PassReport::default();
-    let stayed = lp.act.retire(&plan, &mut report).await.unwrap();
+    let stayed = lp
+        .act
+        .retire(&mut lp.world, &plan, &mut report)
+        .await
+        .unwrap();
     assert_eq!(stayed, 1);
-    assert_eq!(lp.act.world.terminated, ["i-1"]);
+    assert_eq!(lp.world.terminated, ["i-1"]);
     assert_eq!(
-        lp.act.world.ended_claims,
+        lp.world.ended_claims,
         [901],
         "the claim ended after the terminate"
     );
@@ -572,7 +585,7 @@ async fn a_status_that_is_behind_never_repeats_a_launch_token() {
     let mut b = pool(Table::default());
     launch(&mut b, &launching(1), 0).await;
     assert_eq!((a.act.launches.batches, b.act.launches.batches), (1, 1));
-    assert_ne!(a.act.world.runs[0].2, b.act.world.runs[0].2);
+    assert_ne!(a.world.runs[0].2, b.world.runs[0].2);
 }
 
 /// A token EC2 knows for another request is replaced by the next one in
@@ -582,8 +595,8 @@ async fn an_idempotent_parameter_mismatch_takes_the_next_token_at_once() {
     let mut lp = run_answered(&[Answer::Mismatch]);
     let report = launch(&mut lp, &launching(2), 0).await;
     assert_eq!(report.launched.len(), 2, "{:?}", report.events);
-    assert_eq!(lp.act.world.runs.len(), 2);
-    assert_ne!(lp.act.world.runs[0].2, lp.act.world.runs[1].2);
+    assert_eq!(lp.world.runs.len(), 2);
+    assert_ne!(lp.world.runs[0].2, lp.world.runs[1].2);
     assert_eq!(lp.act.launches.batches, 2);
 }
 
@@ -608,9 +621,13 @@ async fn one_refused_id_does_not_hold_up_a_termination_batch() {
     let mut plan = launching(0);
     plan.retirements = vec![retire("i-a", 1), retire("i-b", 2), retire("i-c", 3)];
     let mut report = PassReport::default();
-    let stayed = lp.act.retire(&plan, &mut report).await.unwrap();
+    let stayed = lp
+        .act
+        .retire(&mut lp.world, &plan, &mut report)
+        .await
+        .unwrap();
     assert_eq!(stayed, 1, "the protected one");
-    assert_eq!(lp.act.world.terminated, ["i-a", "i-c"]);
+    assert_eq!(lp.world.terminated, ["i-a", "i-c"]);
     assert_eq!(report.terminated, ["i-a", "i-c"]);
     let failed: Vec<&str> = report
         .events
@@ -633,12 +650,9 @@ async fn a_start_refused_for_good_retires_the_reserve_instance() {
     });
     let plan = starting(vec![with_row("i-1", 1)]);
     let report = reserve(&mut lp, &plan).await;
-    assert!(lp.act.world.started.is_empty());
-    assert!(
-        lp.act.world.unwoken.is_empty(),
-        "not put back into the reserve"
-    );
-    assert_eq!(lp.act.world.terminated, ["i-1"]);
+    assert!(lp.world.started.is_empty());
+    assert!(lp.world.unwoken.is_empty(), "not put back into the reserve");
+    assert_eq!(lp.world.terminated, ["i-1"]);
     assert_eq!(report.terminated, ["i-1"]);
     let failed = report
         .events
@@ -664,8 +678,8 @@ async fn a_stop_refused_for_good_retires_the_instance_refused_alone() {
         ..PoolPlan::default()
     };
     let report = reserve(&mut lp, &plan).await;
-    assert_eq!(lp.act.world.stopped, ["i-3"]);
-    assert_eq!(lp.act.world.terminated, ["i-1"]);
+    assert_eq!(lp.world.stopped, ["i-3"]);
+    assert_eq!(lp.world.terminated, ["i-1"]);
     assert_eq!(reasons(&report), ["Stopped", "StopFailed", "Terminated"]);
 }
 
@@ -679,7 +693,16 @@ async fn ask(
 ) -> PassReport {
     let now = t0 + chrono::Duration::seconds(secs);
     let mut report = PassReport::default();
-    super::preflight_pool::ask(&mut lp.act, spec, &snap, None, now, &mut report).await;
+    crate::warmpool::preflight_pool::ask(
+        &mut lp.world,
+        &mut lp.act,
+        spec,
+        &snap,
+        None,
+        now,
+        &mut report,
+    )
+    .await;
     report
 }
 
@@ -694,9 +717,9 @@ async fn the_preflight_asks_at_most_once_a_minute_however_often_the_spec_changes
     let spec = lp.spec.clone();
     let t0 = Utc.with_ymd_and_hms(2026, 1, 1, 12, 0, 0).unwrap();
     let with_instance = Snapshot {
-        instances: vec![super::instance::Ec2Instance::bare(
+        instances: vec![crate::warmpool::instance::Ec2Instance::bare(
             "i-1",
-            super::Ec2State::Running,
+            crate::warmpool::Ec2State::Running,
             t0,
         )],
         ..Snapshot::default()
@@ -712,12 +735,12 @@ async fn the_preflight_asks_at_most_once_a_minute_however_often_the_spec_changes
         ask(&mut lp, &spec, with_instance.clone(), t0, s).await;
     }
     assert_eq!(
-        lp.act.world.preflights,
+        lp.world.preflights,
         [None, Some("i-1".to_string())],
         "asked more than once a minute"
     );
     ask(&mut lp, &spec, with_instance, t0, 61).await;
-    assert_eq!(lp.act.world.preflights.len(), 3);
+    assert_eq!(lp.world.preflights.len(), 3);
 }
 
 /// The pool's URL in these tables' boot tests: its password must never
@@ -727,7 +750,7 @@ const URL_WITH_PASSWORD: &str = "postgres://orca:s3cret-pw@db/orca";
 /// A pool on `table` whose database URL holds a password.
 fn pool_with_password(table: Table) -> PoolLoop<Table> {
     let owner = Ownership::new("ns", "p", "sched", "orca-operator", "c");
-    let spec = super::plan::tests::spec(0, 0, 100);
+    let spec = crate::test_support::pool_spec(0, 0, 100);
     PoolLoop::with_world(owner, spec, URL_WITH_PASSWORD, Tuning::default(), table)
         .remember("uid-1", &Default::default())
 }
@@ -738,7 +761,7 @@ async fn count(lp: &mut PoolLoop<Table>, plan: &PoolPlan, snap: &Snapshot) -> Pa
     let mut report = PassReport::default();
     let now = Utc.with_ymd_and_hms(2026, 1, 1, 12, 0, 0).unwrap();
     lp.act
-        .count_boot_failures(plan, snap, now, &mut report)
+        .count_boot_failures(&mut lp.world, plan, snap, now, &mut report)
         .await
         .expect("the table never fails a statement");
     report

@@ -583,3 +583,7 @@ impl Drop for Budget {
         }
     }
 }
+
+#[cfg(test)]
+#[path = "budget_tests.rs"]
+mod tests;

@@ -6,8 +6,8 @@ use std::{
     time::{Duration, Instant},
 };
 
-use super::budget::{Budget, Budgets, Census, Counted, Grant, LISTING_LAG};
 use crate::crd::{ClassLimits, WarmPoolClassSpec};
+use crate::warmpool::budget::{Budget, Budgets, Census, Counted, Grant, LISTING_LAG};
 
 fn limits(instances: Option<i64>, vcpus: Option<i64>) -> ClassLimits {
     ClassLimits { instances, vcpus }

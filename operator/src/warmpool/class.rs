@@ -327,3 +327,7 @@ fn expression(e: &LabelSelectorRequirement, labels: &BTreeMap<String, String>) -
         _ => false,
     }
 }
+
+#[cfg(test)]
+#[path = "class_tests.rs"]
+mod tests;

@@ -1,9 +1,9 @@
 //! A pool on its class as tables: what the class gives, what it refuses
 //! and names, the profile of each namespace, the admission rules.
 
-use super::class::*;
 use crate::crd::{CapacityType, OnDelete, PoolLimits, WarmPoolClassSpec, WarmPoolSpec};
 use crate::crd::{IdleRange, Launch};
+use crate::warmpool::class::*;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use std::collections::BTreeMap;
 
@@ -176,7 +176,8 @@ fn each_namespace_launches_with_its_own_profile() {
 #[test]
 fn the_admission_rules_refuse_each_owned_field_and_lifetime_by_name() {
     let rules: serde_json::Value =
-        serde_yaml::from_str(&super::admission::admission_rules()).expect("the rules are YAML");
+        serde_yaml::from_str(&crate::warmpool::admission::admission_rules())
+            .expect("the rules are YAML");
     let owned = rules["classOwned"].as_array().expect("classOwned");
     // Each field twice: not set beside a class, not changed without one.
     assert_eq!(owned.len(), 2 * CLASS_OWNED.len());

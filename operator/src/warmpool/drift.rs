@@ -127,7 +127,7 @@ mod tests {
 
     #[test]
     fn what_drifts() {
-        let spec = crate::warmpool::plan::tests::spec(1, 1, 3);
+        let spec = crate::test_support::pool_spec(1, 1, 3);
         let hash = launch_hash(&spec.launch);
         let mut other = spec.launch.clone();
         other.image_id = Some("ami-2".into());
@@ -204,7 +204,7 @@ mod tests {
 
     #[test]
     fn a_template_version_drifts_when_the_template_resolves_to_another() {
-        let mut spec = crate::warmpool::plan::tests::spec(1, 1, 3);
+        let mut spec = crate::test_support::pool_spec(1, 1, 3);
         spec.launch.image_id = None;
         spec.launch.launch_template = Some(crate::crd::LaunchTemplateRef {
             id: Some("lt-1".into()),
@@ -231,7 +231,7 @@ mod tests {
             assert_eq!(drifted(&spec, &hash, now, &i), want, "{what}");
         }
         // Without a template the tag means nothing.
-        let plain = crate::warmpool::plan::tests::spec(1, 1, 3);
+        let plain = crate::test_support::pool_spec(1, 1, 3);
         let hash = launch_hash(&plain.launch);
         let i = Ec2Instance {
             template_version: Some("4".into()),
@@ -242,7 +242,7 @@ mod tests {
 
     #[test]
     fn the_image_says_which() {
-        let spec = crate::warmpool::plan::tests::spec(1, 1, 3);
+        let spec = crate::test_support::pool_spec(1, 1, 3);
         assert_eq!(image_label(&spec.launch), "ami-1");
         let mut t = spec.launch.clone();
         t.image_id = None;

@@ -24,9 +24,6 @@
 
 // act — retire and launch: the act stage of a pass, through `World`.
 mod act;
-// act_tests — the act stage as tables: what the world answers → what the act did.
-#[cfg(test)]
-mod act_tests;
 // admission — the chart's admission rules for WarmPools, rendered from the operator's own checks.
 pub mod admission;
 // arch — the agent's architecture against a pool's instance types.
@@ -35,14 +32,8 @@ pub(crate) mod arch;
 pub(crate) mod boot;
 // budget — each WarmPoolClass's book: the one place launches are granted against its limits.
 pub mod budget;
-// budget_tests — the class's book as tables.
-#[cfg(test)]
-mod budget_tests;
 // class — a WarmPool on its class: what the class resolves, refuses and bounds.
 pub mod class;
-// class_tests — a pool on its class as tables.
-#[cfg(test)]
-mod class_tests;
 // conditions — a pass's status conditions.
 mod conditions;
 // cost — what the pool costs.
@@ -93,9 +84,6 @@ pub(crate) mod roster;
 pub mod schedule;
 // ssm — the database URL in SSM Parameter Store.
 pub mod ssm;
-// ssm_tests — the parameter's name, and SSM's and IAM's refusals read.
-#[cfg(test)]
-mod ssm_tests;
 // starts — time to start: cold starts measured, by offering.
 pub(crate) mod starts;
 // tags — whose an instance is: the ownership tags.

@@ -19,13 +19,17 @@ use super::forecast::{self, Demand, Floors};
 use super::objective::{Bounds, Choice, History, Outlook, StartTimes};
 use super::plan::{Ec2Instance, Offering, Snapshot};
 
-use super::act::Actuator;
+use super::act::Launches;
+use super::budget::Budget;
 use super::cost::Cost;
-use super::ec2::TypeFacts;
+use super::ec2::{Ownership, TypeFacts};
+use super::holds::Holds;
 use super::listings::{Marks, Place, Want};
 use super::live::Live;
+use super::metrics::PoolMetrics;
 use super::pass_report::PoolError;
 use super::tags::{TAG_CLASS, TAG_NAMESPACE};
+use super::tuning::Tuning;
 use crate::crd::WarmPoolSpec;
 
 /// How often the forecast is made again from the database's history.
@@ -149,11 +153,21 @@ impl Seen {
     }
 }
 
-/// One pass's observer: what it keeps ([`Seen`]), the act step's world and
-/// what it launched, and what the pass reads of the loop.
+/// One pass's observer: the world the loop lends it, what it keeps
+/// ([`Seen`]), and what it reads of the loop and of the act step's
+/// lessons (the launches, whose fate it learns; the capacity holds; the
+/// class's book).
 pub(super) struct Observer<'a> {
+    pub(super) world: &'a mut Live,
+    /// `namespace/name`.
+    pub(super) pool: &'a str,
+    pub(super) owner: &'a Ownership,
+    pub(super) tuning: &'a Tuning,
+    pub(super) metrics: Option<&'a PoolMetrics>,
+    pub(super) launches: &'a mut Launches,
+    pub(super) holds: &'a Holds,
+    pub(super) budget: Option<&'a Budget>,
     pub(super) seen: &'a mut Seen,
-    pub(super) act: &'a mut Actuator<Live>,
     pub(super) cost: &'a mut Cost,
     pub(super) spec: &'a WarmPoolSpec,
     pub(super) place: &'a Arc<Place>,
@@ -203,7 +217,6 @@ impl Observer<'_> {
         // database's clock by the time between them, counted from after the
         // read: never later than it was.
         let clock = self
-            .act
             .world
             .read(async |db| orca_db::pool::clock(db).await)
             .await?;
@@ -211,17 +224,15 @@ impl Observer<'_> {
         let (asked, instances) = self.list(after).await?;
         let reused = asked < read;
         let listed = clock - read.saturating_duration_since(asked).as_secs_f64();
-        let pool = self.act.pool.clone();
+        let pool = self.pool.to_string();
         let count_uses = self.spec.max_uses > 0;
         let live = self
-            .act
             .world
             .read(async |db| orca_db::pool::live_rows(db, &pool, count_uses).await)
             .await?;
         // Present, or launched by this loop and not listed yet, without a
         // live row: had it rows once?
         let unlisted = self
-            .act
             .launches
             .ours
             .keys()
@@ -235,13 +246,11 @@ impl Observer<'_> {
             .cloned()
             .collect();
         let known = self
-            .act
             .world
             .read(async |db| orca_db::pool::known(db, &without).await)
             .await?;
         let stale = self.run_stale;
         let checks = self
-            .act
             .world
             .read(async |db| orca_db::pool::check_rows(db, &pool, listed, stale).await)
             .await?;
@@ -257,28 +266,24 @@ impl Observer<'_> {
         }
         self.seen.hung_since = hung_since;
         let demand = self
-            .act
             .world
             .read(async |db| orca_db::pool::open_demand(db, &pool).await)
             .await?;
         self.count_hand_outs(listed, &instances).await?;
         // An id stays ours while EC2 lists it, or briefly before it does.
-        self.act.launches.ours.retain(|id, at| {
+        self.launches.ours.retain(|id, at| {
             instances
                 .iter()
                 .any(|i| &i.id == id && i.state.is_present())
                 || at.elapsed() < Duration::from_secs(300)
         });
-        let ours = &self.act.launches.ours;
-        self.act
-            .launches
-            .times
-            .retain(|id, _| ours.contains_key(id));
+        let ours = &self.launches.ours;
+        self.launches.times.retain(|id, _| ours.contains_key(id));
         let snap = Snapshot {
             instances,
             rows: live,
             known,
-            ours: self.act.launches.ours.keys().cloned().collect(),
+            ours: self.launches.ours.keys().cloned().collect(),
             demand,
             deleting: None,
             made_before_listing,
@@ -300,14 +305,13 @@ impl Observer<'_> {
         listed: f64,
         instances: &[Ec2Instance],
     ) -> Result<(), PoolError> {
-        let pool = self.act.pool.clone();
+        let pool = self.pool.to_string();
         let first = self.cost.handed_mark.is_none();
         let after = self
             .cost
             .handed_mark
             .unwrap_or(listed - super::starts::WINDOW_SECS);
         let outs = self
-            .act
             .world
             .read(async |db| orca_db::pool::hand_outs_since(db, &pool, after).await)
             .await?;
@@ -315,8 +319,8 @@ impl Observer<'_> {
         let mut served = orca_db::pool::Served::default();
         for h in outs.iter().filter(|h| !first || h.at > listed - 60.0) {
             served.add(h.source);
-            if let Some(m) = &self.act.metrics {
-                m.time_to_start(&self.act.pool, h.source, h.waited);
+            if let Some(m) = &self.metrics {
+                m.time_to_start(self.pool, h.source, h.waited);
             }
         }
         self.cost.starts.add(&outs, listed);
@@ -324,8 +328,8 @@ impl Observer<'_> {
         // yet: each pass places what its listing shows.
         self.cost.starts.place(instances);
         self.cost.add_served(served);
-        if let Some(m) = &self.act.metrics {
-            m.served(&self.act.pool, served);
+        if let Some(m) = &self.metrics {
+            m.served(self.pool, served);
         }
         Ok(())
     }
@@ -341,18 +345,18 @@ impl Observer<'_> {
             return Ok(None);
         };
         if let Some((at, version)) = &self.seen.resolved_template {
-            if at.elapsed() < self.act.tuning.template_every {
+            if at.elapsed() < self.tuning.template_every {
                 return Ok(Some(version.clone()));
             }
         }
-        match self.act.world.ec2.template_version(template).await {
+        match self.world.ec2.template_version(template).await {
             Ok(version) => {
                 self.seen.resolved_template = Some((Instant::now(), version.clone()));
                 Ok(Some(version))
             }
-            Err(e @ super::ec2::Ec2Error::Fenced { .. }) => Err(self.act.ec2_error(e)),
+            Err(e @ super::ec2::Ec2Error::Fenced { .. }) => Err(PoolError::ec2(self.pool, e)),
             Err(e) => {
-                tracing::warn!(pool = %self.act.pool, error = %e,
+                tracing::warn!(pool = %self.pool, error = %e,
                     "the launch template's version could not be resolved");
                 Ok(self.seen.resolved_template.as_ref().map(|(_, v)| v.clone()))
             }
@@ -373,17 +377,17 @@ impl Observer<'_> {
     ) -> Result<(Instant, Vec<Ec2Instance>), PoolError> {
         let want = Want {
             after,
-            within: self.act.tuning.listing_reuse,
+            within: self.tuning.listing_reuse,
             untagged: !self.seen.adopted,
         };
         let place = self.place.clone();
-        let ec2 = &self.act.world.ec2;
+        let ec2 = &self.world.ec2;
         let taken = place
-            .take(&self.act.owner, want, async |filter: &[(&str, &str)]| {
+            .take(self.owner, want, async |filter: &[(&str, &str)]| {
                 ec2.describe_tagged(filter).await
             })
             .await;
-        let (asked, group) = taken.map_err(|e| self.act.ec2_error(e))?;
+        let (asked, group) = taken.map_err(|e| PoolError::ec2(self.pool, e))?;
         let (mut instances, untagged) = (group.ours, group.untagged);
         self.mark(&group.marks).await?;
         if self.seen.adopted || untagged.is_empty() {
@@ -391,9 +395,8 @@ impl Observer<'_> {
             return Ok((asked, instances));
         }
         let ids: Vec<String> = untagged.iter().map(|i| i.id.clone()).collect();
-        let pool = self.act.pool.clone();
+        let pool = self.pool.to_string();
         let mut ours: Vec<String> = self
-            .act
             .world
             .read(async |db| orca_db::pool::had_rows(db, &pool, &ids).await)
             .await?
@@ -401,17 +404,17 @@ impl Observer<'_> {
             .collect();
         ours.sort();
         if ours.is_empty() {
-            tracing::info!(pool = %self.act.pool, instances = ?ids,
+            tracing::info!(pool = %self.pool, instances = ?ids,
                 "instances with this pool's tags but no cluster's and no row in its database: \
                  another cluster's, left alone");
         } else {
-            let tagged = self.act.world.ec2.tag_cluster(&ours, &self.act.owner).await;
-            tagged.map_err(|e| self.act.ec2_error(e))?;
+            let tagged = self.world.ec2.tag_cluster(&ours, self.owner).await;
+            tagged.map_err(|e| PoolError::ec2(self.pool, e))?;
             // A listing asked for before the tags (this one, kept for the
             // other passes) does not show them as the pool's: the next
             // pass lists anew, or it would launch as many again.
             self.seen.fresh_after = Some(Instant::now());
-            tracing::info!(pool = %self.act.pool, instances = ?ours, cluster = %self.act.owner.cluster, "adopted");
+            tracing::info!(pool = %self.pool, instances = ?ours, cluster = %self.owner.cluster, "adopted");
             instances.extend(untagged.into_iter().filter(|i| ours.contains(&i.id)));
             self.seen.just_adopted = ours;
         }
@@ -433,8 +436,8 @@ impl Observer<'_> {
         {
             return Ok(());
         }
-        let class = self.act.budget.as_ref().map(|b| b.class().to_string());
-        let owner = &self.act.owner;
+        let class = self.budget.map(|b| b.class().to_string());
+        let owner = self.owner;
         let wants = |m: &Marks| {
             let mut tags = Vec::new();
             if !m.namespace {
@@ -454,15 +457,17 @@ impl Observer<'_> {
         }
         for (tags, ids) in by_tags {
             let pairs: Vec<(&str, &str)> = tags.iter().map(|(k, v)| (*k, v.as_str())).collect();
-            match self.act.world.ec2.add_tags(&ids, &pairs).await {
+            match self.world.ec2.add_tags(&ids, &pairs).await {
                 Ok(()) => {
-                    tracing::info!(pool = %self.act.pool, instances = ?ids, tags = ?pairs,
+                    tracing::info!(pool = %self.pool, instances = ?ids, tags = ?pairs,
                         "tenancy tags added");
                     self.seen.marked.extend(ids);
                 }
-                Err(e @ super::ec2::Ec2Error::Fenced { .. }) => return Err(self.act.ec2_error(e)),
+                Err(e @ super::ec2::Ec2Error::Fenced { .. }) => {
+                    return Err(PoolError::ec2(self.pool, e))
+                }
                 Err(e) => {
-                    tracing::warn!(pool = %self.act.pool, instances = ?ids, error = %e,
+                    tracing::warn!(pool = %self.pool, instances = ?ids, error = %e,
                         "the tenancy tags could not be added; their class does not count them yet");
                     self.seen.mark_failed = Some(Instant::now());
                     return Ok(());
@@ -485,9 +490,8 @@ impl Observer<'_> {
                 return Ok(Some(f.clone()));
             }
         }
-        let pool = self.act.pool.clone();
+        let pool = self.pool.to_string();
         let counts = self
-            .act
             .world
             .read(async |db| {
                 orca_db::pool::demand_history(db, &pool, spec.lead_seconds, spec.weeks).await
@@ -600,7 +604,7 @@ impl Observer<'_> {
     /// The offering the next launch goes to: the spec's first without a
     /// capacity hold at `now`.
     fn next_offering(&self, now: DateTime<Utc>) -> Option<Offering> {
-        let held = self.act.holds.until();
+        let held = self.holds.until();
         super::instance::offerings(&self.spec.launch)
             .into_iter()
             .find(|o| held.get(o).is_none_or(|until| *until <= now))
@@ -616,12 +620,11 @@ impl Observer<'_> {
         slice: i64,
         now: DateTime<Utc>,
     ) -> Result<(), PoolError> {
-        let pool = self.act.pool.clone();
+        let pool = self.pool.to_string();
         let due = |at: Option<&Instant>, every: Duration| at.is_none_or(|a| a.elapsed() >= every);
         let reading = &self.seen.history;
         if due(reading.history.as_ref().map(|h| &h.at), FORECAST_EVERY) {
             let counts = self
-                .act
                 .world
                 .read(async |db| {
                     orca_db::pool::demand_history(db, &pool, slice, OBJECTIVE_WEEKS).await
@@ -641,7 +644,6 @@ impl Observer<'_> {
         }
         if due(self.seen.history.day.as_ref().map(|d| &d.0), DAY_EVERY) {
             let day = self
-                .act
                 .world
                 .read(async |db| orca_db::pool::attainment(db, &pool, target, 24).await)
                 .await?;
@@ -666,16 +668,18 @@ impl Observer<'_> {
         if unknown.is_empty() {
             return Ok(());
         }
-        match self.act.world.ec2.describe_types(&unknown).await {
+        match self.world.ec2.describe_types(&unknown).await {
             Ok(facts) => {
                 for f in facts {
                     self.seen.types.insert(f.name.clone(), f);
                 }
             }
-            Err(e @ super::ec2::Ec2Error::Fenced { .. }) => return Err(self.act.ec2_error(e)),
+            Err(e @ super::ec2::Ec2Error::Fenced { .. }) => {
+                return Err(PoolError::ec2(self.pool, e))
+            }
             // Not known: no launch of those types under a vCPU limit, and
             // no architecture check, until a pass learns them.
-            Err(e) => tracing::warn!(pool = %self.act.pool, error = %e,
+            Err(e) => tracing::warn!(pool = %self.pool, error = %e,
                 "the pool's instance types could not be described"),
         }
         Ok(())

@@ -118,7 +118,7 @@ impl PoolLoop {
             Some(d) => self.announce_deletion(&decided, d, &mut report),
             None => {
                 self.act
-                    .count_boot_failures(&decided, &snap, now, &mut report)
+                    .count_boot_failures(&mut self.world, &decided, &snap, now, &mut report)
                     .await?
             }
         }
@@ -132,7 +132,16 @@ impl PoolLoop {
         // After acting, so that asking never delays what the pass does.
         if deletion.is_none() {
             let version = snap.template_version.as_deref();
-            super::preflight_pool::ask(&mut self.act, spec, &snap, version, now, &mut report).await;
+            super::preflight_pool::ask(
+                &mut self.world,
+                &mut self.act,
+                spec,
+                &snap,
+                version,
+                now,
+                &mut report,
+            )
+            .await;
         }
         self.act.boot.ended_by_loop(&report.terminated);
         report.instances = super::roster::roster(spec, &snap, &decided, &self.act.launches.times);
@@ -180,9 +189,11 @@ impl PoolLoop {
         if let Some(l) = &acting {
             l.acting(&self.act.pool, false);
         }
-        let stayed = self.act.retire(plan, report).await?;
-        self.act.reserve(orders, report).await?;
-        self.act.launch(orders, stayed, report).await?;
+        let stayed = self.act.retire(&mut self.world, plan, report).await?;
+        self.act.reserve(&mut self.world, orders, report).await?;
+        self.act
+            .launch(&mut self.world, orders, stayed, report)
+            .await?;
         if changes {
             self.seen.fresh_after = Some(Instant::now());
         }
@@ -197,8 +208,15 @@ impl PoolLoop {
         Observer {
             deleting: self.deletion.borrow().is_some(),
             run_stale: self.run_stale.unwrap_or(self.act.tuning.stale),
+            world: &mut self.world,
+            pool: &self.act.pool,
+            owner: &self.act.owner,
+            tuning: &self.act.tuning,
+            metrics: self.act.metrics.as_ref(),
+            launches: &mut self.act.launches,
+            holds: &self.act.holds,
+            budget: self.act.budget.as_ref(),
             seen: &mut self.seen,
-            act: &mut self.act,
             cost: &mut self.cost,
             spec: &self.spec,
             place: &self.place,
@@ -582,7 +600,7 @@ impl PoolLoop {
     pub(super) async fn wake(&mut self, wait: Duration) {
         let deadline = tokio::time::Instant::now() + wait;
         let pool = self.act.pool.clone();
-        let Some(db) = self.act.world.db.as_mut() else {
+        let Some(db) = self.world.db.as_mut() else {
             tokio::time::sleep(wait.min(Duration::from_secs(1))).await;
             return;
         };
@@ -590,7 +608,7 @@ impl PoolLoop {
             match tokio::time::timeout_at(deadline, db.notification()).await {
                 Err(_) => return,
                 Ok(None) => {
-                    self.act.world.db = None;
+                    self.world.db = None;
                     return;
                 }
                 Ok(Some(n)) if n.payload() == pool => {

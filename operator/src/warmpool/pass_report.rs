@@ -213,6 +213,15 @@ pub enum PoolError {
 }
 
 impl PoolError {
+    /// An EC2 call of pool `pool` failed (fenced or not: see
+    /// [`crate::fence::MaybeFenced`]).
+    pub(super) fn ec2(pool: &str, source: Ec2Error) -> PoolError {
+        PoolError::Ec2 {
+            pool: pool.to_string(),
+            source,
+        }
+    }
+
     /// The `Degraded` reason of a pass that failed with this:
     /// [`UNAUTHORIZED`] for a call the credentials may not make, else
     /// `PassFailed`.

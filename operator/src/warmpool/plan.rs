@@ -903,4 +903,4 @@ fn plan_deletion(
 
 #[cfg(test)]
 #[path = "plan_tests/mod.rs"]
-pub(super) mod tests;
+mod tests;

@@ -62,13 +62,15 @@ fn nonce() -> String {
 }
 
 /// The controller of one WarmPool, acting on `W`: the [`Live`] world, or
-/// a table of answers in the act step's tests. What it keeps between
-/// passes is in three owners: the act step's (`Actuator`: the world and
+/// a table of answers in the act step's tests. The loop owns the world and
+/// lends it to each stage of a pass: its observer and its act step. What
+/// it keeps between passes is in three owners: the act step's (`Actuator`:
 /// what its calls teach), the observer's (`Seen`), and the loop's own
 /// below (the spec, what the status says, the cost).
 pub struct PoolLoop<W = Live> {
+    pub(super) world: W,
     pub(super) spec: WarmPoolSpec,
-    pub(super) act: Actuator<W>,
+    pub(super) act: Actuator,
     pub(super) seen: Seen,
     pub(super) backoff: Backoff,
     /// Instance-seconds and runs served so far, and when they were last
@@ -109,9 +111,9 @@ impl<W> PoolLoop<W> {
         let launch_id = own_launch_id(&pool);
         PoolLoop {
             backoff: Backoff::new(tuning.backoff_base, tuning.backoff_cap),
+            world,
             act: Actuator {
                 pool,
-                world,
                 owner,
                 url: SecretUrl(database_url.to_string()),
                 tuning,
@@ -262,9 +264,9 @@ impl PoolLoop {
     /// No `LISTEN` on the loop's connection: whoever drives its passes
     /// listens for it (the Kubernetes mode, one connection per database).
     pub fn not_listening(mut self) -> Self {
-        let url = self.act.world.reconnect.url().clone();
+        let url = self.world.reconnect.url().clone();
         let name = self.act.tuning.application_name("pool");
-        self.act.world.reconnect = Reconnect::new(url, ConnectOptions::named(&name));
+        self.world.reconnect = Reconnect::new(url, ConnectOptions::named(&name));
         self
     }
 
@@ -273,14 +275,14 @@ impl PoolLoop {
     /// rather than a connection of its own; nothing listens on it (the
     /// controller listens, one connection per database).
     pub fn sharing(mut self, connections: &Arc<Connections>) -> Self {
-        let url = self.act.world.reconnect.url().clone();
-        self.act.world.shared = Some(Shared::new(
+        let url = self.world.reconnect.url().clone();
+        self.world.shared = Some(Shared::new(
             connections.clone(),
             &self.act.pool,
             &self.act.url.0,
             url,
         ));
-        self.act.world.db = None;
+        self.world.db = None;
         self
     }
 
@@ -288,8 +290,8 @@ impl PoolLoop {
     /// principal) rather than the default chain's client for the spec's
     /// region and endpoint, until a spec moves the pool to another.
     pub fn with_ec2(mut self, ec2: Ec2) -> Self {
-        self.act.world.credentials = ec2.credentials();
-        self.act.world.ec2 = ec2.behind(self.act.world.fence.clone());
+        self.world.credentials = ec2.credentials();
+        self.world.ec2 = ec2.behind(self.world.fence.clone());
         // Its credentials are its own: so are its listings.
         self.listings = None;
         self.place = Place::own();
@@ -301,7 +303,7 @@ impl PoolLoop {
     /// `DescribeInstances` for all of them, each pass taking one that is
     /// new enough for it.
     pub fn with_listings(mut self, listings: &Listings) -> Self {
-        self.place = listings.place(&self.act.world.ec2_config, &self.act.owner);
+        self.place = listings.place(&self.world.ec2_config, &self.act.owner);
         self.seen.fresh_after = Some(listings.floor(&self.act.pool));
         self.listings = Some(listings.clone());
         self
@@ -338,9 +340,9 @@ impl PoolLoop {
     pub async fn set_spec(&mut self, spec: WarmPoolSpec) {
         self.seen.fresh_after = Some(Instant::now());
         let cfg = Ec2Config::new(&spec.region, spec.endpoint.as_deref());
-        if cfg != self.act.world.ec2_config {
-            self.act.world.ec2 = Ec2::new(&cfg, self.act.world.fence.clone()).await;
-            self.act.world.ec2_config = cfg;
+        if cfg != self.world.ec2_config {
+            self.world.ec2 = Ec2::new(&cfg, self.world.fence.clone()).await;
+            self.world.ec2_config = cfg;
         }
         let (ns, name) = self
             .act
@@ -355,7 +357,7 @@ impl PoolLoop {
             &self.act.tuning.cluster,
         );
         if let Some(listings) = &self.listings {
-            self.place = listings.place(&self.act.world.ec2_config, &self.act.owner);
+            self.place = listings.place(&self.world.ec2_config, &self.act.owner);
         }
         if spec.launch.launch_template != self.spec.launch.launch_template {
             self.seen.resolved_template = None;

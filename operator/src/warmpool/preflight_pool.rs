@@ -30,8 +30,9 @@ const ASK_AGAIN: chrono::Duration = chrono::Duration::seconds(60);
 /// changes: an editor cannot spend the account's EC2 request budget by
 /// editing. (The SSM calls are not asked here: each pass writes the
 /// database URL's parameter and says a refusal then.)
-pub(super) async fn ask<W: World>(
-    act: &mut Actuator<W>,
+pub(super) async fn ask(
+    world: &mut impl World,
+    act: &mut Actuator,
     spec: &WarmPoolSpec,
     snap: &Snapshot,
     template_version: Option<&str>,
@@ -80,7 +81,7 @@ pub(super) async fn ask<W: World>(
         },
         describes: None,
     };
-    let checks = act.world.preflight(&probe).await;
+    let checks = world.preflight(&probe).await;
     for c in &checks {
         act.denials.note(c.action, &c.outcome);
     }

@@ -4,10 +4,6 @@
 
 use std::collections::BTreeMap;
 
-use chrono::{DateTime, Utc};
-
-use crate::crd::WarmPoolSpec;
-
 use super::{
     act::{Actuator, Call, Orders},
     ec2::Ec2Error,
@@ -34,7 +30,7 @@ fn parted<'a>(
     (done, failed)
 }
 
-impl<W: World> Actuator<W> {
+impl Actuator {
     /// The stopped reserve: starts the reserve instances the plan starts
     /// (their rows marked woken first, put back if EC2 refuses), then takes
     /// idle rows into the reserve race-free and stops the instances of those
@@ -44,19 +40,18 @@ impl<W: World> Actuator<W> {
     /// to stop or start for good is retired ([`Self::retire_reserved`]).
     pub(super) async fn reserve(
         &mut self,
+        world: &mut impl World,
         orders: Orders<'_>,
         report: &mut PassReport,
     ) -> Result<(), PoolError> {
-        let Orders {
-            spec, plan, now, ..
-        } = orders;
+        let plan = orders.plan;
         let mut by_offering: BTreeMap<&Offering, Vec<&WithRow>> = BTreeMap::new();
         for s in &plan.starts {
             by_offering.entry(&s.offering).or_default().push(s);
         }
         for (offering, starts) in by_offering {
             let rows: Vec<i64> = starts.iter().map(|s| s.row).collect();
-            let woken = self.world.wake_rows(&rows).await?;
+            let woken = world.wake_rows(&rows).await?;
             let starts: Vec<&WithRow> = starts
                 .into_iter()
                 .filter(|s| woken.contains(&s.row))
@@ -66,7 +61,7 @@ impl<W: World> Actuator<W> {
             }
             let ids: Vec<String> = starts.iter().map(|s| s.instance.clone()).collect();
             match self
-                .each_alone_if_refused(Call::Start(offering), &ids)
+                .each_alone_if_refused(world, Call::Start(offering), &ids)
                 .await
             {
                 Ok(refused) => {
@@ -85,19 +80,19 @@ impl<W: World> Actuator<W> {
                         report.started.extend(started);
                     }
                     for (start, e) in refused {
-                        self.start_failed(spec, offering, &[start], e, now, report)
+                        self.start_failed(world, orders, offering, &[start], e, report)
                             .await?;
                     }
                 }
                 Err(e @ Ec2Error::Fenced { .. }) => return Err(self.ec2_error(e)),
                 Err(e) => {
-                    self.start_failed(spec, offering, &starts, e, now, report)
+                    self.start_failed(world, orders, offering, &starts, e, report)
                         .await?
                 }
             }
         }
         let rows: Vec<i64> = plan.stops.iter().map(|s| s.row).collect();
-        let taken = self.world.reserve_idle_rows(&rows).await?;
+        let taken = world.reserve_idle_rows(&rows).await?;
         let stopping: Vec<&WithRow> = plan
             .stops
             .iter()
@@ -108,7 +103,7 @@ impl<W: World> Actuator<W> {
         if ids.is_empty() {
             return Ok(());
         }
-        match self.each_alone_if_refused(Call::Stop, &ids).await {
+        match self.each_alone_if_refused(world, Call::Stop, &ids).await {
             Ok(refused) => {
                 let (stopped, refused) = parted(&stopping, refused);
                 if !stopped.is_empty() {
@@ -125,11 +120,11 @@ impl<W: World> Actuator<W> {
                     ));
                 }
                 for (stop, e) in refused {
-                    self.stop_failed(&[stop], e, report).await?;
+                    self.stop_failed(world, &[stop], e, report).await?;
                 }
             }
             Err(e @ Ec2Error::Fenced { .. }) => return Err(self.ec2_error(e)),
-            Err(e) => self.stop_failed(&stopping, e, report).await?,
+            Err(e) => self.stop_failed(world, &stopping, e, report).await?,
         }
         Ok(())
     }
@@ -140,20 +135,21 @@ impl<W: World> Actuator<W> {
     /// the next pass, and a capacity error holds the offering.
     async fn start_failed(
         &mut self,
-        spec: &WarmPoolSpec,
+        world: &mut impl World,
+        orders: Orders<'_>,
         offering: &Offering,
         starts: &[&WithRow],
         e: Ec2Error,
-        now: DateTime<Utc>,
         report: &mut PassReport,
     ) -> Result<(), PoolError> {
+        let Orders { spec, now, .. } = orders;
         if matches!(e, Ec2Error::Refused { .. } | Ec2Error::Denied { .. }) {
             return self
-                .retire_reserved("StartFailed", &e, starts, report)
+                .retire_reserved(world, "StartFailed", &e, starts, report)
                 .await;
         }
         let rows: Vec<i64> = starts.iter().map(|s| s.row).collect();
-        self.world.unwake_rows(&rows).await?;
+        world.unwake_rows(&rows).await?;
         if let Ec2Error::Capacity { code, .. } = &e {
             self.hold(spec, offering, code, now);
         }
@@ -173,13 +169,14 @@ impl<W: World> Actuator<W> {
     /// `Degraded` until the policy allows the stop.
     async fn stop_failed(
         &mut self,
+        world: &mut impl World,
         stopping: &[&WithRow],
         e: Ec2Error,
         report: &mut PassReport,
     ) -> Result<(), PoolError> {
         if matches!(e, Ec2Error::Refused { .. }) {
             return self
-                .retire_reserved("StopFailed", &e, stopping, report)
+                .retire_reserved(world, "StopFailed", &e, stopping, report)
                 .await;
         }
         report.throttled |= matches!(e, Ec2Error::Throttled { .. });
@@ -193,6 +190,7 @@ impl<W: World> Actuator<W> {
     /// terminated, as any retirement (`ReserveFailed`).
     async fn retire_reserved(
         &mut self,
+        world: &mut impl World,
         what: &'static str,
         error: &Ec2Error,
         items: &[&WithRow],
@@ -223,7 +221,7 @@ impl<W: World> Actuator<W> {
             ..PoolPlan::default()
         };
         let terminated = std::mem::take(&mut report.terminated);
-        self.retire(&plan, report).await?;
+        self.retire(world, &plan, report).await?;
         let mut all = terminated;
         all.append(&mut report.terminated);
         report.terminated = all;

@@ -105,7 +105,7 @@ mod tests {
     use chrono::{DateTime, Duration, Utc};
 
     use super::*;
-    use crate::warmpool::plan::tests::spec;
+    use crate::test_support::pool_spec as spec;
     use crate::warmpool::plan::{Ec2Instance, Offering, PoolRow};
 
     fn inst(id: &str, state: Ec2State, age_min: i64, launch: &str) -> Ec2Instance {

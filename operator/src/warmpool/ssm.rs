@@ -378,3 +378,7 @@ pub(super) fn xml_error(body: &[u8]) -> Option<(String, String)> {
     (!code.is_empty() && code.chars().all(|c| c.is_ascii_alphanumeric() || c == '.'))
         .then(|| (code, element("Message").unwrap_or_default()))
 }
+
+#[cfg(test)]
+#[path = "ssm_tests.rs"]
+mod tests;

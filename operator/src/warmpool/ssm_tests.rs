@@ -1,7 +1,7 @@
 //! The parameter's name, and a refusal read for its code whether SSM or
 //! IAM in front of it answered (JSON or XML).
 
-use super::ssm::*;
+use crate::warmpool::ssm::*;
 
 #[test]
 fn an_xml_refusal_is_read_for_its_code_and_message() {

@@ -129,7 +129,7 @@ mod tests {
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time as KubeTime;
 
     use super::*;
-    use crate::scheduler::k8s::pods::tests::scheduler;
+    use crate::test_support::scheduler;
 
     fn register() -> Register {
         Register {

@@ -307,62 +307,14 @@ fn pod_state(pod: &Pod, created: Time) -> PodState {
 }
 
 #[cfg(test)]
-pub(crate) mod tests {
+mod tests {
     use k8s_openapi::api::core::v1::{
         ContainerState, ContainerStateRunning, ContainerStateTerminated, ContainerStateWaiting,
-        PodSecurityContext, PodStatus, SecurityContext, Toleration,
+        PodStatus,
     };
 
     use super::*;
-    use crate::crd::{Database, PodTemplate};
-
-    pub(crate) fn scheduler() -> Scheduler {
-        let mut s = Scheduler::new(
-            "orca",
-            SchedulerSpec {
-                image: "orca:v2".into(),
-                command: vec!["orca".into(), "scheduler".into()],
-                args: vec!["--tick".into(), "1".into()],
-                env: vec![
-                    literal("ORCA_IMAGE", "spoofed"),
-                    literal("ORCA_DATABASE_URL", "postgres://u:hunter2@db/orca"),
-                    literal("TZ", "UTC"),
-                ],
-                resources: None,
-                database: Database::in_secret("orca-db", "url"),
-                overlap: true,
-                register: None,
-                handover: Default::default(),
-                pod_template: Some(PodTemplate {
-                    labels: [("team".to_string(), "data".to_string())].into(),
-                    annotations: [("note".to_string(), "hi".to_string())].into(),
-                    node_selector: [("pool".to_string(), "ops".to_string())].into(),
-                    tolerations: vec![Toleration {
-                        key: Some("ops".into()),
-                        operator: Some("Exists".into()),
-                        ..Default::default()
-                    }],
-                    affinity: None,
-                    service_account_name: Some("orca".into()),
-                    image_pull_secrets: vec![],
-                    security_context: Some(PodSecurityContext {
-                        run_as_non_root: Some(true),
-                        ..Default::default()
-                    }),
-                    container_security_context: Some(SecurityContext {
-                        allow_privilege_escalation: Some(false),
-                        ..Default::default()
-                    }),
-                    priority_class_name: Some("orca-critical".into()),
-                }),
-                paused: false,
-                maintenance_windows: vec![],
-            },
-        );
-        s.metadata.namespace = Some("jobs".into());
-        s.metadata.uid = Some("uid-1".into());
-        s
-    }
+    use crate::test_support::scheduler;
 
     #[test]
     fn the_pod_follows_the_image_contract() {

@@ -7,7 +7,8 @@ use std::collections::{BTreeMap, HashSet};
 use chrono::{DateTime, Duration, TimeZone, Utc};
 
 use super::*;
-use crate::crd::{IdleRange, Launch, OnDelete, WarmPoolSpec};
+use crate::crd::WarmPoolSpec;
+use crate::test_support::pool_spec as spec;
 use Check::{
     Batches, Busy, Ends, Fallback, Gone, Idle, Launches, Launching, Retired, Room, Starts,
     Terminating,
@@ -30,37 +31,6 @@ mod retirement;
 
 fn now() -> DateTime<Utc> {
     Utc.with_ymd_and_hms(2026, 1, 1, 12, 0, 0).unwrap()
-}
-
-pub(in crate::warmpool) fn spec(min: i32, max: i32, max_instances: i32) -> WarmPoolSpec {
-    WarmPoolSpec {
-        ssm_endpoint: None,
-        scheduler: "sched".into(),
-        class_ref: None,
-        region: "us-east-1".into(),
-        endpoint: None,
-        idle: IdleRange { min, max },
-        schedules: vec![],
-        forecast: None,
-        objective: None,
-        stopped: None,
-        max_instances,
-        idle_seconds: 600,
-        max_uses: 0,
-        boot_timeout_seconds: 300,
-        launch: Launch {
-            image_id: Some("ami-1".into()),
-            instance_types: vec!["t3.small".into(), "t3.medium".into()],
-            subnet_ids: vec!["subnet-a".into(), "subnet-b".into()],
-            run_command: "run".into(),
-            ..Launch::default()
-        },
-        paused: false,
-        on_delete: OnDelete::Terminate,
-        drain_timeout_seconds: 3600,
-        disruption: Default::default(),
-        maintenance_windows: vec![],
-    }
 }
 
 fn off(t: &str, s: &str) -> Offering {
