@@ -8,14 +8,13 @@
 //! one: the link resolves there.
 #![allow(rustdoc::private_intra_doc_links)]
 
-// backoff — back-off, one formula for the whole operator.
-pub(crate) mod backoff;
-// by_object — what a controller keeps of each object between its reconciles.
-pub(crate) mod by_object;
+// The pure core (crate orca-core), under the names the operator's modules
+// have always used.
+pub use orca_core::crd;
+pub(crate) use orca_core::{backoff, by_object, window};
+
 // connections — one connection per database, shared by a controller's users of it.
 pub(crate) mod connections;
-// crd — the custom resources, `orca.dev/v1alpha1` `Scheduler`, `WarmPool` and `WarmPoolClass`.
-pub mod crd;
 // fence — until when this replica may act; every client and loop takes one.
 pub mod fence;
 // iam_policy — the least IAM policies of one cluster (`orca-operator iam-policy`).
@@ -36,8 +35,6 @@ pub mod scheduler;
 pub(crate) mod spec_hash;
 // warmpool — the WarmPool: its plan, its pass over EC2 and the database, its Kubernetes stages.
 pub mod warmpool;
-// window — periods of the day and week, read and matched.
-pub(crate) mod window;
 // test_support — the fixtures the unit tests of several modules share.
 #[cfg(test)]
 pub(crate) mod test_support;

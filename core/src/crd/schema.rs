@@ -3,7 +3,7 @@
 //!
 //! `orca-operator crds` stamps each CRD with [`SCHEMA_ANNOTATION`], a hash
 //! of the CRD's spec as this build generates it. At start a replica reads
-//! the installed CRDs ([`crate::runtime::crd_check`]): the same stamp is the
+//! the installed CRDs (the operator's `runtime::crd_check`): the same stamp is the
 //! same schema; another stamp (or none, from before stamps) is compared
 //! field by field. CRDs that lack a field this build writes are *stale*:
 //! the API server would prune that field from every status the operator
