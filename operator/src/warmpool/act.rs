@@ -167,12 +167,6 @@ pub(super) struct Orders<'a> {
 }
 
 impl Actuator {
-    /// An EC2 call's failure as the pass's (fenced or not: see
-    /// [`crate::fence::MaybeFenced`]).
-    pub(super) fn ec2_error(&self, source: Ec2Error) -> PoolError {
-        PoolError::ec2(&self.pool, source)
-    }
-
     /// Boot time-outs in a row (`plan`'s `BootTimeout` retirements, none of
     /// this loop's instances reporting): past a few, a Warning, the pool
     /// `Degraded` (`BootFailing`, with the last one's console, scrubbed of
@@ -294,7 +288,7 @@ impl Actuator {
                 }
             }
             Ok(_) => {}
-            Err(e @ Ec2Error::Fenced { .. }) => return Err(self.ec2_error(e)),
+            Err(e @ Ec2Error::Fenced { .. }) => return Err(PoolError::ec2(&self.pool, e)),
             Err(e) => {
                 // Ended rows and claims stay: the next pass sees the instances
                 // without a live row (or with the claim) and tries again.
@@ -334,12 +328,11 @@ impl Actuator {
                 _ => None,
             })
             .collect();
-        let pool = self.pool.clone();
         let ended = world.end_idle_rows(&idle).await?;
         for r in &plan.retirements {
             let outcome = match r.end {
                 End::Idle(row) => ended.contains(&row).then_some(None),
-                End::Claim => world.claim(&r.instance, &pool).await?.map(Some),
+                End::Claim => world.claim(&r.instance, &self.pool).await?.map(Some),
                 End::Claimed(row) => Some(Some(row)),
                 End::Busy(row) => world.end_busy_row(row).await?.then_some(None),
                 End::Reserved(row) => world.claim_reserved(row).await?.map(Some),
@@ -347,7 +340,7 @@ impl Actuator {
             match outcome {
                 Some(claim) => going.push((r.instance.as_str(), r.reason, claim)),
                 None => {
-                    tracing::info!(pool = %pool, instance = %r.instance, reason = r.reason.as_str(),
+                    tracing::info!(pool = %self.pool, instance = %r.instance, reason = r.reason.as_str(),
                         "not retired: it was handed a run or its agent reported first");
                     report.events.push(PoolEvent::new(
                         "RetirementLost",
@@ -368,7 +361,7 @@ impl Actuator {
         if !plan.gone.is_empty() {
             let ended = world.end_rows_of_gone(&plan.gone).await?;
             if !ended.is_empty() {
-                tracing::info!(pool = %pool, rows = ?ended,
+                tracing::info!(pool = %self.pool, rows = ?ended,
                     "ended the rows of instances EC2 no longer runs");
             }
         }
@@ -523,7 +516,7 @@ impl Actuator {
                             at += 1;
                         }
                     }
-                    Err(e @ Ec2Error::Fenced { .. }) => return Err(self.ec2_error(e)),
+                    Err(e @ Ec2Error::Fenced { .. }) => return Err(PoolError::ec2(&self.pool, e)),
                     Err(e @ Ec2Error::Throttled { .. }) => {
                         report.throttled = true;
                         report

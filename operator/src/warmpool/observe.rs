@@ -224,11 +224,11 @@ impl Observer<'_> {
         let (asked, instances) = self.list(after).await?;
         let reused = asked < read;
         let listed = clock - read.saturating_duration_since(asked).as_secs_f64();
-        let pool = self.pool.to_string();
+        let pool = self.pool;
         let count_uses = self.spec.max_uses > 0;
         let live = self
             .world
-            .read(async |db| orca_db::pool::live_rows(db, &pool, count_uses).await)
+            .read(async |db| orca_db::pool::live_rows(db, pool, count_uses).await)
             .await?;
         // Present, or launched by this loop and not listed yet, without a
         // live row: had it rows once?
@@ -252,7 +252,7 @@ impl Observer<'_> {
         let stale = self.run_stale;
         let checks = self
             .world
-            .read(async |db| orca_db::pool::check_rows(db, &pool, listed, stale).await)
+            .read(async |db| orca_db::pool::check_rows(db, pool, listed, stale).await)
             .await?;
         let mut made_before_listing = HashMap::with_capacity(checks.len());
         let (mut hung, mut hung_since) = (HashMap::new(), HashMap::new());
@@ -267,7 +267,7 @@ impl Observer<'_> {
         self.seen.hung_since = hung_since;
         let demand = self
             .world
-            .read(async |db| orca_db::pool::open_demand(db, &pool).await)
+            .read(async |db| orca_db::pool::open_demand(db, pool).await)
             .await?;
         self.count_hand_outs(listed, &instances).await?;
         // An id stays ours while EC2 lists it, or briefly before it does.
@@ -305,7 +305,7 @@ impl Observer<'_> {
         listed: f64,
         instances: &[Ec2Instance],
     ) -> Result<(), PoolError> {
-        let pool = self.pool.to_string();
+        let pool = self.pool;
         let first = self.cost.handed_mark.is_none();
         let after = self
             .cost
@@ -313,7 +313,7 @@ impl Observer<'_> {
             .unwrap_or(listed - super::starts::WINDOW_SECS);
         let outs = self
             .world
-            .read(async |db| orca_db::pool::hand_outs_since(db, &pool, after).await)
+            .read(async |db| orca_db::pool::hand_outs_since(db, pool, after).await)
             .await?;
         self.cost.handed_mark = outs.last().map(|h| h.at).or(Some(after));
         let mut served = orca_db::pool::Served::default();
@@ -395,10 +395,10 @@ impl Observer<'_> {
             return Ok((asked, instances));
         }
         let ids: Vec<String> = untagged.iter().map(|i| i.id.clone()).collect();
-        let pool = self.pool.to_string();
+        let pool = self.pool;
         let mut ours: Vec<String> = self
             .world
-            .read(async |db| orca_db::pool::had_rows(db, &pool, &ids).await)
+            .read(async |db| orca_db::pool::had_rows(db, pool, &ids).await)
             .await?
             .into_iter()
             .collect();
@@ -490,11 +490,11 @@ impl Observer<'_> {
                 return Ok(Some(f.clone()));
             }
         }
-        let pool = self.pool.to_string();
+        let pool = self.pool;
         let counts = self
             .world
             .read(async |db| {
-                orca_db::pool::demand_history(db, &pool, spec.lead_seconds, spec.weeks).await
+                orca_db::pool::demand_history(db, pool, spec.lead_seconds, spec.weeks).await
             })
             .await?;
         let mut demand = Demand::new(spec.lead_seconds);
@@ -620,14 +620,14 @@ impl Observer<'_> {
         slice: i64,
         now: DateTime<Utc>,
     ) -> Result<(), PoolError> {
-        let pool = self.pool.to_string();
+        let pool = self.pool;
         let due = |at: Option<&Instant>, every: Duration| at.is_none_or(|a| a.elapsed() >= every);
         let reading = &self.seen.history;
         if due(reading.history.as_ref().map(|h| &h.at), FORECAST_EVERY) {
             let counts = self
                 .world
                 .read(async |db| {
-                    orca_db::pool::demand_history(db, &pool, slice, OBJECTIVE_WEEKS).await
+                    orca_db::pool::demand_history(db, pool, slice, OBJECTIVE_WEEKS).await
                 })
                 .await?;
             let h = History {
@@ -645,7 +645,7 @@ impl Observer<'_> {
         if due(self.seen.history.day.as_ref().map(|d| &d.0), DAY_EVERY) {
             let day = self
                 .world
-                .read(async |db| orca_db::pool::attainment(db, &pool, target, 24).await)
+                .read(async |db| orca_db::pool::attainment(db, pool, target, 24).await)
                 .await?;
             self.seen.history.day = Some((Instant::now(), day));
         }

@@ -84,7 +84,7 @@ impl Actuator {
                             .await?;
                     }
                 }
-                Err(e @ Ec2Error::Fenced { .. }) => return Err(self.ec2_error(e)),
+                Err(e @ Ec2Error::Fenced { .. }) => return Err(PoolError::ec2(&self.pool, e)),
                 Err(e) => {
                     self.start_failed(world, orders, offering, &starts, e, report)
                         .await?
@@ -123,7 +123,7 @@ impl Actuator {
                     self.stop_failed(world, &[stop], e, report).await?;
                 }
             }
-            Err(e @ Ec2Error::Fenced { .. }) => return Err(self.ec2_error(e)),
+            Err(e @ Ec2Error::Fenced { .. }) => return Err(PoolError::ec2(&self.pool, e)),
             Err(e) => self.stop_failed(world, &stopping, e, report).await?,
         }
         Ok(())
