@@ -98,7 +98,8 @@ fn secs(d: Duration) -> f64 {
 /// Hands one idle instance of `req.pool` to the run, in one transaction:
 /// locks a live idle row whose `polled` is within `fresh` and that carries
 /// no spot notice (its agent is leaving) (`for update skip locked`, so two
-/// hand-outs never wait on each other), ends it
+/// hand-outs never wait on each other while a row is free; then, none
+/// free, `for update`, waiting out a beat's lock), ends it
 /// (`ended_by='handout'`), inserts the run's row (`pooled`), and marks the
 /// run's open demand served. `None`: no idle instance.
 pub async fn hand_out(
@@ -114,19 +115,33 @@ pub async fn hand_out(
     let tx = db.transaction().await?;
     // The row lock serialises this with end_idle: whichever comes second
     // finds the row ended (the recheck of `for update` sees its commit).
-    let Some(idle) = tx
-        .query_opt(
+    // A free row first, so that two hand-outs never queue while one is
+    // free; none free, the rows locked for a moment are waited for: an
+    // agent's beat, the operator taking a row for the reserve, or another
+    // hand-out (whose row, once it commits, no longer matches). Skipping
+    // them would send the run to a cold launch with an instance idle.
+    let pick = |lock: &str| {
+        format!(
             "select id, instance from orca.instances
              where pool = $1 and ended is null and idle is not null
                and polled > now() - make_interval(secs => $2) and notice is null
              order by idle, id
              limit 1
-             for update skip locked",
-            &[&req.pool, &secs(fresh)],
+             {lock}"
         )
+    };
+    let args: [&(dyn ToSql + Sync); 2] = [&req.pool, &secs(fresh)];
+    let mut idle = tx
+        .query_opt(&pick("for update skip locked"), &args)
         .await
-        .map_err(wrap)?
-    else {
+        .map_err(wrap)?;
+    if idle.is_none() {
+        idle = tx
+            .query_opt(&pick("for update"), &args)
+            .await
+            .map_err(wrap)?;
+    }
+    let Some(idle) = idle else {
         return Ok(None);
     };
     let (old, instance): (i64, String) = (idle.get(0), idle.get(1));

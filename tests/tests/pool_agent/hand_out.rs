@@ -66,3 +66,38 @@ async fn hand_out_takes_only_fresh_idle_rows_and_serves_the_demand() {
     assert!(!pool::end_idle(&db, idle, "operator").await.unwrap());
     assert_eq!(pool::hand_out(&mut db, &req, FRESH).await.unwrap(), None);
 }
+
+/// An idle row locked a moment by its agent's beat (or by the operator
+/// reserving it) is still handed out: the run does not wait for a cold
+/// launch because the beat and the hand-out met.
+#[tokio::test]
+async fn a_hand_out_meeting_the_agents_beat_still_takes_the_instance() {
+    let url = pg::Cluster::shared().migrated_db().await;
+    let mut db = pg::connect(&url).await;
+    let mut beat = pg::connect(&url).await;
+    db.batch(
+        "insert into orca.instances (instance, pool, role, idle, polled)
+         values ('i-beating', 'ns/beat', 'warm', now(), now())",
+    )
+    .await
+    .unwrap();
+    // The beat's update, held open for 300 ms.
+    let tx = beat.transaction().await.unwrap();
+    tx.execute(
+        "update orca.instances set polled = now() where instance = 'i-beating'",
+        &[],
+    )
+    .await
+    .unwrap();
+    let commit = async {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        tx.commit().await.unwrap();
+    };
+    let req = request("ns/beat", 4, 0, "worker", "10.4.4.5:1", false);
+    let (handed, ()) = tokio::join!(pool::hand_out(&mut db, &req, FRESH), commit);
+    assert_eq!(
+        handed.unwrap().map(|h| h.instance).as_deref(),
+        Some("i-beating"),
+        "the hand-out that met the beat found no instance"
+    );
+}

@@ -110,6 +110,27 @@ impl Agent {
         }
     }
 
+    /// Waits for the agent to log ` idle`: false if it exited first.
+    async fn idle_within(&mut self, within: Duration) -> bool {
+        let deadline = Instant::now() + within;
+        loop {
+            if self.stderr().contains(" idle") {
+                return true;
+            }
+            if !self.is_running() {
+                // Its last lines may still be on their way.
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                return self.stderr().contains(" idle");
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the agent was not idle within {within:?}; stderr:\n{}",
+                self.stderr()
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+
     /// Waits for the exit: (code, stdout, stderr). Nothing it printed may
     /// hold the password.
     async fn exit_within(mut self, within: Duration) -> (i32, String, String) {
