@@ -585,35 +585,43 @@ async fn an_inline_pool_under_require_class_is_resized_and_paused_not_relaunched
         .release
         .upgrade(stage.cp, &["tenancy.requireClass=true"]);
     let alice = editor(&stage, &stage.ns, "alice").await;
-    let patch = |v: serde_json::Value| {
+    let patch_with = |v: serde_json::Value, params: PatchParams| {
         let alice = alice.clone();
         let ns = stage.ns.clone();
         async move {
             Api::<WarmPool>::namespaced(alice, &ns)
-                .patch("runners", &PatchParams::default(), &Patch::Merge(v))
+                .patch("runners", &params, &Patch::Merge(v))
                 .await
                 .map(|_| ())
                 .map_err(|e| e.to_string())
         }
     };
+    let patch = |v: serde_json::Value| patch_with(v, PatchParams::default());
+    let other_image = || serde_json::json!({"spec": {"launch": {"imageId": "ami-other"}}});
     // Once the role and the policy are in force: its image is the class's
     // to own, and stays as it was made.
     // The API server loads a new policy from its informer: seconds, or
-    // more on a busy 2-core machine.
-    let refused = eventually("the policy in force", Duration::from_secs(90), || async {
-        match patch(serde_json::json!({"spec": {"launch": {"imageId": "ami-other"}}})).await {
-            Err(e) if e.contains("may not change on a WarmPool without a class") => Ok(e),
+    // more on a busy 2-core machine. It is awaited with dry runs, which
+    // admission judges but which change nothing: a real change admitted
+    // before, then refused to be put back, would leave a spec that the
+    // next try no longer changes (and so no policy judges).
+    eventually("the policy in force", Duration::from_secs(90), || async {
+        match patch_with(other_image(), PatchParams::default().dry_run()).await {
+            Err(e) if e.contains("may not change on a WarmPool without a class") => Ok(()),
             Err(e) => Err(e),
-            Ok(()) => {
-                // Admitted before the policy was loaded: put it back.
-                let _ =
-                    patch(serde_json::json!({"spec": {"launch": {"imageId": warm::IMAGE}}})).await;
-                Err("admitted before the policy was in force".into())
-            }
+            Ok(()) => Err("admitted before the policy was in force".into()),
         }
     })
     .await;
+    let refused = patch(other_image())
+        .await
+        .expect_err("the image of a pool without a class is refused");
     assert!(refused.contains("spec.launch.imageId"), "{refused}");
+    let pool = Api::<WarmPool>::namespaced(stage.client.clone(), &stage.ns)
+        .get("runners")
+        .await
+        .unwrap();
+    assert_eq!(pool.spec.launch.image_id.as_deref(), Some(warm::IMAGE));
     for (what, change) in [
         (
             "resized",
