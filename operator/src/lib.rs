@@ -29,17 +29,10 @@ pub mod plugin;
 pub mod preflight;
 // runtime — what both controllers run on: shell, election, watches, status, endpoints.
 pub mod runtime;
-// scheduler — the Scheduler: its pure decision, its rows, its Kubernetes stages.
+// scheduler — the Scheduler: its rows, its commands, its Kubernetes stages (its decision is the core's).
 pub mod scheduler;
-// spec_hash — the hashes that name what a user wrote and must mean the same across releases.
-pub(crate) mod spec_hash;
-// warmpool — the WarmPool: its plan, its pass over EC2 and the database, its Kubernetes stages.
+// warmpool — the WarmPool: its pass over EC2 and the database, its Kubernetes stages (its plan is the core's).
 pub mod warmpool;
-// test_support — the fixtures the unit tests of several modules share.
+// test_support — the fixtures the unit tests of several modules share (the core's).
 #[cfg(test)]
-pub(crate) mod test_support;
-
-// tests — no object can stop the operator for the others: properties over both controllers.
-#[cfg(test)]
-#[path = "lib_tests.rs"]
-mod tests;
+pub(crate) use orca_core::test_support;

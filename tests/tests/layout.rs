@@ -1,9 +1,9 @@
-//! The operator's layout (docs/architecture.md#layout), held against its
-//! code: every file is on its folder's map (its `mod.rs`, one line a
-//! file); no two files of `operator/src` import each other, even through
-//! others; and the pure cores — the Scheduler's decision, the pool's plan
-//! and schedule — import no adapter: no Kubernetes client, database
-//! connection, EC2 client or runtime, and no module that holds one.
+//! The layout of the operator and its core (docs/architecture.md#layout),
+//! held against their code: every file is on its folder's map (its
+//! `mod.rs`, one line a file); no two files of a crate import each other,
+//! even through others; no layer imports one above it, nor one controller
+//! the other; and the core (`orca-core`: the Scheduler's decision, the
+//! pool's plan) depends on no client, runtime or driver, by Cargo's graph.
 //!
 //! Every path a file names that starts at `crate`, `super`, `self` or one
 //! of its own child modules — in a `use` or inline — is an import of the
@@ -17,20 +17,32 @@ use std::{
 
 use syn::visit::Visit;
 
-fn src() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../operator/src")
+/// The crates whose layout is held: the operator, and its core.
+const CRATES: [&str; 2] = ["operator", "core"];
+
+/// The sources of `krate` (a folder of the workspace).
+fn src(krate: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("..")
+        .join(krate)
+        .join("src")
 }
 
-/// Every `.rs` file under `dir`, relative to `src()`.
-fn files(dir: &Path, out: &mut Vec<PathBuf>) {
-    for entry in std::fs::read_dir(dir).expect("operator/src is readable") {
-        let path = entry.expect("a directory entry").path();
-        if path.is_dir() {
-            files(&path, out);
-        } else if path.extension().is_some_and(|e| e == "rs") {
-            out.push(path.strip_prefix(src()).unwrap().to_path_buf());
+/// Every `.rs` file of `krate`, relative to its `src`.
+fn all_files(krate: &str) -> Vec<PathBuf> {
+    fn walk(root: &Path, dir: &Path, out: &mut Vec<PathBuf>) {
+        for entry in std::fs::read_dir(dir).expect("the sources are readable") {
+            let path = entry.expect("a directory entry").path();
+            if path.is_dir() {
+                walk(root, &path, out);
+            } else if path.extension().is_some_and(|e| e == "rs") {
+                out.push(path.strip_prefix(root).unwrap().to_path_buf());
+            }
         }
     }
+    let mut out = Vec::new();
+    walk(&src(krate), &src(krate), &mut out);
+    out
 }
 
 /// The module path of a file: `warmpool/act.rs` → `[warmpool, act]`, `warmpool/mod.rs`
@@ -55,8 +67,10 @@ fn module_of(file: &Path) -> Vec<String> {
 struct Paths {
     /// Split into segments, for the imports.
     found: Vec<Vec<String>>,
-    /// Every path, whatever it starts at (for the adapters' crates).
-    all: Vec<String>,
+    /// The names its `use` items bring in from another crate (the
+    /// operator's `pub use orca_core::warmpool::{plan, ..}`): a path
+    /// through this file to one of them is not an import of this file.
+    external: BTreeSet<String>,
 }
 
 impl Paths {
@@ -67,8 +81,14 @@ impl Paths {
                 self.tree(prefix, &p.tree);
                 prefix.pop();
             }
-            syn::UseTree::Name(n) => self.path(prefix, Some(n.ident.to_string())),
-            syn::UseTree::Rename(r) => self.path(prefix, Some(r.ident.to_string())),
+            syn::UseTree::Name(n) => {
+                self.used(prefix, &n.ident);
+                self.path(prefix, Some(n.ident.to_string()));
+            }
+            syn::UseTree::Rename(r) => {
+                self.used(prefix, &r.rename);
+                self.path(prefix, Some(r.ident.to_string()));
+            }
             syn::UseTree::Glob(_) => self.path(prefix, None),
             syn::UseTree::Group(g) => {
                 for t in &g.items {
@@ -81,9 +101,18 @@ impl Paths {
     fn path(&mut self, prefix: &[String], last: Option<String>) {
         let mut p = prefix.to_vec();
         p.extend(last);
-        self.all.push(p.join("::"));
         if !p.is_empty() {
             self.found.push(p);
+        }
+    }
+
+    /// `name`, brought in by a `use` of `prefix`: from another crate
+    /// unless the path starts in this one.
+    fn used(&mut self, prefix: &[String], name: &syn::Ident) {
+        if let Some(first) = prefix.first() {
+            if !matches!(first.as_str(), "crate" | "self" | "super") {
+                self.external.insert(name.to_string());
+            }
         }
     }
 }
@@ -110,73 +139,88 @@ impl<'ast> Visit<'ast> for Paths {
     }
 }
 
-/// Each file, with the files it imports and every path it names.
-fn graph() -> BTreeMap<PathBuf, (BTreeSet<PathBuf>, Vec<String>)> {
-    let mut all = Vec::new();
-    files(&src(), &mut all);
+/// Each file of `krate`, with the files it imports.
+fn graph(krate: &str) -> BTreeMap<PathBuf, BTreeSet<PathBuf>> {
+    let all = all_files(krate);
     let by_module: BTreeMap<Vec<String>, PathBuf> =
         all.iter().map(|f| (module_of(f), f.clone())).collect();
-    let mut out = BTreeMap::new();
-    for file in &all {
-        let text = std::fs::read_to_string(src().join(file)).unwrap();
-        let ast = syn::parse_file(&text).unwrap_or_else(|e| panic!("{}: {e}", file.display()));
-        let mut paths = Paths::default();
-        paths.visit_file(&ast);
-        let here = module_of(file);
-        let mut imports = BTreeSet::new();
-        for p in &paths.found {
-            let mut at = here.clone();
-            let mut rest = p.as_slice();
-            match rest.first().map(String::as_str) {
-                Some("crate") => {
-                    at.clear();
-                    rest = &rest[1..];
-                }
-                Some("self") => rest = &rest[1..],
-                Some("super") => {}
-                // A child module of this file's, named as in `use child::X`
-                // (anything else is another crate, or a local name: a lone
-                // `start` is a function, not the module of that name).
-                Some(first) if rest.len() > 1 => {
-                    let mut child = here.clone();
-                    child.push(first.to_string());
-                    if !by_module.contains_key(&child) {
-                        continue;
-                    }
-                }
-                _ => continue,
-            }
-            while rest.first().map(String::as_str) == Some("super") {
-                at.pop();
-                rest = &rest[1..];
-            }
-            // The longest module the path names.
-            let mut target = at.clone();
-            let mut best = by_module.get(&target).cloned();
-            for seg in rest {
-                target.push(seg.clone());
-                match by_module.get(&target) {
-                    Some(f) => best = Some(f.clone()),
-                    None => break,
-                }
-            }
-            if let Some(f) = best.filter(|f| f != file) {
-                imports.insert(f);
-            }
+    let named: BTreeMap<&PathBuf, Paths> = all
+        .iter()
+        .map(|file| {
+            let text = std::fs::read_to_string(src(krate).join(file)).unwrap();
+            let ast = syn::parse_file(&text).unwrap_or_else(|e| panic!("{}: {e}", file.display()));
+            let mut paths = Paths::default();
+            paths.visit_file(&ast);
+            (file, paths)
+        })
+        .collect();
+    named
+        .iter()
+        .map(|(file, paths)| {
+            let imports = paths
+                .found
+                .iter()
+                .filter_map(|p| imported(&by_module, &named, file, p))
+                .collect();
+            ((*file).clone(), imports)
+        })
+        .collect()
+}
+
+/// The file of this crate that the path `p`, named in `file`, imports.
+fn imported(
+    by_module: &BTreeMap<Vec<String>, PathBuf>,
+    named: &BTreeMap<&PathBuf, Paths>,
+    file: &PathBuf,
+    p: &[String],
+) -> Option<PathBuf> {
+    let here = module_of(file);
+    let mut at = here.clone();
+    let mut rest = p;
+    match rest.first().map(String::as_str) {
+        Some("crate") => {
+            at.clear();
+            rest = &rest[1..];
         }
-        out.insert(file.clone(), (imports, paths.all));
+        Some("self") => rest = &rest[1..],
+        Some("super") => {}
+        // A child module of this file's, named as in `use child::X`
+        // (anything else is another crate, or a local name: a lone
+        // `start` is a function, not the module of that name).
+        Some(first) if rest.len() > 1 => {
+            let mut child = here.clone();
+            child.push(first.to_string());
+            by_module.get(&child)?;
+        }
+        _ => return None,
     }
-    out
+    while rest.first().map(String::as_str) == Some("super") {
+        at.pop();
+        rest = &rest[1..];
+    }
+    // The longest module the path names, unless what it names next is
+    // that module's from another crate.
+    let mut target = at;
+    let mut best = by_module.get(&target)?.clone();
+    for seg in rest {
+        target.push(seg.clone());
+        match by_module.get(&target) {
+            Some(f) => best = f.clone(),
+            None if named[&best].external.contains(seg) => return None,
+            None => break,
+        }
+    }
+    (&best != file).then_some(best)
 }
 
 /// The cycles: for each file on one, the path back to itself.
-fn cycles(g: &BTreeMap<PathBuf, (BTreeSet<PathBuf>, Vec<String>)>) -> Vec<Vec<PathBuf>> {
+fn cycles(g: &BTreeMap<PathBuf, BTreeSet<PathBuf>>) -> Vec<Vec<PathBuf>> {
     let mut found = Vec::new();
     for start in g.keys() {
         // A breadth-first walk from start's imports back to start.
         let mut from: BTreeMap<&PathBuf, &PathBuf> = BTreeMap::new();
-        let mut queue: std::collections::VecDeque<&PathBuf> = g[start].0.iter().collect();
-        for next in &g[start].0 {
+        let mut queue: std::collections::VecDeque<&PathBuf> = g[start].iter().collect();
+        for next in &g[start] {
             from.insert(next, start);
         }
         while let Some(at) = queue.pop_front() {
@@ -191,7 +235,7 @@ fn cycles(g: &BTreeMap<PathBuf, (BTreeSet<PathBuf>, Vec<String>)>) -> Vec<Vec<Pa
                 found.push(path);
                 break;
             }
-            for next in g.get(at).map(|(i, _)| i.iter()).into_iter().flatten() {
+            for next in g.get(at).map(|i| i.iter()).into_iter().flatten() {
                 if !from.contains_key(next) {
                     from.insert(next, at);
                     queue.push_back(next);
@@ -203,127 +247,21 @@ fn cycles(g: &BTreeMap<PathBuf, (BTreeSet<PathBuf>, Vec<String>)>) -> Vec<Vec<Pa
 }
 
 #[test]
-fn no_file_of_the_operator_imports_its_importer() {
-    let g = graph();
-    assert!(g.len() > 50, "read {} files of operator/src", g.len());
-    let found = cycles(&g);
-    let shown: Vec<String> = found
-        .iter()
-        .map(|c| {
+fn no_file_imports_its_importer() {
+    let mut shown = Vec::new();
+    for krate in CRATES {
+        let g = graph(krate);
+        assert!(g.len() > 30, "read {} files of {krate}/src", g.len());
+        for c in cycles(&g) {
             let names: Vec<String> = c.iter().map(|f| f.display().to_string()).collect();
-            format!("{} → back", names.join(" → "))
-        })
-        .collect();
+            shown.push(format!("{krate}: {} → back", names.join(" → ")));
+        }
+    }
     assert!(
-        found.is_empty(),
+        shown.is_empty(),
         "files importing their importers:\n{}",
         shown.join("\n")
     );
-}
-
-/// The pure cores: what decides, with no I/O of its own — every file of
-/// `scheduler/` but its Kubernetes stages, its rows and its commands (the
-/// Scheduler's decision and its tables), and these.
-const CORE: [&str; 14] = [
-    "warmpool/plan.rs",
-    "warmpool/objective.rs",
-    "warmpool/class.rs",
-    "warmpool/budget.rs",
-    "warmpool/schedule.rs",
-    "warmpool/drift.rs",
-    "warmpool/holds.rs",
-    "warmpool/instance.rs",
-    "warmpool/boot.rs",
-    "warmpool/forecast.rs",
-    "warmpool/starts.rs",
-    "warmpool/roster.rs",
-    "warmpool/drain.rs",
-    "spec_hash.rs",
-];
-
-/// The files of `scheduler/` that are not its pure decision.
-const SCHEDULER_ADAPTERS: [&str; 3] = [
-    "scheduler/k8s/",
-    "scheduler/rows.rs",
-    "scheduler/commands.rs",
-];
-
-/// What only an adapter may name: clients, connections, the runtime.
-const ADAPTER_PATHS: [&str; 9] = [
-    "kube",
-    "aws_sdk_ec2",
-    "aws_config",
-    "tokio_postgres",
-    "orca_db::Db",
-    "orca_db::connect",
-    "orca_db::pool::connect",
-    "tokio",
-    "reqwest",
-];
-
-/// The operator's own modules that hold one.
-const ADAPTER_FILES: [&str; 17] = [
-    "k8s/",
-    "runtime/",
-    "local/",
-    "scheduler/k8s/",
-    "scheduler/rows.rs",
-    "scheduler/commands.rs",
-    "warmpool/k8s/",
-    "warmpool/ec2.rs",
-    "warmpool/ssm.rs",
-    "warmpool/live.rs",
-    "warmpool/world.rs",
-    "warmpool/pool_loop.rs",
-    "warmpool/observe.rs",
-    "warmpool/pass.rs",
-    "warmpool/act.rs",
-    "warmpool/reserve.rs",
-    "warmpool/listings.rs",
-];
-
-#[test]
-fn the_cores_import_no_adapter() {
-    let g = graph();
-    for adapter in ADAPTER_FILES {
-        assert!(
-            g.keys()
-                .any(|f| f.starts_with(adapter.trim_end_matches('/'))),
-            "{adapter} is not in operator/src any more: update ADAPTER_FILES"
-        );
-    }
-    let mut wrong = Vec::new();
-    let decision: Vec<String> = g
-        .keys()
-        .map(|f| f.display().to_string())
-        .filter(|f| f.starts_with("scheduler/"))
-        .filter(|f| !SCHEDULER_ADAPTERS.iter().any(|a| f.starts_with(a)))
-        .collect();
-    assert!(decision.len() > 5, "scheduler/ read: {decision:?}");
-    for core in CORE
-        .iter()
-        .copied()
-        .chain(decision.iter().map(String::as_str))
-    {
-        let (imports, paths) = g
-            .get(Path::new(core))
-            .unwrap_or_else(|| panic!("{core} is not in operator/src any more: update CORE"));
-        for p in paths {
-            if ADAPTER_PATHS
-                .iter()
-                .any(|a| p == a || p.starts_with(&format!("{a}::")))
-            {
-                wrong.push(format!("{core} names {p}"));
-            }
-        }
-        for f in imports {
-            let f = f.display().to_string();
-            if ADAPTER_FILES.iter().any(|a| f.starts_with(a)) {
-                wrong.push(format!("{core} imports {f}"));
-            }
-        }
-    }
-    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
 }
 
 /// The layers, bottom up: the runtime both controllers run on, each
@@ -332,7 +270,16 @@ fn the_cores_import_no_adapter() {
 /// a change to one controller never reaches into the other or the runtime.
 #[test]
 fn no_file_imports_a_layer_above_its_own_or_the_other_controller() {
-    let g = graph();
+    let mut wrong = Vec::new();
+    for krate in CRATES {
+        layers_of(krate, &mut wrong);
+    }
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+}
+
+/// What of `krate` imports a layer above its own, into `wrong`.
+fn layers_of(krate: &str, wrong: &mut Vec<String>) {
+    let g = graph(krate);
     let may_not: [(&str, &[&str]); 3] = [
         (
             "runtime",
@@ -341,32 +288,35 @@ fn no_file_imports_a_layer_above_its_own_or_the_other_controller() {
         ("scheduler", &["warmpool", "k8s", "local", "plugin"]),
         ("warmpool", &["scheduler", "k8s", "local", "plugin"]),
     ];
-    let mut wrong = Vec::new();
-    for (file, (imports, _)) in &g {
+    for (file, imports) in &g {
         for (layer, above) in may_not {
             if !file.starts_with(layer) {
                 continue;
             }
             for f in imports {
                 if above.iter().any(|a| f.starts_with(a)) {
-                    wrong.push(format!("{} imports {}", file.display(), f.display()));
+                    wrong.push(format!(
+                        "{krate}: {} imports {}",
+                        file.display(),
+                        f.display()
+                    ));
                 }
             }
         }
     }
-    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
 }
 
 /// One convention for unit tests: a module's tests are its child `tests`
-/// (see `operator/src/test_support.rs`), and what several modules' tests
+/// (see the core's `test_support.rs`), and what several modules' tests
 /// share is in `test_support`, not borrowed from another module's tests.
 #[test]
 fn every_test_module_is_its_modules_tests() {
     let mut wrong = Vec::new();
-    let mut all = Vec::new();
-    files(&src(), &mut all);
-    for file in all {
-        let text = std::fs::read_to_string(src().join(&file)).unwrap();
+    let all = CRATES
+        .iter()
+        .flat_map(|k| all_files(k).into_iter().map(move |f| (k, f)));
+    for (krate, file) in all {
+        let text = std::fs::read_to_string(src(krate).join(&file)).unwrap();
         let file = file.display().to_string();
         let ast = syn::parse_file(&text).unwrap_or_else(|e| panic!("{file}: {e}"));
         for item in &ast.items {
@@ -492,18 +442,18 @@ fn every_public_item_is_documented() {
             }
         }
     }
-    let mut all = Vec::new();
-    files(&src(), &mut all);
     let mut missing = Vec::new();
-    for file in &all {
-        let text = std::fs::read_to_string(src().join(file)).unwrap();
-        let ast = syn::parse_file(&text).unwrap();
-        let mut m = Missing {
-            file,
-            found: Vec::new(),
-        };
-        m.visit_file(&ast);
-        missing.extend(m.found);
+    for krate in CRATES {
+        for file in &all_files(krate) {
+            let text = std::fs::read_to_string(src(krate).join(file)).unwrap();
+            let ast = syn::parse_file(&text).unwrap();
+            let mut m = Missing {
+                file,
+                found: Vec::new(),
+            };
+            m.visit_file(&ast);
+            missing.extend(m.found.into_iter().map(|f| format!("{krate}: {f}")));
+        }
     }
     assert!(
         missing.is_empty(),
@@ -516,16 +466,17 @@ fn every_public_item_is_documented() {
 /// Each file of the operator but its tests (test files are tables and may
 /// grow), by name, with its text.
 fn code() -> Vec<(String, String)> {
-    let mut all = Vec::new();
-    files(&src(), &mut all);
-    all.iter()
-        .map(|file| (file.display().to_string(), file))
-        .filter(|(name, _)| !name.contains("tests"))
-        .map(|(name, file)| {
-            let text = std::fs::read_to_string(src().join(file)).unwrap();
-            (name, text)
-        })
-        .collect()
+    let mut out = Vec::new();
+    for krate in CRATES {
+        for file in all_files(krate) {
+            let name = file.display().to_string();
+            if !name.contains("tests") {
+                let text = std::fs::read_to_string(src(krate).join(&file)).unwrap();
+                out.push((format!("{krate}/src/{name}"), text));
+            }
+        }
+    }
+    out
 }
 
 /// Each folder's `mod.rs` (and `lib.rs` for the crate's root) is its
@@ -534,9 +485,20 @@ fn code() -> Vec<(String, String)> {
 /// says what it holds — the line a newcomer reads to find their file.
 #[test]
 fn every_file_is_on_its_folders_map() {
-    let mut all = Vec::new();
-    files(&src(), &mut all);
     let mut wrong = Vec::new();
+    for krate in CRATES {
+        maps_of(krate, &mut wrong);
+    }
+    assert!(
+        wrong.is_empty(),
+        "not on their folder's map:\n{}",
+        wrong.join("\n")
+    );
+}
+
+/// What file or folder of `krate` is not on its folder's map, into `wrong`.
+fn maps_of(krate: &str, wrong: &mut Vec<String>) {
+    let all = all_files(krate);
     for file in &all {
         let name = file
             .file_name()
@@ -558,10 +520,10 @@ fn every_file_is_on_its_folders_map() {
         }
         if let Some(module) = name.strip_suffix("_tests.rs") {
             let owner = folder.join(format!("{module}.rs"));
-            let text = std::fs::read_to_string(src().join(&owner)).unwrap_or_default();
+            let text = std::fs::read_to_string(src(krate).join(&owner)).unwrap_or_default();
             if !text.contains(&format!("#[path = \"{name}\"]\nmod tests;")) {
                 wrong.push(format!(
-                    "{} is not declared by {} as its `mod tests`",
+                    "{krate}: {} is not declared by {} as its `mod tests`",
                     file.display(),
                     owner.display()
                 ));
@@ -577,7 +539,7 @@ fn every_file_is_on_its_folders_map() {
             let map = folder.join("mod.rs").display().to_string();
             (map, name.trim_end_matches(".rs").to_string())
         };
-        check_declared(&map, &module, &mut wrong);
+        check_declared(krate, &map, &module, wrong);
     }
     // Each folder, on its parent's map.
     let mut folders: BTreeSet<PathBuf> = all
@@ -601,26 +563,21 @@ fn every_file_is_on_its_folders_map() {
             .file_name()
             .and_then(|n| n.to_str())
             .unwrap_or_default();
-        check_declared(&map, module, &mut wrong);
+        check_declared(krate, &map, module, wrong);
     }
-    assert!(
-        wrong.is_empty(),
-        "not on their folder's map:\n{}",
-        wrong.join("\n")
-    );
 }
 
 /// Whether `map` (a path under operator/src) declares `module` with a line
 /// of `//` above it; what is wrong, into `wrong`.
-fn check_declared(map: &str, module: &str, wrong: &mut Vec<String>) {
-    let text = std::fs::read_to_string(src().join(map)).unwrap_or_default();
+fn check_declared(krate: &str, map: &str, module: &str, wrong: &mut Vec<String>) {
+    let text = std::fs::read_to_string(src(krate).join(map)).unwrap_or_default();
     let lines: Vec<&str> = text.lines().collect();
     let declared = |l: &str| {
         let l = l.trim();
         l.ends_with(&format!("mod {module};")) && (l.starts_with("mod ") || l.starts_with("pub"))
     };
     let Some(at) = lines.iter().position(|l| declared(l)) else {
-        wrong.push(format!("{map} does not declare {module}"));
+        wrong.push(format!("{krate}: {map} does not declare {module}"));
         return;
     };
     let above = lines[..at]
@@ -631,8 +588,45 @@ fn check_declared(map: &str, module: &str, wrong: &mut Vec<String>) {
     match above {
         Some(l) if l.starts_with("// ") && !l.starts_with("///") => {}
         _ => wrong.push(format!(
-            "{map}: `mod {module};` has no line of `//` above it"
+            "{krate}: {map}: `mod {module};` has no line of `//` above it"
         )),
+    }
+}
+
+/// The types each file defines, and the types each file implements.
+struct Items<'a> {
+    file: &'a Path,
+    defined: &'a mut BTreeMap<String, Vec<PathBuf>>,
+    implemented: &'a mut Vec<(String, PathBuf)>,
+}
+impl Items<'_> {
+    fn define(&mut self, ident: &syn::Ident) {
+        let files = self.defined.entry(ident.to_string()).or_default();
+        files.push(self.file.to_path_buf());
+    }
+}
+impl<'ast> Visit<'ast> for Items<'_> {
+    fn visit_item_impl(&mut self, i: &'ast syn::ItemImpl) {
+        if let syn::Type::Path(p) = &*i.self_ty {
+            if let Some(last) = p.path.segments.last() {
+                let implemented = (last.ident.to_string(), self.file.to_path_buf());
+                self.implemented.push(implemented);
+            }
+        }
+    }
+
+    fn visit_item_struct(&mut self, i: &'ast syn::ItemStruct) {
+        self.define(&i.ident);
+    }
+
+    fn visit_item_enum(&mut self, i: &'ast syn::ItemEnum) {
+        self.define(&i.ident);
+    }
+
+    fn visit_item_mod(&mut self, m: &'ast syn::ItemMod) {
+        if !is_test(m) {
+            syn::visit::visit_item_mod(self, m);
+        }
     }
 }
 
@@ -644,50 +638,22 @@ fn check_declared(map: &str, module: &str, wrong: &mut Vec<String>) {
 /// nearest to it.
 #[test]
 fn no_type_has_impl_blocks_in_more_than_two_files() {
-    /// The types each file defines, and the types each file implements.
-    struct Items<'a> {
-        file: &'a Path,
-        defined: &'a mut BTreeMap<String, Vec<PathBuf>>,
-        implemented: &'a mut Vec<(String, PathBuf)>,
+    let mut wrong = Vec::new();
+    for krate in CRATES {
+        impls_of(krate, &mut wrong);
     }
-    impl Items<'_> {
-        fn define(&mut self, ident: &syn::Ident) {
-            let files = self.defined.entry(ident.to_string()).or_default();
-            files.push(self.file.to_path_buf());
-        }
-    }
-    impl<'ast> Visit<'ast> for Items<'_> {
-        fn visit_item_impl(&mut self, i: &'ast syn::ItemImpl) {
-            if let syn::Type::Path(p) = &*i.self_ty {
-                if let Some(last) = p.path.segments.last() {
-                    let implemented = (last.ident.to_string(), self.file.to_path_buf());
-                    self.implemented.push(implemented);
-                }
-            }
-        }
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+}
 
-        fn visit_item_struct(&mut self, i: &'ast syn::ItemStruct) {
-            self.define(&i.ident);
-        }
-
-        fn visit_item_enum(&mut self, i: &'ast syn::ItemEnum) {
-            self.define(&i.ident);
-        }
-
-        fn visit_item_mod(&mut self, m: &'ast syn::ItemMod) {
-            if !is_test(m) {
-                syn::visit::visit_item_mod(self, m);
-            }
-        }
-    }
-    let mut all = Vec::new();
-    files(&src(), &mut all);
+/// Each type of `krate` with impl blocks in more than two files, into `wrong`.
+fn impls_of(krate: &str, wrong: &mut Vec<String>) {
+    let all = all_files(krate);
     let (mut defined, mut implemented) = (BTreeMap::new(), Vec::new());
     for file in all
         .iter()
         .filter(|f| !f.display().to_string().contains("tests"))
     {
-        let text = std::fs::read_to_string(src().join(file)).unwrap();
+        let text = std::fs::read_to_string(src(krate).join(file)).unwrap();
         let ast = syn::parse_file(&text).unwrap();
         Items {
             file,
@@ -713,19 +679,17 @@ fn no_type_has_impl_blocks_in_more_than_two_files() {
             .unwrap_or_default();
         by_type.entry((name, of)).or_default().insert(file);
     }
-    let mut wrong = Vec::new();
     for ((ty, of), files) in &by_type {
         if files.len() > 2 {
             let names: Vec<String> = files.iter().map(|f| f.display().to_string()).collect();
             wrong.push(format!(
-                "{ty} (of {}) has impl blocks in {} files (at most 2): {}",
+                "{krate}: {ty} (of {}) has impl blocks in {} files (at most 2): {}",
                 of.display(),
                 files.len(),
                 names.join(", ")
             ));
         }
     }
-    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
 }
 
 /// Each function of `text` (formatted by rustfmt: its closing brace at

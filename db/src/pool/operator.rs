@@ -15,40 +15,13 @@
 
 use std::collections::HashSet;
 
+pub use orca_core::rows::{HandOut, PoolRow, Served, Source};
+
 use crate::{Db, DbError};
 
 /// The most live rows the operator reads of one pool (a pool holds at most
 /// 10 000 instances, each one live row).
 pub const MAX_ROWS: usize = 20_000;
-
-/// A live `orca.instances` row of the pool, with the ages the database
-/// computed when it was read.
-#[derive(Clone, Debug, PartialEq)]
-pub struct PoolRow {
-    pub id: i64,
-    pub instance: String,
-    pub run: Option<i64>,
-    /// Seconds since the row went `idle`; `None` while the instance is busy.
-    pub idle_secs: Option<f64>,
-    /// Seconds since the agent last `polled`; `None` if it never did.
-    pub polled_secs: Option<f64>,
-    /// Runs the instance has been handed (its rows with a run).
-    pub uses: i64,
-    /// The operator's own claim on an instance it is terminating (see
-    /// [`claim`]): live, never idle, so never handed out.
-    pub claim: bool,
-    /// Taken for the stopped reserve ([`reserve_idle_rows`]): never idle,
-    /// never handed out, its instance stopped or being stopped.
-    pub reserved: bool,
-    /// Seconds since the operator started the reserve instance
-    /// ([`wake_rows`]), while its agent has not marked the row idle yet.
-    pub woken_secs: Option<f64>,
-    /// Its agent recorded a spot notice (`notice`): an idle row is being
-    /// ended by its agent; `interrupted`: EC2 takes the instance back in
-    /// about two minutes.
-    pub noticed: bool,
-    pub interrupted: bool,
-}
 
 /// The pool's live rows. A claim is a `worker` row without a run, which no
 /// scheduler or agent writes. `uses` is counted (one scan of the pool's
@@ -143,69 +116,6 @@ pub async fn end_idle_rows(db: &Db, rows: &[i64]) -> Result<HashSet<i64>, DbErro
         .query(end_idle!("id = any($1)"), &[&rows, &"operator"])
         .await?;
     Ok(ended.iter().map(|r| r.get(0)).collect())
-}
-
-/// Where the runs handed an instance since a mark were served from.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Served {
-    /// An instance idle already: the run did not wait.
-    pub idle: u64,
-    /// An instance started from the stopped reserve.
-    pub reserve: u64,
-    /// After the run asked and waited (a cold launch, or one that went idle
-    /// meanwhile).
-    pub cold: u64,
-}
-
-impl Served {
-    /// Counts one hand-out from `source`.
-    pub fn add(&mut self, source: Source) {
-        match source {
-            Source::Idle => self.idle += 1,
-            Source::Reserve => self.reserve += 1,
-            Source::Cold => self.cold += 1,
-        }
-    }
-}
-
-/// Where the instance handed to a run came from.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum Source {
-    /// Idle already when the run asked.
-    Idle,
-    /// Started from the stopped reserve.
-    Reserve,
-    /// The run asked, found none, and waited: a cold launch, or an instance
-    /// that went idle meanwhile.
-    Cold,
-}
-
-impl Source {
-    /// Every source, in the order the status and the metrics show them.
-    pub const ALL: [Source; 3] = [Source::Idle, Source::Reserve, Source::Cold];
-
-    /// The metrics' `from` label: `idle`, `reserve` or `cold`.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Source::Idle => "idle",
-            Source::Reserve => "reserve",
-            Source::Cold => "cold",
-        }
-    }
-}
-
-/// One run handed an instance of the pool.
-#[derive(Clone, Debug, PartialEq)]
-pub struct HandOut {
-    /// The instance handed out.
-    pub instance: String,
-    pub source: Source,
-    /// Its time to start: from the run's first ask that found no instance
-    /// to the hand-out, in seconds by the database's clock; 0 for a run
-    /// that found one at once.
-    pub waited: f64,
-    /// When it was handed out (the database's epoch seconds).
-    pub at: f64,
 }
 
 /// Of `pool`'s hand-outs in the last `hours` hours, how many started

@@ -7,23 +7,22 @@ use std::time::Duration;
 
 use orca_db::{schedulers, Db, DbError};
 
-use crate::scheduler::{InstanceView, Observed, Problem, Time};
+use crate::scheduler::{InstanceView, Problem, Time};
 
-impl From<&schedulers::SchedulerRow> for InstanceView {
-    fn from(row: &schedulers::SchedulerRow) -> Self {
-        InstanceView {
-            id: row.id,
-            host: row.host.clone(),
-            image: row.image.clone(),
-            role: row.role.as_str().to_string(),
-            live: row.live,
-            ended: row.ended,
-            holds_lock: row.holds_lock,
-            joined: row.joined,
-            led: row.led,
-            drain_asked: row.drain_asked,
-            runs: row.running.len().try_into().unwrap_or(i32::MAX),
-        }
+/// A row of `orca.schedulers` as the decision sees it.
+fn instance_view(row: &schedulers::SchedulerRow) -> InstanceView {
+    InstanceView {
+        id: row.id,
+        host: row.host.clone(),
+        image: row.image.clone(),
+        role: row.role.as_str().to_string(),
+        live: row.live,
+        ended: row.ended,
+        holds_lock: row.holds_lock,
+        joined: row.joined,
+        led: row.led,
+        drain_asked: row.drain_asked,
+        runs: row.running.len().try_into().unwrap_or(i32::MAX),
     }
 }
 
@@ -45,7 +44,7 @@ pub async fn observe_instances(
         return Ok((Vec::new(), now));
     }
     let rows = schedulers::observe(db, stale).await?;
-    Ok((rows.iter().map(InstanceView::from).collect(), now))
+    Ok((rows.iter().map(instance_view).collect(), now))
 }
 
 /// A failed connect or statement as the `Degraded` reason it is.
@@ -60,35 +59,5 @@ pub fn db_problem(e: &DbError) -> Problem {
             reason: "DatabaseError".into(),
             message: format!("reading orca.schedulers: {e}"),
         }
-    }
-}
-
-impl Observed {
-    /// Only the database clock judges the rows' times
-    /// (docs/architecture.md#time-and-clocks): `now`
-    /// becomes the database's, and the pods' and jobs' times, taken on this
-    /// side's clock, are moved onto it by the difference.
-    pub fn on_database_clock(mut self, db_now: Time) -> Self {
-        let offset = db_now - self.now;
-        for p in &mut self.pods {
-            p.created += offset;
-            if let Some(started) = &mut p.started {
-                *started += offset;
-            }
-            if let crate::scheduler::PodState::Exited { finished, .. } = &mut p.state {
-                *finished += offset;
-            }
-        }
-        for j in &mut self.jobs {
-            j.created += offset;
-            match &mut j.state {
-                crate::scheduler::JobState::Succeeded { at }
-                | crate::scheduler::JobState::Failed { at, .. } => *at += offset,
-                crate::scheduler::JobState::Running => {}
-            }
-        }
-        self.now = db_now;
-        self.clock_offset = offset;
-        self
     }
 }

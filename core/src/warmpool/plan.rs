@@ -20,7 +20,7 @@ use chrono::{DateTime, Utc};
 use crate::crd::WarmPoolSpec;
 
 pub use super::instance::{offerings, Ec2Instance, Ec2State, Offering};
-pub use orca_db::pool::PoolRow;
+pub use crate::rows::PoolRow;
 
 /// Everything the plan looks at, gathered by one observation.
 #[derive(Clone, Debug, Default)]

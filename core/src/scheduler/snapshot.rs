@@ -214,3 +214,32 @@ pub struct Decision {
     /// Look again after this, even if nothing is watched to change.
     pub requeue: Duration,
 }
+
+impl Observed {
+    /// Only the database clock judges the rows' times
+    /// (docs/architecture.md#time-and-clocks): `now`
+    /// becomes the database's, and the pods' and jobs' times, taken on this
+    /// side's clock, are moved onto it by the difference.
+    pub fn on_database_clock(mut self, db_now: Time) -> Self {
+        let offset = db_now - self.now;
+        for p in &mut self.pods {
+            p.created += offset;
+            if let Some(started) = &mut p.started {
+                *started += offset;
+            }
+            if let PodState::Exited { finished, .. } = &mut p.state {
+                *finished += offset;
+            }
+        }
+        for j in &mut self.jobs {
+            j.created += offset;
+            match &mut j.state {
+                JobState::Succeeded { at } | JobState::Failed { at, .. } => *at += offset,
+                JobState::Running => {}
+            }
+        }
+        self.now = db_now;
+        self.clock_offset = offset;
+        self
+    }
+}

@@ -1,11 +1,11 @@
 //! Drift (docs/architecture.md#warmpool-controller-decide): whether an
 //! instance was launched from the launch spec the WarmPool has now. Pure.
 //!
-//! Each instance carries, in the tag [`crate::warmpool::ec2::TAG_LAUNCH`], a
+//! Each instance carries, in the tag `TAG_LAUNCH` (the operator's `warmpool::ec2`), a
 //! hash of the launch fields it came from that an instance cannot change
 //! once running — the AMI, the launch template and its version, security
 //! groups, instance profile, and what its user-data runs (agent path, run
-//! command, database file) — and in [`crate::warmpool::ec2::TAG_IMAGE`] which
+//! command, database file) — and in `TAG_IMAGE` which
 //! image that was, for people. An instance whose hash is not the spec's,
 //! or whose instance type or subnet the spec no longer lists, has drifted.
 //! A hash of a later release's scheme (an instance it launched, met after
@@ -20,7 +20,7 @@
 //! A launch template's version as written (`$Latest`, `$Default`) is in
 //! the hash as written; what it resolves to is not. Each pass resolves it
 //! (`DescribeLaunchTemplateVersions`), each launch uses and tags the
-//! number ([`crate::warmpool::ec2::TAG_TEMPLATE_VERSION`]), and an instance
+//! number (`TAG_TEMPLATE_VERSION`), and an instance
 //! tagged with another number than the one the template resolves to now
 //! has drifted: a new version published under `$Latest` (or made the
 //! default) replaces the pool's instances, within the disruption budget

@@ -11,7 +11,7 @@ use crate::crd::{
 
 /// A WarmPool's spec: idle `min`..`max` of at most `max_instances`, two
 /// types in two subnets, on-demand, terminated on deletion.
-pub(crate) fn pool_spec(min: i32, max: i32, max_instances: i32) -> WarmPoolSpec {
+pub fn pool_spec(min: i32, max: i32, max_instances: i32) -> WarmPoolSpec {
     WarmPoolSpec {
         ssm_endpoint: None,
         scheduler: "sched".into(),
@@ -45,7 +45,7 @@ pub(crate) fn pool_spec(min: i32, max: i32, max_instances: i32) -> WarmPoolSpec 
 /// A Scheduler `jobs/orca` on `orca:v2` with every field of its pod
 /// template set, and in its env a password and the variables the operator
 /// sets itself (to show they are overridden).
-pub(crate) fn scheduler() -> Scheduler {
+pub fn scheduler() -> Scheduler {
     let mut s = Scheduler::new(
         "orca",
         SchedulerSpec {

@@ -407,7 +407,7 @@ fn ec2_instance() -> impl Strategy<Value = Ec2Instance> {
     })
 }
 
-fn pool_row() -> impl Strategy<Value = orca_db::pool::PoolRow> {
+fn pool_row() -> impl Strategy<Value = crate::rows::PoolRow> {
     (
         (1i64..60, 0u32..40, prop::option::of(1i64..9)),
         (
@@ -429,7 +429,7 @@ fn pool_row() -> impl Strategy<Value = orca_db::pool::PoolRow> {
                 (uses, claim, reserved, woken),
                 (noticed, interrupted),
             )| {
-                orca_db::pool::PoolRow {
+                crate::rows::PoolRow {
                     id,
                     instance: format!("i-{n}"),
                     run,

@@ -4,7 +4,7 @@
 
 use std::collections::{HashMap, VecDeque};
 
-use orca_db::pool::{HandOut, Source};
+use crate::rows::{HandOut, Source};
 
 use super::plan::{Ec2Instance, Offering};
 use crate::crd::{StartFigures, TimeToStart};
