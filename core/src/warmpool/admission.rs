@@ -43,16 +43,16 @@ pub fn admission_rules() -> String {
     let mut pool_limits: Vec<_> = LIFETIMES
         .iter()
         .map(|l| {
-            let bound = format!("params.spec.poolLimits.{}", l.limit);
+            let bound = format!("params.spec.poolLimits.{}", l.limit());
             serde_json::json!({
                 "expression": format!(
                     "{other} || !has({bound}) || object.spec.{} <= {bound}",
-                    l.field
+                    l.field()
                 ),
                 "messageExpression": format!(
                     "'spec.{}: ' + string(object.spec.{}) + ' is over WarmPoolClass ' + \
                      params.metadata.name + '\\'s poolLimits.{} (' + string({bound}) + ')'",
-                    l.field, l.field, l.limit
+                    l.field(), l.field(), l.limit()
                 ),
                 "reason": "Invalid",
             })

@@ -128,10 +128,22 @@ pub fn owned_fields_set(pool: &WarmPoolSpec) -> Vec<&'static str> {
 /// A lifetime a class bounds ([`PoolLimits`]): the pool's field, the
 /// class's bound, and each one's name.
 pub(super) struct Lifetime {
-    pub(super) field: &'static str,
+    field: &'static str,
     value: fn(&WarmPoolSpec) -> i64,
-    pub(super) limit: &'static str,
+    limit: &'static str,
     max: fn(&PoolLimits) -> Option<i64>,
+}
+
+impl Lifetime {
+    /// The pool's field (`idleSeconds`).
+    pub(super) fn field(&self) -> &'static str {
+        self.field
+    }
+
+    /// The class's bound of it, under `poolLimits`.
+    pub(super) fn limit(&self) -> &'static str {
+        self.limit
+    }
 }
 
 /// Every lifetime a class bounds.

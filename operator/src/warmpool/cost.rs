@@ -88,7 +88,7 @@ pub struct Cost {
     /// The hand-outs of the last hour, for the time to start.
     pub starts: Starts,
     /// The database's time of the newest hand-out counted.
-    pub(super) handed_mark: Option<f64>,
+    handed_mark: Option<f64>,
     /// What the status shows, when it was brought up to date, and the rest
     /// of the status it was shown with.
     shown: Totals,
@@ -97,6 +97,17 @@ pub struct Cost {
 }
 
 impl Cost {
+    /// The database's time of the newest hand-out counted; `None` before
+    /// the first count.
+    pub(super) fn handed_mark(&self) -> Option<f64> {
+        self.handed_mark
+    }
+
+    /// The hand-outs are counted up to `at` (the database's time).
+    pub(super) fn counted_to(&mut self, at: f64) {
+        self.handed_mark = Some(at);
+    }
+
     /// Adds `elapsed` for each present instance of `snap`, doing what it
     /// does now; returns what it added, by kind and use.
     pub fn tally(&mut self, snap: &Snapshot, elapsed: Duration) -> Vec<(Kind, Use, f64)> {

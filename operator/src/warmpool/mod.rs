@@ -30,7 +30,7 @@ pub use orca_core::warmpool::{
     Snapshot, DRAIN,
 };
 
-// act — retire and launch: the act stage of a pass, through `World`.
+// act — retire, launch, start and stop: the act stage of a pass, through `World`, and its preflight.
 mod act;
 // arch — the agent's architecture against a pool's instance types.
 pub(crate) mod arch;
@@ -50,8 +50,6 @@ mod live;
 pub(crate) mod metrics;
 // observe — the observe stage: EC2 first, then the rows and the demand.
 mod observe;
-// pass — one pass: observe → plan → act, and what it reports.
-mod pass;
 // pass_report — what a pass says: its status, its Events, its errors.
 mod pass_report;
 // pool_loop — a pool's loop: what it keeps between passes.
@@ -60,10 +58,6 @@ mod pool_loop;
 pub(crate) mod preflight;
 // preflight_aws — how a preflight asks AWS.
 pub(crate) mod preflight_aws;
-// preflight_pool — when a pool's loop asks its preflight, and what it does with the answers.
-mod preflight_pool;
-// reserve — the act stage for the stopped reserve.
-mod reserve;
 // ssm — the database URL in SSM Parameter Store.
 pub mod ssm;
 // tags — whose an instance is: the ownership tags.

@@ -306,16 +306,16 @@ impl Observer<'_> {
         instances: &[Ec2Instance],
     ) -> Result<(), PoolError> {
         let pool = self.pool;
-        let first = self.cost.handed_mark.is_none();
+        let first = self.cost.handed_mark().is_none();
         let after = self
             .cost
-            .handed_mark
+            .handed_mark()
             .unwrap_or(listed - super::starts::WINDOW_SECS);
         let outs = self
             .world
             .read(async |db| orca_db::pool::hand_outs_since(db, pool, after).await)
             .await?;
-        self.cost.handed_mark = outs.last().map(|h| h.at).or(Some(after));
+        self.cost.counted_to(outs.last().map_or(after, |h| h.at));
         let mut served = orca_db::pool::Served::default();
         for h in outs.iter().filter(|h| !first || h.at > listed - 60.0) {
             served.add(h.source);

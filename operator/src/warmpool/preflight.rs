@@ -5,7 +5,7 @@
 //! `orca-operator preflight` writes, tags and deletes a parameter of no
 //! Scheduler's under this cluster's path. The asking is
 //! `preflight_aws.rs`; a pool's loop asks its EC2 calls when it starts and
-//! after its spec changes, at most once a minute (`preflight_pool.rs`),
+//! after its spec changes, at most once a minute (`act/preflight.rs`),
 //! so that a missing action is `Unauthorized` from the start, not on the
 //! day it is first needed.
 

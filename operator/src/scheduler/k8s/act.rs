@@ -82,7 +82,7 @@ pub(super) async fn act(
 
 /// Fences the act stage's call `action`.
 fn fence(ctx: &Context, action: String) -> Result<(), ActError> {
-    ctx.fence
+    ctx.fence()
         .check()
         .map_err(|source| ActError::Fenced { action, source })
 }
@@ -269,7 +269,7 @@ pub(super) async fn ask_drain(
     instance: i64,
 ) -> Result<bool, ActError> {
     let stale = Duration::from_secs(scheduler.spec.handover.stale_seconds.max(1) as u64);
-    ctx.fence.check().map_err(|source| ActError::Fenced {
+    ctx.fence().check().map_err(|source| ActError::Fenced {
         action: format!("asking instance {instance} to drain"),
         source,
     })?;

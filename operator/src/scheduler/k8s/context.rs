@@ -16,13 +16,13 @@ use crate::{
 /// metrics, the database connections and the fence.
 pub struct Context {
     pub client: Client,
-    pub(super) recorder: Recorder,
-    pub(super) metrics: Metrics,
-    pub(super) connections: database::Connections,
+    recorder: Recorder,
+    metrics: Metrics,
+    connections: database::Connections,
     /// Until when this replica may act (see [`crate::runtime::leader`]).
-    pub(super) fence: Fence,
-    pub(super) backoff: PerObject,
-    pub(super) memory: memory::StatusMemory,
+    fence: Fence,
+    backoff: PerObject,
+    memory: memory::StatusMemory,
     /// The stores of the controller's watches, and what this replica's
     /// writes make them owe (see [`watched`]).
     pub watched: watched::Watched,
@@ -57,5 +57,35 @@ impl Context {
     pub fn with_progress(mut self, progress: Progress) -> Self {
         self.progress = progress;
         self
+    }
+
+    /// The Events' recorder.
+    pub(super) fn recorder(&self) -> &Recorder {
+        &self.recorder
+    }
+
+    /// The controller's metrics.
+    pub(super) fn metrics(&self) -> &Metrics {
+        &self.metrics
+    }
+
+    /// The database connections, one per database.
+    pub(super) fn connections(&self) -> &database::Connections {
+        &self.connections
+    }
+
+    /// Until when this replica may act.
+    pub(super) fn fence(&self) -> &Fence {
+        &self.fence
+    }
+
+    /// The back-off of each Scheduler's failed reconciles.
+    pub(super) fn backoff(&self) -> &PerObject {
+        &self.backoff
+    }
+
+    /// What this replica wrote to each status, for the watches to catch up.
+    pub(super) fn memory(&self) -> &memory::StatusMemory {
+        &self.memory
     }
 }

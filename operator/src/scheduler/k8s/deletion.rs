@@ -46,7 +46,7 @@ pub async fn add_finalizer(
     ns: &str,
 ) -> Result<Option<String>, ReconcileError> {
     let api = Api::<Scheduler>::namespaced(ctx.client.clone(), ns);
-    finalizer::add(&api, &ctx.fence, &s.metadata, FINALIZER)
+    finalizer::add(&api, ctx.fence(), &s.metadata, FINALIZER)
         .await
         .map_err(|e| finalizer_error(e, "adding", s))
 }
@@ -55,7 +55,7 @@ pub async fn add_finalizer(
 /// [`finalizer::remove`]).
 async fn remove_finalizer(ctx: &Context, s: &Scheduler, ns: &str) -> Result<(), ReconcileError> {
     let api = Api::<Scheduler>::namespaced(ctx.client.clone(), ns);
-    finalizer::remove(&api, &ctx.fence, &s.metadata, FINALIZER)
+    finalizer::remove(&api, ctx.fence(), &s.metadata, FINALIZER)
         .await
         .map(|_| ())
         .map_err(|e| finalizer_error(e, "removing", s))
@@ -66,12 +66,7 @@ fn finalizer_error(
     what: &'static str,
     s: &Scheduler,
 ) -> ReconcileError {
-    FinalizerError {
-        what,
-        scheduler: s.name_any(),
-        source: e,
-    }
-    .into()
+    FinalizerError::new(what, s.name_any(), e).into()
 }
 
 /// What deletion does next: decided from the snapshot alone.
@@ -322,7 +317,7 @@ async fn delete_pod(
     pod: &str,
     grace: Option<i64>,
 ) -> Result<(), ReconcileError> {
-    ctx.fence.check().map_err(|source| ActError::Fenced {
+    ctx.fence().check().map_err(|source| ActError::Fenced {
         action: format!("deleting pod {pod}"),
         source,
     })?;

@@ -37,9 +37,16 @@ pub enum ObserveError {
 #[derive(Debug, thiserror::Error)]
 #[error("writing the status of Scheduler {scheduler}: {source}")]
 pub struct StatusError {
-    pub(super) scheduler: String,
+    scheduler: String,
     #[source]
-    pub(super) source: StatusWriteError,
+    source: StatusWriteError,
+}
+
+impl StatusError {
+    /// Writing the status of the Scheduler `scheduler` failed.
+    pub(super) fn new(scheduler: String, source: StatusWriteError) -> Self {
+        StatusError { scheduler, source }
+    }
 }
 
 /// Why a reconcile failed, by stage; `error_policy` retries it.
@@ -75,10 +82,26 @@ impl ReconcileError {
 #[derive(Debug, thiserror::Error)]
 #[error("{what} the finalizer of Scheduler {scheduler}: {source}")]
 pub struct FinalizerError {
-    pub(super) what: &'static str,
-    pub(super) scheduler: String,
+    what: &'static str,
+    scheduler: String,
     #[source]
-    pub(super) source: finalizer::FinalizerError,
+    source: finalizer::FinalizerError,
+}
+
+impl FinalizerError {
+    /// `what` (`adding`, `removing`) the finalizer of the Scheduler
+    /// `scheduler` failed.
+    pub(super) fn new(
+        what: &'static str,
+        scheduler: String,
+        source: finalizer::FinalizerError,
+    ) -> Self {
+        FinalizerError {
+            what,
+            scheduler,
+            source,
+        }
+    }
 }
 
 #[cfg(test)]

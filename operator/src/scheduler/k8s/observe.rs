@@ -22,7 +22,7 @@ pub(super) async fn observe(
     ctx: &Context,
     ns: &str,
 ) -> Result<(Observed, Option<Arc<Db>>), ObserveError> {
-    ctx.fence.check()?;
+    ctx.fence().check()?;
     let name = scheduler.name_any();
     let (pods, jobs) = match ctx.watched.owned(ns, &name).await {
         Some(owned) => owned,
@@ -33,11 +33,11 @@ pub(super) async fn observe(
     let mut db_now = None;
     let instances = match database_url(ctx, ns, &spec.database.url_secret_ref).await? {
         Err(problem) => Err(problem),
-        Ok((text, url)) => match ctx.connections.get(ns, &name, &text, &url).await {
+        Ok((text, url)) => match ctx.connections().get(ns, &name, &text, &url).await {
             Err(e) => Err(crate::scheduler::rows::db_problem(&e)),
             Ok(conn) => {
                 let stale = Duration::from_secs(spec.handover.stale_seconds.max(1) as u64);
-                ctx.fence.check()?;
+                ctx.fence().check()?;
                 match crate::scheduler::rows::observe_instances(&conn, stale).await {
                     Ok((rows, now)) => {
                         db = Some(conn);
@@ -46,7 +46,7 @@ pub(super) async fn observe(
                     }
                     Err(e) => {
                         if e.is_connection() {
-                            ctx.connections.forget(ns, &name);
+                            ctx.connections().forget(ns, &name);
                         }
                         Err(crate::scheduler::rows::db_problem(&e))
                     }
@@ -62,7 +62,7 @@ pub(super) async fn observe(
         name,
         generation: scheduler.metadata.generation,
         spec: spec.clone(),
-        status: ctx.memory.status(
+        status: ctx.memory().status(
             ns,
             &scheduler.name_any(),
             scheduler.metadata.resource_version.as_deref(),

@@ -18,8 +18,8 @@ pub(super) async fn publish(scheduler: &Scheduler, ctx: &Context, decision: &Dec
     for e in &decision.events {
         info!(scheduler = %scheduler.name_any(), reason = %e.reason, "{}", e.message);
         let posted = post_event(
-            &ctx.recorder,
-            &ctx.fence,
+            ctx.recorder(),
+            ctx.fence(),
             &reference,
             e.warning,
             &e.reason,
@@ -42,13 +42,10 @@ pub(super) async fn apply_status(
 ) -> Result<(), StatusError> {
     let name = scheduler.name_any();
     let api = Api::<Scheduler>::namespaced(ctx.client.clone(), ns);
-    let version = write_status(&api, &name, status, &ctx.fence)
+    let version = write_status(&api, &name, status, ctx.fence())
         .await
-        .map_err(|source| StatusError {
-            scheduler: name.clone(),
-            source,
-        })?;
-    ctx.memory.wrote(
+        .map_err(|source| StatusError::new(name.clone(), source))?;
+    ctx.memory().wrote(
         ns,
         &name,
         scheduler.metadata.resource_version.as_deref(),

@@ -43,8 +43,8 @@ impl Reconciler for Context {
 
     fn stopped(&self, scheduler: &Scheduler, stop: guard::Stopped) -> ReconcileError {
         let (ns, name) = (crate::crd::namespace_of(scheduler), scheduler.name_any());
-        self.connections.forget(&ns, &name);
-        self.memory.forget(&ns, &name);
+        self.connections().forget(&ns, &name);
+        self.memory().forget(&ns, &name);
         self.watched.forget(&ns, &name);
         ReconcileError::Stopped(stop)
     }
@@ -69,11 +69,11 @@ impl Reconciler for Context {
     }
 
     fn backoff(&self) -> &PerObject {
-        &self.backoff
+        Context::backoff(self)
     }
 
     fn count_failed(&self, namespace: &str, name: &str, stage: &'static str) {
-        self.metrics.failed(namespace, name, stage);
+        self.metrics().failed(namespace, name, stage);
     }
 }
 
@@ -83,7 +83,7 @@ impl Reconciler for Context {
 async fn degraded(scheduler: &Scheduler, ctx: &Context, reason: &str, message: String) {
     let ns = crate::crd::namespace_of(scheduler);
     let name = scheduler.name_any();
-    let before = ctx.memory.status(
+    let before = ctx.memory().status(
         &ns,
         &name,
         scheduler.metadata.resource_version.as_deref(),
@@ -114,7 +114,7 @@ async fn degraded(scheduler: &Scheduler, ctx: &Context, reason: &str, message: S
     if let Err(e) = apply_status(scheduler, ctx, &ns, &decision.status).await {
         warn!(scheduler = %name, namespace = %ns, reason, "cannot say it in the status: {e}");
     } else {
-        ctx.metrics.status(&ns, &name, &before, &decision.status);
+        ctx.metrics().status(&ns, &name, &before, &decision.status);
     }
 }
 
@@ -126,19 +126,19 @@ async fn run_stages(
     ns: String,
     name: String,
 ) -> Result<Requeue, ReconcileError> {
-    ctx.metrics.reconciled(&ns, &name);
+    ctx.metrics().reconciled(&ns, &name);
     if scheduler.metadata.deletion_timestamp.is_some() {
         if !deletion::has_finalizer(&scheduler) {
             // Its pods and Jobs go with it (owner references).
-            ctx.connections.forget(&ns, &name);
-            ctx.memory.forget(&ns, &name);
+            ctx.connections().forget(&ns, &name);
+            ctx.memory().forget(&ns, &name);
             ctx.watched.forget(&ns, &name);
             return Ok(Requeue::await_change());
         }
         let (observed, db) = observe(&scheduler, &ctx, &ns).await?;
         let requeue = deletion::reconcile(scheduler.clone(), &ctx, &ns, observed, db).await?;
         if !deletion::has_finalizer(&scheduler) {
-            ctx.connections.forget(&ns, &name);
+            ctx.connections().forget(&ns, &name);
         }
         return Ok(requeue);
     }
@@ -149,14 +149,14 @@ async fn run_stages(
         // cache shows the object at its version has not seen the status
         // this pass writes after it, and must start from that.
         let status = scheduler.status.clone().unwrap_or_default();
-        let status = ctx.memory.status(&ns, &name, seen, &status);
-        ctx.memory.wrote(&ns, &name, seen, version, &status);
+        let status = ctx.memory().status(&ns, &name, seen, &status);
+        ctx.memory().wrote(&ns, &name, seen, version, &status);
     }
     let (observed, db) = observe(&scheduler, &ctx, &ns).await?;
     let decision = decide(&observed);
     if let Err(e) = act(&scheduler, &ctx, &ns, db.as_deref(), &decision).await {
         if matches!(&e, ActError::AskDrain { source, .. } if source.is_connection()) {
-            ctx.connections.forget(&ns, &name);
+            ctx.connections().forget(&ns, &name);
         }
         let Some((reason, message)) = refusal::refusal(&e) else {
             return Err(e.into());
@@ -170,9 +170,9 @@ async fn run_stages(
     // Every pass, not only a changed status: a replica that has just taken
     // the lead exports the phase of Schedulers whose status it left as it
     // was (the alerts on a Degraded one read the leader's series).
-    ctx.metrics
+    ctx.metrics()
         .status(&ns, &name, &observed.status, &decision.status);
-    ctx.backoff.succeeded(&ns, &name);
+    ctx.backoff().succeeded(&ns, &name);
     Ok(Requeue::requeue(decision.requeue))
 }
 
@@ -213,8 +213,8 @@ async fn refused(
     if decision.status != observed.status {
         apply_status(scheduler, ctx, &ns, &decision.status).await?;
     }
-    ctx.metrics
+    ctx.metrics()
         .status(&ns, &name, &observed.status, &decision.status);
-    ctx.metrics.failed(&ns, &name, "act");
+    ctx.metrics().failed(&ns, &name, "act");
     Ok(Requeue::requeue(refusal::REFUSED_RETRY))
 }

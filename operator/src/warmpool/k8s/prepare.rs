@@ -239,9 +239,9 @@ async fn retiring_of(
             // instances over again; a second loop there would terminate
             // what the pool launches.
             retiring.retain(|r| {
-                let back = retiring::is_where(&r.place, &wp.spec);
+                let back = retiring::is_where(r.place(), &wp.spec);
                 if back {
-                    tracing::info!(pool = %pool, place = ?r.place, "the pool moved back where it ran before: its loop takes the instances over again");
+                    tracing::info!(pool = %pool, place = ?r.place(), "the pool moved back where it ran before: its loop takes the instances over again");
                 }
                 !back
             });

@@ -85,7 +85,7 @@ pub(super) async fn write_back(
         before,
     ));
     status.database_secret = Some(secret);
-    status.retiring = state.retiring.iter().map(|r| r.place.clone()).collect();
+    status.retiring = state.retiring.iter().map(|r| r.place().clone()).collect();
     // The spec here is the class's: where the instances are.
     if wp.spec.class_ref.is_some() {
         status.class_region = Some(wp.spec.region.clone());

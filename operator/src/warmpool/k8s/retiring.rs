@@ -23,10 +23,17 @@ use crate::{
 
 /// A former place's loop, in deletion mode.
 pub(super) struct Retiring {
-    pub(super) place: FormerPlace,
+    place: FormerPlace,
     lp: PoolLoop,
     // Held: the loop reads its deletion from it.
     _deletion: watch::Sender<Option<Deletion>>,
+}
+
+impl Retiring {
+    /// The former place this loop drains.
+    pub(super) fn place(&self) -> &FormerPlace {
+        &self.place
+    }
 }
 
 /// The place `spec` ran on, with its database's Secret, left at `since`.

@@ -1,5 +1,5 @@
 //! One pass of a pool: observe (EC2 first, then the database, see
-//! `observe.rs`) → the moment's spec → [`plan`] → act (see `act.rs`) →
+//! `observe.rs`) → the moment's spec → [`plan`] → act (see `act/`) →
 //! status (`conditions.rs`) and events; and a loop run on its own (the local
 //! mode): passes on the pool's notifications, every resync, and after a
 //! back-off. Every EC2 call and every statement checks the loop's
@@ -16,20 +16,20 @@ use std::{
 
 use chrono::{DateTime, Utc};
 
-use super::{
+use crate::crd::{Objective, ObjectiveStatus, StaticFloor, WarmPoolSpec};
+use crate::fence::MaybeFenced;
+use crate::warmpool::{
     forecast::Floors,
     plan::{plan, Ec2Instance, PoolPlan, Snapshot},
     schedule,
 };
-use crate::crd::{Objective, ObjectiveStatus, StaticFloor, WarmPoolSpec};
-use crate::fence::MaybeFenced;
 
-use super::act::Orders;
-use super::objective;
-use super::observe::{Observer, Planned};
-use super::pass_report::{Deletion, PassReport, PoolError, PoolEvent};
-use super::pool_loop::PoolLoop;
-use super::starts::Starts;
+use super::PoolLoop;
+use crate::warmpool::act::Orders;
+use crate::warmpool::objective;
+use crate::warmpool::observe::{Observer, Planned};
+use crate::warmpool::pass_report::{Deletion, PassReport, PoolError, PoolEvent};
+use crate::warmpool::starts::Starts;
 
 /// `status.objective`: the share of the last hour's runs that started
 /// within the target, what the plan keeps and what from.
@@ -97,14 +97,14 @@ impl PoolLoop {
         // launches nothing in this pass already.
         let deletion = *self.deletion.borrow();
         snap.deleting = deletion.map(|d| d.since);
-        self.act.holds.expire(now);
+        self.act.holds_mut().expire(now);
         let foreign = self.hold_foreign_types(now);
         let moment = self.moment(now, deletion, &snap).await?;
         let spec = &moment.spec;
-        let decided = plan(spec, &snap, self.act.holds.until(), &self.limits(), now);
+        let decided = plan(spec, &snap, self.act.holds().until(), &self.limits(), now);
         self.count_cost(&snap);
         tracing::debug!(
-            pool = %self.act.pool,
+            pool = %self.act.pool(),
             instances = snap.instances.len(),
             rows = snap.rows.len(),
             demand = snap.demand,
@@ -132,7 +132,7 @@ impl PoolLoop {
         // After acting, so that asking never delays what the pass does.
         if deletion.is_none() {
             let version = snap.template_version.as_deref();
-            super::preflight_pool::ask(
+            crate::warmpool::act::preflight::ask(
                 &mut self.world,
                 &mut self.act,
                 spec,
@@ -143,18 +143,22 @@ impl PoolLoop {
             )
             .await;
         }
-        self.act.boot.ended_by_loop(&report.terminated);
-        report.instances = super::roster::roster(spec, &snap, &decided, &self.act.launches.times);
+        self.act.ended_by_loop(&report.terminated);
+        report.instances =
+            crate::warmpool::roster::roster(spec, &snap, &decided, &self.act.launches().times);
         // A refusal of the credentials outlasts the pass that met it (see
         // `Denials`), over any boot failure: the IAM policy mends it.
-        if let Some(message) = self.act.denials.standing() {
-            report.degraded = Some((super::pass_report::UNAUTHORIZED, message.to_string()));
+        if let Some(message) = self.act.denials().standing() {
+            report.degraded = Some((
+                crate::warmpool::pass_report::UNAUTHORIZED,
+                message.to_string(),
+            ));
         }
-        report.status = super::conditions::status(
+        report.status = crate::warmpool::conditions::status(
             &report,
             &mut self.conditions,
-            &self.act.holds,
-            self.act.launches.batches,
+            self.act.holds(),
+            self.act.launches().batches,
             &mut self.cost,
             now,
         );
@@ -187,7 +191,7 @@ impl PoolLoop {
             self.seen.fresh_after = None;
         }
         if let Some(l) = &acting {
-            l.acting(&self.act.pool, false);
+            l.acting(self.act.pool(), false);
         }
         let stayed = self.act.retire(&mut self.world, plan, report).await?;
         self.act.reserve(&mut self.world, orders, report).await?;
@@ -198,24 +202,26 @@ impl PoolLoop {
             self.seen.fresh_after = Some(Instant::now());
         }
         if let Some(l) = &acting {
-            l.acting(&self.act.pool, true);
+            l.acting(self.act.pool(), true);
         }
         Ok(())
     }
 
     /// The pass's observer, over what the loop keeps.
     fn observer(&mut self) -> Observer<'_> {
+        let run_stale = self.run_stale();
+        let lessons = self.act.lend();
         Observer {
             deleting: self.deletion.borrow().is_some(),
-            run_stale: self.run_stale.unwrap_or(self.act.tuning.stale),
+            run_stale,
             world: &mut self.world,
-            pool: &self.act.pool,
-            owner: &self.act.owner,
-            tuning: &self.act.tuning,
-            metrics: self.act.metrics.as_ref(),
-            launches: &mut self.act.launches,
-            holds: &self.act.holds,
-            budget: self.act.budget.as_ref(),
+            pool: lessons.pool,
+            owner: lessons.owner,
+            tuning: lessons.tuning,
+            metrics: lessons.metrics,
+            launches: lessons.launches,
+            holds: lessons.holds,
+            budget: lessons.budget,
             seen: &mut self.seen,
             cost: &mut self.cost,
             spec: &self.spec,
@@ -269,7 +275,7 @@ impl PoolLoop {
     /// room left for the instance type that fits the most. `None` without
     /// a class limit that applies, or while the class is not counted.
     fn class_room(&self, snap: &Snapshot) -> Option<(u32, &'static str)> {
-        let budget = self.act.budget.as_ref()?;
+        let budget = self.act.budget()?;
         let mut most: Option<(u32, &'static str)> = None;
         for t in &self.spec.launch.instance_types {
             // A type no limit holds back: the class does not bound the pool.
@@ -294,12 +300,12 @@ impl PoolLoop {
     fn count_cost(&mut self, snap: &Snapshot) {
         let elapsed = self.cost_at.map_or(Duration::ZERO, |at| at.elapsed());
         self.cost_at = Some(Instant::now());
-        if elapsed > self.act.tuning.resync * 4 {
+        if elapsed > self.act.tuning().resync * 4 {
             return;
         }
         for ((instance_type, spot), u, secs) in self.cost.tally(snap, elapsed) {
-            if let Some(m) = &self.act.metrics {
-                m.instance_seconds(&self.act.pool, &instance_type, spot, u, secs);
+            if let Some(m) = self.act.metrics() {
+                m.instance_seconds(self.act.pool(), &instance_type, spot, u, secs);
             }
         }
     }
@@ -368,7 +374,7 @@ impl PoolLoop {
     ) {
         if let Some(why) = foreign {
             report.events.push(PoolEvent::new(
-                super::ec2::UNSUPPORTED_ARCHITECTURE,
+                crate::warmpool::ec2::UNSUPPORTED_ARCHITECTURE,
                 why,
                 true,
             ));
@@ -398,8 +404,8 @@ impl PoolLoop {
                     "{} instance(s) launched before instances carried the cluster's tag, with rows \
                      in this pool's database, tagged {}={}: {}",
                     adopted.len(),
-                    super::ec2::TAG_CLUSTER,
-                    self.act.owner.cluster,
+                    crate::warmpool::ec2::TAG_CLUSTER,
+                    self.act.owner().cluster,
                     adopted.join(", ")
                 ),
                 false,
@@ -409,11 +415,11 @@ impl PoolLoop {
 
     /// The pool's gauges from the pass's status.
     fn gauge(&self, report: &PassReport) {
-        if let Some(m) = &self.act.metrics {
+        if let Some(m) = self.act.metrics() {
             let s = &report.status;
             m.counts(
-                &self.act.pool,
-                super::metrics::Counts {
+                self.act.pool(),
+                crate::warmpool::metrics::Counts {
                     idle: s.idle,
                     busy: s.busy,
                     stopped: s.stopped,
@@ -427,7 +433,7 @@ impl PoolLoop {
     /// A `Drifted` event, once per launch spec: how many instances run an
     /// out-of-date one, of which images, and how fast they are replaced.
     pub(super) fn announce_drift(&mut self, snap: &Snapshot, report: &mut PassReport) {
-        let hash = super::drift::launch_hash(&self.spec.launch);
+        let hash = crate::warmpool::drift::launch_hash(&self.spec.launch);
         let version = snap.template_version.as_deref();
         // Once per launch spec and template version.
         let announced = format!("{hash}@{}", version.unwrap_or_default());
@@ -438,7 +444,8 @@ impl PoolLoop {
             .instances
             .iter()
             .filter(|i| {
-                i.state.is_present() && super::drift::drifted(&self.spec, &hash, version, i)
+                i.state.is_present()
+                    && crate::warmpool::drift::drifted(&self.spec, &hash, version, i)
             })
             .collect();
         let mut images: Vec<&str> = drifted.iter().filter_map(|i| i.image.as_deref()).collect();
@@ -461,7 +468,7 @@ impl PoolLoop {
             format!(
                 "{} instance(s) run an out-of-date launch spec ({was} → {}): {pace}",
                 drifted.len(),
-                super::drift::image_label(&self.spec.launch)
+                crate::warmpool::drift::image_label(&self.spec.launch)
             ),
             false,
         ));
@@ -469,13 +476,13 @@ impl PoolLoop {
     }
 
     /// Holds the offerings of the spec's instance types that cannot run
-    /// the agent ([`super::arch`]); what `Degraded` says of them, if any.
+    /// the agent ([`crate::warmpool::arch`]); what `Degraded` says of them, if any.
     fn hold_foreign_types(&mut self, now: DateTime<Utc>) -> Option<String> {
-        let foreign = super::arch::foreign(&self.spec.launch, &self.seen.types);
-        super::arch::hold(
+        let foreign = crate::warmpool::arch::foreign(&self.spec.launch, &self.seen.types);
+        crate::warmpool::arch::hold(
             &self.spec.launch,
             &foreign,
-            &mut self.act.holds,
+            self.act.holds_mut(),
             now + chrono::Duration::days(1),
         )
     }
@@ -484,7 +491,7 @@ impl PoolLoop {
     /// launch, as EC2 described them to this loop
     /// ([`Observer::learn_types`]): its limits count them.
     fn tell_vcpus(&self) {
-        let Some(budget) = &self.act.budget else {
+        let Some(budget) = self.act.budget() else {
             return;
         };
         let unknown = budget
@@ -506,7 +513,7 @@ impl PoolLoop {
         snap.instances.iter().all(|i| !i.state.is_present())
             && self
                 .act
-                .launches
+                .launches()
                 .ours
                 .keys()
                 .all(|id| listed.contains(id.as_str()))
@@ -527,7 +534,7 @@ impl PoolLoop {
         }
         let drain = crate::crd::spec_seconds(drain_timeout_seconds);
         let until = (since + drain).to_rfc3339();
-        tracing::info!(pool = %self.act.pool, since = %since.to_rfc3339(), busy = plan.counts.busy,
+        tracing::info!(pool = %self.act.pool(), since = %since.to_rfc3339(), busy = plan.counts.busy,
             retiring = plan.retirements.len(), "WarmPool deleted: terminating its instances");
         report.events.push(PoolEvent {
             reason: "Deleting",
@@ -561,16 +568,16 @@ impl PoolLoop {
                         (self.backoff.next_wait(), true)
                     } else {
                         self.backoff.reset();
-                        (self.act.tuning.resync, false)
+                        (self.act.tuning().resync, false)
                     }
                 }
                 Err(e) if e.is_fenced() => {
-                    tracing::debug!(pool = %self.act.pool, error = %e, "pool pass fenced");
+                    tracing::debug!(pool = %self.act.pool(), error = %e, "pool pass fenced");
                     report(Err(&e));
                     (self.backoff.next_wait(), true)
                 }
                 Err(e) => {
-                    tracing::warn!(pool = %self.act.pool, error = %e, "pool pass failed");
+                    tracing::warn!(pool = %self.act.pool(), error = %e, "pool pass failed");
                     report(Err(&e));
                     (self.backoff.next_wait(), true)
                 }
@@ -578,7 +585,7 @@ impl PoolLoop {
             let pause = if backing_off {
                 wait
             } else {
-                self.act.tuning.min_gap
+                self.act.tuning().min_gap
             };
             tokio::select! {
                 _ = &mut stop => return,
@@ -599,7 +606,7 @@ impl PoolLoop {
     /// Returns on a notification for this pool, or after `wait`.
     pub(super) async fn wake(&mut self, wait: Duration) {
         let deadline = tokio::time::Instant::now() + wait;
-        let pool = self.act.pool.clone();
+        let pool = self.act.pool().to_string();
         let Some(db) = self.world.db.as_mut() else {
             tokio::time::sleep(wait.min(Duration::from_secs(1))).await;
             return;

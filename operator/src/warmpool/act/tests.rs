@@ -10,7 +10,7 @@ use std::time::Duration;
 use chrono::{TimeZone, Utc};
 
 use crate::crd::WarmPoolSpec;
-use crate::warmpool::act::Orders;
+use crate::warmpool::act::{Actuator, Orders};
 use crate::warmpool::ec2::{client_token, Ec2Error, Ownership, RunRequest};
 use crate::warmpool::plan::{
     Counts, End, LaunchBatch, Offering, PoolPlan, Reason, Retirement, Snapshot,
@@ -18,7 +18,6 @@ use crate::warmpool::plan::{
 use crate::warmpool::world::World;
 use crate::warmpool::{
     pass_report::{PassReport, PoolError},
-    pool_loop::PoolLoop,
     tuning::Tuning,
 };
 
@@ -259,21 +258,38 @@ fn offering(t: &str) -> Offering {
     }
 }
 
-fn pool(table: Table) -> PoolLoop<Table> {
+/// The act stage of a pool, the world it acts on and the spec: what the
+/// loop lends it in a pass.
+struct Stage {
+    act: Actuator,
+    world: Table,
+    spec: WarmPoolSpec,
+}
+
+/// The act stage of a pool whose uid is remembered, on `table`.
+fn stage(table: Table, url: &str, tuning: Tuning) -> Stage {
+    let owner = Ownership::new("ns", "p", "sched", "orca-operator", "c");
+    let mut act = Actuator::new(owner, url, tuning, "own".into());
+    act.restore("uid-1/loop".into(), &Default::default());
+    Stage {
+        act,
+        world: table,
+        spec: crate::test_support::pool_spec(0, 0, 100),
+    }
+}
+
+fn pool(table: Table) -> Stage {
     let tuning = Tuning {
         backoff_base: Duration::from_millis(1),
         backoff_cap: Duration::from_millis(2),
         ..Tuning::default()
     };
-    let owner = Ownership::new("ns", "p", "sched", "orca-operator", "c");
-    let spec = crate::test_support::pool_spec(0, 0, 100);
-    PoolLoop::with_world(owner, spec, "postgres://orca@db/orca", tuning, table)
-        .remember("uid-1", &Default::default())
+    stage(table, "postgres://orca@db/orca", tuning)
 }
 
 /// A pool whose EC2 answers its `RunInstances` calls with `answers` in turn,
 /// then launches.
-fn run_answered(answers: &[Answer]) -> PoolLoop<Table> {
+fn run_answered(answers: &[Answer]) -> Stage {
     pool(Table {
         run: answers.iter().copied().collect(),
         ..Table::default()
@@ -329,7 +345,7 @@ fn orders<'a>(spec: &'a WarmPoolSpec, plan: &'a PoolPlan) -> Orders<'a> {
     }
 }
 
-async fn launch(lp: &mut PoolLoop<Table>, plan: &PoolPlan, stayed: u32) -> PassReport {
+async fn launch(lp: &mut Stage, plan: &PoolPlan, stayed: u32) -> PassReport {
     let mut report = PassReport::default();
     let spec = lp.spec.clone();
     let orders = orders(&spec, plan);
@@ -497,7 +513,7 @@ fn with_row(instance: &str, row: i64) -> crate::warmpool::plan::WithRow {
     }
 }
 
-async fn reserve(lp: &mut PoolLoop<Table>, plan: &PoolPlan) -> PassReport {
+async fn reserve(lp: &mut Stage, plan: &PoolPlan) -> PassReport {
     let mut report = PassReport::default();
     let spec = lp.spec.clone();
     let orders = orders(&spec, plan);
@@ -572,20 +588,6 @@ async fn a_reserve_instance_whose_agent_came_back_is_not_terminated() {
         [901],
         "the claim ended after the terminate"
     );
-}
-
-/// Two loops of one pool that read one status — a replica after a
-/// failover, whose predecessor's last status write was lost, or a status
-/// restored from a backup — never launch a new batch under an old
-/// batch's token. Once, both asked with (uid, 0).
-#[tokio::test]
-async fn a_status_that_is_behind_never_repeats_a_launch_token() {
-    let mut a = pool(Table::default());
-    launch(&mut a, &launching(1), 0).await;
-    let mut b = pool(Table::default());
-    launch(&mut b, &launching(1), 0).await;
-    assert_eq!((a.act.launches.batches, b.act.launches.batches), (1, 1));
-    assert_ne!(a.world.runs[0].2, b.world.runs[0].2);
 }
 
 /// A token EC2 knows for another request is replaced by the next one in
@@ -685,7 +687,7 @@ async fn a_stop_refused_for_good_retires_the_instance_refused_alone() {
 
 /// The pool's preflight at `t0` and `secs` seconds: what the pass said.
 async fn ask(
-    lp: &mut PoolLoop<Table>,
+    lp: &mut Stage,
     spec: &WarmPoolSpec,
     snap: Snapshot,
     t0: chrono::DateTime<Utc>,
@@ -693,7 +695,7 @@ async fn ask(
 ) -> PassReport {
     let now = t0 + chrono::Duration::seconds(secs);
     let mut report = PassReport::default();
-    crate::warmpool::preflight_pool::ask(
+    crate::warmpool::act::preflight::ask(
         &mut lp.world,
         &mut lp.act,
         spec,
@@ -748,16 +750,13 @@ async fn the_preflight_asks_at_most_once_a_minute_however_often_the_spec_changes
 const URL_WITH_PASSWORD: &str = "postgres://orca:s3cret-pw@db/orca";
 
 /// A pool on `table` whose database URL holds a password.
-fn pool_with_password(table: Table) -> PoolLoop<Table> {
-    let owner = Ownership::new("ns", "p", "sched", "orca-operator", "c");
-    let spec = crate::test_support::pool_spec(0, 0, 100);
-    PoolLoop::with_world(owner, spec, URL_WITH_PASSWORD, Tuning::default(), table)
-        .remember("uid-1", &Default::default())
+fn pool_with_password(table: Table) -> Stage {
+    stage(table, URL_WITH_PASSWORD, Tuning::default())
 }
 
 /// One pass's counting of failed boots: `plan`'s boot time-outs, over
 /// `snap`, at the tables' time.
-async fn count(lp: &mut PoolLoop<Table>, plan: &PoolPlan, snap: &Snapshot) -> PassReport {
+async fn count(lp: &mut Stage, plan: &PoolPlan, snap: &Snapshot) -> PassReport {
     let mut report = PassReport::default();
     let now = Utc.with_ymd_and_hms(2026, 1, 1, 12, 0, 0).unwrap();
     lp.act

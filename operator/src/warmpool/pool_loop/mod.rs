@@ -2,10 +2,13 @@
 //! its spec, its world (the database and EC2, or a table in tests), what
 //! it launched, its holds and back-offs — and how it is made and told of
 //! a new spec, a deletion or a fence. Its passes are in `pass.rs`
-//! (with its own run), `observe.rs`, `act.rs` and `reserve.rs`.
+//! (with its own run), the only other file that sees its fields; the
+//! stages they run are `observe.rs` and `act/` beside it.
 //!
-//! What a loop keeps between passes, and each way
-//! of making it (its world, its fence, its listings and connections).
+//! The map, one line a file:
+
+// pass — one pass: observe → plan → act, and what it reports; and the loop run on its own.
+mod pass;
 
 use std::{
     collections::HashSet,
@@ -19,22 +22,21 @@ use tokio::sync::watch;
 
 use crate::backoff::Backoff;
 
-use super::{
-    act::{Actuator, Launches, SecretUrl},
+use crate::crd::{WarmPoolSpec, WarmPoolStatus};
+use crate::fence::Fence;
+use crate::warmpool::{
+    act::Actuator,
     ec2::{Ec2, Ec2Config, Ownership},
     metrics::PoolMetrics,
     observe::Seen,
     plan::Limits,
 };
-use crate::crd::{WarmPoolSpec, WarmPoolStatus};
-use crate::fence::Fence;
 
-use super::holds::Holds;
-use super::listings::{Listings, Place};
-use super::live::{Live, Shared};
-use super::pass_report::{Deletion, Denials, PoolError};
-use super::tuning::Tuning;
 use crate::connections::Connections;
+use crate::warmpool::listings::{Listings, Place};
+use crate::warmpool::live::{Live, Shared};
+use crate::warmpool::pass_report::{Deletion, PoolError};
+use crate::warmpool::tuning::Tuning;
 
 /// A loop's own name for its launches, when it has no uid to remember:
 /// the pool, this process and when the loop was made, so no two loops share
@@ -68,32 +70,32 @@ fn nonce() -> String {
 /// what its calls teach), the observer's (`Seen`), and the loop's own
 /// below (the spec, what the status says, the cost).
 pub struct PoolLoop<W = Live> {
-    pub(super) world: W,
-    pub(super) spec: WarmPoolSpec,
-    pub(super) act: Actuator,
-    pub(super) seen: Seen,
-    pub(super) backoff: Backoff,
+    world: W,
+    spec: WarmPoolSpec,
+    act: Actuator,
+    seen: Seen,
+    backoff: Backoff,
     /// Instance-seconds and runs served so far, and when they were last
     /// counted.
-    pub(super) cost: super::cost::Cost,
-    pub(super) cost_at: Option<Instant>,
+    cost: crate::warmpool::cost::Cost,
+    cost_at: Option<Instant>,
     /// Where the loop lists EC2: a place of its own, or one it shares with
     /// the operator's other pools there ([`PoolLoop::with_listings`]).
-    pub(super) place: Arc<Place>,
-    pub(super) listings: Option<Listings>,
-    pub(super) conditions: Vec<Condition>,
+    place: Arc<Place>,
+    listings: Option<Listings>,
+    conditions: Vec<Condition>,
     /// The WarmPool's deletion (`onDelete: Terminate`), once it began; the
     /// sender is the controller's ([`PoolLoop::with_deletion`]).
-    pub(super) deletion: watch::Receiver<Option<Deletion>>,
+    deletion: watch::Receiver<Option<Deletion>>,
     /// The `Deleting` event was posted.
-    pub(super) deletion_announced: bool,
+    deletion_announced: bool,
     /// The launch spec whose drifted instances a `Drifted` event announced.
-    pub(super) drift_announced: Option<String>,
+    drift_announced: Option<String>,
     /// The Scheduler's stale limit: a busy instance whose run has not beaten
     /// for this long looks hung. `None`: [`Tuning::stale`].
-    pub(super) run_stale: Option<Duration>,
+    run_stale: Option<Duration>,
     /// Instances to drain ([`PoolLoop::set_drain`]).
-    pub(super) drain: HashSet<String>,
+    drain: HashSet<String>,
 }
 
 impl<W> PoolLoop<W> {
@@ -107,30 +109,11 @@ impl<W> PoolLoop<W> {
         tuning: Tuning,
         world: W,
     ) -> PoolLoop<W> {
-        let pool = owner.pool.clone();
-        let launch_id = own_launch_id(&pool);
+        let launch_id = own_launch_id(&owner.pool);
         PoolLoop {
             backoff: Backoff::new(tuning.backoff_base, tuning.backoff_cap),
             world,
-            act: Actuator {
-                pool,
-                owner,
-                url: SecretUrl(database_url.to_string()),
-                tuning,
-                metrics: None,
-                holds: Holds::default(),
-                denials: Denials::default(),
-                launches: Launches {
-                    id: launch_id,
-                    ..Launches::default()
-                },
-                budget: None,
-                boot: Default::default(),
-                booted: HashSet::new(),
-                preflight_at: Some(chrono::DateTime::<chrono::Utc>::MIN_UTC),
-                preflight_instances: false,
-                preflight_asked: None,
-            },
+            act: Actuator::new(owner, database_url, tuning, launch_id),
             seen: Seen::new(),
             spec,
             cost: Default::default(),
@@ -156,14 +139,10 @@ impl<W> PoolLoop<W> {
     /// loop; after a failover the next leader launches afresh, and what a
     /// lost batch launched after all is surplus the next passes retire.)
     pub fn remember(mut self, uid: &str, status: &WarmPoolStatus) -> Self {
-        self.act.launches.id = format!("{uid}/{}", nonce());
-        self.act.launches.batches = status.launch_batches.max(0) as u64;
+        self.act.restore(format!("{uid}/{}", nonce()), status);
         self.conditions = status.conditions.clone();
         self.cost
             .restore(&status.instance_seconds, status.runs_served.as_ref());
-        self.act
-            .holds
-            .restore(&self.act.pool, &status.capacity_errors);
         self
     }
 
@@ -176,37 +155,37 @@ impl<W> PoolLoop<W> {
     }
 
     /// The instances a person asked to drain (the WarmPool's annotation
-    /// [`super::drain::DRAIN`]): each is retired once it is not in a run, and replaced
+    /// [`crate::warmpool::drain::DRAIN`]): each is retired once it is not in a run, and replaced
     /// as any retirement is.
     pub fn set_drain(&mut self, instances: HashSet<String>) {
         self.drain = instances;
     }
 
     pub(super) fn run_stale(&self) -> Duration {
-        self.run_stale.unwrap_or(self.act.tuning.stale)
+        self.run_stale.unwrap_or(self.act.tuning().stale)
     }
 
     /// The book of the pool's class, which grants its launches (`None`: a
     /// pool without a class, held by maxInstances only).
-    pub fn set_budget(&mut self, budget: Option<super::budget::Budget>) {
-        self.act.budget = budget;
+    pub fn set_budget(&mut self, budget: Option<crate::warmpool::budget::Budget>) {
+        self.act.set_budget(budget);
     }
 
     /// The class whose book grants the pool's launches, if any.
     pub fn budget_class(&self) -> Option<&str> {
-        self.act.budget.as_ref().map(|b| b.class())
+        self.act.budget().map(|b| b.class())
     }
 
     /// No metrics: a loop draining where the pool ran before must not set
     /// the pool's gauges, which are the current loop's.
     pub fn without_metrics(mut self) -> Self {
-        self.act.metrics = None;
+        self.act.set_metrics(None);
         self
     }
 
     /// The same loop, counting into `metrics` and setting the pool's gauges.
     pub fn with_metrics(mut self, metrics: PoolMetrics) -> Self {
-        self.act.metrics = Some(metrics);
+        self.act.set_metrics(Some(metrics));
         self
     }
 }
@@ -265,7 +244,7 @@ impl PoolLoop {
     /// listens for it (the Kubernetes mode, one connection per database).
     pub fn not_listening(mut self) -> Self {
         let url = self.world.reconnect.url().clone();
-        let name = self.act.tuning.application_name("pool");
+        let name = self.act.tuning().application_name("pool");
         self.world.reconnect = Reconnect::new(url, ConnectOptions::named(&name));
         self
     }
@@ -278,8 +257,8 @@ impl PoolLoop {
         let url = self.world.reconnect.url().clone();
         self.world.shared = Some(Shared::new(
             connections.clone(),
-            &self.act.pool,
-            &self.act.url.0,
+            self.act.pool(),
+            self.act.database_url(),
             url,
         ));
         self.world.db = None;
@@ -299,20 +278,20 @@ impl PoolLoop {
     }
 
     /// The loop lists EC2 with the operator's other pools of its region,
-    /// endpoint and cluster (see [`super::listings`]): one
+    /// endpoint and cluster (see [`crate::warmpool::listings`]): one
     /// `DescribeInstances` for all of them, each pass taking one that is
     /// new enough for it.
     pub fn with_listings(mut self, listings: &Listings) -> Self {
-        self.place = listings.place(&self.world.ec2_config, &self.act.owner);
-        self.seen.fresh_after = Some(listings.floor(&self.act.pool));
+        self.place = listings.place(&self.world.ec2_config, self.act.owner());
+        self.seen.fresh_after = Some(listings.floor(self.act.pool()));
         self.listings = Some(listings.clone());
         self
     }
 
     /// The WarmPool's deletion with `onDelete: Terminate`, as `deletion`
     /// tells it: from the first pass after it holds one, the loop launches
-    /// nothing and terminates the pool's instances (see [`super::plan()`]),
-    /// and each pass says whether any is left ([`super::PassReport::deleted`]). A
+    /// nothing and terminates the pool's instances (see [`crate::warmpool::plan()`]),
+    /// and each pass says whether any is left ([`crate::warmpool::PassReport::deleted`]). A
     /// change cuts the wait for the next pass short.
     pub fn with_deletion(mut self, deletion: watch::Receiver<Option<Deletion>>) -> Self {
         self.deletion = deletion;
@@ -321,13 +300,13 @@ impl PoolLoop {
 
     /// `namespace/name`.
     pub fn pool(&self) -> &str {
-        &self.act.pool
+        self.act.pool()
     }
 
     /// Whose instances the pool's are: the tags it launches with and lists
     /// by.
     pub fn ownership(&self) -> &Ownership {
-        &self.act.owner
+        self.act.owner()
     }
 
     /// The spec the loop runs on now.
@@ -344,44 +323,75 @@ impl PoolLoop {
             self.world.ec2 = Ec2::new(&cfg, self.world.fence.clone()).await;
             self.world.ec2_config = cfg;
         }
-        let (ns, name) = self
-            .act
-            .pool
-            .split_once('/')
-            .unwrap_or(("", &self.act.pool));
-        self.act.owner = Ownership::new(
+        let pool = self.act.pool();
+        let (ns, name) = pool.split_once('/').unwrap_or(("", pool));
+        let owner = Ownership::new(
             ns,
             name,
             &spec.scheduler,
-            &self.act.tuning.operator,
-            &self.act.tuning.cluster,
+            &self.act.tuning().operator,
+            &self.act.tuning().cluster,
         );
+        self.act.set_owner(owner);
         if let Some(listings) = &self.listings {
-            self.place = listings.place(&self.world.ec2_config, &self.act.owner);
+            self.place = listings.place(&self.world.ec2_config, self.act.owner());
         }
         if spec.launch.launch_template != self.spec.launch.launch_template {
             self.seen.resolved_template = None;
         }
         self.spec = spec;
-        self.act.denials.clear();
-        self.act.preflight_at = Some(chrono::DateTime::<chrono::Utc>::MIN_UTC);
-        self.act.boot.spec_changed();
+        self.act.spec_changed();
         self.seen.floors = None;
-        self.seen.history = super::observe::Reading::new();
+        self.seen.history = crate::warmpool::observe::Reading::new();
     }
 
     pub(super) fn limits(&self) -> Limits {
-        let grace = self.act.tuning.leak_grace.unwrap_or_else(|| {
+        let grace = self.act.tuning().leak_grace.unwrap_or_else(|| {
             Duration::from_secs(60).max(Duration::from_secs(
                 self.spec.boot_timeout_seconds.max(0) as u64
             ))
         });
         Limits {
-            stale_secs: self.act.tuning.stale.as_secs_f64(),
+            stale_secs: self.act.tuning().stale.as_secs_f64(),
             leak_grace_secs: grace.as_secs_f64(),
-            max_batch: self.act.tuning.max_batch,
+            max_batch: self.act.tuning().max_batch,
             hung_grace_secs: 2.0 * self.run_stale().as_secs_f64(),
             unlisted_grace_secs: 60.0,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::warmpool::ec2::client_token;
+
+    /// Two loops of one pool that read one status — a replica after a
+    /// failover, whose predecessor's last status write was lost, or a
+    /// status restored from a backup — never launch a new batch under an
+    /// old batch's token. Once, both asked with (uid, 0).
+    #[test]
+    fn a_status_that_is_behind_never_repeats_a_launch_token() {
+        let status = WarmPoolStatus {
+            launch_batches: 3,
+            ..Default::default()
+        };
+        let remembered = || {
+            let owner = Ownership::new("ns", "p", "sched", "orca-operator", "c");
+            let spec = crate::test_support::pool_spec(0, 0, 100);
+            PoolLoop::with_world(
+                owner,
+                spec,
+                "postgres://orca@db/orca",
+                Tuning::default(),
+                (),
+            )
+            .remember("uid-1", &status)
+        };
+        let (a, b) = (remembered(), remembered());
+        let (a, b) = (a.act.launches(), b.act.launches());
+        assert_eq!((a.batches, b.batches), (3, 3));
+        assert!(a.id.starts_with("uid-1/") && b.id.starts_with("uid-1/"));
+        assert_ne!(client_token(&a.id, 3), client_token(&b.id, 3));
     }
 }

@@ -4,8 +4,8 @@
 
 use std::collections::BTreeMap;
 
-use super::{
-    act::{Actuator, Call, Orders},
+use super::{Actuator, Call, Orders};
+use crate::warmpool::{
     ec2::Ec2Error,
     pass_report::{PassReport, PoolError, PoolEvent},
     plan::{End, Offering, PoolPlan, Reason, WithRow},
@@ -38,7 +38,7 @@ impl Actuator {
     /// for now is planned again by the next pass (as a launch instead, once
     /// its offering is held for a capacity error); an instance EC2 refuses
     /// to stop or start for good is retired ([`Self::retire_reserved`]).
-    pub(super) async fn reserve(
+    pub(in crate::warmpool) async fn reserve(
         &mut self,
         world: &mut impl World,
         orders: Orders<'_>,
@@ -212,7 +212,7 @@ impl Actuator {
         let plan = PoolPlan {
             retirements: items
                 .iter()
-                .map(|s| super::plan::Retirement {
+                .map(|s| crate::warmpool::plan::Retirement {
                     instance: s.instance.clone(),
                     reason: Reason::ReserveFailed,
                     end: End::Reserved(s.row),

@@ -2,12 +2,13 @@
 //! then batched `TerminateInstances`), then launch (batched `RunInstances`
 //! with a `ClientToken` each, the next offering on a capacity error, and
 //! back-off on `RequestLimitExceeded`). The stopped reserve's part is in
-//! `reserve.rs`.
+//! `reserve.rs`, the preflight's in `preflight.rs`: children of this
+//! module, the only files but this one that see the actuator's fields.
 //!
 //! What it does to the world goes through [`World`], which the loop owns
-//! and lends to each of the act step's calls: the loop's [`super::Live`]
+//! and lends to each of the act step's calls: the loop's [`crate::warmpool::Live`]
 //! world fences each statement and EC2 call (a fenced one ends the pass);
-//! the act step's tests answer from a table (`act_tests.rs`).
+//! the act step's tests answer from a table (`tests.rs`).
 //!
 //! The [`Actuator`] keeps what the calls teach: the capacity holds, the
 //! credentials' denials, the launches (their ids, times and tokens), the
@@ -15,6 +16,13 @@
 //!
 //! Retire and launch, the two halves of the act
 //! step that share the per-id retry.
+//!
+//! The map, one line a file:
+
+// preflight — when a pool's loop asks its preflight, and what it does with the answers.
+pub(super) mod preflight;
+// reserve — the act stage for the stopped reserve: starts, stops, and what will not.
+mod reserve;
 
 use std::{
     collections::{BTreeMap, HashMap, HashSet},
@@ -24,9 +32,13 @@ use std::{
 
 use chrono::{DateTime, Utc};
 
-use crate::{backoff::Backoff, crd::WarmPoolSpec, fence::MaybeFenced};
+use crate::{
+    backoff::Backoff,
+    crd::{WarmPoolSpec, WarmPoolStatus},
+    fence::MaybeFenced,
+};
 
-use super::{
+use crate::warmpool::{
     boot::BootFailures,
     budget::Budget,
     ec2::{client_token, Ec2Error, Ownership, RunRequest},
@@ -75,39 +87,50 @@ pub(super) struct Launches {
     pub(super) batches: u64,
 }
 
+/// What the act stage lends the observe stage ([`Actuator::lend`]).
+pub(super) struct Lessons<'a> {
+    pub(super) pool: &'a str,
+    pub(super) owner: &'a Ownership,
+    pub(super) tuning: &'a Tuning,
+    pub(super) metrics: Option<&'a PoolMetrics>,
+    pub(super) launches: &'a mut Launches,
+    pub(super) holds: &'a Holds,
+    pub(super) budget: Option<&'a Budget>,
+}
+
 /// The act step of one pool: its calls, on the world the loop lends them
-/// (the [`super::Live`] world, or a table of answers in its tests), and
+/// (the [`crate::warmpool::Live`] world, or a table of answers in its tests), and
 /// what they teach and later passes go by.
 pub(super) struct Actuator {
     /// `namespace/name`.
-    pub(super) pool: String,
+    pool: String,
     /// Whose instances the pool's are: the tags it launches with.
-    pub(super) owner: Ownership,
-    pub(super) url: SecretUrl,
-    pub(super) tuning: Tuning,
-    pub(super) metrics: Option<PoolMetrics>,
+    owner: Ownership,
+    url: SecretUrl,
+    tuning: Tuning,
+    metrics: Option<PoolMetrics>,
     /// Offerings without capacity, until when, and why.
-    pub(super) holds: Holds,
+    holds: Holds,
     /// EC2 actions the credentials were refused and not allowed since.
-    pub(super) denials: Denials,
-    pub(super) launches: Launches,
+    denials: Denials,
+    launches: Launches,
     /// The class's book, for a pool with a class: every launch is granted
     /// by it first.
-    pub(super) budget: Option<Budget>,
+    budget: Option<Budget>,
     /// Boot time-outs in a row, and the launch back-off they earned.
-    pub(super) boot: BootFailures,
+    boot: BootFailures,
     /// Instances this loop launched that reported (had a row).
-    pub(super) booted: HashSet<String>,
-    /// When the pool's preflight is next due (see [`super::preflight`]):
+    booted: HashSet<String>,
+    /// When the pool's preflight is next due (see [`crate::warmpool::preflight`]):
     /// at once for a new loop or spec, a minute on while an action it
     /// found missing stands, `None` once all were allowed.
-    pub(super) preflight_at: Option<DateTime<Utc>>,
+    preflight_at: Option<DateTime<Utc>>,
     /// Whether it asked about the calls on instances (it needs one of
     /// the pool's): the first pass with an instance asks, if not, once
     /// for the loop (what they need does not change with the spec).
-    pub(super) preflight_instances: bool,
+    preflight_instances: bool,
     /// When it last asked: asks are a minute apart (but for that once).
-    pub(super) preflight_asked: Option<DateTime<Utc>>,
+    preflight_asked: Option<DateTime<Utc>>,
 }
 
 /// A launch EC2 refused that will not work until something changes, as
@@ -167,10 +190,143 @@ pub(super) struct Orders<'a> {
 }
 
 impl Actuator {
+    /// The act stage of the pool `owner` names, launching with the
+    /// database URL `database_url` in its user-data; `launch_id` names its
+    /// launches until the loop remembers the pool's uid.
+    pub(super) fn new(
+        owner: Ownership,
+        database_url: &str,
+        tuning: Tuning,
+        launch_id: String,
+    ) -> Actuator {
+        Actuator {
+            pool: owner.pool.clone(),
+            owner,
+            url: SecretUrl(database_url.to_string()),
+            tuning,
+            metrics: None,
+            holds: Holds::default(),
+            denials: Denials::default(),
+            launches: Launches {
+                id: launch_id,
+                ..Launches::default()
+            },
+            budget: None,
+            boot: Default::default(),
+            booted: HashSet::new(),
+            preflight_at: Some(DateTime::<Utc>::MIN_UTC),
+            preflight_instances: false,
+            preflight_asked: None,
+        }
+    }
+
+    /// `namespace/name`.
+    pub(super) fn pool(&self) -> &str {
+        &self.pool
+    }
+
+    /// The database URL the pool's user-data carries; never shown.
+    pub(super) fn database_url(&self) -> &str {
+        &self.url.0
+    }
+
+    /// Whose instances the pool's are.
+    pub(super) fn owner(&self) -> &Ownership {
+        &self.owner
+    }
+
+    /// The pool's instances are now `owner`'s (a class or namespace tag
+    /// learnt): its launches are tagged so from the next.
+    pub(super) fn set_owner(&mut self, owner: Ownership) {
+        self.owner = owner;
+    }
+
+    /// The loop's knobs.
+    pub(super) fn tuning(&self) -> &Tuning {
+        &self.tuning
+    }
+
+    /// The pool's metrics, unless the loop keeps none.
+    pub(super) fn metrics(&self) -> Option<&PoolMetrics> {
+        self.metrics.as_ref()
+    }
+
+    /// Counts into `metrics` from now (`None`: into none).
+    pub(super) fn set_metrics(&mut self, metrics: Option<PoolMetrics>) {
+        self.metrics = metrics;
+    }
+
+    /// The class's book, for a pool with a class.
+    pub(super) fn budget(&self) -> Option<&Budget> {
+        self.budget.as_ref()
+    }
+
+    /// The class's book from now (`None`: no class).
+    pub(super) fn set_budget(&mut self, budget: Option<Budget>) {
+        self.budget = budget;
+    }
+
+    /// The offerings without capacity, and until when.
+    pub(super) fn holds(&self) -> &Holds {
+        &self.holds
+    }
+
+    /// The holds, to add to or let expire.
+    pub(super) fn holds_mut(&mut self) -> &mut Holds {
+        &mut self.holds
+    }
+
+    /// The EC2 actions the credentials were refused.
+    pub(super) fn denials(&self) -> &Denials {
+        &self.denials
+    }
+
+    /// What the pool launched, as the loop knows it.
+    pub(super) fn launches(&self) -> &Launches {
+        &self.launches
+    }
+
+    /// What a status restored says: the pool's `uid` names its launches
+    /// (with a value of this loop's own), the launch batches counted so
+    /// far, and the capacity holds it showed.
+    pub(super) fn restore(&mut self, launch_id: String, status: &WarmPoolStatus) {
+        self.launches.id = launch_id;
+        self.launches.batches = status.launch_batches.max(0) as u64;
+        self.holds.restore(&self.pool, &status.capacity_errors);
+    }
+
+    /// A new spec: what the credentials were refused is asked again at
+    /// once, and boot failures counted under the old spec no longer back
+    /// launches off.
+    pub(super) fn spec_changed(&mut self) {
+        self.denials.clear();
+        self.preflight_at = Some(DateTime::<Utc>::MIN_UTC);
+        self.boot.spec_changed();
+    }
+
+    /// The loop ended these instances itself: their boots are not failures.
+    pub(super) fn ended_by_loop(&mut self, terminated: &[String]) {
+        self.boot.ended_by_loop(terminated);
+    }
+
+    /// What the observe stage reads of the act stage's lessons, lent to it
+    /// for the stage: the pool, its owner, the knobs, the metrics, the
+    /// launches (whose listing it records), the holds and the class's book.
+    pub(super) fn lend(&mut self) -> Lessons<'_> {
+        Lessons {
+            pool: &self.pool,
+            owner: &self.owner,
+            tuning: &self.tuning,
+            metrics: self.metrics.as_ref(),
+            launches: &mut self.launches,
+            holds: &self.holds,
+            budget: self.budget.as_ref(),
+        }
+    }
     /// Boot time-outs in a row (`plan`'s `BootTimeout` retirements, none of
     /// this loop's instances reporting): past a few, a Warning, the pool
     /// `Degraded` (`BootFailing`, with the last one's console, scrubbed of
-    /// the database URL) and launches backing off (see [`super::boot`]).
+    /// the database URL) and launches backing off (see [`crate::warmpool::boot`]).
     pub(super) async fn count_boot_failures(
         &mut self,
         world: &mut impl World,
@@ -182,7 +338,7 @@ impl Actuator {
         let mut timed_out: Vec<String> = plan
             .retirements
             .iter()
-            .filter(|r| r.reason == super::plan::Reason::BootTimeout)
+            .filter(|r| r.reason == crate::warmpool::plan::Reason::BootTimeout)
             .map(|r| r.instance.clone())
             .collect();
         // A boot worked: an instance this loop launched reported (a row),
@@ -201,7 +357,7 @@ impl Actuator {
             .map(|(id, (at, _))| (id.clone(), *at))
             .collect();
         let candidates =
-            super::boot::ended_unreported(snap, &launched, &self.booted, &self.boot, now);
+            crate::warmpool::boot::ended_unreported(snap, &launched, &self.booted, &self.boot, now);
         if !candidates.is_empty() {
             let had = world.had_rows(&self.pool, &candidates).await?;
             let lost: Vec<String> = candidates
@@ -595,7 +751,7 @@ impl Actuator {
         if let Some(Err(e)) = published {
             tracing::warn!(pool = %self.pool, error = %e, "no launch: the database URL parameter cannot be written");
             let reason = if e.denial().is_some() {
-                super::pass_report::UNAUTHORIZED
+                crate::warmpool::pass_report::UNAUTHORIZED
             } else {
                 "DatabaseUrlParameter"
             };
@@ -750,7 +906,7 @@ impl Actuator {
 
     /// Holds `offering`, refused with `code`, for the capacity hold, and
     /// with it every offering of the pool the same quota covers
-    /// ([`super::holds::held_by`]): until when, and how many are held.
+    /// ([`crate::warmpool::holds::held_by`]): until when, and how many are held.
     pub(super) fn hold(
         &mut self,
         spec: &WarmPoolSpec,
@@ -820,6 +976,6 @@ impl Actuator {
     }
 }
 
+// tests — the act stage against a table of answers.
 #[cfg(test)]
-#[path = "act_tests.rs"]
 mod tests;

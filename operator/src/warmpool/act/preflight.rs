@@ -6,15 +6,15 @@
 
 use chrono::{DateTime, Utc};
 
-use super::act::Actuator;
-use super::ec2::{RunRequest, TAG_CLASS, TAG_NAMESPACE};
-use super::instance::offerings;
-use super::pass_report::{PassReport, PoolEvent, UNAUTHORIZED};
-use super::plan::Snapshot;
-use super::preflight::{Check, Outcome, Probe};
-use super::userdata::{self, DatabaseSource};
-use super::world::World;
+use super::Actuator;
 use crate::crd::WarmPoolSpec;
+use crate::warmpool::ec2::{RunRequest, TAG_CLASS, TAG_NAMESPACE};
+use crate::warmpool::instance::offerings;
+use crate::warmpool::pass_report::{PassReport, PoolEvent, UNAUTHORIZED};
+use crate::warmpool::plan::Snapshot;
+use crate::warmpool::preflight::{Check, Outcome, Probe};
+use crate::warmpool::userdata::{self, DatabaseSource};
+use crate::warmpool::world::World;
 
 /// How long a missing action stands before the preflight asks again.
 const ASK_AGAIN: chrono::Duration = chrono::Duration::seconds(60);
@@ -30,7 +30,7 @@ const ASK_AGAIN: chrono::Duration = chrono::Duration::seconds(60);
 /// changes: an editor cannot spend the account's EC2 request budget by
 /// editing. (The SSM calls are not asked here: each pass writes the
 /// database URL's parameter and says a refusal then.)
-pub(super) async fn ask(
+pub(in crate::warmpool) async fn ask(
     world: &mut impl World,
     act: &mut Actuator,
     spec: &WarmPoolSpec,
@@ -107,9 +107,9 @@ pub(super) async fn ask(
 
 #[cfg(test)]
 mod tests {
-    use super::super::ec2::{classify, Ec2Error};
-    use super::super::pass_report::Denials;
-    use super::*;
+    use crate::warmpool::ec2::{classify, Ec2Error};
+    use crate::warmpool::pass_report::Denials;
+    use crate::warmpool::preflight::Outcome;
 
     #[test]
     fn a_preflight_clears_what_it_found_and_not_what_a_call_met() {
