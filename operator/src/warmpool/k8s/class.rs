@@ -29,7 +29,7 @@ pub(super) async fn effective(
     };
     let name = class_ref.name.clone();
     let Some(class) = class_of(ctx, pool, &name).await? else {
-        ctx.config.budgets.forget_class(&name);
+        ctx.config().budgets.forget_class(&name);
         let recorded = wp.status.as_ref().and_then(|s| s.class_region.clone());
         return Ok(match recorded {
             // Gone before the pool: its instances are where the status says.
@@ -45,7 +45,7 @@ pub(super) async fn effective(
             }),
         });
     };
-    ctx.config.budgets.set_limits(&name, &class.spec);
+    ctx.config().budgets.set_limits(&name, &class.spec);
     let ns = crate::crd::namespace_of(&*wp);
     let labels = labels_of(ctx, pool, &ns).await?;
     let tenant = Tenant {
@@ -94,15 +94,15 @@ async fn class_of(
     pool: &str,
     name: &str,
 ) -> Result<Option<Arc<WarmPoolClass>>, ReconcileError> {
-    if let Some(caches) = &ctx.caches {
-        if caches.cluster_listed.ready().await {
-            return Ok(caches.classes.get(&ObjectRef::new(name)));
+    if let Some(caches) = &ctx.caches() {
+        if caches.cluster_listed().ready().await {
+            return Ok(caches.classes().get(&ObjectRef::new(name)));
         }
     }
     if let Some(fenced) = fenced(ctx, pool) {
         return Err(fenced);
     }
-    Api::<WarmPoolClass>::all(ctx.client.clone())
+    Api::<WarmPoolClass>::all(ctx.client().clone())
         .get_opt(name)
         .await
         .map(|c| c.map(Arc::new))
@@ -118,10 +118,10 @@ async fn labels_of(
     pool: &str,
     ns: &str,
 ) -> Result<BTreeMap<String, String>, ReconcileError> {
-    if let Some(caches) = &ctx.caches {
-        if caches.cluster_listed.ready().await {
+    if let Some(caches) = &ctx.caches() {
+        if caches.cluster_listed().ready().await {
             return Ok(caches
-                .namespaces
+                .namespaces()
                 .get(&ObjectRef::new(ns))
                 .map(|n| n.labels().clone())
                 .unwrap_or_default());
@@ -130,7 +130,7 @@ async fn labels_of(
     if let Some(fenced) = fenced(ctx, pool) {
         return Err(fenced);
     }
-    Api::<Namespace>::all(ctx.client.clone())
+    Api::<Namespace>::all(ctx.client().clone())
         .get_opt(ns)
         .await
         .map(|n| n.map(|n| n.labels().clone()).unwrap_or_default())
@@ -142,7 +142,7 @@ async fn labels_of(
 
 /// The fence, before a read from the API: the error if it is closed.
 fn fenced(ctx: &Context, pool: &str) -> Option<ReconcileError> {
-    ctx.config
+    ctx.config()
         .fence
         .check()
         .err()

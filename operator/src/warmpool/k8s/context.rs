@@ -46,8 +46,8 @@ use crate::{
 #[derive(Clone, Debug, PartialEq)]
 pub(super) struct UrlSource {
     /// The Secret and its keys (the URL's, the CA's).
-    pub(super) secret: SecretKeyRef,
-    pub(super) version: Option<String>,
+    secret: SecretKeyRef,
+    version: Option<String>,
 }
 
 /// A pool between reconciles.
@@ -76,42 +76,152 @@ pub(super) type Slot = Arc<tokio::sync::Mutex<Option<PoolState>>>;
 /// controller's watches keep them.
 #[derive(Clone)]
 pub(super) struct Caches {
-    pub(super) schedulers: Store<Scheduler>,
-    pub(super) secrets: Store<PartialObjectMeta<Secret>>,
-    pub(super) pools: Store<WarmPool>,
+    schedulers: Store<Scheduler>,
+    secrets: Store<PartialObjectMeta<Secret>>,
+    pools: Store<WarmPool>,
     /// The URLs read from the Secrets (shared with the Scheduler
     /// controller).
-    pub(super) urls: Arc<SecretUrls>,
+    urls: Arc<SecretUrls>,
     /// The first listing of the Schedulers and the Secrets.
-    pub(super) listed: FirstListing,
+    listed: FirstListing,
     /// The WarmPoolClasses and the Namespaces' labels (cluster-wide).
-    pub(super) classes: Store<WarmPoolClass>,
-    pub(super) namespaces: Store<NamespaceMeta>,
+    classes: Store<WarmPoolClass>,
+    namespaces: Store<NamespaceMeta>,
     /// Their first listing.
-    pub(super) cluster_listed: FirstListing,
+    cluster_listed: FirstListing,
+}
+
+impl Caches {
+    /// The namespaced watches' stores (Schedulers, Secrets, WarmPools),
+    /// the URLs read from the Secrets and their first listing; the
+    /// cluster-wide watches' (classes, Namespaces) and theirs.
+    pub(super) fn new(
+        (schedulers, secrets, pools): (
+            Store<Scheduler>,
+            Store<PartialObjectMeta<Secret>>,
+            Store<WarmPool>,
+        ),
+        urls: Arc<SecretUrls>,
+        listed: FirstListing,
+        (classes, namespaces): (Store<WarmPoolClass>, Store<NamespaceMeta>),
+        cluster_listed: FirstListing,
+    ) -> Caches {
+        Caches {
+            schedulers,
+            secrets,
+            pools,
+            urls,
+            listed,
+            classes,
+            namespaces,
+            cluster_listed,
+        }
+    }
+
+    /// The Schedulers, as the watch keeps them.
+    pub(super) fn schedulers(&self) -> &Store<Scheduler> {
+        &self.schedulers
+    }
+
+    /// The Secrets' metadata, as the watch keeps it.
+    pub(super) fn secrets(&self) -> &Store<PartialObjectMeta<Secret>> {
+        &self.secrets
+    }
+
+    /// The WarmPools, as the watch keeps them.
+    pub(super) fn pools(&self) -> &Store<WarmPool> {
+        &self.pools
+    }
+
+    /// The URLs read from the Secrets.
+    pub(super) fn urls(&self) -> &Arc<SecretUrls> {
+        &self.urls
+    }
+
+    /// The WarmPoolClasses, as the watch keeps them.
+    pub(super) fn classes(&self) -> &Store<WarmPoolClass> {
+        &self.classes
+    }
+
+    /// The Namespaces' labels, as the watch keeps them.
+    pub(super) fn namespaces(&self) -> &Store<NamespaceMeta> {
+        &self.namespaces
+    }
+
+    /// The first listing of the classes and the Namespaces.
+    pub(super) fn cluster_listed(&self) -> &FirstListing {
+        &self.cluster_listed
+    }
+}
+
+impl UrlSource {
+    /// Read from `secret` at `version`.
+    pub(super) fn new(secret: SecretKeyRef, version: Option<String>) -> Self {
+        UrlSource { secret, version }
+    }
+
+    /// The Secret and its keys.
+    pub(super) fn secret(&self) -> &SecretKeyRef {
+        &self.secret
+    }
+
+    /// The Secret's `resourceVersion` the URL was read at.
+    pub(super) fn version(&self) -> Option<&str> {
+        self.version.as_deref()
+    }
 }
 
 /// What every reconcile of the WarmPool controller shares.
 pub struct Context {
-    pub(super) client: Client,
-    pub(super) config: PoolControllerConfig,
-    pub(super) recorder: Recorder,
+    client: Client,
+    config: PoolControllerConfig,
+    recorder: Recorder,
     /// `None` outside [`super::run`] (a reconcile called on its own, in tests):
     /// then the Scheduler and the Secret are read from the API.
-    pub(super) caches: Option<Caches>,
-    pub(super) pools: Mutex<HashMap<String, Slot>>,
-    pub(super) listeners: Listeners,
+    caches: Option<Caches>,
+    pools: Mutex<HashMap<String, Slot>>,
+    listeners: Listeners,
     /// The pools' connections: one per database, shared by its pools.
-    pub(super) connections: Arc<Connections>,
+    connections: Arc<Connections>,
     /// The uids of the WarmPools this replica put the finalizer on.
-    pub(super) finalized: Mutex<HashSet<String>>,
+    finalized: Mutex<HashSet<String>>,
     /// Whether a reconcile said that the watches had not listed.
-    pub(super) warned: AtomicBool,
+    warned: AtomicBool,
     /// Failed reconciles in a row, per WarmPool.
-    pub(super) backoff: PerObject,
+    backoff: PerObject,
 }
 
 impl Context {
+    /// The client the controller acts with.
+    pub(super) fn client(&self) -> &Client {
+        &self.client
+    }
+
+    /// The controller's configuration.
+    pub(super) fn config(&self) -> &PoolControllerConfig {
+        &self.config
+    }
+
+    /// The watches' stores; `None` outside [`super::run`].
+    pub(super) fn caches(&self) -> Option<&Caches> {
+        self.caches.as_ref()
+    }
+
+    /// The pools' connections: one per database.
+    pub(super) fn connections(&self) -> &Arc<Connections> {
+        &self.connections
+    }
+
+    /// The uids of the WarmPools this replica put the finalizer on.
+    pub(super) fn finalized(&self) -> &Mutex<HashSet<String>> {
+        &self.finalized
+    }
+
+    /// Failed reconciles in a row, per WarmPool.
+    pub(super) fn backoff(&self) -> &PerObject {
+        &self.backoff
+    }
+
     /// A context whose reconciles read Schedulers and Secrets from the API,
     /// and whose listeners' notifications go nowhere.
     pub fn new(client: Client, config: PoolControllerConfig) -> Self {

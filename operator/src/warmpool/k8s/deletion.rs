@@ -36,7 +36,7 @@ pub(super) async fn without_database(
     problem: Problem,
 ) -> Result<Action, ReconcileError> {
     let ns = crate::crd::namespace_of(wp);
-    let tuning = &ctx.config.tuning;
+    let tuning = &ctx.config().tuning;
     let owner = Ownership::new(
         &ns,
         &wp.name_any(),
@@ -46,7 +46,7 @@ pub(super) async fn without_database(
     );
     let ec2 = Ec2::new(
         &Ec2Config::new(&wp.spec.region, wp.spec.endpoint.as_deref()),
-        ctx.config.fence.clone(),
+        ctx.config().fence.clone(),
     )
     .await;
     let ec2_error = |source| ReconcileError::Ec2 {

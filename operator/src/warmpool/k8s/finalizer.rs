@@ -72,7 +72,7 @@ pub(super) async fn let_go(
     message: &str,
 ) -> Result<Action, ReconcileError> {
     ctx.forget(pool);
-    let removed = remove(&ctx.client, &ctx.config.fence, wp)
+    let removed = remove(ctx.client(), &ctx.config().fence, wp)
         .await
         .map_err(|e| ReconcileError::finalizer(pool, e))?;
     if removed {
@@ -98,13 +98,13 @@ pub(super) async fn release_parameter(wp: &WarmPool, ctx: &Context, pool: &str) 
         return;
     }
     // Without the watches' store nothing says who else uses it: kept.
-    let Some(caches) = &ctx.caches else {
+    let Some(caches) = &ctx.caches() else {
         return;
     };
     let namespace = crate::crd::namespace_of(wp);
     // Another pool of the same Scheduler in the same region (or in one not
     // known) may read the parameter: it is kept.
-    let shared = caches.pools.state().iter().any(|other| {
+    let shared = caches.pools().state().iter().any(|other| {
         let status = other.status.as_ref();
         let region = Some(other.spec.region.as_str())
             .filter(|r| !r.is_empty())
@@ -117,10 +117,10 @@ pub(super) async fn release_parameter(wp: &WarmPool, ctx: &Context, pool: &str) 
     if shared {
         return;
     }
-    let name = ssm::parameter_name(&ctx.config.tuning.cluster, &namespace, &wp.spec.scheduler);
+    let name = ssm::parameter_name(&ctx.config().tuning.cluster, &namespace, &wp.spec.scheduler);
     let ssm = Ssm::new(
         &Ec2Config::new(&wp.spec.region, wp.spec.ssm_endpoint.as_deref()),
-        ctx.config.fence.clone(),
+        ctx.config().fence.clone(),
     )
     .await;
     match ssm.delete(&name).await {

@@ -136,19 +136,13 @@ pub fn run(
                 .debounce(config.tuning.min_gap)
                 .concurrency(names::RECONCILE_CONCURRENCY),
         );
-        let caches = Caches {
-            schedulers: scheduler_store.clone(),
-            secrets: secret_store,
-            pools: controller.store(),
+        let caches = Caches::new(
+            (scheduler_store.clone(), secret_store, controller.store()),
             urls,
-            listed: FirstListing::new(vec![scheduler_listed, secret_listed], names::FIRST_LISTING),
-            classes: class_store,
-            namespaces: namespace_store,
-            cluster_listed: FirstListing::new(
-                vec![class_listed, namespace_listed],
-                names::FIRST_LISTING,
-            ),
-        };
+            FirstListing::new(vec![scheduler_listed, secret_listed], names::FIRST_LISTING),
+            (class_store, namespace_store),
+            FirstListing::new(vec![class_listed, namespace_listed], names::FIRST_LISTING),
+        );
         let ctx = Arc::new(Context::with(
             client,
             config,
@@ -156,9 +150,9 @@ pub fn run(
             triggers,
         ));
         let _stop = StopAll(ctx.clone());
-        let by_scheduler = caches.pools.clone();
-        let (by_secret, secret_schedulers) = (caches.pools.clone(), scheduler_store);
-        let (by_class, by_namespace) = (caches.pools.clone(), caches.pools.clone());
+        let by_scheduler = caches.pools().clone();
+        let (by_secret, secret_schedulers) = (caches.pools().clone(), scheduler_store);
+        let (by_class, by_namespace) = (caches.pools().clone(), caches.pools().clone());
         controller
             .watches_stream(schedulers, move |s: Scheduler| {
                 pools_of(&by_scheduler, s.namespace(), |name| name == s.name_any())

@@ -47,14 +47,11 @@ pub(super) async fn prepare(
         Err(problem) => return Ok(Some(problem)),
     };
     let version = ctx.ready_caches().await.and_then(|c| {
-        c.secrets
+        c.secrets()
             .get(&ObjectRef::new(&secret_ref.name).within(&ns))
             .and_then(|m| m.resource_version())
     });
-    let source = UrlSource {
-        secret: secret_ref.clone(),
-        version,
-    };
+    let source = UrlSource::new(secret_ref.clone(), version);
     if let (Some(state), Some(stale)) = (slot.as_mut().filter(|_| same), run_stale) {
         state.lp.set_run_stale(stale);
     }
@@ -67,7 +64,7 @@ pub(super) async fn prepare(
     });
     let kept = same && !moving;
     if let Some(state) = slot.as_mut().filter(|_| kept) {
-        if state.source == source && source.version.is_some() {
+        if state.source == source && source.version().is_some() {
             return Ok(None);
         }
     }
@@ -105,8 +102,8 @@ pub(super) async fn prepare(
         deletion,
         last: wp.status.clone(),
         backoff: Backoff::new(
-            ctx.config.tuning.backoff_base,
-            ctx.config.tuning.backoff_cap,
+            ctx.config().tuning.backoff_base,
+            ctx.config().tuning.backoff_cap,
         ),
         retiring,
     });
@@ -130,19 +127,19 @@ async fn new_loop(
         &wp.name_any(),
         wp.spec.clone(),
         url_text,
-        ctx.config.tuning.clone(),
-        ctx.config.fence.clone(),
+        ctx.config().tuning.clone(),
+        ctx.config().fence.clone(),
     )
     .await
     .map_err(|source| ReconcileError::Start {
         pool: pool.to_string(),
         source,
     })?
-    .sharing(&ctx.connections)
-    .with_listings(&ctx.config.listings)
+    .sharing(ctx.connections())
+    .with_listings(&ctx.config().listings)
     .with_deletion(told)
     .remember(wp.metadata.uid.as_deref().unwrap_or_default(), remembered);
-    if let Some(m) = &ctx.config.metrics {
+    if let Some(m) = &ctx.config().metrics {
         lp = lp.with_metrics(m.clone());
     }
     if let Some(stale) = run_stale {
@@ -201,9 +198,11 @@ async fn read_secret(
     source: &UrlSource,
     pool: &str,
 ) -> Result<Result<(String, orca_db::DatabaseUrl), Problem>, ReconcileError> {
-    let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), ns);
-    let read = match (&source.version, &ctx.caches) {
-        (Some(version), Some(caches)) => caches.urls.read(&secrets, ns, secret_ref, version).await,
+    let secrets: Api<Secret> = Api::namespaced(ctx.client().clone(), ns);
+    let read = match (&source.version(), &ctx.caches()) {
+        (Some(version), Some(caches)) => {
+            caches.urls().read(&secrets, ns, secret_ref, version).await
+        }
         _ => read_url(&secrets, ns, secret_ref).await,
     }
     .map_err(|source| ReconcileError::Secret {
@@ -245,14 +244,14 @@ async fn retiring_of(
                 }
                 !back
             });
-            let place = retiring::place_of(old.lp.spec(), old.source.secret.clone(), Utc::now());
+            let place = retiring::place_of(old.lp.spec(), old.source.secret().clone(), Utc::now());
             tracing::info!(pool = %pool, place = ?place, "the pool moved: the old place's loop terminates what it launched there");
-            retiring.push(retiring::retire(&ctx.config, old.lp, place));
+            retiring.push(retiring::retire(ctx.config(), old.lp, place));
             retiring
         }
         None => {
             let places = retiring::remembered_places(remembered, &wp.spec);
-            retiring::restore(&ctx.client, &ctx.config, wp, &places).await
+            retiring::restore(ctx.client(), ctx.config(), wp, &places).await
         }
     }
 }
@@ -266,11 +265,11 @@ pub(super) async fn scheduler_of(
     let ns = crate::crd::namespace_of(wp);
     if let Some(caches) = ctx.ready_caches().await {
         return Ok(caches
-            .schedulers
+            .schedulers()
             .get(&ObjectRef::new(&wp.spec.scheduler).within(&ns)));
     }
-    let schedulers: Api<Scheduler> = Api::namespaced(ctx.client.clone(), &ns);
-    ctx.config
+    let schedulers: Api<Scheduler> = Api::namespaced(ctx.client().clone(), &ns);
+    ctx.config()
         .fence
         .check()
         .map_err(|source| ReconcileError::Fenced {

@@ -29,14 +29,14 @@ pub(super) async fn write_back(
     state: &mut PoolState,
     outcome: Result<PassReport, PoolError>,
 ) -> Result<Action, ReconcileError> {
-    let fence = &ctx.config.fence;
+    let fence = &ctx.config().fence;
     let (mut status, events, wait) = match outcome {
         Ok(report) => {
             let wait = if report.throttled {
                 state.backoff.next_wait()
             } else {
                 state.backoff.reset();
-                ctx.config.tuning.resync
+                ctx.config().tuning.resync
             };
             if report.deleted && state.retiring.is_empty() {
                 for e in &report.events {
@@ -77,7 +77,7 @@ pub(super) async fn write_back(
         }
     };
     status.observed_generation = wp.metadata.generation;
-    let secret = state.source.secret.clone();
+    let secret = state.source.secret().clone();
     let before = state.last.as_ref().and_then(|s| s.place.as_ref());
     status.place = Some(super::retiring::here(
         state.lp.spec(),
@@ -96,7 +96,7 @@ pub(super) async fn write_back(
     }
     note_degraded(ctx, pool, &status);
     if let (Some(m), Some(o), Some(st)) =
-        (&ctx.config.metrics, &wp.spec.objective, &status.objective)
+        (&ctx.config().metrics, &wp.spec.objective, &status.objective)
     {
         let share = |p: Option<f64>| p.map(|p| p / 100.0);
         m.objective(
@@ -107,7 +107,7 @@ pub(super) async fn write_back(
         );
     }
     if state.last.as_ref() != Some(&status) {
-        apply_status(&ctx.client, fence, wp, &status)
+        apply_status(ctx.client(), fence, wp, &status)
             .await
             .map_err(|e| ReconcileError::status(pool, e))?;
         state.last = Some(status);
@@ -130,7 +130,7 @@ pub(super) async fn apply_status(
 
 /// `orca_pool_degraded` as `status` says.
 fn note_degraded(ctx: &Context, pool: &str, status: &WarmPoolStatus) {
-    if let Some(m) = &ctx.config.metrics {
+    if let Some(m) = &ctx.config().metrics {
         let degraded = status
             .conditions
             .iter()
@@ -166,8 +166,8 @@ pub(super) async fn degraded(
     }
     note_degraded(ctx, &pool, &status);
     if changed {
-        let fence = &ctx.config.fence;
-        apply_status(&ctx.client, fence, wp, &status)
+        let fence = &ctx.config().fence;
+        apply_status(ctx.client(), fence, wp, &status)
             .await
             .map_err(|e| ReconcileError::status(&pool, e))?;
         let event = PoolEvent {

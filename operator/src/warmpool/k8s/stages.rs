@@ -38,7 +38,7 @@ impl Reconciler for Context {
     async fn stages(ctx: Arc<Self>, wp: Arc<WarmPool>) -> Result<Action, ReconcileError> {
         let (ns, name) = (crate::crd::namespace_of(wp.as_ref()), wp.name_any());
         let action = run_stages(wp, ctx.clone()).await?;
-        ctx.backoff.succeeded(&ns, &name);
+        ctx.backoff().succeeded(&ns, &name);
         Ok(action)
     }
 
@@ -69,15 +69,15 @@ impl Reconciler for Context {
     }
 
     fn progress(&self) -> &Progress {
-        &self.config.progress
+        &self.config().progress
     }
 
     fn backoff(&self) -> &PerObject {
-        &self.backoff
+        self.backoff()
     }
 
     fn count_failed(&self, namespace: &str, name: &str, stage: &'static str) {
-        if let Some(m) = &self.config.metrics {
+        if let Some(m) = &self.config().metrics {
             m.reconcile_failed(&key(namespace, name), stage);
         }
     }
@@ -93,7 +93,7 @@ pub(super) async fn run_stages(
 ) -> Result<Action, ReconcileError> {
     let ns = crate::crd::namespace_of(&*wp);
     let pool = key(&ns, &wp.name_any());
-    ctx.config
+    ctx.config()
         .fence
         .check()
         .map_err(|source| ReconcileError::Fenced {
@@ -132,11 +132,11 @@ pub(super) async fn run_stages(
     if deletion.is_none() && !ctx.has_finalizer(&wp) {
         // Before anything is launched: a deletion then waits for the
         // instances.
-        finalizer::add(&ctx.client, &ctx.config.fence, &wp)
+        finalizer::add(ctx.client(), &ctx.config().fence, &wp)
             .await
             .map_err(|e| ReconcileError::finalizer(&pool, e))?;
         if let Some(uid) = &wp.metadata.uid {
-            locked(&ctx.finalized).insert(uid.clone());
+            locked(ctx.finalized()).insert(uid.clone());
         }
         tracing::info!(pool = %pool, finalizer = FINALIZER, "finalizer added");
     }
@@ -164,7 +164,7 @@ pub(super) async fn run_stages(
         let ns = crate::crd::namespace_of(&*wp);
         state
             .lp
-            .set_budget(class.map(|c| ctx.config.budgets.budget(c, &pool, &ns)));
+            .set_budget(class.map(|c| ctx.config().budgets.budget(c, &pool, &ns)));
     }
     state.deletion.send_replace(deletion);
     state.lp.set_drain(
