@@ -28,9 +28,10 @@ use super::listings::{Marks, Place, Want};
 use super::live::Live;
 use super::metrics::PoolMetrics;
 use super::pass_report::PoolError;
+use super::starts::Starts;
 use super::tags::{TAG_CLASS, TAG_NAMESPACE};
 use super::tuning::Tuning;
-use crate::crd::WarmPoolSpec;
+use crate::crd::{Objective, ObjectiveStatus, StaticFloor, WarmPoolSpec};
 
 /// How often the forecast is made again from the database's history.
 pub const FORECAST_EVERY: Duration = Duration::from_secs(3600);
@@ -57,17 +58,63 @@ const DAY_EVERY: Duration = Duration::from_secs(300);
 /// The objective's plan for a pass: what to keep, and what from.
 #[derive(Clone, Debug, PartialEq)]
 pub(super) struct Planned {
-    pub(super) choice: Choice,
-    pub(super) planned_from: String,
+    choice: Choice,
+    planned_from: String,
     /// Its cost over the next day against the static floor, as of the
     /// history's last reading.
-    pub(super) outlook: Outlook,
+    outlook: Outlook,
     /// Of the last day's runs, how many started within the target, and how
     /// many there were (read every [`DAY_EVERY`]).
-    pub(super) day: Option<(u64, u64)>,
+    day: Option<(u64, u64)>,
     /// With `spec.objective.prices` for the type the next launch goes to:
     /// that type and its running price an hour.
-    pub(super) priced: Option<(String, f64)>,
+    priced: Option<(String, f64)>,
+}
+
+impl Planned {
+    /// What it keeps, and how it was chosen.
+    pub(super) fn choice(&self) -> &Choice {
+        &self.choice
+    }
+
+    /// `status.objective`: the share of the last hour's runs that started
+    /// within the target, what the plan keeps and what from.
+    pub(super) fn status(&self, o: &Objective, starts: &Starts) -> ObjectiveStatus {
+        let p = self;
+        let price = p.priced.as_ref().map(|(_, h)| *h);
+        let cents = |v: f64| (v * 100.0).round() / 100.0;
+        use orca_db::pool::Source;
+        let target = o.time_to_start.seconds as f64;
+        let (within, runs) = [Source::Idle, Source::Reserve, Source::Cold]
+            .into_iter()
+            .filter_map(|s| starts.within(s, target))
+            .fold((0.0, 0usize), |(w, n), (share, runs)| {
+                (w + share * runs as f64, n + runs)
+            });
+        ObjectiveStatus {
+            attained_percent: (runs > 0).then(|| (within / runs as f64 * 1000.0).round() / 10.0),
+            runs: runs as i64,
+            idle: i32::try_from(p.choice.idle).unwrap_or(i32::MAX),
+            stopped: i32::try_from(p.choice.stopped).unwrap_or(i32::MAX),
+            planned_from: p.planned_from.clone(),
+            expected_percent: (p.choice.met * 1000.0).round() / 10.0,
+            day_attained_percent: p
+                .day
+                .filter(|(_, runs)| *runs > 0)
+                .map(|(within, runs)| (within as f64 / runs as f64 * 1000.0).round() / 10.0),
+            day_runs: p
+                .day
+                .map_or(0, |(_, runs)| i64::try_from(runs).unwrap_or(i64::MAX)),
+            expected_instance_hours: (p.outlook.next_day * 10.0).round() / 10.0,
+            static_floor: p.outlook.static_floor.map(|idle| StaticFloor {
+                idle: i32::try_from(idle).unwrap_or(i32::MAX),
+                instance_hours: f64::from(idle) * 24.0,
+                cost: price.map(|h| cents(f64::from(idle) * 24.0 * h)),
+            }),
+            expected_cost: price.map(|h| cents(p.outlook.next_day * h)),
+            priced_as: p.priced.as_ref().map(|(t, _)| t.clone()),
+        }
+    }
 }
 
 /// The objective's reading of the database (`spec.objective`).
@@ -107,31 +154,31 @@ pub(super) struct Seen {
     /// A pass may take a listing asked for after this (the loop's last
     /// act, or its start); `None`: the next pass lists anew (an act was
     /// under way when a pass failed).
-    pub(super) fresh_after: Option<Instant>,
+    fresh_after: Option<Instant>,
     /// Busy rows seen hung, and the database's clock at the listing of the
     /// pass that first saw each so.
-    pub(super) hung_since: HashMap<i64, f64>,
+    hung_since: HashMap<i64, f64>,
     /// Instances of the pool without the cluster's tag were looked for
     /// (see [`Observer::list`]).
-    pub(super) adopted: bool,
+    adopted: bool,
     /// Those of them the last listing adopted, for the pass to say so.
-    pub(super) just_adopted: Vec<String>,
+    just_adopted: Vec<String>,
     /// The instance types EC2 described to this loop.
-    pub(super) types: HashMap<String, TypeFacts>,
+    types: HashMap<String, TypeFacts>,
     /// The number the launch template's version resolved to, and when it
     /// was asked.
-    pub(super) resolved_template: Option<(Instant, String)>,
+    resolved_template: Option<(Instant, String)>,
     /// The forecast's floors and when they were made (`spec.forecast`).
-    pub(super) floors: Option<(Instant, Floors)>,
+    floors: Option<(Instant, Floors)>,
     /// What the objective read of the database (`spec.objective`).
-    pub(super) history: Reading,
+    history: Reading,
     /// The share of each source's starts within the objective's target,
     /// as last measured: kept through an hour without such starts.
-    pub(super) shares: StartTimes,
+    shares: StartTimes,
     /// The instances given their tenancy tags (see [`Observer::mark`]).
-    pub(super) marked: HashSet<String>,
+    marked: HashSet<String>,
     /// When adding them was last refused.
-    pub(super) mark_failed: Option<Instant>,
+    mark_failed: Option<Instant>,
 }
 
 impl Seen {
@@ -150,6 +197,32 @@ impl Seen {
             marked: HashSet::new(),
             mark_failed: None,
         }
+    }
+
+    /// A listing asked for after `at` is fresh enough for a pass (`None`:
+    /// the next pass lists anew).
+    pub(super) fn fresh_after(&mut self, at: Option<Instant>) {
+        self.fresh_after = at;
+    }
+
+    /// A new spec: the launch template is resolved anew, and the forecast
+    /// and the objective read their history again.
+    pub(super) fn spec_changed(&mut self, template_changed: bool) {
+        if template_changed {
+            self.resolved_template = None;
+        }
+        self.floors = None;
+        self.history = Reading::new();
+    }
+
+    /// The instances the last listing adopted, said once.
+    pub(super) fn take_adopted(&mut self) -> Vec<String> {
+        std::mem::take(&mut self.just_adopted)
+    }
+
+    /// The instance types EC2 described to this loop.
+    pub(super) fn types(&self) -> &HashMap<String, TypeFacts> {
+        &self.types
     }
 }
 

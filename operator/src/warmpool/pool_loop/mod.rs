@@ -283,7 +283,7 @@ impl PoolLoop {
     /// new enough for it.
     pub fn with_listings(mut self, listings: &Listings) -> Self {
         self.place = listings.place(&self.world.ec2_config, self.act.owner());
-        self.seen.fresh_after = Some(listings.floor(self.act.pool()));
+        self.seen.fresh_after(Some(listings.floor(self.act.pool())));
         self.listings = Some(listings.clone());
         self
     }
@@ -317,7 +317,7 @@ impl PoolLoop {
     /// A changed spec (Kubernetes: a new generation); a changed region or
     /// endpoint gets a new EC2 client, and the next pass lists afresh.
     pub async fn set_spec(&mut self, spec: WarmPoolSpec) {
-        self.seen.fresh_after = Some(Instant::now());
+        self.seen.fresh_after(Some(Instant::now()));
         let cfg = Ec2Config::new(&spec.region, spec.endpoint.as_deref());
         if cfg != self.world.ec2_config {
             self.world.ec2 = Ec2::new(&cfg, self.world.fence.clone()).await;
@@ -336,13 +336,10 @@ impl PoolLoop {
         if let Some(listings) = &self.listings {
             self.place = listings.place(&self.world.ec2_config, self.act.owner());
         }
-        if spec.launch.launch_template != self.spec.launch.launch_template {
-            self.seen.resolved_template = None;
-        }
+        let template_changed = spec.launch.launch_template != self.spec.launch.launch_template;
+        self.seen.spec_changed(template_changed);
         self.spec = spec;
         self.act.spec_changed();
-        self.seen.floors = None;
-        self.seen.history = crate::warmpool::observe::Reading::new();
     }
 
     pub(super) fn limits(&self) -> Limits {

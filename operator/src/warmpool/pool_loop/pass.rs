@@ -16,7 +16,7 @@ use std::{
 
 use chrono::{DateTime, Utc};
 
-use crate::crd::{Objective, ObjectiveStatus, StaticFloor, WarmPoolSpec};
+use crate::crd::WarmPoolSpec;
 use crate::fence::MaybeFenced;
 use crate::warmpool::{
     forecast::Floors,
@@ -29,45 +29,6 @@ use crate::warmpool::act::Orders;
 use crate::warmpool::objective;
 use crate::warmpool::observe::{Observer, Planned};
 use crate::warmpool::pass_report::{Deletion, PassReport, PoolError, PoolEvent};
-use crate::warmpool::starts::Starts;
-
-/// `status.objective`: the share of the last hour's runs that started
-/// within the target, what the plan keeps and what from.
-fn objective_status(p: &Planned, o: &Objective, starts: &Starts) -> ObjectiveStatus {
-    let price = p.priced.as_ref().map(|(_, h)| *h);
-    let cents = |v: f64| (v * 100.0).round() / 100.0;
-    use orca_db::pool::Source;
-    let target = o.time_to_start.seconds as f64;
-    let (within, runs) = [Source::Idle, Source::Reserve, Source::Cold]
-        .into_iter()
-        .filter_map(|s| starts.within(s, target))
-        .fold((0.0, 0usize), |(w, n), (share, runs)| {
-            (w + share * runs as f64, n + runs)
-        });
-    ObjectiveStatus {
-        attained_percent: (runs > 0).then(|| (within / runs as f64 * 1000.0).round() / 10.0),
-        runs: runs as i64,
-        idle: i32::try_from(p.choice.idle).unwrap_or(i32::MAX),
-        stopped: i32::try_from(p.choice.stopped).unwrap_or(i32::MAX),
-        planned_from: p.planned_from.clone(),
-        expected_percent: (p.choice.met * 1000.0).round() / 10.0,
-        day_attained_percent: p
-            .day
-            .filter(|(_, runs)| *runs > 0)
-            .map(|(within, runs)| (within as f64 / runs as f64 * 1000.0).round() / 10.0),
-        day_runs: p
-            .day
-            .map_or(0, |(_, runs)| i64::try_from(runs).unwrap_or(i64::MAX)),
-        expected_instance_hours: (p.outlook.next_day * 10.0).round() / 10.0,
-        static_floor: p.outlook.static_floor.map(|idle| StaticFloor {
-            idle: i32::try_from(idle).unwrap_or(i32::MAX),
-            instance_hours: f64::from(idle) * 24.0,
-            cost: price.map(|h| cents(f64::from(idle) * 24.0 * h)),
-        }),
-        expected_cost: price.map(|h| cents(p.outlook.next_day * h)),
-        priced_as: p.priced.as_ref().map(|(t, _)| t.clone()),
-    }
-}
 
 /// The hours ahead whose floor `status.forecast` shows.
 const FORECAST_HOURS_SHOWN: usize = 6;
@@ -188,7 +149,7 @@ impl PoolLoop {
             .clone()
             .filter(|_| changes || plan.launch_count() > 0);
         if changes {
-            self.seen.fresh_after = None;
+            self.seen.fresh_after(None);
         }
         if let Some(l) = &acting {
             l.acting(self.act.pool(), false);
@@ -199,7 +160,7 @@ impl PoolLoop {
             .launch(&mut self.world, orders, stayed, report)
             .await?;
         if changes {
-            self.seen.fresh_after = Some(Instant::now());
+            self.seen.fresh_after(Some(Instant::now()));
         }
         if let Some(l) = &acting {
             l.acting(self.act.pool(), true);
@@ -260,7 +221,7 @@ impl PoolLoop {
         let bounds = objective::bounds(&spec, class);
         let objective = self.observer().objective(now, bounds).await?;
         if let Some(p) = &objective {
-            objective::raise(&mut spec, &p.choice);
+            objective::raise(&mut spec, p.choice());
         }
         Ok(Moment {
             spec,
@@ -336,11 +297,11 @@ impl PoolLoop {
                 .objective
                 .as_ref()
                 .zip(self.spec.objective.as_ref())
-                .map(|(p, o)| objective_status(p, o, &self.cost.starts)),
+                .map(|(p, o)| p.status(o, &self.cost.starts)),
             ..PassReport::default()
         };
         if let (Some(p), Some(o)) = (&moment.objective, &self.spec.objective) {
-            if let Some(binding) = p.choice.binding {
+            if let Some(binding) = p.choice().binding {
                 report.events.push(PoolEvent::new(
                     "ObjectiveUnreachable",
                     format!(
@@ -349,9 +310,9 @@ impl PoolLoop {
                          stopped; what binds is {}",
                         o.time_to_start.percentile,
                         o.time_to_start.seconds,
-                        p.choice.met * 100.0,
-                        p.choice.idle,
-                        p.choice.stopped,
+                        p.choice().met * 100.0,
+                        p.choice().idle,
+                        p.choice().stopped,
                         binding.describe()
                     ),
                     true,
@@ -396,7 +357,7 @@ impl PoolLoop {
         if report.plan.counts.drifted > 0 {
             self.announce_drift(snap, report);
         }
-        let adopted = std::mem::take(&mut self.seen.just_adopted);
+        let adopted = self.seen.take_adopted();
         if !adopted.is_empty() {
             report.events.push(PoolEvent::new(
                 "Adopted",
@@ -478,7 +439,7 @@ impl PoolLoop {
     /// Holds the offerings of the spec's instance types that cannot run
     /// the agent ([`crate::warmpool::arch`]); what `Degraded` says of them, if any.
     fn hold_foreign_types(&mut self, now: DateTime<Utc>) -> Option<String> {
-        let foreign = crate::warmpool::arch::foreign(&self.spec.launch, &self.seen.types);
+        let foreign = crate::warmpool::arch::foreign(&self.spec.launch, self.seen.types());
         crate::warmpool::arch::hold(
             &self.spec.launch,
             &foreign,
@@ -500,7 +461,7 @@ impl PoolLoop {
         budget.budgets().learn_vcpus(
             unknown
                 .iter()
-                .filter_map(|t| self.seen.types.get(t))
+                .filter_map(|t| self.seen.types().get(t))
                 .filter_map(|f| Some((f.name.clone(), f.vcpus?))),
         );
     }
