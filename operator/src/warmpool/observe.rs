@@ -422,7 +422,7 @@ impl Observer<'_> {
                 return Ok(Some(version.clone()));
             }
         }
-        match self.world.ec2.template_version(template).await {
+        match self.world.ec2().template_version(template).await {
             Ok(version) => {
                 self.seen.resolved_template = Some((Instant::now(), version.clone()));
                 Ok(Some(version))
@@ -454,7 +454,7 @@ impl Observer<'_> {
             untagged: !self.seen.adopted,
         };
         let place = self.place.clone();
-        let ec2 = &self.world.ec2;
+        let ec2 = self.world.ec2();
         let taken = place
             .take(self.owner, want, async |filter: &[(&str, &str)]| {
                 ec2.describe_tagged(filter).await
@@ -481,7 +481,7 @@ impl Observer<'_> {
                 "instances with this pool's tags but no cluster's and no row in its database: \
                  another cluster's, left alone");
         } else {
-            let tagged = self.world.ec2.tag_cluster(&ours, self.owner).await;
+            let tagged = self.world.ec2().tag_cluster(&ours, self.owner).await;
             tagged.map_err(|e| PoolError::ec2(self.pool, e))?;
             // A listing asked for before the tags (this one, kept for the
             // other passes) does not show them as the pool's: the next
@@ -530,7 +530,7 @@ impl Observer<'_> {
         }
         for (tags, ids) in by_tags {
             let pairs: Vec<(&str, &str)> = tags.iter().map(|(k, v)| (*k, v.as_str())).collect();
-            match self.world.ec2.add_tags(&ids, &pairs).await {
+            match self.world.ec2().add_tags(&ids, &pairs).await {
                 Ok(()) => {
                     tracing::info!(pool = %self.pool, instances = ?ids, tags = ?pairs,
                         "tenancy tags added");
@@ -741,7 +741,7 @@ impl Observer<'_> {
         if unknown.is_empty() {
             return Ok(());
         }
-        match self.world.ec2.describe_types(&unknown).await {
+        match self.world.ec2().describe_types(&unknown).await {
             Ok(facts) => {
                 for f in facts {
                     self.seen.types.insert(f.name.clone(), f);

@@ -1,17 +1,17 @@
 //! What the act step does to the world, as a trait: the pool's rows (each
 //! end race-free, by one statement) and EC2's calls, and what it reads
 //! there to count failed boots (rows ever written, a console's last lines).
-//! [`Live`] is the real world; the act step's tests answer from a table.
+//! [`super::Live`] is the real world (`live.rs`); the act step's tests
+//! answer from a table.
 
 use std::{collections::HashSet, future::Future};
 
 use super::{
     ec2::{Ec2Error, RunRequest},
-    live::Live,
     pass_report::PoolError,
     plan::Offering,
     preflight::{Check, Probe},
-    ssm::{Ssm, SsmError},
+    ssm::SsmError,
 };
 
 /// Everything the act step does to the pool's rows and to EC2.
@@ -91,107 +91,4 @@ pub trait World {
         &mut self,
         instance: &str,
     ) -> impl Future<Output = Result<String, Ec2Error>> + Send;
-}
-
-impl World for Live {
-    async fn had_rows(
-        &mut self,
-        pool: &str,
-        instances: &[String],
-    ) -> Result<HashSet<String>, PoolError> {
-        self.read(async |db| orca_db::pool::had_rows(db, pool, instances).await)
-            .await
-    }
-
-    async fn console_tail(&mut self, instance: &str) -> Result<String, Ec2Error> {
-        self.ec2.console_tail(instance).await
-    }
-
-    async fn end_idle_rows(&mut self, rows: &[i64]) -> Result<HashSet<i64>, PoolError> {
-        self.read(async |db| orca_db::pool::end_idle_rows(db, rows).await)
-            .await
-    }
-
-    async fn claim(&mut self, instance: &str, pool: &str) -> Result<Option<i64>, PoolError> {
-        self.read(async |db| orca_db::pool::claim(db, instance, pool).await)
-            .await
-    }
-
-    async fn end_busy_row(&mut self, row: i64) -> Result<bool, PoolError> {
-        self.read(async |db| orca_db::pool::end_busy_row(db, row).await)
-            .await
-    }
-
-    async fn end_claim(&mut self, row: i64) -> Result<(), PoolError> {
-        self.read(async |db| orca_db::pool::end_claim(db, row).await)
-            .await
-    }
-
-    async fn end_rows_of_gone(&mut self, rows: &[i64]) -> Result<Vec<i64>, PoolError> {
-        self.read(async |db| orca_db::pool::end_rows_of_gone(db, rows).await)
-            .await
-    }
-
-    async fn terminate(&mut self, ids: &[String]) -> Result<(), Ec2Error> {
-        self.ec2.terminate(ids).await
-    }
-
-    async fn reserve_idle_rows(&mut self, rows: &[i64]) -> Result<HashSet<i64>, PoolError> {
-        self.read(async |db| orca_db::pool::reserve_idle_rows(db, rows).await)
-            .await
-    }
-
-    async fn wake_rows(&mut self, rows: &[i64]) -> Result<HashSet<i64>, PoolError> {
-        self.read(async |db| orca_db::pool::wake_rows(db, rows).await)
-            .await
-    }
-
-    async fn unwake_rows(&mut self, rows: &[i64]) -> Result<(), PoolError> {
-        self.read(async |db| orca_db::pool::unwake_rows(db, rows).await)
-            .await
-    }
-
-    async fn claim_reserved(&mut self, row: i64) -> Result<Option<i64>, PoolError> {
-        self.read(async |db| orca_db::pool::claim_reserved(db, row).await)
-            .await
-    }
-
-    async fn stop(&mut self, ids: &[String]) -> Result<(), Ec2Error> {
-        self.ec2.stop(ids).await
-    }
-
-    async fn start(&mut self, ids: &[String], offering: &Offering) -> Result<(), Ec2Error> {
-        self.ec2.start(ids, offering).await
-    }
-
-    async fn run(&mut self, req: &RunRequest<'_>) -> Result<Vec<String>, Ec2Error> {
-        self.ec2.run(req).await
-    }
-
-    async fn publish(
-        &mut self,
-        name: &str,
-        value: &str,
-        tags: &[(&str, &str)],
-        endpoint: Option<&str>,
-    ) -> Result<bool, SsmError> {
-        self.ssm(endpoint).await.publish(name, value, tags).await
-    }
-
-    async fn preflight(&mut self, probe: &Probe<'_>) -> Vec<Check> {
-        super::preflight_aws::ec2_checks(&self.ec2, probe).await
-    }
-}
-
-impl Live {
-    /// The SSM client of the pool's region (at `endpoint`, if not the
-    /// region's own), with the loop's credentials, behind its fence.
-    async fn ssm(&self, endpoint: Option<&str>) -> Ssm {
-        let at = super::ec2::Ec2Config::new(&self.ec2_config.region, endpoint);
-        let fence = self.fence.clone();
-        match &self.credentials {
-            None => Ssm::new(&at, fence).await,
-            Some(credentials) => Ssm::with_credentials(&at, credentials.clone(), fence).await,
-        }
-    }
 }

@@ -34,7 +34,7 @@ use crate::warmpool::{
 
 use crate::connections::Connections;
 use crate::warmpool::listings::{Listings, Place};
-use crate::warmpool::live::{Live, Shared};
+use crate::warmpool::live::Live;
 use crate::warmpool::pass_report::{Deletion, PoolError};
 use crate::warmpool::tuning::Tuning;
 
@@ -219,18 +219,10 @@ impl PoolLoop {
             &tuning.operator,
             &tuning.cluster,
         );
-        let world = Live {
-            pool: pool.clone(),
-            ec2,
-            ec2_config,
-            reconnect: Reconnect::new(url, ConnectOptions::named(&tuning.application_name("pool")))
-                .listen("orca_pool"),
-            db: None,
-            shared: None,
-            held: None,
-            fence,
-            credentials: None,
-        };
+        let reconnect =
+            Reconnect::new(url, ConnectOptions::named(&tuning.application_name("pool")))
+                .listen("orca_pool");
+        let world = Live::new(pool, (ec2, ec2_config), reconnect, fence);
         Ok(PoolLoop::with_world(
             owner,
             spec,
@@ -243,9 +235,8 @@ impl PoolLoop {
     /// No `LISTEN` on the loop's connection: whoever drives its passes
     /// listens for it (the Kubernetes mode, one connection per database).
     pub fn not_listening(mut self) -> Self {
-        let url = self.world.reconnect.url().clone();
         let name = self.act.tuning().application_name("pool");
-        self.world.reconnect = Reconnect::new(url, ConnectOptions::named(&name));
+        self.world.not_listening(&name);
         self
     }
 
@@ -254,14 +245,7 @@ impl PoolLoop {
     /// rather than a connection of its own; nothing listens on it (the
     /// controller listens, one connection per database).
     pub fn sharing(mut self, connections: &Arc<Connections>) -> Self {
-        let url = self.world.reconnect.url().clone();
-        self.world.shared = Some(Shared::new(
-            connections.clone(),
-            self.act.pool(),
-            self.act.database_url(),
-            url,
-        ));
-        self.world.db = None;
+        self.world.share(connections, self.act.database_url());
         self
     }
 
@@ -269,8 +253,7 @@ impl PoolLoop {
     /// principal) rather than the default chain's client for the spec's
     /// region and endpoint, until a spec moves the pool to another.
     pub fn with_ec2(mut self, ec2: Ec2) -> Self {
-        self.world.credentials = ec2.credentials();
-        self.world.ec2 = ec2.behind(self.world.fence.clone());
+        self.world.use_ec2(ec2);
         // Its credentials are its own: so are its listings.
         self.listings = None;
         self.place = Place::own();
@@ -282,7 +265,7 @@ impl PoolLoop {
     /// `DescribeInstances` for all of them, each pass taking one that is
     /// new enough for it.
     pub fn with_listings(mut self, listings: &Listings) -> Self {
-        self.place = listings.place(&self.world.ec2_config, self.act.owner());
+        self.place = listings.place(self.world.ec2_config(), self.act.owner());
         self.seen.fresh_after(Some(listings.floor(self.act.pool())));
         self.listings = Some(listings.clone());
         self
@@ -319,10 +302,7 @@ impl PoolLoop {
     pub async fn set_spec(&mut self, spec: WarmPoolSpec) {
         self.seen.fresh_after(Some(Instant::now()));
         let cfg = Ec2Config::new(&spec.region, spec.endpoint.as_deref());
-        if cfg != self.world.ec2_config {
-            self.world.ec2 = Ec2::new(&cfg, self.world.fence.clone()).await;
-            self.world.ec2_config = cfg;
-        }
+        self.world.move_to(cfg).await;
         let pool = self.act.pool();
         let (ns, name) = pool.split_once('/').unwrap_or(("", pool));
         let owner = Ownership::new(
@@ -334,7 +314,7 @@ impl PoolLoop {
         );
         self.act.set_owner(owner);
         if let Some(listings) = &self.listings {
-            self.place = listings.place(&self.world.ec2_config, self.act.owner());
+            self.place = listings.place(self.world.ec2_config(), self.act.owner());
         }
         let template_changed = spec.launch.launch_template != self.spec.launch.launch_template;
         self.seen.spec_changed(template_changed);

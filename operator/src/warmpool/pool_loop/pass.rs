@@ -566,25 +566,6 @@ impl PoolLoop {
 
     /// Returns on a notification for this pool, or after `wait`.
     pub(super) async fn wake(&mut self, wait: Duration) {
-        let deadline = tokio::time::Instant::now() + wait;
-        let pool = self.act.pool().to_string();
-        let Some(db) = self.world.db.as_mut() else {
-            tokio::time::sleep(wait.min(Duration::from_secs(1))).await;
-            return;
-        };
-        loop {
-            match tokio::time::timeout_at(deadline, db.notification()).await {
-                Err(_) => return,
-                Ok(None) => {
-                    self.world.db = None;
-                    return;
-                }
-                Ok(Some(n)) if n.payload() == pool => {
-                    db.drain_notifications();
-                    return;
-                }
-                Ok(Some(_)) => {}
-            }
-        }
+        self.world.wake(wait).await;
     }
 }
