@@ -55,12 +55,7 @@ struct Shared {
 
 impl Shared {
     /// `loop_of`'s share in `connections` of the database at `url`.
-    fn new(
-        connections: Arc<Connections>,
-        loop_of: &str,
-        text: &str,
-        url: DatabaseUrl,
-    ) -> Shared {
+    fn new(connections: Arc<Connections>, loop_of: &str, text: &str, url: DatabaseUrl) -> Shared {
         static NEXT: AtomicU64 = AtomicU64::new(0);
         Shared {
             connections,
