@@ -59,7 +59,7 @@ pub fn decide(o: &Observed) -> Decision {
     remove::remove_old(&steps, &mut d);
     remove::supersede_jobs(&steps, &mut d);
     d.finish(
-        &steps.instances,
+        steps.instances(),
         &target,
         o.spec.handover.progress_deadline_seconds,
     )
@@ -70,7 +70,7 @@ pub fn decide(o: &Observed) -> Decision {
 /// asked to drain, it leads (else, past the lead time-out, `Degraded`),
 /// then it registers.
 fn join_drain_lead(s: &mut Steps<'_>, d: &mut StatusDraft) {
-    let Some(pod) = s.current else {
+    let Some(pod) = s.current() else {
         return;
     };
     match s.instance_of(pod) {

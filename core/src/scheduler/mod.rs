@@ -7,10 +7,8 @@
 
 // decide — the pure `decide`: a snapshot in, the actions out.
 mod decide;
-// draft — the draft of one `decide`.
+// draft — the draft of one `decide`, and its end: the conditions and the decision.
 mod draft;
-// finish — the end of a decision.
-mod finish;
 // revision — a revision: the hash of what goes into a scheduler pod.
 mod revision;
 // snapshot — one snapshot of what a rollout depends on, and the actions that change it.

@@ -307,16 +307,15 @@ impl Observer<'_> {
         // live row: had it rows once?
         let unlisted = self
             .launches
-            .ours
-            .keys()
-            .filter(|id| !instances.iter().any(|i| &i.id == *id));
+            .ours()
+            .filter(|id| !instances.iter().any(|i| i.id == *id));
         let without: Vec<String> = instances
             .iter()
             .filter(|i| i.state.is_present())
-            .map(|i| &i.id)
+            .map(|i| i.id.as_str())
             .chain(unlisted)
-            .filter(|id| !live.iter().any(|r| &r.instance == *id))
-            .cloned()
+            .filter(|id| !live.iter().any(|r| r.instance == *id))
+            .map(str::to_string)
             .collect();
         let known = self
             .world
@@ -343,20 +342,12 @@ impl Observer<'_> {
             .read(async |db| orca_db::pool::open_demand(db, pool).await)
             .await?;
         self.count_hand_outs(listed, &instances).await?;
-        // An id stays ours while EC2 lists it, or briefly before it does.
-        self.launches.ours.retain(|id, at| {
-            instances
-                .iter()
-                .any(|i| &i.id == id && i.state.is_present())
-                || at.elapsed() < Duration::from_secs(300)
-        });
-        let ours = &self.launches.ours;
-        self.launches.times.retain(|id, _| ours.contains_key(id));
+        self.launches.listed(&instances);
         let snap = Snapshot {
             instances,
             rows: live,
             known,
-            ours: self.launches.ours.keys().cloned().collect(),
+            ours: self.launches.ours().map(str::to_string).collect(),
             demand,
             deleting: None,
             made_before_listing,

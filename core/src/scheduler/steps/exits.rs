@@ -104,20 +104,21 @@ pub(in crate::scheduler) fn pod_restarted(
     stable: bool,
     sequence: u32,
 ) {
-    d.status.restarts += 1;
-    d.status.recent_restarts = if stable {
+    d.status_mut().restarts += 1;
+    d.status_mut().recent_restarts = if stable {
         1
     } else {
-        d.status.recent_restarts.saturating_add(1)
+        d.status().recent_restarts.saturating_add(1)
     };
     d.event(Event::warning(
         "PodRestarted",
         format!(
             "pod {} exited with code {code}; starting its revision again (restart {})",
-            pod.name, d.status.restarts
+            pod.name,
+            d.status().restarts
         ),
     ));
-    d.status.last_sequence = sequence as i64;
+    d.status_mut().last_sequence = sequence as i64;
     d.busy(Phase::Starting);
 }
 
@@ -152,16 +153,17 @@ pub(in crate::scheduler) fn crash_backoff(
             wait.as_secs().max(1)
         ),
     );
-    d.requeue = d.requeue.min(wait.max(Duration::from_secs(1)));
+    d.requeue_within(wait.max(Duration::from_secs(1)));
 }
 
 pub(in crate::scheduler) fn stop_the_world(d: &mut StatusDraft, pod: &PodView, message: &str) {
     d.busy(Phase::HandingOver);
-    let already =
-        d.o.status
-            .conditions
-            .iter()
-            .any(|c| c.type_ == "Progressing" && c.reason == "StopTheWorld");
+    let already = d
+        .observed()
+        .status
+        .conditions
+        .iter()
+        .any(|c| c.type_ == "Progressing" && c.reason == "StopTheWorld");
     if !already {
         d.event(Event::warning(
             "OverlapRefused",
@@ -172,8 +174,7 @@ pub(in crate::scheduler) fn stop_the_world(d: &mut StatusDraft, pod: &PodView, m
             ),
         ));
     }
-    d.progress = Some(Phase::HandingOver);
-    d.stop_world = true;
+    d.stop_the_world();
 }
 
 /// `pod`'s container cannot start until something is changed (its

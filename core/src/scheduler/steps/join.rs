@@ -45,7 +45,7 @@ pub(in crate::scheduler) fn abort_join(
     revision: &str,
     timeout: i64,
 ) {
-    d.status.aborted_revision = Some(revision.to_string());
+    d.status_mut().aborted_revision = Some(revision.to_string());
     d.event(Event::warning(
         "JoinTimeout",
         format!(
@@ -79,10 +79,10 @@ pub(in crate::scheduler) fn instance_stale(d: &mut StatusDraft, pod: &PodView, m
 }
 
 pub(in crate::scheduler) fn joined(d: &mut StatusDraft, pod: &PodView, me: &InstanceView) {
-    if let Some(h) = d.status.last_handover.as_mut() {
+    if let Some(h) = d.status_mut().last_handover.as_mut() {
         if h.to == pod.image && h.joined.is_none() {
             h.joined = Some(rfc3339(me.joined));
-            d.events.push(Event::normal(
+            d.event(Event::normal(
                 "Joined",
                 format!("instance {} of pod {} joined", me.id, pod.name),
             ));

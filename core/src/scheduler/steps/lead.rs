@@ -71,17 +71,18 @@ pub(in crate::scheduler) fn settle(s: &Steps<'_>, d: &mut StatusDraft) {
 
 pub(in crate::scheduler) fn leads(d: &mut StatusDraft, pod: &PodView, me: &InstanceView) {
     let since = me.led.map(rfc3339);
-    d.status.current_image = Some(pod.image.clone());
-    d.status.leader = Some(LeaderStatus {
+    let now = d.observed().now;
+    d.status_mut().current_image = Some(pod.image.clone());
+    d.status_mut().leader = Some(LeaderStatus {
         instance: me.id,
         pod: pod.name.clone(),
         image: pod.image.clone(),
         since: since.clone(),
     });
-    if let Some(h) = d.status.last_handover.as_mut() {
+    if let Some(h) = d.status_mut().last_handover.as_mut() {
         if h.to == pod.image && h.led.is_none() {
-            h.led = since.or(Some(rfc3339(d.o.now)));
-            d.events.push(Event::normal(
+            h.led = since.or(Some(rfc3339(now)));
+            d.event(Event::normal(
                 "Leading",
                 format!(
                     "instance {} of pod {} leads (verified in pg_locks)",
@@ -106,15 +107,16 @@ pub(in crate::scheduler) fn lead_late(d: &mut StatusDraft, me: &InstanceView, ti
 /// Overlap off: `pod` has run since `since` for the settle time, so it
 /// is up and leads (alone: it has no row, and nothing else runs).
 pub(in crate::scheduler) fn settled(d: &mut StatusDraft, pod: &PodView, since: Time, settle: i64) {
-    d.alone = true;
-    d.status.current_image = Some(pod.image.clone());
-    let known =
-        d.o.status
-            .leader
-            .as_ref()
-            .is_some_and(|l| l.pod == pod.name);
+    d.alone();
+    d.status_mut().current_image = Some(pod.image.clone());
+    let known = d
+        .observed()
+        .status
+        .leader
+        .as_ref()
+        .is_some_and(|l| l.pod == pod.name);
     if !known {
-        d.events.push(Event::normal(
+        d.event(Event::normal(
             "Running",
             format!(
                 "pod {} ({}) has run {settle}s: up (overlap is off, so there is no instance row to wait for)",
@@ -122,13 +124,13 @@ pub(in crate::scheduler) fn settled(d: &mut StatusDraft, pod: &PodView, since: T
             ),
         ));
     }
-    d.status.leader = Some(LeaderStatus {
+    d.status_mut().leader = Some(LeaderStatus {
         instance: 0,
         pod: pod.name.clone(),
         image: pod.image.clone(),
         // Its own time, as for a revision: not moved by the clock
         // offset, which differs every pass.
-        since: Some(rfc3339(since - d.o.clock_offset)),
+        since: Some(rfc3339(since - d.observed().clock_offset)),
     });
 }
 

@@ -32,19 +32,19 @@ pub(super) fn secs(n: i64) -> chrono::Duration {
 /// step has already replaced or removed. Each step records what it
 /// decided in the [`StatusDraft`]; none does I/O.
 pub(super) struct Steps<'a> {
-    pub(super) o: &'a Observed,
-    pub(super) target: &'a str,
+    o: &'a Observed,
+    target: &'a str,
     /// This Scheduler's rows: of its pods in the snapshot, or named as its
     /// pods are (a pod already gone).
-    pub(super) instances: Vec<InstanceView>,
-    pub(super) newest_live: Option<i64>,
-    pub(super) next_sequence: u32,
+    instances: Vec<InstanceView>,
+    newest_live: Option<i64>,
+    next_sequence: u32,
     /// No other Scheduler's instance is live on the database.
-    pub(super) may_start: bool,
+    may_start: bool,
     /// The newest pod of the target revision that can still lead.
-    pub(super) current: Option<&'a PodView>,
+    current: Option<&'a PodView>,
     /// Pods a step replaces or removes, so the old-pod sweep leaves them.
-    pub(super) handled: Vec<&'a str>,
+    handled: Vec<&'a str>,
 }
 
 impl<'a> Steps<'a> {
@@ -113,6 +113,16 @@ impl<'a> Steps<'a> {
     }
 
     /// The newest row of `pod`'s instance.
+    /// This Scheduler's instances, as the decision's start saw them.
+    pub(super) fn instances(&self) -> &[InstanceView] {
+        &self.instances
+    }
+
+    /// The current pod, if one runs.
+    pub(super) fn current(&self) -> Option<&'a PodView> {
+        self.current
+    }
+
     pub(super) fn instance_of(&self, pod: &PodView) -> Option<&InstanceView> {
         self.instances
             .iter()

@@ -91,7 +91,7 @@ pub(in crate::scheduler) fn register_memory(
     hash: &str,
     made: u32,
 ) {
-    let r = d.status.register.get_or_insert_with(Default::default);
+    let r = d.status_mut().register.get_or_insert_with(Default::default);
     if r.revision != revision {
         *r = RegisterStatus {
             revision: revision.to_string(),
@@ -109,7 +109,7 @@ pub(in crate::scheduler) fn register_memory(
 pub(in crate::scheduler) fn register_status<'d>(
     d: &'d mut StatusDraft<'_>,
 ) -> &'d mut RegisterStatus {
-    d.status.register.get_or_insert_with(Default::default)
+    d.status_mut().register.get_or_insert_with(Default::default)
 }
 
 /// The number of the next register attempt, counted: names are never
@@ -138,15 +138,16 @@ pub(in crate::scheduler) fn still_failing(d: &mut StatusDraft, next: &str) {
     let r = register_status(d);
     let (failures, failed) = (r.failures, r.failed_job.clone());
     if let (true, Some(failed)) = (failures > 0, failed) {
-        let message =
-            d.o.jobs
-                .iter()
-                .find(|j| j.name == failed)
-                .and_then(|j| match &j.state {
-                    JobState::Failed { message, .. } => Some(format!(": {}", first_line(message))),
-                    _ => None,
-                })
-                .unwrap_or_default();
+        let message = d
+            .observed()
+            .jobs
+            .iter()
+            .find(|j| j.name == failed)
+            .and_then(|j| match &j.state {
+                JobState::Failed { message, .. } => Some(format!(": {}", first_line(message))),
+                _ => None,
+            })
+            .unwrap_or_default();
         d.degrade(
             "RegisterFailed",
             format!("job {failed} failed{message} ({failures} in a row); job {next} tries again"),
@@ -163,10 +164,10 @@ pub(in crate::scheduler) fn registered(d: &mut StatusDraft, job: &JobView, at: T
     let r = register_status(d);
     r.failures = 0;
     r.failed_job = None;
-    if let Some(h) = d.status.last_handover.as_mut() {
+    if let Some(h) = d.status_mut().last_handover.as_mut() {
         if h.registered.is_none() && h.led.is_some() {
             h.registered = Some(rfc3339(at));
-            d.events.push(Event::normal(
+            d.event(Event::normal(
                 "Registered",
                 format!("job {} succeeded", job.name),
             ));
@@ -210,5 +211,5 @@ pub(in crate::scheduler) fn register_failed(
 /// A failed register Job's back-off: the next attempt in `wait`.
 pub(in crate::scheduler) fn register_waits(d: &mut StatusDraft, wait: Duration) {
     d.busy(Phase::Registering);
-    d.requeue = d.requeue.min(wait.max(Duration::from_secs(1)));
+    d.requeue_within(wait.max(Duration::from_secs(1)));
 }

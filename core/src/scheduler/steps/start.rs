@@ -97,26 +97,26 @@ pub(in crate::scheduler) fn create_pod(s: &Steps<'_>, d: &mut StatusDraft) {
 const GONE_GRACE: i64 = 60;
 
 pub(in crate::scheduler) fn retry_aborted(d: &mut StatusDraft) {
-    d.status.aborted_revision = None;
+    d.status_mut().aborted_revision = None;
     d.event(Event::warning(
         "RetryingAborted",
         format!(
             "no older instance is left to lead; trying the aborted revision ({}) again",
-            d.o.spec.image
+            d.observed().spec.image
         ),
     ));
 }
 
 pub(in crate::scheduler) fn degraded_keep(d: &mut StatusDraft, look_soon: bool) {
     if look_soon {
-        d.requeue = d.requeue.min(BUSY);
+        d.requeue_within(BUSY);
     }
-    let revision = d.status.aborted_revision.clone().unwrap_or_default();
+    let revision = d.status().aborted_revision.clone().unwrap_or_default();
     d.degrade(
         "JoinTimeout",
         format!(
             "the rollout of revision {revision} ({}) was aborted: it never joined; change the spec to try again",
-            d.o.spec.image
+            d.observed().spec.image
         ),
     );
 }
@@ -163,10 +163,10 @@ pub(in crate::scheduler) fn pod_created(d: &mut StatusDraft, pod: &Action, rows:
                     l.id, l.image
                 ),
             ));
-            d.status.last_handover = Some(HandoverStatus {
+            d.status_mut().last_handover = Some(HandoverStatus {
                 from: l.image.clone(),
                 to: image.to_string(),
-                started: Some(rfc3339(d.o.now)),
+                started: Some(rfc3339(d.observed().now)),
                 ..Default::default()
             });
         }
@@ -175,6 +175,6 @@ pub(in crate::scheduler) fn pod_created(d: &mut StatusDraft, pod: &Action, rows:
             format!("pod {name} starts image {image}"),
         )),
     }
-    d.status.last_sequence = *sequence as i64;
+    d.status_mut().last_sequence = *sequence as i64;
     d.busy(Phase::Starting);
 }

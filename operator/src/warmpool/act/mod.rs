@@ -27,7 +27,7 @@ mod reserve;
 use std::{
     collections::{BTreeMap, HashMap, HashSet},
     fmt,
-    time::Instant,
+    time::{Duration, Instant},
 };
 
 use chrono::{DateTime, Utc};
@@ -45,7 +45,7 @@ use crate::warmpool::{
     holds::Holds,
     metrics::PoolMetrics,
     pass_report::{Denials, PassReport, PoolError, PoolEvent},
-    plan::{offerings, End, Offering, PoolPlan, Reason, Snapshot},
+    plan::{offerings, Ec2Instance, End, Offering, PoolPlan, Reason, Snapshot},
     ssm, tags,
     tuning::Tuning,
     userdata::{self, DatabaseSource, UserData},
@@ -74,17 +74,56 @@ impl fmt::Debug for SecretUrl {
 #[derive(Debug, Default)]
 pub(super) struct Launches {
     /// Instances this loop launched, and when it learnt their ids.
-    pub(super) ours: HashMap<String, Instant>,
+    ours: HashMap<String, Instant>,
     /// When this loop launched each of `ours` (by its own clock), and in
     /// which offering: the status lists an instance so from the pass that
     /// launched it on, and the listing's own time does not change it again.
-    pub(super) times: HashMap<String, (DateTime<Utc>, Offering)>,
+    times: HashMap<String, (DateTime<Utc>, Offering)>,
     /// What names this pool's launches in their `ClientToken`s: its uid
     /// once remembered, else one of this loop's own.
-    pub(super) id: String,
+    id: String,
     /// Launch batches EC2 answered (`status.launchBatches`): the number of
     /// the next one.
-    pub(super) batches: u64,
+    batches: u64,
+}
+
+impl Launches {
+    /// When this loop launched each instance it launched, and in which
+    /// offering.
+    pub(super) fn times(&self) -> &HashMap<String, (DateTime<Utc>, Offering)> {
+        &self.times
+    }
+
+    /// What names the pool's launches in their `ClientToken`s (the loop's
+    /// tests read it).
+    #[cfg(test)]
+    pub(super) fn id(&self) -> &str {
+        &self.id
+    }
+
+    /// Launch batches EC2 answered: the number of the next one.
+    pub(super) fn batches(&self) -> u64 {
+        self.batches
+    }
+
+    /// The instances this loop launched, as it still counts them.
+    pub(super) fn ours(&self) -> impl Iterator<Item = &str> {
+        self.ours.keys().map(String::as_str)
+    }
+
+    /// Of what this loop launched, what a listing of `instances` shows:
+    /// an id stays ours while EC2 lists it present, or for a few minutes
+    /// before it does; the rest are forgotten.
+    pub(super) fn listed(&mut self, instances: &[Ec2Instance]) {
+        self.ours.retain(|id, at| {
+            instances
+                .iter()
+                .any(|i| &i.id == id && i.state.is_present())
+                || at.elapsed() < Duration::from_secs(300)
+        });
+        let ours = &self.ours;
+        self.times.retain(|id, _| ours.contains_key(id));
+    }
 }
 
 /// What the act stage lends the observe stage ([`Actuator::lend`]).

@@ -367,8 +367,8 @@ mod tests {
         };
         let (a, b) = (remembered(), remembered());
         let (a, b) = (a.act.launches(), b.act.launches());
-        assert_eq!((a.batches, b.batches), (3, 3));
-        assert!(a.id.starts_with("uid-1/") && b.id.starts_with("uid-1/"));
-        assert_ne!(client_token(&a.id, 3), client_token(&b.id, 3));
+        assert_eq!((a.batches(), b.batches()), (3, 3));
+        assert!(a.id().starts_with("uid-1/") && b.id().starts_with("uid-1/"));
+        assert_ne!(client_token(a.id(), 3), client_token(b.id(), 3));
     }
 }

@@ -106,7 +106,7 @@ impl PoolLoop {
         }
         self.act.ended_by_loop(&report.terminated);
         report.instances =
-            crate::warmpool::roster::roster(spec, &snap, &decided, &self.act.launches().times);
+            crate::warmpool::roster::roster(spec, &snap, &decided, self.act.launches().times());
         // A refusal of the credentials outlasts the pass that met it (see
         // `Denials`), over any boot failure: the IAM policy mends it.
         if let Some(message) = self.act.denials().standing() {
@@ -119,7 +119,7 @@ impl PoolLoop {
             &report,
             &mut self.conditions,
             self.act.holds(),
-            self.act.launches().batches,
+            self.act.launches().batches(),
             &mut self.cost,
             now,
         );
@@ -472,12 +472,7 @@ impl PoolLoop {
     pub(super) fn nothing_left(&self, snap: &Snapshot) -> bool {
         let listed: HashSet<&str> = snap.instances.iter().map(|i| i.id.as_str()).collect();
         snap.instances.iter().all(|i| !i.state.is_present())
-            && self
-                .act
-                .launches()
-                .ours
-                .keys()
-                .all(|id| listed.contains(id.as_str()))
+            && self.act.launches().ours().all(|id| listed.contains(id))
     }
 
     /// The `Deleting` event, until a pass that posted it succeeded.

@@ -3,11 +3,19 @@
 //! snapshot. Here are what every step records through (an action, an
 //! Event, a `Degraded` reason, a phase still busy) and what `decide`
 //! shares before any step; what each step says is in its own file of
-//! `steps/`, the conditions and the finished decision in `finish.rs`.
+//! `steps/`, the conditions and the finished decision in `finish.rs`, a
+//! child of this module: the only other file that sees the draft's
+//! fields. The steps go through its methods.
+//!
+//! The map, one line a file:
+
+// finish — the end of a decision.
+mod finish;
+
 use std::time::Duration;
 
-use super::snapshot::*;
 use crate::crd::{Phase, SchedulerStatus};
+use crate::scheduler::snapshot::*;
 
 /// `Degraded` reasons that no step of their own says: each is posted as a
 /// Warning when the condition turns True with it.
@@ -23,23 +31,23 @@ pub(super) const SAID_WHEN_DEGRADED: [&str; 8] = [
 ];
 
 pub(super) struct StatusDraft<'a> {
-    pub(super) o: &'a Observed,
-    pub(super) actions: Vec<Action>,
-    pub(super) events: Vec<Event>,
-    pub(super) status: SchedulerStatus,
+    o: &'a Observed,
+    actions: Vec<Action>,
+    events: Vec<Event>,
+    status: SchedulerStatus,
     /// The first problem found: (reason, message).
-    pub(super) degraded: Option<(String, String)>,
-    pub(super) progress: Option<Phase>,
-    pub(super) stop_world: bool,
+    degraded: Option<(String, String)>,
+    progress: Option<Phase>,
+    stop_world: bool,
     /// The leader is a settled pod with overlap off: it has no row.
-    pub(super) alone: bool,
+    alone: bool,
     /// The target revision is not the one the status was written for: a
     /// new rollout.
-    pub(super) target_changed: bool,
+    target_changed: bool,
     /// The target revision waits for a maintenance window: the `Deferred`
     /// condition's (reason, message).
-    pub(super) deferred: Option<(String, String)>,
-    pub(super) requeue: Duration,
+    deferred: Option<(String, String)>,
+    requeue: Duration,
 }
 
 pub(super) fn rfc3339(t: Time) -> String {
@@ -66,6 +74,38 @@ impl<'a> StatusDraft<'a> {
             deferred: None,
             requeue: QUIET,
         }
+    }
+
+    /// What the decision is made from.
+    pub(super) fn observed(&self) -> &'a Observed {
+        self.o
+    }
+
+    /// The status as drafted so far.
+    pub(super) fn status(&self) -> &SchedulerStatus {
+        &self.status
+    }
+
+    /// The status, for a step to record what it says there.
+    pub(super) fn status_mut(&mut self) -> &mut SchedulerStatus {
+        &mut self.status
+    }
+
+    /// Look again within `wait` at the latest.
+    pub(super) fn requeue_within(&mut self, wait: Duration) {
+        self.requeue = self.requeue.min(wait);
+    }
+
+    /// The current pod asked for a stop-the-world handover (exit 75): the
+    /// phase is `HandingOver`, and the old leader is not waited for.
+    pub(super) fn stop_the_world(&mut self) {
+        self.progress = Some(Phase::HandingOver);
+        self.stop_world = true;
+    }
+
+    /// The leader is a settled pod with overlap off: it has no row.
+    pub(super) fn alone(&mut self) {
+        self.alone = true;
     }
 
     pub(super) fn act(&mut self, action: Action) {

@@ -6,24 +6,28 @@ use std::time::Duration;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time as KubeTime;
 
-use super::{
-    draft::{rfc3339, to_jiff, StatusDraft, SAID_WHEN_DEGRADED},
+use super::{rfc3339, to_jiff, StatusDraft, SAID_WHEN_DEGRADED};
+use crate::crd::{set_condition, HandoverStatus, Phase, RevisionStatus};
+use crate::scheduler::{
     snapshot::*,
     window::{Deferral, ROLLOUT_NOW},
 };
-use crate::crd::{set_condition, HandoverStatus, Phase, RevisionStatus};
 
 impl StatusDraft<'_> {
-    pub(super) fn finish_paused(mut self) -> Decision {
+    pub(in crate::scheduler) fn finish_paused(mut self) -> Decision {
         self.status.phase = Phase::Paused;
         self.conditions(None, Some(("Paused", "spec.paused is true".into())));
         self.decision()
     }
 
-    /// `target` waits for a maintenance window (see [`super::window`]):
+    /// `target` waits for a maintenance window (see [`crate::scheduler::window`]):
     /// nothing is done, the status says until when, and the Scheduler looks
     /// again when the window starts.
-    pub(super) fn finish_deferred(mut self, target: &str, why: &Deferral) -> Decision {
+    pub(in crate::scheduler) fn finish_deferred(
+        mut self,
+        target: &str,
+        why: &Deferral,
+    ) -> Decision {
         let o = self.o;
         let now_hint = format!(
             "the annotation {ROLLOUT_NOW}={target} (kubectl orca rollout now) starts it now"
@@ -74,7 +78,7 @@ impl StatusDraft<'_> {
         self.decision()
     }
 
-    pub(super) fn finish_unobserved(mut self, problem: &Problem) -> Decision {
+    pub(in crate::scheduler) fn finish_unobserved(mut self, problem: &Problem) -> Decision {
         self.degrade(&problem.reason, problem.message.clone());
         self.status.phase = Phase::Degraded;
         let degraded = self.degraded.clone();
@@ -135,7 +139,7 @@ impl StatusDraft<'_> {
         }
     }
 
-    pub(super) fn finish(
+    pub(in crate::scheduler) fn finish(
         mut self,
         rows: &[InstanceView],
         target: &str,
