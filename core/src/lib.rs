@@ -2,10 +2,10 @@
 //! resources' types and their CRDs, the hashes of their specs, periods of
 //! the day and week, back-off, the Scheduler rollout's decision and the
 //! WarmPool's plan, with the database rows the plan reads. It depends on
-//! serde, schemars, chrono, k8s-openapi, kube's derive and tracing's
-//! macros — no Kubernetes client or runtime, no tokio, no AWS SDK, no
-//! database driver — so what is here cannot reach the outside world, by
-//! Cargo's rule rather than by a comment. The operator re-exports each
+//! serde, schemars, chrono, k8s-openapi and kube's derive — no Kubernetes
+//! client or runtime, no tokio, no AWS SDK, no database driver, not even
+//! a logger: what is worth saying it returns — so what is here cannot
+//! reach the outside world, by Cargo's rule rather than by a comment. The operator re-exports each
 //! module under its own name (`orca_operator::crd` is this `crd`).
 //!
 //! The map, one line a file:

@@ -377,6 +377,7 @@ fn the_core_crate_depends_on_no_client_runtime_or_driver() {
         "aws-sdk-ssm",
         "tokio-postgres",
         "orca-db",
+        "tracing",
     ];
     let found: Vec<&&str> = forbidden.iter().filter(|f| names.contains(**f)).collect();
     assert!(found.is_empty(), "orca-core depends on {found:?}");

@@ -463,7 +463,6 @@ impl Budget {
             // Launching without knowing what runs could pass a limit. The
             // operator's first seconds are not worth a word; a census that
             // fails is.
-            tracing::debug!(pool = %self.pool, class = %self.class, "{why}");
             let said = book.census_failed.is_some() || book.census.is_some();
             return Grant {
                 count: 0,

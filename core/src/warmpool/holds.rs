@@ -30,12 +30,12 @@ pub struct Holds {
 impl Holds {
     /// The holds a status shows (`status.capacityErrors`), as a restarted
     /// or newly elected operator takes them up; one with no valid time is
-    /// dropped, and said.
-    pub fn restore(&mut self, pool: &str, held: &[CapacityError]) {
+    /// dropped, and its time returned for the caller to say.
+    pub fn restore(&mut self, held: &[CapacityError]) -> Vec<String> {
+        let mut dropped = Vec::new();
         for h in held {
             let Ok(until) = DateTime::parse_from_rfc3339(&h.until) else {
-                tracing::warn!(pool = %pool, until = %h.until,
-                    "a capacity hold in the status has no valid time; dropped");
+                dropped.push(h.until.clone());
                 continue;
             };
             let offering = Offering {
@@ -45,6 +45,7 @@ impl Holds {
             };
             self.insert(offering, &h.code, until.with_timezone(&Utc));
         }
+        dropped
     }
 
     /// Holds `offering` for `code` until `until`.

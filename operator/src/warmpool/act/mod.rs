@@ -331,7 +331,10 @@ impl Actuator {
     pub(super) fn restore(&mut self, launch_id: String, status: &WarmPoolStatus) {
         self.launches.id = launch_id;
         self.launches.batches = status.launch_batches.max(0) as u64;
-        self.holds.restore(&self.pool, &status.capacity_errors);
+        for until in self.holds.restore(&status.capacity_errors) {
+            tracing::warn!(pool = %self.pool, until = %until,
+                "a capacity hold in the status has no valid time; dropped");
+        }
     }
 
     /// A new spec: what the credentials were refused is asked again at

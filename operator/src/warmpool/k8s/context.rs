@@ -8,6 +8,7 @@ use std::{
         atomic::{AtomicBool, Ordering},
         Arc, Mutex,
     },
+    time::Duration,
 };
 
 use futures::channel::mpsc;
@@ -52,20 +53,134 @@ pub(super) struct UrlSource {
 
 /// A pool between reconciles.
 pub(super) struct PoolState {
-    pub(super) uid: Option<String>,
-    pub(super) generation: Option<i64>,
-    pub(super) source: UrlSource,
-    pub(super) database: DatabaseKey,
-    pub(super) lp: PoolLoop,
+    uid: Option<String>,
+    generation: Option<i64>,
+    source: UrlSource,
+    database: DatabaseKey,
+    lp: PoolLoop,
     /// Tells the loop of the WarmPool's deletion.
-    pub(super) deletion: watch::Sender<Option<Deletion>>,
+    deletion: watch::Sender<Option<Deletion>>,
     /// The status this replica last wrote (or found written): only a change
     /// is written.
-    pub(super) last: Option<WarmPoolStatus>,
+    last: Option<WarmPoolStatus>,
     /// Between failed or throttled passes.
-    pub(super) backoff: Backoff,
+    backoff: Backoff,
     /// Where the pool ran before, while instances are left there.
-    pub(super) retiring: Vec<Retiring>,
+    retiring: Vec<Retiring>,
+}
+
+impl PoolState {
+    /// The state of `wp`'s pool, whose loop `lp` acts on the database
+    /// `database` read from `source`, told of a deletion through
+    /// `deletion`; `retiring` drain where it ran before.
+    pub(super) fn new(
+        wp: &WarmPool,
+        (source, database): (UrlSource, DatabaseKey),
+        lp: PoolLoop,
+        deletion: watch::Sender<Option<Deletion>>,
+        backoff: Backoff,
+        retiring: Vec<Retiring>,
+    ) -> PoolState {
+        PoolState {
+            uid: wp.metadata.uid.clone(),
+            generation: wp.metadata.generation,
+            source,
+            database,
+            lp,
+            deletion,
+            last: wp.status.clone(),
+            backoff,
+            retiring,
+        }
+    }
+
+    /// Whether this is the state of `wp` (the same uid), not of an
+    /// earlier object of its name.
+    pub(super) fn is_of(&self, wp: &WarmPool) -> bool {
+        self.uid == wp.metadata.uid
+    }
+
+    /// Whether `wp`'s spec is not the one the loop runs (a new
+    /// generation, or a class's change without one).
+    pub(super) fn behind(&self, wp: &WarmPool) -> bool {
+        self.generation != wp.metadata.generation || self.lp.spec() != &wp.spec
+    }
+
+    /// The loop runs `wp`'s spec from now, if it did not.
+    pub(super) async fn follow(&mut self, wp: &WarmPool, pool: &str) {
+        if self.behind(wp) {
+            self.lp.set_spec(wp.spec.clone()).await;
+            self.generation = wp.metadata.generation;
+            tracing::info!(pool = %pool, generation = ?wp.metadata.generation, "new spec");
+        }
+    }
+
+    /// The pool's loop.
+    pub(super) fn pool_loop(&self) -> &PoolLoop {
+        &self.lp
+    }
+
+    /// The pool's loop, to tell it something or run its pass.
+    pub(super) fn pool_loop_mut(&mut self) -> &mut PoolLoop {
+        &mut self.lp
+    }
+
+    /// Where the database URL was read from.
+    pub(super) fn source(&self) -> &UrlSource {
+        &self.source
+    }
+
+    /// The database the loop acts on.
+    pub(super) fn database(&self) -> &DatabaseKey {
+        &self.database
+    }
+
+    /// The URL was read again from `source`, and names the same database.
+    pub(super) fn read_again(&mut self, source: UrlSource) {
+        self.source = source;
+    }
+
+    /// Tells the loop of the WarmPool's deletion (or of none).
+    pub(super) fn tell_deletion(&self, deletion: Option<Deletion>) {
+        self.deletion.send_replace(deletion);
+    }
+
+    /// The status this replica last wrote (or found written).
+    pub(super) fn last(&self) -> Option<&WarmPoolStatus> {
+        self.last.as_ref()
+    }
+
+    /// This replica wrote `status`.
+    pub(super) fn wrote(&mut self, status: WarmPoolStatus) {
+        self.last = Some(status);
+    }
+
+    /// A pass was throttled or failed: how long until the next.
+    pub(super) fn backed_off(&mut self) -> Duration {
+        self.backoff.next_wait()
+    }
+
+    /// A pass went through: the back-off starts again from its base.
+    pub(super) fn went_through(&mut self) {
+        self.backoff.reset();
+    }
+
+    /// The loops draining where the pool ran before.
+    pub(super) fn retiring(&self) -> &[Retiring] {
+        &self.retiring
+    }
+
+    /// One pass of each loop draining where the pool ran before; what they
+    /// say.
+    pub(super) async fn pass_retiring(&mut self, wp: &WarmPool) -> Vec<PoolEvent> {
+        super::retiring::pass_all(wp, &mut self.retiring).await
+    }
+
+    /// The state given up for a new loop: its loop, where its URL was read
+    /// from, and the loops draining where it ran before.
+    pub(super) fn into_parts(self) -> (PoolLoop, UrlSource, Vec<Retiring>) {
+        (self.lp, self.source, self.retiring)
+    }
 }
 
 /// One pool's state; the controller never reconciles one pool twice at

@@ -37,7 +37,7 @@ pub(super) async fn prepare(
     slot: &mut Option<PoolState>,
     deleting: bool,
 ) -> Result<Option<Problem>, ReconcileError> {
-    let same = slot.as_ref().is_some_and(|s| s.uid == wp.metadata.uid);
+    let same = slot.as_ref().is_some_and(|s| s.is_of(wp));
     if same && deleting {
         return Ok(None);
     }
@@ -53,18 +53,17 @@ pub(super) async fn prepare(
     });
     let source = UrlSource::new(secret_ref.clone(), version);
     if let (Some(state), Some(stale)) = (slot.as_mut().filter(|_| same), run_stale) {
-        state.lp.set_run_stale(stale);
+        state.pool_loop_mut().set_run_stale(stale);
     }
     // A new spec that moves the pool (another Scheduler, region or
     // endpoint) gets a loop of its own; the old one drains the old place.
     // (A class's change reaches the pool's spec without a new generation.)
     let moving = slot.as_ref().is_some_and(|s| {
-        same && (s.generation != wp.metadata.generation || s.lp.spec() != &wp.spec)
-            && crate::warmpool::drift::moved(s.lp.spec(), &wp.spec)
+        same && s.behind(wp) && crate::warmpool::drift::moved(s.pool_loop().spec(), &wp.spec)
     });
     let kept = same && !moving;
     if let Some(state) = slot.as_mut().filter(|_| kept) {
-        if state.source == source && source.version().is_some() {
+        if state.source() == &source && source.version().is_some() {
             return Ok(None);
         }
     }
@@ -74,8 +73,8 @@ pub(super) async fn prepare(
     };
     let database: DatabaseKey = Sha256::digest(url_text.as_bytes()).into();
     if let Some(state) = slot.as_mut().filter(|_| kept) {
-        if state.database == database {
-            state.source = source;
+        if state.database() == &database {
+            state.read_again(source);
             return Ok(None);
         }
         tracing::info!(pool = %pool, "the database URL changed; the pool's loop starts again on it");
@@ -85,7 +84,7 @@ pub(super) async fn prepare(
     let remembered = slot
         .as_ref()
         .filter(|_| same)
-        .and_then(|s| s.last.clone())
+        .and_then(|s| s.last().cloned())
         .or_else(|| wp.status.clone())
         .unwrap_or_default();
     let (deletion, told) = watch::channel(None);
@@ -93,20 +92,18 @@ pub(super) async fn prepare(
     let old = slot.take().filter(|_| same);
     let retiring = retiring_of(old, moving, wp, ctx, pool, &remembered).await;
     tracing::info!(pool = %pool, generation = ?wp.metadata.generation, "pool loop made");
-    *slot = Some(PoolState {
-        uid: wp.metadata.uid.clone(),
-        generation: wp.metadata.generation,
-        source,
-        database,
+    let backoff = Backoff::new(
+        ctx.config().tuning.backoff_base,
+        ctx.config().tuning.backoff_cap,
+    );
+    *slot = Some(PoolState::new(
+        wp,
+        (source, database),
         lp,
         deletion,
-        last: wp.status.clone(),
-        backoff: Backoff::new(
-            ctx.config().tuning.backoff_base,
-            ctx.config().tuning.backoff_cap,
-        ),
+        backoff,
         retiring,
-    });
+    ));
     ctx.set_database(pool, Some((database, &url)));
     Ok(None)
 }
@@ -230,10 +227,10 @@ async fn retiring_of(
         // (and the runs on it, whose rows it cannot see), every pass.
         Some(old) if !moving => {
             tracing::info!(pool = %pool, "the database changed, not the place: the new loop takes the instances over");
-            old.retiring
+            old.into_parts().2
         }
         Some(old) => {
-            let mut retiring = old.retiring;
+            let (old_loop, old_source, mut retiring) = old.into_parts();
             // Back where it ran before: the pool's loop takes that place's
             // instances over again; a second loop there would terminate
             // what the pool launches.
@@ -244,9 +241,10 @@ async fn retiring_of(
                 }
                 !back
             });
-            let place = retiring::place_of(old.lp.spec(), old.source.secret().clone(), Utc::now());
+            let place =
+                retiring::place_of(old_loop.spec(), old_source.secret().clone(), Utc::now());
             tracing::info!(pool = %pool, place = ?place, "the pool moved: the old place's loop terminates what it launched there");
-            retiring.push(retiring::retire(ctx.config(), old.lp, place));
+            retiring.push(retiring::retire(ctx.config(), old_loop, place));
             retiring
         }
         None => {

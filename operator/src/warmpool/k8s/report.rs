@@ -33,12 +33,12 @@ pub(super) async fn write_back(
     let (mut status, events, wait) = match outcome {
         Ok(report) => {
             let wait = if report.throttled {
-                state.backoff.next_wait()
+                state.backed_off()
             } else {
-                state.backoff.reset();
+                state.went_through();
                 ctx.config().tuning.resync
             };
-            if report.deleted && state.retiring.is_empty() {
+            if report.deleted && state.retiring().is_empty() {
                 for e in &report.events {
                     ctx.say(wp, e).await;
                 }
@@ -66,26 +66,26 @@ pub(super) async fn write_back(
             tracing::warn!(pool = %pool, error = %e, "pool pass failed");
             let message = e.to_string();
             let reason = e.degraded_reason();
-            let mut status = state.last.clone().unwrap_or_default();
+            let mut status = state.last().cloned().unwrap_or_default();
             mark_degraded(&mut status, reason, &message);
             let event = PoolEvent {
                 reason,
                 message,
                 warning: true,
             };
-            (status, vec![event], state.backoff.next_wait())
+            (status, vec![event], state.backed_off())
         }
     };
     status.observed_generation = wp.metadata.generation;
-    let secret = state.source.secret().clone();
-    let before = state.last.as_ref().and_then(|s| s.place.as_ref());
+    let secret = state.source().secret().clone();
+    let before = state.last().and_then(|s| s.place.as_ref());
     status.place = Some(super::retiring::here(
-        state.lp.spec(),
+        state.pool_loop().spec(),
         secret.clone(),
         before,
     ));
     status.database_secret = Some(secret);
-    status.retiring = state.retiring.iter().map(|r| r.place().clone()).collect();
+    status.retiring = state.retiring().iter().map(|r| r.place().clone()).collect();
     // The spec here is the class's: where the instances are.
     if wp.spec.class_ref.is_some() {
         status.class_region = Some(wp.spec.region.clone());
@@ -106,11 +106,11 @@ pub(super) async fn write_back(
             o.goal(),
         );
     }
-    if state.last.as_ref() != Some(&status) {
+    if state.last() != Some(&status) {
         apply_status(ctx.client(), fence, wp, &status)
             .await
             .map_err(|e| ReconcileError::status(pool, e))?;
-        state.last = Some(status);
+        state.wrote(status);
     }
     Ok(Action::requeue(wait))
 }

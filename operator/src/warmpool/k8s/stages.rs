@@ -11,13 +11,12 @@ use kube::{runtime::controller::Action, Resource, ResourceExt};
 use super::{
     class,
     config::{key, FINALIZER},
-    context::{Context, PoolState},
+    context::Context,
     deletion,
     error::ReconcileError,
     finalizer::{self, orphan},
     prepare::prepare,
     report::{degraded, write_back},
-    retiring,
 };
 use crate::{
     backoff::PerObject,
@@ -156,18 +155,18 @@ pub(super) async fn run_stages(
         return Ok(Action::requeue(Duration::from_secs(30)));
     };
     if deletion.is_none() {
-        renew_spec(state, &wp, &pool).await;
+        state.follow(&wp, &pool).await;
     }
     // A handle on the class's book, made when the loop's class changes.
     let class = wp.spec.class_ref.as_ref().map(|c| c.name.as_str());
-    if state.lp.budget_class() != class {
+    if state.pool_loop().budget_class() != class {
         let ns = crate::crd::namespace_of(&*wp);
         state
-            .lp
+            .pool_loop_mut()
             .set_budget(class.map(|c| ctx.config().budgets.budget(c, &pool, &ns)));
     }
-    state.deletion.send_replace(deletion);
-    state.lp.set_drain(
+    state.tell_deletion(deletion);
+    state.pool_loop_mut().set_drain(
         wp.metadata
             .annotations
             .as_ref()
@@ -175,18 +174,9 @@ pub(super) async fn run_stages(
             .map(|v| crate::warmpool::drain_of(v))
             .unwrap_or_default(),
     );
-    let outcome = state.lp.pass(Utc::now()).await;
-    for e in retiring::pass_all(&wp, &mut state.retiring).await {
+    let outcome = state.pool_loop_mut().pass(Utc::now()).await;
+    for e in state.pass_retiring(&wp).await {
         ctx.say(&wp, &e).await;
     }
     write_back(&wp, &ctx, &pool, state, outcome).await
-}
-
-/// The loop `state` keeps, given `wp`'s spec if it is new.
-async fn renew_spec(state: &mut PoolState, wp: &WarmPool, pool: &str) {
-    if state.generation != wp.metadata.generation || state.lp.spec() != &wp.spec {
-        state.lp.set_spec(wp.spec.clone()).await;
-        state.generation = wp.metadata.generation;
-        tracing::info!(pool = %pool, generation = ?wp.metadata.generation, "new spec");
-    }
 }
