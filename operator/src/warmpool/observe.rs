@@ -19,18 +19,14 @@ use super::forecast::{self, Demand, Floors};
 use super::objective::{Bounds, Choice, History, Outlook, StartTimes};
 use super::plan::{Ec2Instance, Offering, Snapshot};
 
-use super::act::Launches;
-use super::budget::Budget;
+use super::act::Lessons;
 use super::cost::Cost;
-use super::ec2::{Ownership, TypeFacts};
-use super::holds::Holds;
+use super::ec2::TypeFacts;
 use super::listings::{Marks, Place, Want};
 use super::live::Live;
-use super::metrics::PoolMetrics;
 use super::pass_report::PoolError;
 use super::starts::Starts;
 use super::tags::{TAG_CLASS, TAG_NAMESPACE};
-use super::tuning::Tuning;
 use crate::crd::{Objective, ObjectiveStatus, StaticFloor, WarmPoolSpec};
 
 /// How often the forecast is made again from the database's history.
@@ -232,14 +228,9 @@ impl Seen {
 /// class's book).
 pub(super) struct Observer<'a> {
     pub(super) world: &'a mut Live,
-    /// `namespace/name`.
-    pub(super) pool: &'a str,
-    pub(super) owner: &'a Ownership,
-    pub(super) tuning: &'a Tuning,
-    pub(super) metrics: Option<&'a PoolMetrics>,
-    pub(super) launches: &'a mut Launches,
-    pub(super) holds: &'a Holds,
-    pub(super) budget: Option<&'a Budget>,
+    /// The pool (`namespace/name`), its owner, the knobs and metrics, and
+    /// the act stage's lessons it reads: its launches, holds and book.
+    pub(super) lessons: Lessons<'a>,
     pub(super) seen: &'a mut Seen,
     pub(super) cost: &'a mut Cost,
     pub(super) spec: &'a WarmPoolSpec,
@@ -297,7 +288,7 @@ impl Observer<'_> {
         let (asked, instances) = self.list(after).await?;
         let reused = asked < read;
         let listed = clock - read.saturating_duration_since(asked).as_secs_f64();
-        let pool = self.pool;
+        let pool = self.lessons.pool;
         let count_uses = self.spec.max_uses > 0;
         let live = self
             .world
@@ -306,6 +297,7 @@ impl Observer<'_> {
         // Present, or launched by this loop and not listed yet, without a
         // live row: had it rows once?
         let unlisted = self
+            .lessons
             .launches
             .ours()
             .filter(|id| !instances.iter().any(|i| i.id == *id));
@@ -342,12 +334,12 @@ impl Observer<'_> {
             .read(async |db| orca_db::pool::open_demand(db, pool).await)
             .await?;
         self.count_hand_outs(listed, &instances).await?;
-        self.launches.listed(&instances);
+        self.lessons.launches.listed(&instances);
         let snap = Snapshot {
             instances,
             rows: live,
             known,
-            ours: self.launches.ours().map(str::to_string).collect(),
+            ours: self.lessons.launches.ours().map(str::to_string).collect(),
             demand,
             deleting: None,
             made_before_listing,
@@ -369,7 +361,7 @@ impl Observer<'_> {
         listed: f64,
         instances: &[Ec2Instance],
     ) -> Result<(), PoolError> {
-        let pool = self.pool;
+        let pool = self.lessons.pool;
         let first = self.cost.handed_mark().is_none();
         let after = self
             .cost
@@ -383,8 +375,8 @@ impl Observer<'_> {
         let mut served = orca_db::pool::Served::default();
         for h in outs.iter().filter(|h| !first || h.at > listed - 60.0) {
             served.add(h.source);
-            if let Some(m) = &self.metrics {
-                m.time_to_start(self.pool, h.source, h.waited);
+            if let Some(m) = &self.lessons.metrics {
+                m.time_to_start(self.lessons.pool, h.source, h.waited);
             }
         }
         self.cost.starts.add(&outs, listed);
@@ -392,8 +384,8 @@ impl Observer<'_> {
         // yet: each pass places what its listing shows.
         self.cost.starts.place(instances);
         self.cost.add_served(served);
-        if let Some(m) = &self.metrics {
-            m.served(self.pool, served);
+        if let Some(m) = &self.lessons.metrics {
+            m.served(self.lessons.pool, served);
         }
         Ok(())
     }
@@ -409,7 +401,7 @@ impl Observer<'_> {
             return Ok(None);
         };
         if let Some((at, version)) = &self.seen.resolved_template {
-            if at.elapsed() < self.tuning.template_every {
+            if at.elapsed() < self.lessons.tuning.template_every {
                 return Ok(Some(version.clone()));
             }
         }
@@ -418,9 +410,11 @@ impl Observer<'_> {
                 self.seen.resolved_template = Some((Instant::now(), version.clone()));
                 Ok(Some(version))
             }
-            Err(e @ super::ec2::Ec2Error::Fenced { .. }) => Err(PoolError::ec2(self.pool, e)),
+            Err(e @ super::ec2::Ec2Error::Fenced { .. }) => {
+                Err(PoolError::ec2(self.lessons.pool, e))
+            }
             Err(e) => {
-                tracing::warn!(pool = %self.pool, error = %e,
+                tracing::warn!(pool = %self.lessons.pool, error = %e,
                     "the launch template's version could not be resolved");
                 Ok(self.seen.resolved_template.as_ref().map(|(_, v)| v.clone()))
             }
@@ -441,17 +435,19 @@ impl Observer<'_> {
     ) -> Result<(Instant, Vec<Ec2Instance>), PoolError> {
         let want = Want {
             after,
-            within: self.tuning.listing_reuse,
+            within: self.lessons.tuning.listing_reuse,
             untagged: !self.seen.adopted,
         };
         let place = self.place.clone();
         let ec2 = self.world.ec2();
         let taken = place
-            .take(self.owner, want, async |filter: &[(&str, &str)]| {
-                ec2.describe_tagged(filter).await
-            })
+            .take(
+                self.lessons.owner,
+                want,
+                async |filter: &[(&str, &str)]| ec2.describe_tagged(filter).await,
+            )
             .await;
-        let (asked, group) = taken.map_err(|e| PoolError::ec2(self.pool, e))?;
+        let (asked, group) = taken.map_err(|e| PoolError::ec2(self.lessons.pool, e))?;
         let (mut instances, untagged) = (group.ours, group.untagged);
         self.mark(&group.marks).await?;
         if self.seen.adopted || untagged.is_empty() {
@@ -459,7 +455,7 @@ impl Observer<'_> {
             return Ok((asked, instances));
         }
         let ids: Vec<String> = untagged.iter().map(|i| i.id.clone()).collect();
-        let pool = self.pool;
+        let pool = self.lessons.pool;
         let mut ours: Vec<String> = self
             .world
             .read(async |db| orca_db::pool::had_rows(db, pool, &ids).await)
@@ -468,17 +464,21 @@ impl Observer<'_> {
             .collect();
         ours.sort();
         if ours.is_empty() {
-            tracing::info!(pool = %self.pool, instances = ?ids,
+            tracing::info!(pool = %self.lessons.pool, instances = ?ids,
                 "instances with this pool's tags but no cluster's and no row in its database: \
                  another cluster's, left alone");
         } else {
-            let tagged = self.world.ec2().tag_cluster(&ours, self.owner).await;
-            tagged.map_err(|e| PoolError::ec2(self.pool, e))?;
+            let tagged = self
+                .world
+                .ec2()
+                .tag_cluster(&ours, self.lessons.owner)
+                .await;
+            tagged.map_err(|e| PoolError::ec2(self.lessons.pool, e))?;
             // A listing asked for before the tags (this one, kept for the
             // other passes) does not show them as the pool's: the next
             // pass lists anew, or it would launch as many again.
             self.seen.fresh_after = Some(Instant::now());
-            tracing::info!(pool = %self.pool, instances = ?ours, cluster = %self.owner.cluster, "adopted");
+            tracing::info!(pool = %self.lessons.pool, instances = ?ours, cluster = %self.lessons.owner.cluster, "adopted");
             instances.extend(untagged.into_iter().filter(|i| ours.contains(&i.id)));
             self.seen.just_adopted = ours;
         }
@@ -500,8 +500,8 @@ impl Observer<'_> {
         {
             return Ok(());
         }
-        let class = self.budget.map(|b| b.class().to_string());
-        let owner = self.owner;
+        let class = self.lessons.budget.map(|b| b.class().to_string());
+        let owner = self.lessons.owner;
         let wants = |m: &Marks| {
             let mut tags = Vec::new();
             if !m.namespace {
@@ -523,15 +523,15 @@ impl Observer<'_> {
             let pairs: Vec<(&str, &str)> = tags.iter().map(|(k, v)| (*k, v.as_str())).collect();
             match self.world.ec2().add_tags(&ids, &pairs).await {
                 Ok(()) => {
-                    tracing::info!(pool = %self.pool, instances = ?ids, tags = ?pairs,
+                    tracing::info!(pool = %self.lessons.pool, instances = ?ids, tags = ?pairs,
                         "tenancy tags added");
                     self.seen.marked.extend(ids);
                 }
                 Err(e @ super::ec2::Ec2Error::Fenced { .. }) => {
-                    return Err(PoolError::ec2(self.pool, e))
+                    return Err(PoolError::ec2(self.lessons.pool, e))
                 }
                 Err(e) => {
-                    tracing::warn!(pool = %self.pool, instances = ?ids, error = %e,
+                    tracing::warn!(pool = %self.lessons.pool, instances = ?ids, error = %e,
                         "the tenancy tags could not be added; their class does not count them yet");
                     self.seen.mark_failed = Some(Instant::now());
                     return Ok(());
@@ -554,7 +554,7 @@ impl Observer<'_> {
                 return Ok(Some(f.clone()));
             }
         }
-        let pool = self.pool;
+        let pool = self.lessons.pool;
         let counts = self
             .world
             .read(async |db| {
@@ -668,7 +668,7 @@ impl Observer<'_> {
     /// The offering the next launch goes to: the spec's first without a
     /// capacity hold at `now`.
     fn next_offering(&self, now: DateTime<Utc>) -> Option<Offering> {
-        let held = self.holds.until();
+        let held = self.lessons.holds.until();
         super::instance::offerings(&self.spec.launch)
             .into_iter()
             .find(|o| held.get(o).is_none_or(|until| *until <= now))
@@ -684,7 +684,7 @@ impl Observer<'_> {
         slice: i64,
         now: DateTime<Utc>,
     ) -> Result<(), PoolError> {
-        let pool = self.pool;
+        let pool = self.lessons.pool;
         let due = |at: Option<&Instant>, every: Duration| at.is_none_or(|a| a.elapsed() >= every);
         let reading = &self.seen.history;
         if due(reading.history.as_ref().map(|h| &h.at), FORECAST_EVERY) {
@@ -739,11 +739,11 @@ impl Observer<'_> {
                 }
             }
             Err(e @ super::ec2::Ec2Error::Fenced { .. }) => {
-                return Err(PoolError::ec2(self.pool, e))
+                return Err(PoolError::ec2(self.lessons.pool, e))
             }
             // Not known: no launch of those types under a vCPU limit, and
             // no architecture check, until a pass learns them.
-            Err(e) => tracing::warn!(pool = %self.pool, error = %e,
+            Err(e) => tracing::warn!(pool = %self.lessons.pool, error = %e,
                 "the pool's instance types could not be described"),
         }
         Ok(())

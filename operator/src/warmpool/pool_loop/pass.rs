@@ -171,18 +171,11 @@ impl PoolLoop {
     /// The pass's observer, over what the loop keeps.
     fn observer(&mut self) -> Observer<'_> {
         let run_stale = self.run_stale();
-        let lessons = self.act.lend();
         Observer {
             deleting: self.deletion.borrow().is_some(),
             run_stale,
             world: &mut self.world,
-            pool: lessons.pool,
-            owner: lessons.owner,
-            tuning: lessons.tuning,
-            metrics: lessons.metrics,
-            launches: lessons.launches,
-            holds: lessons.holds,
-            budget: lessons.budget,
+            lessons: self.act.lend(),
             seen: &mut self.seen,
             cost: &mut self.cost,
             spec: &self.spec,
