@@ -18,7 +18,7 @@ use std::{fmt, time::Duration};
 
 use tokio_postgres::{
     types::{ToSql, Type},
-    Row,
+    Row, Transaction,
 };
 
 use crate::{Db, DbError};
@@ -95,13 +95,31 @@ fn secs(d: Duration) -> f64 {
     d.as_secs_f64()
 }
 
+/// A live idle row of pool `$1` that may be handed out: its agent beat
+/// within `$2` seconds and it carries no spot notice (its agent is
+/// leaving); `rest` orders, narrows or locks.
+fn pick(rest: &str) -> String {
+    format!(
+        "select id, instance from orca.instances
+         where pool = $1 and ended is null and idle is not null
+           and polled > now() - make_interval(secs => $2) and notice is null
+         {rest}"
+    )
+}
+
 /// Hands one idle instance of `req.pool` to the run, in one transaction:
-/// locks a live idle row whose `polled` is within `fresh` and that carries
-/// no spot notice (its agent is leaving) (`for update skip locked`, so two
-/// hand-outs never wait on each other while a row is free; then, none
-/// free, `for update`, waiting out a beat's lock), ends it
-/// (`ended_by='handout'`), inserts the run's row (`pooled`), and marks the
-/// run's open demand served. `None`: no idle instance.
+/// locks the longest-idle row that may be handed out (`polled` within
+/// `fresh`, no spot notice), ends it (`ended_by='handout'`), inserts the
+/// run's row (`pooled`), and marks the run's open demand served. `None`: no
+/// idle instance.
+///
+/// The row is locked `for update skip locked`, so two hand-outs never wait
+/// on each other while a row is free. None free, the rows locked for a
+/// moment (an agent's beat, the operator reserving or retiring a row,
+/// another hand-out) are waited for one at a time, each in a transaction
+/// that holds nothing else while it waits; a row that no longer matches
+/// once its holder commits is let go, with the lock its recheck took,
+/// before the next is tried (docs/protocol.md#the-hand-out-transaction).
 pub async fn hand_out(
     db: &mut Db,
     req: &Request<'_>,
@@ -112,45 +130,56 @@ pub async fn hand_out(
         target: target.clone(),
         source,
     };
+    let fresh = secs(fresh);
     let tx = db.transaction().await?;
-    // The row lock serialises this with end_idle: whichever comes second
-    // finds the row ended (the recheck of `for update` sees its commit).
-    // A free row first, so that two hand-outs never queue while one is
-    // free; none free, the rows locked for a moment are waited for: an
-    // agent's beat, the operator taking a row for the reserve, or another
-    // hand-out (whose row, once it commits, no longer matches). Skipping
-    // them would send the run to a cold launch with an instance idle.
-    let pick = |lock: &str| {
-        format!(
-            "select id, instance from orca.instances
-             where pool = $1 and ended is null and idle is not null
-               and polled > now() - make_interval(secs => $2) and notice is null
-             order by idle, id
-             limit 1
-             {lock}"
+    let free = tx
+        .query_opt(
+            &pick("order by idle, id limit 1 for update skip locked"),
+            &[&req.pool, &fresh],
         )
-    };
-    let args: [&(dyn ToSql + Sync); 2] = [&req.pool, &secs(fresh)];
-    let mut idle = tx
-        .query_opt(&pick("for update skip locked"), &args)
         .await
         .map_err(wrap)?;
-    if idle.is_none() {
-        idle = tx
-            .query_opt(&pick("for update"), &args)
+    if let Some(idle) = free {
+        return take(tx, &idle, req).await.map(Some).map_err(wrap);
+    }
+    tx.rollback().await.map_err(wrap)?;
+    loop {
+        let next = db
+            .client()
+            .query_opt(&pick("order by idle, id limit 1"), &[&req.pool, &fresh])
             .await
             .map_err(wrap)?;
+        let Some(next) = next else {
+            return Ok(None);
+        };
+        let id: i64 = next.get(0);
+        let tx = db.transaction().await?;
+        let locked = tx
+            .query_opt(&pick("and id = $3 for update"), &[&req.pool, &fresh, &id])
+            .await
+            .map_err(wrap)?;
+        if let Some(idle) = locked {
+            return take(tx, &idle, req).await.map(Some).map_err(wrap);
+        }
+        // Ended (or gone stale, or noticed) by the holder: the next pick
+        // no longer sees it.
+        tx.rollback().await.map_err(wrap)?;
     }
-    let Some(idle) = idle else {
-        return Ok(None);
-    };
+}
+
+/// The rest of the hand-out, `idle` locked by `tx`: ends it, inserts the
+/// run's row, serves the demand and commits.
+async fn take(
+    tx: Transaction<'_>,
+    idle: &Row,
+    req: &Request<'_>,
+) -> Result<HandedOut, tokio_postgres::Error> {
     let (old, instance): (i64, String) = (idle.get(0), idle.get(1));
     tx.execute(
         "update orca.instances set ended = now(), ended_by = 'handout' where id = $1",
         &[&old],
     )
-    .await
-    .map_err(wrap)?;
+    .await?;
     let row: i64 = tx
         .query_one(
             "insert into orca.instances
@@ -167,18 +196,16 @@ pub async fn hand_out(
                 &req.new_code,
             ],
         )
-        .await
-        .map_err(wrap)?
+        .await?
         .get(0);
     tx.execute(
         "update orca.pool_demand set served = now()
          where pool = $1 and run = $2 and start = $3 and role = $4 and served is null",
         &[&req.pool, &req.run, &req.start, &req.role],
     )
-    .await
-    .map_err(wrap)?;
-    tx.commit().await.map_err(wrap)?;
-    Ok(Some(HandedOut { instance, row }))
+    .await?;
+    tx.commit().await?;
+    Ok(HandedOut { instance, row })
 }
 
 /// Records that the run found no idle instance, for the operator to launch

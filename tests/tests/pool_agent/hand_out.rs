@@ -101,3 +101,94 @@ async fn a_hand_out_meeting_the_agents_beat_still_takes_the_instance() {
         "the hand-out that met the beat found no instance"
     );
 }
+
+/// A hand-out waiting for a locked row holds no other row meanwhile: the
+/// operator's retirement (one statement ending several idle rows) that has
+/// one row and reaches for the row the hand-out waited on is never
+/// deadlocked with it, and the hand-out still takes an instance.
+#[tokio::test]
+async fn a_hand_out_waiting_for_a_row_never_deadlocks_the_operators_retirement() {
+    let url = pg::Cluster::shared().migrated_db().await;
+    let mut db = pg::connect(&url).await;
+    let mut taker = pg::connect(&url).await;
+    let mut retirer = pg::connect(&url).await;
+    let watcher = pg::connect(&url).await;
+    db.batch(
+        "insert into orca.instances (instance, pool, role, idle, polled) values
+             ('i-first', 'ns/dl', 'warm', now() - interval '1 second', now()),
+             ('i-second', 'ns/dl', 'warm', now(), now())",
+    )
+    .await
+    .unwrap();
+    // Another hand-out is taking the first row; the retirement has the
+    // second and will reach for the first next.
+    let took = taker.transaction().await.unwrap();
+    took.execute(
+        "update orca.instances set ended = now(), ended_by = 'handout' where instance = 'i-first'",
+        &[],
+    )
+    .await
+    .unwrap();
+    let retiring = retirer.transaction().await.unwrap();
+    let retirer_pid: i32 = retiring
+        .query_one(
+            "select pg_backend_pid() from orca.instances where instance = 'i-second' for update",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    let taker_pid: i32 = took
+        .query_one("select pg_backend_pid()", &[])
+        .await
+        .unwrap()
+        .get(0);
+    let req = request("ns/dl", 5, 0, "worker", "10.4.4.6:1", false);
+    let handing = tokio::spawn(async move {
+        let handed = pool::hand_out(&mut db, &req, FRESH).await;
+        handed.map(|h| h.map(|h| h.instance))
+    });
+    let blocked_by = |pid: i32| {
+        let watcher = &watcher;
+        async move {
+            for _ in 0..500 {
+                let waiting: i64 = watcher
+                    .query_one(
+                        "select count(*) from pg_stat_activity where $1 = any(pg_blocking_pids(pid))",
+                        &[&pid],
+                    )
+                    .await
+                    .unwrap()
+                    .get(0);
+                if waiting > 0 {
+                    return;
+                }
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            panic!("the hand-out never waited for session {pid}");
+        }
+    };
+    blocked_by(taker_pid).await;
+    took.commit().await.unwrap();
+    blocked_by(retirer_pid).await;
+    let reached = tokio::time::timeout(
+        Duration::from_secs(5),
+        retiring.query_opt(
+            "select id from orca.instances where instance = 'i-first' for update",
+            &[],
+        ),
+    )
+    .await
+    .expect("the retirement waited 5 s for a row the hand-out held");
+    assert!(
+        reached.is_ok(),
+        "the retirement reaching for the first row: {reached:?}"
+    );
+    retiring.commit().await.unwrap();
+    let handed = handing.await.unwrap();
+    assert_eq!(
+        handed.as_ref().ok().cloned().flatten().as_deref(),
+        Some("i-second"),
+        "the hand-out: {handed:?}"
+    );
+}
