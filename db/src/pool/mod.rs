@@ -131,6 +131,8 @@ pub async fn hand_out(
         source,
     };
     let fresh = secs(fresh);
+    // The row lock serialises this with end_idle: whichever comes second
+    // finds the row ended (the recheck of `for update` sees its commit).
     let tx = db.transaction().await?;
     let free = tx
         .query_opt(
