@@ -47,6 +47,16 @@ impl Moto {
             server: Some(Server::start()),
         }
     }
+
+    /// Empties it, as [`Moto::start`] does a rested server: for a test
+    /// that launches many instances in turns and wants each turn to find
+    /// EC2 as new. moto's tag filters read every tag the region holds for
+    /// each instance, so a listing's cost grows with the square of what
+    /// the region has ever held (terminated instances stay listed).
+    /// Subnets are made anew: list them again.
+    pub fn reset(&self) {
+        assert!(reset(self), "moto's server did not answer its reset");
+    }
 }
 
 fn rested() -> Option<Server> {
