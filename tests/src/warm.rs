@@ -16,8 +16,12 @@ use orca_operator::{
 use crate::{bins, moto::Moto, pg};
 
 pub const REGION: &str = "us-east-1";
-/// An image id moto accepts.
+/// An image id moto accepts (any is: its AMI validation is off, and the
+/// tests' moto holds no AMIs, see `orca_operator::local::moto`).
 pub const IMAGE: &str = "ami-12c6146b";
+/// Another: the image a pool's spec is changed to, to make its instances
+/// drift.
+pub const ANOTHER_IMAGE: &str = "ami-0c9a5b2e7d1f3a864";
 
 /// Dummy AWS credentials for moto (the SDK's default chain reads them), and
 /// no IMDS probing.
@@ -82,24 +86,6 @@ pub async fn ec2_as(endpoint: &str, key: &crate::iam::AccessKey) -> Ec2 {
         Fence::always(),
     )
     .await
-}
-
-/// Another AMI moto knows than [`IMAGE`]: the image a pool's spec is
-/// changed to, to make its instances drift.
-pub async fn another_image(ec2: &Ec2) -> String {
-    let images = ec2
-        .client()
-        .describe_images()
-        .send()
-        .await
-        .unwrap_or_else(|e| panic!("moto's DescribeImages failed: {e}"));
-    images
-        .images()
-        .iter()
-        .filter_map(|i| i.image_id())
-        .find(|id| *id != IMAGE)
-        .expect("moto knows more than one AMI")
-        .to_string()
 }
 
 /// moto's default subnets, sorted.

@@ -90,7 +90,7 @@ impl Previous {
         let loaded =
             release_state::load_into(&client, &fixtures().join("state"), moto, &proxy.endpoint())
                 .await;
-        let new_image = warm::another_image(&loaded.ec2).await;
+        let new_image = warm::ANOTHER_IMAGE.to_string();
         let admin = iam::user(&loaded.moto, "admin", &iam::everything());
         let operator = iam::user(
             &loaded.moto,

@@ -66,7 +66,7 @@ async fn an_ami_change_replaces_every_instance_one_at_a_time_never_below_idle_mi
     assert_eq!(old.len(), 3);
 
     // Patch day: a new AMI.
-    let new_image = warm::another_image(&ec2).await;
+    let new_image = warm::ANOTHER_IMAGE.to_string();
     let mut patched = spec.clone();
     patched.launch.image_id = Some(new_image.clone());
     lp.set_spec(patched).await;
@@ -242,7 +242,7 @@ async fn a_new_version_of_a_latest_launch_template_replaces_the_instances() {
     }
 
     // A new version under $Latest: another image.
-    let new_image = warm::another_image(&ec2).await;
+    let new_image = warm::ANOTHER_IMAGE.to_string();
     ec2.client()
         .create_launch_template_version()
         .launch_template_id(&template_id)
