@@ -36,6 +36,10 @@ pub struct PodMeta {
 pub struct Exit {
     pub code: i32,
     pub finished: DateTime<Utc>,
+    /// Recorded by the operator, not by the supervisor: the supervisor was
+    /// gone (killed with a local mode, say) before its command ended.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub supervisor_gone: bool,
 }
 
 impl Exit {
@@ -44,6 +48,7 @@ impl Exit {
         Exit {
             code,
             finished: Utc::now(),
+            supervisor_gone: false,
         }
     }
 }
@@ -63,6 +68,50 @@ pub(super) fn write_exit(dir: &Path, exit: &Exit) {
             let _ = std::fs::rename(&tmp, dir.join("exit.json"));
         }
     }
+}
+
+/// How long a pod or job may be without its supervisor's `pid` file while
+/// it is being started.
+const NO_PID: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// The exit of a pod or job whose supervisor `pid` is gone without having
+/// written one: recorded in `exit.json` the first time it is seen (unless
+/// the supervisor wrote its own meanwhile, which is kept), so that its
+/// failure keeps one time, as a kubelet records a container's termination
+/// once. A time taken afresh at each reading would always be now, and a
+/// back-off counted from it (a register Job's) would never end.
+/// Without a `pid` file the supervisor is taken for gone once `pod.json`
+/// is older than [`NO_PID`] (an operator killed as it started one); a
+/// younger one is being started.
+fn record_gone(dir: &Path, pid: Option<i32>) -> Option<Exit> {
+    let gone = match pid {
+        Some(pid) => !alive(pid),
+        None => std::fs::metadata(dir.join("pod.json"))
+            .and_then(|m| m.modified())
+            .is_ok_and(|t| t.elapsed().is_ok_and(|age| age > NO_PID)),
+    };
+    if !gone {
+        return None;
+    }
+    let gone = Exit {
+        supervisor_gone: true,
+        ..Exit::now(137)
+    };
+    let tmp = dir.join("exit.json.gone");
+    if let Ok(text) = serde_json::to_string(&gone) {
+        // A link, not a rename: it never replaces an exit.json there.
+        if std::fs::write(&tmp, text).is_ok() {
+            let _ = std::fs::hard_link(&tmp, dir.join("exit.json"));
+            let _ = std::fs::remove_file(&tmp);
+        }
+    }
+    read_exit(dir)
+}
+
+fn read_exit(dir: &Path) -> Option<Exit> {
+    std::fs::read_to_string(dir.join("exit.json"))
+        .ok()
+        .and_then(|t| serde_json::from_str(&t).ok())
 }
 
 /// A local pod or job as found on disk.
@@ -87,6 +136,7 @@ impl Local {
     fn state(&self) -> (Option<Exit>, String) {
         let message = std::fs::read_to_string(self.dir.join("termination-log")).unwrap_or_default();
         match (&self.exit, self.pid) {
+            (Some(e), _) if e.supervisor_gone => (Some(e.clone()), "its supervisor is gone".into()),
             (Some(e), _) => (Some(e.clone()), message),
             (None, Some(pid)) if alive(pid) => (None, message),
             // The supervisor itself was killed: the pod is gone.
@@ -226,9 +276,7 @@ impl Table {
                 .ok()
                 .and_then(|t| DateTime::parse_from_rfc3339(t.trim()).ok())
                 .map(|t| t.with_timezone(&Utc));
-            let exit = std::fs::read_to_string(dir.join("exit.json"))
-                .ok()
-                .and_then(|t| serde_json::from_str(&t).ok());
+            let exit = read_exit(&dir).or_else(|| record_gone(&dir, pid));
             let deleting = dir.join("deleting").exists();
             let local = Local {
                 name: name.clone(),
@@ -296,5 +344,55 @@ impl Table {
             let _ = child.wait();
         });
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn meta() -> PodMeta {
+        PodMeta {
+            scheduler: "default/orca".into(),
+            revision: "r1".into(),
+            sequence: 1,
+            image: "v1".into(),
+            created: Utc::now(),
+            register: Some("h".into()),
+        }
+    }
+
+    /// A supervisor killed with its operator leaves no exit: the job reads
+    /// as failed at one time, however often it is read, so that the back-off
+    /// a register Job's failure starts can end (the time was "now" at each
+    /// reading, and the rollout never tried again).
+    #[test]
+    fn a_job_whose_supervisor_is_gone_failed_once_at_one_time() {
+        let root = std::env::temp_dir().join(format!("orca-pods-{}", std::process::id()));
+        let dir = root.join("orca-register-r1-1");
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(
+            dir.join("pod.json"),
+            serde_json::to_string(&meta()).unwrap(),
+        )
+        .unwrap();
+        // The pid of a process that has ended: a killed supervisor's.
+        let mut ended = std::process::Command::new("true").spawn().unwrap();
+        ended.wait().unwrap();
+        std::fs::write(dir.join("pid"), ended.id().to_string()).unwrap();
+        let table = Table::new(root.clone());
+        let failed_at = |table: &Table| match table.list()["orca-register-r1-1"].job_view().state {
+            JobState::Failed { at, message } => {
+                assert_eq!(message, "exit code 137: its supervisor is gone");
+                at
+            }
+            other => panic!("not failed: {other:?}"),
+        };
+        let first = failed_at(&table);
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        assert_eq!(failed_at(&table), first, "the failure moved in time");
+        // A restarted operator reads the same.
+        assert_eq!(failed_at(&Table::new(root.clone())), first);
+        let _ = std::fs::remove_dir_all(&root);
     }
 }
