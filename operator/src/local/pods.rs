@@ -80,6 +80,7 @@ const NO_PID: std::time::Duration = std::time::Duration::from_secs(10);
 /// failure keeps one time, as a kubelet records a container's termination
 /// once. A time taken afresh at each reading would always be now, and a
 /// back-off counted from it (a register Job's) would never end.
+///
 /// Without a `pid` file the supervisor is taken for gone once `pod.json`
 /// is older than [`NO_PID`] (an operator killed as it started one); a
 /// younger one is being started.
