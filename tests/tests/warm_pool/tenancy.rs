@@ -24,6 +24,10 @@ async fn loop_of(
         // Anything without a row is leaked after a second: the second
         // cluster would reap the first's instances at once, if it saw them.
         leak_grace: Some(Duration::from_secs(1)),
+        // The rows these tests write are never polled again: a loaded
+        // machine must not make them stale (and retire the adopted
+        // instance) between two passes.
+        stale: Duration::from_secs(120),
         ..warm::tuning(Duration::from_secs(1))
     };
     PoolLoop::new("default", "runners", spec, url, tuning, Fence::always())
