@@ -1,5 +1,5 @@
-//! A month of a WarmPool on a simulated clock, for `bench-forecast`,
-//! `bench-objective` and the objective's tests against what demand does:
+//! A month of a WarmPool on a simulated clock, for `bench forecast`,
+//! `bench objective` and the objective's tests against what demand does:
 //! runs arrive with a daily and weekly cycle (and, as a world says, busier
 //! days, bursts, one-off surges, slower boots, spot reclaims), the
 //! operator's own plan (`orca_operator::warmpool::plan`) decides each tick what

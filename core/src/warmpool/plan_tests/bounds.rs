@@ -47,7 +47,7 @@ fn retirements_and_launches_together_never_exceed_max_instances() {
 // Not a row: a plan at scale, checked in the aggregate.
 #[test]
 fn ten_thousand_instances_plan_quickly_enough_to_matter_only_in_the_bench() {
-    // Correctness at scale; the timing is bench-pool's job.
+    // Correctness at scale; the timing is `bench pool`'s job.
     let s = spec(100, 200, 20_000);
     let mut instances = Vec::new();
     let mut rows = Vec::new();

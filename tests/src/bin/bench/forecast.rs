@@ -13,7 +13,7 @@ use orca_tests::forecast_sim::{arrivals, simulate, spec, with_forecast, Outcome,
 const IDLE_MAX: i32 = 16;
 const MAX_INSTANCES: i32 = 200;
 
-fn main() {
+pub fn run() {
     let w = World::default();
     let arrivals = arrivals(&w);
     let spec = |min| spec(min, IDLE_MAX, MAX_INSTANCES);
@@ -30,8 +30,6 @@ fn main() {
     let (min, same) = statics.last().cloned().expect("at least idle.min 0");
     let days = w.days;
     let runs = forecast.runs;
-    println!("| figure | value | target |");
-    println!("| --- | --- | --- |");
     println!(
         "| forecast: runs that waited for a cold launch ({runs} runs in {days} simulated days, boot {} s) | {} | ≤ {} (half the static's) |",
         w.boot_secs,

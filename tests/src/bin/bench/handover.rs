@@ -1,4 +1,4 @@
-//! `bench-handover` (run by scripts/bench): the handover time, new instance
+//! `bench handover` (run by scripts/bench): the handover time, new instance
 //! joined → leads, from the rows' `joined` and `led` (the database's clock),
 //! over 20 handovers of real `orca-sim` processes, at a tick of 1000 ms and
 //! of 200 ms; with LISTEN and with polling only. Target: within 2 ticks,
@@ -61,9 +61,7 @@ fn p50(sorted: &[f64]) -> f64 {
 }
 
 #[tokio::main]
-async fn main() -> anyhow::Result<()> {
-    println!("| figure | value | target |");
-    println!("|---|---|---|");
+pub async fn run() -> anyhow::Result<()> {
     // With LISTEN (as deployed), and polling only (as behind a
     // transaction-pooling proxy, where notifications don't arrive).
     for (tick_ms, listen) in [(1000, true), (200, true), (1000, false), (200, false)] {

@@ -1,4 +1,4 @@
-//! `bench-pool`: the WarmPool controller's figures
+//! `bench pool`: the WarmPool controller's figures
 //! (docs/architecture.md#benchmarks), printed as
 //! `| figure | value | target |` lines:
 //! - `plan` time for 10 000 instances, and finding the schedule under way;
@@ -21,6 +21,7 @@ use std::{
     time::{Duration, Instant},
 };
 
+use crate::figures::{ms, percentile, row};
 use chrono::Utc;
 use orca_operator::crd::{
     IdleRange, IdleSchedule, Period, StoppedRange, WarmPoolClassSpec, WarmPoolSpec,
@@ -31,19 +32,6 @@ use orca_operator::warmpool::{
     schedule, Listings, PoolLoop, Tuning,
 };
 use orca_tests::{ec2_faults::Ec2Faults, moto::Moto, pg, warm};
-
-fn row(line: &str, value: String, target: &str) {
-    println!("| {line} | {value} | {target} |");
-}
-
-fn percentile(sorted: &[Duration], p: f64) -> Duration {
-    let k = ((sorted.len() as f64 - 1.0) * p).round() as usize;
-    sorted[k.min(sorted.len() - 1)]
-}
-
-fn ms(d: Duration) -> String {
-    format!("{:.2} ms", d.as_secs_f64() * 1000.0)
-}
 
 fn bench_plan() {
     let spec = warm::spec(
@@ -787,16 +775,14 @@ fn by_action(calls: &[orca_tests::ec2_faults::Call]) -> String {
         .join(", ")
 }
 
-fn main() {
+pub fn run(only_classes: bool) {
     warm::aws_env();
-    println!("| figure | value | target |");
-    println!("|---|---|---|");
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
         .expect("invariant: a runtime can be built");
-    // `bench-pool classes`: that figure alone.
-    if std::env::args().nth(1).as_deref() == Some("classes") {
+    // `bench pool classes`: that figure alone.
+    if only_classes {
         runtime.block_on(async {
             let url = pg::Cluster::shared().migrated_db().await;
             bench_class_passes(&url).await;

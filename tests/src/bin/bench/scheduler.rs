@@ -1,4 +1,4 @@
-//! `bench-scheduler`: the Scheduler controller of the Kubernetes mode
+//! `bench scheduler`: the Scheduler controller of the Kubernetes mode
 //! (docs/architecture.md#benchmarks), in this process against the test
 //! control plane (its test node running the pods), with a client whose
 //! requests are counted, printed as `| figure | value | target |` lines:
@@ -9,6 +9,7 @@
 
 use std::time::{Duration, Instant};
 
+use crate::figures::row;
 use k8s_openapi::api::core::v1::Secret;
 use kube::{
     api::{ListParams, ObjectMeta, PostParams},
@@ -25,10 +26,6 @@ use orca_tests::{
     pg,
     release::Release,
 };
-
-fn row(line: &str, value: String, target: &str) {
-    println!("| {line} | {value} | {target} |");
-}
 
 /// A namespace with the CRDs (the chart) and the Scheduler controller
 /// running over it in this process, its client's requests counted.
@@ -228,9 +225,7 @@ async fn bench_many(cp: &'static ControlPlane) {
     );
 }
 
-fn main() {
-    println!("| figure | value | target |");
-    println!("|---|---|---|");
+pub fn run() {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

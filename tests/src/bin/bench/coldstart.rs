@@ -1,4 +1,4 @@
-//! `bench-coldstart`: one operator replica (the shipped static
+//! `bench coldstart`: one operator replica (the shipped static
 //! `orca-operator` of scripts/build-static, beside `$ORCA_STATIC_AGENT`,
 //! with the chart's arguments and its ServiceAccount's RBAC) started over
 //! 1000 Schedulers and 200 WarmPools on the test control plane
@@ -15,6 +15,7 @@
 use std::collections::{BTreeMap, HashSet};
 use std::time::{Duration, Instant};
 
+use crate::figures::row;
 use futures::TryStreamExt;
 use kube::{
     api::PostParams,
@@ -27,10 +28,6 @@ use orca_tests::{moto::Moto, on_cluster::OnCluster, pg, release::Replica, warm};
 const SCHEDULERS: usize = 1000;
 const POOLS: usize = 200;
 const DATABASES: usize = 4;
-
-fn row(line: &str, value: String, target: &str) {
-    println!("| {line} | {value} | {target} |");
-}
 
 fn rss_mib(pid: u32) -> f64 {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status"))
@@ -327,7 +324,7 @@ async fn bench() {
     drop(second);
 }
 
-fn main() {
+pub fn run() {
     // The operator as it ships (its memory is the figure), unless another
     // build is named.
     if std::env::var_os("ORCA_OPERATOR_UNDER_TEST").is_none() {
@@ -343,8 +340,6 @@ fn main() {
         std::env::set_var("ORCA_OPERATOR_UNDER_TEST", operator);
     }
     warm::aws_env();
-    println!("| figure | value | target |");
-    println!("|---|---|---|");
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

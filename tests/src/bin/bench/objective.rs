@@ -126,7 +126,7 @@ impl Bench<'_> {
     }
 }
 
-fn main() {
+pub fn run() {
     let w = World {
         days: 28,
         bursts_per_day: 2,
@@ -140,8 +140,6 @@ fn main() {
     let arrivals = arrivals(&w);
     let spec = |min| spec(min, IDLE_MAX, MAX_INSTANCES);
     let reserve = |n| with_reserve(spec(0), n, n);
-    println!("| figure | value | target |");
-    println!("| --- | --- | --- |");
 
     let b = Bench {
         w: &w,

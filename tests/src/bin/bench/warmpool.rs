@@ -1,4 +1,4 @@
-//! `bench-warmpool`: the WarmPool controller of the Kubernetes mode
+//! `bench warmpool`: the WarmPool controller of the Kubernetes mode
 //! (docs/architecture.md#benchmarks), in this process against the test
 //! control plane (kube-apiserver, etcd), moto behind a counting proxy and a
 //! real PostgreSQL, printed as `| figure | value | target |` lines:
@@ -15,6 +15,7 @@ use std::{
     time::{Duration, Instant},
 };
 
+use crate::figures::{ms, row};
 use k8s_openapi::api::core::v1::Secret;
 use kube::{
     api::{ObjectMeta, PostParams},
@@ -36,14 +37,6 @@ use orca_tests::{
     release::Release,
     warm,
 };
-
-fn row(line: &str, value: String, target: &str) {
-    println!("| {line} | {value} | {target} |");
-}
-
-fn ms(d: Duration) -> String {
-    format!("{:.2} ms", d.as_secs_f64() * 1000.0)
-}
 
 /// A namespace with the CRDs installed (the chart), the Secret `orca-db`
 /// and Scheduler `sched` naming it (as `warm::owner` tags instances); the controller runs over it with a
@@ -418,10 +411,8 @@ async fn bench_reserve(cp: &'static ControlPlane, moto: &Moto) {
     );
 }
 
-fn main() {
+pub fn run() {
     warm::aws_env();
-    println!("| figure | value | target |");
-    println!("|---|---|---|");
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

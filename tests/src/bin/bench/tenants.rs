@@ -1,4 +1,4 @@
-//! `bench-tenants`: how long another namespace's scale-up takes while one
+//! `bench tenants`: how long another namespace's scale-up takes while one
 //! namespace turns hostile (docs/operations.md#security-notes), on the test
 //! control plane with the chart's RBAC, the operator a process of its own
 //! held to the chart's memory limit (256 MiB of data) and a stuck limit of
@@ -85,7 +85,7 @@ fn secs(d: Duration) -> String {
 }
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
-async fn main() {
+pub async fn run() {
     warm::aws_env();
     let client = ControlPlane::shared().client().await;
     let victim_ns = ControlPlane::shared()
@@ -135,8 +135,6 @@ async fn main() {
     // timed.
     victim.scale_up().await;
     let quiet = victim.median().await;
-    println!("| figure | value | target |");
-    println!("| --- | --- | --- |");
     println!(
         "| another namespace's pool +1 → EC2 lists it, all quiet (median of {ROUNDS}) | {} | — |",
         secs(quiet)

@@ -12,6 +12,7 @@ use std::{
     time::{Duration, Instant},
 };
 
+use crate::figures::{percentile, row};
 use anyhow::{bail, Context, Result};
 use orca_db::{
     pool::{self, Request},
@@ -89,11 +90,6 @@ fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1000.0
 }
 
-fn percentile(sorted: &[f64], p: f64) -> f64 {
-    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
-    sorted[i]
-}
-
 /// Hands out to one of `agents` of `pool_name`: the time from just before
 /// the hand-out's transaction begins (an upper bound on "from its commit")
 /// to the `next` line, and the time the transaction itself took (its
@@ -126,10 +122,6 @@ async fn timed_hand_out(
         .context("the agent exited without a line")?;
     agent.child.wait().await?;
     Ok((seen.saturating_duration_since(begun), committed))
-}
-
-fn row(figure: &str, value: String, target: &str) {
-    println!("| {figure} | {value} | {target} |");
 }
 
 /// What holds the hand-out back when many agents wait on one database, as
@@ -225,7 +217,7 @@ fn rss_kib(pid: u32) -> Result<u64> {
 }
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
-async fn main() -> Result<()> {
+pub async fn run() -> Result<()> {
     let bin = std::env::var("ORCA_STATIC_AGENT")
         .context("ORCA_STATIC_AGENT is not set: scripts/bench builds the static agent with scripts/build-static and sets it")?;
     let size = std::fs::metadata(&bin)
@@ -236,8 +228,6 @@ async fn main() -> Result<()> {
     let url = cluster.migrated_db().await;
     let mut db = pg::connect(&url).await;
 
-    println!("| figure | value | target |");
-    println!("| --- | --- | --- |");
     row(
         "static agent size",
         format!("{:.2} MiB", size as f64 / 1048576.0),
