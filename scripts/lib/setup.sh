@@ -154,13 +154,16 @@ use_static_build() {
 # Clippy's lints as the workspace's crates are built (`-D warnings`, as
 # `cargo clippy -- -D warnings`), by making clippy-driver their compiler:
 # what `cargo clippy` does, but for a build whose artifacts the tests use,
-# rather than a check build beside it. Export it before any cargo command
-# that should reuse scripts/test's build.
+# rather than a check build beside it; and rustdoc's checks of each
+# library and product binary it builds, as `cargo doc` would make them
+# (scripts/lib/rustc-wrapper). Export it before any cargo command that
+# should reuse scripts/test's build.
 use_clippy_build() {
-    RUSTC_WORKSPACE_WRAPPER=$(rustup which clippy-driver 2>/dev/null || command -v clippy-driver) || {
+    ORCA_CLIPPY_DRIVER=$(rustup which clippy-driver 2>/dev/null || command -v clippy-driver) || {
         echo "setup: clippy-driver is missing: rustup component add clippy" >&2
         return 1
     }
-    export RUSTC_WORKSPACE_WRAPPER
+    export ORCA_CLIPPY_DRIVER
+    export RUSTC_WORKSPACE_WRAPPER="$root/scripts/lib/rustc-wrapper"
     export CLIPPY_ARGS="-D__CLIPPY_HACKERY__warnings__CLIPPY_HACKERY__"
 }
