@@ -140,12 +140,52 @@ pub fn drop_to(name: &str) -> Option<(u32, u32)> {
     })
 }
 
-/// A port nothing listens on just now.
+/// A loopback port nothing listens on just now, for a server about to
+/// start on it; never the same twice in one process.
+///
+/// Taken below the kernel's ephemeral range (`net.ipv4.ip_local_port_range`),
+/// from which every outgoing connection takes its own port: a port of that
+/// range (what binding port 0 gives) can be taken by a connection before
+/// the server binds it, which then exits "Address already in use" — moto's
+/// did, under the tests' thousands of connections.
 pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("invariant: the loopback interface can bind a free port")
+    static HANDED_OUT: Mutex<Vec<u16>> = Mutex::new(Vec::new());
+    let mut handed_out = HANDED_OUT
+        .lock()
+        .expect("invariant: the ports' lock is never poisoned");
+    let (first, end) = (10_000u16, ephemeral_start().unwrap_or(32_768));
+    let span = end.saturating_sub(first);
+    // A random start, so that processes started together seldom try the
+    // same ports.
+    let start = {
+        use std::hash::{BuildHasher, Hasher};
+        let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+        h.write_u32(std::process::id());
+        h.finish()
+    };
+    let below = (0..u64::from(span))
+        .map(|i| first + ((start + i) % u64::from(span)) as u16)
+        .find(|port| {
+            !handed_out.contains(port) && std::net::TcpListener::bind(("127.0.0.1", *port)).is_ok()
+        });
+    let port = below.unwrap_or_else(|| {
+        std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .map(|a| a.port())
+            .expect("invariant: the loopback interface can bind a free port")
+    });
+    handed_out.push(port);
+    port
+}
+
+/// The first port of the kernel's ephemeral range.
+fn ephemeral_start() -> Option<u16> {
+    std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
 }
 
 /// Removes the temporary directories `<prefix><pid>…` of processes that
@@ -166,5 +206,27 @@ pub fn remove_stale_dirs(prefix: &str) {
         if !std::path::Path::new(&format!("/proc/{pid}")).exists() {
             let _ = std::fs::remove_dir_all(entry.path());
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A connection's own port can never be the one a server is about to
+    /// take: the ports are below the ephemeral range, free, and new.
+    #[test]
+    fn free_ports_are_below_the_ephemeral_range_free_and_never_twice() {
+        let end = ephemeral_start().expect("this machine's ephemeral range");
+        let ports: Vec<u16> = (0..50).map(|_| free_port()).collect();
+        for port in &ports {
+            assert!(*port < end, "{port} is in the ephemeral range from {end}");
+            std::net::TcpListener::bind(("127.0.0.1", *port))
+                .unwrap_or_else(|e| panic!("{port} is not free: {e}"));
+        }
+        let mut distinct = ports.clone();
+        distinct.sort_unstable();
+        distinct.dedup();
+        assert_eq!(distinct.len(), ports.len(), "{ports:?}");
     }
 }
