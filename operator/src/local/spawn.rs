@@ -155,13 +155,13 @@ pub fn free_port() -> u16 {
         .expect("invariant: the ports' lock is never poisoned");
     let (first, end) = (10_000u16, ephemeral_start().unwrap_or(32_768));
     let span = end.saturating_sub(first);
-    // A random start, so that processes started together seldom try the
-    // same ports.
+    // A random start (std's hasher keys are), so that processes started
+    // together seldom try the same ports.
     let start = {
         use std::hash::{BuildHasher, Hasher};
-        let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-        h.write_u32(std::process::id());
-        h.finish()
+        std::collections::hash_map::RandomState::new()
+            .build_hasher()
+            .finish()
     };
     let below = (0..u64::from(span))
         .map(|i| first + ((start + i) % u64::from(span)) as u16)

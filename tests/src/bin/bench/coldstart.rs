@@ -15,7 +15,7 @@
 use std::collections::{BTreeMap, HashSet};
 use std::time::{Duration, Instant};
 
-use crate::figures::row;
+use crate::figures::{self, row};
 use futures::TryStreamExt;
 use kube::{
     api::PostParams,
@@ -340,9 +340,6 @@ pub fn run() {
         std::env::set_var("ORCA_OPERATOR_UNDER_TEST", operator);
     }
     warm::aws_env();
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .expect("invariant: a runtime can be built");
+    let runtime = figures::runtime();
     runtime.block_on(bench());
 }

@@ -1,5 +1,6 @@
-//! What every set of figures prints with: its rows (main prints the
-//! table's header), and the durations and percentiles in them.
+//! What the sets of figures share: their rows (main prints the table's
+//! header), the durations and percentiles in them, and the runtime of the
+//! sets that are not `#[tokio::main]` functions.
 
 use std::time::Duration;
 
@@ -17,4 +18,12 @@ pub fn ms(d: Duration) -> String {
 pub fn percentile<T: Copy>(sorted: &[T], p: f64) -> T {
     let k = ((sorted.len() as f64 - 1.0) * p).round() as usize;
     sorted[k.min(sorted.len() - 1)]
+}
+
+/// A multi-threaded runtime with every driver on.
+pub fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("invariant: a runtime can be built")
 }

@@ -21,7 +21,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use crate::figures::{ms, percentile, row};
+use crate::figures::{self, ms, percentile, row};
 use chrono::Utc;
 use orca_operator::crd::{
     IdleRange, IdleSchedule, Period, StoppedRange, WarmPoolClassSpec, WarmPoolSpec,
@@ -777,10 +777,7 @@ fn by_action(calls: &[orca_tests::ec2_faults::Call]) -> String {
 
 pub fn run(only_classes: bool) {
     warm::aws_env();
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .expect("invariant: a runtime can be built");
+    let runtime = figures::runtime();
     // `bench pool classes`: that figure alone.
     if only_classes {
         runtime.block_on(async {

@@ -9,7 +9,7 @@
 
 use std::time::{Duration, Instant};
 
-use crate::figures::row;
+use crate::figures::{self, row};
 use k8s_openapi::api::core::v1::Secret;
 use kube::{
     api::{ListParams, ObjectMeta, PostParams},
@@ -226,10 +226,7 @@ async fn bench_many(cp: &'static ControlPlane) {
 }
 
 pub fn run() {
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .expect("invariant: a runtime can be built");
+    let runtime = figures::runtime();
     let cp = ControlPlane::shared();
     runtime.block_on(async {
         bench_leading(cp).await;

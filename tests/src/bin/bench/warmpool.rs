@@ -15,7 +15,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use crate::figures::{ms, row};
+use crate::figures::{self, ms, row};
 use k8s_openapi::api::core::v1::Secret;
 use kube::{
     api::{ObjectMeta, PostParams},
@@ -413,10 +413,7 @@ async fn bench_reserve(cp: &'static ControlPlane, moto: &Moto) {
 
 pub fn run() {
     warm::aws_env();
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .expect("invariant: a runtime can be built");
+    let runtime = figures::runtime();
     let cp = ControlPlane::shared();
     runtime.block_on(async {
         let moto = Moto::start();
