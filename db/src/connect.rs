@@ -101,8 +101,8 @@ async fn connect_inner(
         target: target.to_string(),
         reason,
     };
-    let mut config = url.config.clone();
-    config.ssl_mode(match url.ssl_mode {
+    let mut config = url.config().clone();
+    config.ssl_mode(match url.ssl_mode() {
         SslMode::Disable => PgSslMode::Disable,
         SslMode::Prefer => PgSslMode::Prefer,
         SslMode::Require | SslMode::VerifyFull => PgSslMode::Require,

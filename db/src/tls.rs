@@ -22,13 +22,13 @@ use crate::url::{DatabaseUrl, SslMode};
 /// process's rule ([`crate::ca`]); `None` for the system's roots, or when
 /// nothing is checked.
 pub(crate) async fn root_pem(url: &DatabaseUrl) -> Result<Option<Arc<Vec<u8>>>, String> {
-    if url.ssl_mode != SslMode::VerifyFull {
+    if url.ssl_mode() != SslMode::VerifyFull {
         return Ok(None);
     }
-    if let Some(pem) = &url.root_pem {
+    if let Some(pem) = url.given_ca() {
         return Ok(Some(pem.clone()));
     }
-    match &url.root_cert {
+    match url.root_cert() {
         Some(path) => Ok(Some(Arc::new(crate::ca::read(path).await?))),
         None => Ok(None),
     }
@@ -44,7 +44,7 @@ pub(crate) fn connector(
     let builder = ClientConfig::builder_with_provider(provider.clone())
         .with_safe_default_protocol_versions()
         .map_err(|e| format!("TLS set-up: {e}"))?;
-    let config = match url.ssl_mode {
+    let config = match url.ssl_mode() {
         SslMode::VerifyFull => builder
             .with_root_certificates(roots(url, pem)?)
             .with_no_client_auth(),
@@ -60,7 +60,7 @@ fn roots(url: &DatabaseUrl, pem: Option<&[u8]>) -> Result<RootCertStore, String>
     let mut store = RootCertStore::empty();
     match pem {
         Some(pem) => {
-            let source = match (&url.root_pem, &url.root_cert) {
+            let source = match (url.given_ca(), url.root_cert()) {
                 (None, Some(path)) => format!("sslrootcert {}", path.display()),
                 _ => "the CA bundle given with the URL".to_string(),
             };

@@ -25,15 +25,30 @@ pub enum SslMode {
 /// A parsed database URL. Its `Debug` and `Display` never show the password.
 #[derive(Clone)]
 pub struct DatabaseUrl {
-    pub(crate) config: Config,
-    pub(crate) ssl_mode: SslMode,
-    pub(crate) root_cert: Option<PathBuf>,
+    config: Config,
+    ssl_mode: SslMode,
+    root_cert: Option<PathBuf>,
     /// A CA bundle given with the URL (a Secret's key), used instead of the
     /// `sslrootcert` file.
-    pub(crate) root_pem: Option<std::sync::Arc<Vec<u8>>>,
+    root_pem: Option<std::sync::Arc<Vec<u8>>>,
 }
 
 impl DatabaseUrl {
+    /// The connection's settings, the password among them.
+    pub(crate) fn config(&self) -> &Config {
+        &self.config
+    }
+
+    /// Its `sslrootcert` file, if any.
+    pub(crate) fn root_cert(&self) -> Option<&PathBuf> {
+        self.root_cert.as_ref()
+    }
+
+    /// The CA bundle given with it, if any (used instead of the file).
+    pub(crate) fn given_ca(&self) -> Option<&std::sync::Arc<Vec<u8>>> {
+        self.root_pem.as_ref()
+    }
+
     /// Parses a libpq-style URL or key=value string.
     pub fn parse(text: &str) -> Result<Self, DbError> {
         let secret = password_in(text);
@@ -102,6 +117,7 @@ impl DatabaseUrl {
         format!("{host}:{port}/{db}")
     }
 
+    /// How the server's certificate is checked (`sslmode`).
     pub fn ssl_mode(&self) -> SslMode {
         self.ssl_mode
     }

@@ -190,12 +190,24 @@ fn again(e: &Ec2Error) -> Option<Ec2Error> {
 #[derive(Clone, Copy, Debug)]
 pub(super) struct Want {
     /// It was asked for after this: the pool's last act.
-    pub(super) after: Instant,
+    after: Instant,
     /// And less than this long ago.
-    pub(super) within: Duration,
+    within: Duration,
     /// It shows the instances launched before instances carried the
     /// cluster's tag too (the loop's first listing, which adopts them).
-    pub(super) untagged: bool,
+    untagged: bool,
+}
+
+impl Want {
+    /// A listing asked for after `after` and less than `within` ago,
+    /// showing the instances without the cluster's tag too if `untagged`.
+    pub(super) fn new(after: Instant, within: Duration, untagged: bool) -> Want {
+        Want {
+            after,
+            within,
+            untagged,
+        }
+    }
 }
 
 /// One listing, sorted by pool and by class.
@@ -213,24 +225,49 @@ struct Taken {
 #[derive(Clone, Debug, Default, PartialEq)]
 pub(super) struct Group {
     /// Those with the cluster's tag.
-    pub(super) ours: Vec<Ec2Instance>,
+    ours: Vec<Ec2Instance>,
     /// Those without it, not terminated (the listing asked for them).
-    pub(super) untagged: Vec<Ec2Instance>,
+    untagged: Vec<Ec2Instance>,
     /// Its present instances with the cluster's tag, each with the class
     /// tag it carries (if any) and whether it carries the namespace's: the
     /// loop adds what one launched before those tags lacks.
-    pub(super) marks: Vec<Marks>,
+    marks: Vec<Marks>,
     /// One of the pool's instances came without an id, a state or a
     /// launch time.
     malformed: bool,
 }
 
+impl Group {
+    /// Its instances with the cluster's tag, those without it, and the
+    /// tenancy tags of the first.
+    pub(super) fn into_parts(self) -> (Vec<Ec2Instance>, Vec<Ec2Instance>, Vec<Marks>) {
+        (self.ours, self.untagged, self.marks)
+    }
+}
+
 /// The tenancy tags one instance carries.
 #[derive(Clone, Debug, PartialEq)]
 pub(super) struct Marks {
-    pub(super) id: String,
-    pub(super) class: Option<String>,
-    pub(super) namespace: bool,
+    id: String,
+    class: Option<String>,
+    namespace: bool,
+}
+
+impl Marks {
+    /// The instance.
+    pub(super) fn id(&self) -> &str {
+        &self.id
+    }
+
+    /// The class tag it carries, if any.
+    pub(super) fn class(&self) -> Option<&str> {
+        self.class.as_deref()
+    }
+
+    /// Whether it carries the namespace's tag.
+    pub(super) fn has_namespace(&self) -> bool {
+        self.namespace
+    }
 }
 
 /// The pools of `listed` (their pool and Scheduler tags): those of

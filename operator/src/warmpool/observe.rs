@@ -227,33 +227,60 @@ impl Seen {
 /// lessons (the launches, whose fate it learns; the capacity holds; the
 /// class's book).
 pub(super) struct Observer<'a> {
-    pub(super) world: &'a mut Live,
+    world: &'a mut Live,
     /// The pool (`namespace/name`), its owner, the knobs and metrics, and
     /// the act stage's lessons it reads: its launches, holds and book.
-    pub(super) lessons: Lessons<'a>,
-    pub(super) seen: &'a mut Seen,
-    pub(super) cost: &'a mut Cost,
-    pub(super) spec: &'a WarmPoolSpec,
-    pub(super) place: &'a Arc<Place>,
-    pub(super) drain: &'a HashSet<String>,
-    /// The WarmPool is being deleted: list anew.
-    pub(super) deleting: bool,
-    /// The Scheduler's stale limit (see `PoolLoop::set_run_stale`).
-    pub(super) run_stale: Duration,
+    lessons: Lessons<'a>,
+    seen: &'a mut Seen,
+    cost: &'a mut Cost,
+    spec: &'a WarmPoolSpec,
+    place: &'a Arc<Place>,
+    drain: &'a HashSet<String>,
+}
+
+impl<'a> Observer<'a> {
+    /// The observer of one pass over the loop's `world`, `spec`, `place`
+    /// and the instances it was asked to `drain`, keeping what it sees in
+    /// `seen` and `cost`, reading the act stage's `lessons`.
+    pub(super) fn new(
+        world: &'a mut Live,
+        lessons: Lessons<'a>,
+        seen: &'a mut Seen,
+        cost: &'a mut Cost,
+        spec: &'a WarmPoolSpec,
+        place: &'a Arc<Place>,
+        drain: &'a HashSet<String>,
+    ) -> Observer<'a> {
+        Observer {
+            world,
+            lessons,
+            seen,
+            cost,
+            spec,
+            place,
+            drain,
+        }
+    }
 }
 
 impl Observer<'_> {
     /// Observes: EC2 first (a listing of the pool's place new enough for
-    /// it, see [`super::listings`]), then the rows and the demand.
-    pub(super) async fn observe(&mut self) -> Result<Snapshot, PoolError> {
+    /// it, see [`super::listings`]), then the rows and the demand, a row
+    /// whose run has not beaten for `run_stale` (the Scheduler's stale
+    /// limit, see `PoolLoop::set_run_stale`) counting as hung. A WarmPool
+    /// `deleting` lists anew.
+    pub(super) async fn observe(
+        &mut self,
+        deleting: bool,
+        run_stale: Duration,
+    ) -> Result<Snapshot, PoolError> {
         // A deletion, and a pass after one that failed while it acted, list
         // anew.
-        let deleting = self.deleting;
         let after = match self.seen.fresh_after {
             Some(after) if !deleting => after,
             _ => Instant::now(),
         };
-        let (snap, reused) = self.observe_once(after).await?;
+        let (snap, reused) = self.observe_once(after, run_stale).await?;
         // An instance a listing made before this pass shows alive lost its
         // last row since (its agent powered it off, say): the listing
         // cannot tell whether it still runs, so look again rather than
@@ -264,16 +291,18 @@ impl Observer<'_> {
                 .iter()
                 .any(|i| i.state.is_present() && snap.known.contains(&i.id))
         {
-            return Ok(self.observe_once(Instant::now()).await?.0);
+            return Ok(self.observe_once(Instant::now(), run_stale).await?.0);
         }
         Ok(snap)
     }
 
-    /// One observation, with a listing asked for after `after`; and
-    /// whether it was asked for before this observation began.
-    pub(super) async fn observe_once(
+    /// One observation, with a listing asked for after `after` and rows
+    /// hung past `stale`; and whether the listing was asked for before
+    /// this observation began.
+    async fn observe_once(
         &mut self,
         after: Instant,
+        stale: Duration,
     ) -> Result<(Snapshot, bool), PoolError> {
         // The database's clock, then the listing: a row made after the
         // listing was asked for may be of an instance it does not show.
@@ -288,7 +317,7 @@ impl Observer<'_> {
         let (asked, instances) = self.list(after).await?;
         let reused = asked < read;
         let listed = clock - read.saturating_duration_since(asked).as_secs_f64();
-        let pool = self.lessons.pool;
+        let pool = self.lessons.pool();
         let count_uses = self.spec.max_uses > 0;
         let live = self
             .world
@@ -298,7 +327,7 @@ impl Observer<'_> {
         // live row: had it rows once?
         let unlisted = self
             .lessons
-            .launches
+            .launches()
             .ours()
             .filter(|id| !instances.iter().any(|i| i.id == *id));
         let without: Vec<String> = instances
@@ -313,7 +342,6 @@ impl Observer<'_> {
             .world
             .read(async |db| orca_db::pool::known(db, &without).await)
             .await?;
-        let stale = self.run_stale;
         let checks = self
             .world
             .read(async |db| orca_db::pool::check_rows(db, pool, listed, stale).await)
@@ -334,12 +362,12 @@ impl Observer<'_> {
             .read(async |db| orca_db::pool::open_demand(db, pool).await)
             .await?;
         self.count_hand_outs(listed, &instances).await?;
-        self.lessons.launches.listed(&instances);
+        self.lessons.launches().listed(&instances);
         let snap = Snapshot {
             instances,
             rows: live,
             known,
-            ours: self.lessons.launches.ours().map(str::to_string).collect(),
+            ours: self.lessons.launches().ours().map(str::to_string).collect(),
             demand,
             deleting: None,
             made_before_listing,
@@ -361,7 +389,7 @@ impl Observer<'_> {
         listed: f64,
         instances: &[Ec2Instance],
     ) -> Result<(), PoolError> {
-        let pool = self.lessons.pool;
+        let pool = self.lessons.pool();
         let first = self.cost.handed_mark().is_none();
         let after = self
             .cost
@@ -375,8 +403,8 @@ impl Observer<'_> {
         let mut served = orca_db::pool::Served::default();
         for h in outs.iter().filter(|h| !first || h.at > listed - 60.0) {
             served.add(h.source);
-            if let Some(m) = &self.lessons.metrics {
-                m.time_to_start(self.lessons.pool, h.source, h.waited);
+            if let Some(m) = &self.lessons.metrics() {
+                m.time_to_start(self.lessons.pool(), h.source, h.waited);
             }
         }
         self.cost.starts.add(&outs, listed);
@@ -384,8 +412,8 @@ impl Observer<'_> {
         // yet: each pass places what its listing shows.
         self.cost.starts.place(instances);
         self.cost.add_served(served);
-        if let Some(m) = &self.lessons.metrics {
-            m.served(self.lessons.pool, served);
+        if let Some(m) = &self.lessons.metrics() {
+            m.served(self.lessons.pool(), served);
         }
         Ok(())
     }
@@ -401,7 +429,7 @@ impl Observer<'_> {
             return Ok(None);
         };
         if let Some((at, version)) = &self.seen.resolved_template {
-            if at.elapsed() < self.lessons.tuning.template_every {
+            if at.elapsed() < self.lessons.tuning().template_every {
                 return Ok(Some(version.clone()));
             }
         }
@@ -411,10 +439,10 @@ impl Observer<'_> {
                 Ok(Some(version))
             }
             Err(e @ super::ec2::Ec2Error::Fenced { .. }) => {
-                Err(PoolError::ec2(self.lessons.pool, e))
+                Err(PoolError::ec2(self.lessons.pool(), e))
             }
             Err(e) => {
-                tracing::warn!(pool = %self.lessons.pool, error = %e,
+                tracing::warn!(pool = %self.lessons.pool(), error = %e,
                     "the launch template's version could not be resolved");
                 Ok(self.seen.resolved_template.as_ref().map(|(_, v)| v.clone()))
             }
@@ -433,29 +461,29 @@ impl Observer<'_> {
         &mut self,
         after: Instant,
     ) -> Result<(Instant, Vec<Ec2Instance>), PoolError> {
-        let want = Want {
+        let want = Want::new(
             after,
-            within: self.lessons.tuning.listing_reuse,
-            untagged: !self.seen.adopted,
-        };
+            self.lessons.tuning().listing_reuse,
+            !self.seen.adopted,
+        );
         let place = self.place.clone();
         let ec2 = self.world.ec2();
         let taken = place
             .take(
-                self.lessons.owner,
+                self.lessons.owner(),
                 want,
                 async |filter: &[(&str, &str)]| ec2.describe_tagged(filter).await,
             )
             .await;
-        let (asked, group) = taken.map_err(|e| PoolError::ec2(self.lessons.pool, e))?;
-        let (mut instances, untagged) = (group.ours, group.untagged);
-        self.mark(&group.marks).await?;
+        let (asked, group) = taken.map_err(|e| PoolError::ec2(self.lessons.pool(), e))?;
+        let (mut instances, untagged, marks) = group.into_parts();
+        self.mark(&marks).await?;
         if self.seen.adopted || untagged.is_empty() {
             self.seen.adopted = true;
             return Ok((asked, instances));
         }
         let ids: Vec<String> = untagged.iter().map(|i| i.id.clone()).collect();
-        let pool = self.lessons.pool;
+        let pool = self.lessons.pool();
         let mut ours: Vec<String> = self
             .world
             .read(async |db| orca_db::pool::had_rows(db, pool, &ids).await)
@@ -464,21 +492,21 @@ impl Observer<'_> {
             .collect();
         ours.sort();
         if ours.is_empty() {
-            tracing::info!(pool = %self.lessons.pool, instances = ?ids,
+            tracing::info!(pool = %self.lessons.pool(), instances = ?ids,
                 "instances with this pool's tags but no cluster's and no row in its database: \
                  another cluster's, left alone");
         } else {
             let tagged = self
                 .world
                 .ec2()
-                .tag_cluster(&ours, self.lessons.owner)
+                .tag_cluster(&ours, self.lessons.owner())
                 .await;
-            tagged.map_err(|e| PoolError::ec2(self.lessons.pool, e))?;
+            tagged.map_err(|e| PoolError::ec2(self.lessons.pool(), e))?;
             // A listing asked for before the tags (this one, kept for the
             // other passes) does not show them as the pool's: the next
             // pass lists anew, or it would launch as many again.
             self.seen.fresh_after = Some(Instant::now());
-            tracing::info!(pool = %self.lessons.pool, instances = ?ours, cluster = %self.lessons.owner.cluster, "adopted");
+            tracing::info!(pool = %self.lessons.pool(), instances = ?ours, cluster = %self.lessons.owner().cluster, "adopted");
             instances.extend(untagged.into_iter().filter(|i| ours.contains(&i.id)));
             self.seen.just_adopted = ours;
         }
@@ -500,38 +528,38 @@ impl Observer<'_> {
         {
             return Ok(());
         }
-        let class = self.lessons.budget.map(|b| b.class().to_string());
-        let owner = self.lessons.owner;
+        let class = self.lessons.budget().map(|b| b.class().to_string());
+        let owner = self.lessons.owner();
         let wants = |m: &Marks| {
             let mut tags = Vec::new();
-            if !m.namespace {
+            if !m.has_namespace() {
                 tags.push((TAG_NAMESPACE, owner.namespace.clone()));
             }
-            if let (None, Some(c)) = (&m.class, &class) {
+            if let (None, Some(c)) = (m.class(), &class) {
                 tags.push((TAG_CLASS, c.clone()));
             }
             tags
         };
         let mut by_tags: BTreeMap<Vec<(&str, String)>, Vec<String>> = BTreeMap::new();
-        for m in marks.iter().filter(|m| !self.seen.marked.contains(&m.id)) {
+        for m in marks.iter().filter(|m| !self.seen.marked.contains(m.id())) {
             let tags = wants(m);
             if !tags.is_empty() {
-                by_tags.entry(tags).or_default().push(m.id.clone());
+                by_tags.entry(tags).or_default().push(m.id().to_string());
             }
         }
         for (tags, ids) in by_tags {
             let pairs: Vec<(&str, &str)> = tags.iter().map(|(k, v)| (*k, v.as_str())).collect();
             match self.world.ec2().add_tags(&ids, &pairs).await {
                 Ok(()) => {
-                    tracing::info!(pool = %self.lessons.pool, instances = ?ids, tags = ?pairs,
+                    tracing::info!(pool = %self.lessons.pool(), instances = ?ids, tags = ?pairs,
                         "tenancy tags added");
                     self.seen.marked.extend(ids);
                 }
                 Err(e @ super::ec2::Ec2Error::Fenced { .. }) => {
-                    return Err(PoolError::ec2(self.lessons.pool, e))
+                    return Err(PoolError::ec2(self.lessons.pool(), e))
                 }
                 Err(e) => {
-                    tracing::warn!(pool = %self.lessons.pool, instances = ?ids, error = %e,
+                    tracing::warn!(pool = %self.lessons.pool(), instances = ?ids, error = %e,
                         "the tenancy tags could not be added; their class does not count them yet");
                     self.seen.mark_failed = Some(Instant::now());
                     return Ok(());
@@ -554,7 +582,7 @@ impl Observer<'_> {
                 return Ok(Some(f.clone()));
             }
         }
-        let pool = self.lessons.pool;
+        let pool = self.lessons.pool();
         let counts = self
             .world
             .read(async |db| {
@@ -668,7 +696,7 @@ impl Observer<'_> {
     /// The offering the next launch goes to: the spec's first without a
     /// capacity hold at `now`.
     fn next_offering(&self, now: DateTime<Utc>) -> Option<Offering> {
-        let held = self.lessons.holds.until();
+        let held = self.lessons.holds().until();
         super::instance::offerings(&self.spec.launch)
             .into_iter()
             .find(|o| held.get(o).is_none_or(|until| *until <= now))
@@ -684,7 +712,7 @@ impl Observer<'_> {
         slice: i64,
         now: DateTime<Utc>,
     ) -> Result<(), PoolError> {
-        let pool = self.lessons.pool;
+        let pool = self.lessons.pool();
         let due = |at: Option<&Instant>, every: Duration| at.is_none_or(|a| a.elapsed() >= every);
         let reading = &self.seen.history;
         if due(reading.history.as_ref().map(|h| &h.at), FORECAST_EVERY) {
@@ -739,11 +767,11 @@ impl Observer<'_> {
                 }
             }
             Err(e @ super::ec2::Ec2Error::Fenced { .. }) => {
-                return Err(PoolError::ec2(self.lessons.pool, e))
+                return Err(PoolError::ec2(self.lessons.pool(), e))
             }
             // Not known: no launch of those types under a vCPU limit, and
             // no architecture check, until a pass learns them.
-            Err(e) => tracing::warn!(pool = %self.lessons.pool, error = %e,
+            Err(e) => tracing::warn!(pool = %self.lessons.pool(), error = %e,
                 "the pool's instance types could not be described"),
         }
         Ok(())

@@ -126,15 +126,53 @@ impl Launches {
     }
 }
 
-/// What the act stage lends the observe stage ([`Actuator::lend`]).
+/// What the act stage lends the observe stage ([`Actuator::lend`]): the
+/// pool's name, owner, knobs and metrics to read, and the lessons it keeps
+/// (its launches, whose fate the observer learns; the capacity holds; the
+/// class's book).
 pub(super) struct Lessons<'a> {
-    pub(super) pool: &'a str,
-    pub(super) owner: &'a Ownership,
-    pub(super) tuning: &'a Tuning,
-    pub(super) metrics: Option<&'a PoolMetrics>,
-    pub(super) launches: &'a mut Launches,
-    pub(super) holds: &'a Holds,
-    pub(super) budget: Option<&'a Budget>,
+    pool: &'a str,
+    owner: &'a Ownership,
+    tuning: &'a Tuning,
+    metrics: Option<&'a PoolMetrics>,
+    launches: &'a mut Launches,
+    holds: &'a Holds,
+    budget: Option<&'a Budget>,
+}
+
+impl<'a> Lessons<'a> {
+    /// The pool, `namespace/name`.
+    pub(super) fn pool(&self) -> &'a str {
+        self.pool
+    }
+
+    /// Whose instances the pool's are.
+    pub(super) fn owner(&self) -> &'a Ownership {
+        self.owner
+    }
+
+    pub(super) fn tuning(&self) -> &'a Tuning {
+        self.tuning
+    }
+
+    pub(super) fn metrics(&self) -> Option<&'a PoolMetrics> {
+        self.metrics
+    }
+
+    /// What this loop launched; the observer learns their fate.
+    pub(super) fn launches(&mut self) -> &mut Launches {
+        self.launches
+    }
+
+    /// Offerings without capacity, until when.
+    pub(super) fn holds(&self) -> &'a Holds {
+        self.holds
+    }
+
+    /// The class's book, for a pool with a class.
+    pub(super) fn budget(&self) -> Option<&'a Budget> {
+        self.budget
+    }
 }
 
 /// The act step of one pool: its calls, on the world the loop lends them
@@ -221,11 +259,34 @@ fn refusal(e: &Ec2Error, spec: &WarmPoolSpec, namespace: &str) -> Option<(&'stat
 pub(super) struct Orders<'a> {
     /// The pass's spec (see `pass.rs`): the plan's, with the moment's idle
     /// range and drain time-out.
-    pub(super) spec: &'a WarmPoolSpec,
-    pub(super) plan: &'a PoolPlan,
+    spec: &'a WarmPoolSpec,
+    plan: &'a PoolPlan,
     /// The number the launch template's version resolves to, if any.
-    pub(super) template_version: Option<&'a str>,
-    pub(super) now: DateTime<Utc>,
+    template_version: Option<&'a str>,
+    now: DateTime<Utc>,
+}
+
+impl<'a> Orders<'a> {
+    /// The `plan` of the pass at `now` over `spec`, launching with the
+    /// launch template's version `template_version`.
+    pub(super) fn new(
+        spec: &'a WarmPoolSpec,
+        plan: &'a PoolPlan,
+        template_version: Option<&'a str>,
+        now: DateTime<Utc>,
+    ) -> Orders<'a> {
+        Orders {
+            spec,
+            plan,
+            template_version,
+            now,
+        }
+    }
+
+    /// What the pass decided.
+    pub(super) fn plan(&self) -> &'a PoolPlan {
+        self.plan
+    }
 }
 
 impl Actuator {

@@ -51,7 +51,9 @@ impl PoolLoop {
     /// One pass at `now` (the operator's clock, for EC2's launch times):
     /// observe, the moment's spec, plan, act, the status.
     pub async fn pass(&mut self, now: DateTime<Utc>) -> Result<PassReport, PoolError> {
-        let mut snap = self.observer().observe().await?;
+        let deleting = self.deletion.borrow().is_some();
+        let run_stale = self.run_stale();
+        let mut snap = self.observer().observe(deleting, run_stale).await?;
         self.observer().learn_types().await?;
         self.tell_vcpus();
         // Read after the observation: a deletion that began meanwhile
@@ -83,12 +85,7 @@ impl PoolLoop {
                     .await?
             }
         }
-        let orders = Orders {
-            spec,
-            plan: &decided,
-            template_version: snap.template_version.as_deref(),
-            now,
-        };
+        let orders = Orders::new(spec, &decided, snap.template_version.as_deref(), now);
         self.act(orders, &mut report).await?;
         // After acting, so that asking never delays what the pass does.
         if deletion.is_none() {
@@ -137,7 +134,7 @@ impl PoolLoop {
     /// one (a new database) has no `ours`, and must not take a listing from
     /// before these launches either.
     async fn act(&mut self, orders: Orders<'_>, report: &mut PassReport) -> Result<(), PoolError> {
-        let plan = orders.plan;
+        let plan = orders.plan();
         let changes = !(plan.retirements.is_empty()
             && plan.ends.is_empty()
             && plan.gone.is_empty()
@@ -170,18 +167,15 @@ impl PoolLoop {
 
     /// The pass's observer, over what the loop keeps.
     fn observer(&mut self) -> Observer<'_> {
-        let run_stale = self.run_stale();
-        Observer {
-            deleting: self.deletion.borrow().is_some(),
-            run_stale,
-            world: &mut self.world,
-            lessons: self.act.lend(),
-            seen: &mut self.seen,
-            cost: &mut self.cost,
-            spec: &self.spec,
-            place: &self.place,
-            drain: &self.drain,
-        }
+        Observer::new(
+            &mut self.world,
+            self.act.lend(),
+            &mut self.seen,
+            &mut self.cost,
+            &self.spec,
+            &self.place,
+            &self.drain,
+        )
     }
 
     /// The spec of the pass at `now` over `snap`, with `deletion` if the
