@@ -104,6 +104,10 @@ impl LocalPools {
             } else {
                 self.retire(&key, "removed");
             }
+            // A removed pool has no status: the last one its loop wrote
+            // (two idle, say) would stand for it until it is put back and
+            // its new loop writes its own. Its loop writes no more.
+            let _ = std::fs::remove_file(self.status_file(&key));
         }
         for (key, pool) in pools {
             let (url, run_stale) = match url(pool) {
@@ -192,9 +196,7 @@ impl LocalPools {
         let stopped = |mut w: watch::Receiver<bool>| async move {
             let _ = w.changed().await;
         };
-        let status_file = self
-            .state_dir
-            .join(format!("warmpool-{}.yaml", key.replace('/', "-")));
+        let status_file = self.status_file(key);
         let generation = pool.metadata.generation;
         let key_owned = key.to_string();
         let mut last = String::new();
@@ -248,6 +250,12 @@ impl LocalPools {
             retiring,
             tasks: vec![loop_task, hosts_task],
         })
+    }
+
+    /// Where `key`'s status is written.
+    fn status_file(&self, key: &str) -> PathBuf {
+        self.state_dir
+            .join(format!("warmpool-{}.yaml", key.replace('/', "-")))
     }
 
     /// Puts `key`'s loop in deletion mode where it runs now (`why`: it was
