@@ -9,7 +9,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::time::{Duration, Instant};
 
-use orca_db::pool::Served;
+use orca_db::pool::{HandOut, Served};
 
 use super::plan::{Ec2Instance, Ec2State, PoolRow, Snapshot};
 use super::starts::Starts;
@@ -84,9 +84,9 @@ type Kind = (String, bool);
 #[derive(Clone, Debug, Default)]
 pub struct Cost {
     seconds: BTreeMap<Kind, BTreeMap<Use, f64>>,
-    pub served: Served,
+    served: Served,
     /// The hand-outs of the last hour, for the time to start.
-    pub starts: Starts,
+    starts: Starts,
     /// The database's time of the newest hand-out counted.
     handed_mark: Option<f64>,
     /// What the status shows, when it was brought up to date, and the rest
@@ -133,6 +133,20 @@ impl Cost {
                 .or_default() += s;
         }
         added.into_iter().map(|((k, u), s)| (k, u, s)).collect()
+    }
+
+    /// The hand-outs of the last hour, for the time to start.
+    pub(super) fn starts(&self) -> &Starts {
+        &self.starts
+    }
+
+    /// Counts the hand-outs `seen` (the database's time `now`) among the
+    /// starts, each placed on its instance's offering as `listed` shows
+    /// it: a listing reused from before a launch may not show its instance
+    /// yet, so each pass places what its listing shows.
+    pub(super) fn count_starts(&mut self, seen: &[HandOut], now: f64, listed: &[Ec2Instance]) {
+        self.starts.add(seen, now);
+        self.starts.place(listed);
     }
 
     /// Adds `s` to the runs served so far, by where each was served from.

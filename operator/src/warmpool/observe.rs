@@ -407,10 +407,7 @@ impl Observer<'_> {
                 m.time_to_start(self.lessons.pool(), h.source, h.waited);
             }
         }
-        self.cost.starts.add(&outs, listed);
-        // A listing reused from before a launch may not show its instance
-        // yet: each pass places what its listing shows.
-        self.cost.starts.place(instances);
+        self.cost.count_starts(&outs, listed, instances);
         self.cost.add_served(served);
         if let Some(m) = &self.lessons.metrics() {
             m.served(self.lessons.pool(), served);
@@ -617,7 +614,7 @@ impl Observer<'_> {
         let next = self.next_offering(now);
         let on = next.clone().filter(|o| {
             self.cost
-                .starts
+                .starts()
                 .within_on(orca_db::pool::Source::Cold, target, o)
                 .is_some_and(|(_, n)| n >= MEASURED_ON)
         });
@@ -626,7 +623,7 @@ impl Observer<'_> {
         // serves none of the others in time.
         let cold = self
             .cost
-            .starts
+            .starts()
             .quantile(orca_db::pool::Source::Cold, objective.goal(), on.as_ref())
             .unwrap_or(300.0)
             .clamp(30.0, 900.0);
@@ -675,7 +672,7 @@ impl Observer<'_> {
     /// last measure for a source without one.
     fn shares_within(&mut self, target: f64, on: Option<&Offering>) -> StartTimes {
         use orca_db::pool::Source;
-        let starts = &self.cost.starts;
+        let starts = self.cost.starts();
         let shares = &mut self.seen.shares;
         for (source, share) in [
             (Source::Idle, &mut shares.idle),

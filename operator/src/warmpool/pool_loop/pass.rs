@@ -284,7 +284,7 @@ impl PoolLoop {
                 .objective
                 .as_ref()
                 .zip(self.spec.objective.as_ref())
-                .map(|(p, o)| p.status(o, &self.cost.starts)),
+                .map(|(p, o)| p.status(o, self.cost.starts())),
             ..PassReport::default()
         };
         if let (Some(p), Some(o)) = (&moment.objective, &self.spec.objective) {
