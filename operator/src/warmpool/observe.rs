@@ -403,13 +403,13 @@ impl Observer<'_> {
         let mut served = orca_db::pool::Served::default();
         for h in outs.iter().filter(|h| !first || h.at > listed - 60.0) {
             served.add(h.source);
-            if let Some(m) = &self.lessons.metrics() {
+            if let Some(m) = self.lessons.metrics() {
                 m.time_to_start(self.lessons.pool(), h.source, h.waited);
             }
         }
         self.cost.count_starts(&outs, listed, instances);
         self.cost.add_served(served);
-        if let Some(m) = &self.lessons.metrics() {
+        if let Some(m) = self.lessons.metrics() {
             m.served(self.lessons.pool(), served);
         }
         Ok(())

@@ -151,10 +151,12 @@ impl<'a> Lessons<'a> {
         self.owner
     }
 
+    /// The loop's knobs.
     pub(super) fn tuning(&self) -> &'a Tuning {
         self.tuning
     }
 
+    /// The pool's metrics, when the operator keeps them.
     pub(super) fn metrics(&self) -> Option<&'a PoolMetrics> {
         self.metrics
     }
