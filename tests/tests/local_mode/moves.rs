@@ -123,6 +123,13 @@ async fn a_moved_or_removed_pool_terminates_its_instances_where_it_ran() {
             .any(|l| l.contains("removed; terminating"))
     })
     .await;
+    // A removed pool has no status: its last one ("two idle") does not
+    // stand for it while it is gone.
+    let status = local.dir().join(".status/warmpool-default-runners.yaml");
+    until(&local, "the removed pool's status gone", async || {
+        !status.exists()
+    })
+    .await;
     let put_back = local.output().len();
     local.write("warmpool.yaml", &pool("us-west-2"));
     until(
