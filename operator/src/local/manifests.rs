@@ -45,14 +45,21 @@ struct Kind {
     kind: Option<String>,
 }
 
-/// The newest modification time of the directory's YAML files, to notice
-/// an edit (an `apply`) cheaply.
-pub fn stamp(dir: &Path) -> Option<SystemTime> {
-    yaml_files(dir)
-        .ok()?
-        .iter()
-        .filter_map(|p| p.metadata().and_then(|m| m.modified()).ok())
-        .max()
+/// The directory's YAML files, each with its modification time, to notice
+/// an edit cheaply: an `apply` (a file written), a file added, and a file
+/// removed — which the newest modification time alone would not show when
+/// another file is newer.
+pub fn stamp(dir: &Path) -> Option<Vec<(PathBuf, Option<SystemTime>)>> {
+    let files = yaml_files(dir).ok()?;
+    Some(
+        files
+            .into_iter()
+            .map(|p| {
+                let modified = p.metadata().and_then(|m| m.modified()).ok();
+                (p, modified)
+            })
+            .collect(),
+    )
 }
 
 fn yaml_files(dir: &Path) -> Result<Vec<PathBuf>, ManifestError> {

@@ -81,15 +81,9 @@ async fn a_second_scheduler_on_the_same_database_touches_nothing() {
     );
 
     // orca goes (its file removed: its pods drain and end their rows);
-    // other starts.
+    // other starts. The removal is the whole edit, though other's file is
+    // the newer one.
     std::fs::remove_file(local.dir().join("scheduler.yaml")).unwrap();
-    // The local mode notices a change by the newest modification time of
-    // the files, which a removal does not move: write the other again.
-    std::thread::sleep(Duration::from_millis(20));
-    local.write(
-        "other.yaml",
-        &scheduler("w1", "", "").replace("metadata:\n  name: orca\n", "metadata:\n  name: other\n"),
-    );
     let deadline = std::time::Instant::now() + Duration::from_secs(60);
     loop {
         let s = status_of(&local, "other");
