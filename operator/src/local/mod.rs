@@ -113,8 +113,8 @@ pub async fn run(opts: LocalOptions) -> anyhow::Result<()> {
                 ))
             })
             .await;
-        // A Scheduler removed from the directory takes its processes along,
-        // as the owner references would.
+        // A Scheduler removed from the directory takes its processes and
+        // its status along.
         let gone: Vec<String> = schedulers
             .keys()
             .filter(|k| !manifests.schedulers.contains_key(*k))
@@ -124,7 +124,7 @@ pub async fn run(opts: LocalOptions) -> anyhow::Result<()> {
             if let Some(s) = schedulers.remove(&key) {
                 println!(
                     "scheduler {key}: removed; stopping {} process(es)",
-                    s.stop_all()
+                    s.remove()
                 );
             }
         }

@@ -269,9 +269,21 @@ impl LocalScheduler {
         }
     }
 
+    /// The Scheduler was removed from the directory: stops its processes
+    /// (as the owner references would) and removes its status file. A
+    /// removed object has no status; the last one written (Ready, its
+    /// leader) would stand for it while it is gone, and a Scheduler of its
+    /// name put back would carry on from it, where one made again in a
+    /// cluster starts with none. Returns how many processes it stopped.
+    pub fn remove(self) -> usize {
+        let stopped = self.stop_all();
+        let _ = std::fs::remove_file(&self.status_file);
+        stopped
+    }
+
     /// Stops every process of this Scheduler: SIGTERM, which a scheduler
     /// takes as "drain".
-    pub fn stop_all(&self) -> usize {
+    fn stop_all(&self) -> usize {
         let mut n = 0;
         for local in self.pods.list().values().chain(self.jobs.list().values()) {
             if local.meta.scheduler == self.key && local.running() {

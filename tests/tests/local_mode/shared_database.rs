@@ -103,4 +103,12 @@ async fn a_second_scheduler_on_the_same_database_touches_nothing() {
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+    // A removed Scheduler has no status: orca's last one (Ready, v1
+    // leading) does not stand for it while it is gone.
+    let orca_status = local.dir().join(".status/scheduler-default-orca.yaml");
+    assert!(
+        !orca_status.exists(),
+        "the removed Scheduler's status is still there: {}",
+        std::fs::read_to_string(&orca_status).unwrap_or_default()
+    );
 }
