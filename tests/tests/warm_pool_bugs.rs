@@ -70,7 +70,7 @@ async fn pool_loop(
 
 fn terminated_for(report: &PassReport, reason: &str) -> bool {
     report
-        .events
+        .events()
         .iter()
         .any(|e| e.reason == "Terminated" && e.message.contains(reason))
 }
@@ -100,7 +100,7 @@ async fn demand_of_runs_no_longer_waiting_at_that_start_launches_nothing() {
     let mut lp = pool_loop(pool, spec, &url, warm::tuning(Duration::from_secs(600))).await;
     let report = lp.pass(Utc::now()).await.unwrap();
     assert_eq!(
-        report.launched.len(),
+        report.launched().len(),
         2,
         "one instance for each run still waiting at its start (running, queued)"
     );
@@ -136,7 +136,7 @@ async fn live_rows_of_terminated_and_unlisted_instances_are_ended() {
         ended_by(&db, &rows).await,
         [operator.clone(), operator.clone(), None, operator, None]
     );
-    assert!(report.terminated.is_empty(), "{:?}", report.terminated);
+    assert!(report.terminated().is_empty(), "{:?}", report.terminated());
     let listed = ec2.describe(&warm::owner(pool)).await.unwrap();
     let state = listed.iter().find(|i| &i.id == alive).map(|i| i.state);
     assert_eq!(state, Some(Ec2State::Running));
@@ -180,7 +180,7 @@ async fn a_busy_instance_whose_run_is_over_or_whose_heartbeat_is_stale_is_retire
     let mut lp = pool_loop(pool, spec, &url, tuning).await;
     // Seen hung for the first time: not yet.
     let first = lp.pass(Utc::now()).await.unwrap();
-    assert!(first.terminated.is_empty(), "{:?}", first.terminated);
+    assert!(first.terminated().is_empty(), "{:?}", first.terminated());
     tokio::time::sleep(Duration::from_millis(2500)).await;
     db.execute(
         "update orca.runs set heartbeat = now() where id = $1",
@@ -195,12 +195,12 @@ async fn a_busy_instance_whose_run_is_over_or_whose_heartbeat_is_stale_is_retire
     .await
     .unwrap();
     let second = lp.pass(Utc::now()).await.unwrap();
-    let mut terminated = second.terminated.clone();
+    let mut terminated = second.terminated().to_vec();
     terminated.sort();
     let mut want = ids[..3].to_vec();
     want.sort();
     assert_eq!(terminated, want);
-    assert!(terminated_for(&second, "Hung"), "{:#?}", second.events);
+    assert!(terminated_for(&second, "Hung"), "{:#?}", second.events());
     let operator = Some("operator".to_string());
     assert_eq!(
         ended_by(&db, &rows).await,
@@ -230,14 +230,14 @@ async fn a_run_is_hung_by_the_schedulers_stale_limit_not_the_loops() {
     let mut lp = pool_loop(pool, spec, &url, tuning).await;
     lp.set_run_stale(Duration::from_secs(60));
     let first = lp.pass(Utc::now()).await.unwrap();
-    assert!(first.terminated.is_empty(), "{:?}", first.terminated);
+    assert!(first.terminated().is_empty(), "{:?}", first.terminated());
     tokio::time::sleep(Duration::from_millis(2500)).await;
     let second = lp.pass(Utc::now()).await.unwrap();
     assert!(
-        second.terminated.is_empty() && !terminated_for(&second, "Hung"),
+        second.terminated().is_empty() && !terminated_for(&second, "Hung"),
         "a run beating within its Scheduler's stale limit was taken for hung: {:#?}",
-        second.events
+        second.events()
     );
     assert_eq!(ended_by(&db, &rows).await, [None]);
-    assert_eq!(second.status.busy, 1);
+    assert_eq!(second.status().busy, 1);
 }

@@ -203,7 +203,7 @@ impl LocalPools {
         let loop_task = tokio::spawn(pool_loop.run(
             move |outcome| match outcome {
                 Ok(report) => {
-                    if report.deleted {
+                    if report.deleted() {
                         nothing_left.store(true, Ordering::Relaxed);
                     }
                     // Where a pool ran before it was moved or removed: its
@@ -214,14 +214,14 @@ impl LocalPools {
                     } else {
                         key_owned.clone()
                     };
-                    for e in &report.events {
+                    for e in report.events() {
                         let kind = if e.warning { "Warning" } else { "Normal" };
                         println!("warmpool {who}: {kind} {}: {}", e.reason, e.message);
                     }
                     if retiring {
                         return;
                     }
-                    let mut status: WarmPoolStatus = report.status.clone();
+                    let mut status: WarmPoolStatus = report.status().clone();
                     status.observed_generation = generation;
                     let line = summary(&status);
                     if line != last {

@@ -22,7 +22,7 @@ pub(super) fn status(
     cost: &mut Cost,
     now: DateTime<Utc>,
 ) -> WarmPoolStatus {
-    let c = report.plan.counts;
+    let c = report.plan().counts;
     let launching = launching(report);
     let previous = std::mem::take(conditions);
     *conditions = holding(report)
@@ -45,10 +45,10 @@ pub(super) fn status(
         drifted: c.drifted as i32,
         launch_batches: launch_batches as i64,
         capacity_errors: holds.status(now),
-        active_schedule: report.active_schedule.clone(),
-        forecast: report.forecast.clone(),
-        objective: report.objective.clone(),
-        instances: report.instances.clone(),
+        active_schedule: report.active_schedule().cloned(),
+        forecast: report.forecast().cloned(),
+        objective: report.objective().cloned(),
+        instances: report.instances().to_vec(),
         // The Kubernetes mode's, which knows the Secret and the places.
         database_secret: None,
         retiring: Vec::new(),
@@ -69,18 +69,18 @@ pub(super) fn status(
 
 /// Launching: booting, and launched or started by the pass.
 fn launching(report: &PassReport) -> u32 {
-    report.plan.counts.launching + report.launched.len() as u32 + report.started.len() as u32
+    report.plan().counts.launching + report.launched().len() as u32 + report.started().len() as u32
 }
 
 /// Each condition the pass's `report` says: its type, status, reason and
 /// message.
 fn holding(report: &PassReport) -> Vec<(&'static str, bool, &'static str, String)> {
-    let c = report.plan.counts;
+    let c = report.plan().counts;
     let launching = launching(report);
-    let degraded = report.events.iter().find(|e| e.warning);
-    let min = report.idle_min.max(0) as u32;
+    let degraded = report.events().iter().find(|e| e.warning);
+    let min = report.idle_min().max(0) as u32;
     let mut now_holding = vec![
-        if report.deleting {
+        if report.deleting() {
             (
                 "Available",
                 false,
@@ -102,7 +102,7 @@ fn holding(report: &PassReport) -> Vec<(&'static str, bool, &'static str, String
                 format!("{} idle of {min}", c.idle),
             )
         },
-        if c.drifted > 0 && !report.deleting {
+        if c.drifted > 0 && !report.deleting() {
             (
                     "Progressing",
                     true,
@@ -122,13 +122,13 @@ fn holding(report: &PassReport) -> Vec<(&'static str, bool, &'static str, String
         } else {
             ("Progressing", false, "Steady", "nothing launching".into())
         },
-        match (&report.degraded, degraded) {
+        match (&report.degraded(), degraded) {
             (Some((reason, message)), _) => ("Degraded", true, *reason, message.clone()),
             (None, Some(e)) => ("Degraded", true, e.reason, e.message.clone()),
             (None, None) => ("Degraded", false, "AsExpected", "no errors".into()),
         },
     ];
-    if report.deleting {
+    if report.deleting() {
         // What keeps the WarmPool (its finalizer) until EC2 lists none.
         now_holding.push((
             "Terminating",

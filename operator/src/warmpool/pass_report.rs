@@ -37,42 +37,197 @@ pub struct Deletion {
     pub drain_timeout_seconds: i64,
 }
 
-/// What one pass saw and did.
+/// What one pass saw and did. The pass starts it from its plan
+/// ([`PassReport::planned`]); the stages add what they did, each through a
+/// method saying what happened; the pass ends it with the roster and the
+/// status. Everyone else reads it.
 #[derive(Clone, Debug, Default)]
 pub struct PassReport {
     /// `observedGeneration` is left for the caller.
-    pub status: WarmPoolStatus,
-    pub events: Vec<PoolEvent>,
-    pub plan: PoolPlan,
+    status: WarmPoolStatus,
+    events: Vec<PoolEvent>,
+    plan: PoolPlan,
     /// Instances launched and terminated by this pass.
-    pub launched: Vec<String>,
-    pub terminated: Vec<String>,
+    launched: Vec<String>,
+    terminated: Vec<String>,
     /// Instances started from the stopped reserve by this pass.
-    pub started: Vec<String>,
+    started: Vec<String>,
     /// A call was answered `RequestLimitExceeded` to the end: back off.
-    pub throttled: bool,
+    throttled: bool,
     /// The WarmPool is being deleted with `onDelete: Terminate`.
-    pub deleting: bool,
+    deleting: bool,
     /// Why the pool is `Degraded` beyond this pass's warnings: boots that
     /// keep failing (reason, message).
-    pub degraded: Option<(&'static str, String)>,
+    degraded: Option<(&'static str, String)>,
     /// Being deleted, and EC2 listed none of its instances pending or
     /// running, nor lacks one this loop launched: its finalizer may go.
-    pub deleted: bool,
+    deleted: bool,
     /// The idle range the pass kept: `spec.idle`, or an active schedule's.
-    pub idle_min: i32,
+    idle_min: i32,
     /// The schedule whose period is under way (`status.activeSchedule`).
-    pub active_schedule: Option<String>,
+    active_schedule: Option<String>,
     /// With `spec.forecast`: the floor of the hours ahead
     /// (`status.forecast`).
-    pub forecast: Option<crate::crd::ForecastStatus>,
+    forecast: Option<crate::crd::ForecastStatus>,
     /// With `spec.objective`: how close it is (`status.objective`).
-    pub objective: Option<crate::crd::ObjectiveStatus>,
+    objective: Option<crate::crd::ObjectiveStatus>,
     /// The instances one by one (`status.instances`).
-    pub instances: Vec<crate::crd::PoolInstance>,
+    instances: Vec<crate::crd::PoolInstance>,
+}
+
+/// What a pass knows of itself before it acts: its plan and the moment's
+/// figures ([`PassReport::planned`]).
+#[derive(Debug, Default)]
+pub(crate) struct BeforeActing {
+    pub(crate) plan: PoolPlan,
+    pub(crate) deleting: bool,
+    pub(crate) deleted: bool,
+    pub(crate) idle_min: i32,
+    pub(crate) active_schedule: Option<String>,
+    pub(crate) forecast: Option<crate::crd::ForecastStatus>,
+    pub(crate) objective: Option<crate::crd::ObjectiveStatus>,
 }
 
 impl PassReport {
+    /// The report of a pass that has planned and not yet acted.
+    pub(crate) fn planned(p: BeforeActing) -> Self {
+        PassReport {
+            plan: p.plan,
+            deleting: p.deleting,
+            deleted: p.deleted,
+            idle_min: p.idle_min,
+            active_schedule: p.active_schedule,
+            forecast: p.forecast,
+            objective: p.objective,
+            ..PassReport::default()
+        }
+    }
+
+    /// The status the pass wrote, `observedGeneration` left for the caller.
+    pub fn status(&self) -> &WarmPoolStatus {
+        &self.status
+    }
+
+    /// The Events the pass says, in order.
+    pub fn events(&self) -> &[PoolEvent] {
+        &self.events
+    }
+
+    /// The status and Events, for the one who writes them.
+    pub fn into_status_and_events(self) -> (WarmPoolStatus, Vec<PoolEvent>) {
+        (self.status, self.events)
+    }
+
+    /// What the pass planned.
+    pub fn plan(&self) -> &PoolPlan {
+        &self.plan
+    }
+
+    /// The instances this pass launched.
+    pub fn launched(&self) -> &[String] {
+        &self.launched
+    }
+
+    /// The instances this pass terminated.
+    pub fn terminated(&self) -> &[String] {
+        &self.terminated
+    }
+
+    /// The instances this pass started from the stopped reserve.
+    pub fn started(&self) -> &[String] {
+        &self.started
+    }
+
+    /// Whether a call was answered `RequestLimitExceeded` to the end: the
+    /// next pass backs off.
+    pub fn throttled(&self) -> bool {
+        self.throttled
+    }
+
+    /// Whether the WarmPool is being deleted with `onDelete: Terminate`.
+    pub fn deleting(&self) -> bool {
+        self.deleting
+    }
+
+    /// Why the pool is `Degraded` beyond this pass's warnings (reason,
+    /// message).
+    pub fn degraded(&self) -> Option<&(&'static str, String)> {
+        self.degraded.as_ref()
+    }
+
+    /// Being deleted, and nothing of it left in EC2: its finalizer may go.
+    pub fn deleted(&self) -> bool {
+        self.deleted
+    }
+
+    /// The least idle count the pass kept.
+    pub fn idle_min(&self) -> i32 {
+        self.idle_min
+    }
+
+    /// The schedule whose period is under way.
+    pub fn active_schedule(&self) -> Option<&String> {
+        self.active_schedule.as_ref()
+    }
+
+    /// The floor of the hours ahead, with `spec.forecast`.
+    pub fn forecast(&self) -> Option<&crate::crd::ForecastStatus> {
+        self.forecast.as_ref()
+    }
+
+    /// How close the objective is, with `spec.objective`.
+    pub fn objective(&self) -> Option<&crate::crd::ObjectiveStatus> {
+        self.objective.as_ref()
+    }
+
+    /// The instances one by one.
+    pub fn instances(&self) -> &[crate::crd::PoolInstance] {
+        &self.instances
+    }
+
+    /// The pass says `event`.
+    pub(crate) fn say(&mut self, event: PoolEvent) {
+        self.events.push(event);
+    }
+
+    /// The pass launched `ids`.
+    pub(crate) fn add_launched(&mut self, ids: impl IntoIterator<Item = String>) {
+        self.launched.extend(ids);
+    }
+
+    /// The pass started `ids` from the stopped reserve.
+    pub(crate) fn add_started(&mut self, ids: impl IntoIterator<Item = String>) {
+        self.started.extend(ids);
+    }
+
+    /// The pass terminated `ids` (besides any it terminated before).
+    pub(crate) fn add_terminated(&mut self, ids: impl IntoIterator<Item = String>) {
+        self.terminated.extend(ids);
+    }
+
+    /// A call was answered `RequestLimitExceeded` to the end, if
+    /// `throttled`; whether any call of the pass was.
+    pub(crate) fn note_throttled(&mut self, throttled: bool) -> bool {
+        self.throttled |= throttled;
+        self.throttled
+    }
+
+    /// The pool is `Degraded` for `why` (reason, message), or for no more
+    /// than this pass's warnings if `None`.
+    pub(crate) fn set_degraded(&mut self, why: Option<(&'static str, String)>) {
+        self.degraded = why;
+    }
+
+    /// The instances one by one, as the pass ends.
+    pub(crate) fn set_instances(&mut self, instances: Vec<crate::crd::PoolInstance>) {
+        self.instances = instances;
+    }
+
+    /// The status, as the pass ends.
+    pub(crate) fn set_status(&mut self, status: WarmPoolStatus) {
+        self.status = status;
+    }
+
     /// A Warning for an EC2 call that failed (`reason`, the error its
     /// message): `Unauthorized` instead when the credentials may not make
     /// the call, and the pool `Degraded` for it, which no boot failure

@@ -77,7 +77,7 @@ async fn boot_as(
     let mut said = None;
     for _ in 0..seconds {
         let report = lp.pass(Utc::now()).await.unwrap();
-        if let Some(("BootFailing", message)) = report.degraded.as_ref().map(|(r, m)| (*r, m)) {
+        if let Some(("BootFailing", message)) = report.degraded().map(|(r, m)| (*r, m)) {
             said = Some(message.clone());
         }
         tokio::time::sleep(Duration::from_secs(1)).await;
@@ -235,7 +235,7 @@ async fn the_previous_agent_serves_runs_on_this_releases_user_data_with_the_url_
     let mut idle = Vec::new();
     for _ in 0..30 {
         let report = lp.pass(Utc::now()).await.unwrap();
-        assert!(report.degraded.is_none(), "{:?}", report.degraded);
+        assert!(report.degraded().is_none(), "{:?}", report.degraded());
         idle = idle_fresh(&db, pool).await;
         if idle.len() == 2 {
             break;

@@ -76,22 +76,22 @@ async fn an_ami_change_replaces_every_instance_one_at_a_time_never_below_idle_mi
     let deadline = Instant::now() + Duration::from_secs(120);
     loop {
         let report = lp.pass(Utc::now()).await.unwrap();
-        events.extend(report.events.clone());
-        most_launching = most_launching.max(report.status.launching);
+        events.extend(report.events().to_vec());
+        most_launching = most_launching.max(report.status().launching);
         lowest_idle = lowest_idle.min(idle_fresh(&db, pool).await.len());
         let now = images(&ec2, pool).await;
         let done = now.len() == 3
             && now
                 .iter()
                 .all(|(_, image)| image.as_deref() == Some(new_image.as_str()))
-            && report.status.drifted == 0;
+            && report.status().drifted == 0;
         if done {
             break;
         }
         assert!(
             Instant::now() < deadline,
             "old instances left after 2 minutes: {now:?}, {:?}",
-            report.status
+            report.status()
         );
         tokio::time::sleep(Duration::from_millis(300)).await;
     }
@@ -161,8 +161,8 @@ async fn boots_that_keep_failing_back_off_and_say_so() {
     let mut last = None;
     while started.elapsed() < Duration::from_secs(24) {
         let report = lp.pass(Utc::now()).await.unwrap();
-        events.extend(report.events.clone());
-        last = Some(report.status);
+        events.extend(report.events().to_vec());
+        last = Some(report.status().clone());
         tokio::time::sleep(Duration::from_millis(400)).await;
     }
     let launches = faults
@@ -237,7 +237,7 @@ async fn a_new_version_of_a_latest_launch_template_replaces_the_instances() {
     // A pass or two later, with no new version, nothing has drifted.
     for _ in 0..3 {
         let report = lp.pass(Utc::now()).await.unwrap();
-        assert_eq!(report.status.drifted, 0);
+        assert_eq!(report.status().drifted, 0);
         tokio::time::sleep(Duration::from_millis(400)).await;
     }
 
@@ -260,8 +260,8 @@ async fn a_new_version_of_a_latest_launch_template_replaces_the_instances() {
     let deadline = Instant::now() + Duration::from_secs(120);
     loop {
         let report = lp.pass(Utc::now()).await.unwrap();
-        saw_drift |= report.status.drifted > 0;
-        most_launching = most_launching.max(report.status.launching);
+        saw_drift |= report.status().drifted > 0;
+        most_launching = most_launching.max(report.status().launching);
         lowest_idle = lowest_idle.min(idle_fresh(&db, pool).await.len());
         let now = present(&ec2, pool).await;
         let done = saw_drift
@@ -269,14 +269,14 @@ async fn a_new_version_of_a_latest_launch_template_replaces_the_instances() {
             && now
                 .iter()
                 .all(|i| i.template_version.as_deref() == Some("2"))
-            && report.status.drifted == 0;
+            && report.status().drifted == 0;
         if done {
             break;
         }
         assert!(
             Instant::now() < deadline,
             "instances of version 1 left after 2 minutes: {now:?}, {:?}",
-            report.status
+            report.status()
         );
         tokio::time::sleep(Duration::from_millis(300)).await;
     }

@@ -136,11 +136,11 @@ async fn the_user_data_names_a_parameter_the_agent_reads_and_a_rotation_reaches_
     let report = lp.pass(Utc::now()).await.unwrap();
     assert!(
         report
-            .events
+            .events()
             .iter()
             .any(|e| e.reason == "DatabaseUrlInUserData" && e.warning),
         "{:?}",
-        report.events
+        report.events()
     );
     let newest: Vec<String> = present(&ec2, pool)
         .await

@@ -16,19 +16,19 @@ async fn a_drained_idle_instance_is_terminated_and_replaced() {
     };
     report_idle(&db, pool, &first.id).await;
     let report = lp.pass(Utc::now()).await.unwrap();
-    assert!(report.terminated.is_empty() && report.launched.is_empty());
+    assert!(report.terminated().is_empty() && report.launched().is_empty());
 
     lp.set_drain([first.id.clone()].into());
     let report = lp.pass(Utc::now()).await.unwrap();
-    assert_eq!(report.terminated, std::slice::from_ref(&first.id));
-    assert_eq!(report.launched.len(), 1, "its replacement");
+    assert_eq!(report.terminated(), std::slice::from_ref(&first.id));
+    assert_eq!(report.launched().len(), 1, "its replacement");
     assert!(
         report
-            .events
+            .events()
             .iter()
             .any(|e| e.reason == "Terminated" && e.message.contains("(Drained)")),
         "{:?}",
-        report.events
+        report.events()
     );
     assert_ne!(
         state_of(&ec2, pool, &first.id).await,

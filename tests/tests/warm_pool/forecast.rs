@@ -33,8 +33,8 @@ async fn a_busy_hour_a_week_ago_raises_the_floor_now_within_idle_max() {
     let report = lp.pass(Utc::now()).await.unwrap();
     // Four foreseen, idle.max 3: three launched.
     assert_eq!(present(&ec2, pool).await.len(), 3);
-    assert_eq!(report.idle_min, 3);
-    let f = report.status.forecast.clone().expect("status.forecast");
+    assert_eq!(report.idle_min(), 3);
+    let f = report.status().forecast.clone().expect("status.forecast");
     // Weeks count back from now: the runs of a week ago fall in the second,
     // the one five hours later in the first.
     assert_eq!(f.weeks, 2);
@@ -44,7 +44,7 @@ async fn a_busy_hour_a_week_ago_raises_the_floor_now_within_idle_max() {
     spec.forecast = None;
     lp.set_spec(spec).await;
     let report = lp.pass(Utc::now()).await.unwrap();
-    assert_eq!(report.idle_min, 0);
-    assert_eq!(report.status.forecast, None);
-    assert_eq!(report.plan.launch_count(), 0);
+    assert_eq!(report.idle_min(), 0);
+    assert_eq!(report.status().forecast, None);
+    assert_eq!(report.plan().launch_count(), 0);
 }

@@ -50,7 +50,7 @@ async fn capacity_errors_move_launches_to_the_next_type_or_subnet() {
         );
     }
     let errors: Vec<(String, String, String)> = report
-        .status
+        .status()
         .capacity_errors
         .iter()
         .map(|c| (c.instance_type.clone(), c.subnet.clone(), c.code.clone()))
@@ -70,14 +70,14 @@ async fn capacity_errors_move_launches_to_the_next_type_or_subnet() {
     );
     assert_eq!(
         report
-            .events
+            .events()
             .iter()
             .filter(|e| e.reason == "CapacityUnavailable" && e.warning)
             .count(),
         3
     );
     let degraded = report
-        .status
+        .status()
         .conditions
         .iter()
         .find(|c| c.type_ == "Degraded")
@@ -105,14 +105,14 @@ async fn request_limit_exceeded_backs_off_then_succeeds_with_the_same_token() {
     let spec = warm::spec(&faults.endpoint(), &["t3.micro"], &subnets[..1], 0, 0, 10);
     let mut lp = warm::pool_loop("throttle/pool", spec, &url).await;
     let first = lp.pass(Utc::now()).await.unwrap();
-    assert!(first.throttled && first.launched.is_empty());
+    assert!(first.throttled() && first.launched().is_empty());
     assert!(first
-        .events
+        .events()
         .iter()
         .any(|e| e.reason == "Throttled" && e.warning));
     let second = lp.pass(Utc::now()).await.unwrap();
-    assert!(!second.throttled);
-    assert_eq!(second.launched.len(), 2);
+    assert!(!second.throttled());
+    assert_eq!(second.launched().len(), 2);
     assert_eq!(
         present(&ec2, pool).await.len(),
         2,
@@ -158,8 +158,8 @@ async fn an_operator_restarted_in_the_middle_of_a_launch_launches_no_duplicates(
     .await
     .unwrap();
     let report = first.pass(Utc::now()).await.unwrap();
-    assert!(report.launched.is_empty());
-    assert!(report.events.iter().any(|e| e.reason == "LaunchFailed"));
+    assert!(report.launched().is_empty());
+    assert!(report.events().iter().any(|e| e.reason == "LaunchFailed"));
     drop(first);
     assert_eq!(
         present(&ec2, pool).await.len(),
@@ -168,8 +168,8 @@ async fn an_operator_restarted_in_the_middle_of_a_launch_launches_no_duplicates(
     );
     let mut second = warm::pool_loop("restart/a", spec, &url).await;
     let report = second.pass(Utc::now()).await.unwrap();
-    assert!(report.launched.is_empty());
-    assert_eq!(report.status.launching, 2);
+    assert!(report.launched().is_empty());
+    assert_eq!(report.status().launching, 2);
     assert_eq!(present(&ec2, pool).await.len(), 2, "no duplicate instances");
     assert_eq!(faults.calls_of("RunInstances").len(), 1);
 
@@ -198,14 +198,14 @@ async fn an_operator_restarted_in_the_middle_of_a_launch_launches_no_duplicates(
     .await
     .unwrap()
     .remember("uid-b", &remembered);
-    assert!(third.pass(Utc::now()).await.unwrap().launched.is_empty());
+    assert!(third.pass(Utc::now()).await.unwrap().launched().is_empty());
     drop(third);
     let mut fourth = warm::pool_loop("restart/b", spec, &url)
         .await
         .remember("uid-b", &remembered);
     let report = fourth.pass(Utc::now()).await.unwrap();
-    assert_eq!(report.launched.len(), 2);
-    assert_eq!(report.status.launch_batches, 1);
+    assert_eq!(report.launched().len(), 2);
+    assert_eq!(report.status().launch_batches, 1);
     assert_eq!(present(&ec2, pool).await.len(), 2);
     let calls = faults.calls_of("RunInstances");
     assert_eq!(calls.len(), 2);
@@ -239,7 +239,7 @@ async fn a_restarted_operator_keeps_capacity_holds_transition_times_and_tokens()
     let mut first = new_loop()
         .await
         .remember("uid-m", &WarmPoolStatus::default());
-    let before = first.pass(Utc::now()).await.unwrap().status;
+    let before = first.pass(Utc::now()).await.unwrap().status().clone();
     drop(first);
     assert_eq!(before.capacity_errors.len(), 1, "{before:?}");
     assert_eq!(
@@ -255,7 +255,7 @@ async fn a_restarted_operator_keeps_capacity_holds_transition_times_and_tokens()
     tokio::time::sleep(Duration::from_millis(1100)).await;
     ask(&db, &request(pool, 2, "")).await;
     let mut second = new_loop().await.remember("uid-m", &before);
-    let after = second.pass(Utc::now()).await.unwrap().status;
+    let after = second.pass(Utc::now()).await.unwrap().status().clone();
     assert_eq!(present(&ec2, pool).await.len(), 2);
     assert_eq!(
         after.capacity_errors, before.capacity_errors,
@@ -291,12 +291,12 @@ async fn a_quota_error_is_held_and_the_next_type_launched() {
     assert_eq!(launched[0].offering.instance_type, "t3.medium");
     assert!(
         report
-            .status
+            .status()
             .capacity_errors
             .iter()
             .any(|c| c.instance_type == "t3.small" && c.code == "InstanceLimitExceeded"),
         "{:?}",
-        report.status.capacity_errors
+        report.status().capacity_errors
     );
     let small = |calls: &[orca_tests::ec2_faults::Call]| {
         calls
@@ -361,7 +361,7 @@ async fn a_vcpu_quota_error_holds_its_whole_class() {
         "one refusal, then the next class"
     );
     let mut held: Vec<(&str, &str)> = report
-        .status
+        .status()
         .capacity_errors
         .iter()
         .map(|c| (c.instance_type.as_str(), c.code.as_str()))
@@ -431,7 +431,7 @@ async fn an_instance_type_of_another_architecture_is_refused_naming_it() {
         "an arm64 instance was launched"
     );
     assert!(faults.calls_of("RunInstances").is_empty());
-    let (status, reason, message) = degraded(&report.status);
+    let (status, reason, message) = degraded(report.status());
     assert_eq!(
         (status.as_str(), reason.as_str()),
         ("True", "UnsupportedArchitecture")
@@ -441,7 +441,7 @@ async fn an_instance_type_of_another_architecture_is_refused_naming_it() {
         "{message}"
     );
     assert!(report
-        .status
+        .status()
         .capacity_errors
         .iter()
         .all(|c| c.instance_type == "m6g.large" && c.code == "UnsupportedArchitecture"));
@@ -462,7 +462,7 @@ async fn an_instance_type_of_another_architecture_is_refused_naming_it() {
     assert!(launched
         .iter()
         .all(|i| i.offering.instance_type == "t3.small"));
-    let (_, reason, message) = degraded(&report.status);
+    let (_, reason, message) = degraded(report.status());
     assert_eq!(reason, "UnsupportedArchitecture");
     assert!(
         message.contains("only the other types are launched"),
@@ -473,6 +473,6 @@ async fn an_instance_type_of_another_architecture_is_refused_naming_it() {
     let spec = warm::spec(&faults.endpoint(), &["t3.small"], &subnets, 2, 2, 4);
     lp.set_spec(spec).await;
     let report = lp.pass(Utc::now()).await.unwrap();
-    assert!(report.status.capacity_errors.is_empty());
-    assert_eq!(degraded(&report.status).1, "AsExpected");
+    assert!(report.status().capacity_errors.is_empty());
+    assert_eq!(degraded(report.status()).1, "AsExpected");
 }

@@ -226,8 +226,8 @@ fn spawn_running(lp: PoolLoop, hosts: orca_operator::local::host::Hosts) -> Runn
     tokio::spawn(lp.run(
         move |r| match r {
             Ok(r) => {
-                sink.lock().unwrap().extend(r.events.iter().cloned());
-                *status_sink.lock().unwrap() = r.status.clone();
+                sink.lock().unwrap().extend(r.events().iter().cloned());
+                *status_sink.lock().unwrap() = r.status().clone();
                 *failed_sink.lock().unwrap() = None;
             }
             Err(e) => *failed_sink.lock().unwrap() = Some((e.degraded_reason(), e.to_string())),

@@ -46,8 +46,8 @@ async fn a_pool_with_an_objective_keeps_what_its_busiest_slice_needed_and_says_s
     spec.objective = objective(95, 20);
     let mut lp = warm::pool_loop(pool, spec.clone(), &url).await;
     let report = lp.pass(Utc::now()).await.unwrap();
-    assert_eq!(report.idle_min, 1);
-    let status = report.status.objective.clone().expect("status.objective");
+    assert_eq!(report.idle_min(), 1);
+    let status = report.status().objective.clone().expect("status.objective");
     assert_eq!((status.idle, status.attained_percent), (1, None));
     assert!(status.planned_from.contains("no runs"), "{status:?}");
 
@@ -55,13 +55,13 @@ async fn a_pool_with_an_objective_keeps_what_its_busiest_slice_needed_and_says_s
     busy_hour_a_week_ago(&db, pool).await;
     lp.set_spec(spec.clone()).await;
     let report = lp.pass(Utc::now()).await.unwrap();
-    assert_eq!(report.idle_min, 4);
+    assert_eq!(report.idle_min(), 4);
     assert_eq!(present(&ec2, pool).await.len(), 4);
-    let status = report.status.objective.clone().expect("status.objective");
+    let status = report.status().objective.clone().expect("status.objective");
     assert_eq!((status.idle, status.stopped), (4, 0), "{status:?}");
     assert_eq!(status.expected_percent, 100.0);
     assert!(status.planned_from.contains(": 4;"), "{status:?}");
-    assert_eq!(degraded(&report.status), None);
+    assert_eq!(degraded(report.status()), None);
     // Four idle for this hour (and the next, planned ahead): the next 24
     // hours hold at least four instance-hours; four runs of four weeks'
     // at once take a static idle.min of 4, 96 instance-hours a day.
@@ -84,7 +84,7 @@ async fn a_pool_with_an_objective_keeps_what_its_busiest_slice_needed_and_says_s
     .unwrap();
     lp.set_spec(spec.clone()).await;
     let report = lp.pass(Utc::now()).await.unwrap();
-    let status = report.status.objective.clone().expect("status.objective");
+    let status = report.status().objective.clone().expect("status.objective");
     assert_eq!(status.day_runs, 3, "{status:?}");
     assert_eq!(status.day_attained_percent, Some(66.7), "{status:?}");
 
@@ -100,7 +100,7 @@ async fn a_pool_with_an_objective_keeps_what_its_busiest_slice_needed_and_says_s
     }
     lp.set_spec(priced).await;
     let report = lp.pass(Utc::now()).await.unwrap();
-    let status = report.status.objective.clone().expect("status.objective");
+    let status = report.status().objective.clone().expect("status.objective");
     assert_eq!(status.priced_as.as_deref(), Some("t3.micro"));
     let floor = status.static_floor.clone().expect("a static floor");
     assert_eq!(floor.cost, Some(1.0)); // 96 h at 0.0104
@@ -114,7 +114,7 @@ async fn a_pool_with_an_objective_keeps_what_its_busiest_slice_needed_and_says_s
     spec.objective = objective(75, 20);
     lp.set_spec(spec).await;
     let report = lp.pass(Utc::now()).await.unwrap();
-    assert_eq!(report.idle_min, 3);
+    assert_eq!(report.idle_min(), 3);
 }
 
 #[tokio::test]
@@ -128,9 +128,9 @@ async fn an_objective_beyond_max_instances_is_degraded_naming_it() {
     let mut lp = warm::pool_loop(pool, spec, &url).await;
     let report = lp.pass(Utc::now()).await.unwrap();
     // As near as it gets: two idle, within maxInstances.
-    assert_eq!(report.idle_min, 2);
+    assert_eq!(report.idle_min(), 2);
     assert_eq!(present(&ec2, pool).await.len(), 2);
-    let (reason, message) = degraded(&report.status).expect("Degraded");
+    let (reason, message) = degraded(report.status()).expect("Degraded");
     assert_eq!(reason, "ObjectiveUnreachable");
     assert!(message.contains("maxInstances"), "{message}");
     assert!(message.contains("at most 50.0 %"), "{message}");
@@ -165,9 +165,9 @@ async fn an_objective_beyond_the_class_s_room_is_degraded_naming_the_limit() {
     lp.set_budget(Some(budgets.budget("shared", pool, "objective")));
     let report = lp.pass(Utc::now()).await.unwrap();
     assert_eq!(present(&ec2, pool).await.len(), 2);
-    let status = report.status.objective.clone().expect("status.objective");
+    let status = report.status().objective.clone().expect("status.objective");
     assert_eq!(status.idle, 2, "{status:?}");
-    let (reason, message) = degraded(&report.status).expect("Degraded");
+    let (reason, message) = degraded(report.status()).expect("Degraded");
     assert_eq!(reason, "ObjectiveUnreachable");
     assert!(
         message.contains("the WarmPoolClass's namespaceLimits.instances"),
@@ -178,7 +178,7 @@ async fn an_objective_beyond_the_class_s_room_is_degraded_naming_the_limit() {
     let report = lp.pass(Utc::now()).await.unwrap();
     assert_eq!(present(&ec2, pool).await.len(), 2);
     assert_eq!(
-        degraded(&report.status).map(|d| d.0).as_deref(),
+        degraded(report.status()).map(|d| d.0).as_deref(),
         Some("ObjectiveUnreachable")
     );
 }
@@ -224,7 +224,7 @@ async fn cold_starts_are_measured_on_the_offering_the_next_launch_goes_to() {
     // next half second predates it).
     tokio::time::sleep(Duration::from_secs(1)).await;
     let report = lp.pass(Utc::now()).await.unwrap();
-    let status = report.status.objective.clone().expect("status.objective");
+    let status = report.status().objective.clone().expect("status.objective");
     let on = format!("cold 100 % (t3.micro in {})", subnets[0]);
     assert!(status.planned_from.contains(&on), "{status:?}");
 }

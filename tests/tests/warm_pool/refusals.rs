@@ -43,25 +43,25 @@ async fn a_protected_instance_is_named_and_the_others_terminated_in_the_same_pas
     .await
     .unwrap();
     let report = lp.pass(Utc::now()).await.unwrap();
-    let mut terminated = report.terminated.clone();
+    let mut terminated = report.terminated().to_vec();
     terminated.sort();
     let mut others: Vec<String> = leaked.iter().filter(|i| *i != kept).cloned().collect();
     others.sort();
     assert_eq!(terminated, others, "the unprotected ones went at once");
     assert_eq!(state_of(&ec2, pool, kept).await, Some(Ec2State::Running));
     let failed: Vec<&str> = report
-        .events
+        .events()
         .iter()
         .filter(|e| e.reason == "TerminateFailed" && e.warning)
         .map(|e| e.message.as_str())
         .collect();
-    assert_eq!(failed.len(), 1, "{:?}", report.events);
+    assert_eq!(failed.len(), 1, "{:?}", report.events());
     assert!(failed[0].starts_with(kept.as_str()), "{}", failed[0]);
 
     // Protection lifted: the next pass terminates it.
     protect(&ec2, kept, false, false).await;
     let report = lp.pass(Utc::now()).await.unwrap();
-    assert_eq!(report.terminated, std::slice::from_ref(kept));
+    assert_eq!(report.terminated(), std::slice::from_ref(kept));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -72,7 +72,7 @@ async fn a_reserve_instance_ec2_will_not_stop_is_retired_and_the_other_stopped()
     spec.stopped = Some(StoppedRange { min: 2, max: None });
     warm::aws_env();
     let mut lp = warm::pool_loop(pool, spec, &url).await;
-    let launched = lp.pass(Utc::now()).await.unwrap().launched;
+    let launched = lp.pass(Utc::now()).await.unwrap().launched().to_vec();
     assert_eq!(launched.len(), 2, "two launched for the reserve");
     let kept = &launched[0];
     protect(&ec2, kept, true, true).await;
@@ -90,21 +90,21 @@ async fn a_reserve_instance_ec2_will_not_stop_is_retired_and_the_other_stopped()
     })
     .await;
     let report = lp.pass(Utc::now()).await.unwrap();
-    let reasons: Vec<&str> = report.events.iter().map(|e| e.reason).collect();
+    let reasons: Vec<&str> = report.events().iter().map(|e| e.reason).collect();
     assert_eq!(
         reasons,
         ["Stopped", "StopFailed", "Terminated"],
         "{:?}",
-        report.events
+        report.events()
     );
-    let failed = &report.events[1];
+    let failed = &report.events()[1];
     assert!(failed.warning);
     assert!(
         failed.message.contains(kept.as_str()) && failed.message.contains("ReserveFailed"),
         "{}",
         failed.message
     );
-    assert_eq!(report.terminated, std::slice::from_ref(kept));
+    assert_eq!(report.terminated(), std::slice::from_ref(kept));
     let other = &launched[1];
     assert!(
         matches!(
@@ -201,11 +201,11 @@ async fn a_launch_with_a_profile_that_does_not_exist_says_so_and_backs_off() {
     .await
     .unwrap();
     let report = lp.pass(Utc::now()).await.unwrap();
-    assert!(report.launched.is_empty());
+    assert!(report.launched().is_empty());
     let (reason, said) = report
-        .degraded
-        .clone()
-        .unwrap_or_else(|| panic!("not Degraded: {:?}", report.events));
+        .degraded()
+        .cloned()
+        .unwrap_or_else(|| panic!("not Degraded: {:?}", report.events()));
     assert_eq!(reason, "InstanceProfileNotFound");
     assert!(
         said.contains("the instance profile orca-pool-team-b does not exist")
@@ -215,24 +215,24 @@ async fn a_launch_with_a_profile_that_does_not_exist_says_so_and_backs_off() {
     // The next passes ask EC2 nothing: the launch waits.
     for _ in 0..3 {
         let report = lp.pass(Utc::now()).await.unwrap();
-        assert!(report.launched.is_empty());
+        assert!(report.launched().is_empty());
         assert_eq!(
-            report.degraded.as_ref().map(|d| d.0),
+            report.degraded().map(|d| d.0),
             Some("InstanceProfileNotFound")
         );
         assert!(
             !report
-                .events
+                .events()
                 .iter()
                 .any(|e| e.reason == "InstanceProfileNotFound"),
             "asked again: {:?}",
-            report.events
+            report.events()
         );
     }
     // The profile made (here: the spec fixed), it launches at once.
     spec.launch.iam_instance_profile = None;
     lp.set_spec(spec).await;
     let report = lp.pass(Utc::now()).await.unwrap();
-    assert_eq!(report.launched.len(), 1, "{:?}", report.events);
+    assert_eq!(report.launched().len(), 1, "{:?}", report.events());
     assert_eq!(ec2.describe(lp.ownership()).await.unwrap().len(), 1);
 }

@@ -156,9 +156,9 @@ async fn leaked_instances_older_than_the_grace_are_terminated_younger_ones_left(
     .await
     .unwrap();
     let report = lp.pass(Utc::now()).await.unwrap();
-    assert_eq!(report.terminated, old);
+    assert_eq!(report.terminated(), old);
     assert!(report
-        .events
+        .events()
         .iter()
         .any(|e| e.reason == "Terminated" && e.message.contains("Leaked")));
     assert_eq!(
@@ -170,7 +170,8 @@ async fn leaked_instances_older_than_the_grace_are_terminated_younger_ones_left(
         Some(Ec2State::Running)
     );
     assert_eq!(
-        report.status.launching, 1,
+        report.status().launching,
+        1,
         "the young one counts as booting"
     );
     // Its claim was ended once it was terminated.
@@ -289,7 +290,7 @@ async fn a_thousand_hand_outs_racing_retirements_never_terminate_a_handed_out_in
             scheds.push(sched);
             handed.extend(got);
         }
-        let terminated: HashSet<String> = report.terminated.iter().cloned().collect();
+        let terminated: HashSet<String> = report.terminated().iter().cloned().collect();
         assert!(
             handed.is_disjoint(&terminated),
             "round {round}: terminated while handed out: {:?}",
@@ -304,7 +305,7 @@ async fn a_thousand_hand_outs_racing_retirements_never_terminate_a_handed_out_in
             .query_one(
                 "select count(*) from orca.instances
                  where instance = any($1) and ended is null and idle is null",
-                &[&report.terminated],
+                &[&report.terminated()],
             )
             .await
             .unwrap()
@@ -339,7 +340,7 @@ async fn a_thousand_hand_outs_racing_retirements_never_terminate_a_handed_out_in
             "round {round}: a handed-out run lost its row"
         );
         lost_total += report
-            .events
+            .events()
             .iter()
             .filter(|e| e.reason == "RetirementLost")
             .count();

@@ -38,35 +38,35 @@ async fn a_schedule_under_way_sets_the_idle_range_and_its_end_restores_it() {
     let db = pg::connect(&url).await;
 
     let before = lp.pass(real).await.unwrap();
-    assert_eq!(before.launched.len(), 0, "{before:?}");
-    assert_eq!(before.status.active_schedule, None);
+    assert_eq!(before.launched().len(), 0, "{before:?}");
+    assert_eq!(before.status().active_schedule, None);
 
     let during = lp
         .pass(start + chrono::Duration::seconds(30))
         .await
         .unwrap();
-    assert_eq!(during.launched.len(), 2, "{during:?}");
-    let active = during.status.active_schedule.clone().unwrap_or_default();
+    assert_eq!(during.launched().len(), 2, "{during:?}");
+    let active = during.status().active_schedule.clone().unwrap_or_default();
     assert!(
         active.starts_with("schedules[0]") && active.contains("idle 2..2"),
         "status.activeSchedule: {active:?}"
     );
 
     // The agents report idle; the period ends: back to idle.max 0.
-    for id in &during.launched {
+    for id in during.launched() {
         report_idle(&db, pool, id).await;
     }
     let after = lp
         .pass(start + chrono::Duration::minutes(11))
         .await
         .unwrap();
-    assert_eq!(after.status.active_schedule, None);
-    let (mut gone, mut launched) = (after.terminated.clone(), during.launched.clone());
+    assert_eq!(after.status().active_schedule, None);
+    let (mut gone, mut launched) = (after.terminated().to_vec(), during.launched().to_vec());
     gone.sort();
     launched.sort();
     assert_eq!(gone, launched, "{after:?}");
     assert!(after
-        .events
+        .events()
         .iter()
         .any(|e| e.reason == "Terminated" && e.message.contains("IdleBeyondMax")));
 }
@@ -82,9 +82,13 @@ async fn a_schedule_that_cannot_be_read_is_named_and_spec_idle_holds() {
         .await
         .unwrap();
     let pass = lp.pass(Utc::now()).await.unwrap();
-    assert_eq!(pass.launched.len(), 1, "spec.idle.min, not the schedule's");
+    assert_eq!(
+        pass.launched().len(),
+        1,
+        "spec.idle.min, not the schedule's"
+    );
     let degraded = pass
-        .status
+        .status()
         .conditions
         .iter()
         .find(|c| c.type_ == "Degraded")

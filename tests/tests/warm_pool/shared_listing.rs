@@ -52,12 +52,12 @@ async fn pools_of_one_place_share_their_listings_and_never_take_each_others_inst
     let first_a = a.pass(Utc::now()).await.unwrap();
     let first_b = b.pass(Utc::now()).await.unwrap();
     assert_eq!(
-        (first_a.launched.len(), first_b.launched.len()),
+        (first_a.launched().len(), first_b.launched().len()),
         (1, 1),
         "{first_a:?} {first_b:?}"
     );
     assert_eq!(lists(), 1, "the second pool took the first one's listing");
-    let (ia, ib) = (first_a.launched[0].clone(), first_b.launched[0].clone());
+    let (ia, ib) = (first_a.launched()[0].clone(), first_b.launched()[0].clone());
     report_idle(&db, "shared/a", &ia).await;
     report_idle(&db, "shared/b", &ib).await;
 
@@ -68,9 +68,9 @@ async fn pools_of_one_place_share_their_listings_and_never_take_each_others_inst
         tokio::time::sleep(Duration::from_millis(3200)).await;
         for lp in [&mut a, &mut b] {
             let r = lp.pass(Utc::now()).await.unwrap();
-            assert!(r.terminated.is_empty(), "{}: {r:?}", lp.pool());
-            assert!(r.launched.is_empty(), "{}: {r:?}", lp.pool());
-            let s = &r.status;
+            assert!(r.terminated().is_empty(), "{}: {r:?}", lp.pool());
+            assert!(r.launched().is_empty(), "{}: {r:?}", lp.pool());
+            let s = r.status();
             assert_eq!(
                 (s.idle, s.busy, s.launching, s.terminating),
                 (1, 0, 0, 0),
@@ -96,7 +96,7 @@ async fn pools_of_one_place_share_their_listings_and_never_take_each_others_inst
     spec.idle = orca_operator::crd::IdleRange { min: 0, max: 0 };
     b.set_spec(spec).await;
     let trim = b.pass(Utc::now()).await.unwrap();
-    assert_eq!(trim.terminated, vec![ib.clone()], "{trim:?}");
+    assert_eq!(trim.terminated(), vec![ib.clone()], "{trim:?}");
     let before = lists();
     b.pass(Utc::now()).await.unwrap();
     assert_eq!(
@@ -106,7 +106,7 @@ async fn pools_of_one_place_share_their_listings_and_never_take_each_others_inst
     );
     let quiet = a.pass(Utc::now()).await.unwrap();
     assert_eq!(lists(), before + 1, "the other pool takes that listing");
-    assert!(quiet.terminated.is_empty(), "{quiet:?}");
+    assert!(quiet.terminated().is_empty(), "{quiet:?}");
     assert_eq!(
         state_of(&ec2, "shared/a", &ia).await,
         Some(Ec2State::Running)

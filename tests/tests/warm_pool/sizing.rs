@@ -138,12 +138,12 @@ async fn a_hand_out_launches_without_a_new_listing_and_nothing_is_launched_twice
     let lists = || faults.calls_of("DescribeInstances").len();
 
     let first = lp.pass(Utc::now()).await.unwrap();
-    assert_eq!((lists(), first.launched.len()), (1, 1), "{first:?}");
+    assert_eq!((lists(), first.launched().len()), (1, 1), "{first:?}");
     // The agent reports idle; the listing (older than the launch) lacks
     // the instance, the loop knows it launched it: nothing more launched.
-    report_idle(&db, pool, &first.launched[0]).await;
+    report_idle(&db, pool, &first.launched()[0]).await;
     let quiet = lp.pass(Utc::now()).await.unwrap();
-    assert_eq!((lists(), quiet.launched.len()), (1, 0), "{quiet:?}");
+    assert_eq!((lists(), quiet.launched().len()), (1, 0), "{quiet:?}");
     // A hand-out takes it: its replacement without waiting for a listing.
     let mut sched = pg::connect(&url).await;
     hand_out(&mut sched, &request(pool, 1, ""), Duration::from_secs(3))
@@ -151,11 +151,11 @@ async fn a_hand_out_launches_without_a_new_listing_and_nothing_is_launched_twice
         .unwrap()
         .expect("the idle instance handed out");
     let refill = lp.pass(Utc::now()).await.unwrap();
-    assert_eq!((lists(), refill.launched.len()), (1, 1), "{refill:?}");
-    assert_eq!(refill.status.busy, 1, "{:?}", refill.status);
+    assert_eq!((lists(), refill.launched().len()), (1, 1), "{refill:?}");
+    assert_eq!(refill.status().busy, 1, "{:?}", refill.status());
 
     // A new spec lists afresh; so does the pass after a termination.
-    report_idle(&db, pool, &refill.launched[0]).await;
+    report_idle(&db, pool, &refill.launched()[0]).await;
     lp.set_spec(warm::spec(
         &faults.endpoint(),
         &["t3.micro"],
@@ -166,7 +166,7 @@ async fn a_hand_out_launches_without_a_new_listing_and_nothing_is_launched_twice
     ))
     .await;
     let trim = lp.pass(Utc::now()).await.unwrap();
-    assert_eq!(trim.terminated, refill.launched, "{trim:?}");
+    assert_eq!(trim.terminated(), refill.launched(), "{trim:?}");
     assert_eq!(lists(), 2, "a pass on a new spec lists EC2");
     lp.pass(Utc::now()).await.unwrap();
     assert_eq!(lists(), 3, "a pass after a termination lists EC2");
@@ -196,7 +196,7 @@ async fn an_instance_powered_off_since_the_listing_is_looked_at_again_not_termin
     let lists = || faults.calls_of("DescribeInstances").len();
 
     let first = lp.pass(Utc::now()).await.unwrap();
-    let x = first.launched[0].clone();
+    let x = first.launched()[0].clone();
     report_idle(&db, pool, &x).await;
     // A listing that shows it, idle.
     tokio::time::sleep(Duration::from_secs(3)).await;
@@ -216,6 +216,6 @@ async fn an_instance_powered_off_since_the_listing_is_looked_at_again_not_termin
         3,
         "the reused listing shows it alive: looked again"
     );
-    assert!(next.terminated.is_empty(), "terminated again: {next:?}");
-    assert_eq!(next.launched.len(), 1, "its replacement: {next:?}");
+    assert!(next.terminated().is_empty(), "terminated again: {next:?}");
+    assert_eq!(next.launched().len(), 1, "its replacement: {next:?}");
 }

@@ -74,13 +74,13 @@ async fn spot_then_on_demand_launches_on_demand_once_spot_has_no_capacity_and_ho
     );
     assert_eq!(spot, [false, false], "two on-demand instances");
     let held: Vec<(bool, &str)> = report
-        .status
+        .status()
         .capacity_errors
         .iter()
         .map(|e| (e.spot, e.code.as_str()))
         .collect();
     assert_eq!(held, [(true, "InsufficientInstanceCapacity")]);
-    let reasons: Vec<&str> = report.events.iter().map(|e| e.reason).collect();
+    let reasons: Vec<&str> = report.events().iter().map(|e| e.reason).collect();
     assert_eq!(reasons, ["CapacityUnavailable", "Launched"]);
 }
 
@@ -92,7 +92,7 @@ async fn spot_only_never_falls_back_to_on_demand() {
         [vec!["InstanceMarketOptions.MarketType=spot".to_string()]]
     );
     assert!(spot.is_empty(), "nothing launched: {spot:?}");
-    let reasons: Vec<&str> = report.events.iter().map(|e| e.reason).collect();
+    let reasons: Vec<&str> = report.events().iter().map(|e| e.reason).collect();
     assert_eq!(reasons, ["CapacityUnavailable", "NoCapacity"]);
 }
 
@@ -103,7 +103,7 @@ async fn a_spot_pool_launches_spot_instances() {
     spec.launch.capacity_type = CapacityType::Spot;
     let mut lp = warm::pool_loop("spot3/pool", spec, &url).await;
     let report = lp.pass(Utc::now()).await.unwrap();
-    assert_eq!(report.launched.len(), 1, "{report:?}");
+    assert_eq!(report.launched().len(), 1, "{report:?}");
     let spot: Vec<bool> = present(&ec2, "spot3/pool")
         .await
         .iter()
@@ -267,10 +267,10 @@ async fn the_spot_quota_holds_every_spot_offering() {
     assert_eq!(launched.len(), 1);
     assert!(!launched[0].offering.spot);
     assert_eq!(
-        report.status.capacity_errors.len(),
+        report.status().capacity_errors.len(),
         4,
         "{:?}",
-        report.status.capacity_errors
+        report.status().capacity_errors
     );
-    assert!(report.status.capacity_errors.iter().all(|c| c.spot));
+    assert!(report.status().capacity_errors.iter().all(|c| c.spot));
 }

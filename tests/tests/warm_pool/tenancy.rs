@@ -70,15 +70,15 @@ async fn two_clusters_with_one_pool_name_never_touch_each_others_instances() {
         tokio::time::sleep(Duration::from_millis(700)).await;
         let report = west.pass(Utc::now()).await.unwrap();
         assert!(
-            report.terminated.is_empty(),
+            report.terminated().is_empty(),
             "west terminated {:?}: east's",
-            report.terminated
+            report.terminated()
         );
         assert_eq!(
-            report.status.launching + report.status.idle,
+            report.status().launching + report.status().idle,
             0,
             "{:?}",
-            report.status
+            report.status()
         );
     }
     let mut left: Vec<String> = ec2
@@ -93,9 +93,10 @@ async fn two_clusters_with_one_pool_name_never_touch_each_others_instances() {
     assert_eq!(left, launched, "east's instances run on");
     let report = east.pass(Utc::now()).await.unwrap();
     assert_eq!(
-        report.status.launching, 2,
+        report.status().launching,
+        2,
         "east still counts its own: {:?}",
-        report.status
+        report.status()
     );
 }
 
@@ -141,19 +142,20 @@ async fn untagged_instances_with_rows_here_are_adopted_and_the_rest_left_alone()
     let mut lp = loop_of("east", &moto.endpoint(), &url, &subnets, 1).await;
     let report = lp.pass(Utc::now()).await.unwrap();
     let adopted: Vec<&PoolEvent> = report
-        .events
+        .events()
         .iter()
         .filter(|e| e.reason == "Adopted")
         .collect();
-    assert_eq!(adopted.len(), 1, "{:?}", report.events);
+    assert_eq!(adopted.len(), 1, "{:?}", report.events());
     assert!(adopted[0].message.contains(&ours) && !adopted[0].message.contains(&theirs));
     assert_eq!(
-        report.status.idle, 1,
+        report.status().idle,
+        1,
         "the adopted one is counted: {:?}",
-        report.status
+        report.status()
     );
     assert!(
-        report.plan.launch_count() == 0,
+        report.plan().launch_count() == 0,
         "nothing launched: idle.min is met"
     );
     // The next pass at once: the listing asked for before the tags (which
@@ -161,10 +163,10 @@ async fn untagged_instances_with_rows_here_are_adopted_and_the_rest_left_alone()
     // the pool launches as many again.
     let report = lp.pass(Utc::now()).await.unwrap();
     assert_eq!(
-        (report.plan.launch_count(), report.status.idle),
+        (report.plan().launch_count(), report.status().idle),
         (0, 1),
         "the pass right after the adoption: {:?}",
-        report.status
+        report.status()
     );
     let tagged: Vec<String> = ec2
         .describe(&owner_of("east"))
@@ -181,9 +183,9 @@ async fn untagged_instances_with_rows_here_are_adopted_and_the_rest_left_alone()
         tokio::time::sleep(Duration::from_millis(700)).await;
         let report = lp.pass(Utc::now()).await.unwrap();
         assert!(
-            !report.terminated.contains(&theirs),
+            !report.terminated().contains(&theirs),
             "{:?}",
-            report.terminated
+            report.terminated()
         );
     }
     let out = ec2

@@ -501,14 +501,12 @@ impl Actuator {
         if let Some(message) = self.boot.failing() {
             if worse {
                 tracing::warn!(pool = %self.pool, "{message}");
-                report
-                    .events
-                    .push(PoolEvent::new("BootFailing", message.clone(), true));
+                report.say(PoolEvent::new("BootFailing", message.clone(), true));
             }
-            report.degraded = Some(("BootFailing", message));
+            report.set_degraded(Some(("BootFailing", message)));
         }
         if let Some(refused) = self.boot.refusal() {
-            report.degraded = Some(refused);
+            report.set_degraded(Some(refused));
         }
         Ok(())
     }
@@ -535,7 +533,7 @@ impl Actuator {
             Ok(refused) if !refused.is_empty() => {
                 for (id, why) in &refused {
                     tracing::warn!(pool = %self.pool, instance = %id, error = %why, "terminate refused");
-                    report.events.push(PoolEvent::new(
+                    report.say(PoolEvent::new(
                         "TerminateFailed",
                         format!("{id} could not be terminated; the next pass tries again: {why}"),
                         true,
@@ -553,8 +551,7 @@ impl Actuator {
             Err(e) => {
                 // Ended rows and claims stay: the next pass sees the instances
                 // without a live row (or with the claim) and tries again.
-                report.throttled |= matches!(e, Ec2Error::Throttled { .. });
-                if report.throttled {
+                if report.note_throttled(matches!(e, Ec2Error::Throttled { .. })) {
                     if let Some(m) = &self.metrics {
                         m.throttle(&self.pool);
                     }
@@ -565,7 +562,7 @@ impl Actuator {
             }
         }
         self.terminated(world, &going, report).await?;
-        report.terminated = ids;
+        report.add_terminated(ids);
         Ok(stayed)
     }
 
@@ -603,7 +600,7 @@ impl Actuator {
                 None => {
                     tracing::info!(pool = %self.pool, instance = %r.instance, reason = r.reason.as_str(),
                         "not retired: it was handed a run or its agent reported first");
-                    report.events.push(PoolEvent::new(
+                    report.say(PoolEvent::new(
                         "RetirementLost",
                         format!(
                             "{} was not retired ({}): it was handed a run or its agent reported first",
@@ -649,7 +646,7 @@ impl Actuator {
             if let Some(m) = &self.metrics {
                 m.terminated(&self.pool, reason.as_str(), instances.len());
             }
-            report.events.push(PoolEvent::new(
+            report.say(PoolEvent::new(
                 "Terminated",
                 format!("terminated {} ({})", instances.join(", "), reason.as_str()),
                 false,
@@ -734,7 +731,7 @@ impl Actuator {
             let mut mismatched = false;
             loop {
                 let Some(offering) = chain.get(at) else {
-                    report.events.push(PoolEvent::new(
+                    report.say(PoolEvent::new(
                         "NoCapacity",
                         format!("no instance type and subnet has capacity for {budget} more"),
                         true,
@@ -779,10 +776,8 @@ impl Actuator {
                     }
                     Err(e @ Ec2Error::Fenced { .. }) => return Err(PoolError::ec2(&self.pool, e)),
                     Err(e @ Ec2Error::Throttled { .. }) => {
-                        report.throttled = true;
-                        report
-                            .events
-                            .push(PoolEvent::new("Throttled", e.to_string(), true));
+                        report.note_throttled(true);
+                        report.say(PoolEvent::new("Throttled", e.to_string(), true));
                         return Ok(());
                     }
                     Err(e) => {
@@ -834,7 +829,7 @@ impl Actuator {
             } else {
                 ("MaxInstancesReached", false)
             };
-            report.events.push(PoolEvent::new(
+            report.say(PoolEvent::new(
                 reason,
                 format!(
                     "{} more instances wanted, none launched for them",
@@ -860,7 +855,7 @@ impl Actuator {
             } else {
                 "DatabaseUrlParameter"
             };
-            report.events.push(PoolEvent::new(
+            report.say(PoolEvent::new(
                 reason,
                 format!(
                     "{budget} launch(es) held: the database URL parameter cannot be written: {e}"
@@ -870,7 +865,7 @@ impl Actuator {
             return Ok(None);
         }
         if let DatabaseSource::Url(_) = source {
-            report.events.push(PoolEvent::new(
+            report.say(PoolEvent::new(
                 "DatabaseUrlInUserData",
                 "the launch's user-data carries the database URL, password included \
                  (launch.databaseUrlIn: userData): anyone allowed ec2:DescribeInstanceAttribute \
@@ -928,12 +923,12 @@ impl Actuator {
         if let Some(m) = &self.metrics {
             m.launched(&self.pool, count);
         }
-        report.events.push(PoolEvent::new(
+        report.say(PoolEvent::new(
             "Launched",
             format!("launched {count} ({offering}): {}", ids.join(", ")),
             false,
         ));
-        report.launched.extend(ids);
+        report.add_launched(ids);
     }
 
     /// A launch failed with `e` (not for capacity, throttling or the
@@ -942,16 +937,14 @@ impl Actuator {
     fn launch_failed(&mut self, e: &Ec2Error, spec: &WarmPoolSpec, report: &mut PassReport) {
         match refusal(e, spec, &self.owner.namespace) {
             Some((reason, message)) => {
-                report
-                    .events
-                    .push(PoolEvent::new(reason, message.clone(), true));
+                report.say(PoolEvent::new(reason, message.clone(), true));
                 self.boot.refuse(
                     reason,
                     message,
                     self.tuning.boot_backoff_base,
                     self.tuning.boot_backoff_cap,
                 );
-                report.degraded = self.boot.refusal();
+                report.set_degraded(self.boot.refusal());
             }
             None => report.ec2_failed("LaunchFailed", e),
         }
@@ -979,7 +972,7 @@ impl Actuator {
         } else {
             String::new()
         };
-        report.events.push(PoolEvent::new(
+        report.say(PoolEvent::new(
             "CapacityUnavailable",
             format!(
                 "{offering}: {code}; skipped{also} until {}",
@@ -999,11 +992,9 @@ impl Actuator {
         };
         let grant = budget.grant(&offering.instance_type, wanted);
         if let Some(why) = grant.held_back {
-            if !report.events.iter().any(|e| e.reason == "LimitReached") {
+            if !report.events().iter().any(|e| e.reason == "LimitReached") {
                 tracing::info!(pool = %self.pool, wanted, granted = grant.count, "{why}");
-                report
-                    .events
-                    .push(PoolEvent::new("LimitReached", why, true));
+                report.say(PoolEvent::new("LimitReached", why, true));
             }
         }
         grant.count

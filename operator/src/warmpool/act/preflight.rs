@@ -44,7 +44,7 @@ pub(in crate::warmpool) async fn ask(
     let instance = snap
         .instances
         .iter()
-        .find(|i| i.state.is_present() && !report.terminated.contains(&i.id))
+        .find(|i| i.state.is_present() && !report.terminated().contains(&i.id))
         .map(|i| i.id.as_str());
     let spaced = act.preflight_asked.is_none_or(|at| now >= at + ASK_AGAIN);
     let due = (spaced && act.preflight_at.is_some_and(|at| now >= at))
@@ -101,7 +101,7 @@ pub(in crate::warmpool) async fn ask(
         missing.join(", ")
     );
     tracing::warn!(pool = %act.pool, "preflight: {said}");
-    report.events.push(PoolEvent::new(UNAUTHORIZED, said, true));
+    report.say(PoolEvent::new(UNAUTHORIZED, said, true));
     act.preflight_at = Some(now + ASK_AGAIN);
 }
 

@@ -72,12 +72,12 @@ impl Actuator {
                         if let Some(m) = &self.metrics {
                             m.started(&self.pool, started.len());
                         }
-                        report.events.push(PoolEvent::new(
+                        report.say(PoolEvent::new(
                             "Started",
                             format!("started {} from the stopped reserve", started.join(", ")),
                             false,
                         ));
-                        report.started.extend(started);
+                        report.add_started(started);
                     }
                     for (start, e) in refused {
                         self.start_failed(world, orders, offering, &[start], e, report)
@@ -113,7 +113,7 @@ impl Actuator {
                         let fresh = stopped.iter().filter(|s| taken.contains(&s.row)).count();
                         m.stopped(&self.pool, fresh);
                     }
-                    report.events.push(PoolEvent::new(
+                    report.say(PoolEvent::new(
                         "Stopped",
                         format!("stopped {} into the reserve", names.join(", ")),
                         false,
@@ -153,7 +153,7 @@ impl Actuator {
         if let Ec2Error::Capacity { code, .. } = &e {
             self.hold(spec, offering, code, now);
         }
-        report.throttled |= matches!(e, Ec2Error::Throttled { .. });
+        report.note_throttled(matches!(e, Ec2Error::Throttled { .. }));
         tracing::warn!(pool = %self.pool, offering = %offering, error = %e, "start failed");
         report.ec2_failed("StartFailed", &e);
         Ok(())
@@ -179,7 +179,7 @@ impl Actuator {
                 .retire_reserved(world, "StopFailed", &e, stopping, report)
                 .await;
         }
-        report.throttled |= matches!(e, Ec2Error::Throttled { .. });
+        report.note_throttled(matches!(e, Ec2Error::Throttled { .. }));
         tracing::warn!(pool = %self.pool, error = %e, "stop failed");
         report.ec2_failed("StopFailed", &e);
         Ok(())
@@ -200,7 +200,7 @@ impl Actuator {
         tracing::warn!(pool = %self.pool, instances = ?ids, error = %error,
             "{what}: EC2 refused for good, the instances are retired");
         report.note_denial(error);
-        report.events.push(PoolEvent::new(
+        report.say(PoolEvent::new(
             what,
             format!(
                 "{error}: {} retired ({})",
@@ -220,11 +220,7 @@ impl Actuator {
                 .collect(),
             ..PoolPlan::default()
         };
-        let terminated = std::mem::take(&mut report.terminated);
         self.retire(world, &plan, report).await?;
-        let mut all = terminated;
-        all.append(&mut report.terminated);
-        report.terminated = all;
         Ok(())
     }
 }

@@ -357,7 +357,7 @@ async fn launch(lp: &mut Stage, plan: &PoolPlan, stayed: u32) -> PassReport {
 }
 
 fn reasons(report: &PassReport) -> Vec<&'static str> {
-    report.events.iter().map(|e| e.reason).collect()
+    report.events().iter().map(|e| e.reason).collect()
 }
 
 #[tokio::test]
@@ -371,7 +371,7 @@ async fn launches_go_to_the_next_offering_on_a_capacity_error_and_hold_the_first
         .map(|(t, n, _)| (t.as_str(), *n))
         .collect();
     assert_eq!(runs, [("t3.small", 3), ("t3.medium", 3)]);
-    assert_eq!(report.launched.len(), 3);
+    assert_eq!(report.launched().len(), 3);
     assert_eq!(reasons(&report), ["CapacityUnavailable", "Launched"]);
     let until = lp.act.holds.until()[&offering("t3.small")];
     assert_eq!(
@@ -394,8 +394,8 @@ async fn launches_go_to_the_next_offering_on_a_capacity_error_and_hold_the_first
 async fn a_throttled_call_is_retried_with_its_token_and_throttled_to_the_end_keeps_it() {
     let mut lp = run_answered(&[Answer::Throttled, Answer::Throttled]);
     let report = launch(&mut lp, &launching(2), 0).await;
-    assert_eq!(report.launched.len(), 2);
-    assert!(!report.throttled);
+    assert_eq!(report.launched().len(), 2);
+    assert!(!report.throttled());
     let tokens: HashSet<&str> = lp.world.runs.iter().map(|r| r.2.as_str()).collect();
     assert_eq!(
         (lp.world.runs.len(), tokens.len()),
@@ -408,12 +408,12 @@ async fn a_throttled_call_is_retried_with_its_token_and_throttled_to_the_end_kee
     // kept for the next pass's retry.
     let mut lp = run_answered(&[Answer::Throttled; 5]);
     let report = launch(&mut lp, &launching(2), 0).await;
-    assert!(report.throttled && report.launched.is_empty());
+    assert!(report.throttled() && report.launched().is_empty());
     assert_eq!(reasons(&report), ["Throttled"]);
     assert_eq!(lp.world.runs.len(), 5);
     assert_eq!(lp.act.launches.batches, 0);
     let report = launch(&mut lp, &launching(2), 0).await;
-    assert_eq!(report.launched.len(), 2);
+    assert_eq!(report.launched().len(), 2);
     assert_eq!(
         lp.world.runs[5].2, lp.world.runs[0].2,
         "the retry repeats it"
@@ -435,8 +435,8 @@ async fn a_lost_answer_keeps_its_token_and_a_refusal_uses_it_up() {
     let mut lp = run_answered(&[Answer::Refused]);
     let report = launch(&mut lp, &launching(1), 0).await;
     assert_eq!(reasons(&report), ["LaunchRefused"]);
-    assert!(report.events[0].warning);
-    assert_eq!(report.degraded.as_ref().map(|d| d.0), Some("LaunchRefused"));
+    assert!(report.events()[0].warning);
+    assert_eq!(report.degraded().map(|d| d.0), Some("LaunchRefused"));
     assert!(lp.act.boot.holding().is_some(), "launches wait");
     assert_eq!(lp.act.launches.batches, 1);
     assert!(
@@ -480,7 +480,7 @@ async fn only_what_was_ended_or_claimed_is_terminated_and_each_miss_takes_back_a
     );
     // Two places the plan counted free are taken back: nothing launches.
     let report = launch(&mut lp, &plan, stayed).await;
-    assert!(report.launched.is_empty() && lp.world.runs.is_empty());
+    assert!(report.launched().is_empty() && lp.world.runs.is_empty());
 }
 
 #[tokio::test]
@@ -497,7 +497,7 @@ async fn a_throttled_termination_leaves_the_claims_for_the_next_pass() {
         .await
         .unwrap();
     assert_eq!(stayed, 1);
-    assert!(report.throttled);
+    assert!(report.throttled());
     assert_eq!(reasons(&report), ["TerminateFailed"]);
     assert!(
         lp.world.ended_claims.is_empty(),
@@ -552,7 +552,7 @@ async fn a_start_without_capacity_puts_the_rows_back_and_holds_the_offering() {
     assert_eq!(lp.world.woken, [1, 2], "woken before the start");
     assert!(lp.world.started.is_empty());
     assert_eq!(lp.world.unwoken, [1, 2], "back into the reserve");
-    assert!(report.started.is_empty());
+    assert!(report.started().is_empty());
     assert_eq!(reasons(&report), ["StartFailed"]);
     assert!(
         lp.act.holds.until().contains_key(&offering("t3.small")),
@@ -561,7 +561,7 @@ async fn a_start_without_capacity_puts_the_rows_back_and_holds_the_offering() {
 
     let report = reserve(&mut lp, &plan).await;
     assert_eq!(lp.world.started, ["i-1", "i-2"]);
-    assert_eq!(report.started, ["i-1", "i-2"]);
+    assert_eq!(report.started(), ["i-1", "i-2"]);
     assert_eq!(reasons(&report), ["Started"]);
 }
 
@@ -596,7 +596,7 @@ async fn a_reserve_instance_whose_agent_came_back_is_not_terminated() {
 async fn an_idempotent_parameter_mismatch_takes_the_next_token_at_once() {
     let mut lp = run_answered(&[Answer::Mismatch]);
     let report = launch(&mut lp, &launching(2), 0).await;
-    assert_eq!(report.launched.len(), 2, "{:?}", report.events);
+    assert_eq!(report.launched().len(), 2, "{:?}", report.events());
     assert_eq!(lp.world.runs.len(), 2);
     assert_ne!(lp.world.runs[0].2, lp.world.runs[1].2);
     assert_eq!(lp.act.launches.batches, 2);
@@ -630,14 +630,14 @@ async fn one_refused_id_does_not_hold_up_a_termination_batch() {
         .unwrap();
     assert_eq!(stayed, 1, "the protected one");
     assert_eq!(lp.world.terminated, ["i-a", "i-c"]);
-    assert_eq!(report.terminated, ["i-a", "i-c"]);
+    assert_eq!(report.terminated(), ["i-a", "i-c"]);
     let failed: Vec<&str> = report
-        .events
+        .events()
         .iter()
         .filter(|e| e.reason == "TerminateFailed")
         .map(|e| e.message.as_str())
         .collect();
-    assert_eq!(failed.len(), 1, "{:?}", report.events);
+    assert_eq!(failed.len(), 1, "{:?}", report.events());
     assert!(failed[0].starts_with("i-b ") && failed[0].contains("OperationNotPermitted"));
 }
 
@@ -655,9 +655,9 @@ async fn a_start_refused_for_good_retires_the_reserve_instance() {
     assert!(lp.world.started.is_empty());
     assert!(lp.world.unwoken.is_empty(), "not put back into the reserve");
     assert_eq!(lp.world.terminated, ["i-1"]);
-    assert_eq!(report.terminated, ["i-1"]);
+    assert_eq!(report.terminated(), ["i-1"]);
     let failed = report
-        .events
+        .events()
         .iter()
         .find(|e| e.reason == "StartFailed")
         .unwrap();
@@ -727,7 +727,7 @@ async fn the_preflight_asks_at_most_once_a_minute_however_often_the_spec_changes
         ..Snapshot::default()
     };
     let first = ask(&mut lp, &spec, Snapshot::default(), t0, 0).await;
-    assert!(first.events.iter().any(|e| e.reason == "Unauthorized"));
+    assert!(first.events().iter().any(|e| e.reason == "Unauthorized"));
     assert!(lp.act.denials.standing().is_some());
     // The first pass with an instance asks about it, once.
     ask(&mut lp, &spec, with_instance.clone(), t0, 1).await;
@@ -784,9 +784,9 @@ async fn three_boot_time_outs_make_the_pool_boot_failing_with_the_last_console_s
     });
     let snap = Snapshot::default();
     let two = count(&mut lp, &timed_out(&["i-1", "i-2"]), &snap).await;
-    assert_eq!(two.degraded, None, "two in a row are not yet failing");
+    assert_eq!(two.degraded(), None, "two in a row are not yet failing");
     let three = count(&mut lp, &timed_out(&["i-3"]), &snap).await;
-    let (reason, message) = three.degraded.clone().expect("failing after three");
+    let (reason, message) = three.degraded().cloned().expect("failing after three");
     assert_eq!(reason, "BootFailing");
     assert!(message.contains("the last: i-3"), "{message}");
     assert!(message.contains("powering off"), "{message}");
@@ -804,7 +804,7 @@ async fn a_console_the_policy_may_not_read_is_said_in_the_message() {
         &Snapshot::default(),
     )
     .await;
-    let (_, message) = report.degraded.expect("failing after three");
+    let (_, message) = report.degraded().expect("failing after three");
     assert!(
         message.contains("ec2:GetConsoleOutput is not allowed"),
         "{message}"
@@ -828,12 +828,12 @@ async fn an_instance_gone_before_it_reported_counts_unless_its_agent_ever_wrote_
             .insert(id.to_string(), (launched, offering("t3.small")));
     }
     let gone = count(&mut lp, &PoolPlan::default(), &Snapshot::default()).await;
-    assert_eq!(gone.degraded, None, "two lost boots, not four");
+    assert_eq!(gone.degraded(), None, "two lost boots, not four");
     // Counted once: the next pass finds none of them again, and one boot
     // time-out more makes three.
     let again = count(&mut lp, &PoolPlan::default(), &Snapshot::default()).await;
-    assert_eq!(again.degraded, None);
+    assert_eq!(again.degraded(), None);
     let third = count(&mut lp, &timed_out(&["i-5"]), &Snapshot::default()).await;
-    let (_, message) = third.degraded.expect("three failed boots in a row");
+    let (_, message) = third.degraded().expect("three failed boots in a row");
     assert!(message.contains("the last: i-5"), "{message}");
 }

@@ -32,14 +32,14 @@ pub(super) async fn write_back(
     let fence = &ctx.config().fence;
     let (mut status, events, wait) = match outcome {
         Ok(report) => {
-            let wait = if report.throttled {
+            let wait = if report.throttled() {
                 state.backed_off()
             } else {
                 state.went_through();
                 ctx.config().tuning.resync
             };
-            if report.deleted && state.retiring().is_empty() {
-                for e in &report.events {
+            if report.deleted() && state.retiring().is_empty() {
+                for e in report.events() {
                     ctx.say(wp, e).await;
                 }
                 // None of its instances left: the finalizer goes.
@@ -53,7 +53,8 @@ pub(super) async fn write_back(
                 )
                 .await;
             }
-            (report.status, report.events, wait)
+            let (status, events) = report.into_status_and_events();
+            (status, events, wait)
         }
         Err(e) if e.is_fenced() => {
             // Not a failure to show: this replica may not write either.

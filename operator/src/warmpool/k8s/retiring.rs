@@ -194,11 +194,11 @@ pub(super) async fn pass_all(wp: &WarmPool, retiring: &mut Vec<Retiring>) -> Vec
         );
         match r.lp.pass(Utc::now()).await {
             Ok(report) => {
-                events.extend(report.events.iter().map(|e| PoolEvent {
+                events.extend(report.events().iter().map(|e| PoolEvent {
                     message: format!("where the pool ran before ({where_}): {}", e.message),
                     ..e.clone()
                 }));
-                if report.deleted {
+                if report.deleted() {
                     tracing::info!(pool = %wp.name_any(), place = %where_, "nothing left where the pool ran before");
                     done.push(at);
                 }

@@ -28,7 +28,7 @@ use super::PoolLoop;
 use crate::warmpool::act::Orders;
 use crate::warmpool::objective;
 use crate::warmpool::observe::{Observer, Planned};
-use crate::warmpool::pass_report::{Deletion, PassReport, PoolError, PoolEvent};
+use crate::warmpool::pass_report::{BeforeActing, Deletion, PassReport, PoolError, PoolEvent};
 
 /// The hours ahead whose floor `status.forecast` shows.
 const FORECAST_HOURS_SHOWN: usize = 6;
@@ -101,18 +101,22 @@ impl PoolLoop {
             )
             .await;
         }
-        self.act.ended_by_loop(&report.terminated);
-        report.instances =
-            crate::warmpool::roster::roster(spec, &snap, &decided, self.act.launches().times());
+        self.act.ended_by_loop(report.terminated());
+        report.set_instances(crate::warmpool::roster::roster(
+            spec,
+            &snap,
+            &decided,
+            self.act.launches().times(),
+        ));
         // A refusal of the credentials outlasts the pass that met it (see
         // `Denials`), over any boot failure: the IAM policy mends it.
         if let Some(message) = self.act.denials().standing() {
-            report.degraded = Some((
+            report.set_degraded(Some((
                 crate::warmpool::pass_report::UNAUTHORIZED,
                 message.to_string(),
-            ));
+            )));
         }
-        report.status = crate::warmpool::conditions::status(
+        let status = crate::warmpool::conditions::status(
             &report,
             &mut self.conditions,
             self.act.holds(),
@@ -120,7 +124,8 @@ impl PoolLoop {
             &mut self.cost,
             now,
         );
-        self.deletion_announced |= report.deleting;
+        report.set_status(status);
+        self.deletion_announced |= report.deleting();
         self.gauge(&report);
         Ok(report)
     }
@@ -266,7 +271,7 @@ impl PoolLoop {
         decided: &PoolPlan,
         now: DateTime<Utc>,
     ) -> PassReport {
-        let mut report = PassReport {
+        let mut report = PassReport::planned(BeforeActing {
             plan: decided.clone(),
             deleting: snap.deleting.is_some(),
             deleted: snap.deleting.is_some() && self.nothing_left(snap),
@@ -285,11 +290,10 @@ impl PoolLoop {
                 .as_ref()
                 .zip(self.spec.objective.as_ref())
                 .map(|(p, o)| p.status(o, self.cost.starts())),
-            ..PassReport::default()
-        };
+        });
         if let (Some(p), Some(o)) = (&moment.objective, &self.spec.objective) {
             if let Some(binding) = p.choice().binding {
-                report.events.push(PoolEvent::new(
+                report.say(PoolEvent::new(
                     "ObjectiveUnreachable",
                     format!(
                         "{} % of runs within {} s is out of reach: at most {:.1} % would have \
@@ -321,19 +325,17 @@ impl PoolLoop {
         report: &mut PassReport,
     ) {
         if let Some(why) = foreign {
-            report.events.push(PoolEvent::new(
+            report.say(PoolEvent::new(
                 crate::warmpool::ec2::UNSUPPORTED_ARCHITECTURE,
                 why,
                 true,
             ));
         }
         if let Err(e) = &moment.active {
-            report
-                .events
-                .push(PoolEvent::new("InvalidSchedule", e.to_string(), true));
+            report.say(PoolEvent::new("InvalidSchedule", e.to_string(), true));
         }
         if let Err((i, e)) = crate::window::standing(&self.spec.maintenance_windows, now) {
-            report.events.push(PoolEvent::new(
+            report.say(PoolEvent::new(
                 "InvalidMaintenanceWindow",
                 format!(
                     "spec.maintenanceWindows[{i}].{e}; drifted instances wait until it is fixed"
@@ -341,12 +343,12 @@ impl PoolLoop {
                 true,
             ));
         }
-        if report.plan.counts.drifted > 0 {
+        if report.plan().counts.drifted > 0 {
             self.announce_drift(snap, report);
         }
         let adopted = self.seen.take_adopted();
         if !adopted.is_empty() {
-            report.events.push(PoolEvent::new(
+            report.say(PoolEvent::new(
                 "Adopted",
                 format!(
                     "{} instance(s) launched before instances carried the cluster's tag, with rows \
@@ -364,7 +366,7 @@ impl PoolLoop {
     /// The pool's gauges from the pass's status.
     fn gauge(&self, report: &PassReport) {
         if let Some(m) = self.act.metrics() {
-            let s = &report.status;
+            let s = report.status();
             m.counts(
                 self.act.pool(),
                 crate::warmpool::metrics::Counts {
@@ -372,7 +374,7 @@ impl PoolLoop {
                     busy: s.busy,
                     stopped: s.stopped,
                     launching: s.launching,
-                    idle_min: report.idle_min,
+                    idle_min: report.idle_min(),
                 },
             );
         }
@@ -411,7 +413,7 @@ impl PoolLoop {
                  busy ones after their runs"
             ),
         };
-        report.events.push(PoolEvent::new(
+        report.say(PoolEvent::new(
             "Drifted",
             format!(
                 "{} instance(s) run an out-of-date launch spec ({was} → {}): {pace}",
@@ -479,7 +481,7 @@ impl PoolLoop {
         let until = (since + drain).to_rfc3339();
         tracing::info!(pool = %self.act.pool(), since = %since.to_rfc3339(), busy = plan.counts.busy,
             retiring = plan.retirements.len(), "WarmPool deleted: terminating its instances");
-        report.events.push(PoolEvent {
+        report.say(PoolEvent {
             reason: "Deleting",
             message: format!(
                 "onDelete Terminate: launching no more; terminating {} idle or booting instances; \
@@ -507,7 +509,7 @@ impl PoolLoop {
             let (wait, backing_off) = match self.pass(Utc::now()).await {
                 Ok(r) => {
                     report(Ok(&r));
-                    if r.throttled {
+                    if r.throttled() {
                         (self.backoff.next_wait(), true)
                     } else {
                         self.backoff.reset();

@@ -360,8 +360,8 @@ async fn bench_below_target(moto: &Moto, url: &str, beside: Option<(&Listings, &
     tokio::spawn(lp.run(
         move |r| {
             if let Ok(r) = r {
-                if !r.launched.is_empty() {
-                    let _ = launched_tx.send(r.launched.clone());
+                if !r.launched().is_empty() {
+                    let _ = launched_tx.send(r.launched().to_vec());
                 }
             }
         },
@@ -432,7 +432,7 @@ async fn bench_drift(moto: &Moto, url: &str, max_drifted: i32) {
             .pass(Utc::now())
             .await
             .unwrap_or_else(|e| panic!("a pass: {e}"));
-        add_idle_rows(&db, &pool, &report.launched).await;
+        add_idle_rows(&db, &pool, report.launched()).await;
     }
     let new_image = warm::ANOTHER_IMAGE.to_string();
     let mut patched = spec;
@@ -445,15 +445,15 @@ async fn bench_drift(moto: &Moto, url: &str, max_drifted: i32) {
             .pass(Utc::now())
             .await
             .unwrap_or_else(|e| panic!("a pass: {e}"));
-        add_idle_rows(&db, &pool, &report.launched).await;
+        add_idle_rows(&db, &pool, report.launched()).await;
         lowest = lowest.min(idle().await);
-        if report.status.drifted == 0 && report.launched.is_empty() {
+        if report.status().drifted == 0 && report.launched().is_empty() {
             break;
         }
         assert!(
             started.elapsed() < Duration::from_secs(300),
             "still drifted after 5 minutes: {:?}",
-            report.status
+            report.status()
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
@@ -718,12 +718,12 @@ async fn bench_class_passes(url: &str) {
                 if round > 0 {
                     times.push(started.elapsed());
                     held_back += report
-                        .events
+                        .events()
                         .iter()
                         .filter(|e| e.reason == "LimitReached")
                         .count();
                 }
-                assert!(report.launched.is_empty(), "{} launched", lp.pool());
+                assert!(report.launched().is_empty(), "{} launched", lp.pool());
             }
         }
         times.sort();
