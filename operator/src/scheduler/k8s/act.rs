@@ -100,7 +100,7 @@ async fn pod_action(
     action: &Action,
 ) -> Result<(), ActError> {
     let name = scheduler.name_any();
-    let api = Api::<Pod>::namespaced(ctx.client.clone(), ns);
+    let api = Api::<Pod>::namespaced(ctx.client().clone(), ns);
     // The pod's own grace is for deletions from outside (it covers the
     // drain); when the operator deletes a pod there is nothing left to
     // drain for.
@@ -143,7 +143,7 @@ async fn job_action(
     action: &Action,
 ) -> Result<(), ActError> {
     let name = scheduler.name_any();
-    let api = Api::<Job>::namespaced(ctx.client.clone(), ns);
+    let api = Api::<Job>::namespaced(ctx.client().clone(), ns);
     let gone = DeleteParams {
         propagation_policy: Some(PropagationPolicy::Background),
         ..Default::default()
@@ -245,7 +245,7 @@ impl<'a> Write<'a> {
             refused,
             source,
         })?;
-        self.ctx.watched.expect(self.ns, self.scheduler, expect);
+        self.ctx.watched().expect(self.ns, self.scheduler, expect);
         Ok(())
     }
 }

@@ -15,7 +15,7 @@ use crate::{
 /// What every reconcile shares: the client, the event recorder, the
 /// metrics, the database connections and the fence.
 pub struct Context {
-    pub client: Client,
+    client: Client,
     recorder: Recorder,
     metrics: Metrics,
     connections: database::Connections,
@@ -25,9 +25,9 @@ pub struct Context {
     memory: memory::StatusMemory,
     /// The stores of the controller's watches, and what this replica's
     /// writes make them owe (see [`watched`]).
-    pub watched: watched::Watched,
+    watched: watched::Watched,
     /// The reconciles in flight, for `/healthz`.
-    pub progress: Progress,
+    progress: Progress,
 }
 
 impl Context {
@@ -57,6 +57,22 @@ impl Context {
     pub fn with_progress(mut self, progress: Progress) -> Self {
         self.progress = progress;
         self
+    }
+
+    /// The client the controller acts with.
+    pub fn client(&self) -> &Client {
+        &self.client
+    }
+
+    /// The stores of the controller's watches, and what this replica's
+    /// writes make them owe.
+    pub fn watched(&self) -> &watched::Watched {
+        &self.watched
+    }
+
+    /// The reconciles in flight, for `/healthz`.
+    pub fn progress(&self) -> &Progress {
+        &self.progress
     }
 
     /// The Events' recorder.

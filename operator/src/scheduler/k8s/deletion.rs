@@ -45,7 +45,7 @@ pub async fn add_finalizer(
     s: &Scheduler,
     ns: &str,
 ) -> Result<Option<String>, ReconcileError> {
-    let api = Api::<Scheduler>::namespaced(ctx.client.clone(), ns);
+    let api = Api::<Scheduler>::namespaced(ctx.client().clone(), ns);
     finalizer::add(&api, ctx.fence(), &s.metadata, FINALIZER)
         .await
         .map_err(|e| finalizer_error(e, "adding", s))
@@ -54,7 +54,7 @@ pub async fn add_finalizer(
 /// Removes [`FINALIZER`] from the Scheduler `s` is (its uid; see
 /// [`finalizer::remove`]).
 async fn remove_finalizer(ctx: &Context, s: &Scheduler, ns: &str) -> Result<(), ReconcileError> {
-    let api = Api::<Scheduler>::namespaced(ctx.client.clone(), ns);
+    let api = Api::<Scheduler>::namespaced(ctx.client().clone(), ns);
     finalizer::remove(&api, ctx.fence(), &s.metadata, FINALIZER)
         .await
         .map(|_| ())
@@ -326,7 +326,7 @@ async fn delete_pod(
         ..Default::default()
     };
     info!(scheduler = %scheduler, pod = %pod, grace = ?grace, "deleting pod: the Scheduler is being deleted");
-    match Api::<Pod>::namespaced(ctx.client.clone(), ns)
+    match Api::<Pod>::namespaced(ctx.client().clone(), ns)
         .delete(pod, &params)
         .await
     {

@@ -92,7 +92,7 @@ pub fn run(
             Listed::of(&job_store),
             secrets_listed,
         ];
-        ctx.watched.register(
+        ctx.watched().register(
             scope,
             watched::Stores {
                 pods: pod_store,

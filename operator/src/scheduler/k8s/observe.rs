@@ -24,7 +24,7 @@ pub(super) async fn observe(
 ) -> Result<(Observed, Option<Arc<Db>>), ObserveError> {
     ctx.fence().check()?;
     let name = scheduler.name_any();
-    let (pods, jobs) = match ctx.watched.owned(ns, &name).await {
+    let (pods, jobs) = match ctx.watched().owned(ns, &name).await {
         Some(owned) => owned,
         None => list_owned(ctx, ns, &name).await?,
     };
@@ -94,8 +94,8 @@ async fn list_owned(
         scheduler::scheduler_label(name)
     ));
     let (pod_api, job_api) = (
-        Api::<Pod>::namespaced(ctx.client.clone(), ns),
-        Api::<Job>::namespaced(ctx.client.clone(), ns),
+        Api::<Pod>::namespaced(ctx.client().clone(), ns),
+        Api::<Job>::namespaced(ctx.client().clone(), ns),
     );
     let scheduler = || name.to_string();
     // Both at once: a pass waits for the slower only.
@@ -118,6 +118,6 @@ async fn database_url(
     ns: &str,
     secret_ref: &SecretKeyRef,
 ) -> Result<database::ReadUrl, database::SecretError> {
-    let secrets = Api::<Secret>::namespaced(ctx.client.clone(), ns);
-    ctx.watched.read_url(&secrets, ns, secret_ref).await
+    let secrets = Api::<Secret>::namespaced(ctx.client().clone(), ns);
+    ctx.watched().read_url(&secrets, ns, secret_ref).await
 }

@@ -41,7 +41,7 @@ pub(super) async fn apply_status(
     status: &SchedulerStatus,
 ) -> Result<(), StatusError> {
     let name = scheduler.name_any();
-    let api = Api::<Scheduler>::namespaced(ctx.client.clone(), ns);
+    let api = Api::<Scheduler>::namespaced(ctx.client().clone(), ns);
     let version = write_status(&api, &name, status, ctx.fence())
         .await
         .map_err(|source| StatusError::new(name.clone(), source))?;

@@ -45,7 +45,7 @@ impl Reconciler for Context {
         let (ns, name) = (crate::crd::namespace_of(scheduler), scheduler.name_any());
         self.connections().forget(&ns, &name);
         self.memory().forget(&ns, &name);
-        self.watched.forget(&ns, &name);
+        self.watched().forget(&ns, &name);
         ReconcileError::Stopped(stop)
     }
 
@@ -65,7 +65,8 @@ impl Reconciler for Context {
     }
 
     fn progress(&self) -> &Progress {
-        &self.progress
+        // The context's own (inherent) accessor.
+        Context::progress(self)
     }
 
     fn backoff(&self) -> &PerObject {
@@ -132,7 +133,7 @@ async fn run_stages(
             // Its pods and Jobs go with it (owner references).
             ctx.connections().forget(&ns, &name);
             ctx.memory().forget(&ns, &name);
-            ctx.watched.forget(&ns, &name);
+            ctx.watched().forget(&ns, &name);
             return Ok(Requeue::await_change());
         }
         let (observed, db) = observe(&scheduler, &ctx, &ns).await?;
