@@ -146,28 +146,78 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
                 ctx,
                 pools,
             );
+            // CRDs made older under the controllers end the term; a
+            // replica taking the Lease from one that stepped down for them
+            // looks before it acts.
+            let crds = client.clone();
             async move {
                 let _term = term;
-                controllers.await
+                if let Some(stale) = crd_check::stale(&crds).await {
+                    return Err(stale.into());
+                }
+                tokio::select! {
+                    done = controllers => done,
+                    stale = crd_check::until_stale(&crds) => Err(stale.into()),
+                }
             }
         }
     };
-    let mut shutdown = Box::pin(shutdown_signal());
-    // CRDs older than this build: stand for nothing until they are
-    // upgraded (crd_check), rather than write fields that are pruned.
-    let lease = crd_check::lease_reference(&args.lease_name, &lease_namespace);
-    tokio::select! {
-        () = crd_check::wait_for_crds(&client, &ready, lease, &identity) => {}
-        () = &mut shutdown => {
-            server.abort();
-            return Ok(());
-        }
-    }
-    let election = Election::new(&args.lease_name, &lease_namespace, &identity);
-    info!(lease = %args.lease_name, namespace = %lease_namespace, identity = %identity, "waiting for the lease");
-    let led = leader::lead(lease_client, election, ready, work, shutdown).await;
+    let lease = (args.lease_name.as_str(), lease_namespace.as_str());
+    let led = elect((&client, &lease_client), &ready, lease, &identity, work).await;
     server.abort();
     led
+}
+
+/// Stands for the Lease `lease` (name, namespace) as `identity` and runs
+/// `work` while it leads, as long as the CRDs fit this build: held back
+/// while they do not, at the start and after a term they ended (see
+/// [`crd_check`]). Until SIGTERM or Ctrl-C, or the controllers fail.
+/// `clients`: the controllers' and the Lease's own.
+async fn elect<W, F>(
+    clients: (&Client, &Client),
+    ready: &Readiness,
+    lease: (&str, &str),
+    identity: &str,
+    work: W,
+) -> anyhow::Result<()>
+where
+    W: Fn(Fence) -> F,
+    F: std::future::Future<Output = anyhow::Result<()>> + Send + 'static,
+{
+    let (client, lease_client) = clients;
+    let (lease_name, lease_namespace) = lease;
+    let mut shutdown = Box::pin(shutdown_signal());
+    loop {
+        // CRDs older than this build: stand for nothing until they are
+        // upgraded, rather than write fields that are pruned.
+        let reference = crd_check::lease_reference(lease_name, lease_namespace);
+        tokio::select! {
+            () = crd_check::wait_for_crds(client, ready, reference, identity) => {}
+            () = &mut shutdown => return Ok(()),
+        }
+        let election = Election::new(lease_name, lease_namespace, identity);
+        info!(lease = %lease_name, namespace = %lease_namespace, identity = %identity, "waiting for the lease");
+        let led = leader::lead(
+            lease_client.clone(),
+            election,
+            ready.clone(),
+            &work,
+            &mut shutdown,
+        )
+        .await;
+        // The CRDs made older while it led: the fence is closed and the
+        // lease released; wait for them again, as at the start.
+        if let Some(stale) = led
+            .as_ref()
+            .err()
+            .and_then(|e| e.downcast_ref::<crd_check::Stale>())
+        {
+            warn!("{stale}");
+            ready.set(false);
+            continue;
+        }
+        return led;
+    }
 }
 
 /// The Scheduler and WarmPool controllers of this replica: one of each per

@@ -6,7 +6,10 @@
 //! where a platform engineer looks: its log, an Event on the Lease and
 //! `/readyz`, with the command that upgrades them. It looks again every
 //! few seconds and goes on once they are upgraded; newer CRDs (the
-//! operator rolled back) are accepted.
+//! operator rolled back) are accepted. While it leads it keeps looking
+//! ([`until_stale`]): CRDs made older under it (a rollback of the CRDs
+//! alone, or of a release whose Deployment has not rolled yet) end its
+//! term, and it waits again.
 
 use std::time::Duration;
 
@@ -54,7 +57,11 @@ pub async fn wait_for_crds(
     let mut said: Option<String> = None;
     loop {
         ready.looked();
-        let why = problems(&api).await;
+        let why: Vec<String> = problems(&api, true)
+            .await
+            .into_iter()
+            .map(|p| p.message)
+            .collect();
         if why.is_empty() {
             if said.is_some() {
                 info!("the CustomResourceDefinitions hold every field this operator writes now: going on");
@@ -85,29 +92,81 @@ pub async fn wait_for_crds(
     }
 }
 
-/// What is wrong with the installed CRDs, one phrase per CRD; empty when
-/// nothing is.
-async fn problems(api: &Api<CustomResourceDefinition>) -> Vec<String> {
+/// The CRDs found older than this build, or gone, under a replica that
+/// leads: its term ends ([`until_stale`]).
+#[derive(Debug, thiserror::Error)]
+#[error("{0}: this replica stops acting and releases the lease until they are upgraded")]
+pub struct Stale(String);
+
+/// Returns once the installed CRDs are found older than this build or not
+/// installed, looking every few seconds; meant to run beside the
+/// controllers, whose term it then ends. A read that fails finds nothing
+/// (the API server may be briefly away, which the Lease's renewal judges):
+/// the next look tries again.
+pub async fn until_stale(client: &Client) -> Stale {
+    loop {
+        tokio::time::sleep(LOOK_EVERY).await;
+        if let Some(stale) = stale(client).await {
+            return stale;
+        }
+    }
+}
+
+/// One look: the installed CRDs older than this build or not installed,
+/// if they are found so (a read that fails finds nothing).
+pub async fn stale(client: &Client) -> Option<Stale> {
+    let api: Api<CustomResourceDefinition> = Api::all(client.clone());
+    let found: Vec<String> = problems(&api, false)
+        .await
+        .into_iter()
+        .filter(|p| p.found)
+        .map(|p| p.message)
+        .collect();
+    (!found.is_empty()).then(|| Stale(found.join("; ")))
+}
+
+/// Something wrong with one installed CRD.
+struct Problem {
+    /// One phrase, with what it is about.
+    message: String,
+    /// The API server said so (older, or not installed), rather than a
+    /// read that failed.
+    found: bool,
+}
+
+/// What is wrong with the installed CRDs, one per CRD; empty when nothing
+/// is. With `tell_newer`, a CRD that is not this release's but holds every
+/// field it writes is logged (once a start, not at every look).
+async fn problems(api: &Api<CustomResourceDefinition>, tell_newer: bool) -> Vec<Problem> {
     let mut out = Vec::new();
     for ours in crate::crd::crds() {
         let name = ours.metadata.name.clone().unwrap_or_default();
+        let found = |message| Problem {
+            message,
+            found: true,
+        };
         match api.get_opt(&name).await {
             Ok(Some(installed)) => match fit(&ours, &installed) {
                 Fit::Same => {}
                 Fit::Holds => {
-                    info!(crd = %name, "the installed CustomResourceDefinition is not this release's but holds every field it writes (a newer one?)");
+                    if tell_newer {
+                        info!(crd = %name, "the installed CustomResourceDefinition is not this release's but holds every field it writes (a newer one?)");
+                    }
                 }
-                Fit::Stale(missing) => out.push(format!(
+                Fit::Stale(missing) => out.push(found(format!(
                     "the CustomResourceDefinition {name} is older than this operator (it lacks {})",
                     first_few(&missing)
-                )),
+                ))),
             },
-            Ok(None) => out.push(format!(
+            Ok(None) => out.push(found(format!(
                 "the CustomResourceDefinition {name} is not installed"
-            )),
-            Err(e) => out.push(format!(
-                "cannot read the CustomResourceDefinition {name} ({e}); the chart's ClusterRole <release>-classes grants get on it"
-            )),
+            ))),
+            Err(e) => out.push(Problem {
+                message: format!(
+                    "cannot read the CustomResourceDefinition {name} ({e}); the chart's ClusterRole <release>-classes grants get on it"
+                ),
+                found: false,
+            }),
         }
     }
     out

@@ -4,8 +4,8 @@
 //!
 //! The map, one line a file:
 
-// crd_check — before a replica stands for the Lease: CRDs older than this build hold it back.
-pub(crate) mod crd_check;
+// crd_check — before a replica stands for the Lease, and while it leads: CRDs older than this build hold it back.
+pub mod crd_check;
 // database — a Scheduler's Secret → its database URL, a connection kept per database.
 pub mod database;
 // finalizer — one finalizer of any object, by JSON patches that test what they change.

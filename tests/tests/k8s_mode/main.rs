@@ -82,6 +82,7 @@ fn condition<'a>(status: &'a Value, type_: &str) -> &'a Value {
         .unwrap_or_else(|| panic!("no {type_} condition in {status}"))
 }
 
+mod crd_look;
 mod degraded;
 mod election;
 mod fence;

@@ -1,6 +1,8 @@
 //! The operator upgraded, its CRDs not (a GitOps pipeline that applies the
 //! Deployment before `crds/`, say): the new replica acts on nothing and says
-//! why, until the CRDs are applied; then it goes on by itself.
+//! why, until the CRDs are applied; then it goes on by itself. The CRDs
+//! made old again under it (a rollback of the CRDs alone), it steps down
+//! the same way, and leads again once they are upgraded.
 
 use std::time::Duration;
 
@@ -27,7 +29,13 @@ async fn a_replica_on_the_previous_releases_crds_acts_on_nothing_and_says_so_unt
     let _crds = fresh_crds(cp).await;
     // The previous release's CRDs, as its chart's crds/ left them.
     let old = fixtures().join("chart/crds/orca.dev.yaml");
-    kubectl_run(cp, &["apply", "--server-side", "-f", old.to_str().unwrap()]);
+    let apply_crds = |file: &std::path::Path| {
+        kubectl_run(
+            cp,
+            &["apply", "--server-side", "-f", file.to_str().unwrap()],
+        );
+    };
+    apply_crds(&old);
     established(cp, &["schedulers.orca.dev", "warmpools.orca.dev"]);
     // This release's chart, its CRDs left to the pipeline that forgot them.
     let stage = OnCluster::installed_with("stale", &["crds.install=false"]).await;
@@ -130,10 +138,7 @@ async fn a_replica_on_the_previous_releases_crds_acts_on_nothing_and_says_so_unt
 
     // The CRDs applied, as docs/operations.md#upgrade says for pipelines.
     let ours = repo().join("crds/orca.dev.yaml");
-    kubectl_run(
-        cp,
-        &["apply", "--server-side", "-f", ours.to_str().unwrap()],
-    );
+    apply_crds(&ours);
     eventually(
         "the replica ready and leading",
         Duration::from_secs(60),
@@ -165,4 +170,98 @@ async fn a_replica_on_the_previous_releases_crds_acts_on_nothing_and_says_so_unt
         "the log does not say it went on: {}",
         replica.log()
     );
+
+    // The CRDs made old again under the leading replica (a rollback of the
+    // CRDs alone, say): it stops acting, releases the Lease and says why,
+    // alive; a change made meanwhile is not acted on.
+    apply_crds(&old);
+    let said = eventually(
+        "the leader to step down naming the stale CRDs",
+        Duration::from_secs(30),
+        || async {
+            match (replica.readiness(), stage.lease_holder().await) {
+                (Ok((503, body)), None) if body.contains("older than this operator") => Ok(body),
+                other => Err(format!("{other:?}")),
+            }
+        },
+    )
+    .await;
+    assert!(said.contains("acting on nothing"), "{said}");
+    assert!(
+        replica
+            .log()
+            .contains("stops acting and releases the lease"),
+        "the log does not say it stepped down: {}",
+        replica.log()
+    );
+    let pod_names = || async {
+        let mut names: Vec<String> = pods
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .into_iter()
+            .filter_map(|p| p.metadata.name)
+            .collect();
+        names.sort();
+        names
+    };
+    let before = pod_names().await;
+    let file = std::env::temp_dir().join(format!("orca-stale-v2-{}.yaml", stage.ns));
+    std::fs::write(&file, SCHEDULER.replace("orca:v1", "orca:v2")).unwrap();
+    kubectl_run(
+        cp,
+        &["apply", "-n", &stage.ns, "-f", file.to_str().unwrap()],
+    );
+    let _ = std::fs::remove_file(&file);
+    let observed = || async {
+        let s = stage.schedulers().get("orca").await.unwrap();
+        (
+            s.metadata.generation,
+            s.status.and_then(|st| st.observed_generation),
+        )
+    };
+    let (edited, seen) = observed().await;
+    tokio::time::sleep(Duration::from_secs(8)).await;
+    assert_eq!(
+        pod_names().await,
+        before,
+        "a replica on stale CRDs acted on a change"
+    );
+    assert_eq!(
+        observed().await,
+        (edited, seen),
+        "a replica on stale CRDs wrote a status for the change"
+    );
+    assert!(
+        seen < edited,
+        "the edit was seen before the CRDs went stale"
+    );
+    assert_eq!(
+        stage.lease_holder().await,
+        None,
+        "the Lease was taken again"
+    );
+    assert_eq!(
+        replica.health().map(|(code, _)| code),
+        Ok(200),
+        "a replica that stepped down must stay alive"
+    );
+
+    // Upgraded again: it leads again by itself and acts on the change.
+    apply_crds(&ours);
+    eventually(
+        "the replica leading again and the change seen",
+        Duration::from_secs(60),
+        || async {
+            let (generation, seen) = observed().await;
+            match stage.lease_holder().await {
+                Some(holder) if holder == "a" && seen == generation => Ok(()),
+                holder => Err(format!(
+                    "holder {holder:?}, generation {generation:?}, observed {seen:?}"
+                )),
+            }
+        },
+    )
+    .await;
 }
