@@ -144,6 +144,19 @@ impl BootFailures {
 
     /// The spec changed: what EC2 refused may work now; try at once.
     pub fn spec_changed(&mut self) {
+        self.lift_refusal();
+    }
+
+    /// A refusal for `reason` was mended without a launch (the
+    /// credentials refused the launch, and its dry run is allowed now):
+    /// launches go on at once. A refusal for another reason stands.
+    pub fn lift(&mut self, reason: &str) {
+        if self.refused.as_ref().is_some_and(|(r, _)| *r == reason) {
+            self.lift_refusal();
+        }
+    }
+
+    fn lift_refusal(&mut self) {
         if self.refused.take().is_some() {
             self.refused_in_a_row = 0;
             self.launch_after = None;

@@ -44,7 +44,7 @@ use crate::warmpool::{
     ec2::{client_token, Ec2Error, Ownership, RunRequest},
     holds::Holds,
     metrics::PoolMetrics,
-    pass_report::{Denials, PassReport, PoolError, PoolEvent},
+    pass_report::{Denials, PassReport, PoolError, PoolEvent, UNAUTHORIZED},
     plan::{offerings, Ec2Instance, End, Offering, PoolPlan, Reason, Snapshot},
     ssm, tags,
     tuning::Tuning,
@@ -212,15 +212,37 @@ pub(super) struct Actuator {
     preflight_asked: Option<DateTime<Utc>>,
 }
 
-/// A launch EC2 refused that will not work until something changes, as
-/// the `Degraded` reason and message it is: the instance profile does not
-/// exist (a class's `{namespace}` profile not made for this namespace, a
-/// role deleted), or the launch's parameters are refused (an image or a
-/// subnet gone). Not a capacity, throttling or credentials refusal: those
-/// have their own ways.
+/// Launch errors of EC2's own making (a fault on its side, a time-out,
+/// a token taken twice in one pass): the next pass tries again. Any other
+/// error EC2 answers a launch with says the launch cannot work as it is.
+const PASSING: [&str; 6] = [
+    "InternalError",
+    "InternalFailure",
+    "ServiceUnavailable",
+    "Unavailable",
+    "RequestTimeout",
+    "IdempotentParameterMismatch",
+];
+
+/// A launch refused that will not work until something changes, as the
+/// `Degraded` reason and message it is: the credentials may not launch
+/// (`Unauthorized`), the instance profile does not exist (a class's
+/// `{namespace}` profile not made for this namespace, a role deleted), or
+/// EC2 refused the launch's parameters (`LaunchRefused`: an image, a
+/// subnet, a key pair gone, an account not opted in) — any refusal but
+/// capacity, throttling and [`PASSING`] faults, which have their own ways.
+/// Launches wait for it, however the refusal is named: a code this list
+/// does not know is a launch that cannot work, not one to repeat each pass.
 fn refusal(e: &Ec2Error, spec: &WarmPoolSpec, namespace: &str) -> Option<(&'static str, String)> {
-    let Ec2Error::Refused { code, message, .. } = e else {
-        return None;
+    let (code, message) = match e {
+        Ec2Error::Denied { .. } => {
+            let said = e.denial().unwrap_or_else(|| e.to_string());
+            return Some((UNAUTHORIZED, said));
+        }
+        Ec2Error::Refused { code, message, .. } if !PASSING.contains(&code.as_str()) => {
+            (code, message)
+        }
+        _ => return None,
     };
     let profile = spec.launch.iam_instance_profile.as_deref();
     let about_profile = code == "NoSuchEntity"
@@ -236,24 +258,10 @@ fn refusal(e: &Ec2Error, spec: &WarmPoolSpec, namespace: &str) -> Option<(&'stat
             ),
         ));
     }
-    matches!(
-        code.as_str(),
-        "InvalidParameterValue"
-            | "InvalidParameterCombination"
-            | "InvalidAMIID.NotFound"
-            | "InvalidAMIID.Malformed"
-            | "InvalidSubnetID.NotFound"
-            | "InvalidGroup.NotFound"
-            | "InvalidLaunchTemplateId.NotFound"
-            | "InvalidLaunchTemplateName.NotFoundException"
-            | "InvalidLaunchTemplateId.VersionNotFound"
-    )
-    .then(|| {
-        (
-            "LaunchRefused",
-            format!("EC2 refused the launch: {code}: {message}"),
-        )
-    })
+    Some((
+        "LaunchRefused",
+        format!("EC2 refused the launch: {code}: {message}"),
+    ))
 }
 
 /// What one pass's act step goes by.
@@ -782,7 +790,7 @@ impl Actuator {
                     }
                     Err(e) => {
                         tracing::warn!(pool = %self.pool, offering = %offering, error = %e, "launch failed");
-                        self.launch_failed(&e, spec, report);
+                        self.launch_failed(&e, spec, now, report);
                         return Ok(());
                     }
                 }
@@ -851,7 +859,7 @@ impl Actuator {
         if let Some(Err(e)) = published {
             tracing::warn!(pool = %self.pool, error = %e, "no launch: the database URL parameter cannot be written");
             let reason = if e.denial().is_some() {
-                crate::warmpool::pass_report::UNAUTHORIZED
+                UNAUTHORIZED
             } else {
                 "DatabaseUrlParameter"
             };
@@ -933,10 +941,23 @@ impl Actuator {
 
     /// A launch failed with `e` (not for capacity, throttling or the
     /// fence): one that cannot work backs off, and the pool says why until
-    /// one works; any other is said and tried again by the next pass.
-    fn launch_failed(&mut self, e: &Ec2Error, spec: &WarmPoolSpec, report: &mut PassReport) {
+    /// one works; any other is said and tried again by the next pass. A
+    /// launch the credentials may not make is asked again by the
+    /// preflight a minute on (at `now`), whose dry run allowed ends the
+    /// wait: a policy mended is seen within a minute, not a back-off.
+    fn launch_failed(
+        &mut self,
+        e: &Ec2Error,
+        spec: &WarmPoolSpec,
+        now: DateTime<Utc>,
+        report: &mut PassReport,
+    ) {
         match refusal(e, spec, &self.owner.namespace) {
             Some((reason, message)) => {
+                if reason == UNAUTHORIZED {
+                    let later = now + preflight::ASK_AGAIN;
+                    self.preflight_at = Some(self.preflight_at.map_or(later, |at| at.min(later)));
+                }
                 report.say(PoolEvent::new(reason, message.clone(), true));
                 self.boot.refuse(
                     reason,

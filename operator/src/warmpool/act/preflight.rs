@@ -17,7 +17,7 @@ use crate::warmpool::userdata::{self, DatabaseSource};
 use crate::warmpool::world::World;
 
 /// How long a missing action stands before the preflight asks again.
-const ASK_AGAIN: chrono::Duration = chrono::Duration::seconds(60);
+pub(super) const ASK_AGAIN: chrono::Duration = chrono::Duration::seconds(60);
 
 /// The pool's preflight, when due (the loop's first pass, a new spec,
 /// a minute after one that found something missing; and once, on its
@@ -84,6 +84,14 @@ pub(in crate::warmpool) async fn ask(
     let checks = world.preflight(&probe).await;
     for c in &checks {
         act.denials.note(c.action, &c.outcome);
+    }
+    // The launch as the next pass makes it, allowed: launches the
+    // credentials were refused wait no longer.
+    if checks
+        .iter()
+        .any(|c| c.action == "RunInstances" && c.outcome == Outcome::Allowed)
+    {
+        act.boot.lift(UNAUTHORIZED);
     }
     let missing: Vec<String> = checks
         .iter()

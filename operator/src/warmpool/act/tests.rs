@@ -33,6 +33,10 @@ enum Answer {
     Mismatch,
     /// Termination protection (`OperationNotPermitted`).
     Protected,
+    /// The credentials may not make the call (`UnauthorizedOperation`).
+    Denied,
+    /// Refused with this code.
+    Code(&'static str),
 }
 
 /// The world as a table: EC2's answers in order (then `Launch`), the idle
@@ -60,6 +64,9 @@ struct Table {
     /// For each preflight asked: the instance its calls on instances were
     /// asked about, if any.
     preflights: Vec<Option<String>>,
+    /// Preflights find the launch allowed (else `TerminateInstances`
+    /// missing).
+    allows_dry_runs: bool,
     /// Instances whose agent once wrote a row.
     had_rows: HashSet<String>,
     /// What each instance's console ends with; `None`: the operator's
@@ -92,6 +99,16 @@ fn refusal(answer: Answer, action: &'static str, offering: Option<&Offering>) ->
             action,
             code: "OperationNotPermitted".into(),
             message: "disableApiTermination".into(),
+        },
+        Answer::Denied => Ec2Error::Denied {
+            action,
+            code: "UnauthorizedOperation".into(),
+            message: "You are not authorized to perform this operation.".into(),
+        },
+        Answer::Code(code) => Ec2Error::Refused {
+            action,
+            code: code.into(),
+            message: "refused".into(),
         },
         Answer::Lost | Answer::Launch => Ec2Error::Transport {
             action,
@@ -218,6 +235,13 @@ impl World for Table {
         probe: &crate::warmpool::preflight::Probe<'_>,
     ) -> Vec<crate::warmpool::preflight::Check> {
         self.preflights.push(probe.instance.map(String::from));
+        if self.allows_dry_runs {
+            return vec![crate::warmpool::preflight::Check::new(
+                "ec2",
+                "RunInstances",
+                crate::warmpool::preflight::Outcome::Allowed,
+            )];
+        }
         vec![crate::warmpool::preflight::Check::new(
             "ec2",
             "TerminateInstances",
@@ -443,6 +467,68 @@ async fn a_lost_answer_keeps_its_token_and_a_refusal_uses_it_up() {
         lp.act.holds.until().is_empty(),
         "a refusal is not a capacity error"
     );
+}
+
+#[tokio::test]
+async fn a_launch_refused_by_any_code_waits_and_only_ec2s_own_faults_are_tried_again_at_once() {
+    // Whatever EC2 names the refusal — codes the act stage has no word of
+    // its own for among them — the launch cannot work as it is: said, and
+    // the next pass makes no call.
+    for (answer, reason) in [
+        (Answer::Code("InvalidKeyPair.NotFound"), "LaunchRefused"),
+        (Answer::Code("OptInRequired"), "LaunchRefused"),
+        (
+            Answer::Code("InvalidSecurityGroupID.NotFound"),
+            "LaunchRefused",
+        ),
+        (Answer::Denied, "Unauthorized"),
+    ] {
+        let mut lp = run_answered(&[answer]);
+        let report = launch(&mut lp, &launching(1), 0).await;
+        assert_eq!(reasons(&report), [reason], "{answer:?}");
+        assert_eq!(report.degraded().map(|d| d.0), Some(reason), "{answer:?}");
+        assert!(lp.act.boot.holding().is_some(), "{answer:?}: launches wait");
+        let report = launch(&mut lp, &launching(1), 0).await;
+        assert_eq!(lp.world.runs.len(), 1, "{answer:?}: asked again at once");
+        assert!(report.launched().is_empty());
+    }
+    // A fault of EC2's own: said, and the next pass tries again.
+    for code in ["InternalError", "Unavailable"] {
+        let mut lp = run_answered(&[Answer::Code(code)]);
+        let report = launch(&mut lp, &launching(1), 0).await;
+        assert_eq!(reasons(&report), ["LaunchFailed"], "{code}");
+        assert!(lp.act.boot.holding().is_none(), "{code}");
+        let report = launch(&mut lp, &launching(1), 0).await;
+        assert_eq!(
+            (lp.world.runs.len(), report.launched().len()),
+            (2, 1),
+            "{code}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_launch_the_credentials_were_refused_goes_on_once_its_dry_run_is_allowed() {
+    let mut lp = pool(Table {
+        run: [Answer::Denied].into(),
+        allows_dry_runs: true,
+        ..Table::default()
+    });
+    lp.act.preflight_at = None;
+    launch(&mut lp, &launching(1), 0).await;
+    assert!(lp.act.boot.holding().is_some());
+    // The preflight is due a minute on, not before; its dry run of the
+    // launch is allowed now.
+    let spec = lp.spec.clone();
+    let t0 = Utc.with_ymd_and_hms(2026, 1, 1, 12, 0, 0).unwrap();
+    ask(&mut lp, &spec, Snapshot::default(), t0, 59).await;
+    assert!(lp.world.preflights.is_empty(), "asked before the minute");
+    ask(&mut lp, &spec, Snapshot::default(), t0, 60).await;
+    assert_eq!(lp.world.preflights.len(), 1);
+    assert!(lp.act.boot.holding().is_none(), "the policy was mended");
+    let report = launch(&mut lp, &launching(1), 0).await;
+    assert_eq!(report.launched().len(), 1);
+    assert_eq!(lp.act.denials.standing(), None, "a launch made ends it");
 }
 
 #[tokio::test]
