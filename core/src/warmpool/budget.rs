@@ -393,6 +393,20 @@ impl Budget {
         &self.namespace
     }
 
+    /// The instance types the class's book counts (its census, launches
+    /// in flight or recent) whose vCPUs are not known: while one is, a
+    /// vCPU limit grants nothing, so the class's pools ask EC2 about them
+    /// as about their own. Types no pool lists any more — a type taken
+    /// out of the class, an orphaned pool's — are among them after a new
+    /// leader's first census, which knows no vCPUs.
+    pub fn unknown_in_book(&self) -> Vec<String> {
+        let types: Vec<String> = match locked(&self.budgets.books).get(&self.class) {
+            Some(book) => book.types().map(str::to_string).collect(),
+            None => return Vec::new(),
+        };
+        self.budgets.unknown_vcpus(&types)
+    }
+
     fn flight(&self, instance_type: &str) -> (u64, String, String) {
         (
             self.loop_id,

@@ -144,6 +144,9 @@ impl Reading {
 /// After the tenancy tags were refused, they are tried again this much later.
 pub const MARK_RETRY: Duration = Duration::from_secs(300);
 
+/// How long after a failed `DescribeInstanceTypes` it is made again.
+pub const ASK_TYPES_AGAIN: Duration = Duration::from_secs(60);
+
 /// What observing keeps between passes.
 #[derive(Debug)]
 pub(super) struct Seen {
@@ -175,6 +178,8 @@ pub(super) struct Seen {
     marked: HashSet<String>,
     /// When adding them was last refused.
     mark_failed: Option<Instant>,
+    /// When describing the instance types last failed.
+    types_failed: Option<Instant>,
 }
 
 impl Seen {
@@ -192,6 +197,7 @@ impl Seen {
             shares: UNMEASURED,
             marked: HashSet::new(),
             mark_failed: None,
+            types_failed: None,
         }
     }
 
@@ -430,7 +436,10 @@ impl Observer<'_> {
                 return Ok(Some(version.clone()));
             }
         }
-        match self.world.ec2().template_version(template).await {
+        let answer = self.world.ec2().template_version(template).await;
+        self.lessons
+            .answered("DescribeLaunchTemplateVersions", &answer);
+        match answer {
             Ok(version) => {
                 self.seen.resolved_template = Some((Instant::now(), version.clone()));
                 Ok(Some(version))
@@ -546,7 +555,9 @@ impl Observer<'_> {
         }
         for (tags, ids) in by_tags {
             let pairs: Vec<(&str, &str)> = tags.iter().map(|(k, v)| (*k, v.as_str())).collect();
-            match self.world.ec2().add_tags(&ids, &pairs).await {
+            let answer = self.world.ec2().add_tags(&ids, &pairs).await;
+            self.lessons.answered("CreateTags", &answer);
+            match answer {
                 Ok(()) => {
                     tracing::info!(pool = %self.lessons.pool(), instances = ?ids, tags = ?pairs,
                         "tenancy tags added");
@@ -741,24 +752,45 @@ impl Observer<'_> {
         Ok(())
     }
 
-    /// Asks EC2 about the spec's instance types this loop has not had
-    /// described yet (`DescribeInstanceTypes`): their vCPUs, which a
-    /// class's limits count, and their architectures. A type EC2 does not
-    /// describe stays unknown, and a failed call is made again next pass.
+    /// Asks EC2 about the instance types this loop has not had described
+    /// yet (`DescribeInstanceTypes`): the spec's, and those its class's
+    /// book counts without knowing their vCPUs (which its limits count;
+    /// see `Budget::unknown_in_book`); their architectures too. A type EC2
+    /// does not describe stays unknown. A failed call is made again
+    /// [`ASK_TYPES_AGAIN`] on, and one the credentials may not make keeps
+    /// the pool `Unauthorized`, naming the action, until one is answered.
     pub(super) async fn learn_types(&mut self) -> Result<(), PoolError> {
-        let unknown: Vec<String> = self
+        if self
+            .seen
+            .types_failed
+            .is_some_and(|at| at.elapsed() < ASK_TYPES_AGAIN)
+        {
+            return Ok(());
+        }
+        let in_book = self
+            .lessons
+            .budget()
+            .map(|b| b.unknown_in_book())
+            .unwrap_or_default();
+        let mut unknown: Vec<String> = self
             .spec
             .launch
             .instance_types
             .iter()
-            .filter(|t| !self.seen.types.contains_key(*t))
             .cloned()
+            .chain(in_book)
+            .filter(|t| !self.seen.types.contains_key(t))
             .collect();
+        unknown.sort();
+        unknown.dedup();
         if unknown.is_empty() {
             return Ok(());
         }
-        match self.world.ec2().describe_types(&unknown).await {
+        let answer = self.world.ec2().describe_types(&unknown).await;
+        self.lessons.answered("DescribeInstanceTypes", &answer);
+        match answer {
             Ok(facts) => {
+                self.seen.types_failed = None;
                 for f in facts {
                     self.seen.types.insert(f.name.clone(), f);
                 }
@@ -768,8 +800,11 @@ impl Observer<'_> {
             }
             // Not known: no launch of those types under a vCPU limit, and
             // no architecture check, until a pass learns them.
-            Err(e) => tracing::warn!(pool = %self.lessons.pool(), error = %e,
-                "the pool's instance types could not be described"),
+            Err(e) => {
+                tracing::warn!(pool = %self.lessons.pool(), error = %e,
+                    "the pool's instance types could not be described");
+                self.seen.types_failed = Some(Instant::now());
+            }
         }
         Ok(())
     }

@@ -330,9 +330,17 @@ impl Denials {
         }
     }
 
-    /// The `Degraded` message of a denial still standing, if any.
-    pub fn standing(&self) -> Option<&str> {
-        self.refused.values().next().map(String::as_str)
+    /// The `Degraded` message of the denials still standing, if any: each
+    /// refusal's, so that a policy mended one action at a time is told
+    /// every action it lacks at once.
+    pub fn standing(&self) -> Option<String> {
+        (!self.refused.is_empty()).then(|| {
+            self.refused
+                .values()
+                .map(String::as_str)
+                .collect::<Vec<_>>()
+                .join("; ")
+        })
     }
 
     /// Forgets every denial: the spec changed, and what it needs may be

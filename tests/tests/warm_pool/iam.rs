@@ -204,10 +204,53 @@ async fn without_describe_instances_every_pass_fails_unauthorized() {
     assert!(stage.faults.calls_of("RunInstances").is_empty());
 }
 
+/// Returns once the pool's loop made three passes more (each lists the
+/// pool, once a second).
+async fn three_passes_more(stage: &AsPrincipal) {
+    let listed = stage.faults.calls_of("DescribeInstances").len();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while stage.faults.calls_of("DescribeInstances").len() < listed + 3 {
+        assert!(Instant::now() < deadline, "the loop made no more passes");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// Without `ec2:DescribeInstanceTypes` (the policy of an earlier release,
+/// which did not call it): the pool says so, naming the action, and asks
+/// again a minute on, not every pass. Once, a warning in the operator's
+/// log was all, every pass, and a class's vCPU limit held every launch
+/// with a message that never named the policy.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn without_describe_instance_types_the_pool_says_so_and_asks_once_a_minute() {
+    let stage = as_principal(
+        "iam/types",
+        Some("ec2:DescribeInstanceTypes"),
+        shape(1, 1, 0, 0),
+    )
+    .await;
+    degraded_without("DescribeInstanceTypes", &stage).await;
+    three_passes_more(&stage).await;
+    degraded_without("DescribeInstanceTypes", &stage).await;
+    assert_eq!(
+        stage.faults.calls_of("DescribeInstanceTypes").len(),
+        1,
+        "asked once, not every pass"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn without_run_instances_a_launch_is_unauthorized() {
     let stage = as_principal("iam/run", Some("ec2:RunInstances"), shape(1, 1, 0, 0)).await;
     degraded_without("RunInstances", &stage).await;
+    // The launch waits: no pass makes it again (the preflight asks a
+    // minute on). Once, every pass did, for as long as the pool lived.
+    let launches = stage.faults.calls_of("RunInstances").len();
+    three_passes_more(&stage).await;
+    assert_eq!(
+        stage.faults.calls_of("RunInstances").len(),
+        launches,
+        "a launch the credentials may not make was made again"
+    );
     assert!(stage
         .admin
         .describe(&warm::owner("iam/run"))

@@ -317,6 +317,45 @@ async fn a_quota_error_is_held_and_the_next_type_launched() {
     );
 }
 
+/// A class with a vCPU limit whose census counts a type no pool of it
+/// lists any more (taken out of the class, an orphaned pool's): the pool
+/// asks EC2 about that type too, and launches. Once, a pool described its
+/// own types only, and after a new leader's first census (which knows no
+/// vCPUs) every pool of the class was held ("the vCPUs of m5.large are not
+/// known yet") for as long as such an instance ran.
+#[tokio::test]
+async fn a_type_only_the_class_census_counts_is_described_and_the_pool_launches() {
+    use orca_operator::crd::{ClassLimits, WarmPoolClassSpec};
+    use orca_operator::warmpool::budget::{Budgets, Census, Counted};
+    let (moto, url, _, subnets) = warm::Stage::new().await.parts();
+    let pool = "classed/vcpus";
+    let spec = warm::spec(&moto.endpoint(), &["t3.micro"], &subnets[..1], 1, 1, 4);
+    let mut class: WarmPoolClassSpec =
+        serde_yaml::from_str("region: r\nlaunch: {runCommand: run}\n").unwrap();
+    class.limits = Some(ClassLimits {
+        instances: None,
+        vcpus: Some(100),
+    });
+    let budgets = Arc::new(Budgets::default());
+    budgets.set_limits("shared", &class);
+    budgets.census(
+        "shared",
+        Census {
+            asked: Instant::now(),
+            instances: vec![Counted {
+                id: "i-0123456789abcdef0".into(),
+                namespace: "other".into(),
+                instance_type: "m5.large".into(),
+            }],
+        },
+    );
+    let mut lp = warm::pool_loop(pool, spec, &url).await;
+    lp.set_budget(Some(budgets.budget("shared", pool, "classed")));
+    let report = lp.pass(Utc::now()).await.unwrap();
+    assert_eq!(report.launched().len(), 1, "events: {:?}", report.events());
+    assert!(budgets.unknown_vcpus(&["m5.large".into()]).is_empty());
+}
+
 /// A vCPU quota error is the account's, for every type of that quota
 /// class: the pool holds them all at once (in every subnet) and launches
 /// the next class, rather than asking each held offering in turn. Once, it

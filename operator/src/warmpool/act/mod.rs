@@ -128,14 +128,16 @@ impl Launches {
 
 /// What the act stage lends the observe stage ([`Actuator::lend`]): the
 /// pool's name, owner, knobs and metrics to read, and the lessons it keeps
-/// (its launches, whose fate the observer learns; the capacity holds; the
-/// class's book).
+/// (its launches, whose fate the observer learns; the credentials'
+/// denials, to which its own calls add; the capacity holds; the class's
+/// book).
 pub(super) struct Lessons<'a> {
     pool: &'a str,
     owner: &'a Ownership,
     tuning: &'a Tuning,
     metrics: Option<&'a PoolMetrics>,
     launches: &'a mut Launches,
+    denials: &'a mut Denials,
     holds: &'a Holds,
     budget: Option<&'a Budget>,
 }
@@ -164,6 +166,13 @@ impl<'a> Lessons<'a> {
     /// What this loop launched; the observer learns their fate.
     pub(super) fn launches(&mut self) -> &mut Launches {
         self.launches
+    }
+
+    /// What a call of `action` the observer made answered: a refusal of
+    /// the credentials stands in the pool's status (`Unauthorized`) as
+    /// the act stage's do, a success ends it.
+    pub(super) fn answered<T>(&mut self, action: &'static str, outcome: &Result<T, Ec2Error>) {
+        self.denials.record(action, outcome);
     }
 
     /// Offerings without capacity, until when.
@@ -424,7 +433,8 @@ impl Actuator {
 
     /// What the observe stage reads of the act stage's lessons, lent to it
     /// for the stage: the pool, its owner, the knobs, the metrics, the
-    /// launches (whose listing it records), the holds and the class's book.
+    /// launches (whose listing it records), the denials (its calls' add to
+    /// them), the holds and the class's book.
     pub(super) fn lend(&mut self) -> Lessons<'_> {
         Lessons {
             pool: &self.pool,
@@ -432,6 +442,7 @@ impl Actuator {
             tuning: &self.tuning,
             metrics: self.metrics.as_ref(),
             launches: &mut self.launches,
+            denials: &mut self.denials,
             holds: &self.holds,
             budget: self.budget.as_ref(),
         }

@@ -123,10 +123,10 @@ mod tests {
     fn a_preflight_clears_what_it_found_and_not_what_a_call_met() {
         let mut denials = Denials::default();
         denials.note("TerminateInstances", &Outcome::Missing("may not".into()));
-        assert_eq!(denials.standing(), Some("may not"));
+        assert_eq!(denials.standing().as_deref(), Some("may not"));
         denials.note("TerminateInstances", &Outcome::Unknown("no answer".into()));
         assert_eq!(
-            denials.standing(),
+            denials.standing().as_deref(),
             Some("may not"),
             "an unknown says nothing"
         );

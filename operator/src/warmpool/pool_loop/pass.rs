@@ -111,10 +111,7 @@ impl PoolLoop {
         // A refusal of the credentials outlasts the pass that met it (see
         // `Denials`), over any boot failure: the IAM policy mends it.
         if let Some(message) = self.act.denials().standing() {
-            report.set_degraded(Some((
-                crate::warmpool::pass_report::UNAUTHORIZED,
-                message.to_string(),
-            )));
+            report.set_degraded(Some((crate::warmpool::pass_report::UNAUTHORIZED, message)));
         }
         let status = crate::warmpool::conditions::status(
             &report,
@@ -444,9 +441,10 @@ impl PoolLoop {
         let Some(budget) = self.act.budget() else {
             return;
         };
-        let unknown = budget
+        let mut unknown = budget
             .budgets()
             .unknown_vcpus(&self.spec.launch.instance_types);
+        unknown.extend(budget.unknown_in_book());
         budget.budgets().learn_vcpus(
             unknown
                 .iter()
