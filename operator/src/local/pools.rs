@@ -268,6 +268,7 @@ impl LocalPools {
         let _ = r.deletion.send(Some(Deletion {
             since: Utc::now(),
             drain_timeout_seconds: r.spec.drain_timeout_seconds,
+            left_behind: true,
         }));
         println!(
             "warmpool {key}: {why}; terminating its instances where it ran (busy ones after their run, at most {} s)",

@@ -35,6 +35,12 @@ pub struct Deletion {
     /// `spec.drainTimeoutSeconds` as it is now: an edit made during the
     /// deletion (say, to 0 to stop waiting for busy instances) counts.
     pub drain_timeout_seconds: i64,
+    /// The loop is left where the pool ran (it moved, or in the local
+    /// mode its file was removed), not the WarmPool's deletion: what EC2
+    /// launched after `since` is the loop's of the new place, which may
+    /// list the same instances (another endpoint of the same EC2), and is
+    /// left to it (see `PoolLoop::leave_later_launches`).
+    pub left_behind: bool,
 }
 
 /// What one pass saw and did. The pass starts it from its plan

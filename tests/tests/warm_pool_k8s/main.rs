@@ -110,6 +110,41 @@ async fn instances(stage: &warm::Stage) -> Vec<String> {
     ids
 }
 
+/// A pool of one on `stage`'s EC2 and database, reconciled until its
+/// instance is launching.
+async fn one_launching(stage: &warm::Stage) -> (Cluster, Arc<Context>) {
+    let wp = warm_pool(spec(stage, &stage.moto.endpoint(), 1, 1), 1);
+    let (mut k8s, client) =
+        Cluster::new(wp.clone(), Some(scheduler()), Some(url_secret(&stage.url)));
+    let ctx = context(client);
+    k8s.reconcile(&ctx, wp).await;
+    k8s.until("one launching", |k| k.status()["launching"] == 1)
+        .await;
+    assert_eq!(instances(stage).await.len(), 1);
+    (k8s, ctx)
+}
+
+/// The pool's spec edited to `spec` (its generation 2), reconciled once.
+async fn edit(k8s: &mut Cluster, ctx: &Arc<Context>, spec: WarmPoolSpec) {
+    k8s.pool.spec = spec;
+    k8s.pool.metadata.generation = Some(2);
+    let edited = k8s.pool.clone();
+    k8s.reconcile(ctx, edited).await;
+}
+
+/// `stage`'s pool moved onto `stage`'s own EC2 and its first subnet.
+fn moved_onto(stage: &warm::Stage) -> WarmPoolSpec {
+    let mut moved = spec(stage, &stage.moto.endpoint(), 1, 1);
+    moved.launch.subnet_ids = stage.subnets[..1].to_vec();
+    moved
+}
+
+/// How many former places the status names, once the edit is seen.
+fn retiring_after_edit(k: &Cluster) -> Option<usize> {
+    (k.status()["observedGeneration"] == 2)
+        .then(|| k.status()["retiring"].as_array().map_or(0, Vec::len))
+}
+
 fn condition<'a>(status: &'a Value, type_: &str) -> &'a Value {
     status["conditions"]
         .as_array()

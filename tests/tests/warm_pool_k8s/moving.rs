@@ -35,17 +35,9 @@ async fn a_changed_endpoint_drains_the_old_place_and_leaves_nothing_there() {
     .unwrap();
 
     // Moved to another EC2 endpoint (the same database).
-    let mut moved = spec(&new, &new.moto.endpoint(), 1, 1);
-    moved.launch.subnet_ids = new.subnets[..1].to_vec();
-    k8s.pool.spec = moved;
-    k8s.pool.metadata.generation = Some(2);
-    let edited = k8s.pool.clone();
-    k8s.reconcile(&ctx, edited).await;
+    edit(&mut k8s, &ctx, moved_onto(&new)).await;
     k8s.until("one launching in the new place, the old one drained", |k| {
-        k.status()["observedGeneration"] == 2
-            && k.status()["retiring"]
-                .as_array()
-                .is_none_or(|r| r.is_empty())
+        retiring_after_edit(k) == Some(0)
     })
     .await;
     assert_eq!(
@@ -86,15 +78,8 @@ async fn a_changed_endpoint_drains_the_old_place_and_leaves_nothing_there() {
 #[tokio::test]
 async fn another_database_alone_is_no_move_and_nothing_fights() {
     let stage = warm::Stage::new().await;
-    let wp = warm_pool(spec(&stage, &stage.moto.endpoint(), 1, 1), 1);
-    let (mut k8s, client) =
-        Cluster::new(wp.clone(), Some(scheduler()), Some(url_secret(&stage.url)));
-    let ctx = context(client);
-    k8s.reconcile(&ctx, wp).await;
-    k8s.until("one launching", |k| k.status()["launching"] == 1)
-        .await;
+    let (mut k8s, ctx) = one_launching(&stage).await;
     let first = instances(&stage).await;
-    assert_eq!(first.len(), 1);
 
     let other = orca_tests::pg::Cluster::shared().migrated_db().await;
     k8s.secret = Some(url_secret(&other));
@@ -120,5 +105,49 @@ async fn another_database_alone_is_no_move_and_nothing_fights() {
             .is_none_or(|r| r.is_empty()),
         "no former place: {}",
         k8s.status()
+    );
+}
+
+/// Another endpoint of the same EC2 (the region's interface endpoint
+/// rather than its public one, say): a move as the spec reads, but both
+/// places list the same instances. The loop left at the old place drains
+/// what was launched there before the move and leaves alone what the new
+/// loop launches; it goes, and the pool keeps its instance. Once, it
+/// terminated each instance the new loop launched, pass after pass, and
+/// the runs on them, for as long as the pool lived.
+#[tokio::test]
+async fn another_endpoint_of_the_same_ec2_settles_and_nothing_fights() {
+    let stage = warm::Stage::new().await;
+    let (mut k8s, ctx) = one_launching(&stage).await;
+
+    // The same moto, by another name.
+    let alias = stage.moto.endpoint().replace("127.0.0.1", "localhost");
+    edit(&mut k8s, &ctx, spec(&stage, &alias, 1, 1)).await;
+    k8s.until("the old place drained and gone", |k| {
+        retiring_after_edit(k) == Some(0)
+    })
+    .await;
+    let kept = instances(&stage).await;
+    assert_eq!(kept.len(), 1, "the pool's one instance");
+    for _ in 0..8 {
+        let pool = k8s.pool.clone();
+        k8s.reconcile(&ctx, pool).await;
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    assert_eq!(
+        instances(&stage).await,
+        kept,
+        "the new loop's instance stays; events: {:#?}",
+        k8s.events
+    );
+    let launched: usize = k8s
+        .events_of("Launched")
+        .iter()
+        .map(|e| e["note"].as_str().unwrap_or_default().matches("i-").count())
+        .sum();
+    assert!(
+        launched <= 2,
+        "one launch before the move, at most one after: {launched}; events: {:#?}",
+        k8s.events
     );
 }

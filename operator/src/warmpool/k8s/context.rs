@@ -173,7 +173,8 @@ impl PoolState {
     /// One pass of each loop draining where the pool ran before; what they
     /// say.
     pub(super) async fn pass_retiring(&mut self, wp: &WarmPool) -> Vec<PoolEvent> {
-        super::retiring::pass_all(wp, &mut self.retiring).await
+        let successor = self.lp.launched();
+        super::retiring::pass_all(wp, &mut self.retiring, &successor).await
     }
 
     /// The state given up for a new loop: its loop, where its URL was read

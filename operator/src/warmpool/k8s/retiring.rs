@@ -9,6 +9,8 @@
 //! after the move; once EC2 lists none of them, it goes. The places are in
 //! `status.retiring`, so a restarted operator takes them up again.
 
+use std::collections::HashSet;
+
 use chrono::{DateTime, Utc};
 use k8s_openapi::api::core::v1::Secret;
 use kube::{Api, ResourceExt};
@@ -123,6 +125,7 @@ fn deletion_of(place: &FormerPlace, spec: &WarmPoolSpec) -> Deletion {
             .map(|t| t.with_timezone(&Utc))
             .unwrap_or_else(|_| Utc::now()),
         drain_timeout_seconds: spec.drain_timeout_seconds,
+        left_behind: true,
     }
 }
 
@@ -176,12 +179,18 @@ pub(super) async fn restore(
     out
 }
 
-/// One pass of each former place's loop; those with nothing left go. Their
+/// One pass of each former place's loop (leaving alone what the pool's
+/// loop, `successor`, launched); those with nothing left go. Their
 /// events, each saying which place, for the WarmPool.
-pub(super) async fn pass_all(wp: &WarmPool, retiring: &mut Vec<Retiring>) -> Vec<PoolEvent> {
+pub(super) async fn pass_all(
+    wp: &WarmPool,
+    retiring: &mut Vec<Retiring>,
+    successor: &HashSet<String>,
+) -> Vec<PoolEvent> {
     let mut events = Vec::new();
     let mut done = Vec::new();
     for (at, r) in retiring.iter_mut().enumerate() {
+        r.lp.set_successor(successor.clone());
         let where_ = format!(
             "{} in {}{}",
             r.place.scheduler,

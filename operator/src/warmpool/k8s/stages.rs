@@ -116,6 +116,7 @@ pub(super) async fn run_stages(
         Some(since) => Some(Deletion {
             since: DateTime::from_timestamp(since.0.as_second(), 0).unwrap_or_else(Utc::now),
             drain_timeout_seconds: wp.spec.drain_timeout_seconds,
+            left_behind: false,
         }),
     };
     // With a class, every stage from here on sees the spec the class

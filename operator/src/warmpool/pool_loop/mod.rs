@@ -96,6 +96,9 @@ pub struct PoolLoop<W = Live> {
     run_stale: Option<Duration>,
     /// Instances to drain ([`PoolLoop::set_drain`]).
     drain: HashSet<String>,
+    /// Left where the pool ran: what the loop of the new place launched
+    /// ([`PoolLoop::set_successor`]).
+    successor: HashSet<String>,
 }
 
 impl<W> PoolLoop<W> {
@@ -121,6 +124,7 @@ impl<W> PoolLoop<W> {
             place: Place::own(),
             listings: None,
             drain: HashSet::new(),
+            successor: HashSet::new(),
             conditions: Vec::new(),
             deletion: watch::channel(None).1,
             deletion_announced: false,
@@ -159,6 +163,20 @@ impl<W> PoolLoop<W> {
     /// as any retirement is.
     pub fn set_drain(&mut self, instances: HashSet<String>) {
         self.drain = instances;
+    }
+
+    /// For a loop left where the pool ran: the instances the loop of the
+    /// new place launched ([`PoolLoop::launched`]), which this one leaves
+    /// alone should its listing show them (see
+    /// [`crate::warmpool::Deletion::left_behind`]).
+    pub fn set_successor(&mut self, instances: HashSet<String>) {
+        self.successor = instances;
+    }
+
+    /// The instances this loop launched, as long as EC2 lists them (or
+    /// for a few minutes before it does).
+    pub fn launched(&self) -> HashSet<String> {
+        self.act.launches().ours().map(String::from).collect()
     }
 
     pub(super) fn run_stale(&self) -> Duration {

@@ -30,6 +30,11 @@ use crate::warmpool::objective;
 use crate::warmpool::observe::{Observer, Planned};
 use crate::warmpool::pass_report::{BeforeActing, Deletion, PassReport, PoolError, PoolEvent};
 
+/// How much later than a move EC2 must say an instance launched for the
+/// loop left at the old place to leave it alone: more than the clocks of
+/// the operator and EC2 part by.
+const LAUNCH_CLOCK_SLACK: chrono::TimeDelta = chrono::TimeDelta::minutes(2);
+
 /// The hours ahead whose floor `status.forecast` shows.
 const FORECAST_HOURS_SHOWN: usize = 6;
 
@@ -60,6 +65,9 @@ impl PoolLoop {
         // launches nothing in this pass already.
         let deletion = *self.deletion.borrow();
         snap.deleting = deletion.map(|d| d.since);
+        if let Some(d) = deletion.filter(|d| d.left_behind) {
+            self.leave_later_launches(&mut snap, d.since);
+        }
         self.act.holds_mut().expire(now);
         let foreign = self.hold_foreign_types(now);
         let moment = self.moment(now, deletion, &snap).await?;
@@ -462,6 +470,33 @@ impl PoolLoop {
             && self.act.launches().ours().all(|id| listed.contains(id))
     }
 
+    /// A loop left where the pool ran at `since` leaves alone what is not
+    /// its own there: what EC2 launched after `since` (beyond
+    /// [`LAUNCH_CLOCK_SLACK`]: EC2's clock is not the operator's), and
+    /// what the loop of the new place says it launched
+    /// ([`PoolLoop::set_successor`]). Where the two places are one EC2
+    /// (another endpoint of the same region), both list the same
+    /// instances, and this loop would terminate every one the new loop
+    /// launches, and the runs on them, for as long as it ran; it goes once
+    /// nothing of its own is left. Nothing of its own is left alone: the
+    /// old place's loop launched nothing after it was left.
+    fn leave_later_launches(&self, snap: &mut Snapshot, since: DateTime<Utc>) {
+        let after = since + LAUNCH_CLOCK_SLACK;
+        let theirs: HashSet<String> = snap
+            .instances
+            .iter()
+            .filter(|i| i.launched > after || self.successor.contains(&i.id))
+            .map(|i| i.id.clone())
+            .collect();
+        if theirs.is_empty() {
+            return;
+        }
+        snap.instances.retain(|i| !theirs.contains(&i.id));
+        snap.rows.retain(|r| !theirs.contains(&r.instance));
+        snap.ours.retain(|id| !theirs.contains(id));
+        snap.drain.retain(|id| !theirs.contains(id));
+    }
+
     /// The `Deleting` event, until a pass that posted it succeeded.
     pub(super) fn announce_deletion(
         &self,
@@ -469,6 +504,7 @@ impl PoolLoop {
         Deletion {
             since,
             drain_timeout_seconds,
+            ..
         }: Deletion,
         report: &mut PassReport,
     ) {
