@@ -370,3 +370,71 @@ async fn without_its_database_a_deleted_pool_terminates_by_ec2_past_its_drain_ti
         k8s.events
     );
 }
+
+/// A pool that moved, its old place still draining a busy instance, then
+/// deleted without its database: past `drainTimeoutSeconds` it terminates
+/// by EC2 alone in the old place too, and goes only once EC2 lists none of
+/// its instances there either. Once, it looked where it ran last only and
+/// let go with the old place's instance running, which nothing would ever
+/// terminate.
+#[tokio::test]
+async fn without_its_database_a_deleted_pool_terminates_in_the_places_it_was_draining_too() {
+    let old = warm::Stage::new().await;
+    let new = warm::Stage::new().await;
+    let wp = warm_pool(spec(&old, &old.moto.endpoint(), 1, 1), 1);
+    let (mut k8s, client) = Cluster::new(wp.clone(), Some(scheduler()), Some(url_secret(&old.url)));
+    let ctx = context(client.clone());
+    k8s.reconcile(&ctx, wp).await;
+    k8s.until("one launching in the old place", |k| {
+        k.status()["launching"] == 1
+    })
+    .await;
+    let there = instances(&old).await;
+    assert_eq!(there.len(), 1);
+    // Its agent reports and it is handed a run: busy.
+    let pool = format!("{NS}/{POOL}");
+    let mut db = orca_tests::pg::connect(&old.url).await;
+    mark_idle(&db, &there[0], 0, 0, Some(&pool))
+        .await
+        .unwrap()
+        .expect("a warm row");
+    let req = Request {
+        pool: &pool,
+        run: 1,
+        start: 1,
+        role: "head",
+        head_address: "",
+        new_code: true,
+    };
+    hand_out(&mut db, &req, Duration::from_secs(60))
+        .await
+        .unwrap()
+        .expect("the instance for the run");
+
+    // Moved to another EC2 (the same database): the old place drains,
+    // its busy instance waiting for its run.
+    edit(&mut k8s, &ctx, moved_onto(&new)).await;
+    k8s.until("the old place draining", |k| {
+        retiring_after_edit(k) == Some(1)
+    })
+    .await;
+    assert_eq!(instances(&old).await, there, "busy: left to its run");
+
+    // Deleted without its database, no drain time-out left.
+    ctx.stop_all();
+    let ctx = context(client);
+    k8s.scheduler = None;
+    k8s.pool.spec.drain_timeout_seconds = 0;
+    if let Some(status) = k8s.pool.status.as_mut() {
+        status.database_secret = None;
+    }
+    let gone = k8s.delete();
+    k8s.reconcile(&ctx, gone).await;
+    k8s.until("the finalizer removed", |k| k.deleted).await;
+    assert_eq!(
+        instances(&old).await,
+        Vec::<String>::new(),
+        "left running where the pool ran before"
+    );
+    assert_eq!(instances(&new).await, Vec::<String>::new());
+}

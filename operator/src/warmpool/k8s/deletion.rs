@@ -4,7 +4,8 @@
 //! idle ones without the rows, so nothing is terminated before
 //! `drainTimeoutSeconds` after the deletion (runs that end by then are not
 //! lost), and then every instance EC2 lists with the pool's tags is, by EC2
-//! alone. The finalizer goes once EC2 lists none: the WarmPool is never
+//! alone, where it runs and in every former place it was still draining
+//! (`status.retiring`). The finalizer goes once EC2 lists none there: the WarmPool is never
 //! stuck for good, and no instance is left behind. Until then it is
 //! `Degraded`, saying when that will be and what would let the runs finish.
 
@@ -35,32 +36,39 @@ pub(super) async fn without_database(
     deletion: Deletion,
     problem: Problem,
 ) -> Result<Action, ReconcileError> {
-    let ns = crate::crd::namespace_of(wp);
-    let tuning = &ctx.config().tuning;
-    let owner = Ownership::new(
-        &ns,
-        &wp.name_any(),
-        &wp.spec.scheduler,
-        &tuning.operator,
-        &tuning.cluster,
-    );
-    let ec2 = Ec2::new(
-        &Ec2Config::new(&wp.spec.region, wp.spec.endpoint.as_deref()),
-        ctx.config().fence.clone(),
-    )
-    .await;
     let ec2_error = |source| ReconcileError::Ec2 {
         pool: pool.to_string(),
         source,
     };
-    let present: Vec<String> = ec2
-        .describe(&owner)
-        .await
-        .map_err(ec2_error)?
-        .into_iter()
-        .filter(|i| i.state.is_present())
-        .map(|i| i.id)
-        .collect();
+    // Where it runs now, and each former place it was still draining,
+    // whose loops went with the database.
+    let mut places = Vec::new();
+    for (scheduler, region, endpoint) in places_of(wp) {
+        let owner = Ownership::new(
+            &crate::crd::namespace_of(wp),
+            &wp.name_any(),
+            scheduler,
+            &ctx.config().tuning.operator,
+            &ctx.config().tuning.cluster,
+        );
+        let ec2 = Ec2::new(
+            &Ec2Config::new(region, endpoint),
+            ctx.config().fence.clone(),
+        )
+        .await;
+        let ids: Vec<String> = ec2
+            .describe(&owner)
+            .await
+            .map_err(ec2_error)?
+            .into_iter()
+            .filter(|i| i.state.is_present())
+            .map(|i| i.id)
+            .collect();
+        if !ids.is_empty() {
+            places.push((ec2, ids));
+        }
+    }
+    let present: Vec<String> = places.iter().flat_map(|(_, ids)| ids.clone()).collect();
     if present.is_empty() {
         release_parameter(wp, ctx, pool).await;
         return let_go(
@@ -75,7 +83,9 @@ pub(super) async fn without_database(
     let due = deletion.since + spec_seconds(deletion.drain_timeout_seconds);
     let now = Utc::now();
     if now >= due {
-        ec2.terminate(&present).await.map_err(ec2_error)?;
+        for (ec2, ids) in &places {
+            ec2.terminate(ids).await.map_err(ec2_error)?;
+        }
         tracing::warn!(pool = %pool, instances = ?present, reason = %problem.reason,
             "terminated without the pool's database");
         let event = PoolEvent {
@@ -105,4 +115,28 @@ pub(super) async fn without_database(
     Ok(Action::requeue(
         wait.clamp(Duration::from_secs(1), Duration::from_secs(30)),
     ))
+}
+
+/// The places of `wp`'s instances: its Scheduler, region and endpoint now,
+/// then those of `status.retiring`.
+fn places_of(wp: &WarmPool) -> Vec<(&str, &str, Option<&str>)> {
+    let now = (
+        wp.spec.scheduler.as_str(),
+        wp.spec.region.as_str(),
+        wp.spec.endpoint.as_deref(),
+    );
+    let before = wp.status.iter().flat_map(|s| &s.retiring).map(|p| {
+        (
+            p.scheduler.as_str(),
+            p.region.as_str(),
+            p.endpoint.as_deref(),
+        )
+    });
+    let mut out = vec![now];
+    for p in before {
+        if !out.contains(&p) {
+            out.push(p);
+        }
+    }
+    out
 }
