@@ -57,7 +57,12 @@ pub struct WarmPoolSpec {
     pub class_ref: Option<ClassRef>,
     /// The EC2 region to launch in. Required, non-empty, without a classRef;
     /// with one, the class's.
+    // Defaulted to "" in the schema, which reads as unset: an operator of
+    // a release before classes, which requires the field, still reads a
+    // pool of a class (after a rollback), where a missing field would
+    // fail its listing of every WarmPool.
     #[serde(default, skip_serializing_if = "String::is_empty")]
+    #[schemars(extend("default" = ""))]
     pub region: String,
     /// Another EC2 endpoint URL, e.g. a VPC endpoint (the tests use moto's
     /// server). Default: the region's (with a classRef, the class's).
@@ -309,7 +314,9 @@ pub struct Launch {
     /// ORCA_RUN, ORCA_START, ORCA_HEAD, ORCA_NEW_CODE and ORCA_INSTANCE in its
     /// environment, besides ORCA_DATABASE_URL and ORCA_POOL. Required,
     /// non-empty (with a classRef, the class's).
+    // Defaulted to "" in the schema, as `region` is.
     #[serde(default, skip_serializing_if = "String::is_empty")]
+    #[schemars(extend("default" = ""))]
     pub run_command: String,
     /// What capacity to launch: onDemand (the default), spot, or
     /// spotThenOnDemand (spot in every instance type and subnet first, then

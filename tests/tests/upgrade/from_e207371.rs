@@ -18,11 +18,11 @@ use std::{collections::BTreeSet, path::PathBuf, process::Command, time::Instant}
 
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::{
-    api::{Patch, PatchParams},
+    api::{Patch, PatchParams, PostParams},
     Api,
 };
 use orca_operator::{
-    crd::{Scheduler, WarmPool, WarmPoolStatus},
+    crd::{Scheduler, WarmPool, WarmPoolClass, WarmPoolStatus},
     warmpool::{Ec2, Ownership},
 };
 use orca_tests::{
@@ -465,6 +465,52 @@ async fn the_documented_upgrade_from_e207371_with_iam_enforced_keeps_everything_
         .await
         .unwrap();
     handed_over_to(&schedulers, "v2").await;
+
+    stage("a pool of a class");
+    // A team's pool of a class, as this release has them: no region and no
+    // runCommand of its own (the class holds them). The previous release's
+    // types require both: once, its listing of every WarmPool failed on
+    // this one after the rollback, and it served none of them.
+    let classes: Api<WarmPoolClass> = Api::all(previous.client.clone());
+    let class: WarmPoolClass = serde_json::from_value(json!({
+        "apiVersion": "orca.dev/v1alpha1",
+        "kind": "WarmPoolClass",
+        "metadata": {"name": "upgrade-class"},
+        "spec": {
+            "region": "us-east-1",
+            "launch": {"imageId": warm::IMAGE, "subnetIds": ["subnet-none"], "runCommand": "true"},
+            "instanceTypes": ["t3.micro"],
+        },
+    }))
+    .unwrap();
+    classes
+        .create(&PostParams::default(), &class)
+        .await
+        .unwrap();
+    let of_class: WarmPool = serde_json::from_value(json!({
+        "apiVersion": "orca.dev/v1alpha1",
+        "kind": "WarmPool",
+        "metadata": {"name": "of-a-class", "namespace": NAMESPACE},
+        "spec": {
+            "scheduler": SCHEDULER,
+            "classRef": {"name": "upgrade-class"},
+            "idle": {"min": 0, "max": 0},
+            "maxInstances": 1,
+        },
+    }))
+    .unwrap();
+    within("the pool of a class made", 90, || async {
+        match previous
+            .pools()
+            .create(&PostParams::default(), &of_class)
+            .await
+        {
+            Ok(_) => Ok(()),
+            Err(e) if e.to_string().contains("not yet synced") => Err(e.to_string()),
+            Err(e) => panic!("making the pool of a class: {e}"),
+        }
+    })
+    .await;
 
     stage("rollback");
     // The rollback: this release's replica stops, the chart goes back to
