@@ -22,6 +22,26 @@ spec:
     urlSecretRef: {name: orca-db, key: url}
 "#;
 
+/// A WarmPool of the previous release's schema, paused, on an endpoint
+/// that answers nothing.
+const POOL: &str = r#"apiVersion: orca.dev/v1alpha1
+kind: WarmPool
+metadata:
+  name: runners
+spec:
+  scheduler: orca
+  region: us-east-1
+  endpoint: http://127.0.0.1:9
+  paused: true
+  idle: {min: 0, max: 0}
+  maxInstances: 1
+  launch:
+    imageId: ami-12c6146b
+    instanceTypes: [t3.micro]
+    subnetIds: [subnet-none]
+    runCommand: "true"
+"#;
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_replica_on_the_previous_releases_crds_acts_on_nothing_and_says_so_until_they_are_applied(
 ) {
@@ -38,12 +58,38 @@ async fn a_replica_on_the_previous_releases_crds_acts_on_nothing_and_says_so_unt
     apply_crds(&old);
     established(cp, &["schedulers.orca.dev", "warmpools.orca.dev"]);
     // This release's chart, its CRDs left to the pipeline that forgot them.
-    let stage = OnCluster::installed_with("stale", &["crds.install=false"]).await;
+    // Pools without a class allowed, so that one can be written here.
+    let stage = OnCluster::installed_with(
+        "stale",
+        &["crds.install=false", "tenancy.requireClass=false"],
+    )
+    .await;
     let file = std::env::temp_dir().join(format!("orca-stale-{}.yaml", stage.ns));
     std::fs::write(&file, SCHEDULER).unwrap();
     kubectl_run(
         cp,
         &["apply", "-n", &stage.ns, "-f", file.to_str().unwrap()],
+    );
+    // A WarmPool written meanwhile — a team's edit, or the previous
+    // operator's finalizer on one — goes through: the chart's policy of a
+    // class's limits cannot read its parameters' kind (no WarmPoolClass
+    // CRD yet), and the operator checks a class's limits itself. Once,
+    // every write of a WarmPool was refused until the CRDs were applied.
+    std::fs::write(&file, POOL).unwrap();
+    kubectl_run(
+        cp,
+        &["apply", "-n", &stage.ns, "-f", file.to_str().unwrap()],
+    );
+    kubectl_run(
+        cp,
+        &[
+            "delete",
+            "warmpool",
+            "runners",
+            "-n",
+            &stage.ns,
+            "--wait=true",
+        ],
     );
     let _ = std::fs::remove_file(&file);
     let stage = stage.with_replica("a").await;
