@@ -221,6 +221,10 @@ pub(super) struct Actuator {
     preflight_asked: Option<DateTime<Utc>>,
 }
 
+/// How long an action the pool's preflight found missing stands before it
+/// asks again (and a launch the credentials were refused waits for it).
+const ASK_AGAIN: chrono::Duration = chrono::Duration::seconds(60);
+
 /// Launch errors of EC2's own making (a fault on its side, a time-out,
 /// a token taken twice in one pass): the next pass tries again. Any other
 /// error EC2 answers a launch with says the launch cannot work as it is.
@@ -966,7 +970,7 @@ impl Actuator {
         match refusal(e, spec, &self.owner.namespace) {
             Some((reason, message)) => {
                 if reason == UNAUTHORIZED {
-                    let later = now + preflight::ASK_AGAIN;
+                    let later = now + ASK_AGAIN;
                     self.preflight_at = Some(self.preflight_at.map_or(later, |at| at.min(later)));
                 }
                 report.say(PoolEvent::new(reason, message.clone(), true));

@@ -6,7 +6,7 @@
 
 use chrono::{DateTime, Utc};
 
-use super::Actuator;
+use super::{Actuator, ASK_AGAIN};
 use crate::crd::WarmPoolSpec;
 use crate::warmpool::ec2::{RunRequest, TAG_CLASS, TAG_NAMESPACE};
 use crate::warmpool::instance::offerings;
@@ -15,9 +15,6 @@ use crate::warmpool::plan::Snapshot;
 use crate::warmpool::preflight::{Check, Outcome, Probe};
 use crate::warmpool::userdata::{self, DatabaseSource};
 use crate::warmpool::world::World;
-
-/// How long a missing action stands before the preflight asks again.
-pub(super) const ASK_AGAIN: chrono::Duration = chrono::Duration::seconds(60);
 
 /// The pool's preflight, when due (the loop's first pass, a new spec,
 /// a minute after one that found something missing; and once, on its
