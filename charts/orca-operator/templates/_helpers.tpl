@@ -139,6 +139,14 @@ watch every Secret); record events.
 {{- if and .Values.watchAllNamespaces .Values.watchNamespaces }}
 {{- fail "watchAllNamespaces: true and a watchNamespaces list contradict each other; set one of them" }}
 {{- end }}
+{{- /* An image of an earlier release (a tag kept from the install by
+       --reset-then-reuse-values) would not take this chart's arguments
+       and never start. Tags that are not a release's (a digest, a
+       build's) are the user's to know. */}}
+{{- $tag := toString (.Values.image.tag | default .Chart.AppVersion) }}
+{{- if and (regexMatch "^v?[0-9]+\\.[0-9]+\\.[0-9]+$" $tag) (semverCompare (printf "< %s" .Chart.AppVersion) $tag) }}
+{{- fail (printf "image.tag %s is an earlier release than this chart (%s): its operator does not take this chart's arguments and would not start; set image.tag=%s (a tag set at install is kept by --reset-then-reuse-values)" $tag .Chart.AppVersion .Chart.AppVersion) }}
+{{- end }}
 {{- end }}
 
 {{/*

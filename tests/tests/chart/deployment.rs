@@ -33,7 +33,8 @@ fn the_deployment_runs_two_locked_down_replicas_with_leader_election() {
         ])
     );
     let c = container(&docs);
-    assert_eq!(str_at(c, &["image"]), Some("orca-operator:0.1.0"));
+    let image = format!("orca-operator:{}", env!("CARGO_PKG_VERSION"));
+    assert_eq!(str_at(c, &["image"]), Some(image.as_str()));
 
     let pod = at(deploy, &["spec", "template", "spec"]).expect("a pod spec");
     assert_eq!(str_at(pod, &["serviceAccountName"]), Some(FULLNAME));

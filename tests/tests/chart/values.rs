@@ -15,6 +15,32 @@ fn a_missing_cluster_name_is_refused_saying_why() {
     );
 }
 
+/// An install that pinned the image's tag, upgraded with its values kept:
+/// the earlier release's operator does not take this chart's arguments
+/// (it exits at once on `--database-ca-dir`), and the upgrade would hang
+/// on pods that never start. The chart refuses it, naming the tag to set.
+#[test]
+fn an_image_of_an_earlier_release_is_refused_naming_this_ones() {
+    let version = env!("CARGO_PKG_VERSION");
+    let out = helm_template(&["image.tag=0.1.0"]);
+    assert!(!out.status.success(), "rendered with the image of 0.1.0");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("image.tag 0.1.0 is an earlier release")
+            && err.contains(&format!("set image.tag={version}")),
+        "{err}"
+    );
+    for tag in [version, "v99.0.0", "0.2.0-rc.1", "sha-1234abc", "latest"] {
+        let set = format!("image.tag={tag}");
+        let out = helm_template(&[set.as_str()]);
+        assert!(
+            out.status.success(),
+            "{tag}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}
+
 #[test]
 fn a_watch_list_beside_watch_all_is_refused() {
     let out = helm_template(&["watchAllNamespaces=true", "watchNamespaces={team-a}"]);

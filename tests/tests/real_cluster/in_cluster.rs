@@ -29,8 +29,9 @@ use orca_tests::{
 use super::{pool_deletion, ready_with, scheduler, warm_pool::v1_and_one_idle};
 
 const REPOSITORY: &str = "localhost/orca-operator";
-const TAG: &str = "0.1.0";
-const NEXT: &str = "0.1.0-next";
+/// The tag `scripts/image` gives this build's image.
+const TAG: &str = env!("CARGO_PKG_VERSION");
+const NEXT: &str = concat!(env!("CARGO_PKG_VERSION"), "-next");
 
 /// The chart's values for the in-cluster operator: two replicas of the
 /// image, and AWS credentials for moto in its environment.
