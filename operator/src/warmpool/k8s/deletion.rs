@@ -5,9 +5,11 @@
 //! `drainTimeoutSeconds` after the deletion (runs that end by then are not
 //! lost), and then every instance EC2 lists with the pool's tags is, by EC2
 //! alone, where it runs and in every former place it was still draining
-//! (`status.retiring`). The finalizer goes once EC2 lists none there: the WarmPool is never
-//! stuck for good, and no instance is left behind. Until then it is
-//! `Degraded`, saying when that will be and what would let the runs finish.
+//! (`status.retiring`). The finalizer goes once EC2 lists none in any of
+//! them: the WarmPool is never stuck for good while EC2 answers (a place
+//! that does not answer keeps it, as a leak would be worse), and no
+//! instance is left behind. Until then it is `Degraded`, saying when that
+//! will be and what would let the runs finish.
 
 use std::time::Duration;
 
