@@ -56,6 +56,19 @@ pub const CAPACITY_CODES: [&str; 8] = [
     "MaxSpotInstanceCountExceeded",
 ];
 
+/// EC2 error codes of a launch that pass by themselves (a fault on EC2's
+/// side, a time-out, a token taken twice in one pass): the next pass tries
+/// again. Any other code a launch is refused with, but for
+/// [`CAPACITY_CODES`] and throttling, says it cannot work as it is.
+pub const PASSING_CODES: [&str; 6] = [
+    "InternalError",
+    "InternalFailure",
+    "ServiceUnavailable",
+    "Unavailable",
+    "RequestTimeout",
+    "IdempotentParameterMismatch",
+];
+
 /// EC2 error codes that mean the call was not allowed: the credentials'
 /// policy lacks the action (`UnauthorizedOperation`; `AccessDenied` from
 /// other IAM-enforcing endpoints), or the credentials themselves were

@@ -145,7 +145,7 @@ impl Reading {
 pub const MARK_RETRY: Duration = Duration::from_secs(300);
 
 /// How long after a failed `DescribeInstanceTypes` it is made again.
-pub const ASK_TYPES_AGAIN: Duration = Duration::from_secs(60);
+const ASK_TYPES_AGAIN: Duration = Duration::from_secs(60);
 
 /// What observing keeps between passes.
 #[derive(Debug)]

@@ -124,6 +124,16 @@ async fn one_launching(stage: &warm::Stage) -> (Cluster, Arc<Context>) {
     (k8s, ctx)
 }
 
+/// The pool reconciled `times` times, 300 ms apart: what a pass after pass
+/// does to it.
+async fn reconciled_a_while(k8s: &mut Cluster, ctx: &Arc<Context>, times: usize) {
+    for _ in 0..times {
+        let pool = k8s.pool.clone();
+        k8s.reconcile(ctx, pool).await;
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+}
+
 /// The pool's spec edited to `spec` (its generation 2), reconciled once.
 async fn edit(k8s: &mut Cluster, ctx: &Arc<Context>, spec: WarmPoolSpec) {
     k8s.pool.spec = spec;

@@ -83,11 +83,7 @@ async fn another_database_alone_is_no_move_and_nothing_fights() {
 
     let other = orca_tests::pg::Cluster::shared().migrated_db().await;
     k8s.secret = Some(url_secret(&other));
-    for _ in 0..6 {
-        let pool = k8s.pool.clone();
-        k8s.reconcile(&ctx, pool).await;
-        tokio::time::sleep(Duration::from_millis(300)).await;
-    }
+    reconciled_a_while(&mut k8s, &ctx, 6).await;
     assert_eq!(
         instances(&stage).await,
         first,
@@ -129,11 +125,7 @@ async fn another_endpoint_of_the_same_ec2_settles_and_nothing_fights() {
     .await;
     let kept = instances(&stage).await;
     assert_eq!(kept.len(), 1, "the pool's one instance");
-    for _ in 0..8 {
-        let pool = k8s.pool.clone();
-        k8s.reconcile(&ctx, pool).await;
-        tokio::time::sleep(Duration::from_millis(300)).await;
-    }
+    reconciled_a_while(&mut k8s, &ctx, 8).await;
     assert_eq!(
         instances(&stage).await,
         kept,

@@ -41,7 +41,7 @@ use crate::{
 use crate::warmpool::{
     boot::BootFailures,
     budget::Budget,
-    ec2::{client_token, Ec2Error, Ownership, RunRequest},
+    ec2::{client_token, Ec2Error, Ownership, RunRequest, PASSING_CODES},
     holds::Holds,
     metrics::PoolMetrics,
     pass_report::{Denials, PassReport, PoolError, PoolEvent, UNAUTHORIZED},
@@ -225,25 +225,14 @@ pub(super) struct Actuator {
 /// asks again (and a launch the credentials were refused waits for it).
 const ASK_AGAIN: chrono::Duration = chrono::Duration::seconds(60);
 
-/// Launch errors of EC2's own making (a fault on its side, a time-out,
-/// a token taken twice in one pass): the next pass tries again. Any other
-/// error EC2 answers a launch with says the launch cannot work as it is.
-const PASSING: [&str; 6] = [
-    "InternalError",
-    "InternalFailure",
-    "ServiceUnavailable",
-    "Unavailable",
-    "RequestTimeout",
-    "IdempotentParameterMismatch",
-];
-
 /// A launch refused that will not work until something changes, as the
 /// `Degraded` reason and message it is: the credentials may not launch
 /// (`Unauthorized`), the instance profile does not exist (a class's
 /// `{namespace}` profile not made for this namespace, a role deleted), or
 /// EC2 refused the launch's parameters (`LaunchRefused`: an image, a
 /// subnet, a key pair gone, an account not opted in) — any refusal but
-/// capacity, throttling and [`PASSING`] faults, which have their own ways.
+/// capacity, throttling and [`PASSING_CODES`] faults, which have their own
+/// ways.
 /// Launches wait for it, however the refusal is named: a code this list
 /// does not know is a launch that cannot work, not one to repeat each pass.
 fn refusal(e: &Ec2Error, spec: &WarmPoolSpec, namespace: &str) -> Option<(&'static str, String)> {
@@ -252,7 +241,7 @@ fn refusal(e: &Ec2Error, spec: &WarmPoolSpec, namespace: &str) -> Option<(&'stat
             let said = e.denial().unwrap_or_else(|| e.to_string());
             return Some((UNAUTHORIZED, said));
         }
-        Ec2Error::Refused { code, message, .. } if !PASSING.contains(&code.as_str()) => {
+        Ec2Error::Refused { code, message, .. } if !PASSING_CODES.contains(&code.as_str()) => {
             (code, message)
         }
         _ => return None,
