@@ -1,13 +1,16 @@
 //! The pool's capacity holds ([`Holds`]), and how far one refused launch
-//! or start reaches: which of the pool's offerings a capacity or quota
-//! error holds.
+//! or start reaches: which of the pool's offerings a capacity, quota or
+//! subnet error holds.
 //!
 //! A capacity error is about one place (that type in that subnet, in that
 //! market). A quota error is the account's: the older per-type instance
 //! limit holds that type in every subnet; a vCPU limit holds every type of
 //! the same quota class in the same market; the spot instance limit holds
 //! every spot offering. Asking the other offerings the same quota only
-//! spends API calls and time before the launch that can succeed.
+//! spends API calls and time before the launch that can succeed. A subnet
+//! EC2 does not know ([`SUBNET_CODES`]) holds every offering in it: the
+//! pool's other subnets launch, and that one is not asked again for long
+//! (it does not come back by waiting; a spec without it does).
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -15,6 +18,17 @@ use chrono::{DateTime, Utc};
 
 use super::instance::Offering;
 use crate::crd::CapacityError;
+
+/// EC2 error codes of a launch into a subnet it does not know: deleted
+/// (its id is never used again), malformed, or not one a launch may use.
+/// Every offering in that subnet is held, and the pool's other subnets
+/// tried: one bad subnet in a list (a class's, shared by many pools) keeps
+/// none of the pools from launching in the others.
+pub const SUBNET_CODES: [&str; 3] = [
+    "InvalidSubnetID.NotFound",
+    "InvalidSubnetID.Malformed",
+    "InvalidSubnet",
+];
 
 /// The pool's offerings held for want of capacity (or of an architecture
 /// the agent runs on), until when, and the code that holds each: what the
@@ -100,6 +114,24 @@ impl Holds {
         &self.until
     }
 
+    /// Each subnet held at `now` for a [`SUBNET_CODES`] refusal, with its
+    /// code and until when (the latest of its offerings').
+    pub fn refused_subnets(&self, now: DateTime<Utc>) -> BTreeMap<&str, (&str, DateTime<Utc>)> {
+        let mut subnets: BTreeMap<&str, (&str, DateTime<Utc>)> = BTreeMap::new();
+        for (o, until) in self.until.iter().filter(|(_, u)| **u > now) {
+            let Some(code) = self
+                .codes
+                .get(o)
+                .filter(|c| SUBNET_CODES.contains(&c.as_str()))
+            else {
+                continue;
+            };
+            let entry = subnets.entry(o.subnet.as_str()).or_insert((code, *until));
+            entry.1 = entry.1.max(*until);
+        }
+        subnets
+    }
+
     /// The holds standing at `now`, as `status.capacityErrors` shows them.
     pub fn status(&self, now: DateTime<Utc>) -> Vec<CapacityError> {
         self.until
@@ -132,6 +164,7 @@ pub fn held_by(refused: &Offering, code: &str, all: &[Offering]) -> Vec<Offering
                 && quota_class(&o.instance_type) == quota_class(&refused.instance_type)
         }
         "MaxSpotInstanceCountExceeded" => o.spot && refused.spot,
+        c if SUBNET_CODES.contains(&c) => o.subnet == refused.subnet,
         _ => o == refused,
     };
     let mut held: Vec<Offering> = all.iter().filter(|o| reach(o)).cloned().collect();
@@ -185,7 +218,7 @@ mod tests {
     #[test]
     fn each_code_holds_what_it_is_about() {
         let refused = o("t3.small", "subnet-a", false);
-        let table: [(&str, Vec<Offering>); 5] = [
+        let table: [(&str, Vec<Offering>); 6] = [
             ("InsufficientInstanceCapacity", vec![refused.clone()]),
             ("Unsupported", vec![refused.clone()]),
             (
@@ -203,6 +236,18 @@ mod tests {
             ),
             // On-demand refused for a spot quota: only itself.
             ("MaxSpotInstanceCountExceeded", vec![refused.clone()]),
+            // A subnet EC2 does not know: every type in it, both markets.
+            (
+                "InvalidSubnetID.NotFound",
+                vec![
+                    refused.clone(),
+                    o("m5.large", "subnet-a", false),
+                    o("g4dn.xlarge", "subnet-a", false),
+                    o("t3.small", "subnet-a", true),
+                    o("m5.large", "subnet-a", true),
+                    o("g4dn.xlarge", "subnet-a", true),
+                ],
+            ),
         ];
         for (code, want) in table {
             let mut got = held_by(&refused, code, &all());

@@ -28,6 +28,7 @@ use aws_smithy_types::error::display::DisplayErrorContext;
 use chrono::{DateTime, Utc};
 use sha2::{Digest, Sha256};
 
+pub use super::holds::SUBNET_CODES;
 use super::plan::{Ec2Instance, Ec2State, Offering};
 pub use super::tags::{
     tag_value, Ownership, RESERVED_PREFIX, TAG_CLASS, TAG_CLUSTER, TAG_IMAGE, TAG_LAUNCH,
@@ -125,12 +126,14 @@ impl Ec2Config {
     }
 }
 
-/// Why an EC2 call failed: no capacity for the offering, throttled, not
-/// allowed, refused, no answer, an answer missing a field, or not sent
-/// (fenced).
+/// Why an EC2 call failed: not in that offering (no capacity, a quota, a
+/// subnet EC2 does not know), throttled, not allowed, refused, no answer,
+/// an answer missing a field, or not sent (fenced).
 #[derive(Debug, thiserror::Error)]
 pub enum Ec2Error {
-    #[error("{action}: no capacity for {offering}: {code}: {message}")]
+    /// Not in that offering: the next is tried, and it is held (see
+    /// [`CAPACITY_CODES`] and [`SUBNET_CODES`]).
+    #[error("{action}: not in {offering}: {code}: {message}")]
     Capacity {
         action: &'static str,
         offering: Offering,
@@ -221,12 +224,14 @@ pub fn classify(
             code: c.into(),
             message: message.into(),
         },
-        (c, Some(o)) if CAPACITY_CODES.contains(&c) => Ec2Error::Capacity {
-            action,
-            offering: o.clone(),
-            code: c.into(),
-            message: message.into(),
-        },
+        (c, Some(o)) if CAPACITY_CODES.contains(&c) || SUBNET_CODES.contains(&c) => {
+            Ec2Error::Capacity {
+                action,
+                offering: o.clone(),
+                code: c.into(),
+                message: message.into(),
+            }
+        }
         _ => Ec2Error::Refused {
             action,
             code: code.into(),
@@ -911,7 +916,7 @@ mod tests {
     #[test]
     fn error_codes_are_classified() {
         let o = off();
-        for code in CAPACITY_CODES {
+        for code in CAPACITY_CODES.into_iter().chain(SUBNET_CODES) {
             assert!(
                 matches!(classify("RunInstances", Some(&o), code, "m"), Ec2Error::Capacity { ref offering, .. } if *offering == o),
                 "{code}"

@@ -91,6 +91,93 @@ async fn capacity_errors_move_launches_to_the_next_type_or_subnet() {
     assert_eq!(present(&ec2, pool).await.len(), 3);
 }
 
+/// A subnet deleted from under a pool's list (a class's, shared by many
+/// pools, not yet mended): EC2 refuses every launch in it. The pool
+/// launches in its other subnet, holds the deleted one, says so for as
+/// long as it holds it, and asks EC2 no more about it. Once, that one
+/// refusal held back every launch of the pool for the launch back-off,
+/// doubling to half an hour, and tried the same subnet first again after
+/// each.
+#[tokio::test]
+async fn a_deleted_subnet_is_held_and_the_pool_launches_in_its_other_subnet() {
+    let (moto, url, ec2, subnets) = warm::Stage::new().await.parts();
+    let faults = Ec2Faults::start(&moto.endpoint());
+    let pool = "gone-subnet/pool";
+    let db = pg::connect(&url).await;
+    let gone = "subnet-0000000000000dead".to_string();
+    let good = subnets[0].clone();
+    for run in 1..=2 {
+        ask(&db, &request(pool, run, "")).await;
+    }
+    let spec = warm::spec(
+        &faults.endpoint(),
+        &["t3.small"],
+        &[gone.clone(), good.clone()],
+        0,
+        0,
+        10,
+    );
+    let mut lp = warm::pool_loop(pool, spec, &url).await;
+    let first = lp.pass(Utc::now()).await.unwrap();
+    let launched = present(&ec2, pool).await;
+    assert_eq!(launched.len(), 2, "{:?}", first.events());
+    assert!(
+        launched.iter().all(|i| i.offering.subnet == good),
+        "{launched:?}"
+    );
+    let degraded = |r: &orca_operator::warmpool::PassReport| {
+        let c = r
+            .status()
+            .conditions
+            .iter()
+            .find(|c| c.type_ == "Degraded")
+            .cloned()
+            .unwrap();
+        (c.status, c.reason, c.message)
+    };
+    let (status, reason, message) = degraded(&first);
+    assert_eq!(
+        (status.as_str(), reason.as_str()),
+        ("True", "SubnetRefused")
+    );
+    assert!(
+        message.contains(&gone) && message.contains("InvalidSubnetID.NotFound"),
+        "{message}"
+    );
+    let held: Vec<(String, String)> = first
+        .status()
+        .capacity_errors
+        .iter()
+        .map(|c| (c.subnet.clone(), c.code.clone()))
+        .collect();
+    assert_eq!(
+        held,
+        [(gone.clone(), "InvalidSubnetID.NotFound".to_string())]
+    );
+
+    // More demand: launched in the good subnet, the deleted one not asked
+    // again, and still said.
+    ask(&db, &request(pool, 3, "")).await;
+    faults.forget_calls();
+    let second = lp.pass(Utc::now()).await.unwrap();
+    let third = lp.pass(Utc::now()).await.unwrap();
+    assert_eq!(present(&ec2, pool).await.len(), 3, "{:?}", second.events());
+    let asked: Vec<String> = faults
+        .calls_of("RunInstances")
+        .iter()
+        .map(|c| c.param("SubnetId").unwrap_or_default().to_string())
+        .collect();
+    assert_eq!(asked, [good.as_str()]);
+    for report in [&second, &third] {
+        let (status, reason, message) = degraded(report);
+        assert_eq!(
+            (status.as_str(), reason.as_str()),
+            ("True", "SubnetRefused")
+        );
+        assert!(message.contains(&gone), "{message}");
+    }
+}
+
 #[tokio::test]
 async fn request_limit_exceeded_backs_off_then_succeeds_with_the_same_token() {
     let (moto, url, ec2, subnets) = warm::Stage::new().await.parts();

@@ -41,7 +41,7 @@ use crate::{
 use crate::warmpool::{
     boot::BootFailures,
     budget::Budget,
-    ec2::{client_token, Ec2Error, Ownership, RunRequest, PASSING_CODES},
+    ec2::{client_token, Ec2Error, Ownership, RunRequest, PASSING_CODES, SUBNET_CODES},
     holds::Holds,
     metrics::PoolMetrics,
     pass_report::{Denials, PassReport, PoolError, PoolEvent, UNAUTHORIZED},
@@ -220,6 +220,11 @@ pub(super) struct Actuator {
     /// When it last asked: asks are a minute apart (but for that once).
     preflight_asked: Option<DateTime<Utc>>,
 }
+
+/// The reason of a launch EC2 refused for its subnet (see
+/// [`SUBNET_CODES`]), as the launch and every pass while that subnet is
+/// held say it.
+pub(crate) const SUBNET_REFUSED: &str = "SubnetRefused";
 
 /// How long an action the pool's preflight found missing stands before it
 /// asks again (and a launch the credentials were refused waits for it).
@@ -975,8 +980,9 @@ impl Actuator {
         }
     }
 
-    /// EC2 had no capacity in `offering` (`code`, `message`): it is held,
-    /// and with it those the same quota covers, and said.
+    /// EC2 had no capacity in `offering` (`code`, `message`), or does not
+    /// know its subnet: it is held, and with it those the same quota or
+    /// subnet covers, and said.
     fn no_capacity(
         &mut self,
         spec: &WarmPoolSpec,
@@ -987,11 +993,26 @@ impl Actuator {
         report: &mut PassReport,
     ) {
         let (until, held) = self.hold(spec, offering, code, now);
-        tracing::warn!(pool = %self.pool, offering = %offering, code = %code,
-            %message, "no capacity; trying the next offering");
         if let Some(m) = &self.metrics {
             m.capacity_error(&self.pool, &offering.instance_type, &offering.subnet, code);
         }
+        if SUBNET_CODES.contains(&code) {
+            tracing::warn!(pool = %self.pool, offering = %offering, code = %code,
+                %message, "subnet refused; trying the pool's other subnets");
+            report.say(PoolEvent::new(
+                SUBNET_REFUSED,
+                format!(
+                    "EC2 refused a launch in subnet {}: {code}: {message}; its {held} \
+                     offering(s) skipped until {}, the pool's other subnets tried",
+                    offering.subnet,
+                    until.to_rfc3339()
+                ),
+                true,
+            ));
+            return;
+        }
+        tracing::warn!(pool = %self.pool, offering = %offering, code = %code,
+            %message, "no capacity; trying the next offering");
         let also = if held > 1 {
             format!(" with {} more offerings under the same quota", held - 1)
         } else {
@@ -1025,9 +1046,12 @@ impl Actuator {
         grant.count
     }
 
-    /// Holds `offering`, refused with `code`, for the capacity hold, and
-    /// with it every offering of the pool the same quota covers
-    /// ([`crate::warmpool::holds::held_by`]): until when, and how many are held.
+    /// Holds `offering`, refused with `code`, and with it every offering
+    /// of the pool the same quota or subnet covers
+    /// ([`crate::warmpool::holds::held_by`]): for the capacity hold, or
+    /// for the launch back-off's cap if EC2 does not know the subnet
+    /// (waiting does not mend it; the spec's next subnets launch
+    /// meanwhile). Until when, and how many are held.
     pub(super) fn hold(
         &mut self,
         spec: &WarmPoolSpec,
@@ -1035,9 +1059,12 @@ impl Actuator {
         code: &str,
         now: DateTime<Utc>,
     ) -> (DateTime<Utc>, usize) {
-        let until = now
-            + chrono::Duration::from_std(self.tuning.capacity_hold)
-                .unwrap_or(chrono::Duration::minutes(3));
+        let hold = if SUBNET_CODES.contains(&code) {
+            self.tuning.boot_backoff_cap
+        } else {
+            self.tuning.capacity_hold
+        };
+        let until = now + chrono::Duration::from_std(hold).unwrap_or(chrono::Duration::minutes(3));
         let held = self
             .holds
             .hold(offering, code, &offerings(&spec.launch), until);

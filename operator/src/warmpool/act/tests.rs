@@ -7,11 +7,11 @@
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::time::Duration;
 
-use chrono::{TimeZone, Utc};
+use chrono::{DateTime, TimeZone, Utc};
 
 use crate::crd::WarmPoolSpec;
 use crate::warmpool::act::{Actuator, Orders};
-use crate::warmpool::ec2::{client_token, Ec2Error, Ownership, RunRequest};
+use crate::warmpool::ec2::{classify, client_token, Ec2Error, Ownership, RunRequest};
 use crate::warmpool::plan::{
     Counts, End, LaunchBatch, Offering, PoolPlan, Reason, Retirement, Snapshot,
 };
@@ -64,6 +64,8 @@ struct Table {
     /// For each preflight asked: the instance its calls on instances were
     /// asked about, if any.
     preflights: Vec<Option<String>>,
+    /// The subnet of each `RunInstances`, in turn.
+    subnets: Vec<String>,
     /// Preflights find the launch allowed (else `TerminateInstances`
     /// missing).
     allows_dry_runs: bool,
@@ -105,11 +107,8 @@ fn refusal(answer: Answer, action: &'static str, offering: Option<&Offering>) ->
             code: "UnauthorizedOperation".into(),
             message: "You are not authorized to perform this operation.".into(),
         },
-        Answer::Code(code) => Ec2Error::Refused {
-            action,
-            code: code.into(),
-            message: "refused".into(),
-        },
+        // Sorted as EC2's answers are.
+        Answer::Code(code) => classify(action, offering, code, "refused"),
         Answer::Lost | Answer::Launch => Ec2Error::Transport {
             action,
             source: "connection reset".into(),
@@ -209,6 +208,7 @@ impl World for Table {
     async fn run(&mut self, req: &RunRequest<'_>) -> Result<Vec<String>, Ec2Error> {
         let t = req.offering.instance_type.clone();
         self.runs.push((t, req.count, req.token.to_string()));
+        self.subnets.push(req.offering.subnet.clone());
         match self.run.pop_front().unwrap_or(Answer::Launch) {
             Answer::Launch => Ok((0..req.count)
                 .map(|_| {
@@ -505,6 +505,54 @@ async fn a_launch_refused_by_any_code_waits_and_only_ec2s_own_faults_are_tried_a
             "{code}"
         );
     }
+}
+
+#[tokio::test]
+async fn a_subnet_ec2_does_not_know_is_held_whole_and_the_pool_launches_in_its_others() {
+    // The spec's subnets are subnet-a and subnet-b; EC2 knows no subnet-a
+    // (deleted under a class that still lists it).
+    let mut lp = run_answered(&[Answer::Code("InvalidSubnetID.NotFound")]);
+    let mut plan = launching(2);
+    let in_b = Offering {
+        subnet: "subnet-b".into(),
+        ..offering("t3.small")
+    };
+    plan.fallback = vec![offering("t3.medium"), in_b];
+    let report = launch(&mut lp, &plan, 0).await;
+    assert_eq!(
+        lp.world.subnets,
+        ["subnet-a", "subnet-b"],
+        "t3.medium in subnet-a is not asked: held with it"
+    );
+    assert_eq!(report.launched().len(), 2);
+    assert_eq!(reasons(&report), ["SubnetRefused", "Launched"]);
+    assert!(report.events()[0].message.contains("subnet-a"));
+    assert!(lp.act.boot.holding().is_none(), "the pool's launches go on");
+    let now = Utc.with_ymd_and_hms(2026, 1, 1, 12, 0, 0).unwrap();
+    let until = Utc.with_ymd_and_hms(2026, 1, 1, 12, 30, 0).unwrap();
+    let held: Vec<(&str, &str, DateTime<Utc>)> = lp
+        .act
+        .holds
+        .until()
+        .iter()
+        .map(|(o, u)| (o.instance_type.as_str(), o.subnet.as_str(), *u))
+        .collect();
+    assert_eq!(
+        held,
+        [
+            ("t3.medium", "subnet-a", until),
+            ("t3.small", "subnet-a", until)
+        ],
+        "every type in it, for the back-off's cap (waiting does not mend it)"
+    );
+    let refused: Vec<&str> = lp.act.holds.refused_subnets(now).into_keys().collect();
+    assert_eq!(refused, ["subnet-a"]);
+    assert!(lp
+        .act
+        .holds
+        .status(now)
+        .iter()
+        .all(|c| c.code == "InvalidSubnetID.NotFound"));
 }
 
 #[tokio::test]

@@ -336,6 +336,20 @@ impl PoolLoop {
                 true,
             ));
         }
+        // A subnet EC2 does not know stays said while it is held: the
+        // pool launches in its other subnets, and its list needs mending.
+        for (subnet, (code, until)) in self.act.holds().refused_subnets(now) {
+            report.say(PoolEvent::new(
+                crate::warmpool::act::SUBNET_REFUSED,
+                format!(
+                    "EC2 refused launches in subnet {subnet} ({code}): skipped until {}, the \
+                     pool's other subnets tried; take it out of the pool's subnets \
+                     (launch.subnetIds, or its class's)",
+                    until.to_rfc3339()
+                ),
+                true,
+            ));
+        }
         if let Err(e) = &moment.active {
             report.say(PoolEvent::new("InvalidSchedule", e.to_string(), true));
         }
