@@ -381,35 +381,9 @@ async fn without_its_database_a_deleted_pool_terminates_by_ec2_past_its_drain_ti
 async fn without_its_database_a_deleted_pool_terminates_in_the_places_it_was_draining_too() {
     let old = warm::Stage::new().await;
     let new = warm::Stage::new().await;
-    let wp = warm_pool(spec(&old, &old.moto.endpoint(), 1, 1), 1);
-    let (mut k8s, client) = Cluster::new(wp.clone(), Some(scheduler()), Some(url_secret(&old.url)));
-    let ctx = context(client.clone());
-    k8s.reconcile(&ctx, wp).await;
-    k8s.until("one launching in the old place", |k| {
-        k.status()["launching"] == 1
-    })
-    .await;
+    let (mut k8s, client, ctx) = one_launching_on(&old).await;
     let there = instances(&old).await;
-    assert_eq!(there.len(), 1);
-    // Its agent reports and it is handed a run: busy.
-    let pool = format!("{NS}/{POOL}");
-    let mut db = orca_tests::pg::connect(&old.url).await;
-    mark_idle(&db, &there[0], 0, 0, Some(&pool))
-        .await
-        .unwrap()
-        .expect("a warm row");
-    let req = Request {
-        pool: &pool,
-        run: 1,
-        start: 1,
-        role: "head",
-        head_address: "",
-        new_code: true,
-    };
-    hand_out(&mut db, &req, Duration::from_secs(60))
-        .await
-        .unwrap()
-        .expect("the instance for the run");
+    busy(&old, &there[0]).await;
 
     // Moved to another EC2 (the same database): the old place drains,
     // its busy instance waiting for its run.
@@ -437,4 +411,37 @@ async fn without_its_database_a_deleted_pool_terminates_in_the_places_it_was_dra
         "left running where the pool ran before"
     );
     assert_eq!(instances(&new).await, Vec::<String>::new());
+}
+
+/// A pool moved while its loop could not run (its Secret broken: the move
+/// never began draining the old place), then deleted without its
+/// database: where its status says it ran last is swept too. Once, only
+/// the new place was listed, it held nothing, and the finalizer went at
+/// once with the old place's instance running.
+#[tokio::test]
+async fn without_its_database_a_deleted_pool_terminates_where_it_ran_last_too() {
+    let old = warm::Stage::new().await;
+    let new = warm::Stage::new().await;
+    let (mut k8s, ctx) = one_launching(&old).await;
+
+    // The Secret goes (the loop stops), and the pool is moved meanwhile.
+    k8s.secret = None;
+    reconciled_a_while(&mut k8s, &ctx, 1).await;
+    edit(&mut k8s, &ctx, moved_onto(&new)).await;
+    assert_eq!(
+        condition(&k8s.status(), "Degraded")["reason"],
+        "SecretMissing"
+    );
+    assert_eq!(k8s.status()["retiring"].as_array().map_or(0, Vec::len), 0);
+
+    // Deleted without its database, no drain time-out left.
+    k8s.pool.spec.drain_timeout_seconds = 0;
+    let gone = k8s.delete();
+    k8s.reconcile(&ctx, gone).await;
+    k8s.until("the finalizer removed", |k| k.deleted).await;
+    assert_eq!(
+        instances(&old).await,
+        Vec::<String>::new(),
+        "left running where the pool ran last"
+    );
 }

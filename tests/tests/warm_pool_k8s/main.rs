@@ -113,15 +113,44 @@ async fn instances(stage: &warm::Stage) -> Vec<String> {
 /// A pool of one on `stage`'s EC2 and database, reconciled until its
 /// instance is launching.
 async fn one_launching(stage: &warm::Stage) -> (Cluster, Arc<Context>) {
+    let (k8s, _, ctx) = one_launching_on(stage).await;
+    (k8s, ctx)
+}
+
+/// As [`one_launching`], with the client, for an operator restarted on it.
+async fn one_launching_on(stage: &warm::Stage) -> (Cluster, kube::Client, Arc<Context>) {
     let wp = warm_pool(spec(stage, &stage.moto.endpoint(), 1, 1), 1);
     let (mut k8s, client) =
         Cluster::new(wp.clone(), Some(scheduler()), Some(url_secret(&stage.url)));
-    let ctx = context(client);
+    let ctx = context(client.clone());
     k8s.reconcile(&ctx, wp).await;
     k8s.until("one launching", |k| k.status()["launching"] == 1)
         .await;
     assert_eq!(instances(stage).await.len(), 1);
-    (k8s, ctx)
+    (k8s, client, ctx)
+}
+
+/// `instance`'s agent reports to `stage`'s database and it is handed a
+/// run: busy.
+async fn busy(stage: &warm::Stage, instance: &str) {
+    let pool = format!("{NS}/{POOL}");
+    let mut db = orca_tests::pg::connect(&stage.url).await;
+    mark_idle(&db, instance, 0, 0, Some(&pool))
+        .await
+        .unwrap()
+        .expect("a warm row");
+    let req = Request {
+        pool: &pool,
+        run: 1,
+        start: 1,
+        role: "head",
+        head_address: "",
+        new_code: true,
+    };
+    hand_out(&mut db, &req, Duration::from_secs(60))
+        .await
+        .unwrap()
+        .expect("the instance for the run");
 }
 
 /// The pool reconciled `times` times, 300 ms apart: what a pass after pass

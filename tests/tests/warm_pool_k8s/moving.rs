@@ -14,16 +14,8 @@ async fn left_in(stage: &warm::Stage) -> Vec<String> {
 async fn a_changed_endpoint_drains_the_old_place_and_leaves_nothing_there() {
     let old = warm::Stage::new().await;
     let new = warm::Stage::new().await;
-    let wp = warm_pool(spec(&old, &old.moto.endpoint(), 1, 1), 1);
-    let (mut k8s, client) = Cluster::new(wp.clone(), Some(scheduler()), Some(url_secret(&old.url)));
-    let ctx = context(client);
-    k8s.reconcile(&ctx, wp).await;
-    k8s.until("one launching in the old place", |k| {
-        k.status()["launching"] == 1
-    })
-    .await;
+    let (mut k8s, ctx) = one_launching(&old).await;
     let there = left_in(&old).await;
-    assert_eq!(there.len(), 1);
     // Its agent reports: an idle warm row.
     let db = orca_tests::pg::connect(&old.url).await;
     db.execute(
@@ -142,4 +134,63 @@ async fn another_endpoint_of_the_same_ec2_settles_and_nothing_fights() {
         "one launch before the move, at most one after: {launched}; events: {:#?}",
         k8s.events
     );
+}
+
+/// A former place whose database a new operator cannot have (its Secret
+/// deleted while the pool drained there; a new leader's read of it that
+/// failed) stays in `status.retiring` and is said, its busy instance left
+/// to its run; once the drain time-out since the move is past, EC2 alone
+/// terminates it there, and the place goes when EC2 lists none. Once, the
+/// first status the new operator wrote dropped the place: the instance
+/// ran on with nothing left to terminate it, the pool's deletion included.
+#[tokio::test]
+async fn a_former_place_without_its_database_is_kept_until_ec2_lists_none_there() {
+    let old = warm::Stage::new().await;
+    let new = warm::Stage::new().await;
+    let wp = warm_pool(spec(&old, &old.moto.endpoint(), 1, 1), 1);
+    let (mut k8s, client) = Cluster::new(wp.clone(), Some(scheduler()), Some(url_secret(&old.url)));
+    let ctx = context(client.clone());
+    k8s.reconcile(&ctx, wp).await;
+    k8s.until("one launching", |k| k.status()["launching"] == 1)
+        .await;
+    let there = left_in(&old).await;
+    assert_eq!(there.len(), 1);
+    busy(&old, &there[0]).await;
+    edit(&mut k8s, &ctx, moved_onto(&new)).await;
+    k8s.until("the old place draining", |k| {
+        retiring_after_edit(k) == Some(1)
+    })
+    .await;
+
+    // The operator restarts, and the old place's Secret is gone.
+    ctx.stop_all();
+    let ctx = context(client);
+    if let Some(status) = k8s.pool.status.as_mut() {
+        status.retiring[0].database_secret.name = "orca-db-deleted".into();
+    }
+    reconciled_a_while(&mut k8s, &ctx, 3).await;
+    let retiring = |k: &Cluster| k.status()["retiring"].as_array().map_or(0, Vec::len);
+    assert_eq!(retiring(&k8s), 1, "kept: {}", k8s.status());
+    assert_eq!(left_in(&old).await, there, "busy: left to its run for now");
+    let said = k8s.events_of("FormerPlaceUnreached");
+    assert!(
+        said.iter().any(|e| e["note"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("orca-db-deleted")),
+        "{said:?}"
+    );
+
+    // The drain time-out is past: EC2 alone terminates it, and the place
+    // goes once EC2 lists none there.
+    k8s.pool.spec.drain_timeout_seconds = 0;
+    for _ in 0..20 {
+        reconciled_a_while(&mut k8s, &ctx, 1).await;
+        if left_in(&old).await.is_empty() && retiring(&k8s) == 0 {
+            break;
+        }
+    }
+    assert_eq!(left_in(&old).await, Vec::<String>::new());
+    assert_eq!(retiring(&k8s), 0, "{}", k8s.status());
+    assert!(!k8s.events_of("Terminated").is_empty());
 }

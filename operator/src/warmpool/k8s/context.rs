@@ -27,7 +27,7 @@ use tokio::sync::watch;
 use super::{
     config::{PoolControllerConfig, FINALIZER},
     listen::{DatabaseKey, Listeners},
-    retiring::Retiring,
+    retiring::Former,
 };
 use crate::{
     backoff::{Backoff, PerObject},
@@ -66,20 +66,20 @@ pub(super) struct PoolState {
     /// Between failed or throttled passes.
     backoff: Backoff,
     /// Where the pool ran before, while instances are left there.
-    retiring: Vec<Retiring>,
+    former: Former,
 }
 
 impl PoolState {
     /// The state of `wp`'s pool, whose loop `lp` acts on the database
     /// `database` read from `source`, told of a deletion through
-    /// `deletion`; `retiring` drain where it ran before.
+    /// `deletion`; `former` drain where it ran before.
     pub(super) fn new(
         wp: &WarmPool,
         (source, database): (UrlSource, DatabaseKey),
         lp: PoolLoop,
         deletion: watch::Sender<Option<Deletion>>,
         backoff: Backoff,
-        retiring: Vec<Retiring>,
+        former: Former,
     ) -> PoolState {
         PoolState {
             uid: wp.metadata.uid.clone(),
@@ -90,7 +90,7 @@ impl PoolState {
             deletion,
             last: wp.status.clone(),
             backoff,
-            retiring,
+            former,
         }
     }
 
@@ -165,22 +165,26 @@ impl PoolState {
         self.backoff.reset();
     }
 
-    /// The loops draining where the pool ran before.
-    pub(super) fn retiring(&self) -> &[Retiring] {
-        &self.retiring
+    /// Where the pool ran before, while instances are left there.
+    pub(super) fn former(&self) -> &Former {
+        &self.former
     }
 
-    /// One pass of each loop draining where the pool ran before; what they
-    /// say.
-    pub(super) async fn pass_retiring(&mut self, wp: &WarmPool) -> Vec<PoolEvent> {
+    /// One pass over where the pool ran before; what it says.
+    pub(super) async fn pass_former(
+        &mut self,
+        client: &Client,
+        config: &PoolControllerConfig,
+        wp: &WarmPool,
+    ) -> Vec<PoolEvent> {
         let successor = self.lp.launched();
-        super::retiring::pass_all(wp, &mut self.retiring, &successor).await
+        self.former.pass(client, config, wp, &successor).await
     }
 
     /// The state given up for a new loop: its loop, where its URL was read
-    /// from, and the loops draining where it ran before.
-    pub(super) fn into_parts(self) -> (PoolLoop, UrlSource, Vec<Retiring>) {
-        (self.lp, self.source, self.retiring)
+    /// from, and where it ran before.
+    pub(super) fn into_parts(self) -> (PoolLoop, UrlSource, Former) {
+        (self.lp, self.source, self.former)
     }
 }
 

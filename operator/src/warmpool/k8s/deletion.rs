@@ -4,8 +4,9 @@
 //! idle ones without the rows, so nothing is terminated before
 //! `drainTimeoutSeconds` after the deletion (runs that end by then are not
 //! lost), and then every instance EC2 lists with the pool's tags is, by EC2
-//! alone, where it runs and in every former place it was still draining
-//! (`status.retiring`). The finalizer goes once EC2 lists none in any of
+//! alone, where it runs, where its status says it ran last
+//! (`status.place`: moved while its loop could not run) and in every
+//! former place it was still draining (`status.retiring`). The finalizer goes once EC2 lists none in any of
 //! them: the WarmPool is never stuck for good while EC2 answers (a place
 //! that does not answer keeps it, as a leak would be worse), and no
 //! instance is left behind. Until then it is `Degraded`, saying when that
@@ -17,6 +18,7 @@ use chrono::Utc;
 use kube::{runtime::controller::Action, ResourceExt};
 
 use super::{
+    config::PoolControllerConfig,
     context::Context,
     error::ReconcileError,
     finalizer::{let_go, release_parameter},
@@ -25,7 +27,7 @@ use super::{
 use crate::{
     crd::{spec_seconds, Problem, WarmPool},
     warmpool::{
-        ec2::{Ec2, Ec2Config, Ownership},
+        ec2::{Ec2, Ec2Config, Ec2Error, Ownership},
         Deletion, PoolEvent,
     },
 };
@@ -45,27 +47,8 @@ pub(super) async fn without_database(
     // Where it runs now, and each former place it was still draining,
     // whose loops went with the database.
     let mut places = Vec::new();
-    for (scheduler, region, endpoint) in places_of(wp) {
-        let owner = Ownership::new(
-            &crate::crd::namespace_of(wp),
-            &wp.name_any(),
-            scheduler,
-            &ctx.config().tuning.operator,
-            &ctx.config().tuning.cluster,
-        );
-        let ec2 = Ec2::new(
-            &Ec2Config::new(region, endpoint),
-            ctx.config().fence.clone(),
-        )
-        .await;
-        let ids: Vec<String> = ec2
-            .describe(&owner)
-            .await
-            .map_err(ec2_error)?
-            .into_iter()
-            .filter(|i| i.state.is_present())
-            .map(|i| i.id)
-            .collect();
+    for at in places_of(wp) {
+        let (ec2, ids) = present_in(ctx.config(), wp, at).await.map_err(ec2_error)?;
         if !ids.is_empty() {
             places.push((ec2, ids));
         }
@@ -119,15 +102,45 @@ pub(super) async fn without_database(
     ))
 }
 
+/// The EC2 of `wp`'s place `(scheduler, region, endpoint)`, and the
+/// instances it lists there with the pool's tags, pending, running,
+/// stopping or stopped.
+pub(super) async fn present_in(
+    config: &PoolControllerConfig,
+    wp: &WarmPool,
+    (scheduler, region, endpoint): (&str, &str, Option<&str>),
+) -> Result<(Ec2, Vec<String>), Ec2Error> {
+    let owner = Ownership::new(
+        &crate::crd::namespace_of(wp),
+        &wp.name_any(),
+        scheduler,
+        &config.tuning.operator,
+        &config.tuning.cluster,
+    );
+    let ec2 = Ec2::new(&Ec2Config::new(region, endpoint), config.fence.clone()).await;
+    let ids = ec2
+        .describe(&owner)
+        .await?
+        .into_iter()
+        .filter(|i| i.state.is_present())
+        .map(|i| i.id)
+        .collect();
+    Ok((ec2, ids))
+}
+
 /// The places of `wp`'s instances: its Scheduler, region and endpoint now,
-/// then those of `status.retiring`.
+/// where its status says it ran last (a pool moved while its loop could
+/// not run: its old place was never drained), then those of
+/// `status.retiring`.
 fn places_of(wp: &WarmPool) -> Vec<(&str, &str, Option<&str>)> {
     let now = (
         wp.spec.scheduler.as_str(),
         wp.spec.region.as_str(),
         wp.spec.endpoint.as_deref(),
     );
-    let before = wp.status.iter().flat_map(|s| &s.retiring).map(|p| {
+    let status = wp.status.iter();
+    let last = status.clone().flat_map(|s| &s.place);
+    let before = last.chain(status.flat_map(|s| &s.retiring)).map(|p| {
         (
             p.scheduler.as_str(),
             p.region.as_str(),

@@ -219,7 +219,7 @@ async fn retiring_of(
     ctx: &Context,
     pool: &str,
     remembered: &crate::crd::WarmPoolStatus,
-) -> Vec<retiring::Retiring> {
+) -> retiring::Former {
     match old {
         // Only the database changed: the EC2 place is the same, and so is
         // its listing. The new loop takes the instances over; a loop of the
@@ -230,22 +230,15 @@ async fn retiring_of(
             old.into_parts().2
         }
         Some(old) => {
-            let (old_loop, old_source, mut retiring) = old.into_parts();
+            let (old_loop, old_source, mut former) = old.into_parts();
             // Back where it ran before: the pool's loop takes that place's
-            // instances over again; a second loop there would terminate
-            // what the pool launches.
-            retiring.retain(|r| {
-                let back = retiring::is_where(r.place(), &wp.spec);
-                if back {
-                    tracing::info!(pool = %pool, place = ?r.place(), "the pool moved back where it ran before: its loop takes the instances over again");
-                }
-                !back
-            });
+            // instances over again.
+            former.back_to(&wp.spec, pool);
             let place =
                 retiring::place_of(old_loop.spec(), old_source.secret().clone(), Utc::now());
             tracing::info!(pool = %pool, place = ?place, "the pool moved: the old place's loop terminates what it launched there");
-            retiring.push(retiring::retire(ctx.config(), old_loop, place));
-            retiring
+            former.push(retiring::retire(ctx.config(), old_loop, place));
+            former
         }
         None => {
             let places = retiring::remembered_places(remembered, &wp.spec);

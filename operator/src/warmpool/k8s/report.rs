@@ -38,7 +38,7 @@ pub(super) async fn write_back(
                 state.went_through();
                 ctx.config().tuning.resync
             };
-            if report.deleted() && state.retiring().is_empty() {
+            if report.deleted() && state.former().is_empty() {
                 for e in report.events() {
                     ctx.say(wp, e).await;
                 }
@@ -86,7 +86,7 @@ pub(super) async fn write_back(
         before,
     ));
     status.database_secret = Some(secret);
-    status.retiring = state.retiring().iter().map(|r| r.place().clone()).collect();
+    status.retiring = state.former().places();
     // The spec here is the class's: where the instances are.
     if wp.spec.class_ref.is_some() {
         status.class_region = Some(wp.spec.region.clone());

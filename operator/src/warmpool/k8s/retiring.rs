@@ -8,6 +8,16 @@
 //! end, its busy ones once their run is over, at most `drainTimeoutSeconds`
 //! after the move; once EC2 lists none of them, it goes. The places are in
 //! `status.retiring`, so a restarted operator takes them up again.
+//!
+//! A former place whose database cannot be had when a loop for it is to be
+//! made (its Secret deleted or broken, its database down; a restarted
+//! operator, a new leader, a pool's loop made afresh) stays in
+//! `status.retiring` all the same, is asked again at every pass, and is
+//! said (`FormerPlaceUnreached`). Past `drainTimeoutSeconds` from the move
+//! its instances are terminated by EC2 alone, as a deleted pool's without
+//! its database are ([`super::deletion`]), and it goes once EC2 lists none
+//! there: a place dropped from the status would leave them running with
+//! nothing to terminate them, a pool's deletion included.
 
 use std::collections::HashSet;
 
@@ -16,12 +26,177 @@ use k8s_openapi::api::core::v1::Secret;
 use kube::{Api, ResourceExt};
 use tokio::sync::watch;
 
-use super::config::PoolControllerConfig;
+use super::{config::PoolControllerConfig, deletion::present_in};
 use crate::{
-    crd::{FormerPlace, SecretKeyRef, WarmPool, WarmPoolSpec},
+    crd::{spec_seconds, FormerPlace, SecretKeyRef, WarmPool, WarmPoolSpec},
     runtime::database::read_url,
     warmpool::{Deletion, PoolEvent, PoolLoop},
 };
+
+/// Where a pool ran before, while instances may be left there: a loop for
+/// each place whose database it could reach, and the places whose it could
+/// not yet.
+#[derive(Default)]
+pub(super) struct Former {
+    loops: Vec<Retiring>,
+    unreached: Vec<Unreached>,
+}
+
+/// A former place whose database could not be had, and why.
+struct Unreached {
+    place: FormerPlace,
+    why: String,
+}
+
+impl Former {
+    /// Every former place, as `status.retiring` shows them.
+    pub(super) fn places(&self) -> Vec<FormerPlace> {
+        let reached = self.loops.iter().map(|r| r.place.clone());
+        reached
+            .chain(self.unreached.iter().map(|u| u.place.clone()))
+            .collect()
+    }
+
+    /// Whether nothing is left anywhere the pool ran before.
+    pub(super) fn is_empty(&self) -> bool {
+        self.loops.is_empty() && self.unreached.is_empty()
+    }
+
+    /// The loop `r` drains a place too.
+    pub(super) fn push(&mut self, r: Retiring) {
+        self.loops.push(r);
+    }
+
+    /// Lets go of the former places `spec` runs the pool in again: its
+    /// loop takes their instances over (a second loop there would
+    /// terminate what the pool launches).
+    pub(super) fn back_to(&mut self, spec: &WarmPoolSpec, pool: &str) {
+        self.loops.retain(|r| {
+            let back = is_where(&r.place, spec);
+            if back {
+                tracing::info!(pool = %pool, place = ?r.place, "the pool moved back where it ran before: its loop takes the instances over again");
+            }
+            !back
+        });
+        self.unreached.retain(|u| !is_where(&u.place, spec));
+    }
+
+    /// One pass over every former place of `wp` (leaving alone what the
+    /// pool's loop, `successor`, launched): each place unreached is asked
+    /// for its database again, and if it still cannot be had, its
+    /// instances are terminated by EC2 alone once the drain time-out since
+    /// the move is past; then a pass of each place's loop. Places with
+    /// nothing left go. What they say, for the WarmPool.
+    pub(super) async fn pass(
+        &mut self,
+        client: &kube::Client,
+        config: &PoolControllerConfig,
+        wp: &WarmPool,
+        successor: &HashSet<String>,
+    ) -> Vec<PoolEvent> {
+        let mut events = Vec::new();
+        let mut still = Vec::new();
+        for u in std::mem::take(&mut self.unreached) {
+            match reach(client, config, wp, &u.place).await {
+                Ok(r) => {
+                    tracing::info!(pool = %wp.name_any(), place = ?u.place, "a former place's database is reached: its loop drains it");
+                    self.loops.push(r);
+                }
+                Err(why) => {
+                    let u = Unreached { why, ..u };
+                    if sweep(config, wp, &u, &mut events).await != Some(false) {
+                        still.push(u);
+                    }
+                }
+            }
+        }
+        self.unreached = still;
+        events.extend(pass_all(wp, &mut self.loops, successor).await);
+        events
+    }
+}
+
+/// Where `place` is, as events name it.
+fn where_(place: &FormerPlace) -> String {
+    format!(
+        "{} in {}{}",
+        place.scheduler,
+        place.region,
+        place
+            .endpoint
+            .as_deref()
+            .map(|e| format!(" ({e})"))
+            .unwrap_or_default()
+    )
+}
+
+/// The instances of `wp` in the unreached place `u`, by EC2 alone: said,
+/// and terminated once the drain time-out since the move is past. Whether
+/// any are left there (`None`: EC2 did not answer).
+async fn sweep(
+    config: &PoolControllerConfig,
+    wp: &WarmPool,
+    u: &Unreached,
+    events: &mut Vec<PoolEvent>,
+) -> Option<bool> {
+    let place = &u.place;
+    let at = (
+        place.scheduler.as_str(),
+        place.region.as_str(),
+        place.endpoint.as_deref(),
+    );
+    let (ec2, present) = match present_in(config, wp, at).await {
+        Ok(found) => found,
+        Err(e) => {
+            tracing::warn!(pool = %wp.name_any(), place = ?place, error = %e,
+                "a former place's instances cannot be listed");
+            return None;
+        }
+    };
+    if present.is_empty() {
+        tracing::info!(pool = %wp.name_any(), place = ?place, "nothing left where the pool ran before");
+        return Some(false);
+    }
+    let since = DateTime::parse_from_rfc3339(&place.since)
+        .map(|t| t.with_timezone(&Utc))
+        .unwrap_or_else(|_| Utc::now());
+    let due = since + spec_seconds(wp.spec.drain_timeout_seconds);
+    let where_ = where_(place);
+    if Utc::now() < due {
+        events.push(PoolEvent {
+            reason: "FormerPlaceUnreached",
+            message: format!(
+                "where the pool ran before ({where_}): its database cannot be had ({}); its {} \
+                 instance(s) there are terminated at {} (drainTimeoutSeconds after the move), \
+                 busy or not: mend it to let their runs finish first",
+                u.why,
+                present.len(),
+                due.to_rfc3339()
+            ),
+            warning: true,
+        });
+        return Some(true);
+    }
+    if let Err(e) = ec2.terminate(&present).await {
+        tracing::warn!(pool = %wp.name_any(), place = ?place, error = %e,
+            "a former place's instances cannot be terminated");
+        return Some(true);
+    }
+    tracing::warn!(pool = %wp.name_any(), place = ?place, instances = ?present,
+        "terminated without the former place's database");
+    events.push(PoolEvent {
+        reason: "Terminated",
+        message: format!(
+            "where the pool ran before ({where_}): {} instance(s) terminated without its \
+             database ({}), drainTimeoutSeconds after the move: {}",
+            present.len(),
+            u.why,
+            present.join(", ")
+        ),
+        warning: true,
+    });
+    Some(true)
+}
 
 /// A former place's loop, in deletion mode.
 pub(super) struct Retiring {
@@ -29,13 +204,6 @@ pub(super) struct Retiring {
     lp: PoolLoop,
     // Held: the loop reads its deletion from it.
     _deletion: watch::Sender<Option<Deletion>>,
-}
-
-impl Retiring {
-    /// The former place this loop drains.
-    pub(super) fn place(&self) -> &FormerPlace {
-        &self.place
-    }
 }
 
 /// The place `spec` ran on, with its database's Secret, left at `since`.
@@ -132,57 +300,77 @@ fn deletion_of(place: &FormerPlace, spec: &WarmPoolSpec) -> Deletion {
 /// The loops of `wp`'s former places `places` (its status's, see
 /// [`remembered_places`]), as a restarted operator takes them up (each on
 /// its database, read from its Secret). A place whose database cannot be
-/// had now is left for a later pass.
+/// had now is kept, unreached, and asked again at every pass.
 pub(super) async fn restore(
     client: &kube::Client,
     config: &PoolControllerConfig,
     wp: &WarmPool,
     places: &[FormerPlace],
-) -> Vec<Retiring> {
-    let ns = crate::crd::namespace_of(wp);
-    let secrets: Api<Secret> = Api::namespaced(client.clone(), &ns);
-    let mut out = Vec::new();
+) -> Former {
+    let mut former = Former::default();
     for place in places {
-        let spec = WarmPoolSpec {
-            scheduler: place.scheduler.clone(),
-            region: place.region.clone(),
-            endpoint: place.endpoint.clone(),
-            ..wp.spec.clone()
-        };
-        let url = match read_url(&secrets, &ns, &place.database_secret).await {
-            Ok(Ok((text, _))) => text,
-            Ok(Err(problem)) => {
-                tracing::warn!(pool = %wp.name_any(), place = ?place, reason = %problem.reason,
-                    "a former place's database cannot be had now: {}", problem.message);
-                continue;
-            }
-            Err(e) => {
-                tracing::warn!(pool = %wp.name_any(), place = ?place, error = %e,
-                    "a former place's Secret cannot be read now");
-                continue;
-            }
-        };
-        let name = wp.name_any();
-        let made = PoolLoop::new(
-            &ns,
-            &name,
-            spec,
-            &url,
-            config.tuning.clone(),
-            config.fence.clone(),
-        );
-        match made.await {
-            Ok(lp) => out.push(retire(config, lp.not_listening(), place.clone())),
-            Err(e) => tracing::warn!(pool = %wp.name_any(), error = %e, "a former place's loop"),
+        match reach(client, config, wp, place).await {
+            Ok(r) => former.loops.push(r),
+            Err(why) => former.unreached.push(Unreached {
+                place: place.clone(),
+                why,
+            }),
         }
     }
-    out
+    former
+}
+
+/// The loop of `wp`'s former place `place`, on its database read from its
+/// Secret; or why that database cannot be had now.
+async fn reach(
+    client: &kube::Client,
+    config: &PoolControllerConfig,
+    wp: &WarmPool,
+    place: &FormerPlace,
+) -> Result<Retiring, String> {
+    let ns = crate::crd::namespace_of(wp);
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), &ns);
+    let spec = WarmPoolSpec {
+        scheduler: place.scheduler.clone(),
+        region: place.region.clone(),
+        endpoint: place.endpoint.clone(),
+        ..wp.spec.clone()
+    };
+    let url = match read_url(&secrets, &ns, &place.database_secret).await {
+        Ok(Ok((text, _))) => text,
+        Ok(Err(problem)) => {
+            tracing::warn!(pool = %wp.name_any(), place = ?place, reason = %problem.reason,
+                "a former place's database cannot be had now: {}", problem.message);
+            return Err(problem.message);
+        }
+        Err(e) => {
+            tracing::warn!(pool = %wp.name_any(), place = ?place, error = %e,
+                "a former place's Secret cannot be read now");
+            return Err(e.to_string());
+        }
+    };
+    let name = wp.name_any();
+    let made = PoolLoop::new(
+        &ns,
+        &name,
+        spec,
+        &url,
+        config.tuning.clone(),
+        config.fence.clone(),
+    );
+    match made.await {
+        Ok(lp) => Ok(retire(config, lp.not_listening(), place.clone())),
+        Err(e) => {
+            tracing::warn!(pool = %wp.name_any(), place = ?place, error = %e, "a former place's loop");
+            Err(e.to_string())
+        }
+    }
 }
 
 /// One pass of each former place's loop (leaving alone what the pool's
 /// loop, `successor`, launched); those with nothing left go. Their
 /// events, each saying which place, for the WarmPool.
-pub(super) async fn pass_all(
+async fn pass_all(
     wp: &WarmPool,
     retiring: &mut Vec<Retiring>,
     successor: &HashSet<String>,
@@ -191,16 +379,7 @@ pub(super) async fn pass_all(
     let mut done = Vec::new();
     for (at, r) in retiring.iter_mut().enumerate() {
         r.lp.set_successor(successor.clone());
-        let where_ = format!(
-            "{} in {}{}",
-            r.place.scheduler,
-            r.place.region,
-            r.place
-                .endpoint
-                .as_deref()
-                .map(|e| format!(" ({e})"))
-                .unwrap_or_default()
-        );
+        let where_ = where_(&r.place);
         match r.lp.pass(Utc::now()).await {
             Ok(report) => {
                 events.extend(report.events().iter().map(|e| PoolEvent {

@@ -176,7 +176,7 @@ pub(super) async fn run_stages(
             .unwrap_or_default(),
     );
     let outcome = state.pool_loop_mut().pass(Utc::now()).await;
-    for e in state.pass_retiring(&wp).await {
+    for e in state.pass_former(ctx.client(), ctx.config(), &wp).await {
         ctx.say(&wp, &e).await;
     }
     write_back(&wp, &ctx, &pool, state, outcome).await
