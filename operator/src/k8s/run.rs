@@ -116,6 +116,9 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         let client = client.clone();
         let identity = identity.clone();
         move |fence: Fence| {
+            // What this process wrote to SSM in an earlier term may have
+            // been deleted by the replica that led meanwhile.
+            crate::warmpool::ssm::new_term();
             let ctx = Arc::new(
                 crate::scheduler::k8s::Context::new(
                     client.clone(),

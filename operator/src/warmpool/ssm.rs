@@ -10,7 +10,7 @@
 use std::{
     collections::HashMap,
     sync::{Mutex, OnceLock},
-    time::Duration,
+    time::{Duration, Instant},
 };
 
 use aws_sdk_ssm::{
@@ -95,13 +95,34 @@ pub struct Ssm {
     fence: Fence,
 }
 
-type Written = HashMap<(Ec2Config, String), [u8; 32]>;
-
 /// What this process last wrote to each parameter (region, endpoint,
-/// name), as a digest: a write is made only when the value changes.
+/// name): the value's digest, and when.
+type Written = HashMap<(Ec2Config, String), ([u8; 32], Instant)>;
+
+/// A parameter is written again this long after this process last wrote
+/// it, its value unchanged: one deleted by anyone else (another replica's
+/// finalizer while it led, a hand, a clean-up) is back within this time,
+/// and the instances launched meanwhile read it when they retry.
+pub const REWRITE: Duration = Duration::from_secs(300);
+
+/// What this process last wrote to each parameter, as a digest: a write is
+/// made only when the value changes, or [`REWRITE`] after the last.
 fn written() -> &'static Mutex<Written> {
     static WRITTEN: OnceLock<Mutex<Written>> = OnceLock::new();
     WRITTEN.get_or_init(Default::default)
+}
+
+/// Forgets what this process wrote: a term of leadership begins, and while
+/// another replica led it may have deleted a parameter (its pools' last
+/// one gone) that this process wrote in an earlier term.
+pub fn new_term() {
+    written().lock().unwrap_or_else(|e| e.into_inner()).clear();
+}
+
+/// Whether a parameter written `last` (a digest, when) holds the value of
+/// digest `want` at `now` and need not be written again.
+fn still_written(last: Option<&([u8; 32], Instant)>, want: &[u8; 32], now: Instant) -> bool {
+    last.is_some_and(|(digest, at)| digest == want && now.saturating_duration_since(*at) < REWRITE)
 }
 
 fn digest(value: &str) -> [u8; 32] {
@@ -178,7 +199,8 @@ impl Ssm {
 
     /// Makes `name` hold `value` (a `SecureString` under the account's
     /// `aws/ssm` key, tagged with `tags` when created), unless this process
-    /// wrote that value there already. Whether it wrote.
+    /// wrote that value there in this term, less than [`REWRITE`] ago.
+    /// Whether it wrote.
     pub async fn publish(
         &self,
         name: &str,
@@ -187,12 +209,12 @@ impl Ssm {
     ) -> Result<bool, SsmError> {
         let key = (self.config.clone(), name.to_string());
         let want = digest(value);
-        if written()
+        let last = written()
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .get(&key)
-            == Some(&want)
-        {
+            .copied();
+        if still_written(last.as_ref(), &want, Instant::now()) {
             return Ok(false);
         }
         self.check("PutParameter", name)?;
@@ -233,7 +255,7 @@ impl Ssm {
         written()
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .insert(key, want);
+            .insert(key, (want, Instant::now()));
         tracing::info!(parameter = %name, region = %self.config.region, "database URL parameter written");
         Ok(true)
     }

@@ -1,5 +1,6 @@
-//! The parameter's name, and a refusal read for its code whether SSM or
-//! IAM in front of it answered (JSON or XML).
+//! The parameter's name, a refusal read for its code whether SSM or IAM
+//! in front of it answered (JSON or XML), and when a parameter is written
+//! again.
 
 use crate::warmpool::ssm::*;
 
@@ -37,4 +38,25 @@ fn names() {
         parameter_name("prod-eu", "team-a", "orca"),
         "/orca/prod-eu/team-a/orca/database-url"
     );
+}
+
+#[test]
+fn a_parameter_is_written_again_when_its_value_changes_or_after_a_while() {
+    use super::{digest, still_written};
+    use std::time::{Duration, Instant};
+    let t0 = Instant::now();
+    let url = digest("postgres://orca@db/orca");
+    let last = Some((url, t0));
+    assert!(still_written(
+        last.as_ref(),
+        &url,
+        t0 + Duration::from_secs(299)
+    ));
+    assert!(
+        !still_written(last.as_ref(), &url, t0 + REWRITE),
+        "deleted by another meanwhile: written again"
+    );
+    let rotated = digest("postgres://orca@db2/orca");
+    assert!(!still_written(last.as_ref(), &rotated, t0));
+    assert!(!still_written(None, &url, t0), "never written");
 }
