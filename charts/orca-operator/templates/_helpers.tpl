@@ -168,3 +168,25 @@ such a release runs.
 {{- $tenancy := .Values.tenancy | default dict }}
 {{- if or (not (hasKey $tenancy "aggregateRoles")) $tenancy.aggregateRoles }}true{{ end }}
 {{- end }}
+
+{{/*
+Values this chart added since the previous release, when a release of it
+is upgraded with --reuse-values (Helm then renders with the old chart's
+defaults, which lack them: nil, not this chart's defaults): read as this
+chart's defaults say.
+*/}}
+{{- define "orca-operator.installCrds" -}}
+{{- $crds := .Values.crds | default dict }}
+{{- if or (not (hasKey $crds "install")) $crds.install }}true{{ end }}
+{{- end }}
+{{- define "orca-operator.databaseCaDirectories" -}}
+{{- if hasKey .Values "databaseCaDirectories" }}
+{{- toJson (.Values.databaseCaDirectories | default list) }}
+{{- else }}
+{{- toJson (list "/etc/orca/db-ca") }}
+{{- end }}
+{{- end }}
+{{- define "orca-operator.credentialSources" -}}
+{{- $policy := .Values.networkPolicy | default dict }}
+{{- if or (not (hasKey $policy "credentialSources")) $policy.credentialSources }}true{{ end }}
+{{- end }}

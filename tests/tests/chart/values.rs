@@ -112,3 +112,78 @@ fn a_cluster_older_than_1_30_is_refused_before_anything_is_installed() {
     assert!(said.contains(">=1.30.0-0"), "{said}");
     assert!(template("1.30.0").status.success());
 }
+
+/// A release of the previous chart upgraded with `--reuse-values`: Helm
+/// renders this chart with the values the old release was made with (the
+/// old chart's defaults, which lack what this chart added, and the
+/// user's), not with this chart's defaults. The chart renders, its notes
+/// too, and what it added reads as its defaults say: the CRDs are this
+/// release's, the operator reads CA files from /etc/orca/db-ca (without
+/// it every `sslrootcert` a URL names is refused), the network policy
+/// lets it reach its credential sources. Once, the notes failed on the
+/// missing `crds` (a nil pointer), and the upgrade stopped there.
+#[test]
+fn an_upgrade_reusing_the_previous_releases_values_renders_as_this_charts_defaults() {
+    let previous = std::fs::read_to_string(repo().join("tests/fixtures/releases/PREVIOUS"))
+        .expect("tests/fixtures/releases/PREVIOUS names the previous release");
+    let old_values = repo().join(format!(
+        "tests/fixtures/releases/{}/chart/values.yaml",
+        previous.trim()
+    ));
+    // This chart with the old values as its own: what Helm renders.
+    let chart = std::env::temp_dir().join(format!("orca-chart-reused-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&chart);
+    let copied = Command::new("cp")
+        .arg("-rL")
+        .arg(repo().join("charts/orca-operator"))
+        .arg(&chart)
+        .status()
+        .expect("cp runs");
+    assert!(
+        copied.success(),
+        "cannot copy the chart to {}",
+        chart.display()
+    );
+    std::fs::copy(&old_values, chart.join("values.yaml"))
+        .unwrap_or_else(|e| panic!("{}: {e}", old_values.display()));
+    let out = Command::new(helm())
+        .args(["install", RELEASE])
+        .arg(&chart)
+        .args(["--namespace", RELEASE_NAMESPACE, "--dry-run=client"])
+        .args(["--set", "clusterName=chart-test", "--set"])
+        .arg(format!("image.tag={}", env!("CARGO_PKG_VERSION")))
+        .args(["--set", "networkPolicy.enabled=true"])
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {}: {e}", helm().display()));
+    let _ = std::fs::remove_dir_all(&chart);
+    assert!(
+        out.status.success(),
+        "the upgrade with the old values reused does not render: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8(out.stdout).expect("helm prints UTF-8");
+    let (manifest, notes) = text
+        .split_once("\nMANIFEST:\n")
+        .and_then(|(_, rest)| rest.split_once("\nNOTES:\n"))
+        .unwrap_or_else(|| panic!("no MANIFEST and NOTES in {text}"));
+    assert!(notes.contains("The CRDs are this release's"), "{notes}");
+    let docs: Vec<Value> = serde_yaml::Deserializer::from_str(manifest)
+        .map(|doc| Value::deserialize(doc).expect("helm prints valid YAML"))
+        .filter(|doc| !doc.is_null())
+        .collect();
+    let crds = inventory(&docs)
+        .iter()
+        .filter(|(k, _, _)| k == "CustomResourceDefinition")
+        .count();
+    assert_eq!(crds, 3);
+    let args = args(&docs);
+    assert!(
+        args.windows(2)
+            .any(|w| w[0] == "--database-ca-dir" && w[1] == "/etc/orca/db-ca"),
+        "{args:?}"
+    );
+    let policy = object(&docs, "NetworkPolicy", RELEASE_NAMESPACE, FULLNAME);
+    assert!(serde_yaml::to_string(policy)
+        .unwrap()
+        .contains("169.254.169.254"));
+}
