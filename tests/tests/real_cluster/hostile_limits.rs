@@ -641,3 +641,65 @@ async fn lifetimes_orphaning_and_a_deletions_place_are_the_classs_to_bound() {
         .await
         .unwrap_or_else(|e| panic!("letting kept go: {e}"));
 }
+
+/// A pool of a class that forbids orphaning, pointed by its editor at a
+/// class that allows it and deleted with onDelete Orphan in the same
+/// breath: its busy instance, launched under the first class, is
+/// terminated all the same (past the drain time-out), and the pool goes
+/// once it is. Once, only the class named
+/// at the deletion was asked, and the first class's instance was left
+/// running for good.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_class_that_allows_orphans_orphans_none_of_a_stricter_ones_instances() {
+    let stage = OnCluster::installed_with("hostile-unorphan", &["tenancy.requireClass=true"])
+        .await
+        .with_replica("a")
+        .await;
+    let team = format!("u-{}", random_hex(3));
+    label(&stage.client, &stage.ns, &team).await;
+    stage.apply_scheduler(&paused_scheduler("orca")).await;
+    let ec2 = Ec2Stage::new(&stage, "unused").await;
+    let (strict, lax) = (
+        format!("strict-{}", random_hex(3)),
+        format!("lax-{}", random_hex(3)),
+    );
+    let forbids = "  poolLimits: {orphan: false}";
+    apply_class(&stage, &class(&strict, &ec2, &team, forbids)).await;
+    apply_class(&stage, &class(&lax, &ec2, &team, "")).await;
+    let alice = editor(&stage, &stage.ns, "alice").await;
+    let mut p = held_pool("p", &strict, 1);
+    p.spec.drain_timeout_seconds = 5;
+    create_as_editor(&alice, &stage.ns, &p).await;
+    let launched = until_present(&stage, &ec2, &stage.ns, 1).await;
+    // Busy: nothing but the deletion's drain time-out ends it.
+    hold_busy(&stage.url, &format!("{}/p", stage.ns), &launched).await;
+    stage
+        .wait_pool(
+            "p",
+            "where it runs in its status",
+            Duration::from_secs(30),
+            |s: &WarmPoolStatus| s.place.is_some(),
+        )
+        .await;
+
+    let switched = serde_json::json!({"spec": {"classRef": {"name": lax}, "onDelete": "Orphan"}});
+    patch_as(&alice, &stage.ns, "p", switched)
+        .await
+        .unwrap_or_else(|e| panic!("switching to the lax class: {e}"));
+    let hers = Api::<WarmPool>::namespaced(alice.clone(), &stage.ns);
+    hers.delete("p", &DeleteParams::default())
+        .await
+        .unwrap_or_else(|e| panic!("deleting p: {e}"));
+    eventually(
+        "the strict class's instance terminated",
+        Duration::from_secs(60),
+        || async {
+            let now = ids_of(&ec2, &stage.ns).await;
+            now.is_empty()
+                .then_some(())
+                .ok_or(format!("{now:?} of {launched:?}"))
+        },
+    )
+    .await;
+    gone(&stage.pools(), "p").await;
+}

@@ -5,7 +5,10 @@
 //! down where its instances are — the class's region, or the one its status
 //! recorded if the class is gone — whatever the class would refuse now.
 
-use std::{collections::BTreeMap, sync::Arc};
+use std::{
+    collections::{BTreeMap, BTreeSet},
+    sync::Arc,
+};
 
 use k8s_openapi::api::core::v1::Namespace;
 use kube::{runtime::reflector::ObjectRef, Api, ResourceExt};
@@ -13,7 +16,10 @@ use kube::{runtime::reflector::ObjectRef, Api, ResourceExt};
 use super::{context::Context, error::ReconcileError};
 use crate::{
     crd::{WarmPool, WarmPoolClass},
-    warmpool::class::{may_orphan, resolve, Refusal, Tenant},
+    warmpool::{
+        class::{may_orphan, resolve, Refusal, Tenant},
+        ec2::{Ec2, Ec2Config, Ownership},
+    },
 };
 
 /// `wp` as its loop runs it: as written without a class, else with the
@@ -67,19 +73,90 @@ pub(super) async fn effective(
 
 /// Whether `wp`, deleted with `onDelete: Orphan`, may leave its instances
 /// running: a pool without a class may; one with a class only if the class
-/// exists and allows it (`poolLimits.orphan`). Else it is torn down as with
-/// Terminate.
+/// exists and allows it (`poolLimits.orphan`). And so must every class its
+/// instances were launched under (their `orca.dev/class` tag, where its
+/// status says they are): a pool pointed from a class that forbids it to
+/// one that allows it leaves none of the first class's instances running.
+/// Else it is torn down as with Terminate.
 pub(super) async fn may_leave(
     wp: &WarmPool,
     ctx: &Context,
     pool: &str,
 ) -> Result<bool, ReconcileError> {
-    let Some(class_ref) = &wp.spec.class_ref else {
-        return Ok(true);
-    };
-    Ok(class_of(ctx, pool, &class_ref.name)
+    let current = wp.spec.class_ref.as_ref().map(|c| c.name.as_str());
+    if let Some(name) = current {
+        if !allows_orphans(ctx, pool, name).await? {
+            return Ok(false);
+        }
+    }
+    for class in launched_under(wp, ctx, pool).await? {
+        if Some(class.as_str()) != current && !allows_orphans(ctx, pool, &class).await? {
+            tracing::info!(pool = %pool, class = %class,
+                "onDelete Orphan: instances were launched under a class that does not allow it; torn down");
+            return Ok(false);
+        }
+    }
+    Ok(true)
+}
+
+/// Whether the class `name` exists and lets its pools orphan instances.
+async fn allows_orphans(ctx: &Context, pool: &str, name: &str) -> Result<bool, ReconcileError> {
+    Ok(class_of(ctx, pool, name)
         .await?
         .is_some_and(|c| may_orphan(&c.spec)))
+}
+
+/// The classes `wp`'s instances were launched under, by their
+/// `orca.dev/class` tag: EC2's listing of its instances where it ran last
+/// (`status.place`) and in each former place (`status.retiring`).
+async fn launched_under(
+    wp: &WarmPool,
+    ctx: &Context,
+    pool: &str,
+) -> Result<BTreeSet<String>, ReconcileError> {
+    let tuning = &ctx.config().tuning;
+    let status = wp.status.iter();
+    let places = status
+        .clone()
+        .flat_map(|s| &s.place)
+        .chain(status.flat_map(|s| &s.retiring));
+    let mut asked = Vec::new();
+    let mut classes = BTreeSet::new();
+    for p in places {
+        let at = (
+            p.scheduler.as_str(),
+            p.region.as_str(),
+            p.endpoint.as_deref(),
+        );
+        if asked.contains(&at) {
+            continue;
+        }
+        asked.push(at);
+        let owner = Ownership::new(
+            &crate::crd::namespace_of(wp),
+            &wp.name_any(),
+            &p.scheduler,
+            &tuning.operator,
+            &tuning.cluster,
+        );
+        let ec2 = Ec2::new(
+            &Ec2Config::new(&p.region, p.endpoint.as_deref()),
+            ctx.config().fence.clone(),
+        )
+        .await;
+        let listed =
+            ec2.describe_tagged(&owner.tags())
+                .await
+                .map_err(|source| ReconcileError::Ec2 {
+                    pool: pool.to_string(),
+                    source,
+                })?;
+        let present = listed
+            .into_iter()
+            .filter(|t| t.instance.as_ref().is_some_and(|i| i.state.is_present()));
+        classes.extend(present.filter_map(|t| t.class));
+    }
+    Ok(classes)
 }
 
 fn with_spec(wp: &WarmPool, spec: crate::crd::WarmPoolSpec) -> Arc<WarmPool> {
