@@ -212,6 +212,18 @@ async fn patch_as(
         .map_err(|e| e.to_string())
 }
 
+/// Waits until EC2 lists none of namespace `ns`'s pools' instances, of
+/// which `launched` were; `what` says what that means.
+async fn none_left(ec2: &Ec2Stage, ns: &str, launched: &[String], what: &str) {
+    eventually(what, Duration::from_secs(60), || async {
+        let now = ids_of(ec2, ns).await;
+        now.is_empty()
+            .then_some(())
+            .ok_or(format!("{now:?} of {launched:?}"))
+    })
+    .await;
+}
+
 async fn gone(api: &Api<WarmPool>, name: &str) {
     eventually(&format!("{name} gone"), Duration::from_secs(60), || async {
         match api.get_opt(name).await.map_err(|e| e.to_string())? {
@@ -607,17 +619,7 @@ async fn lifetimes_orphaning_and_a_deletions_place_are_the_classs_to_bound() {
         said.contains("spec.scheduler may not change while the WarmPool is being deleted"),
         "{said}"
     );
-    eventually(
-        "kept's instance terminated",
-        Duration::from_secs(60),
-        || async {
-            let now = ids_of(&ec2, &stage.ns).await;
-            now.is_empty()
-                .then_some(())
-                .ok_or(format!("{now:?} of {launched:?}"))
-        },
-    )
-    .await;
+    none_left(&ec2, &stage.ns, &launched, "kept's instance terminated").await;
     // The operator let go once its instance was terminated.
     eventually(
         "the operator's finalizer gone",
@@ -690,15 +692,11 @@ async fn a_class_that_allows_orphans_orphans_none_of_a_stricter_ones_instances()
     hers.delete("p", &DeleteParams::default())
         .await
         .unwrap_or_else(|e| panic!("deleting p: {e}"));
-    eventually(
+    none_left(
+        &ec2,
+        &stage.ns,
+        &launched,
         "the strict class's instance terminated",
-        Duration::from_secs(60),
-        || async {
-            let now = ids_of(&ec2, &stage.ns).await;
-            now.is_empty()
-                .then_some(())
-                .ok_or(format!("{now:?} of {launched:?}"))
-        },
     )
     .await;
     gone(&stage.pools(), "p").await;
