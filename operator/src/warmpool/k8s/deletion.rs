@@ -15,21 +15,18 @@
 use std::time::Duration;
 
 use chrono::Utc;
-use kube::{runtime::controller::Action, ResourceExt};
+use kube::runtime::controller::Action;
 
 use super::{
-    config::PoolControllerConfig,
     context::Context,
     error::ReconcileError,
     finalizer::{let_go, release_parameter},
     report::degraded,
+    retiring::present_in,
 };
 use crate::{
     crd::{spec_seconds, Problem, WarmPool},
-    warmpool::{
-        ec2::{Ec2, Ec2Config, Ec2Error, Ownership},
-        Deletion, PoolEvent,
-    },
+    warmpool::{Deletion, PoolEvent},
 };
 
 /// One pass of the teardown without the pool's database; see the module.
@@ -100,32 +97,6 @@ pub(super) async fn without_database(
     Ok(Action::requeue(
         wait.clamp(Duration::from_secs(1), Duration::from_secs(30)),
     ))
-}
-
-/// The EC2 of `wp`'s place `(scheduler, region, endpoint)`, and the
-/// instances it lists there with the pool's tags, pending, running,
-/// stopping or stopped.
-pub(super) async fn present_in(
-    config: &PoolControllerConfig,
-    wp: &WarmPool,
-    (scheduler, region, endpoint): (&str, &str, Option<&str>),
-) -> Result<(Ec2, Vec<String>), Ec2Error> {
-    let owner = Ownership::new(
-        &crate::crd::namespace_of(wp),
-        &wp.name_any(),
-        scheduler,
-        &config.tuning.operator,
-        &config.tuning.cluster,
-    );
-    let ec2 = Ec2::new(&Ec2Config::new(region, endpoint), config.fence.clone()).await;
-    let ids = ec2
-        .describe(&owner)
-        .await?
-        .into_iter()
-        .filter(|i| i.state.is_present())
-        .map(|i| i.id)
-        .collect();
-    Ok((ec2, ids))
 }
 
 /// The places of `wp`'s instances: its Scheduler, region and endpoint now,

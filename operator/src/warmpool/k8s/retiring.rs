@@ -26,11 +26,14 @@ use k8s_openapi::api::core::v1::Secret;
 use kube::{Api, ResourceExt};
 use tokio::sync::watch;
 
-use super::{config::PoolControllerConfig, deletion::present_in};
+use super::config::PoolControllerConfig;
 use crate::{
     crd::{spec_seconds, FormerPlace, SecretKeyRef, WarmPool, WarmPoolSpec},
     runtime::database::read_url,
-    warmpool::{Deletion, PoolEvent, PoolLoop},
+    warmpool::{
+        ec2::{Ec2, Ec2Config, Ec2Error, Ownership},
+        Deletion, PoolEvent, PoolLoop,
+    },
 };
 
 /// Where a pool ran before, while instances may be left there: a loop for
@@ -400,4 +403,30 @@ async fn pass_all(
         retiring.remove(at);
     }
     events
+}
+
+/// The EC2 of `wp`'s place `(scheduler, region, endpoint)`, and the
+/// instances it lists there with the pool's tags, pending, running,
+/// stopping or stopped.
+pub(super) async fn present_in(
+    config: &PoolControllerConfig,
+    wp: &WarmPool,
+    (scheduler, region, endpoint): (&str, &str, Option<&str>),
+) -> Result<(Ec2, Vec<String>), Ec2Error> {
+    let owner = Ownership::new(
+        &crate::crd::namespace_of(wp),
+        &wp.name_any(),
+        scheduler,
+        &config.tuning.operator,
+        &config.tuning.cluster,
+    );
+    let ec2 = Ec2::new(&Ec2Config::new(region, endpoint), config.fence.clone()).await;
+    let ids = ec2
+        .describe(&owner)
+        .await?
+        .into_iter()
+        .filter(|i| i.state.is_present())
+        .map(|i| i.id)
+        .collect();
+    Ok((ec2, ids))
 }
