@@ -92,7 +92,12 @@ fn to_row(row: &Row) -> Result<SchedulerRow, DbError> {
     })
 }
 
-async fn rows(db: &Db, filter: &str, stale: Duration) -> Result<Vec<SchedulerRow>, DbError> {
+async fn rows(
+    db: &Db,
+    filter: &str,
+    params: &[&(dyn tokio_postgres::types::ToSql + Sync)],
+    stale: Duration,
+) -> Result<Vec<SchedulerRow>, DbError> {
     let sql = format!(
         "select {COLUMNS}, {live} as live,
                 exists (select 1 from pg_locks l where l.pid = s.backend_pid and {lock}) as holds,
@@ -104,7 +109,7 @@ async fn rows(db: &Db, filter: &str, stale: Duration) -> Result<Vec<SchedulerRow
     );
     db.query_at_most(
         &sql,
-        &[],
+        params,
         MAX_INSTANCES,
         "scheduler instances not long gone",
     )
@@ -114,15 +119,25 @@ async fn rows(db: &Db, filter: &str, stale: Duration) -> Result<Vec<SchedulerRow
     .collect()
 }
 
-/// Every instance that hasn't ended, and those that ended within the last
-/// hour, oldest first: the snapshot a reconcile decides on.
-pub async fn observe(db: &Db, stale: Duration) -> Result<Vec<SchedulerRow>, DbError> {
-    rows(
-        db,
-        &format!("s.ended is null or s.ended > now() - interval '{LONG_GONE}'"),
-        stale,
-    )
-    .await
+/// The instances a reconcile decides on, oldest first: those that ended
+/// within the last hour, and those that have not ended — but one not seen
+/// for an hour only if a pod of `hosts` runs it or it holds the lead lock.
+/// A scheduler that died without ending its row (killed past its drain
+/// time-out, its node gone, out of memory) leaves that row for ever, and
+/// the years of them an installation gathers would fill the read
+/// (a thousand rows at most) and stop every handover.
+pub async fn observe(
+    db: &Db,
+    stale: Duration,
+    hosts: &[String],
+) -> Result<Vec<SchedulerRow>, DbError> {
+    let filter = format!(
+        "s.ended > now() - interval '{LONG_GONE}' or (s.ended is null and (
+             s.seen > now() - interval '{LONG_GONE}' or s.host = any($1)
+             or exists (select 1 from pg_locks l where l.pid = s.backend_pid and {lock})))",
+        lock = lead_lock_granted("l."),
+    );
+    rows(db, &filter, &[&hosts], stale).await
 }
 
 /// A line for each instance not long gone (ended or unseen within the last
@@ -132,7 +147,7 @@ pub async fn instances(db: &Db, stale: Duration) -> Result<Vec<String>, DbError>
     let filter = format!(
         "(s.ended is null or s.ended > now() - interval '{LONG_GONE}') and s.seen > now() - interval '{LONG_GONE}'"
     );
-    Ok(rows(db, &filter, stale)
+    Ok(rows(db, &filter, &[], stale)
         .await?
         .iter()
         .map(instance_line)
@@ -204,9 +219,16 @@ impl fmt::Display for LeadState {
     }
 }
 
-/// A non-waiting look at the lead, for the operator's every reconcile.
+/// A non-waiting look at the lead, for the operator's every reconcile: of
+/// the live instances and the one holding the lead lock (not the rows of
+/// schedulers long dead, which would fill the read).
 pub async fn lead_state(db: &Db, stale: Duration) -> Result<LeadState, DbError> {
-    let rows = rows(db, "s.ended is null", stale).await?;
+    let filter = format!(
+        "{live} or exists (select 1 from pg_locks l where l.pid = s.backend_pid and {lock})",
+        live = live_of("s.", stale),
+        lock = lead_lock_granted("l."),
+    );
+    let rows = rows(db, &filter, &[], stale).await?;
     Ok(LeadState {
         newest: rows.iter().rev().find(|r| r.live).cloned(),
         leader: rows.iter().find(|r| r.holds_lock).cloned(),

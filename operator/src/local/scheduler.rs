@@ -11,7 +11,7 @@ use super::{
 };
 use crate::{
     crd::{Scheduler, SchedulerStatus},
-    scheduler::{self, Action, Decision, Event, Observed, Problem},
+    scheduler::{self, Action, Decision, Event, Observed, PodView, Problem},
 };
 
 /// One Scheduler's loop state: its database connection and its status.
@@ -73,9 +73,12 @@ impl LocalScheduler {
     pub async fn reconcile(&mut self, s: &Scheduler, manifests: &Manifests) -> Duration {
         let stale = Duration::from_secs(s.spec.handover.stale_seconds.max(1) as u64);
         let url = database_url(s, manifests, self.fallback_url.as_deref());
+        let (pods, jobs) = (self.pods.of(&self.key), self.jobs.of(&self.key));
+        let views: Vec<PodView> = pods.iter().map(|p| p.pod_view()).collect();
+        let hosts: Vec<String> = views.iter().map(|p| p.host.clone()).collect();
         let observed_db = match &url {
             Ok(url) => match self.connect(url).await {
-                Ok(db) => crate::scheduler::rows::observe_instances(db, stale)
+                Ok(db) => crate::scheduler::rows::observe_instances(db, stale, &hosts)
                     .await
                     .map_err(|e| crate::scheduler::rows::db_problem(&e)),
                 Err(p) => Err(p),
@@ -89,14 +92,13 @@ impl LocalScheduler {
             Ok((rows, db_now)) => (Ok(rows), Some(db_now)),
             Err(p) => (Err(p), None),
         };
-        let (pods, jobs) = (self.pods.of(&self.key), self.jobs.of(&self.key));
         let observed = Observed {
             namespace: namespace(s),
             name: s.metadata.name.clone().unwrap_or_default(),
             generation: s.metadata.generation,
             spec: s.spec.clone(),
             status: self.status.clone(),
-            pods: pods.iter().map(|p| p.pod_view()).collect(),
+            pods: views,
             jobs: jobs.iter().map(|j| j.job_view()).collect(),
             instances,
             now: chrono::Utc::now(),

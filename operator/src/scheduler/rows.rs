@@ -26,12 +26,14 @@ fn instance_view(row: &schedulers::SchedulerRow) -> InstanceView {
     }
 }
 
-/// The instances, and `now()` by the database clock. A database the first
-/// scheduler has not migrated yet has no instances (so the first pod can
-/// start and migrate it).
+/// The instances (of the pods on `hosts`, and all others seen within the
+/// hour: see [`schedulers::observe`]), and `now()` by the database clock.
+/// A database the first scheduler has not migrated yet has no instances
+/// (so the first pod can start and migrate it).
 pub async fn observe_instances(
     db: &Db,
     stale: Duration,
+    hosts: &[String],
 ) -> Result<(Vec<InstanceView>, Time), DbError> {
     let row = db
         .query_one(
@@ -43,7 +45,7 @@ pub async fn observe_instances(
     if !exists {
         return Ok((Vec::new(), now));
     }
-    let rows = schedulers::observe(db, stale).await?;
+    let rows = schedulers::observe(db, stale, hosts).await?;
     Ok((rows.iter().map(instance_view).collect(), now))
 }
 

@@ -217,3 +217,38 @@ async fn an_instance_whose_row_someone_else_ended_stops_at_its_next_beat() {
     .await;
     assert!(holders(&db).await.is_empty());
 }
+
+/// An installation's years of schedulers that died without ending their
+/// rows (killed past their drain time-out, their nodes gone): what the
+/// operator decides on leaves out those not seen for an hour, unless a pod
+/// still runs one, so they never fill its read. Once, a thousand and one
+/// of them stopped every handover (`DatabaseError`: more than 1000
+/// scheduler instances).
+#[tokio::test]
+async fn rows_of_schedulers_long_dead_never_fill_the_read() {
+    let url = pg::Cluster::shared().migrated_db().await;
+    let db = pg::connect(&url).await;
+    db.execute(
+        "insert into orca.schedulers (host, pid, migrations, joined, seen)
+         select 'gone-' || g, g, 5, now() - interval '30 days', now() - interval '2 days'
+         from generate_series(1, 1200) g",
+        &[],
+    )
+    .await
+    .unwrap();
+    let mut a = sim(&url, "v1");
+    let a_id = a.id().await;
+    a.wait_for(&format!("leading id={a_id}"), Duration::from_secs(5))
+        .await;
+    // A pod still there runs one of them: it is read, stale.
+    let hosts = ["gone-7".to_string()];
+    let read = schedulers::observe(&db, stale(), &hosts)
+        .await
+        .unwrap_or_else(|e| panic!("the read failed: {e}"));
+    let mut got: Vec<(String, bool)> = read.iter().map(|r| (r.host.clone(), r.live)).collect();
+    got.sort();
+    let sim_host = row(&db, a_id).await.host;
+    let mut want = vec![("gone-7".to_string(), false), (sim_host, true)];
+    want.sort();
+    assert_eq!(got, want);
+}

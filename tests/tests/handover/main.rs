@@ -38,7 +38,7 @@ fn sim(url: &str, image: &str) -> Sim {
 }
 
 async fn row(db: &Db, id: i64) -> SchedulerRow {
-    schedulers::observe(db, stale())
+    schedulers::observe(db, stale(), &[])
         .await
         .unwrap()
         .into_iter()

@@ -13,7 +13,7 @@ use tracing::warn;
 use super::{jobs, pods, Context, ObserveError};
 use crate::crd::{Scheduler, SecretKeyRef};
 use crate::runtime::{database, names::LABEL_SCHEDULER};
-use crate::scheduler::{self, Observed};
+use crate::scheduler::{self, Observed, PodView};
 
 /// The snapshot of `scheduler` (in `ns`) that `decide` reads, and the
 /// database it was read from, if it could be reached.
@@ -29,6 +29,8 @@ pub(super) async fn observe(
         None => list_owned(ctx, ns, &name).await?,
     };
     let spec = &scheduler.spec;
+    let views: Vec<PodView> = pods.iter().filter_map(pods::pod_view).collect();
+    let hosts: Vec<String> = views.iter().map(|p| p.host.clone()).collect();
     let mut db = None;
     let mut db_now = None;
     let instances = match database_url(ctx, ns, &spec.database.url_secret_ref).await? {
@@ -38,7 +40,7 @@ pub(super) async fn observe(
             Ok(conn) => {
                 let stale = Duration::from_secs(spec.handover.stale_seconds.max(1) as u64);
                 ctx.fence().check()?;
-                match crate::scheduler::rows::observe_instances(&conn, stale).await {
+                match crate::scheduler::rows::observe_instances(&conn, stale, &hosts).await {
                     Ok((rows, now)) => {
                         db = Some(conn);
                         db_now = Some(now);
@@ -68,7 +70,7 @@ pub(super) async fn observe(
             scheduler.metadata.resource_version.as_deref(),
             &scheduler.status.clone().unwrap_or_default(),
         ),
-        pods: pods.iter().filter_map(pods::pod_view).collect(),
+        pods: views,
         jobs: jobs.iter().filter_map(jobs::job_view).collect(),
         instances,
         now: chrono::Utc::now(),

@@ -35,7 +35,7 @@ async fn handovers(tick_ms: u64, listen: bool) -> anyhow::Result<Vec<f64>> {
         let id = next.id().await;
         next.wait_for(&format!("leading id={id}"), Duration::from_secs(10))
             .await;
-        let row = schedulers::observe(&db, Duration::from_secs(10))
+        let row = schedulers::observe(&db, Duration::from_secs(10), &[])
             .await?
             .into_iter()
             .find(|r| r.id == id)
