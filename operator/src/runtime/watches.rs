@@ -27,9 +27,10 @@ use k8s_openapi::{
     NamespaceResourceScope,
 };
 use kube::{
+    api::{ApiResource, DynamicObject},
     core::PartialObjectMeta,
     runtime::{
-        reflector::{self, store::Writer, Store},
+        reflector::{self, store::Writer, ObjectRef, Store},
         watcher, WatchStreamExt,
     },
     Api, Client, Resource, ResourceExt,
@@ -117,6 +118,18 @@ where
     }
 }
 
+/// `Api` of `K`'s objects as JSON in `scope`, as [`namespaced`].
+fn namespaced_json<K>(client: &Client, scope: &Option<String>) -> Api<DynamicObject>
+where
+    K: Resource<Scope = NamespaceResourceScope, DynamicType = ()>,
+{
+    let resource = ApiResource::erase::<K>(&());
+    match scope {
+        Some(ns) => Api::namespaced_with(client.clone(), ns, &resource),
+        None => Api::all_with(client.clone(), &resource),
+    }
+}
+
 /// One subscriber's part of a [`Watch`]: the shared store and this
 /// subscriber's own stream of the watch's events.
 pub struct Feed<K: Resource<DynamicType = ()> + Clone + 'static> {
@@ -163,6 +176,9 @@ type Deleted<K> = Box<dyn Fn(&K) + Send>;
 /// subscribers share; it does nothing until [`Watch::run`] is polled.
 pub struct Watch<K: Resource<DynamicType = ()> + Clone + 'static> {
     api: Api<K>,
+    /// The same objects as JSON, when each is read on its own (see
+    /// [`Watch::each_read_alone`]).
+    json: Option<Api<DynamicObject>>,
     store: Store<K>,
     listed: Listed,
     writer: Writer<K>,
@@ -181,12 +197,24 @@ where
         let (store, writer) = reflector::store();
         Self {
             api,
+            json: None,
             listed: Listed::of(&store),
             store,
             writer,
             subscribers: Vec::new(),
             deleted: None,
         }
+    }
+
+    /// Lists and watches the objects as JSON (`json`, the same objects as
+    /// the typed API), each read as `K` on its own: one that does not read
+    /// (a number beyond its field's type that an API server let through,
+    /// say) is logged and left as it was last read, where a typed list
+    /// would fail whole, and with it every object of every team, at each
+    /// listing for as long as that one object lasts.
+    pub fn each_read_alone(mut self, json: Api<DynamicObject>) -> Self {
+        self.json = Some(json);
+        self
     }
 
     /// `deleted` is told of each object the watch sees deleted, before
@@ -214,7 +242,16 @@ where
             return;
         }
         let kind = K::kind(&());
-        let stream = watcher(self.api, watcher::Config::default()).modify(slim);
+        let events = match self.json.take() {
+            Some(json) => {
+                let store = self.store.clone();
+                watcher(json, watcher::Config::default())
+                    .filter_map(move |e| future::ready(read_alone(e, &store)))
+                    .boxed()
+            }
+            None => watcher(self.api, watcher::Config::default()).boxed(),
+        };
+        let stream = events.modify(slim);
         let stream = reflector::reflector(self.writer, stream).default_backoff();
         let mut stream = std::pin::pin!(stream);
         let started = std::time::Instant::now();
@@ -242,6 +279,66 @@ where
     }
 }
 
+/// A watch event of JSON objects as one of `K`s, each object read on its
+/// own. One that does not read as `K` is logged, and the store keeps what
+/// it last read of it (`None`: no event, or the one it had): an update is
+/// not applied, a listing keeps the old one, a deletion removes it.
+fn read_alone<K>(
+    event: watcher::Result<watcher::Event<DynamicObject>>,
+    store: &Store<K>,
+) -> Option<watcher::Result<watcher::Event<K>>>
+where
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned,
+{
+    use watcher::Event;
+    let read = |o: DynamicObject| -> Option<K> {
+        let mut at = ObjectRef::<K>::new(&o.name_any());
+        if let Some(ns) = o.namespace() {
+            at = at.within(&ns);
+        }
+        match serde_json::to_value(&o).and_then(serde_json::from_value::<K>) {
+            Ok(k) => Some(k),
+            Err(e) => {
+                tracing::warn!(kind = %K::kind(&()), object = %at, error = %unquoted(&e.to_string()),
+                    "an object that does not read as its kind: left as it was last read");
+                store.get(&at).map(|k| (*k).clone())
+            }
+        }
+    };
+    Some(Ok(match event {
+        Err(e) => return Some(Err(e)),
+        Ok(Event::Init) => Event::Init,
+        Ok(Event::InitDone) => Event::InitDone,
+        Ok(Event::InitApply(o)) => Event::InitApply(read(o)?),
+        Ok(Event::Apply(o)) => Event::Apply(read(o)?),
+        Ok(Event::Delete(o)) => Event::Delete(read(o)?),
+    }))
+}
+
+/// `message` with what it quotes left out: a value of a field that did not
+/// read may be anything the object holds (a Scheduler's environment, a
+/// password among it), and logs carry no secret.
+fn unquoted(message: &str) -> String {
+    let mut out = String::with_capacity(message.len());
+    let mut open: Option<char> = None;
+    for c in message.chars() {
+        match open {
+            Some(q) if c == q => {
+                open = None;
+                out.push(c);
+            }
+            Some(_) => {}
+            None if c == '"' || c == '`' => {
+                open = Some(c);
+                out.push(c);
+                out.push('…');
+            }
+            None => out.push(c),
+        }
+    }
+    out
+}
+
 /// The shared watches of one scope.
 pub struct Watches {
     /// The Schedulers: the Scheduler controller's own objects, and what a
@@ -263,8 +360,13 @@ impl Watches {
         let urls = Arc::new(SecretUrls::default());
         let gone = urls.clone();
         Self {
-            schedulers: Watch::new(namespaced(client, scope)),
-            pools: Watch::new(namespaced(client, scope)),
+            schedulers: Watch::new(namespaced(client, scope)).each_read_alone(namespaced_json::<
+                Scheduler,
+            >(
+                client, scope
+            )),
+            pools: Watch::new(namespaced(client, scope))
+                .each_read_alone(namespaced_json::<WarmPool>(client, scope)),
             secrets: Watch::new(namespaced(client, scope)).on_delete(move |m: &SecretMeta| {
                 gone.forget(
                     m.metadata.namespace.as_deref().unwrap_or_default(),
@@ -291,8 +393,10 @@ pub struct ClusterWatches {
 impl ClusterWatches {
     /// Both watches, over the whole cluster.
     pub fn new(client: &Client) -> Self {
+        let classes = ApiResource::erase::<WarmPoolClass>(&());
         Self {
-            classes: Watch::new(Api::all(client.clone())),
+            classes: Watch::new(Api::all(client.clone()))
+                .each_read_alone(Api::all_with(client.clone(), &classes)),
             namespaces: Watch::new(Api::all(client.clone())),
         }
     }

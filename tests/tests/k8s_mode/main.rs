@@ -88,3 +88,4 @@ mod election;
 mod fence;
 mod secret_urls;
 mod status;
+mod undecodable;
