@@ -144,7 +144,12 @@ fn with_tenancy(mut objects: Vec<(String, String, String)>) -> Vec<(String, Stri
         named("ClusterRole", "edit"),
         named("ClusterRole", "view"),
     ]);
-    for policy in ["warmpool-class", "warmpool-limits", "warmpool-deletion"] {
+    for policy in [
+        "warmpool-class",
+        "warmpool-limits",
+        "warmpool-deletion",
+        "warmpool-finalizer",
+    ] {
         objects.push(named("ValidatingAdmissionPolicy", policy));
         objects.push(named("ValidatingAdmissionPolicyBinding", policy));
     }

@@ -172,8 +172,9 @@ fn the_policies_carry_the_rules_the_operator_renders() {
     }
 }
 
-/// The limits and the deletion's place hold whatever `requireClass` says;
-/// each class is a parameter of the limits' policy, judging its own pools.
+/// The limits, the deletion's place and the operator's finalizer hold
+/// whatever `requireClass` says; each class is a parameter of the limits'
+/// policy, judging its own pools.
 #[test]
 fn the_limits_and_deletion_policies_hold_with_or_without_require_class() {
     for values in [&[][..], &["tenancy.requireClass=false"][..]] {
@@ -198,12 +199,9 @@ fn the_limits_and_deletion_policies_hold_with_or_without_require_class() {
             str_at(binding, &["spec", "paramRef", "parameterNotFoundAction"]),
             Some("Allow")
         );
-        object(
-            &docs,
-            "ValidatingAdmissionPolicy",
-            "",
-            &named("warmpool-deletion"),
-        );
+        for policy in ["warmpool-deletion", "warmpool-finalizer"] {
+            object(&docs, "ValidatingAdmissionPolicy", "", &named(policy));
+        }
     }
 }
 
@@ -275,7 +273,12 @@ fn the_policies_bind_every_watched_namespace() {
         ),
     ] {
         let docs = render(values);
-        for policy in ["warmpool-class", "warmpool-limits", "warmpool-deletion"] {
+        for policy in [
+            "warmpool-class",
+            "warmpool-limits",
+            "warmpool-deletion",
+            "warmpool-finalizer",
+        ] {
             let binding = object(
                 &docs,
                 "ValidatingAdmissionPolicyBinding",

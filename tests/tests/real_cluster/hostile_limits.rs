@@ -648,7 +648,7 @@ async fn lifetimes_orphaning_and_a_deletions_place_are_the_classs_to_bound() {
 /// class that allows it and deleted with onDelete Orphan in the same
 /// breath: its busy instance, launched under the first class, is
 /// terminated all the same (past the drain time-out), and the pool goes
-/// once it is. Once, only the class named
+/// once it is; nor may she take the operator's finalizer off meanwhile. Once, only the class named
 /// at the deletion was asked, and the first class's instance was left
 /// running for good.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -692,6 +692,19 @@ async fn a_class_that_allows_orphans_orphans_none_of_a_stricter_ones_instances()
     hers.delete("p", &DeleteParams::default())
         .await
         .unwrap_or_else(|e| panic!("deleting p: {e}"));
+    // Nor does she let it go by taking the operator's finalizer off.
+    let said = patch_as(
+        &alice,
+        &stage.ns,
+        "p",
+        serde_json::json!({"metadata": {"finalizers": null}}),
+    )
+    .await
+    .expect_err("the operator's finalizer is not an editor's to remove");
+    assert!(
+        said.contains("the finalizer orca.dev/warm-pool is the operator's"),
+        "{said}"
+    );
     none_left(
         &ec2,
         &stage.ns,
