@@ -139,10 +139,10 @@ async fn launched_under(
             &tuning.operator,
             &tuning.cluster,
         );
-        let ec2 = Ec2::new(
+        let ec2 = Box::pin(Ec2::new(
             &Ec2Config::new(&p.region, p.endpoint.as_deref()),
             ctx.config().fence.clone(),
-        )
+        ))
         .await;
         let listed =
             ec2.describe_tagged(&owner.tags())

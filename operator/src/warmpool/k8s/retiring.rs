@@ -100,21 +100,24 @@ impl Former {
         let mut events = Vec::new();
         let mut still = Vec::new();
         for u in std::mem::take(&mut self.unreached) {
-            match reach(client, config, wp, &u.place).await {
+            // Boxed, as each step below: the reconcile's future would
+            // otherwise hold all of theirs at once (a debug build's
+            // outgrew a thread's stack).
+            match Box::pin(reach(client, config, wp, &u.place)).await {
                 Ok(r) => {
                     tracing::info!(pool = %wp.name_any(), place = ?u.place, "a former place's database is reached: its loop drains it");
                     self.loops.push(r);
                 }
                 Err(why) => {
                     let u = Unreached { why, ..u };
-                    if sweep(config, wp, &u, &mut events).await != Some(false) {
+                    if Box::pin(sweep(config, wp, &u, &mut events)).await != Some(false) {
                         still.push(u);
                     }
                 }
             }
         }
         self.unreached = still;
-        events.extend(pass_all(wp, &mut self.loops, successor).await);
+        events.extend(Box::pin(pass_all(wp, &mut self.loops, successor)).await);
         events
     }
 }
@@ -312,7 +315,7 @@ pub(super) async fn restore(
 ) -> Former {
     let mut former = Former::default();
     for place in places {
-        match reach(client, config, wp, place).await {
+        match Box::pin(reach(client, config, wp, place)).await {
             Ok(r) => former.loops.push(r),
             Err(why) => former.unreached.push(Unreached {
                 place: place.clone(),
@@ -420,7 +423,11 @@ pub(super) async fn present_in(
         &config.tuning.operator,
         &config.tuning.cluster,
     );
-    let ec2 = Ec2::new(&Ec2Config::new(region, endpoint), config.fence.clone()).await;
+    let ec2 = Box::pin(Ec2::new(
+        &Ec2Config::new(region, endpoint),
+        config.fence.clone(),
+    ))
+    .await;
     let ids = ec2
         .describe(&owner)
         .await?

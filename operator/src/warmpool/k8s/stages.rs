@@ -85,7 +85,9 @@ impl Reconciler for Context {
 /// One pass of `wp`'s pool on its Scheduler's database, once `wp` has the
 /// finalizer; a missing Scheduler or a bad Secret is a `Degraded` status
 /// instead. A WarmPool being deleted is dealt with as its `spec.onDelete`
-/// says. The fence is checked here, once, before anything is done.
+/// says. The fence is checked here, once, before anything is done. Each
+/// stage's future is boxed: held in this one they made it larger than a
+/// thread's stack in a debug build.
 pub(super) async fn run_stages(
     wp: Arc<WarmPool>,
     ctx: Arc<Context>,
@@ -109,7 +111,7 @@ pub(super) async fn run_stages(
         }
         Some(_)
             if wp.spec.on_delete == OnDelete::Orphan
-                && class::may_leave(&wp, &ctx, &pool).await? =>
+                && Box::pin(class::may_leave(&wp, &ctx, &pool)).await? =>
         {
             return orphan(&wp, &ctx, &pool).await;
         }
@@ -142,12 +144,16 @@ pub(super) async fn run_stages(
     }
     let slot = ctx.slot(&pool);
     let mut guard = slot.lock().await;
-    if let Some(problem) = prepare(&wp, &ctx, &pool, &mut guard, deletion.is_some()).await? {
+    let prepared = Box::pin(prepare(&wp, &ctx, &pool, &mut guard, deletion.is_some()));
+    if let Some(problem) = prepared.await? {
         *guard = None;
         drop(guard);
         ctx.forget(&pool);
         if let Some(deletion) = deletion {
-            return deletion::without_database(&wp, &ctx, &pool, deletion, problem).await;
+            return Box::pin(deletion::without_database(
+                &wp, &ctx, &pool, deletion, problem,
+            ))
+            .await;
         }
         degraded(&ctx, &wp, &problem.reason, problem.message).await?;
         return Ok(Action::requeue(Duration::from_secs(30)));
@@ -156,7 +162,7 @@ pub(super) async fn run_stages(
         return Ok(Action::requeue(Duration::from_secs(30)));
     };
     if deletion.is_none() {
-        state.follow(&wp, &pool).await;
+        Box::pin(state.follow(&wp, &pool)).await;
     }
     // A handle on the class's book, made when the loop's class changes.
     let class = wp.spec.class_ref.as_ref().map(|c| c.name.as_str());
@@ -175,9 +181,9 @@ pub(super) async fn run_stages(
             .map(|v| crate::warmpool::drain_of(v))
             .unwrap_or_default(),
     );
-    let outcome = state.pool_loop_mut().pass(Utc::now()).await;
-    for e in state.pass_former(ctx.client(), ctx.config(), &wp).await {
+    let outcome = Box::pin(state.pool_loop_mut().pass(Utc::now())).await;
+    for e in Box::pin(state.pass_former(ctx.client(), ctx.config(), &wp)).await {
         ctx.say(&wp, &e).await;
     }
-    write_back(&wp, &ctx, &pool, state, outcome).await
+    Box::pin(write_back(&wp, &ctx, &pool, state, outcome)).await
 }
