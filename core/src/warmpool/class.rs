@@ -291,7 +291,15 @@ pub fn resolve(
     launch.instance_types = if wanted.is_empty() {
         class.instance_types.clone()
     } else {
-        wanted.clone()
+        // Each once, in the pool's order: a type listed again adds no
+        // offering, only work to every pass (the class's book, which every
+        // pool of the operator shares, is asked once per entry).
+        let mut once = std::collections::HashSet::new();
+        wanted
+            .iter()
+            .filter(|t| once.insert(t.as_str()))
+            .cloned()
+            .collect()
     };
     launch.capacity_type = capacity;
     Ok(WarmPoolSpec {

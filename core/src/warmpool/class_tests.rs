@@ -76,6 +76,22 @@ fn a_pool_narrows_the_types_and_picks_an_allowed_capacity_type() {
     assert_eq!(spec.launch.capacity_type, CapacityType::Spot);
 }
 
+/// A type listed a hundred thousand times (a 1.4 MB spec) is one type:
+/// every pass asked the class's book, shared by every pool, once per
+/// entry.
+#[test]
+fn a_type_listed_again_is_listed_once() {
+    let mut p = pool();
+    p.launch.instance_types = ["t3.small", "t3.micro"]
+        .iter()
+        .cycle()
+        .take(100_000)
+        .map(|t| t.to_string())
+        .collect();
+    let spec = resolve_in(&class(), "team-a", "a", &p).expect("admitted");
+    assert_eq!(spec.launch.instance_types, ["t3.small", "t3.micro"]);
+}
+
 #[test]
 fn a_type_or_capacity_type_beyond_the_class_is_denied_naming_the_field() {
     let mut p = pool();
