@@ -114,7 +114,7 @@ pub struct WarmPoolSpec {
     /// Runs an instance serves before it is retired, once idle. 0 (the
     /// default): unlimited.
     #[serde(default)]
-    #[schemars(range(min = 0))]
+    #[schemars(range(min = 0, max = 2147483647))]
     pub max_uses: i32,
     /// Seconds after launch by which an instance's agent must have reported,
     /// else the instance is terminated (BootTimeout). One without a row that
