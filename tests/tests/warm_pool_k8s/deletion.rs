@@ -398,13 +398,10 @@ async fn without_its_database_a_deleted_pool_terminates_in_the_places_it_was_dra
     ctx.stop_all();
     let ctx = context(client);
     k8s.scheduler = None;
-    k8s.pool.spec.drain_timeout_seconds = 0;
     if let Some(status) = k8s.pool.status.as_mut() {
         status.database_secret = None;
     }
-    let gone = k8s.delete();
-    k8s.reconcile(&ctx, gone).await;
-    k8s.until("the finalizer removed", |k| k.deleted).await;
+    deleted_past_its_drain(&mut k8s, &ctx).await;
     assert_eq!(
         instances(&old).await,
         Vec::<String>::new(),
@@ -435,13 +432,19 @@ async fn without_its_database_a_deleted_pool_terminates_where_it_ran_last_too() 
     assert_eq!(k8s.status()["retiring"].as_array().map_or(0, Vec::len), 0);
 
     // Deleted without its database, no drain time-out left.
-    k8s.pool.spec.drain_timeout_seconds = 0;
-    let gone = k8s.delete();
-    k8s.reconcile(&ctx, gone).await;
-    k8s.until("the finalizer removed", |k| k.deleted).await;
+    deleted_past_its_drain(&mut k8s, &ctx).await;
     assert_eq!(
         instances(&old).await,
         Vec::<String>::new(),
         "left running where the pool ran last"
     );
+}
+
+/// The pool deleted with no drain time-out left, reconciled until its
+/// finalizer is removed.
+async fn deleted_past_its_drain(k8s: &mut Cluster, ctx: &Arc<Context>) {
+    k8s.pool.spec.drain_timeout_seconds = 0;
+    let gone = k8s.delete();
+    k8s.reconcile(ctx, gone).await;
+    k8s.until("the finalizer removed", |k| k.deleted).await;
 }

@@ -13,7 +13,7 @@ use std::{
 use k8s_openapi::api::core::v1::Namespace;
 use kube::{runtime::reflector::ObjectRef, Api, ResourceExt};
 
-use super::{context::Context, error::ReconcileError};
+use super::{context::Context, error::ReconcileError, retiring::recorded_places};
 use crate::{
     crd::{WarmPool, WarmPoolClass},
     warmpool::{
@@ -115,32 +115,17 @@ async fn launched_under(
     pool: &str,
 ) -> Result<BTreeSet<String>, ReconcileError> {
     let tuning = &ctx.config().tuning;
-    let status = wp.status.iter();
-    let places = status
-        .clone()
-        .flat_map(|s| &s.place)
-        .chain(status.flat_map(|s| &s.retiring));
-    let mut asked = Vec::new();
     let mut classes = BTreeSet::new();
-    for p in places {
-        let at = (
-            p.scheduler.as_str(),
-            p.region.as_str(),
-            p.endpoint.as_deref(),
-        );
-        if asked.contains(&at) {
-            continue;
-        }
-        asked.push(at);
+    for (scheduler, region, endpoint) in recorded_places(wp, Vec::new()) {
         let owner = Ownership::new(
             &crate::crd::namespace_of(wp),
             &wp.name_any(),
-            &p.scheduler,
+            scheduler,
             &tuning.operator,
             &tuning.cluster,
         );
         let ec2 = Box::pin(Ec2::new(
-            &Ec2Config::new(&p.region, p.endpoint.as_deref()),
+            &Ec2Config::new(region, endpoint),
             ctx.config().fence.clone(),
         ))
         .await;

@@ -22,7 +22,7 @@ use super::{
     error::ReconcileError,
     finalizer::{let_go, release_parameter},
     report::degraded,
-    retiring::present_in,
+    retiring::{present_in, recorded_places},
 };
 use crate::{
     crd::{spec_seconds, Problem, WarmPool},
@@ -109,20 +109,5 @@ fn places_of(wp: &WarmPool) -> Vec<(&str, &str, Option<&str>)> {
         wp.spec.region.as_str(),
         wp.spec.endpoint.as_deref(),
     );
-    let status = wp.status.iter();
-    let last = status.clone().flat_map(|s| &s.place);
-    let before = last.chain(status.flat_map(|s| &s.retiring)).map(|p| {
-        (
-            p.scheduler.as_str(),
-            p.region.as_str(),
-            p.endpoint.as_deref(),
-        )
-    });
-    let mut out = vec![now];
-    for p in before {
-        if !out.contains(&p) {
-            out.push(p);
-        }
-    }
-    out
+    recorded_places(wp, vec![now])
 }

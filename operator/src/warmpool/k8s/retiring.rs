@@ -437,3 +437,28 @@ pub(super) async fn present_in(
         .collect();
     Ok((ec2, ids))
 }
+
+/// Where `wp`'s status says its instances may be, each once: where it ran
+/// last (`status.place`), then each former place (`status.retiring`), as
+/// `(scheduler, region, endpoint)`, after those `first` names.
+pub(super) fn recorded_places<'a>(
+    wp: &'a WarmPool,
+    first: Vec<(&'a str, &'a str, Option<&'a str>)>,
+) -> Vec<(&'a str, &'a str, Option<&'a str>)> {
+    let status = wp.status.iter();
+    let last = status.clone().flat_map(|s| &s.place);
+    let before = last.chain(status.flat_map(|s| &s.retiring)).map(|p| {
+        (
+            p.scheduler.as_str(),
+            p.region.as_str(),
+            p.endpoint.as_deref(),
+        )
+    });
+    let mut out = first;
+    for p in before {
+        if !out.contains(&p) {
+            out.push(p);
+        }
+    }
+    out
+}
