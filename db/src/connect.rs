@@ -34,15 +34,15 @@ use crate::{
 #[derive(Clone, Debug)]
 pub struct ConnectOptions {
     /// The whole connect: resolving, TCP, TLS and start-up.
-    pub connect_timeout: Duration,
+    connect_timeout: Duration,
     /// Each statement, on the server (`statement_timeout`) and, a little
     /// later, on the client, which then drops the connection.
-    pub statement_timeout: Duration,
+    statement_timeout: Duration,
     /// Dead-peer detection: keepalive idle time, and `tcp_user_timeout`
     /// (which is this times three), on both ends.
-    pub keepalive: Duration,
+    keepalive: Duration,
     /// `application_name`, so `pg_stat_activity` shows who is who.
-    pub application_name: String,
+    application_name: String,
 }
 
 impl Default for ConnectOptions {
@@ -61,6 +61,30 @@ impl ConnectOptions {
         ConnectOptions {
             application_name: application_name.into(),
             ..Default::default()
+        }
+    }
+
+    /// These options with the whole connect limited to `d`.
+    pub fn with_connect_timeout(self, d: Duration) -> Self {
+        ConnectOptions {
+            connect_timeout: d,
+            ..self
+        }
+    }
+
+    /// These options with each statement limited to `d`.
+    pub fn with_statement_timeout(self, d: Duration) -> Self {
+        ConnectOptions {
+            statement_timeout: d,
+            ..self
+        }
+    }
+
+    /// These options with dead-peer detection after `d` idle.
+    pub fn with_keepalive(self, d: Duration) -> Self {
+        ConnectOptions {
+            keepalive: d,
+            ..self
         }
     }
 }

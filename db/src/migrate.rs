@@ -16,10 +16,10 @@ pub const MIGRATE_LOCK: i64 = 0x6f72_6361_6d69_6772;
 /// One SQL file of `migrations/`.
 #[derive(Clone, Debug)]
 pub struct Migration {
-    pub n: i32,
-    pub name: String,
-    pub sql: String,
-    pub checksum: String,
+    n: i32,
+    name: String,
+    sql: String,
+    checksum: String,
 }
 
 /// The migrations a binary knows, in order.

@@ -90,12 +90,25 @@ impl fmt::Display for Role {
 #[derive(Clone, Copy, Debug)]
 pub struct Joining<'a> {
     /// The host name (the pod's name in Kubernetes).
-    pub host: &'a str,
-    pub pid: i32,
+    host: &'a str,
+    pid: i32,
     /// `ORCA_IMAGE`.
-    pub image: &'a str,
+    image: &'a str,
     /// How many migrations this binary knows.
-    pub migrations: i32,
+    migrations: i32,
+}
+
+impl<'a> Joining<'a> {
+    /// The process on `host` (its pod's name) as `pid`, of `image`,
+    /// knowing `migrations` migrations.
+    pub fn new(host: &'a str, pid: i32, image: &'a str, migrations: i32) -> Self {
+        Joining {
+            host,
+            pid,
+            image,
+            migrations,
+        }
+    }
 }
 
 /// Adds this process's row, `waiting`; returns its id. Run it on the
@@ -274,9 +287,23 @@ pub async fn ask_drain(db: &Db, id: i64, stale: Duration) -> Result<bool, DbErro
 /// A live instance that knows fewer migrations than a floor.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Older {
-    pub id: i64,
-    pub host: String,
-    pub migrations: i32,
+    id: i64,
+    host: String,
+    migrations: i32,
+}
+
+impl Older {
+    pub fn id(&self) -> i64 {
+        self.id
+    }
+
+    pub fn host(&self) -> &str {
+        &self.host
+    }
+
+    pub fn migrations(&self) -> i32 {
+        self.migrations
+    }
 }
 
 /// The instances still going (live) that know fewer than `floor` migrations;

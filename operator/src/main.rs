@@ -158,10 +158,8 @@ async fn run(command: Command) -> anyhow::Result<ExitCode> {
                 Some(dir) => migrate::Migrations::from_dir(&dir)?,
                 None => migrate::Migrations::embedded(),
             };
-            let opts = ConnectOptions {
-                statement_timeout: std::time::Duration::from_secs(600),
-                ..ConnectOptions::named("orca-operator migrate")
-            };
+            let opts = ConnectOptions::named("orca-operator migrate")
+                .with_statement_timeout(std::time::Duration::from_secs(600));
             let mut conn = orca_db::connect(&url, &opts).await?;
             let applied = migrate::migrate(&mut conn, &migrations).await?;
             if applied.is_empty() {

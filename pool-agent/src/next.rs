@@ -256,7 +256,13 @@ async fn leave(
 async fn take(s: &mut Session, instance: &str, row: i64) -> ExitCode {
     match until_done!(s, |db| pool::join(db, row)) {
         Some(next) => {
-            tracing::info!(instance, row, run = next.run, start = next.start, "joined");
+            tracing::info!(
+                instance,
+                row,
+                run = next.run(),
+                start = next.start(),
+                "joined"
+            );
             let mut stdout = std::io::stdout().lock();
             match writeln!(stdout, "{next}").and_then(|_| stdout.flush()) {
                 Ok(()) => ExitCode::SUCCESS,

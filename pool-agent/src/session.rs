@@ -97,12 +97,10 @@ impl Session {
         let url = source.url;
         // Short limits: a lost database must be noticed within seconds, and
         // every statement of the agent is a single-row one.
-        let opts = ConnectOptions {
-            connect_timeout: Duration::from_secs(5),
-            statement_timeout: Duration::from_secs(5),
-            keepalive: Duration::from_secs(3),
-            application_name: "orca-pool-agent".into(),
-        };
+        let opts = ConnectOptions::named("orca-pool-agent")
+            .with_connect_timeout(Duration::from_secs(5))
+            .with_statement_timeout(Duration::from_secs(5))
+            .with_keepalive(Duration::from_secs(3));
         let conn = channels
             .iter()
             .fold(Reconnect::new(url, opts), |c, ch| c.listen(ch.as_str()));

@@ -83,10 +83,8 @@ pub async fn huge_database() -> String {
     // time-out (10 s) on two busy cores.
     let db = orca_db::connect(
         &orca_db::DatabaseUrl::parse(&url).unwrap(),
-        &orca_db::ConnectOptions {
-            statement_timeout: std::time::Duration::from_secs(300),
-            ..orca_db::ConnectOptions::named("orca-tests")
-        },
+        &orca_db::ConnectOptions::named("orca-tests")
+            .with_statement_timeout(std::time::Duration::from_secs(300)),
     )
     .await
     .unwrap_or_else(|e| panic!("test connection: {e}"));

@@ -230,21 +230,14 @@ impl LocalMode {
     pub async fn hand_out(&self, pool: &str) -> String {
         let url = self.database_url().expect("the local mode's database");
         let mut db = crate::pg::connect(&url).await;
-        let req = orca_db::pool::Request {
-            pool,
-            run: 1,
-            start: 1,
-            role: "head",
-            head_address: "",
-            new_code: true,
-        };
+        let req = orca_db::pool::Request::new(pool, 1, 1, "head", "", true);
         let by = std::time::Instant::now() + std::time::Duration::from_secs(30);
         loop {
             let handed = orca_db::pool::hand_out(&mut db, &req, std::time::Duration::from_secs(60))
                 .await
                 .expect("the hand-out's statement");
             match handed {
-                Some(h) => return h.instance,
+                Some(h) => return h.instance().to_string(),
                 None if std::time::Instant::now() < by => {
                     tokio::time::sleep(std::time::Duration::from_millis(200)).await
                 }

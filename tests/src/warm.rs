@@ -293,14 +293,7 @@ pub async fn hand_out_until_launch(
 ) -> (std::time::Instant, std::time::Instant) {
     use std::time::Instant;
     faults.forget_calls();
-    let req = orca_db::pool::Request {
-        pool,
-        run,
-        start: 1,
-        role: "head",
-        head_address: "",
-        new_code: true,
-    };
+    let req = orca_db::pool::Request::new(pool, run, 1, "head", "", true);
     let handed = Instant::now();
     orca_db::pool::hand_out(sched, &req, Duration::from_secs(60))
         .await

@@ -251,10 +251,7 @@ async fn connecting_where_nothing_listens_fails_in_time_naming_host_and_port_onl
         "postgres://orca:hunter2secret@127.0.0.1:{port}/orca"
     ))
     .unwrap();
-    let opts = ConnectOptions {
-        connect_timeout: Duration::from_secs(2),
-        ..ConnectOptions::default()
-    };
+    let opts = ConnectOptions::default().with_connect_timeout(Duration::from_secs(2));
     let started = std::time::Instant::now();
     let err = connect(&url, &opts)
         .await
@@ -281,10 +278,7 @@ async fn a_host_that_does_not_answer_is_cut_by_the_connect_timeout() {
         "postgres://orca:pw-not-shown@127.0.0.1:{port}/orca?sslmode=disable"
     ))
     .unwrap();
-    let opts = ConnectOptions {
-        connect_timeout: Duration::from_millis(700),
-        ..ConnectOptions::default()
-    };
+    let opts = ConnectOptions::default().with_connect_timeout(Duration::from_millis(700));
     let err = connect(&url, &opts)
         .await
         .err()
@@ -298,10 +292,7 @@ async fn a_host_that_does_not_answer_is_cut_by_the_connect_timeout() {
 #[tokio::test]
 async fn a_hanging_statement_is_cut_by_the_statement_timeout() {
     let url = DatabaseUrl::parse(&pg::Cluster::shared().fresh_db().await).unwrap();
-    let opts = ConnectOptions {
-        statement_timeout: Duration::from_millis(500),
-        ..ConnectOptions::default()
-    };
+    let opts = ConnectOptions::default().with_statement_timeout(Duration::from_millis(500));
     let db = connect(&url, &opts).await.unwrap();
     let started = std::time::Instant::now();
     let err = db.execute("select pg_sleep(60)", &[]).await.unwrap_err();

@@ -86,14 +86,7 @@ async fn demand_of_runs_no_longer_waiting_at_that_start_launches_nothing() {
     let running = run(&db, "running", 1, 0.0).await;
     let queued = run(&db, "queued", 1, 0.0).await;
     for r in [cancelled, restarted, finished, running, queued, 999_999] {
-        let req = Request {
-            pool,
-            run: r,
-            start: 1,
-            role: "head",
-            head_address: "",
-            new_code: true,
-        };
+        let req = Request::new(pool, r, 1, "head", "", true);
         ask_for_instance(&db, &req).await.unwrap();
     }
     let spec = warm::spec(&moto.endpoint(), &["t3.micro"], &subnets[..1], 0, 0, 10);

@@ -74,21 +74,70 @@ async fn one_trip(
 #[derive(Clone, Copy, Debug)]
 pub struct Request<'a> {
     /// `namespace/name` of the WarmPool.
-    pub pool: &'a str,
-    pub run: i64,
-    pub start: i32,
+    pool: &'a str,
+    run: i64,
+    start: i32,
     /// `head` or `worker`.
-    pub role: &'a str,
-    pub head_address: &'a str,
+    role: &'a str,
+    head_address: &'a str,
     /// Whether the run may use new code (the last field of `next`).
-    pub new_code: bool,
+    new_code: bool,
+}
+
+impl<'a> Request<'a> {
+    /// A request of `pool` for `run`'s `start`, as a `role` (`head` or
+    /// `worker`); a worker's `head_address` is its head's.
+    pub fn new(
+        pool: &'a str,
+        run: i64,
+        start: i32,
+        role: &'a str,
+        head_address: &'a str,
+        new_code: bool,
+    ) -> Self {
+        Request {
+            pool,
+            run,
+            start,
+            role,
+            head_address,
+            new_code,
+        }
+    }
+
+    /// `namespace/name` of the WarmPool asked.
+    pub fn pool(&self) -> &'a str {
+        self.pool
+    }
+
+    /// The run asking.
+    pub fn run(&self) -> i64 {
+        self.run
+    }
+
+    /// The run's start (its attempt).
+    pub fn start(&self) -> i32 {
+        self.start
+    }
 }
 
 /// The instance a hand-out took, and the id of its new row.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct HandedOut {
-    pub instance: String,
-    pub row: i64,
+    instance: String,
+    row: i64,
+}
+
+impl HandedOut {
+    /// The EC2 instance id handed out.
+    pub fn instance(&self) -> &str {
+        &self.instance
+    }
+
+    /// The id of the row the hand-out made.
+    pub fn row(&self) -> i64 {
+        self.row
+    }
 }
 
 fn secs(d: Duration) -> f64 {
@@ -400,10 +449,22 @@ fn look(mine: Option<i64>, row: i64, made: Made, idle: bool, left: Option<f64>) 
 /// (docs/protocol.md#the-next-line).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Next {
-    pub run: i64,
-    pub start: i32,
-    pub head_address: String,
-    pub new_code: bool,
+    run: i64,
+    start: i32,
+    head_address: String,
+    new_code: bool,
+}
+
+impl Next {
+    /// The run handed out.
+    pub fn run(&self) -> i64 {
+        self.run
+    }
+
+    /// The run's start (its attempt).
+    pub fn start(&self) -> i32 {
+        self.start
+    }
 }
 
 impl fmt::Display for Next {
@@ -495,14 +556,31 @@ pub async fn open_demand(db: &Db, pool: &str) -> Result<i64, DbError> {
 /// What [`check_rows`] says of a live row of the pool.
 #[derive(Clone, Debug, PartialEq)]
 pub struct RowCheck {
-    pub row: i64,
+    row: i64,
     /// Seconds the row was made before `listed` (negative: after), by the
     /// database's clock.
-    pub made_before_listing: f64,
+    made_before_listing: f64,
     /// A busy row (with a run, not idle) whose run is not `running` at the
     /// row's start any more (or is no more), or whose heartbeat — or the
     /// row's `created`, if that is later — is older than `stale`.
-    pub hung: bool,
+    hung: bool,
+}
+
+impl RowCheck {
+    /// The row's id.
+    pub fn row(&self) -> i64 {
+        self.row
+    }
+
+    /// Seconds the row was made before the listing (negative: after).
+    pub fn made_before_listing(&self) -> f64 {
+        self.made_before_listing
+    }
+
+    /// Busy with a run that has ended or whose heartbeat is stale.
+    pub fn hung(&self) -> bool {
+        self.hung
+    }
 }
 
 /// Checks each live row of `pool` against `listed` (the database's

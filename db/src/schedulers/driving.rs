@@ -6,6 +6,7 @@
 use std::{fmt, time::Duration};
 
 use chrono::{DateTime, Utc};
+use orca_core::scheduler::InstanceView;
 use tokio_postgres::Row;
 
 use super::{lead_lock_granted, live_of, Role, CHANNEL};
@@ -20,33 +21,122 @@ const LONG_GONE: &str = "1 hour";
 /// lead lock.
 #[derive(Clone, Debug, PartialEq)]
 pub struct SchedulerRow {
-    pub id: i64,
-    pub host: String,
-    pub pid: i32,
-    pub backend_pid: Option<i32>,
-    pub image: String,
-    pub migrations: i32,
-    pub role: Role,
+    id: i64,
+    host: String,
+    pid: i32,
+    backend_pid: Option<i32>,
+    image: String,
+    migrations: i32,
+    role: Role,
     /// The runs its processes are (`running`, parsed).
-    pub running: Vec<i64>,
-    pub drain_asked: Option<DateTime<Utc>>,
-    pub joined: DateTime<Utc>,
-    pub seen: DateTime<Utc>,
-    pub led: Option<DateTime<Utc>>,
-    pub drained: Option<DateTime<Utc>>,
-    pub ended: Option<DateTime<Utc>>,
+    running: Vec<i64>,
+    drain_asked: Option<DateTime<Utc>>,
+    joined: DateTime<Utc>,
+    seen: DateTime<Utc>,
+    led: Option<DateTime<Utc>>,
+    drained: Option<DateTime<Utc>>,
+    ended: Option<DateTime<Utc>>,
     /// Not ended and seen within the stale limit.
-    pub live: bool,
+    live: bool,
     /// Its `backend_pid` holds [`LEAD_LOCK`](super::LEAD_LOCK) (`pg_locks`).
-    pub holds_lock: bool,
+    holds_lock: bool,
     /// Seconds since it was last seen, by the database clock.
-    pub seen_ago: f64,
+    seen_ago: f64,
 }
 
 impl SchedulerRow {
+    pub fn id(&self) -> i64 {
+        self.id
+    }
+
+    pub fn host(&self) -> &str {
+        &self.host
+    }
+
+    pub fn pid(&self) -> i32 {
+        self.pid
+    }
+
+    pub fn backend_pid(&self) -> Option<i32> {
+        self.backend_pid
+    }
+
+    pub fn image(&self) -> &str {
+        &self.image
+    }
+
+    pub fn migrations(&self) -> i32 {
+        self.migrations
+    }
+
+    pub fn role(&self) -> Role {
+        self.role
+    }
+
+    /// The runs its processes are (`running`, parsed).
+    pub fn running(&self) -> &[i64] {
+        &self.running
+    }
+
+    pub fn drain_asked(&self) -> Option<DateTime<Utc>> {
+        self.drain_asked
+    }
+
+    pub fn joined(&self) -> DateTime<Utc> {
+        self.joined
+    }
+
+    pub fn seen(&self) -> DateTime<Utc> {
+        self.seen
+    }
+
+    pub fn led(&self) -> Option<DateTime<Utc>> {
+        self.led
+    }
+
+    pub fn drained(&self) -> Option<DateTime<Utc>> {
+        self.drained
+    }
+
+    pub fn ended(&self) -> Option<DateTime<Utc>> {
+        self.ended
+    }
+
+    /// Not ended and seen within the stale limit.
+    pub fn live(&self) -> bool {
+        self.live
+    }
+
+    /// Its `backend_pid` holds [`LEAD_LOCK`](super::LEAD_LOCK) (`pg_locks`).
+    pub fn holds_lock(&self) -> bool {
+        self.holds_lock
+    }
+
+    /// Seconds since it was last seen, by the database clock.
+    pub fn seen_ago(&self) -> f64 {
+        self.seen_ago
+    }
+
     /// Leading as `pg_locks` says, not only as its `role` says.
     pub fn leads(&self) -> bool {
         self.live && self.role == Role::Leading && self.holds_lock
+    }
+
+    /// The row as the Scheduler's decision sees it.
+    pub fn view(&self) -> InstanceView {
+        InstanceView {
+            id: self.id,
+            host: self.host.clone(),
+            image: self.image.clone(),
+            role: self.role.as_str().to_string(),
+            live: self.live,
+            ended: self.ended,
+            holds_lock: self.holds_lock,
+            joined: self.joined,
+            led: self.led,
+            drain_asked: self.drain_asked,
+            runs: self.running.len().try_into().unwrap_or(i32::MAX),
+        }
     }
 }
 
@@ -186,9 +276,9 @@ fn instance_line(r: &SchedulerRow) -> String {
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct LeadState {
     /// The newest live instance, none with no instance live.
-    pub newest: Option<SchedulerRow>,
+    newest: Option<SchedulerRow>,
     /// The instance whose `backend_pid` holds the lock (live or not).
-    pub leader: Option<SchedulerRow>,
+    leader: Option<SchedulerRow>,
 }
 
 impl LeadState {

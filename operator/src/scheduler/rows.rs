@@ -9,23 +9,6 @@ use orca_db::{schedulers, Db, DbError};
 
 use crate::scheduler::{InstanceView, Problem, Time};
 
-/// A row of `orca.schedulers` as the decision sees it.
-fn instance_view(row: &schedulers::SchedulerRow) -> InstanceView {
-    InstanceView {
-        id: row.id,
-        host: row.host.clone(),
-        image: row.image.clone(),
-        role: row.role.as_str().to_string(),
-        live: row.live,
-        ended: row.ended,
-        holds_lock: row.holds_lock,
-        joined: row.joined,
-        led: row.led,
-        drain_asked: row.drain_asked,
-        runs: row.running.len().try_into().unwrap_or(i32::MAX),
-    }
-}
-
 /// The instances (of the pods on `hosts`, and all others seen within the
 /// hour: see [`schedulers::observe`]), and `now()` by the database clock.
 /// A database the first scheduler has not migrated yet has no instances
@@ -46,7 +29,10 @@ pub async fn observe_instances(
         return Ok((Vec::new(), now));
     }
     let rows = schedulers::observe(db, stale, hosts).await?;
-    Ok((rows.iter().map(instance_view).collect(), now))
+    Ok((
+        rows.iter().map(schedulers::SchedulerRow::view).collect(),
+        now,
+    ))
 }
 
 /// A failed connect or statement as the `Degraded` reason it is.

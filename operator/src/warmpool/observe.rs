@@ -355,11 +355,16 @@ impl Observer<'_> {
         let mut made_before_listing = HashMap::with_capacity(checks.len());
         let (mut hung, mut hung_since) = (HashMap::new(), HashMap::new());
         for c in checks {
-            made_before_listing.insert(c.row, c.made_before_listing);
-            if c.hung {
-                let since = self.seen.hung_since.get(&c.row).copied().unwrap_or(listed);
-                hung_since.insert(c.row, since);
-                hung.insert(c.row, listed - since);
+            made_before_listing.insert(c.row(), c.made_before_listing());
+            if c.hung() {
+                let since = self
+                    .seen
+                    .hung_since
+                    .get(&c.row())
+                    .copied()
+                    .unwrap_or(listed);
+                hung_since.insert(c.row(), since);
+                hung.insert(c.row(), listed - since);
             }
         }
         self.seen.hung_since = hung_since;

@@ -24,12 +24,10 @@ impl Link {
     pub fn new(config: &Config, name: &str) -> Self {
         Link {
             url: config.url.clone(),
-            opts: ConnectOptions {
-                connect_timeout: Duration::from_secs(3),
-                statement_timeout: Duration::from_secs(5),
-                keepalive: Duration::from_secs(1),
-                application_name: name.into(),
-            },
+            opts: ConnectOptions::named(name)
+                .with_connect_timeout(Duration::from_secs(3))
+                .with_statement_timeout(Duration::from_secs(5))
+                .with_keepalive(Duration::from_secs(1)),
             db: None,
             down: false,
             new: false,

@@ -82,12 +82,7 @@ pub async fn scheduler(config: Config) -> u8 {
         }
     }
     let id = if config.overlap {
-        let me = Joining {
-            host: &config.host,
-            pid: config.pid,
-            image: &config.image,
-            migrations: config.migrations,
-        };
+        let me = Joining::new(&config.host, config.pid, &config.image, config.migrations);
         let id = until_answered!(config, link, |db| schedulers::join(db, &me));
         tracing::info!(id, host = %config.host, pid = config.pid, image = %config.image, migrations = config.migrations, "joined");
         Some(id)
@@ -131,10 +126,8 @@ async fn prepare_decisions(config: &Config, link: &mut Link) -> Result<(), DbErr
 /// Applies the migrations it has, on a connection with room for slow DDL,
 /// retrying while the database can't be reached.
 async fn migrate_now(config: &Config) -> Result<(), DbError> {
-    let opts = ConnectOptions {
-        statement_timeout: Duration::from_secs(600),
-        ..ConnectOptions::named("orca-sim migrate")
-    };
+    let opts =
+        ConnectOptions::named("orca-sim migrate").with_statement_timeout(Duration::from_secs(600));
     let mut said = false;
     loop {
         let attempt = async {

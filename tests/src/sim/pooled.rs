@@ -21,14 +21,7 @@ pub fn spawn_pooled(config: &Config, runs: &Runs, run: Run, pool: String) {
     let runs = runs.clone();
     tokio::spawn(async move {
         let mut link = Link::new(&config, "orca-sim pooled run");
-        let req = Request {
-            pool: &pool,
-            run: run.id,
-            start: run.start,
-            role: "head",
-            head_address: "",
-            new_code: true,
-        };
+        let req = Request::new(&pool, run.id, run.start, "head", "", true);
         let mut placed: Option<HandedOut> = None;
         let mut asked = false;
         loop {
@@ -61,13 +54,13 @@ async fn step(
     let Some(at) = placed else {
         match pool::hand_out(db, req, config.stale).await? {
             Some(h) => {
-                tracing::info!(run = req.run, start = req.start, instance = %h.instance, row = h.row, pool = %req.pool, "handed out");
+                tracing::info!(run = req.run(), start = req.start(), instance = %h.instance(), row = h.row(), pool = %req.pool(), "handed out");
                 *placed = Some(h);
             }
             None => {
                 pool::ask_for_instance(db, req).await?;
                 if !*asked {
-                    tracing::info!(run = req.run, start = req.start, pool = %req.pool, "asked for an instance");
+                    tracing::info!(run = req.run(), start = req.start(), pool = %req.pool(), "asked for an instance");
                     *asked = true;
                 }
             }
@@ -77,7 +70,7 @@ async fn step(
     let row = db
         .query_opt(
             "select idle is not null, ended is not null from orca.instances where id = $1",
-            &[&at.row],
+            &[&at.row()],
         )
         .await?;
     Ok(match row {

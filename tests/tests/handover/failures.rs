@@ -28,7 +28,7 @@ async fn a_killed_leader_is_replaced_and_its_runs_requeued_only_once_stale() {
     tokio::time::sleep(tick() * 2).await;
     assert_eq!(
         holders(&db).await,
-        vec![row(&db, a_id).await.backend_pid.unwrap()]
+        vec![row(&db, a_id).await.backend_pid().unwrap()]
     );
     a.signal(libc::SIGKILL);
     let killed = db_now(&db).await;
@@ -95,7 +95,7 @@ async fn a_leader_whose_lock_session_is_terminated_leads_again_within_two_ticks(
     let id = a.id().await;
     a.wait_for(&format!("leading id={id}"), Duration::from_secs(5))
         .await;
-    let before = row(&db, id).await.backend_pid.unwrap();
+    let before = row(&db, id).await.backend_pid().unwrap();
     let killed: DateTime<Utc> = db
         .query_one(
             "select clock_timestamp() from (select pg_terminate_backend($1)) t",
@@ -107,12 +107,12 @@ async fn a_leader_whose_lock_session_is_terminated_leads_again_within_two_ticks(
     a.wait_for(&format!("lost the lead id={id}"), tick()).await;
     until("a leader is back", Duration::from_secs(5), || async {
         let r = row(&db, id).await;
-        r.leads() && r.backend_pid != Some(before)
+        r.leads() && r.backend_pid() != Some(before)
     })
     .await;
     let r = row(&db, id).await;
     led_within(&r, killed, 2.0, "after pg_terminate_backend");
-    assert_eq!(holders(&db).await, vec![r.backend_pid.unwrap()]);
+    assert_eq!(holders(&db).await, vec![r.backend_pid().unwrap()]);
     let ids = queue(&db, "sleep:0", 2).await;
     until("it starts runs again", Duration::from_secs(5), || {
         all_ended(&db, &ids)
@@ -154,7 +154,7 @@ async fn a_ten_second_outage_declares_nobody_gone_and_the_leader_returns() {
         "each instance lists its runs",
         Duration::from_secs(5),
         || async {
-            row(&db, a_id).await.running.len() == 2 && row(&db, b_id).await.running.len() == 2
+            row(&db, a_id).await.running().len() == 2 && row(&db, b_id).await.running().len() == 2
         },
     )
     .await;
@@ -173,7 +173,7 @@ async fn a_ten_second_outage_declares_nobody_gone_and_the_leader_returns() {
     let back = db_now(&db).await;
     until("B leads again", Duration::from_secs(5), || async {
         let r = row(&db, b_id).await;
-        r.leads() && r.led.is_some_and(|led| secs(back, led) > -1.0)
+        r.leads() && r.led().is_some_and(|led| secs(back, led) > -1.0)
     })
     .await;
     led_within(
@@ -192,8 +192,8 @@ async fn a_ten_second_outage_declares_nobody_gone_and_the_leader_returns() {
     assert_ran(&db, &b_runs, 1, b_id).await;
     assert!(b.matching("requeued").is_empty(), "{:?}", b.lines());
     assert!(a.wait_exit(Duration::from_secs(5)).await.success());
-    assert!(row(&db, a_id).await.ended.is_some());
-    assert!(row(&db, b_id).await.ended.is_none());
+    assert!(row(&db, a_id).await.ended().is_some());
+    assert!(row(&db, b_id).await.ended().is_none());
     b.signal(libc::SIGTERM);
     assert!(b.wait_exit(Duration::from_secs(5)).await.success());
 }
@@ -245,9 +245,12 @@ async fn rows_of_schedulers_long_dead_never_fill_the_read() {
     let read = schedulers::observe(&db, stale(), &hosts)
         .await
         .unwrap_or_else(|e| panic!("the read failed: {e}"));
-    let mut got: Vec<(String, bool)> = read.iter().map(|r| (r.host.clone(), r.live)).collect();
+    let mut got: Vec<(String, bool)> = read
+        .iter()
+        .map(|r| (r.host().to_string(), r.live()))
+        .collect();
     got.sort();
-    let sim_host = row(&db, a_id).await.host;
+    let sim_host = row(&db, a_id).await.host().to_string();
     let mut want = vec![("gone-7".to_string(), false), (sim_host, true)];
     want.sort();
     assert_eq!(got, want);

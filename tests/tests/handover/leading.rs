@@ -13,10 +13,10 @@ async fn one_instance_migrates_a_fresh_database_and_leads_within_two_ticks() {
         .await;
     let db = pg::connect(&url).await;
     let r = row(&db, id).await;
-    led_within(&r, r.joined, 2.0, "a lone instance");
+    led_within(&r, r.joined(), 2.0, "a lone instance");
     assert!(r.leads(), "{r:?}");
-    assert_eq!(holders(&db).await, vec![r.backend_pid.unwrap()]);
-    assert_eq!((r.host.as_str(), r.pid), ("sim-v1", a.pid()));
+    assert_eq!(holders(&db).await, vec![r.backend_pid().unwrap()]);
+    assert_eq!((r.host(), r.pid()), ("sim-v1", a.pid()));
 
     let ids = queue(&db, "sleep:0.2", 3).await;
     until("runs finish", Duration::from_secs(10), || {
@@ -33,7 +33,7 @@ async fn one_instance_migrates_a_fresh_database_and_leads_within_two_ticks() {
     a.signal(libc::SIGTERM);
     assert!(a.wait_exit(Duration::from_secs(5)).await.success());
     let r = row(&db, id).await;
-    assert!(r.ended.is_some() && !r.holds_lock, "{r:?}");
+    assert!(r.ended().is_some() && !r.holds_lock(), "{r:?}");
     a.wait_for(&format!("ended id={id}"), Duration::from_secs(1))
         .await;
 }
@@ -61,7 +61,7 @@ async fn a_newer_instance_takes_over_and_the_older_drains_its_runs() {
     b.wait_for(&format!("leading id={b_id}"), Duration::from_secs(5))
         .await;
     let rb = row(&db, b_id).await;
-    led_within(&rb, rb.joined, 2.0, "the newer instance");
+    led_within(&rb, rb.joined(), 2.0, "the newer instance");
     a.wait_for(&format!("draining id={a_id}"), Duration::from_secs(1))
         .await;
 
@@ -86,7 +86,10 @@ async fn a_newer_instance_takes_over_and_the_older_drains_its_runs() {
     sampler.assert_leaders_held_the_lock().await;
 
     let ra = row(&db, a_id).await;
-    assert!(ra.ended.is_some() && ra.role == Role::Draining, "{ra:?}");
+    assert!(
+        ra.ended().is_some() && ra.role() == Role::Draining,
+        "{ra:?}"
+    );
     assert_ran(&db, &old_runs, 1, a_id).await;
     assert_ran(&db, &new_runs, 1, b_id).await;
     let done = finishes(&[&a, &b]);
@@ -184,7 +187,7 @@ async fn without_notifications_polling_alone_hands_over_within_two_ticks() {
         // drains, the newer sees the lock free at its next — and the work
         // of both between their polls, which on a loaded 2-core machine
         // has taken 28 ms past the two ticks: half a tick is allowed it.
-        led_within(&rb, rb.joined, 2.5, "polling only");
+        led_within(&rb, rb.joined(), 2.5, "polling only");
         assert!(a.wait_exit(Duration::from_secs(5)).await.success());
         a = b;
     }

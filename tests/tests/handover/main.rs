@@ -42,7 +42,7 @@ async fn row(db: &Db, id: i64) -> SchedulerRow {
         .await
         .unwrap()
         .into_iter()
-        .find(|r| r.id == id)
+        .find(|r| r.id() == id)
         .unwrap_or_else(|| panic!("no orca.schedulers row {id}"))
 }
 
@@ -70,13 +70,13 @@ where
 /// The leader's row led within `ticks` ticks of `since` (database clock).
 fn led_within(r: &SchedulerRow, since: DateTime<Utc>, ticks: f64, what: &str) {
     let led = r
-        .led
-        .unwrap_or_else(|| panic!("{what}: instance {} never led", r.id));
+        .led()
+        .unwrap_or_else(|| panic!("{what}: instance {} never led", r.id()));
     let took = secs(since, led);
     assert!(
         took <= ticks * TICK_MS as f64 / 1000.0,
         "{what}: instance {} led {took:.3}s after, more than {ticks} ticks of {TICK_MS} ms",
-        r.id
+        r.id()
     );
 }
 
@@ -95,12 +95,7 @@ async fn assert_ran(db: &Db, ids: &[i64], start: i32, instance: i64) {
 /// on a connection of its own, as an older binary would be.
 async fn fake_instance(url: &str, host: &str, migrations: i32, lead: bool) -> (Db, i64) {
     let db = pg::connect(url).await;
-    let me = Joining {
-        host,
-        pid: 1,
-        image: "old",
-        migrations,
-    };
+    let me = Joining::new(host, 1, "old", migrations);
     let id = schedulers::join(&db, &me).await.unwrap();
     if lead {
         assert!(schedulers::try_lead(&db, id).await.unwrap());

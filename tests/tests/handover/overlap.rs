@@ -94,12 +94,13 @@ async fn overlap_refusal_is_empty_where_it_must_be() {
     assert_eq!(refusal(2).await.unwrap(), "");
     // ... but not a higher one.
     assert_eq!(
-        schedulers::live_older(&db, 3, stale()).await.unwrap(),
-        vec![schedulers::Older {
-            id: leader,
-            host: "leader-pod".into(),
-            migrations: 2
-        }]
+        schedulers::live_older(&db, 3, stale())
+            .await
+            .unwrap()
+            .iter()
+            .map(|o| (o.id(), o.host(), o.migrations()))
+            .collect::<Vec<_>>(),
+        vec![(leader, "leader-pod", 2)]
     );
     assert!(refusal(3)
         .await

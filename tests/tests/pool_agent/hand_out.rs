@@ -48,12 +48,12 @@ async fn hand_out_takes_only_fresh_idle_rows_and_serves_the_demand() {
         .await
         .unwrap()
         .expect("i-idle");
-    assert_eq!(handed.instance, "i-idle");
+    assert_eq!(handed.instance(), "i-idle");
     assert_eq!(db.query_one(open, &[]).await.unwrap().get::<_, i64>(0), 0);
     let row = db
         .query_one(
             "select run, start, role, head_address, new_code, pooled, ended is null from orca.instances where id = $1",
-            &[&handed.row],
+            &[&handed.row()],
         )
         .await
         .unwrap();
@@ -96,7 +96,7 @@ async fn a_hand_out_meeting_the_agents_beat_still_takes_the_instance() {
     let req = request("ns/beat", 4, 0, "worker", "10.4.4.5:1", false);
     let (handed, ()) = tokio::join!(pool::hand_out(&mut db, &req, FRESH), commit);
     assert_eq!(
-        handed.unwrap().map(|h| h.instance).as_deref(),
+        handed.unwrap().map(|h| h.instance().to_string()).as_deref(),
         Some("i-beating"),
         "the hand-out that met the beat found no instance"
     );
@@ -146,7 +146,7 @@ async fn a_hand_out_waiting_for_a_row_never_deadlocks_the_operators_retirement()
     let req = request("ns/dl", 5, 0, "worker", "10.4.4.6:1", false);
     let handing = tokio::spawn(async move {
         let handed = pool::hand_out(&mut db, &req, FRESH).await;
-        handed.map(|h| h.map(|h| h.instance))
+        handed.map(|h| h.map(|h| h.instance().to_string()))
     });
     let blocked_by = |pid: i32| {
         let watcher = &watcher;

@@ -136,7 +136,10 @@ async fn a_busy_instances_watcher_records_the_notice_on_its_row() {
     let mut watcher = spawn(&url, &["pool-watch", "i-0busy"], &at(&imds));
     polled(&imds, 2).await;
     assert!(watcher.is_running(), "{}", watcher.stderr());
-    assert_eq!(row_state(&db, handed.row).await, (None, None, false, false));
+    assert_eq!(
+        row_state(&db, handed.row()).await,
+        (None, None, false, false)
+    );
     // The operator's pool loops hear of a notice.
     db.listen("orca_pool").await.unwrap();
     db.drain_notifications();
@@ -145,7 +148,7 @@ async fn a_busy_instances_watcher_records_the_notice_on_its_row() {
     imds.expire_tokens();
     imds.rebalance();
     let deadline = Instant::now() + Duration::from_secs(5);
-    while row_state(&db, handed.row).await.1.is_none() {
+    while row_state(&db, handed.row()).await.1.is_none() {
         assert!(
             Instant::now() < deadline,
             "no notice recorded; stderr:\n{}",
@@ -154,7 +157,7 @@ async fn a_busy_instances_watcher_records_the_notice_on_its_row() {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     assert_eq!(
-        row_state(&db, handed.row).await,
+        row_state(&db, handed.row()).await,
         (None, Some("rebalance".into()), true, false),
         "recorded on the busy row, which stays live and busy"
     );
@@ -172,7 +175,7 @@ async fn a_busy_instances_watcher_records_the_notice_on_its_row() {
     let (code, out, err) = watcher.exit_within(Duration::from_secs(5)).await;
     assert_eq!((code, out.as_str()), (0, ""), "{err}");
     assert_eq!(
-        row_state(&db, handed.row).await,
+        row_state(&db, handed.row()).await,
         (None, Some("interruption".into()), true, false)
     );
     // An interruption is never replaced by a rebalance.
@@ -180,10 +183,10 @@ async fn a_busy_instances_watcher_records_the_notice_on_its_row() {
         pool::record_notice(&db, "i-0busy", pool::Notice::Rebalance)
             .await
             .unwrap(),
-        Some(handed.row)
+        Some(handed.row())
     );
     assert_eq!(
-        row_state(&db, handed.row).await.1.as_deref(),
+        row_state(&db, handed.row()).await.1.as_deref(),
         Some("interruption")
     );
 }
@@ -315,7 +318,9 @@ async fn race(url: &str, db: &mut orca_db::Db, i: i64) -> Result<Seen, String> {
     }
     let (code, out, err) = agent.exit_within(Duration::from_secs(20)).await;
     match (handed, code) {
-        (Some(h), 0) if h.instance == instance && out == format!("next {run} 0 10.2.2.2:1 0\n") => {
+        (Some(h), 0)
+            if h.instance() == instance && out == format!("next {run} 0 10.2.2.2:1 0\n") =>
+        {
             if err.contains("handed out or ended first") {
                 CLOSE_CALLS.fetch_add(1, Ordering::Relaxed);
             }

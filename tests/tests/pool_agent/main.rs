@@ -180,14 +180,7 @@ fn request<'a>(
     head: &'a str,
     new_code: bool,
 ) -> Request<'a> {
-    Request {
-        pool,
-        run,
-        start,
-        role,
-        head_address: head,
-        new_code,
-    }
+    Request::new(pool, run, start, role, head, new_code)
 }
 
 const FRESH: Duration = Duration::from_secs(30);

@@ -51,7 +51,10 @@ async fn both_commands_ride_out_a_database_outage() {
     let handed = pool::hand_out(&mut db, &req, Duration::from_secs(120))
         .await
         .unwrap();
-    assert_eq!(handed.map(|h| h.instance).as_deref(), Some("i-0out"));
+    assert_eq!(
+        handed.map(|h| h.instance().to_string()).as_deref(),
+        Some("i-0out")
+    );
     let (code, out, next_err) = next.exit_within(Duration::from_secs(10)).await;
     assert_eq!(
         (code, out.as_str()),

@@ -33,13 +33,13 @@ async fn a_fresh_instance_waits_idle_then_takes_a_hand_out_and_so_on() {
         .await
         .unwrap()
         .expect("an idle instance");
-    assert_eq!(handed.instance, "i-0fresh");
+    assert_eq!(handed.instance(), "i-0fresh");
     let (code, out, _) = agent.exit_within(Duration::from_secs(5)).await;
     assert_eq!((code, out.as_str()), (0, "next 41 2 10.0.0.7:6379 1\n"));
     let row = db
         .query_one(
             "select joined is not null, pooled, ended is null from orca.instances where id = $1",
-            &[&handed.row],
+            &[&handed.row()],
         )
         .await
         .unwrap();
@@ -56,7 +56,7 @@ async fn a_fresh_instance_waits_idle_then_takes_a_hand_out_and_so_on() {
 
     // After the run: pool-next for the run it served marks that row idle.
     let agent = Agent::spawn(&url, &["pool-next", "i-0fresh", "41", "2", "600"], &[]);
-    assert_eq!(idle_row(&db, "i-0fresh").await, handed.row);
+    assert_eq!(idle_row(&db, "i-0fresh").await, handed.row());
     let req = request("ns/fresh", 42, 0, "worker", "10.0.0.9:6379", false);
     pool::hand_out(&mut db, &req, FRESH)
         .await

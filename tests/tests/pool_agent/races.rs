@@ -56,7 +56,9 @@ async fn race(url: String, db: &mut orca_db::Db, i: i64) -> Result<bool, String>
         CLOSE_CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     }
     match (handed, code) {
-        (Some(h), 0) if h.instance == instance && out == format!("next {run} 0 10.1.1.1:1 0\n") => {
+        (Some(h), 0)
+            if h.instance() == instance && out == format!("next {run} 0 10.1.1.1:1 0\n") =>
+        {
             Ok(true)
         }
         (None, 1) if out.is_empty() => Ok(false),

@@ -36,7 +36,10 @@ async fn stopped_and_started(
     assert_eq!(idle_row(db, instance).await, row, "back on the row it had");
     let req = request(pool, run, 1, "head", "10.9.9.9:1", true);
     let handed = pool::hand_out(db, &req, FRESH).await.unwrap();
-    assert_eq!(handed.map(|h| h.instance).as_deref(), Some(instance));
+    assert_eq!(
+        handed.map(|h| h.instance().to_string()).as_deref(),
+        Some(instance)
+    );
     let (code, out, err) = again.exit_within(Duration::from_secs(10)).await;
     assert_eq!(
         (code, out.as_str()),

@@ -179,14 +179,7 @@ async fn a_changed_database_secret_reaches_the_pool_within_seconds() {
     .await
     .unwrap();
     let pool = format!("{}/runners", stage.ns);
-    let request = Request {
-        pool: &pool,
-        run: 1,
-        start: 1,
-        role: "head",
-        head_address: "",
-        new_code: true,
-    };
+    let request = Request::new(&pool, 1, 1, "head", "", true);
     ask_for_instance(&db, &request).await.unwrap();
     eventually(
         "a launch for the run waiting in the Secret's new database",

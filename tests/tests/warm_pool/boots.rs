@@ -276,20 +276,13 @@ async fn serves_a_run(db: &mut orca_db::Db, pool: &str, id: &str, what: &str) {
         .get(0);
     let handed = hand_out(
         db,
-        &Request {
-            pool,
-            run,
-            start: 1,
-            role: "head",
-            head_address: "",
-            new_code: false,
-        },
+        &Request::new(pool, run, 1, "head", "", false),
         Duration::from_secs(5),
     )
     .await
     .expect("the hand-out")
     .expect("an idle instance to hand out");
-    assert_eq!(handed.instance, id);
+    assert_eq!(handed.instance(), id);
     eventually_true(&format!("{what}: the run taken"), Duration::from_secs(30), || async {
         db.query_one(
             "select count(*) from orca.instances where instance = $1 and run = $2 and joined is not null",

@@ -73,14 +73,14 @@ async fn idle_fresh(db: &orca_db::Db, pool: &str) -> Vec<String> {
 }
 
 fn request(pool: &str, run: i64, head: &str) -> Request<'static> {
-    Request {
-        pool: Box::leak(pool.to_string().into_boxed_str()),
+    Request::new(
+        Box::leak(pool.to_string().into_boxed_str()),
         run,
-        start: 1,
-        role: "head",
-        head_address: Box::leak(head.to_string().into_boxed_str()),
-        new_code: true,
-    }
+        1,
+        "head",
+        Box::leak(head.to_string().into_boxed_str()),
+        true,
+    )
 }
 
 /// Asks for an instance for `req`'s run, the run first made `running` at
@@ -90,7 +90,7 @@ async fn ask(db: &orca_db::Db, req: &Request<'_>) {
     db.execute(
         "insert into orca.runs (id, pipeline, status, start) values ($1, 'p', 'running', $2)
          on conflict (id) do nothing",
-        &[&req.run, &req.start],
+        &[&req.run(), &req.start()],
     )
     .await
     .unwrap();
@@ -121,7 +121,7 @@ async fn hand_out_all(
                 .await
                 .unwrap()
             {
-                Some(h) => served_by.push((run, h.instance)),
+                Some(h) => served_by.push((run, h.instance().to_string())),
                 None => {
                     ask(&sched, &req).await;
                     still.push(run);

@@ -44,13 +44,13 @@ async fn stale_max_uses_and_scheduler_ended_instances_are_terminated() {
     eventually_true(
         "the used instance terminated",
         Duration::from_secs(20),
-        || async { state_of(&ec2, pool, &used.instance).await != Some(Ec2State::Running) },
+        || async { state_of(&ec2, pool, used.instance()).await != Some(Ec2State::Running) },
     )
     .await;
     let idle: Option<bool> = db
         .query_one(
             "select idle is not null from orca.instances where id = $1",
-            &[&used.row],
+            &[&used.row()],
         )
         .await
         .unwrap()
@@ -72,7 +72,7 @@ async fn stale_max_uses_and_scheduler_ended_instances_are_terminated() {
     eventually_true("run 2 joined", Duration::from_secs(20), || async {
         db.query_one(
             "select joined is not null from orca.instances where id = $1",
-            &[&busy.row],
+            &[&busy.row()],
         )
         .await
         .unwrap()
@@ -81,14 +81,14 @@ async fn stale_max_uses_and_scheduler_ended_instances_are_terminated() {
     .await;
     db.execute(
         "update orca.instances set ended = now(), ended_by = 'scheduler' where id = $1",
-        &[&busy.row],
+        &[&busy.row()],
     )
     .await
     .unwrap();
     eventually_true(
         "the instance whose row the scheduler ended terminated",
         Duration::from_secs(20),
-        || async { state_of(&ec2, pool, &busy.instance).await != Some(Ec2State::Running) },
+        || async { state_of(&ec2, pool, busy.instance()).await != Some(Ec2State::Running) },
     )
     .await;
 
@@ -114,14 +114,12 @@ async fn stale_max_uses_and_scheduler_ended_instances_are_terminated() {
     .await;
     // The host killed the stopped agent's process group with the instance.
     for (instance, reason) in [
-        (&used.instance, "MaxUses"),
-        (&busy.instance, "NoLiveRow"),
-        (&hung, "Stale"),
+        (used.instance(), "MaxUses"),
+        (busy.instance(), "NoLiveRow"),
+        (hung.as_str(), "Stale"),
     ] {
         let terminated = |e: &PoolEvent| {
-            e.reason == "Terminated"
-                && e.message.contains(instance.as_str())
-                && e.message.contains(reason)
+            e.reason == "Terminated" && e.message.contains(instance) && e.message.contains(reason)
         };
         let events = running.events_once(terminated).await;
         assert!(
@@ -275,7 +273,7 @@ async fn a_thousand_hand_outs_racing_retirements_never_terminate_a_handed_out_in
                             .await
                             .unwrap()
                     {
-                        got.push(h.instance);
+                        got.push(h.instance().to_string());
                     }
                 }
                 (sched, got)

@@ -189,7 +189,7 @@ async fn an_interruption_notice_on_a_busy_instance_launches_its_replacement_at_o
             .await
             .unwrap()
         {
-            break h.instance;
+            break h.instance().to_string();
         }
         assert!(Instant::now() < deadline, "run 1 never handed out");
         tokio::time::sleep(Duration::from_millis(100)).await;

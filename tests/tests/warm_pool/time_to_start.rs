@@ -43,7 +43,10 @@ async fn a_run_that_waited_for_a_cold_launch_shows_its_wait_and_an_idle_one_none
         tokio::time::sleep(Duration::from_millis(100)).await;
     };
     let seen = asked.elapsed();
-    assert_ne!(Some(&second.instance), first.as_ref().map(|h| &h.instance));
+    assert_ne!(
+        Some(second.instance()),
+        first.as_ref().map(|h| h.instance())
+    );
     eventually_true(
         "the status shows both runs' time to start",
         Duration::from_secs(10),

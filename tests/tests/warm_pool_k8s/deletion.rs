@@ -169,14 +169,7 @@ async fn a_deleted_pool_waits_for_busy_instances_until_the_drain_time_out() {
     }
     let mut busy = Vec::new();
     for run in [1, 2] {
-        let req = Request {
-            pool: &pool,
-            run,
-            start: 1,
-            role: "head",
-            head_address: "",
-            new_code: true,
-        };
+        let req = Request::new(&pool, run, 1, "head", "", true);
         let got = hand_out(&mut db, &req, Duration::from_secs(60))
             .await
             .unwrap()
@@ -185,7 +178,7 @@ async fn a_deleted_pool_waits_for_busy_instances_until_the_drain_time_out() {
     }
     let idle: Vec<&String> = ids
         .iter()
-        .filter(|i| busy.iter().all(|b| &b.instance != *i))
+        .filter(|i| busy.iter().all(|b| b.instance() != i.as_str()))
         .collect();
     let gone = k8s.delete();
     k8s.reconcile(&ctx, gone).await;
@@ -199,7 +192,7 @@ async fn a_deleted_pool_waits_for_busy_instances_until_the_drain_time_out() {
         "True",
         "{status}"
     );
-    let mut left: Vec<String> = busy.iter().map(|b| b.instance.clone()).collect();
+    let mut left: Vec<String> = busy.iter().map(|b| b.instance().to_string()).collect();
     left.sort();
     assert_eq!(
         instances(&real).await,
@@ -208,15 +201,15 @@ async fn a_deleted_pool_waits_for_busy_instances_until_the_drain_time_out() {
     );
 
     // Run 1 is over: its agent marks the run's row idle.
-    mark_idle(&db, &busy[0].instance, 1, 1, None)
+    mark_idle(&db, busy[0].instance(), 1, 1, None)
         .await
         .unwrap()
         .expect("run 1's row");
     k8s.until("the instance of run 1 terminated", |k| {
-        terminated(k, &busy[0].instance)
+        terminated(k, busy[0].instance())
     })
     .await;
-    assert_eq!(instances(&real).await, [busy[1].instance.clone()]);
+    assert_eq!(instances(&real).await, [busy[1].instance().to_string()]);
     assert!(!k8s.deleted);
 
     // drainTimeoutSeconds lowered to 0 during the deletion: the last one
@@ -230,11 +223,11 @@ async fn a_deleted_pool_waits_for_busy_instances_until_the_drain_time_out() {
     })
     .await;
     assert_eq!(instances(&real).await, Vec::<String>::new());
-    assert!(terminated(&k8s, &busy[1].instance));
+    assert!(terminated(&k8s, busy[1].instance()));
     let ended_by: Option<String> = db
         .query_one(
             "select ended_by from orca.instances where id = $1",
-            &[&busy[1].row],
+            &[&busy[1].row()],
         )
         .await
         .unwrap()

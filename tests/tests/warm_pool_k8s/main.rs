@@ -139,14 +139,7 @@ async fn busy(stage: &warm::Stage, instance: &str) {
         .await
         .unwrap()
         .expect("a warm row");
-    let req = Request {
-        pool: &pool,
-        run: 1,
-        start: 1,
-        role: "head",
-        head_address: "",
-        new_code: true,
-    };
+    let req = Request::new(&pool, 1, 1, "head", "", true);
     hand_out(&mut db, &req, Duration::from_secs(60))
         .await
         .unwrap()

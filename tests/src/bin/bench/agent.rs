@@ -100,25 +100,18 @@ async fn timed_hand_out(
     run: i64,
     agents: &mut HashMap<String, Agent>,
 ) -> Result<(Duration, Duration)> {
-    let req = Request {
-        pool: pool_name,
-        run,
-        start: 0,
-        role: "worker",
-        head_address: "10.0.0.1:6379",
-        new_code: false,
-    };
+    let req = Request::new(pool_name, run, 0, "worker", "10.0.0.1:6379", false);
     let begun = Instant::now();
     let handed = pool::hand_out(db, &req, FRESH)
         .await?
         .with_context(|| format!("no idle agent in {pool_name}"))?;
     let committed = begun.elapsed();
     let agent = agents
-        .get_mut(&handed.instance)
-        .with_context(|| format!("{} is not one of the bench's", handed.instance))?;
+        .get_mut(handed.instance())
+        .with_context(|| format!("{} is not one of the bench's", handed.instance()))?;
     let seen = tokio::time::timeout(Duration::from_secs(10), &mut agent.line)
         .await
-        .with_context(|| format!("{} printed nothing within 10 s", handed.instance))?
+        .with_context(|| format!("{} printed nothing within 10 s", handed.instance()))?
         .context("the agent exited without a line")?;
     agent.child.wait().await?;
     Ok((seen.saturating_duration_since(begun), committed))

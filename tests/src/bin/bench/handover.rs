@@ -38,12 +38,12 @@ async fn handovers(tick_ms: u64, listen: bool) -> anyhow::Result<Vec<f64>> {
         let row = schedulers::observe(&db, Duration::from_secs(10), &[])
             .await?
             .into_iter()
-            .find(|r| r.id == id)
+            .find(|r| r.id() == id)
             .ok_or_else(|| anyhow::anyhow!("instance {id} has no row"))?;
         let led = row
-            .led
+            .led()
             .ok_or_else(|| anyhow::anyhow!("instance {id} leads but its row has no led"))?;
-        let took = (led - row.joined)
+        let took = (led - row.joined())
             .num_microseconds()
             .ok_or_else(|| anyhow::anyhow!("instance {id}: joined → led overflows"))?;
         times.push(took as f64 / 1000.0);

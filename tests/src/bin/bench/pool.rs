@@ -258,14 +258,6 @@ async fn bench_reserve(moto: &Moto, url: &str, max: Option<i32>) {
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
         faults.forget_calls();
-        let req = orca_db::pool::Request {
-            pool,
-            run,
-            start: 1,
-            role: "head",
-            head_address: "",
-            new_code: true,
-        };
         let asked = Instant::now();
         db.execute(
             "insert into orca.runs (id, pipeline, status, start) values ($1, 'p', 'running', 1)",
@@ -273,10 +265,7 @@ async fn bench_reserve(moto: &Moto, url: &str, max: Option<i32>) {
         )
         .await
         .unwrap();
-        let req = orca_db::pool::Request {
-            run: base + run,
-            ..req
-        };
+        let req = orca_db::pool::Request::new(pool, base + run, 1, "head", "", true);
         orca_db::pool::ask_for_instance(&db, &req).await.unwrap();
         loop {
             if orca_db::pool::hand_out(&mut sched, &req, Duration::from_secs(5))

@@ -359,14 +359,7 @@ async fn bench_reserve(cp: &'static ControlPlane, moto: &Moto) {
         )
         .await
         .unwrap();
-        let req = orca_db::pool::Request {
-            pool: &owner.pool,
-            run,
-            start: 1,
-            role: "head",
-            head_address: "",
-            new_code: true,
-        };
+        let req = orca_db::pool::Request::new(&owner.pool, run, 1, "head", "", true);
         let asked = Instant::now();
         orca_db::pool::ask_for_instance(&db, &req).await.unwrap();
         while orca_db::pool::hand_out(&mut sched, &req, Duration::from_secs(5))
