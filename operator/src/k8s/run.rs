@@ -241,24 +241,17 @@ async fn controllers(
     // The classes and the Namespaces' labels: one watch each, whatever the
     // scopes.
     let mut cluster = ClusterWatches::new(&client);
-    let classes = cluster.classes.subscribe();
-    let labels = cluster.namespaces.subscribe();
-    let mut sources = ClassSources {
-        classes: classes.store,
-        namespaces: labels.store,
-        pools: Vec::new(),
-        listed: vec![classes.listed, labels.listed],
-        scopes: scopes.clone(),
-        listings: pools.listings.clone(),
-        owner: Ownership::of_cluster(&pools.tuning.operator, &pools.tuning.cluster),
-    };
+    let mut sources = ClassSources::new(
+        &cluster,
+        scopes.clone(),
+        pools.listings.clone(),
+        Ownership::of_cluster(&pools.tuning.operator, &pools.tuning.cluster),
+    );
     for scope in scopes {
         // One watch each of Schedulers, WarmPools and Secrets per scope,
         // which every controller follows.
         let mut watches = Watches::new(&client, &scope);
-        let scope_pools = watches.pools.subscribe();
-        sources.pools.push(scope_pools.store);
-        sources.listed.push(scope_pools.listed);
+        sources.add_pools(&watches.pools);
         runs.push(
             crate::scheduler::k8s::run(client.clone(), scope.clone(), ctx.clone(), &mut watches)
                 .boxed(),

@@ -224,6 +224,19 @@ where
         self
     }
 
+    /// The store and its listing, for a reader that follows no events
+    /// (and does not keep the watch going): a subscriber's events wait
+    /// until it reads them, for as long as it lasts.
+    pub fn reader(&self) -> (Store<K>, Listed) {
+        (self.store.clone(), self.listed.clone())
+    }
+
+    /// How many subscribers' feeds it sends its events to.
+    #[cfg(test)]
+    pub fn subscribers(&self) -> usize {
+        self.subscribers.len()
+    }
+
     /// A new subscriber: every event from the watch's start on.
     pub fn subscribe(&mut self) -> Feed<K> {
         let (to, events) = mpsc::unbounded();

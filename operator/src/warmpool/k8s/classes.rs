@@ -21,7 +21,7 @@ use crate::{
     fence::Fence,
     runtime::{
         status::write_status,
-        watches::{Listed, NamespaceMeta},
+        watches::{ClusterWatches, Listed, NamespaceMeta, Watch},
     },
     warmpool::{
         budget::{Budgets, ClassUsage},
@@ -41,22 +41,53 @@ const CENSUS_WITHIN: Duration = Duration::from_secs(10);
 
 /// What the classes' owner reads.
 pub struct ClassSources {
-    pub classes: Store<WarmPoolClass>,
-    pub namespaces: Store<NamespaceMeta>,
+    classes: Store<WarmPoolClass>,
+    namespaces: Store<NamespaceMeta>,
     /// Every scope's WarmPools.
-    pub pools: Vec<Store<WarmPool>>,
+    pools: Vec<Store<WarmPool>>,
     /// The listings of all of those: nothing is counted before.
-    pub listed: Vec<Listed>,
+    listed: Vec<Listed>,
     /// The namespaces watched (`None`: all). A class is this operator's
     /// to write while it has pools here (or had, or has no status yet): one
     /// installation per class, and an operator of other namespaces leaves
     /// it be.
-    pub scopes: Vec<Option<String>>,
+    scopes: Vec<Option<String>>,
     /// The pools' EC2 listings, which the censuses share.
-    pub listings: Listings,
+    listings: Listings,
     /// The operator's and the cluster's tags (pool and Scheduler unused):
     /// a census lists this cluster's instances only.
-    pub owner: Ownership,
+    owner: Ownership,
+}
+
+impl ClassSources {
+    /// The classes and the Namespaces of `cluster`, no pools yet (see
+    /// [`ClassSources::add_pools`]). Only their stores: a subscriber's
+    /// events would wait, unread, for the whole term.
+    pub fn new(
+        cluster: &ClusterWatches,
+        scopes: Vec<Option<String>>,
+        listings: Listings,
+        owner: Ownership,
+    ) -> Self {
+        let (classes, classes_listed) = cluster.classes.reader();
+        let (namespaces, namespaces_listed) = cluster.namespaces.reader();
+        ClassSources {
+            classes,
+            namespaces,
+            pools: Vec::new(),
+            listed: vec![classes_listed, namespaces_listed],
+            scopes,
+            listings,
+            owner,
+        }
+    }
+
+    /// The WarmPools of one more scope.
+    pub fn add_pools(&mut self, pools: &Watch<WarmPool>) {
+        let (store, listed) = pools.reader();
+        self.pools.push(store);
+        self.listed.push(listed);
+    }
 }
 
 /// Counts the classes every [`EVERY`] until dropped.
@@ -244,5 +275,34 @@ fn status_of(
         pool_count: members.len() as i64,
         namespaces: by_ns.into_values().collect(),
         conditions,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::runtime::watches::Watches;
+
+    /// The census reads the watches' stores and nothing else: the
+    /// controllers subscribe to their events and read them, and a feed
+    /// kept by the census would hold every class's and Namespace's event,
+    /// unread, for as long as the replica leads.
+    #[tokio::test]
+    async fn the_census_takes_the_stores_and_leaves_the_events() {
+        let config = kube::Config::new("http://127.0.0.1:9".parse().unwrap());
+        let client = Client::try_from(config).unwrap();
+        let cluster = ClusterWatches::new(&client);
+        let watches = Watches::new(&client, &None);
+        let mut sources = ClassSources::new(
+            &cluster,
+            vec![None],
+            Listings::default(),
+            Ownership::of_cluster("orca-operator", "east"),
+        );
+        sources.add_pools(&watches.pools);
+        assert_eq!(sources.listed.len(), 3, "each store's listing awaited");
+        assert_eq!(cluster.classes.subscribers(), 0);
+        assert_eq!(cluster.namespaces.subscribers(), 0);
+        assert_eq!(watches.pools.subscribers(), 0);
     }
 }
