@@ -106,10 +106,16 @@ impl IamPolicyArgs {
 pub struct Policy {
     /// Always `2012-10-17`, the version that allows policy variables.
     #[serde(rename = "Version")]
-    pub version: &'static str,
+    version: &'static str,
     /// The statements, each an `Allow`.
     #[serde(rename = "Statement")]
-    pub statements: Vec<Statement>,
+    statements: Vec<Statement>,
+}
+
+impl Policy {
+    pub fn statements(&self) -> &Vec<Statement> {
+        &self.statements
+    }
 }
 
 /// One `Allow` statement.
@@ -117,20 +123,30 @@ pub struct Policy {
 pub struct Statement {
     /// What the statement is for, in CamelCase.
     #[serde(rename = "Sid")]
-    pub sid: &'static str,
+    sid: &'static str,
     /// Always `Allow`: nothing here denies.
     #[serde(rename = "Effect")]
-    pub effect: &'static str,
+    effect: &'static str,
     /// The actions, `service:Action`.
     #[serde(rename = "Action")]
-    pub actions: Vec<&'static str>,
+    actions: Vec<&'static str>,
     /// The resources' ARNs (or `*`).
     #[serde(rename = "Resource")]
-    pub resources: Vec<String>,
+    resources: Vec<String>,
     /// Operator → condition key → value(s); sorted, so the output is
     /// stable.
     #[serde(rename = "Condition", skip_serializing_if = "BTreeMap::is_empty")]
-    pub conditions: BTreeMap<&'static str, BTreeMap<String, Value>>,
+    conditions: BTreeMap<&'static str, BTreeMap<String, Value>>,
+}
+
+impl Statement {
+    pub fn sid(&self) -> &'static str {
+        self.sid
+    }
+
+    pub fn actions(&self) -> &Vec<&'static str> {
+        &self.actions
+    }
 }
 
 impl Statement {

@@ -175,7 +175,7 @@ async fn run(command: Command) -> anyhow::Result<ExitCode> {
         Command::Migrations => println!("{}", migrate::known()),
         Command::Run(args) => orca_operator::k8s::run(args).await?,
         Command::Local { dir, database_url } => {
-            orca_operator::local::run(orca_operator::local::LocalOptions { dir, database_url })
+            orca_operator::local::run(orca_operator::local::LocalOptions::new(dir, database_url))
                 .await?
         }
         Command::LocalSupervise {

@@ -111,8 +111,8 @@ pub async fn command(args: &PreflightArgs) -> anyhow::Result<ExitCode> {
         &args.cluster_name,
     );
     let user_data = "#!/bin/sh\npoweroff\n".into();
-    let probe = Probe {
-        launch: args.image.is_some().then_some(RunRequest {
+    let probe = Probe::new(
+        args.image.is_some().then_some(RunRequest {
             launch: &launch,
             offering: &offering,
             count: 1,
@@ -122,8 +122,8 @@ pub async fn command(args: &PreflightArgs) -> anyhow::Result<ExitCode> {
             class: None,
             template_version: None,
         }),
-        instance: id.as_deref(),
-        tenancy_tags: if id.is_some() {
+        id.as_deref(),
+        if id.is_some() {
             vec![
                 (TAG_CLASS, class.as_str()),
                 (TAG_NAMESPACE, namespace.as_str()),
@@ -131,8 +131,8 @@ pub async fn command(args: &PreflightArgs) -> anyhow::Result<ExitCode> {
         } else {
             Vec::new()
         },
-        describes: Some(&args.instance_type),
-    };
+        Some(&args.instance_type),
+    );
     let mut checks = preflight_aws::ec2_checks(&ec2, &probe).await;
     let tags = [(TAG_CLUSTER, args.cluster_name.as_str())];
     checks.extend(preflight_aws::ssm_checks(&ssm, &args.cluster_name, &tags).await);
@@ -159,7 +159,7 @@ pub fn report(
     );
     let mut ok = true;
     for c in checks {
-        let line = match &c.outcome {
+        let line = match &c.outcome() {
             Outcome::Allowed => format!("  allowed      {}\n", c.name()),
             Outcome::Missing(why) => {
                 ok = false;
@@ -180,9 +180,9 @@ pub fn report(
             "The statements that grant what is missing (`orca-operator iam-policy --cluster-name {cluster}` prints the whole policy; give it --pass-role and --launch-from-anywhere as you installed it):\n"
         ));
         let statements: Vec<_> = policy
-            .statements
+            .statements()
             .iter()
-            .filter(|s| granting.contains(&s.sid.to_string()))
+            .filter(|s| granting.contains(&s.sid().to_string()))
             .collect();
         out.push_str(&serde_json::to_string_pretty(&statements).unwrap_or_default());
         out.push('\n');

@@ -22,11 +22,30 @@ const MAX_ANSWER: u64 = 256 * 1024;
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Endpoint {
     /// `host:port`, to connect to.
-    pub(crate) addr: String,
+    addr: String,
     /// The `Host` header (with the port, if one was given).
-    pub(crate) host: String,
+    host: String,
     /// TLS, verified against the system's roots for the host's name.
-    pub(crate) tls: bool,
+    tls: bool,
+}
+
+impl Endpoint {
+    /// Of its parts, as the fields say.
+    pub fn new(addr: String, host: String, tls: bool) -> Self {
+        Endpoint { addr, host, tls }
+    }
+}
+
+impl Endpoint {
+    /// The `Host` header (with the port, if one was given).
+    pub fn host(&self) -> &String {
+        &self.host
+    }
+
+    /// TLS, verified against the system's roots for the host's name.
+    pub fn tls(&self) -> bool {
+        self.tls
+    }
 }
 
 impl Endpoint {

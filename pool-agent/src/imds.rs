@@ -29,9 +29,23 @@ const CREDENTIALS: &str = "/latest/meta-data/iam/security-credentials/";
 
 /// An instance role's temporary credentials; never shown.
 pub struct RoleKeys {
-    pub access_key_id: String,
-    pub secret_access_key: String,
-    pub token: String,
+    access_key_id: String,
+    secret_access_key: String,
+    token: String,
+}
+
+impl RoleKeys {
+    pub fn access_key_id(&self) -> &String {
+        &self.access_key_id
+    }
+
+    pub fn secret_access_key(&self) -> &String {
+        &self.secret_access_key
+    }
+
+    pub fn token(&self) -> &String {
+        &self.token
+    }
 }
 
 /// An IMDSv2 client with its session token.

@@ -58,10 +58,7 @@ fn main() -> ExitCode {
         let Some(url) = url(&database).await else {
             return ExitCode::from(1);
         };
-        let url = session::Source {
-            url,
-            parameter: database.parameter,
-        };
+        let url = session::Source::new(url, database.parameter);
         match command {
             cli::Command::Wait {
                 instance,
@@ -102,7 +99,7 @@ async fn url(database: &cli::Database) -> Option<DatabaseUrl> {
             Ok(text) => match DatabaseUrl::parse(&text) {
                 Ok(url) => return Some(url),
                 Err(e) => {
-                    tracing::error!(parameter = %parameter.name, error = %e,
+                    tracing::error!(parameter = %parameter.name(), error = %e,
                         "the parameter does not hold a database URL");
                     return None;
                 }

@@ -19,9 +19,16 @@ const REREAD_AFTER: Duration = Duration::from_secs(30);
 
 /// Where the agent's database URL comes from.
 pub struct Source {
-    pub url: DatabaseUrl,
+    url: DatabaseUrl,
     /// The parameter it was read from, to read again when refused.
-    pub parameter: Option<Parameter>,
+    parameter: Option<Parameter>,
+}
+
+impl Source {
+    /// Of its parts, as the fields say.
+    pub fn new(url: DatabaseUrl, parameter: Option<Parameter>) -> Self {
+        Source { url, parameter }
+    }
 }
 
 pub struct Session {
@@ -142,13 +149,13 @@ impl Session {
         };
         match DatabaseUrl::parse(&text) {
             Ok(url) => {
-                tracing::info!(parameter = %parameter.name,
+                tracing::info!(parameter = %parameter.name(),
                     "the database refused the URL; connecting with the parameter's value as read now");
                 self.conn.set_url(url);
                 true
             }
             Err(e) => {
-                tracing::warn!(parameter = %parameter.name, error = %e,
+                tracing::warn!(parameter = %parameter.name(), error = %e,
                     "the parameter's new value is not a database URL");
                 false
             }

@@ -25,13 +25,20 @@ const CALL_LIMIT: Duration = Duration::from_secs(10);
 #[derive(Clone, Debug)]
 pub struct Parameter {
     /// `/orca/<cluster>/<namespace>/<scheduler>/database-url`.
-    pub name: String,
-    pub region: String,
+    name: String,
+    region: String,
     /// SSM's endpoint: `https://ssm.<region>.amazonaws.com` unless given.
-    pub endpoint: Endpoint,
+    endpoint: Endpoint,
     /// Where the instance role's credentials are read when the environment
     /// has none; `None`: metadata disabled.
-    pub imds: Option<Endpoint>,
+    imds: Option<Endpoint>,
+}
+
+impl Parameter {
+    /// `/orca/<cluster>/<namespace>/<scheduler>/database-url`.
+    pub fn name(&self) -> &String {
+        &self.name
+    }
 }
 
 /// Why the parameter could not be read; one line, never its value.
@@ -101,10 +108,12 @@ impl Parameter {
         endpoint: Option<Endpoint>,
         imds: Option<Endpoint>,
     ) -> Self {
-        let endpoint = endpoint.unwrap_or_else(|| Endpoint {
-            addr: format!("ssm.{region}.amazonaws.com:443"),
-            host: format!("ssm.{region}.amazonaws.com"),
-            tls: true,
+        let endpoint = endpoint.unwrap_or_else(|| {
+            Endpoint::new(
+                format!("ssm.{region}.amazonaws.com:443"),
+                format!("ssm.{region}.amazonaws.com"),
+                true,
+            )
         });
         Parameter {
             name,
@@ -118,8 +127,8 @@ impl Parameter {
     pub async fn read(&self) -> Result<String, SsmError> {
         let credentials = self.credentials().await?;
         let body = serde_json::json!({ "Name": self.name, "WithDecryption": true }).to_string();
-        let scheme = if self.endpoint.tls { "https" } else { "http" };
-        let url = format!("{scheme}://{}/", self.endpoint.host);
+        let scheme = if self.endpoint.tls() { "https" } else { "http" };
+        let url = format!("{scheme}://{}/", self.endpoint.host());
         let unsigned = [
             ("content-type", "application/x-amz-json-1.1"),
             ("x-amz-target", "AmazonSSM.GetParameter"),
@@ -163,7 +172,7 @@ impl Parameter {
         )
         .await
         .map_err(|source| SsmError::Call {
-            endpoint: self.endpoint.host.clone(),
+            endpoint: self.endpoint.host().clone(),
             source,
         })?;
         let body = answer;
@@ -220,9 +229,9 @@ impl Parameter {
             .map_err(SsmError::Imds)?
             .ok_or(SsmError::NoRole)?;
         Ok(Credentials::new(
-            keys.access_key_id,
-            keys.secret_access_key,
-            Some(keys.token),
+            keys.access_key_id().clone(),
+            keys.secret_access_key().clone(),
+            Some(keys.token().clone()),
             None,
             "instance role",
         ))

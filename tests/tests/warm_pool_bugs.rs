@@ -72,7 +72,7 @@ fn terminated_for(report: &PassReport, reason: &str) -> bool {
     report
         .events()
         .iter()
-        .any(|e| e.reason == "Terminated" && e.message.contains(reason))
+        .any(|e| e.reason() == "Terminated" && e.message().contains(reason))
 }
 
 #[tokio::test]

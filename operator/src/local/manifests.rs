@@ -35,9 +35,19 @@ pub enum ManifestError {
 /// Everything a directory declares, keyed by `namespace/name`.
 #[derive(Clone, Debug, Default)]
 pub struct Manifests {
-    pub secrets: BTreeMap<String, Secret>,
-    pub schedulers: BTreeMap<String, Scheduler>,
-    pub warm_pools: BTreeMap<String, WarmPool>,
+    secrets: BTreeMap<String, Secret>,
+    schedulers: BTreeMap<String, Scheduler>,
+    warm_pools: BTreeMap<String, WarmPool>,
+}
+
+impl Manifests {
+    pub fn schedulers(&self) -> &BTreeMap<String, Scheduler> {
+        &self.schedulers
+    }
+
+    pub fn warm_pools(&self) -> &BTreeMap<String, WarmPool> {
+        &self.warm_pools
+    }
 }
 
 #[derive(Deserialize)]

@@ -38,9 +38,16 @@ use self::{
 /// to fall back on.
 pub struct LocalOptions {
     /// The directory of YAML files.
-    pub dir: PathBuf,
+    dir: PathBuf,
     /// The database when no Secret names one; a throwaway cluster if none.
-    pub database_url: Option<String>,
+    database_url: Option<String>,
+}
+
+impl LocalOptions {
+    /// Of its parts, as the fields say.
+    pub fn new(dir: PathBuf, database_url: Option<String>) -> Self {
+        LocalOptions { dir, database_url }
+    }
 }
 
 /// How often the loop looks at files, processes and rows when nothing asks
@@ -63,8 +70,8 @@ pub async fn run(opts: LocalOptions) -> anyhow::Result<()> {
     let mut stamp = manifests::stamp(&opts.dir);
     println!(
         "local: {} Scheduler(s), {} WarmPool(s) in {}",
-        manifests.schedulers.len(),
-        manifests.warm_pools.len(),
+        manifests.schedulers().len(),
+        manifests.warm_pools().len(),
         opts.dir.display()
     );
 
@@ -91,7 +98,7 @@ pub async fn run(opts: LocalOptions) -> anyhow::Result<()> {
             }
         }
         let mut next = TICK;
-        for (key, s) in &manifests.schedulers {
+        for (key, s) in manifests.schedulers() {
             let local = schedulers
                 .entry(key.clone())
                 .or_insert_with(|| LocalScheduler::new(key, &state_dir, fallback_url.clone()));
@@ -99,10 +106,10 @@ pub async fn run(opts: LocalOptions) -> anyhow::Result<()> {
         }
         let fallback = fallback_url.as_deref();
         pools
-            .sync(&manifests.warm_pools, |p| {
+            .sync(manifests.warm_pools(), |p| {
                 let ns = crate::crd::namespace_of(p);
                 let scheduler = manifests
-                    .schedulers
+                    .schedulers()
                     .get(&format!("{ns}/{}", p.spec.scheduler))
                     .ok_or_else(|| format!("Scheduler {ns}/{} not found", p.spec.scheduler))?;
                 let url = database_url(scheduler, &manifests, fallback).map_err(|e| e.message)?;
@@ -117,7 +124,7 @@ pub async fn run(opts: LocalOptions) -> anyhow::Result<()> {
         // its status along.
         let gone: Vec<String> = schedulers
             .keys()
-            .filter(|k| !manifests.schedulers.contains_key(*k))
+            .filter(|k| !manifests.schedulers().contains_key(*k))
             .cloned()
             .collect();
         for key in gone {
@@ -167,7 +174,7 @@ async fn fallback_database(
 ) -> anyhow::Result<(Option<postgres::Cluster>, Option<String>)> {
     let mut cluster = None;
     let needs_fallback = manifests
-        .schedulers
+        .schedulers()
         .values()
         .any(|s| database_url(s, manifests, None).is_err_and(|p| p.reason == "SecretMissing"));
     let fallback_url = match (&opts.database_url, needs_fallback) {
@@ -225,7 +232,7 @@ async fn stop_all(pools: &mut LocalPools, state_dir: &std::path::Path) {
     for local in running() {
         println!(
             "local: {} did not stop within {} s; killed",
-            local.name,
+            local.name(),
             DRAIN_WAIT.as_secs()
         );
         local.kill();
@@ -234,7 +241,7 @@ async fn stop_all(pools: &mut LocalPools, state_dir: &std::path::Path) {
 
 fn schedulers_urls(m: &Manifests, fallback: &Option<String>) -> Vec<String> {
     let mut urls: Vec<String> = m
-        .schedulers
+        .schedulers()
         .values()
         .filter_map(|s| {
             let r = &s.spec.database.url_secret_ref;

@@ -20,26 +20,64 @@ use crate::scheduler::{JobState, JobView, PodState, PodView};
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct PodMeta {
     /// `namespace/name` of the Scheduler it belongs to.
-    pub scheduler: String,
-    pub revision: String,
-    pub sequence: u32,
-    pub image: String,
-    pub created: DateTime<Utc>,
+    scheduler: String,
+    revision: String,
+    sequence: u32,
+    image: String,
+    created: DateTime<Utc>,
     /// A register job's: the hash of the register step it runs (a Job's
     /// label `orca.dev/register`); absent for pods and older jobs.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub register: Option<String>,
+    register: Option<String>,
+}
+
+impl PodMeta {
+    /// This one, of a registration Job: `register` hashes its spec.
+    pub fn with_register(self, register: String) -> Self {
+        PodMeta {
+            register: Some(register),
+            ..self
+        }
+    }
+}
+
+impl PodMeta {
+    /// Of its parts, as the fields say.
+    pub fn new(
+        scheduler: String,
+        revision: String,
+        sequence: u32,
+        image: String,
+        created: DateTime<Utc>,
+        register: Option<String>,
+    ) -> Self {
+        PodMeta {
+            scheduler,
+            revision,
+            sequence,
+            image,
+            created,
+            register,
+        }
+    }
+}
+
+impl PodMeta {
+    /// `namespace/name` of the Scheduler it belongs to.
+    pub fn scheduler(&self) -> &String {
+        &self.scheduler
+    }
 }
 
 /// How a local pod or job ended: its exit code and when (`exit.json`).
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Exit {
-    pub code: i32,
-    pub finished: DateTime<Utc>,
+    code: i32,
+    finished: DateTime<Utc>,
     /// Recorded by the operator, not by the supervisor: the supervisor was
     /// gone (killed with a local mode, say) before its command ended.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
-    pub supervisor_gone: bool,
+    supervisor_gone: bool,
 }
 
 impl Exit {
@@ -118,14 +156,24 @@ fn read_exit(dir: &Path) -> Option<Exit> {
 /// A local pod or job as found on disk.
 #[derive(Clone, Debug)]
 pub struct Local {
-    pub name: String,
-    pub dir: PathBuf,
-    pub meta: PodMeta,
-    pub pid: Option<i32>,
+    name: String,
+    dir: PathBuf,
+    meta: PodMeta,
+    pid: Option<i32>,
     /// When the supervisor started the command (a container's `startedAt`).
-    pub started: Option<DateTime<Utc>>,
-    pub exit: Option<Exit>,
-    pub deleting: bool,
+    started: Option<DateTime<Utc>>,
+    exit: Option<Exit>,
+    deleting: bool,
+}
+
+impl Local {
+    pub fn name(&self) -> &String {
+        &self.name
+    }
+
+    pub fn meta(&self) -> &PodMeta {
+        &self.meta
+    }
 }
 
 fn alive(pid: i32) -> bool {
@@ -353,14 +401,14 @@ mod tests {
     use super::*;
 
     fn meta() -> PodMeta {
-        PodMeta {
-            scheduler: "default/orca".into(),
-            revision: "r1".into(),
-            sequence: 1,
-            image: "v1".into(),
-            created: Utc::now(),
-            register: Some("h".into()),
-        }
+        PodMeta::new(
+            "default/orca".into(),
+            "r1".into(),
+            1,
+            "v1".into(),
+            Utc::now(),
+            Some("h".into()),
+        )
     }
 
     /// A supervisor killed with its operator leaves no exit: the job reads

@@ -215,8 +215,8 @@ impl LocalPools {
                         key_owned.clone()
                     };
                     for e in report.events() {
-                        let kind = if e.warning { "Warning" } else { "Normal" };
-                        println!("warmpool {who}: {kind} {}: {}", e.reason, e.message);
+                        let kind = if e.warning() { "Warning" } else { "Normal" };
+                        println!("warmpool {who}: {kind} {}: {}", e.reason(), e.message());
                     }
                     if retiring {
                         return;
@@ -265,11 +265,11 @@ impl LocalPools {
             return;
         };
         r.retiring.store(true, Ordering::Relaxed);
-        let _ = r.deletion.send(Some(Deletion {
-            since: Utc::now(),
-            drain_timeout_seconds: r.spec.drain_timeout_seconds,
-            left_behind: true,
-        }));
+        let _ = r.deletion.send(Some(Deletion::new(
+            Utc::now(),
+            r.spec.drain_timeout_seconds,
+            true,
+        )));
         println!(
             "warmpool {key}: {why}; terminating its instances where it ran (busy ones after their run, at most {} s)",
             r.spec.drain_timeout_seconds

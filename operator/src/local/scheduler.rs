@@ -16,7 +16,7 @@ use crate::{
 
 /// One Scheduler's loop state: its database connection and its status.
 pub struct LocalScheduler {
-    pub key: String,
+    key: String,
     pods: Table,
     jobs: Table,
     status_file: PathBuf,
@@ -182,10 +182,9 @@ impl LocalScheduler {
             } => {
                 let url = url.ok_or("no database URL")?;
                 let register = s.spec.register.as_ref().ok_or("no register command")?;
-                let meta = PodMeta {
-                    register: Some(scheduler::register_hash(register)),
-                    ..self.meta(revision, scheduler::register_attempt(name, revision), image)
-                };
+                let meta = self
+                    .meta(revision, scheduler::register_attempt(name, revision), image)
+                    .with_register(scheduler::register_hash(register));
                 let mut command = register.command.clone();
                 command.extend(register.args.iter().cloned());
                 let env = self.env(s, manifests, url, image, name);
@@ -209,14 +208,14 @@ impl LocalScheduler {
     }
 
     fn meta(&self, revision: &str, sequence: u32, image: &str) -> PodMeta {
-        PodMeta {
-            scheduler: self.key.clone(),
-            revision: revision.to_string(),
+        PodMeta::new(
+            self.key.clone(),
+            revision.to_string(),
             sequence,
-            image: image.to_string(),
-            created: chrono::Utc::now(),
-            register: None,
-        }
+            image.to_string(),
+            chrono::Utc::now(),
+            None,
+        )
     }
 
     /// The image contract's environment, as the pod would have it.
@@ -288,7 +287,7 @@ impl LocalScheduler {
     fn stop_all(&self) -> usize {
         let mut n = 0;
         for local in self.pods.list().values().chain(self.jobs.list().values()) {
-            if local.meta.scheduler == self.key && local.running() {
+            if *local.meta().scheduler() == self.key && local.running() {
                 local.delete();
                 n += 1;
             }

@@ -22,10 +22,10 @@ use crate::crd::{Problem, SecretKeyRef};
 #[derive(Debug, thiserror::Error)]
 #[error("reading Secret {namespace}/{name}: {source}")]
 pub struct SecretError {
-    pub namespace: String,
-    pub name: String,
+    namespace: String,
+    name: String,
     #[source]
-    pub source: kube::Error,
+    source: kube::Error,
 }
 
 fn problem(reason: &str, message: String) -> Problem {

@@ -32,8 +32,15 @@ pub const DEADLINE_EXCEEDED: &str = "ReconcileDeadlineExceeded";
 #[error("{message}")]
 pub struct Stopped {
     /// The condition reason: [`INTERNAL_ERROR`] or [`DEADLINE_EXCEEDED`].
-    pub reason: &'static str,
-    pub message: String,
+    reason: &'static str,
+    message: String,
+}
+
+impl Stopped {
+    /// The condition reason: [`INTERNAL_ERROR`] or [`DEADLINE_EXCEEDED`].
+    pub fn reason(&self) -> &'static str {
+        self.reason
+    }
 }
 
 impl Stopped {

@@ -121,8 +121,8 @@ pub enum LeaseError {
 /// standby's own clock for the take-over rule.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Sighting {
-    pub record: LeaseSpec,
-    pub since: Instant,
+    record: LeaseSpec,
+    since: Instant,
 }
 
 impl Sighting {

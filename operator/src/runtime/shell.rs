@@ -107,7 +107,7 @@ pub async fn reconcile<R: Reconciler>(
         Err(stop) => ctx.stopped(&object, stop),
     };
     let said = match R::stopped_of(&failed) {
-        Some(stop) => Some((stop.reason, stop.to_string())),
+        Some(stop) => Some((stop.reason(), stop.to_string())),
         None if failed.is_fenced() => None,
         None => guard::forbidden(&failed).map(|m| (guard::FORBIDDEN, m)),
     };

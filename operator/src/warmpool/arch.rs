@@ -28,7 +28,8 @@ pub fn foreign<'a>(launch: &Launch, known: &'a HashMap<String, TypeFacts>) -> Ve
         .iter()
         .filter_map(|t| known.get(t))
         .filter(|f| {
-            !f.architectures.is_empty() && !f.architectures.iter().any(|a| a == AGENT_ARCHITECTURE)
+            !f.architectures().is_empty()
+                && !f.architectures().iter().any(|a| a == AGENT_ARCHITECTURE)
         })
         .collect()
 }
@@ -47,7 +48,7 @@ pub fn hold(
     if foreign.is_empty() {
         return None;
     }
-    let names: HashSet<&str> = foreign.iter().map(|f| f.name.as_str()).collect();
+    let names: HashSet<&str> = foreign.iter().map(|f| f.name().as_str()).collect();
     for o in offerings(launch) {
         if names.contains(o.instance_type.as_str()) {
             holds.insert(o, UNSUPPORTED_ARCHITECTURE, until);
@@ -55,7 +56,7 @@ pub fn hold(
     }
     let named: Vec<String> = foreign
         .iter()
-        .map(|f| format!("{} ({})", f.name, f.architectures.join(", ")))
+        .map(|f| format!("{} ({})", f.name(), f.architectures().join(", ")))
         .collect();
     let rest = if names.len() == launch.instance_types.len() {
         "nothing is launched"

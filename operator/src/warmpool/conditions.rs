@@ -61,9 +61,9 @@ pub(super) fn status(
         conditions: conditions.clone(),
     };
     let totals = cost.shown(&status);
-    status.instance_seconds = totals.instance_seconds;
-    status.runs_served = totals.runs_served;
-    status.time_to_start = totals.time_to_start;
+    status.instance_seconds = totals.instance_seconds().clone();
+    status.runs_served = totals.runs_served().clone();
+    status.time_to_start = totals.time_to_start().clone();
     status
 }
 
@@ -77,7 +77,7 @@ fn launching(report: &PassReport) -> u32 {
 fn holding(report: &PassReport) -> Vec<(&'static str, bool, &'static str, String)> {
     let c = report.plan().counts;
     let launching = launching(report);
-    let degraded = report.events().iter().find(|e| e.warning);
+    let degraded = report.events().iter().find(|e| e.warning());
     let min = report.idle_min().max(0) as u32;
     let mut now_holding = vec![
         if report.deleting() {
@@ -124,7 +124,7 @@ fn holding(report: &PassReport) -> Vec<(&'static str, bool, &'static str, String
         },
         match (&report.degraded(), degraded) {
             (Some((reason, message)), _) => ("Degraded", true, *reason, message.clone()),
-            (None, Some(e)) => ("Degraded", true, e.reason, e.message.clone()),
+            (None, Some(e)) => ("Degraded", true, e.reason(), e.message().clone()),
             (None, None) => ("Degraded", false, "AsExpected", "no errors".into()),
         },
     ];

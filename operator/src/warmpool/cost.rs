@@ -18,9 +18,23 @@ use crate::crd::{InstanceSeconds, RunsServed, TimeToStart, WarmPoolStatus};
 /// The totals a status shows.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Totals {
-    pub instance_seconds: Vec<InstanceSeconds>,
-    pub runs_served: Option<RunsServed>,
-    pub time_to_start: Option<TimeToStart>,
+    instance_seconds: Vec<InstanceSeconds>,
+    runs_served: Option<RunsServed>,
+    time_to_start: Option<TimeToStart>,
+}
+
+impl Totals {
+    pub fn instance_seconds(&self) -> &Vec<InstanceSeconds> {
+        &self.instance_seconds
+    }
+
+    pub fn runs_served(&self) -> &Option<RunsServed> {
+        &self.runs_served
+    }
+
+    pub fn time_to_start(&self) -> &Option<TimeToStart> {
+        &self.time_to_start
+    }
 }
 
 /// How often the totals in the status are brought up to date when nothing

@@ -310,11 +310,27 @@ pub struct Ec2 {
 /// An instance type as EC2 describes it.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct TypeFacts {
-    pub name: String,
+    name: String,
     /// Its default vCPUs, which a class's `limits.vcpus` counts.
-    pub vcpus: Option<i64>,
+    vcpus: Option<i64>,
     /// The architectures it runs (`x86_64`, `arm64`, ...).
-    pub architectures: Vec<String>,
+    architectures: Vec<String>,
+}
+
+impl TypeFacts {
+    pub fn name(&self) -> &String {
+        &self.name
+    }
+
+    /// Its default vCPUs, which a class's `limits.vcpus` counts.
+    pub fn vcpus(&self) -> Option<i64> {
+        self.vcpus
+    }
+
+    /// The architectures it runs (`x86_64`, `arm64`, ...).
+    pub fn architectures(&self) -> &Vec<String> {
+        &self.architectures
+    }
 }
 
 /// The architecture the pool agent is built for (and the operator's

@@ -22,12 +22,25 @@ fn wait_histogram() -> Histogram {
 /// A pass's counts, for [`PoolMetrics::counts`].
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Counts {
-    pub idle: i32,
-    pub busy: i32,
-    pub stopped: i32,
-    pub launching: i32,
+    idle: i32,
+    busy: i32,
+    stopped: i32,
+    launching: i32,
     /// The idle floor the pass kept to.
-    pub idle_min: i32,
+    idle_min: i32,
+}
+
+impl Counts {
+    /// Of its parts, as the fields say.
+    pub fn new(idle: i32, busy: i32, stopped: i32, launching: i32, idle_min: i32) -> Self {
+        Counts {
+            idle,
+            busy,
+            stopped,
+            launching,
+            idle_min,
+        }
+    }
 }
 
 /// Cheap to clone: every family is shared.

@@ -797,7 +797,7 @@ impl Observer<'_> {
             Ok(facts) => {
                 self.seen.types_failed = None;
                 for f in facts {
-                    self.seen.types.insert(f.name.clone(), f);
+                    self.seen.types.insert(f.name().clone(), f);
                 }
             }
             Err(e @ super::ec2::Ec2Error::Fenced { .. }) => {

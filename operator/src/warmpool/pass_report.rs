@@ -11,9 +11,23 @@ use crate::fence::Fenced;
 /// Something worth a Kubernetes Event; `reason` is CamelCase.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PoolEvent {
-    pub reason: &'static str,
-    pub message: String,
-    pub warning: bool,
+    reason: &'static str,
+    message: String,
+    warning: bool,
+}
+
+impl PoolEvent {
+    pub fn reason(&self) -> &'static str {
+        self.reason
+    }
+
+    pub fn message(&self) -> &String {
+        &self.message
+    }
+
+    pub fn warning(&self) -> bool {
+        self.warning
+    }
 }
 
 impl PoolEvent {
@@ -31,16 +45,49 @@ impl PoolEvent {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Deletion {
     /// Its `deletionTimestamp`.
-    pub since: DateTime<Utc>,
+    since: DateTime<Utc>,
     /// `spec.drainTimeoutSeconds` as it is now: an edit made during the
     /// deletion (say, to 0 to stop waiting for busy instances) counts.
-    pub drain_timeout_seconds: i64,
+    drain_timeout_seconds: i64,
     /// The loop is left where the pool ran (it moved, or in the local
     /// mode its file was removed), not the WarmPool's deletion: what EC2
     /// launched after `since` is the loop's of the new place, which may
     /// list the same instances (another endpoint of the same EC2), and is
     /// left to it (see `PoolLoop::leave_later_launches`).
-    pub left_behind: bool,
+    left_behind: bool,
+}
+
+impl Deletion {
+    /// Of its parts, as the fields say.
+    pub fn new(since: DateTime<Utc>, drain_timeout_seconds: i64, left_behind: bool) -> Self {
+        Deletion {
+            since,
+            drain_timeout_seconds,
+            left_behind,
+        }
+    }
+}
+
+impl Deletion {
+    /// Its `deletionTimestamp`.
+    pub fn since(&self) -> DateTime<Utc> {
+        self.since
+    }
+
+    /// `spec.drainTimeoutSeconds` as it is now: an edit made during the
+    /// deletion (say, to 0 to stop waiting for busy instances) counts.
+    pub fn drain_timeout_seconds(&self) -> i64 {
+        self.drain_timeout_seconds
+    }
+
+    /// The loop is left where the pool ran (it moved, or in the local
+    /// mode its file was removed), not the WarmPool's deletion: what EC2
+    /// launched after `since` is the loop's of the new place, which may
+    /// list the same instances (another endpoint of the same EC2), and is
+    /// left to it (see `PoolLoop::leave_later_launches`).
+    pub fn left_behind(&self) -> bool {
+        self.left_behind
+    }
 }
 
 /// What one pass saw and did. The pass starts it from its plan

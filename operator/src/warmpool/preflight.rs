@@ -30,11 +30,23 @@ pub enum Outcome {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Check {
     /// `ec2` or `ssm`.
-    pub service: &'static str,
+    service: &'static str,
     /// `RunInstances`, `PutParameter`, ...: as the pool's record of
     /// refusals keys it.
-    pub action: &'static str,
-    pub outcome: Outcome,
+    action: &'static str,
+    outcome: Outcome,
+}
+
+impl Check {
+    /// `RunInstances`, `PutParameter`, ...: as the pool's record of
+    /// refusals keys it.
+    pub fn action(&self) -> &'static str {
+        self.action
+    }
+
+    pub fn outcome(&self) -> &Outcome {
+        &self.outcome
+    }
 }
 
 impl Check {
@@ -59,20 +71,67 @@ impl Check {
 pub struct Probe<'a> {
     /// The launch (`RunInstances` with its tags, network, profile): `None`
     /// to leave it unasked.
-    pub launch: Option<RunRequest<'a>>,
+    launch: Option<RunRequest<'a>>,
     /// An instance of this cluster's, for `TerminateInstances`,
     /// `StopInstances`, `StartInstances`, `GetConsoleOutput` and
     /// `CreateTags` (their conditions are on its tags): `None` to leave
     /// them unasked.
-    pub instance: Option<&'a str>,
+    instance: Option<&'a str>,
     /// The tags a class's census adds to older instances, asked of
     /// `CreateTags` on `instance`.
-    pub tenancy_tags: Vec<(&'a str, &'a str)>,
+    tenancy_tags: Vec<(&'a str, &'a str)>,
     /// Whether to ask the describe calls besides `DescribeInstances`
     /// (`DescribeInstanceTypes` of this type, `DescribeLaunchTemplateVersions`):
     /// the command asks them; a pool's passes make them whenever they need
     /// them, so its refusals show there.
-    pub describes: Option<&'a str>,
+    describes: Option<&'a str>,
+}
+
+impl<'a> Probe<'a> {
+    /// Of its parts, as the fields say.
+    pub fn new(
+        launch: Option<RunRequest<'a>>,
+        instance: Option<&'a str>,
+        tenancy_tags: Vec<(&'a str, &'a str)>,
+        describes: Option<&'a str>,
+    ) -> Self {
+        Probe {
+            launch,
+            instance,
+            tenancy_tags,
+            describes,
+        }
+    }
+}
+
+impl<'a> Probe<'a> {
+    /// The launch (`RunInstances` with its tags, network, profile): `None`
+    /// to leave it unasked.
+    pub fn launch(&self) -> &Option<RunRequest<'a>> {
+        &self.launch
+    }
+
+    /// An instance of this cluster's, for `TerminateInstances`,
+    /// `StopInstances`, `StartInstances`, `GetConsoleOutput` and
+    /// `CreateTags` (their conditions are on its tags): `None` to leave
+    /// them unasked.
+    pub fn instance(&self) -> Option<&'a str> {
+        self.instance
+    }
+
+    /// The tags a class's census adds to older instances, asked of
+    /// `CreateTags` on `instance`.
+    pub fn tenancy_tags(&self) -> &Vec<(&'a str, &'a str)> {
+        &self.tenancy_tags
+    }
+
+    /// Whether to ask the describe calls besides `DescribeInstances`
+    /// (`DescribeInstanceTypes` of this type, `DescribeLaunchTemplateVersions`):
+    /// the command asks them; a pool's passes make them whenever they need
+    /// them, so its refusals show there.
+    pub fn describes(&self) -> Option<&'a str> {
+        self.describes
+    }
 }
 
 /// Why nothing more is asked of an EC2 endpoint that answered
@@ -93,14 +152,14 @@ pub fn probe_parameter(cluster: &str) -> String {
 /// action of `checks` (by `Sid`), in the policy's order.
 pub fn granting(checks: &[Check], policy: &crate::iam_policy::Policy) -> Vec<String> {
     policy
-        .statements
+        .statements()
         .iter()
         .filter(|s| {
             checks.iter().any(|c| {
-                matches!(c.outcome, Outcome::Missing(_)) && s.actions.contains(&c.name().as_str())
+                matches!(c.outcome, Outcome::Missing(_)) && s.actions().contains(&c.name().as_str())
             })
         })
-        .map(|s| s.sid.to_string())
+        .map(|s| s.sid().to_string())
         .collect()
 }
 

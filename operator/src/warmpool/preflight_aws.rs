@@ -32,7 +32,7 @@ pub async fn ec2_checks(ec2: &Ec2, probe: &Probe<'_>) -> Vec<Check> {
         return none_asked(IGNORES_DRY_RUN);
     }
     let mut checks = vec![ec2_check("DescribeInstances", first)];
-    if let Some(instance_type) = probe.describes {
+    if let Some(instance_type) = probe.describes() {
         checks.push(ec2_check(
             "DescribeInstanceTypes",
             c.describe_instance_types()
@@ -50,7 +50,7 @@ pub async fn ec2_checks(ec2: &Ec2, probe: &Probe<'_>) -> Vec<Check> {
                 .await,
         ));
     }
-    checks.push(match &probe.launch {
+    checks.push(match &probe.launch() {
         Some(req) => ec2_check("RunInstances", ec2.run_call(req).dry_run(true).send().await),
         None => Check::new(
             "ec2",
@@ -58,8 +58,8 @@ pub async fn ec2_checks(ec2: &Ec2, probe: &Probe<'_>) -> Vec<Check> {
             Outcome::NotChecked("no launch to try (give --image and --subnet)"),
         ),
     });
-    match probe.instance {
-        Some(id) => checks.extend(on_instance(ec2, id, &probe.tenancy_tags).await),
+    match probe.instance() {
+        Some(id) => checks.extend(on_instance(ec2, id, probe.tenancy_tags()).await),
         None => checks.extend(
             ON_INSTANCE
                 .into_iter()

@@ -103,12 +103,12 @@ async fn an_ami_change_replaces_every_instance_one_at_a_time_never_below_idle_mi
         most_launching <= 1,
         "more than maxDrifted (1) replaced at a time: {most_launching}"
     );
-    let drifted: Vec<&PoolEvent> = events.iter().filter(|e| e.reason == "Drifted").collect();
+    let drifted: Vec<&PoolEvent> = events.iter().filter(|e| e.reason() == "Drifted").collect();
     assert_eq!(drifted.len(), 1, "{events:#?}");
     assert!(
-        drifted[0].message.contains(warm::IMAGE) && drifted[0].message.contains(&new_image),
+        drifted[0].message().contains(warm::IMAGE) && drifted[0].message().contains(&new_image),
         "{}",
-        drifted[0].message
+        drifted[0].message()
     );
     // Each old instance was retired as drifted, and is gone (the loop
     // ended with three present, all of the new image). One whose
@@ -119,18 +119,18 @@ async fn an_ami_change_replaces_every_instance_one_at_a_time_never_below_idle_mi
     let retired: Vec<&PoolEvent> = events
         .iter()
         .filter(|e| {
-            (e.reason == "Terminated" && e.message.contains("Drifted"))
-                || e.reason == "TerminateFailed"
+            (e.reason() == "Terminated" && e.message().contains("Drifted"))
+                || e.reason() == "TerminateFailed"
         })
         .collect();
     for id in &old {
         assert!(
-            retired.iter().any(|e| e.message.contains(id.as_str())),
+            retired.iter().any(|e| e.message().contains(id.as_str())),
             "{id} not retired as Drifted: {events:#?}"
         );
     }
     assert!(
-        retired.iter().any(|e| e.reason == "Terminated"),
+        retired.iter().any(|e| e.reason() == "Terminated"),
         "{events:#?}"
     );
 }
@@ -192,7 +192,7 @@ async fn boots_that_keep_failing_back_off_and_say_so() {
     );
     assert!(events
         .iter()
-        .any(|e| e.reason == "BootFailing" && e.warning));
+        .any(|e| e.reason() == "BootFailing" && e.warning()));
 }
 
 /// A pool on a launch template's `$Latest`: its instances name the version

@@ -26,7 +26,7 @@ async fn a_drained_idle_instance_is_terminated_and_replaced() {
         report
             .events()
             .iter()
-            .any(|e| e.reason == "Terminated" && e.message.contains("(Drained)")),
+            .any(|e| e.reason() == "Terminated" && e.message().contains("(Drained)")),
         "{:?}",
         report.events()
     );

@@ -146,14 +146,14 @@ async fn a_pool_runs_as_a_user_with_exactly_the_policys_actions() {
         },
     )
     .await;
-    let terminated = running.events_once(|e| e.reason == "Terminated").await;
+    let terminated = running.events_once(|e| e.reason() == "Terminated").await;
     assert!(
-        terminated.iter().any(|e| e.reason == "Terminated"),
+        terminated.iter().any(|e| e.reason() == "Terminated"),
         "{terminated:?}"
     );
     let denied: Vec<&PoolEvent> = terminated
         .iter()
-        .filter(|e| e.reason == "Unauthorized")
+        .filter(|e| e.reason() == "Unauthorized")
         .collect();
     assert!(denied.is_empty(), "refused with the policy: {denied:?}");
     assert_eq!(degraded(running), None);
@@ -308,11 +308,11 @@ async fn without_terminate_instances_the_pool_says_so_before_anything_must_go() 
     );
     let said = stage
         .running
-        .events_once(|e| e.reason == "Unauthorized" && e.message.contains("asked before"))
+        .events_once(|e| e.reason() == "Unauthorized" && e.message().contains("asked before"))
         .await;
     assert!(
         said.iter()
-            .any(|e| e.reason == "Unauthorized" && e.message.contains("ec2:TerminateInstances")),
+            .any(|e| e.reason() == "Unauthorized" && e.message().contains("ec2:TerminateInstances")),
         "{message}: {said:?}"
     );
     eventually_true("one idle all the same", Duration::from_secs(60), || async {
@@ -390,11 +390,11 @@ async fn without_put_parameter_every_pass_says_unauthorized_launching_or_not() {
     degraded_without("ssm:PutParameter", &wanting).await;
     let held = wanting
         .running
-        .events_once(|e| e.reason == "Unauthorized")
+        .events_once(|e| e.reason() == "Unauthorized")
         .await;
     assert!(
         held.iter()
-            .any(|e| e.reason == "Unauthorized" && e.message.contains("launch(es) held")),
+            .any(|e| e.reason() == "Unauthorized" && e.message().contains("launch(es) held")),
         "{held:?}"
     );
     assert!(wanting.faults.calls_of("RunInstances").is_empty());

@@ -72,7 +72,7 @@ async fn capacity_errors_move_launches_to_the_next_type_or_subnet() {
         report
             .events()
             .iter()
-            .filter(|e| e.reason == "CapacityUnavailable" && e.warning)
+            .filter(|e| e.reason() == "CapacityUnavailable" && e.warning())
             .count(),
         3
     );
@@ -196,7 +196,7 @@ async fn request_limit_exceeded_backs_off_then_succeeds_with_the_same_token() {
     assert!(first
         .events()
         .iter()
-        .any(|e| e.reason == "Throttled" && e.warning));
+        .any(|e| e.reason() == "Throttled" && e.warning()));
     let second = lp.pass(Utc::now()).await.unwrap();
     assert!(!second.throttled());
     assert_eq!(second.launched().len(), 2);
@@ -246,7 +246,7 @@ async fn an_operator_restarted_in_the_middle_of_a_launch_launches_no_duplicates(
     .unwrap();
     let report = first.pass(Utc::now()).await.unwrap();
     assert!(report.launched().is_empty());
-    assert!(report.events().iter().any(|e| e.reason == "LaunchFailed"));
+    assert!(report.events().iter().any(|e| e.reason() == "LaunchFailed"));
     drop(first);
     assert_eq!(
         present(&ec2, pool).await.len(),

@@ -52,8 +52,8 @@ async fn a_protected_instance_is_named_and_the_others_terminated_in_the_same_pas
     let failed: Vec<&str> = report
         .events()
         .iter()
-        .filter(|e| e.reason == "TerminateFailed" && e.warning)
-        .map(|e| e.message.as_str())
+        .filter(|e| e.reason() == "TerminateFailed" && e.warning())
+        .map(|e| e.message().as_str())
         .collect();
     assert_eq!(failed.len(), 1, "{:?}", report.events());
     assert!(failed[0].starts_with(kept.as_str()), "{}", failed[0]);
@@ -90,7 +90,7 @@ async fn a_reserve_instance_ec2_will_not_stop_is_retired_and_the_other_stopped()
     })
     .await;
     let report = lp.pass(Utc::now()).await.unwrap();
-    let reasons: Vec<&str> = report.events().iter().map(|e| e.reason).collect();
+    let reasons: Vec<&str> = report.events().iter().map(|e| e.reason()).collect();
     assert_eq!(
         reasons,
         ["Stopped", "StopFailed", "Terminated"],
@@ -98,11 +98,11 @@ async fn a_reserve_instance_ec2_will_not_stop_is_retired_and_the_other_stopped()
         report.events()
     );
     let failed = &report.events()[1];
-    assert!(failed.warning);
+    assert!(failed.warning());
     assert!(
-        failed.message.contains(kept.as_str()) && failed.message.contains("ReserveFailed"),
+        failed.message().contains(kept.as_str()) && failed.message().contains("ReserveFailed"),
         "{}",
-        failed.message
+        failed.message()
     );
     assert_eq!(report.terminated(), std::slice::from_ref(kept));
     let other = &launched[1];
@@ -164,13 +164,13 @@ async fn a_reserve_ec2_will_not_start_is_retired_and_the_run_served_by_a_launch(
     let events = running.events();
     let failed = events
         .iter()
-        .find(|e| e.reason == "StartFailed")
+        .find(|e| e.reason() == "StartFailed")
         .expect("a StartFailed event");
-    assert!(failed.warning);
+    assert!(failed.warning());
     assert!(
-        failed.message.contains(&parked[0]) && failed.message.contains("ReserveFailed"),
+        failed.message().contains(&parked[0]) && failed.message().contains("ReserveFailed"),
         "{}",
-        failed.message
+        failed.message()
     );
     let starts = faults.calls_of("StartInstances").len();
     tokio::time::sleep(Duration::from_secs(3)).await;
@@ -224,7 +224,7 @@ async fn a_launch_with_a_profile_that_does_not_exist_says_so_and_backs_off() {
             !report
                 .events()
                 .iter()
-                .any(|e| e.reason == "InstanceProfileNotFound"),
+                .any(|e| e.reason() == "InstanceProfileNotFound"),
             "asked again: {:?}",
             report.events()
         );

@@ -119,7 +119,9 @@ async fn stale_max_uses_and_scheduler_ended_instances_are_terminated() {
         (hung.as_str(), "Stale"),
     ] {
         let terminated = |e: &PoolEvent| {
-            e.reason == "Terminated" && e.message.contains(instance) && e.message.contains(reason)
+            e.reason() == "Terminated"
+                && e.message().contains(instance)
+                && e.message().contains(reason)
         };
         let events = running.events_once(terminated).await;
         assert!(
@@ -158,7 +160,7 @@ async fn leaked_instances_older_than_the_grace_are_terminated_younger_ones_left(
     assert!(report
         .events()
         .iter()
-        .any(|e| e.reason == "Terminated" && e.message.contains("Leaked")));
+        .any(|e| e.reason() == "Terminated" && e.message().contains("Leaked")));
     assert_eq!(
         state_of(&ec2, pool, &young[0]).await,
         Some(Ec2State::Running)
@@ -340,7 +342,7 @@ async fn a_thousand_hand_outs_racing_retirements_never_terminate_a_handed_out_in
         lost_total += report
             .events()
             .iter()
-            .filter(|e| e.reason == "RetirementLost")
+            .filter(|e| e.reason() == "RetirementLost")
             .count();
         delay = if handed.len() > PER_ROUND / 2 {
             delay.mul_f64(1.5)

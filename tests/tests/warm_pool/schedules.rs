@@ -68,7 +68,7 @@ async fn a_schedule_under_way_sets_the_idle_range_and_its_end_restores_it() {
     assert!(after
         .events()
         .iter()
-        .any(|e| e.reason == "Terminated" && e.message.contains("IdleBeyondMax")));
+        .any(|e| e.reason() == "Terminated" && e.message().contains("IdleBeyondMax")));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

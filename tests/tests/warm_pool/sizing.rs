@@ -109,7 +109,8 @@ async fn idle_max_trims_the_longest_idle_first() {
         .map(|i| i.id)
         .collect();
     assert_eq!(left, by_idle[2..].iter().cloned().collect::<HashSet<_>>());
-    let trimmed = |e: &PoolEvent| e.reason == "Terminated" && e.message.contains("IdleBeyondMax");
+    let trimmed =
+        |e: &PoolEvent| e.reason() == "Terminated" && e.message().contains("IdleBeyondMax");
     assert!(running.events_once(trimmed).await.iter().any(trimmed));
 }
 

@@ -80,7 +80,7 @@ async fn spot_then_on_demand_launches_on_demand_once_spot_has_no_capacity_and_ho
         .map(|e| (e.spot, e.code.as_str()))
         .collect();
     assert_eq!(held, [(true, "InsufficientInstanceCapacity")]);
-    let reasons: Vec<&str> = report.events().iter().map(|e| e.reason).collect();
+    let reasons: Vec<&str> = report.events().iter().map(|e| e.reason()).collect();
     assert_eq!(reasons, ["CapacityUnavailable", "Launched"]);
 }
 
@@ -92,7 +92,7 @@ async fn spot_only_never_falls_back_to_on_demand() {
         [vec!["InstanceMarketOptions.MarketType=spot".to_string()]]
     );
     assert!(spot.is_empty(), "nothing launched: {spot:?}");
-    let reasons: Vec<&str> = report.events().iter().map(|e| e.reason).collect();
+    let reasons: Vec<&str> = report.events().iter().map(|e| e.reason()).collect();
     assert_eq!(reasons, ["CapacityUnavailable", "NoCapacity"]);
 }
 

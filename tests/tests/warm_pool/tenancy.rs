@@ -144,10 +144,10 @@ async fn untagged_instances_with_rows_here_are_adopted_and_the_rest_left_alone()
     let adopted: Vec<&PoolEvent> = report
         .events()
         .iter()
-        .filter(|e| e.reason == "Adopted")
+        .filter(|e| e.reason() == "Adopted")
         .collect();
     assert_eq!(adopted.len(), 1, "{:?}", report.events());
-    assert!(adopted[0].message.contains(&ours) && !adopted[0].message.contains(&theirs));
+    assert!(adopted[0].message().contains(&ours) && !adopted[0].message().contains(&theirs));
     assert_eq!(
         report.status().idle,
         1,

@@ -1038,7 +1038,7 @@ impl Actuator {
         };
         let grant = budget.grant(&offering.instance_type, wanted);
         if let Some(why) = grant.held_back {
-            if !report.events().iter().any(|e| e.reason == "LimitReached") {
+            if !report.events().iter().any(|e| e.reason() == "LimitReached") {
                 tracing::info!(pool = %self.pool, wanted, granted = grant.count, "{why}");
                 report.say(PoolEvent::new("LimitReached", why, true));
             }

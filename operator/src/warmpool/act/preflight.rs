@@ -60,8 +60,8 @@ pub(in crate::warmpool) async fn ask(
     let user_data = userdata::render(spec, &act.pool, source);
     let namespace = act.owner.namespace.clone();
     let class = act.budget.as_ref().map(|b| b.class().to_string());
-    let probe = Probe {
-        launch: Some(RunRequest {
+    let probe = Probe::new(
+        Some(RunRequest {
             launch: &spec.launch,
             offering: &offering,
             count: 1,
@@ -72,27 +72,27 @@ pub(in crate::warmpool) async fn ask(
             template_version,
         }),
         instance,
-        tenancy_tags: match &class {
+        match &class {
             Some(c) => vec![(TAG_CLASS, c.as_str()), (TAG_NAMESPACE, namespace.as_str())],
             None => Vec::new(),
         },
-        describes: None,
-    };
+        None,
+    );
     let checks = world.preflight(&probe).await;
     for c in &checks {
-        act.denials.note(c.action, &c.outcome);
+        act.denials.note(c.action(), c.outcome());
     }
     // The launch as the next pass makes it, allowed: launches the
     // credentials were refused wait no longer.
     if checks
         .iter()
-        .any(|c| c.action == "RunInstances" && c.outcome == Outcome::Allowed)
+        .any(|c| c.action() == "RunInstances" && *c.outcome() == Outcome::Allowed)
     {
         act.boot.lift(UNAUTHORIZED);
     }
     let missing: Vec<String> = checks
         .iter()
-        .filter(|c| matches!(c.outcome, Outcome::Missing(_)))
+        .filter(|c| matches!(c.outcome(), Outcome::Missing(_)))
         .map(Check::name)
         .collect();
     if missing.is_empty() {

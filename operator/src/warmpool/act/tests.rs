@@ -234,7 +234,7 @@ impl World for Table {
         &mut self,
         probe: &crate::warmpool::preflight::Probe<'_>,
     ) -> Vec<crate::warmpool::preflight::Check> {
-        self.preflights.push(probe.instance.map(String::from));
+        self.preflights.push(probe.instance().map(String::from));
         if self.allows_dry_runs {
             return vec![crate::warmpool::preflight::Check::new(
                 "ec2",
@@ -381,7 +381,7 @@ async fn launch(lp: &mut Stage, plan: &PoolPlan, stayed: u32) -> PassReport {
 }
 
 fn reasons(report: &PassReport) -> Vec<&'static str> {
-    report.events().iter().map(|e| e.reason).collect()
+    report.events().iter().map(|e| e.reason()).collect()
 }
 
 #[tokio::test]
@@ -459,7 +459,7 @@ async fn a_lost_answer_keeps_its_token_and_a_refusal_uses_it_up() {
     let mut lp = run_answered(&[Answer::Refused]);
     let report = launch(&mut lp, &launching(1), 0).await;
     assert_eq!(reasons(&report), ["LaunchRefused"]);
-    assert!(report.events()[0].warning);
+    assert!(report.events()[0].warning());
     assert_eq!(report.degraded().map(|d| d.0), Some("LaunchRefused"));
     assert!(lp.act.boot.holding().is_some(), "launches wait");
     assert_eq!(lp.act.launches.batches, 1);
@@ -526,7 +526,7 @@ async fn a_subnet_ec2_does_not_know_is_held_whole_and_the_pool_launches_in_its_o
     );
     assert_eq!(report.launched().len(), 2);
     assert_eq!(reasons(&report), ["SubnetRefused", "Launched"]);
-    assert!(report.events()[0].message.contains("subnet-a"));
+    assert!(report.events()[0].message().contains("subnet-a"));
     assert!(lp.act.boot.holding().is_none(), "the pool's launches go on");
     let now = Utc.with_ymd_and_hms(2026, 1, 1, 12, 0, 0).unwrap();
     let until = Utc.with_ymd_and_hms(2026, 1, 1, 12, 30, 0).unwrap();
@@ -768,8 +768,8 @@ async fn one_refused_id_does_not_hold_up_a_termination_batch() {
     let failed: Vec<&str> = report
         .events()
         .iter()
-        .filter(|e| e.reason == "TerminateFailed")
-        .map(|e| e.message.as_str())
+        .filter(|e| e.reason() == "TerminateFailed")
+        .map(|e| e.message().as_str())
         .collect();
     assert_eq!(failed.len(), 1, "{:?}", report.events());
     assert!(failed[0].starts_with("i-b ") && failed[0].contains("OperationNotPermitted"));
@@ -793,9 +793,9 @@ async fn a_start_refused_for_good_retires_the_reserve_instance() {
     let failed = report
         .events()
         .iter()
-        .find(|e| e.reason == "StartFailed")
+        .find(|e| e.reason() == "StartFailed")
         .unwrap();
-    assert!(failed.warning && failed.message.contains("i-1 retired (ReserveFailed)"));
+    assert!(failed.warning() && failed.message().contains("i-1 retired (ReserveFailed)"));
 }
 
 /// The same for a stop EC2 refuses: once, the plan stopped it again every
@@ -861,7 +861,7 @@ async fn the_preflight_asks_at_most_once_a_minute_however_often_the_spec_changes
         ..Snapshot::default()
     };
     let first = ask(&mut lp, &spec, Snapshot::default(), t0, 0).await;
-    assert!(first.events().iter().any(|e| e.reason == "Unauthorized"));
+    assert!(first.events().iter().any(|e| e.reason() == "Unauthorized"));
     assert!(lp.act.denials.standing().is_some());
     // The first pass with an instance asks about it, once.
     ask(&mut lp, &spec, with_instance.clone(), t0, 1).await;

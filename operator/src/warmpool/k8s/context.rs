@@ -379,14 +379,14 @@ impl Context {
     pub(super) async fn say(&self, wp: &WarmPool, event: &PoolEvent) {
         let reference = wp.object_ref(&());
         let fence = &self.config.fence;
-        let (warning, reason) = (event.warning, event.reason);
+        let (warning, reason) = (event.warning(), event.reason());
         if let Err(fenced) = post_event(
             &self.recorder,
             fence,
             &reference,
             warning,
             reason,
-            &event.message,
+            event.message(),
         )
         .await
         {

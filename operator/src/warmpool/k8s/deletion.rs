@@ -62,7 +62,7 @@ pub(super) async fn without_database(
         )
         .await;
     }
-    let due = deletion.since + spec_seconds(deletion.drain_timeout_seconds);
+    let due = deletion.since() + spec_seconds(deletion.drain_timeout_seconds());
     let now = Utc::now();
     if now >= due {
         for (ec2, ids) in &places {
@@ -70,17 +70,17 @@ pub(super) async fn without_database(
         }
         tracing::warn!(pool = %pool, instances = ?present, reason = %problem.reason,
             "terminated without the pool's database");
-        let event = PoolEvent {
-            reason: "Terminated",
-            message: format!(
+        let event = PoolEvent::new(
+            "Terminated",
+            format!(
                 "{} instance(s) terminated without the pool's database ({}), \
                  drainTimeoutSeconds after the deletion: {}",
                 present.len(),
                 problem.message,
                 present.join(", ")
             ),
-            warning: true,
-        };
+            true,
+        );
         ctx.say(wp, &event).await;
         return Ok(Action::requeue(Duration::from_secs(5)));
     }

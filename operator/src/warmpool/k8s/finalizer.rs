@@ -77,11 +77,7 @@ pub(super) async fn let_go(
         .map_err(|e| ReconcileError::finalizer(pool, e))?;
     if removed {
         tracing::info!(pool = %pool, on_delete = ?wp.spec.on_delete, "finalizer removed");
-        let event = PoolEvent {
-            reason: "Deleted",
-            message: message.into(),
-            warning: false,
-        };
+        let event = PoolEvent::new("Deleted", message.into(), false);
         ctx.say(wp, &event).await;
     }
     Ok(Action::await_change())

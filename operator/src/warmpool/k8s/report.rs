@@ -69,11 +69,7 @@ pub(super) async fn write_back(
             let reason = e.degraded_reason();
             let mut status = state.last().cloned().unwrap_or_default();
             mark_degraded(&mut status, reason, &message);
-            let event = PoolEvent {
-                reason,
-                message,
-                warning: true,
-            };
+            let event = PoolEvent::new(reason, message, true);
             (status, vec![event], state.backed_off())
         }
     };
@@ -171,11 +167,7 @@ pub(super) async fn degraded(
         apply_status(ctx.client(), fence, wp, &status)
             .await
             .map_err(|e| ReconcileError::status(&pool, e))?;
-        let event = PoolEvent {
-            reason: "Degraded",
-            message,
-            warning: true,
-        };
+        let event = PoolEvent::new("Degraded", message, true);
         ctx.say(wp, &event).await;
     }
     Ok(())

@@ -169,9 +169,9 @@ async fn sweep(
     let due = since + spec_seconds(wp.spec.drain_timeout_seconds);
     let where_ = where_(place);
     if Utc::now() < due {
-        events.push(PoolEvent {
-            reason: "FormerPlaceUnreached",
-            message: format!(
+        events.push(PoolEvent::new(
+            "FormerPlaceUnreached",
+            format!(
                 "where the pool ran before ({where_}): its database cannot be had ({}); its {} \
                  instance(s) there are terminated at {} (drainTimeoutSeconds after the move), \
                  busy or not: mend it to let their runs finish first",
@@ -179,8 +179,8 @@ async fn sweep(
                 present.len(),
                 due.to_rfc3339()
             ),
-            warning: true,
-        });
+            true,
+        ));
         return Some(true);
     }
     if let Err(e) = ec2.terminate(&present).await {
@@ -190,17 +190,17 @@ async fn sweep(
     }
     tracing::warn!(pool = %wp.name_any(), place = ?place, instances = ?present,
         "terminated without the former place's database");
-    events.push(PoolEvent {
-        reason: "Terminated",
-        message: format!(
+    events.push(PoolEvent::new(
+        "Terminated",
+        format!(
             "where the pool ran before ({where_}): {} instance(s) terminated without its \
              database ({}), drainTimeoutSeconds after the move: {}",
             present.len(),
             u.why,
             present.join(", ")
         ),
-        warning: true,
-    });
+        true,
+    ));
     Some(true)
 }
 
@@ -294,13 +294,13 @@ pub(super) fn retire(config: &PoolControllerConfig, lp: PoolLoop, place: FormerP
 }
 
 fn deletion_of(place: &FormerPlace, spec: &WarmPoolSpec) -> Deletion {
-    Deletion {
-        since: DateTime::parse_from_rfc3339(&place.since)
+    Deletion::new(
+        DateTime::parse_from_rfc3339(&place.since)
             .map(|t| t.with_timezone(&Utc))
             .unwrap_or_else(|_| Utc::now()),
-        drain_timeout_seconds: spec.drain_timeout_seconds,
-        left_behind: true,
-    }
+        spec.drain_timeout_seconds,
+        true,
+    )
 }
 
 /// The loops of `wp`'s former places `places` (its status's, see
@@ -388,9 +388,12 @@ async fn pass_all(
         let where_ = where_(&r.place);
         match r.lp.pass(Utc::now()).await {
             Ok(report) => {
-                events.extend(report.events().iter().map(|e| PoolEvent {
-                    message: format!("where the pool ran before ({where_}): {}", e.message),
-                    ..e.clone()
+                events.extend(report.events().iter().map(|e| {
+                    PoolEvent::new(
+                        e.reason(),
+                        format!("where the pool ran before ({where_}): {}", e.message()),
+                        e.warning(),
+                    )
                 }));
                 if report.deleted() {
                     tracing::info!(pool = %wp.name_any(), place = %where_, "nothing left where the pool ran before");

@@ -115,11 +115,11 @@ pub(super) async fn run_stages(
         {
             return orphan(&wp, &ctx, &pool).await;
         }
-        Some(since) => Some(Deletion {
-            since: DateTime::from_timestamp(since.0.as_second(), 0).unwrap_or_else(Utc::now),
-            drain_timeout_seconds: wp.spec.drain_timeout_seconds,
-            left_behind: false,
-        }),
+        Some(since) => Some(Deletion::new(
+            DateTime::from_timestamp(since.0.as_second(), 0).unwrap_or_else(Utc::now),
+            wp.spec.drain_timeout_seconds,
+            false,
+        )),
     };
     // With a class, every stage from here on sees the spec the class
     // makes of the pool; one the class refuses runs no loop.

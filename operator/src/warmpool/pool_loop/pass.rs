@@ -26,6 +26,7 @@ use crate::warmpool::{
 
 use super::PoolLoop;
 use crate::warmpool::act::Orders;
+use crate::warmpool::metrics::Counts;
 use crate::warmpool::objective;
 use crate::warmpool::observe::{Observer, Planned};
 use crate::warmpool::pass_report::{BeforeActing, Deletion, PassReport, PoolError, PoolEvent};
@@ -64,9 +65,9 @@ impl PoolLoop {
         // Read after the observation: a deletion that began meanwhile
         // launches nothing in this pass already.
         let deletion = *self.deletion.borrow();
-        snap.deleting = deletion.map(|d| d.since);
-        if let Some(d) = deletion.filter(|d| d.left_behind) {
-            self.leave_later_launches(&mut snap, d.since);
+        snap.deleting = deletion.map(|d| d.since());
+        if let Some(d) = deletion.filter(|d| d.left_behind()) {
+            self.leave_later_launches(&mut snap, d.since());
         }
         self.act.holds_mut().expire(now);
         let foreign = self.hold_foreign_types(now);
@@ -204,8 +205,9 @@ impl PoolLoop {
                 Some(f) => f.raise(&idle, now),
                 None => idle,
             },
-            drain_timeout_seconds: deletion
-                .map_or(self.spec.drain_timeout_seconds, |d| d.drain_timeout_seconds),
+            drain_timeout_seconds: deletion.map_or(self.spec.drain_timeout_seconds, |d| {
+                d.drain_timeout_seconds()
+            }),
             ..self.spec.clone()
         };
         // The class's room is asked of its book (a lock every pool shares)
@@ -388,13 +390,7 @@ impl PoolLoop {
             let s = report.status();
             m.counts(
                 self.act.pool(),
-                crate::warmpool::metrics::Counts {
-                    idle: s.idle,
-                    busy: s.busy,
-                    stopped: s.stopped,
-                    launching: s.launching,
-                    idle_min: report.idle_min(),
-                },
+                Counts::new(s.idle, s.busy, s.stopped, s.launching, report.idle_min()),
             );
         }
     }
@@ -471,7 +467,7 @@ impl PoolLoop {
             unknown
                 .iter()
                 .filter_map(|t| self.seen.types().get(t))
-                .filter_map(|f| Some((f.name.clone(), f.vcpus?))),
+                .filter_map(|f| Some((f.name().clone(), f.vcpus()?))),
         );
     }
 
@@ -515,13 +511,10 @@ impl PoolLoop {
     pub(super) fn announce_deletion(
         &self,
         plan: &PoolPlan,
-        Deletion {
-            since,
-            drain_timeout_seconds,
-            ..
-        }: Deletion,
+        deletion: Deletion,
         report: &mut PassReport,
     ) {
+        let (since, drain_timeout_seconds) = (deletion.since(), deletion.drain_timeout_seconds());
         if self.deletion_announced {
             return;
         }
@@ -529,16 +522,16 @@ impl PoolLoop {
         let until = (since + drain).to_rfc3339();
         tracing::info!(pool = %self.act.pool(), since = %since.to_rfc3339(), busy = plan.counts.busy,
             retiring = plan.retirements.len(), "WarmPool deleted: terminating its instances");
-        report.say(PoolEvent {
-            reason: "Deleting",
-            message: format!(
+        report.say(PoolEvent::new(
+            "Deleting",
+            format!(
                 "onDelete Terminate: launching no more; terminating {} idle or booting instances; \
                  {} busy may finish their runs until {until}",
                 plan.retirements.len(),
                 plan.counts.busy
             ),
-            warning: false,
-        });
+            false,
+        ));
     }
 
     /// Passes until `stop` resolves: on a notification for this pool

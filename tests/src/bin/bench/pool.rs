@@ -709,7 +709,7 @@ async fn bench_class_passes(url: &str) {
                     held_back += report
                         .events()
                         .iter()
-                        .filter(|e| e.reason == "LimitReached")
+                        .filter(|e| e.reason() == "LimitReached")
                         .count();
                 }
                 assert!(report.launched().is_empty(), "{} launched", lp.pool());
