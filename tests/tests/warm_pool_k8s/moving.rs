@@ -194,3 +194,63 @@ async fn a_former_place_without_its_database_is_kept_until_ec2_lists_none_there(
     assert_eq!(retiring(&k8s), 0, "{}", k8s.status());
     assert!(!k8s.events_of("Terminated").is_empty());
 }
+
+/// A former place without its database on the same EC2 as the place the
+/// pool runs in now (another endpoint of its region): both list the same
+/// instances, and what the pool's place lists is its loop's to keep or
+/// end. Once, past the drain time-out, EC2 alone terminated every one of
+/// them, busy or not, pass after pass: the pool launched, and lost what
+/// it launched, for as long as the place stayed unreached.
+#[tokio::test]
+async fn a_former_place_without_its_database_terminates_nothing_the_pool_runs_now() {
+    let stage = warm::Stage::new().await;
+    let (mut k8s, client, ctx) = one_launching_on(&stage).await;
+    let first = left_in(&stage).await;
+    assert_eq!(first.len(), 1);
+    busy(&stage, &first[0]).await;
+    // The same moto, by another name: the busy one is listed by both
+    // places, and the new one launches a warm one beside it.
+    let alias = stage.moto.endpoint().replace("127.0.0.1", "localhost");
+    edit(&mut k8s, &ctx, spec(&stage, &alias, 1, 1)).await;
+    k8s.until("the old place draining", |k| {
+        retiring_after_edit(k) == Some(1)
+    })
+    .await;
+    for _ in 0..40 {
+        if left_in(&stage).await.len() == 2 {
+            break;
+        }
+        reconciled_a_while(&mut k8s, &ctx, 1).await;
+    }
+    let running = left_in(&stage).await;
+    assert_eq!(running.len(), 2, "a warm one beside the busy one");
+
+    // The operator restarts, the old place's Secret is gone, and the drain
+    // time-out is past.
+    ctx.stop_all();
+    let ctx = context(client);
+    if let Some(status) = k8s.pool.status.as_mut() {
+        status.retiring[0].database_secret.name = "orca-db-deleted".into();
+    }
+    k8s.pool.spec.drain_timeout_seconds = 0;
+    let retiring = |k: &Cluster| k.status()["retiring"].as_array().map_or(0, Vec::len);
+    for _ in 0..20 {
+        reconciled_a_while(&mut k8s, &ctx, 1).await;
+        if retiring(&k8s) == 0 {
+            break;
+        }
+    }
+    assert_eq!(
+        retiring(&k8s),
+        0,
+        "nothing of its own left there: {}",
+        k8s.status()
+    );
+    reconciled_a_while(&mut k8s, &ctx, 4).await;
+    assert_eq!(
+        left_in(&stage).await,
+        running,
+        "what the pool runs now stays; events: {:#?}",
+        k8s.events
+    );
+}

@@ -178,7 +178,15 @@ impl PoolState {
         wp: &WarmPool,
     ) -> Vec<PoolEvent> {
         let successor = self.lp.launched();
-        self.former.pass(client, config, wp, &successor).await
+        let spec = self.lp.spec();
+        let here = (
+            spec.scheduler.as_str(),
+            spec.region.as_str(),
+            spec.endpoint.as_deref(),
+        );
+        self.former
+            .pass(client, config, wp, (here, &successor))
+            .await
     }
 
     /// The state given up for a new loop: its loop, where its URL was read

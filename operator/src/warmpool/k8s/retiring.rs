@@ -88,14 +88,15 @@ impl Former {
     /// pool's loop, `successor`, launched): each place unreached is asked
     /// for its database again, and if it still cannot be had, its
     /// instances are terminated by EC2 alone once the drain time-out since
-    /// the move is past; then a pass of each place's loop. Places with
-    /// nothing left go. What they say, for the WarmPool.
+    /// the move is past, save those EC2 lists where the pool runs now
+    /// (`here`); then a pass of each place's loop. Places with nothing
+    /// left go. What they say, for the WarmPool.
     pub(super) async fn pass(
         &mut self,
         client: &kube::Client,
         config: &PoolControllerConfig,
         wp: &WarmPool,
-        successor: &HashSet<String>,
+        (here, successor): (Place<'_>, &HashSet<String>),
     ) -> Vec<PoolEvent> {
         let mut events = Vec::new();
         let mut still = Vec::new();
@@ -110,7 +111,7 @@ impl Former {
                 }
                 Err(why) => {
                     let u = Unreached { why, ..u };
-                    if Box::pin(sweep(config, wp, &u, &mut events)).await != Some(false) {
+                    if Box::pin(sweep(config, wp, (&u, here), &mut events)).await != Some(false) {
                         still.push(u);
                     }
                 }
@@ -136,13 +137,19 @@ fn where_(place: &FormerPlace) -> String {
     )
 }
 
+/// A place as `(scheduler, region, endpoint)`.
+pub(super) type Place<'a> = (&'a str, &'a str, Option<&'a str>);
+
 /// The instances of `wp` in the unreached place `u`, by EC2 alone: said,
-/// and terminated once the drain time-out since the move is past. Whether
-/// any are left there (`None`: EC2 did not answer).
+/// and terminated once the drain time-out since the move is past. What
+/// EC2 lists where the pool runs now (`here`) is left out: there, another
+/// endpoint of the same EC2 lists the same instances, which are the
+/// pool's loop's to keep or end. Whether any are left (`None`: EC2 did
+/// not answer).
 async fn sweep(
     config: &PoolControllerConfig,
     wp: &WarmPool,
-    u: &Unreached,
+    (u, here): (&Unreached, Place<'_>),
     events: &mut Vec<PoolEvent>,
 ) -> Option<bool> {
     let place = &u.place;
@@ -151,7 +158,15 @@ async fn sweep(
         place.region.as_str(),
         place.endpoint.as_deref(),
     );
-    let (ec2, present) = match present_in(config, wp, at).await {
+    let listed = async {
+        let (ec2, mut present) = present_in(config, wp, at).await?;
+        if !present.is_empty() {
+            let (_, now_there) = present_in(config, wp, here).await?;
+            present.retain(|id| !now_there.contains(id));
+        }
+        Ok::<_, Ec2Error>((ec2, present))
+    };
+    let (ec2, present) = match Box::pin(listed).await {
         Ok(found) => found,
         Err(e) => {
             tracing::warn!(pool = %wp.name_any(), place = ?place, error = %e,
