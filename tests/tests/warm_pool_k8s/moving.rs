@@ -254,3 +254,42 @@ async fn a_former_place_without_its_database_terminates_nothing_the_pool_runs_no
         k8s.events
     );
 }
+
+/// A pass that finds the pool Degraded (its Scheduler gone, say) on a copy
+/// of the WarmPool older than the status this operator last wrote (the
+/// watch had not brought the write back yet) writes the places it knows,
+/// not the copy's. Once, it wrote the copy's back whole: the place the
+/// pool had just left went from `status.retiring`, and with the loop
+/// forgotten, nothing was left to terminate its instances there.
+#[tokio::test]
+async fn a_degraded_pass_on_an_older_copy_keeps_the_places_last_written() {
+    let old = warm::Stage::new().await;
+    let new = warm::Stage::new().await;
+    let (mut k8s, ctx) = one_launching(&old).await;
+    let there = left_in(&old).await;
+    busy(&old, &there[0]).await;
+    k8s.pool.spec = moved_onto(&new);
+    k8s.pool.metadata.generation = Some(2);
+    // The copy a watch still held when the move's status was written.
+    let older = k8s.pool.clone();
+    k8s.reconcile(&ctx, older.clone()).await;
+    k8s.until("the old place draining", |k| {
+        retiring_after_edit(k) == Some(1)
+    })
+    .await;
+
+    k8s.scheduler = None;
+    k8s.reconcile(&ctx, older).await;
+    let last = k8s.statuses.last().cloned().unwrap_or_default();
+    assert_eq!(
+        condition(&last, "Degraded")["reason"],
+        "SchedulerMissing",
+        "{last}"
+    );
+    assert_eq!(
+        last["retiring"].as_array().map_or(0, Vec::len),
+        1,
+        "the place left still draining: {last}"
+    );
+    assert_eq!(left_in(&old).await, there, "busy: left to its run");
+}

@@ -450,6 +450,30 @@ impl Context {
             .clone()
     }
 
+    /// `wp` with the places this replica last wrote of it (`status.place`,
+    /// `status.retiring`): the watch's copy may be older than the write,
+    /// and a pass that finds the pool Degraded (and writes its status
+    /// back), deletes it without its database or orphans it must see
+    /// every place its instances may be.
+    pub(super) async fn with_places_written(&self, pool: &str, wp: Arc<WarmPool>) -> Arc<WarmPool> {
+        let Some(slot) = locked(&self.pools).get(pool).cloned() else {
+            return wp;
+        };
+        let guard = slot.lock().await;
+        let Some(last) = guard.as_ref().and_then(PoolState::last) else {
+            return wp;
+        };
+        let read = wp.status.as_ref();
+        if read.is_some_and(|s| s.place == last.place && s.retiring == last.retiring) {
+            return wp;
+        }
+        let mut newer = (*wp).clone();
+        let status = newer.status.get_or_insert_with(Default::default);
+        status.place = last.place.clone();
+        status.retiring = last.retiring.clone();
+        Arc::new(newer)
+    }
+
     /// Forgets `pool`: its loop and connection go, and the listener of its
     /// database if no other pool uses it.
     pub(super) fn forget(&self, pool: &str) {

@@ -102,6 +102,7 @@ pub(super) async fn run_stages(
             source,
         })?;
     ctx.forget_gone();
+    let wp = ctx.with_places_written(&pool, wp).await;
     let deletion = match &wp.meta().deletion_timestamp {
         None => None,
         Some(_) if !finalizer::has(&wp) => {
