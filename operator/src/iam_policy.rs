@@ -113,6 +113,7 @@ pub struct Policy {
 }
 
 impl Policy {
+    /// Its statements, in order.
     pub fn statements(&self) -> &Vec<Statement> {
         &self.statements
     }
@@ -140,10 +141,12 @@ pub struct Statement {
 }
 
 impl Statement {
+    /// The statement's `Sid`.
     pub fn sid(&self) -> &'static str {
         self.sid
     }
 
+    /// The actions it allows.
     pub fn actions(&self) -> &Vec<&'static str> {
         &self.actions
     }

@@ -41,10 +41,12 @@ pub struct Manifests {
 }
 
 impl Manifests {
+    /// The Schedulers, by `namespace/name`.
     pub fn schedulers(&self) -> &BTreeMap<String, Scheduler> {
         &self.schedulers
     }
 
+    /// The WarmPools, by `namespace/name`.
     pub fn warm_pools(&self) -> &BTreeMap<String, WarmPool> {
         &self.warm_pools
     }

@@ -167,10 +167,12 @@ pub struct Local {
 }
 
 impl Local {
+    /// The pod's or Job's name.
     pub fn name(&self) -> &String {
         &self.name
     }
 
+    /// What the local mode keeps of it beside the process.
     pub fn meta(&self) -> &PodMeta {
         &self.meta
     }

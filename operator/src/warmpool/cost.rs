@@ -24,14 +24,17 @@ pub struct Totals {
 }
 
 impl Totals {
+    /// Instance-seconds by state and type, for `status.instanceSeconds`.
     pub fn instance_seconds(&self) -> &Vec<InstanceSeconds> {
         &self.instance_seconds
     }
 
+    /// Runs served, for `status.runsServed`.
     pub fn runs_served(&self) -> &Option<RunsServed> {
         &self.runs_served
     }
 
+    /// Time to start, for `status.timeToStart`.
     pub fn time_to_start(&self) -> &Option<TimeToStart> {
         &self.time_to_start
     }

@@ -318,6 +318,7 @@ pub struct TypeFacts {
 }
 
 impl TypeFacts {
+    /// The instance type, as EC2 names it.
     pub fn name(&self) -> &String {
         &self.name
     }

@@ -17,14 +17,17 @@ pub struct PoolEvent {
 }
 
 impl PoolEvent {
+    /// The Event's reason.
     pub fn reason(&self) -> &'static str {
         self.reason
     }
 
+    /// The Event's note.
     pub fn message(&self) -> &String {
         &self.message
     }
 
+    /// A Warning, not a Normal Event.
     pub fn warning(&self) -> bool {
         self.warning
     }

@@ -44,6 +44,7 @@ impl Check {
         self.action
     }
 
+    /// What asking said.
     pub fn outcome(&self) -> &Outcome {
         &self.outcome
     }
