@@ -159,18 +159,16 @@ pub fn spec(
 /// Short intervals for tests: a resync every second, stale after 5 s, a
 /// leak grace of `leak_grace`, quick back-off.
 pub fn tuning(leak_grace: Duration) -> Tuning {
-    Tuning {
-        resync: Duration::from_secs(1),
-        min_gap: Duration::from_millis(50),
-        stale: Duration::from_secs(5),
-        leak_grace: Some(leak_grace),
-        backoff_base: Duration::from_millis(50),
-        backoff_cap: Duration::from_secs(1),
+    Tuning::default()
+        .with_resync(Duration::from_secs(1))
+        .with_min_gap(Duration::from_millis(50))
+        .with_stale(Duration::from_secs(5))
+        .with_leak_grace(Some(leak_grace))
+        .with_backoff_base(Duration::from_millis(50))
+        .with_backoff_cap(Duration::from_secs(1))
         // Below the resync, as in production: a resync lists afresh.
-        listing_reuse: Duration::from_millis(500),
-        template_every: Duration::from_secs(1),
-        ..Tuning::default()
-    }
+        .with_listing_reuse(Duration::from_millis(500))
+        .with_template_every(Duration::from_secs(1))
 }
 
 /// The loop of pool `pool` (`namespace/name`) on database `url`, with
@@ -193,7 +191,7 @@ pub async fn pool_loop(pool: &str, spec: WarmPoolSpec, url: &str) -> PoolLoop {
 pub fn owner(pool: &str) -> Ownership {
     let (ns, name) = pool.split_once('/').unwrap_or(("default", pool));
     let tuning = Tuning::default();
-    Ownership::new(ns, name, "sched", &tuning.operator, &tuning.cluster)
+    Ownership::new(ns, name, "sched", tuning.operator(), tuning.cluster())
 }
 
 /// Local hosts for `pool`: the real agent, `run_command` per run, agents

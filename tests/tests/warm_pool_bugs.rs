@@ -166,10 +166,7 @@ async fn a_busy_instance_whose_run_is_over_or_whose_heartbeat_is_stale_is_retire
     .await
     .unwrap();
     let spec = warm::spec(&moto.endpoint(), &["t3.micro"], &subnets[..1], 0, 5, 10);
-    let tuning = Tuning {
-        stale: Duration::from_secs(1),
-        ..warm::tuning(Duration::from_secs(600))
-    };
+    let tuning = warm::tuning(Duration::from_secs(600)).with_stale(Duration::from_secs(1));
     let mut lp = pool_loop(pool, spec, &url, tuning).await;
     // Seen hung for the first time: not yet.
     let first = lp.pass(Utc::now()).await.unwrap();
@@ -216,10 +213,7 @@ async fn a_run_is_hung_by_the_schedulers_stale_limit_not_the_loops() {
     let beating = run(&db, "running", 1, 5.0).await;
     let rows = [row(&db, &ids[0], pool, Some(beating), 5.0).await];
     let spec = warm::spec(&moto.endpoint(), &["t3.micro"], &subnets[..1], 0, 5, 10);
-    let tuning = Tuning {
-        stale: Duration::from_secs(1),
-        ..warm::tuning(Duration::from_secs(600))
-    };
+    let tuning = warm::tuning(Duration::from_secs(600)).with_stale(Duration::from_secs(1));
     let mut lp = pool_loop(pool, spec, &url, tuning).await;
     lp.set_run_stale(Duration::from_secs(60));
     let first = lp.pass(Utc::now()).await.unwrap();

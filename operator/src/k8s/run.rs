@@ -129,11 +129,9 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
                 .with_progress(progress.clone()),
             );
             let pools = PoolControllerConfig {
-                tuning: Tuning {
-                    replica: Some(identity.clone()),
-                    cluster: cluster.clone(),
-                    ..Tuning::default()
-                },
+                tuning: Tuning::default()
+                    .with_replica(Some(identity.clone()))
+                    .with_cluster(cluster.clone()),
                 progress: progress.clone(),
                 metrics: Some(pool_metrics.clone()),
                 reporter: MANAGER.into(),
@@ -245,7 +243,7 @@ async fn controllers(
         &cluster,
         scopes.clone(),
         pools.listings.clone(),
-        Ownership::of_cluster(&pools.tuning.operator, &pools.tuning.cluster),
+        Ownership::of_cluster(pools.tuning.operator(), pools.tuning.cluster()),
     );
     for scope in scopes {
         // One watch each of Schedulers, WarmPools and Secrets per scope,

@@ -168,10 +168,7 @@ impl LocalPools {
             spec = super::moto::onto(&mut self.moto, key, spec).await?;
         }
         let endpoint = spec.endpoint.clone();
-        let tuning = Tuning {
-            cluster: cluster_of(&self.state_dir),
-            ..Tuning::default()
-        };
+        let tuning = Tuning::default().with_cluster(cluster_of(&self.state_dir));
         // The local mode has no election: its loops act whenever they run.
         let mut pool_loop =
             PoolLoop::new(namespace, name, spec.clone(), url, tuning, Fence::always())

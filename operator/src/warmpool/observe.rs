@@ -437,7 +437,7 @@ impl Observer<'_> {
             return Ok(None);
         };
         if let Some((at, version)) = &self.seen.resolved_template {
-            if at.elapsed() < self.lessons.tuning().template_every {
+            if at.elapsed() < self.lessons.tuning().template_every() {
                 return Ok(Some(version.clone()));
             }
         }
@@ -474,7 +474,7 @@ impl Observer<'_> {
     ) -> Result<(Instant, Vec<Ec2Instance>), PoolError> {
         let want = Want::new(
             after,
-            self.lessons.tuning().listing_reuse,
+            self.lessons.tuning().listing_reuse(),
             !self.seen.adopted,
         );
         let place = self.place.clone();

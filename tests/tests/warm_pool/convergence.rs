@@ -146,11 +146,9 @@ async fn boots_that_keep_failing_back_off_and_say_so() {
     let faults = Ec2Faults::start(&moto.endpoint());
     let mut spec = warm::spec(&faults.endpoint(), &["t3.micro"], &subnets[..1], 1, 1, 4);
     spec.boot_timeout_seconds = 1;
-    let tuning = orca_operator::warmpool::Tuning {
-        boot_backoff_base: Duration::from_secs(4),
-        boot_backoff_cap: Duration::from_secs(60),
-        ..warm::tuning(Duration::from_secs(60))
-    };
+    let tuning = warm::tuning(Duration::from_secs(60))
+        .with_boot_backoff_base(Duration::from_secs(4))
+        .with_boot_backoff_cap(Duration::from_secs(60));
     warm::aws_env();
     // No local hosts: no agent ever reports.
     let mut lp = PoolLoop::new("noagent", "pool", spec, &url, tuning, Fence::always())

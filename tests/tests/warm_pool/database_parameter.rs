@@ -90,7 +90,7 @@ async fn the_user_data_names_a_parameter_the_agent_reads_and_a_rotation_reaches_
     assert_eq!(launched.len(), 2, "minIdle 2 launches two");
     let parameter = format!(
         "/orca/{}/vault/sched/database-url",
-        warm::tuning(Duration::from_secs(60)).cluster
+        warm::tuning(Duration::from_secs(60)).cluster()
     );
     let mut script = String::new();
     for i in &launched {
@@ -304,7 +304,7 @@ async fn read_as(
 async fn a_team_role_as_printed_lets_its_agent_read_its_url() {
     use orca_operator::iam_policy::{instance_policy, Reads};
     let (moto, url, _ec2, _subnets) = warm::Stage::new().await.parts();
-    let cluster = warm::tuning(Duration::from_secs(60)).cluster;
+    let cluster = warm::tuning(Duration::from_secs(60)).cluster().clone();
     let name = orca_operator::warmpool::ssm::parameter_name(&cluster, "team-a", "orca");
     orca_operator::warmpool::ssm::Ssm::new(
         &orca_operator::warmpool::Ec2Config::new(warm::REGION, Some(&moto.endpoint())),

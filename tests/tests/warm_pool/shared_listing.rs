@@ -39,11 +39,9 @@ async fn pools_of_one_place_share_their_listings_and_never_take_each_others_inst
     // find the first one's listing on two busy cores (a pass that launches
     // took over a second there), short enough to outwait below; and rows
     // that stay fresh while it does.
-    let tuning = Tuning {
-        listing_reuse: Duration::from_secs(3),
-        stale: Duration::from_secs(60),
-        ..warm::tuning(Duration::from_secs(1))
-    };
+    let tuning = warm::tuning(Duration::from_secs(1))
+        .with_listing_reuse(Duration::from_secs(3))
+        .with_stale(Duration::from_secs(60));
     let listings = Listings::default();
     let (mut a, mut b) = two_pools(&url, &faults.endpoint(), &subnets, &tuning, &listings).await;
     let db = pg::connect(&url).await;

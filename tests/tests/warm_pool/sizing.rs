@@ -120,10 +120,7 @@ async fn a_hand_out_launches_without_a_new_listing_and_nothing_is_launched_twice
     let faults = Ec2Faults::start(&moto.endpoint());
     let pool = "relist/pool";
     let spec = warm::spec(&faults.endpoint(), &["t3.micro"], &subnets[..1], 1, 1, 3);
-    let tuning = orca_operator::warmpool::Tuning {
-        listing_reuse: Duration::from_secs(3),
-        ..warm::tuning(Duration::from_secs(60))
-    };
+    let tuning = warm::tuning(Duration::from_secs(60)).with_listing_reuse(Duration::from_secs(3));
     warm::aws_env();
     let mut lp = PoolLoop::new(
         "relist",
@@ -185,10 +182,7 @@ async fn an_instance_powered_off_since_the_listing_is_looked_at_again_not_termin
     let faults = Ec2Faults::start(&moto.endpoint());
     let pool = "poweroff/pool";
     let spec = warm::spec(&faults.endpoint(), &["t3.micro"], &subnets[..1], 1, 1, 3);
-    let tuning = orca_operator::warmpool::Tuning {
-        listing_reuse: Duration::from_secs(3),
-        ..warm::tuning(Duration::from_secs(60))
-    };
+    let tuning = warm::tuning(Duration::from_secs(60)).with_listing_reuse(Duration::from_secs(3));
     warm::aws_env();
     let mut lp = PoolLoop::new("poweroff", "pool", spec, &url, tuning, Fence::always())
         .await

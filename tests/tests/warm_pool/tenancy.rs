@@ -19,17 +19,15 @@ async fn loop_of(
     min: i32,
 ) -> PoolLoop {
     let spec = warm::spec(endpoint, &["t3.micro"], subnets, min, min, 5);
-    let tuning = Tuning {
-        cluster: cluster.into(),
+    let tuning = warm::tuning(Duration::from_secs(1))
+        .with_cluster(cluster.into())
         // Anything without a row is leaked after a second: the second
         // cluster would reap the first's instances at once, if it saw them.
-        leak_grace: Some(Duration::from_secs(1)),
+        .with_leak_grace(Some(Duration::from_secs(1)))
         // The rows these tests write are never polled again: a loaded
         // machine must not make them stale (and retire the adopted
         // instance) between two passes.
-        stale: Duration::from_secs(120),
-        ..warm::tuning(Duration::from_secs(1))
-    };
+        .with_stale(Duration::from_secs(120));
     PoolLoop::new("default", "runners", spec, url, tuning, Fence::always())
         .await
         .unwrap()
@@ -40,7 +38,7 @@ fn owner_of(cluster: &str) -> Ownership {
         "default",
         "runners",
         "sched",
-        &Tuning::default().operator,
+        Tuning::default().operator(),
         cluster,
     )
 }
@@ -104,7 +102,7 @@ async fn two_clusters_with_one_pool_name_never_touch_each_others_instances() {
 /// tagged no cluster did. Its id.
 async fn launch_untagged(ec2: &Ec2, subnet: &str) -> String {
     let mut tags = TagSpecification::builder().resource_type(ResourceType::Instance);
-    let operator = Tuning::default().operator;
+    let operator = Tuning::default().operator().clone();
     for (k, v) in [
         (TAG_POOL, "default/runners"),
         (TAG_SCHEDULER, "default/sched"),

@@ -23,10 +23,8 @@ async fn capacity_errors_show_while_held_and_then_are_gone() {
     let ctx = Arc::new(Context::new(
         client,
         PoolControllerConfig {
-            tuning: orca_operator::warmpool::Tuning {
-                capacity_hold: Duration::from_secs(2),
-                ..warm::tuning(Duration::from_secs(60))
-            },
+            tuning: warm::tuning(Duration::from_secs(60))
+                .with_capacity_hold(Duration::from_secs(2)),
             ..config(Fence::always())
         },
     ));

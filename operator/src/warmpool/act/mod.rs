@@ -512,8 +512,8 @@ impl Actuator {
             timed_out.len() as u32,
             last,
             reported,
-            self.tuning.boot_backoff_base,
-            self.tuning.boot_backoff_cap,
+            self.tuning.boot_backoff_base(),
+            self.tuning.boot_backoff_cap(),
         );
         if let Some(message) = self.boot.failing() {
             if worse {
@@ -971,8 +971,8 @@ impl Actuator {
                 self.boot.refuse(
                     reason,
                     message,
-                    self.tuning.boot_backoff_base,
-                    self.tuning.boot_backoff_cap,
+                    self.tuning.boot_backoff_base(),
+                    self.tuning.boot_backoff_cap(),
                 );
                 report.set_degraded(self.boot.refusal());
             }
@@ -1060,9 +1060,9 @@ impl Actuator {
         now: DateTime<Utc>,
     ) -> (DateTime<Utc>, usize) {
         let hold = if SUBNET_CODES.contains(&code) {
-            self.tuning.boot_backoff_cap
+            self.tuning.boot_backoff_cap()
         } else {
-            self.tuning.capacity_hold
+            self.tuning.capacity_hold()
         };
         let until = now + chrono::Duration::from_std(hold).unwrap_or(chrono::Duration::minutes(3));
         let held = self
@@ -1074,7 +1074,7 @@ impl Actuator {
     /// The SSM parameter of this pool's Scheduler's database URL.
     pub(super) fn parameter_name(&self, spec: &WarmPoolSpec) -> String {
         let namespace = self.pool.split_once('/').map_or("", |(ns, _)| ns);
-        ssm::parameter_name(&self.tuning.cluster, namespace, &spec.scheduler)
+        ssm::parameter_name(self.tuning.cluster(), namespace, &spec.scheduler)
     }
 
     /// One batch, retried with the same token while EC2 throttles.
@@ -1087,7 +1087,7 @@ impl Actuator {
         token: &str,
         user_data: &UserData,
     ) -> Result<Vec<String>, Ec2Error> {
-        let mut backoff = Backoff::new(self.tuning.backoff_base, self.tuning.backoff_cap);
+        let mut backoff = Backoff::new(self.tuning.backoff_base(), self.tuning.backoff_cap());
         loop {
             let req = RunRequest {
                 launch: &orders.spec.launch,
@@ -1103,7 +1103,7 @@ impl Actuator {
             self.denials.record("RunInstances", &outcome);
             match outcome {
                 Err(Ec2Error::Throttled { action })
-                    if backoff.attempts() + 1 < self.tuning.throttle_attempts =>
+                    if backoff.attempts() + 1 < self.tuning.throttle_attempts() =>
                 {
                     if let Some(m) = &self.metrics {
                         m.throttle(&self.pool);

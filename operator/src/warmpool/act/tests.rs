@@ -303,11 +303,9 @@ fn stage(table: Table, url: &str, tuning: Tuning) -> Stage {
 }
 
 fn pool(table: Table) -> Stage {
-    let tuning = Tuning {
-        backoff_base: Duration::from_millis(1),
-        backoff_cap: Duration::from_millis(2),
-        ..Tuning::default()
-    };
+    let tuning = Tuning::default()
+        .with_backoff_base(Duration::from_millis(1))
+        .with_backoff_cap(Duration::from_millis(2));
     stage(table, "postgres://orca@db/orca", tuning)
 }
 

@@ -121,8 +121,8 @@ async fn launched_under(
             &crate::crd::namespace_of(wp),
             &wp.name_any(),
             scheduler,
-            &tuning.operator,
-            &tuning.cluster,
+            tuning.operator(),
+            tuning.cluster(),
         );
         let ec2 = Box::pin(Ec2::new(
             &Ec2Config::new(region, endpoint),

@@ -113,7 +113,11 @@ pub(super) async fn release_parameter(wp: &WarmPool, ctx: &Context, pool: &str) 
     if shared {
         return;
     }
-    let name = ssm::parameter_name(&ctx.config().tuning.cluster, &namespace, &wp.spec.scheduler);
+    let name = ssm::parameter_name(
+        ctx.config().tuning.cluster(),
+        &namespace,
+        &wp.spec.scheduler,
+    );
     let ssm = Ssm::new(
         &Ec2Config::new(&wp.spec.region, wp.spec.ssm_endpoint.as_deref()),
         ctx.config().fence.clone(),

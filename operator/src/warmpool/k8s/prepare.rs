@@ -93,8 +93,8 @@ pub(super) async fn prepare(
     let retiring = retiring_of(old, moving, wp, ctx, pool, &remembered).await;
     tracing::info!(pool = %pool, generation = ?wp.metadata.generation, "pool loop made");
     let backoff = Backoff::new(
-        ctx.config().tuning.backoff_base,
-        ctx.config().tuning.backoff_cap,
+        ctx.config().tuning.backoff_base(),
+        ctx.config().tuning.backoff_cap(),
     );
     *slot = Some(PoolState::new(
         wp,

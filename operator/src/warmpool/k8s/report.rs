@@ -36,7 +36,7 @@ pub(super) async fn write_back(
                 state.backed_off()
             } else {
                 state.went_through();
-                ctx.config().tuning.resync
+                ctx.config().tuning.resync()
             };
             if report.deleted() && state.former().is_empty() {
                 for e in report.events() {

@@ -438,8 +438,8 @@ pub(super) async fn present_in(
         &crate::crd::namespace_of(wp),
         &wp.name_any(),
         scheduler,
-        &config.tuning.operator,
-        &config.tuning.cluster,
+        config.tuning.operator(),
+        config.tuning.cluster(),
     );
     let ec2 = Box::pin(Ec2::new(
         &Ec2Config::new(region, endpoint),

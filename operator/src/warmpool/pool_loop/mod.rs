@@ -114,7 +114,7 @@ impl<W> PoolLoop<W> {
     ) -> PoolLoop<W> {
         let launch_id = own_launch_id(&owner.pool);
         PoolLoop {
-            backoff: Backoff::new(tuning.backoff_base, tuning.backoff_cap),
+            backoff: Backoff::new(tuning.backoff_base(), tuning.backoff_cap()),
             world,
             act: Actuator::new(owner, database_url, tuning, launch_id),
             seen: Seen::new(),
@@ -180,7 +180,7 @@ impl<W> PoolLoop<W> {
     }
 
     pub(super) fn run_stale(&self) -> Duration {
-        self.run_stale.unwrap_or(self.act.tuning().stale)
+        self.run_stale.unwrap_or(self.act.tuning().stale())
     }
 
     /// The book of the pool's class, which grants its launches (`None`: a
@@ -234,8 +234,8 @@ impl PoolLoop {
             namespace,
             name,
             &spec.scheduler,
-            &tuning.operator,
-            &tuning.cluster,
+            tuning.operator(),
+            tuning.cluster(),
         );
         let reconnect =
             Reconnect::new(url, ConnectOptions::named(&tuning.application_name("pool")))
@@ -327,8 +327,8 @@ impl PoolLoop {
             ns,
             name,
             &spec.scheduler,
-            &self.act.tuning().operator,
-            &self.act.tuning().cluster,
+            self.act.tuning().operator(),
+            self.act.tuning().cluster(),
         );
         self.act.set_owner(owner);
         if let Some(listings) = &self.listings {
@@ -341,15 +341,15 @@ impl PoolLoop {
     }
 
     pub(super) fn limits(&self) -> Limits {
-        let grace = self.act.tuning().leak_grace.unwrap_or_else(|| {
+        let grace = self.act.tuning().leak_grace().unwrap_or_else(|| {
             Duration::from_secs(60).max(Duration::from_secs(
                 self.spec.boot_timeout_seconds.max(0) as u64
             ))
         });
         Limits {
-            stale_secs: self.act.tuning().stale.as_secs_f64(),
+            stale_secs: self.act.tuning().stale().as_secs_f64(),
             leak_grace_secs: grace.as_secs_f64(),
-            max_batch: self.act.tuning().max_batch,
+            max_batch: self.act.tuning().max_batch(),
             hung_grace_secs: 2.0 * self.run_stale().as_secs_f64(),
             unlisted_grace_secs: 60.0,
         }

@@ -260,7 +260,7 @@ impl PoolLoop {
     fn count_cost(&mut self, snap: &Snapshot) {
         let elapsed = self.cost_at.map_or(Duration::ZERO, |at| at.elapsed());
         self.cost_at = Some(Instant::now());
-        if elapsed > self.act.tuning().resync * 4 {
+        if elapsed > self.act.tuning().resync() * 4 {
             return;
         }
         for ((instance_type, spot), u, secs) in self.cost.tally(snap, elapsed) {
@@ -554,7 +554,7 @@ impl PoolLoop {
                         (self.backoff.next_wait(), true)
                     } else {
                         self.backoff.reset();
-                        (self.act.tuning().resync, false)
+                        (self.act.tuning().resync(), false)
                     }
                 }
                 Err(e) if e.is_fenced() => {
@@ -571,7 +571,7 @@ impl PoolLoop {
             let pause = if backing_off {
                 wait
             } else {
-                self.act.tuning().min_gap
+                self.act.tuning().min_gap()
             };
             tokio::select! {
                 _ = &mut stop => return,

@@ -334,10 +334,7 @@ async fn bench_below_target(moto: &Moto, url: &str, beside: Option<(&Listings, &
     };
     let pool = &format!("bench/{name}");
     let spec = warm::spec(&faults.endpoint(), &["t3.micro"], &subnets[..1], 1, 1, 1000);
-    let tuning = Tuning {
-        leak_grace: Some(Duration::from_secs(600)),
-        ..Tuning::default()
-    };
+    let tuning = Tuning::default().with_leak_grace(Some(Duration::from_secs(600)));
     let mut lp = PoolLoop::new("bench", name, spec, url, tuning, Fence::always())
         .await
         .unwrap_or_else(|e| panic!("pool loop: {e}"));
@@ -395,11 +392,9 @@ async fn bench_drift(moto: &Moto, url: &str, max_drifted: i32) {
     let (ns, name) = pool.split_once('/').unwrap_or_default();
     let mut spec = warm::spec(&moto.endpoint(), &["t3.micro"], &subnets[..1], 20, 20, 40);
     spec.disruption.max_drifted = max_drifted;
-    let tuning = Tuning {
-        leak_grace: Some(Duration::from_secs(600)),
-        listing_reuse: Duration::ZERO,
-        ..Tuning::default()
-    };
+    let tuning = Tuning::default()
+        .with_leak_grace(Some(Duration::from_secs(600)))
+        .with_listing_reuse(Duration::ZERO);
     let mut lp = PoolLoop::new(ns, name, spec.clone(), url, tuning, Fence::always())
         .await
         .unwrap_or_else(|e| panic!("pool loop: {e}"));
@@ -524,10 +519,7 @@ async fn bench_steady_state(moto: &Moto, url: &str) {
         100,
         200,
     );
-    let tuning = Tuning {
-        leak_grace: Some(Duration::from_secs(600)),
-        ..Tuning::default()
-    };
+    let tuning = Tuning::default().with_leak_grace(Some(Duration::from_secs(600)));
     let lp = PoolLoop::new(
         "bench",
         "steady",
@@ -553,7 +545,7 @@ async fn bench_steady_state(moto: &Moto, url: &str) {
     row(
         &format!(
             "EC2 calls per steady-state minute, idle pool of 100 (resync {} s)",
-            tuning.resync.as_secs()
+            tuning.resync().as_secs()
         ),
         text,
         "a few Describe calls, nothing else",
@@ -570,10 +562,7 @@ async fn bench_many_pools(moto: &Moto, url: &str, pools: usize) {
     let subnets = warm::subnets(&ec2).await;
     let db = pg::connect(url).await;
     let (names, beat) = idle_by_hand(&ec2, &db, url, "many", pools, &subnets[0]).await;
-    let tuning = Tuning {
-        leak_grace: Some(Duration::from_secs(600)),
-        ..Tuning::default()
-    };
+    let tuning = Tuning::default().with_leak_grace(Some(Duration::from_secs(600)));
     let listings = Listings::default();
     let mut stops = Vec::new();
     for name in &names {
@@ -597,8 +586,8 @@ async fn bench_many_pools(moto: &Moto, url: &str, pools: usize) {
     row(
         &format!(
             "EC2 calls per steady-state minute, {pools} idle pools of one region sharing their listings (resync {} s, listings reused {} s)",
-            tuning.resync.as_secs(),
-            tuning.listing_reuse.as_secs()
+            tuning.resync().as_secs(),
+            tuning.listing_reuse().as_secs()
         ),
         by_action(&calls),
         "≤ 6",
@@ -635,10 +624,7 @@ async fn bench_class_passes(url: &str) {
     let subnets = warm::subnets(&ec2).await;
     let db = pg::connect(url).await;
     let (names, beat) = idle_by_hand(&ec2, &db, url, "classed", POOLS, &subnets[0]).await;
-    let tuning = Tuning {
-        leak_grace: Some(Duration::from_secs(600)),
-        ..Tuning::default()
-    };
+    let tuning = Tuning::default().with_leak_grace(Some(Duration::from_secs(600)));
     let budgets = std::sync::Arc::new(Budgets::default());
     let mut class: WarmPoolClassSpec = serde_yaml::from_str(&format!(
         "region: {}\nlaunch: {{imageId: {}, runCommand: 'true'}}\ninstanceTypes: [t3.micro]\n\

@@ -84,10 +84,7 @@ impl Stage {
             .with_layer(&requests)
             .build();
         let config = PoolControllerConfig {
-            tuning: Tuning {
-                leak_grace: Some(Duration::from_secs(600)),
-                ..Tuning::default()
-            },
+            tuning: Tuning::default().with_leak_grace(Some(Duration::from_secs(600))),
             metrics: None,
             reporter: "orca-operator".into(),
             fence: Fence::always(),
