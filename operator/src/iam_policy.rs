@@ -52,32 +52,32 @@ pub struct IamPolicyArgs {
     /// The cluster's name, as the chart's `clusterName` (`--cluster-name`
     /// of `orca-operator run`).
     #[arg(long, value_parser = cluster_name)]
-    pub cluster_name: String,
+    cluster_name: String,
     /// A role the operator may pass to EC2 (the role of a WarmPool's
     /// instance profile), as an ARN; repeat for several. None: this
     /// cluster's roles, those under the path `/orca/<cluster>/`.
     #[arg(long = "pass-role", value_name = "ARN", value_parser = role_arn,
           conflicts_with = "instance_role")]
-    pub pass_roles: Vec<String>,
+    pass_roles: Vec<String>,
     /// Launch into any subnet, security group and launch template of the
     /// account, as the releases before 0.2 allowed; without it, only into
     /// those tagged `orca.dev/launch-from/<cluster>`.
     #[arg(long, conflicts_with = "instance_role")]
-    pub launch_from_anywhere: bool,
+    launch_from_anywhere: bool,
     /// Print the pool instances' role's policy instead of the operator's.
     #[arg(long)]
-    pub instance_role: bool,
+    instance_role: bool,
     /// With `--instance-role`: the namespace whose Schedulers' database
     /// URLs the role reads (the role of that team's instances; a class's
     /// `launch.iamInstanceProfile` of `...{namespace}` gives each its own);
     /// with `--scheduler`, that Scheduler's alone. Without either, the
     /// cluster's every Scheduler.
     #[arg(long, value_parser = dns_label, requires = "instance_role")]
-    pub namespace: Option<String>,
+    namespace: Option<String>,
     /// With `--instance-role`: the Scheduler whose database URL the
     /// instances read (with `--namespace`).
     #[arg(long, value_parser = dns_subdomain, requires_all = ["instance_role", "namespace"])]
-    pub scheduler: Option<String>,
+    scheduler: Option<String>,
 }
 
 impl IamPolicyArgs {

@@ -24,33 +24,33 @@ use crate::warmpool::Offering;
 pub struct PreflightArgs {
     /// The cluster's name, as the chart's `clusterName`.
     #[arg(long, value_parser = cluster_name)]
-    pub cluster_name: String,
+    cluster_name: String,
     /// The region the pools run in.
     #[arg(long)]
-    pub region: String,
+    region: String,
     /// EC2's endpoint, when not AWS's own (a pool's `endpoint`).
     #[arg(long)]
-    pub endpoint: Option<String>,
+    endpoint: Option<String>,
     /// SSM's endpoint, when not AWS's own (a pool's `ssmEndpoint`).
     #[arg(long)]
-    pub ssm_endpoint: Option<String>,
+    ssm_endpoint: Option<String>,
     /// An image a pool launches: with `--subnet`, the launch is dry run as
     /// a pool's would be (its tags, network and instance profile).
     #[arg(long, requires = "subnet")]
-    pub image: Option<String>,
+    image: Option<String>,
     /// A subnet a pool launches into (tagged for this cluster).
     #[arg(long, requires = "image")]
-    pub subnet: Option<String>,
+    subnet: Option<String>,
     /// A security group of the launch; repeat for several.
     #[arg(long = "security-group", value_name = "ID")]
-    pub security_groups: Vec<String>,
+    security_groups: Vec<String>,
     /// The instance profile the launch passes (its role must be one the
     /// policy lets the operator pass).
     #[arg(long)]
-    pub instance_profile: Option<String>,
+    instance_profile: Option<String>,
     /// The instance type of the launch.
     #[arg(long, default_value = "t3.micro")]
-    pub instance_type: String,
+    instance_type: String,
 }
 
 /// Runs the checks and prints them; exit 1 when an action is missing or

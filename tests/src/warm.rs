@@ -228,7 +228,7 @@ pub fn hosts_on(
     let cfg = HostConfig {
         agent: bins::agent(),
         database_url: url.into(),
-        pool: owner.pool.clone(),
+        pool: owner.pool().clone(),
         idle_seconds: 600,
         run_command: run_command.into(),
         env: [("ORCA_POOL_AGENT_GRACE_MS".to_string(), "1000".to_string())]

@@ -20,13 +20,12 @@ use crate::fence::Fence;
 use crate::runtime::{
     crd_check, in_use,
     leader::{self, Election},
-    names::MANAGER,
     server::{self, Progress, Readiness},
     watches::{ClusterWatches, Watches},
 };
 use crate::warmpool::k8s::classes::{self, ClassSources};
 use crate::warmpool::k8s::PoolControllerConfig;
-use crate::warmpool::{Listings, Ownership, Tuning};
+use crate::warmpool::{Ownership, Tuning};
 
 /// How long a call about the Lease may take: well within the 12 s its
 /// fence stays open after a renewal starts.
@@ -37,44 +36,44 @@ const LEASE_CALL_TIMEOUT: Duration = Duration::from_secs(3);
 pub struct RunArgs {
     /// A namespace to watch; repeat for several; none watches all.
     #[arg(long = "namespace")]
-    pub namespaces: Vec<String>,
+    namespaces: Vec<String>,
     /// Where `/metrics`, `/healthz` and `/readyz` are served.
     #[arg(long, default_value = "0.0.0.0:8080")]
-    pub listen: SocketAddr,
+    listen: SocketAddr,
     /// The Lease the replicas elect a leader on.
     #[arg(long, default_value = "orca-operator")]
-    pub lease_name: String,
+    lease_name: String,
     /// The Lease's namespace; the operator's own (`POD_NAMESPACE`) by default.
     #[arg(long, env = "POD_NAMESPACE")]
-    pub lease_namespace: Option<String>,
+    lease_namespace: Option<String>,
     /// This replica's name in the Lease and in Events.
     #[arg(long, env = "POD_NAME", hide = true)]
-    pub pod_name: Option<String>,
+    pod_name: Option<String>,
     /// This cluster's name, unique among the clusters whose operators share
     /// an AWS account: every instance a WarmPool launches is tagged with it
     /// (`orca.dev/cluster`), and only instances tagged so are listed,
     /// counted or terminated. Changing it later leaves the instances
     /// launched under the old name to their agents.
     #[arg(long, env = "ORCA_CLUSTER_NAME", value_parser = crate::warmpool::tags::cluster_name)]
-    pub cluster_name: String,
+    cluster_name: String,
     /// The operator's RoleBinding in each watched namespace (the chart's,
     /// with `watchNamespaces`): kept while Schedulers or WarmPools are left
     /// there, so that deleting the namespace cannot take away the
     /// permissions their deletion needs.
     #[arg(long)]
-    pub role_binding: Option<String>,
+    role_binding: Option<String>,
     /// A reconcile running this long has hung (every call in one has a
     /// time limit): `/healthz` then fails, so that the kubelet restarts
     /// the replica.
     #[arg(long, default_value_t = 300, value_parser = clap::value_parser!(u64).range(1..))]
-    pub stuck_after_seconds: u64,
+    stuck_after_seconds: u64,
     /// A directory whose files a database URL's `sslrootcert` may name
     /// (repeat for several; the chart's `databaseCaDirectories`). None: a
     /// URL's CA comes only from its Secret (`urlSecretRef.caKey`) — a
     /// path in a URL is its Scheduler's owner's to choose, and the
     /// operator reads no file they name elsewhere.
     #[arg(long = "database-ca-dir", value_name = "DIR")]
-    pub database_ca_dirs: Vec<std::path::PathBuf>,
+    database_ca_dirs: Vec<std::path::PathBuf>,
 }
 
 /// Runs the Kubernetes mode until SIGTERM or Ctrl-C.
@@ -128,17 +127,14 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
                 )
                 .with_progress(progress.clone()),
             );
-            let pools = PoolControllerConfig {
-                tuning: Tuning::default()
+            let pools = PoolControllerConfig::new(
+                Tuning::default()
                     .with_replica(Some(identity.clone()))
                     .with_cluster(cluster.clone()),
-                progress: progress.clone(),
-                metrics: Some(pool_metrics.clone()),
-                reporter: MANAGER.into(),
                 fence,
-                listings: Listings::default(),
-                budgets: Default::default(),
-            };
+            )
+            .with_progress(progress.clone())
+            .with_metrics(pool_metrics.clone());
             let term = Leading::new(&leading);
             let controllers = controllers(
                 client.clone(),
@@ -242,8 +238,8 @@ async fn controllers(
     let mut sources = ClassSources::new(
         &cluster,
         scopes.clone(),
-        pools.listings.clone(),
-        Ownership::of_cluster(pools.tuning.operator(), pools.tuning.cluster()),
+        pools.listings().clone(),
+        Ownership::of_cluster(pools.tuning().operator(), pools.tuning().cluster()),
     );
     for scope in scopes {
         // One watch each of Schedulers, WarmPools and Secrets per scope,
@@ -263,7 +259,7 @@ async fn controllers(
                 client.clone(),
                 scope,
                 role_binding.clone(),
-                (pools.fence.clone(), pools.progress.clone()),
+                (pools.fence().clone(), pools.progress().clone()),
                 &mut watches,
             )
             .boxed(),
@@ -273,8 +269,8 @@ async fn controllers(
     runs.push(
         classes::run(
             client.clone(),
-            pools.fence.clone(),
-            pools.budgets.clone(),
+            pools.fence().clone(),
+            pools.budgets().clone(),
             sources,
         )
         .map(|()| future::pending::<()>())

@@ -53,21 +53,21 @@ pub const LEASE_DURATION: Duration = Duration::from_secs(15);
 /// Which Lease, who this replica is, and the election's timings.
 #[derive(Clone, Debug)]
 pub struct Election {
-    pub lease_name: String,
-    pub namespace: String,
+    lease_name: String,
+    namespace: String,
     /// Unique among the replicas: the pod's name.
-    pub identity: String,
+    identity: String,
     /// The Lease's `leaseDurationSeconds` (whole seconds): a standby takes
     /// over once the record stood still this long on its own clock.
-    pub duration: Duration,
+    duration: Duration,
     /// How often the holder renews, and a standby looks.
-    pub renew_period: Duration,
+    renew_period: Duration,
     /// The fence closes this long before the lease would end: room for the
     /// time between a check and the call it guards, and for clocks that
     /// run at slightly different rates.
-    pub margin: Duration,
+    margin: Duration,
     /// Each call to the API server gives up after this.
-    pub call_timeout: Duration,
+    call_timeout: Duration,
 }
 
 impl Election {
@@ -84,6 +84,25 @@ impl Election {
             renew_period: Duration::from_secs(2),
             margin: Duration::from_secs(3),
             call_timeout: Duration::from_secs(3),
+        }
+    }
+
+    /// This election with other timings (tests shorten them): leases of
+    /// `duration`, renewed every `renew_period`, the fence closing
+    /// `margin` early, each call given up after `call_timeout`.
+    pub fn with_timings(
+        self,
+        duration: Duration,
+        renew_period: Duration,
+        margin: Duration,
+        call_timeout: Duration,
+    ) -> Self {
+        Election {
+            duration,
+            renew_period,
+            margin,
+            call_timeout,
+            ..self
         }
     }
 

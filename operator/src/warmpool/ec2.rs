@@ -107,11 +107,28 @@ pub struct Tagged {
 /// Where the EC2 API is.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Ec2Config {
-    pub region: String,
+    region: String,
     /// Another endpoint (VPC endpoints, moto's server).
-    pub endpoint: Option<String>,
+    endpoint: Option<String>,
     /// Each call as a whole.
-    pub call_timeout: Duration,
+    call_timeout: Duration,
+}
+
+impl Ec2Config {
+    /// The region EC2 is asked in.
+    pub fn region(&self) -> &String {
+        &self.region
+    }
+
+    /// Another endpoint (VPC endpoints, moto's server).
+    pub fn endpoint(&self) -> &Option<String> {
+        &self.endpoint
+    }
+
+    /// Each call as a whole.
+    pub fn call_timeout(&self) -> Duration {
+        self.call_timeout
+    }
 }
 
 impl Ec2Config {
@@ -623,7 +640,7 @@ impl Ec2 {
 
     /// Tags `ids` with `owner`'s cluster (`CreateTags`).
     pub async fn tag_cluster(&self, ids: &[String], owner: &Ownership) -> Result<(), Ec2Error> {
-        self.add_tags(ids, &[(TAG_CLUSTER, &owner.cluster)]).await
+        self.add_tags(ids, &[(TAG_CLUSTER, owner.cluster())]).await
     }
 
     /// Adds `tags` to `ids` (`CreateTags`), batch by batch.
@@ -843,7 +860,7 @@ fn run_tags(req: &RunRequest<'_>) -> TagSpecification {
         }
     }
     let tenancy = [
-        (TAG_NAMESPACE, Some(req.owner.namespace.as_str())),
+        (TAG_NAMESPACE, Some(req.owner.namespace().as_str())),
         (TAG_CLASS, req.class),
     ];
     let owned = req
@@ -1064,11 +1081,15 @@ mod tests {
                 );
                 assert!(!v.is_empty());
             }
-            assert!(pools.insert(o.pool.clone()), "two pools share {}", o.pool);
+            assert!(
+                pools.insert(o.pool().clone()),
+                "two pools share {}",
+                o.pool()
+            );
         }
         // A short one is its name, as tags always were.
         assert_eq!(
-            Ownership::new("default", "runners", "orca", "o", "c").pool,
+            Ownership::new("default", "runners", "orca", "o", "c").pool(),
             "default/runners"
         );
     }

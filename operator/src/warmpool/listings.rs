@@ -93,10 +93,10 @@ impl Listings {
     /// every pool of the same region, endpoint, operator and cluster.
     pub(super) fn place(&self, cfg: &Ec2Config, owner: &Ownership) -> Arc<Place> {
         let key = PlaceKey {
-            region: cfg.region.clone(),
-            endpoint: cfg.endpoint.clone(),
-            operator: owner.operator.clone(),
-            cluster: owner.cluster.clone(),
+            region: cfg.region().clone(),
+            endpoint: cfg.endpoint().clone(),
+            operator: owner.operator().clone(),
+            cluster: owner.cluster().clone(),
         };
         // A panic while holding this lock leaves a map that is still whole.
         let mut places = self.places.lock().unwrap_or_else(|e| e.into_inner());
@@ -418,10 +418,10 @@ impl Place {
             return Err(e);
         }
         let filter: Vec<(&str, &str)> = match (self.shared, want.untagged) {
-            (true, true) => vec![(TAG_OPERATOR, &owner.operator)],
+            (true, true) => vec![(TAG_OPERATOR, owner.operator())],
             (true, false) => vec![
-                (TAG_OPERATOR, &owner.operator),
-                (TAG_CLUSTER, &owner.cluster),
+                (TAG_OPERATOR, owner.operator()),
+                (TAG_CLUSTER, owner.cluster()),
             ],
             (false, true) => owner.legacy_tags().to_vec(),
             (false, false) => owner.tags().to_vec(),
@@ -438,7 +438,7 @@ impl Place {
             }
         };
         *self.failed.lock().unwrap_or_else(|p| p.into_inner()) = None;
-        let (pools, classes) = sort(listed, &owner.cluster);
+        let (pools, classes) = sort(listed, owner.cluster());
         let taken = Arc::new(Taken {
             asked,
             untagged: want.untagged,
@@ -473,7 +473,7 @@ impl Place {
 
 impl Taken {
     fn of(&self, owner: &Ownership) -> Result<(Instant, Group), Ec2Error> {
-        let key = (owner.pool.clone(), owner.scheduler.clone());
+        let key = (owner.pool().clone(), owner.scheduler().clone());
         let group = self.pools.get(&key).cloned().unwrap_or_default();
         if group.malformed {
             return Err(Ec2Error::Malformed {
@@ -501,8 +501,8 @@ mod tests {
     fn tagged(id: &str, pool: &str, cluster: Option<&str>, state: Ec2State) -> Tagged {
         let o = owner(pool);
         Tagged {
-            pool: Some(o.pool),
-            scheduler: Some(o.scheduler),
+            pool: Some(o.pool().clone()),
+            scheduler: Some(o.scheduler().clone()),
             cluster: cluster.map(str::to_string),
             class: None,
             namespace: None,
@@ -580,8 +580,8 @@ mod tests {
             },
         ];
         let (pools, _) = sort(listed, "east");
-        let a = &pools[&(owner("a").pool, owner("a").scheduler)];
-        let b = &pools[&(owner("b").pool, owner("b").scheduler)];
+        let a = &pools[&(owner("a").pool().clone(), owner("a").scheduler().clone())];
+        let b = &pools[&(owner("b").pool().clone(), owner("b").scheduler().clone())];
         assert_eq!(ids(a), ["i-a1"]);
         assert_eq!(a.untagged.len(), 1);
         assert_eq!(a.untagged[0].id, "i-a3");
@@ -593,14 +593,17 @@ mod tests {
     #[test]
     fn a_pool_of_another_scheduler_with_the_same_name_is_another_pool() {
         let mut other = tagged("i-o", "a", Some("east"), Ec2State::Running);
-        other.scheduler =
-            Some(Ownership::new("ns", "a", "other", "orca-operator", "east").scheduler);
+        other.scheduler = Some(
+            Ownership::new("ns", "a", "other", "orca-operator", "east")
+                .scheduler()
+                .clone(),
+        );
         let (pools, _) = sort(
             vec![tagged("i-a", "a", Some("east"), Ec2State::Running), other],
             "east",
         );
         assert_eq!(
-            ids(&pools[&(owner("a").pool, owner("a").scheduler)]),
+            ids(&pools[&(owner("a").pool().clone(), owner("a").scheduler().clone())]),
             ["i-a"]
         );
     }

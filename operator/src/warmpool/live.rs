@@ -314,7 +314,7 @@ impl Live {
     /// The SSM client of the pool's region (at `endpoint`, if not the
     /// region's own), with the loop's credentials, behind its fence.
     async fn ssm(&self, endpoint: Option<&str>) -> Ssm {
-        let at = super::ec2::Ec2Config::new(&self.ec2_config.region, endpoint);
+        let at = super::ec2::Ec2Config::new(self.ec2_config.region(), endpoint);
         let fence = self.fence.clone();
         match &self.credentials {
             None => Ssm::new(&at, fence).await,

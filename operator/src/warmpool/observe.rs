@@ -517,7 +517,7 @@ impl Observer<'_> {
             // other passes) does not show them as the pool's: the next
             // pass lists anew, or it would launch as many again.
             self.seen.fresh_after = Some(Instant::now());
-            tracing::info!(pool = %self.lessons.pool(), instances = ?ours, cluster = %self.lessons.owner().cluster, "adopted");
+            tracing::info!(pool = %self.lessons.pool(), instances = ?ours, cluster = %self.lessons.owner().cluster(), "adopted");
             instances.extend(untagged.into_iter().filter(|i| ours.contains(&i.id)));
             self.seen.just_adopted = ours;
         }
@@ -544,7 +544,7 @@ impl Observer<'_> {
         let wants = |m: &Marks| {
             let mut tags = Vec::new();
             if !m.has_namespace() {
-                tags.push((TAG_NAMESPACE, owner.namespace.clone()));
+                tags.push((TAG_NAMESPACE, owner.namespace().clone()));
             }
             if let (None, Some(c)) = (m.class(), &class) {
                 tags.push((TAG_CLASS, c.clone()));

@@ -179,16 +179,16 @@ impl Ssm {
         credentials: Option<aws_sdk_ssm::config::Credentials>,
     ) -> Client {
         let mut loader = aws_config::defaults(aws_config::BehaviorVersion::latest())
-            .region(Region::new(cfg.region.clone()))
+            .region(Region::new(cfg.region().clone()))
             .http_client(super::ec2::http_client())
             .stalled_stream_protection(StalledStreamProtectionConfig::disabled())
             .timeout_config(
                 aws_config::timeout::TimeoutConfig::builder()
-                    .operation_timeout(cfg.call_timeout)
+                    .operation_timeout(cfg.call_timeout())
                     .connect_timeout(Duration::from_secs(5))
                     .build(),
             );
-        if let Some(endpoint) = &cfg.endpoint {
+        if let Some(endpoint) = &cfg.endpoint() {
             loader = loader.endpoint_url(endpoint);
         }
         if let Some(credentials) = credentials {
@@ -256,7 +256,7 @@ impl Ssm {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .insert(key, (want, Instant::now()));
-        tracing::info!(parameter = %name, region = %self.config.region, "database URL parameter written");
+        tracing::info!(parameter = %name, region = %self.config.region(), "database URL parameter written");
         Ok(true)
     }
 
@@ -269,7 +269,7 @@ impl Ssm {
         self.check("DeleteParameter", name)?;
         match self.client.delete_parameter().name(name).send().await {
             Ok(_) => {
-                tracing::info!(parameter = %name, region = %self.config.region, "database URL parameter deleted");
+                tracing::info!(parameter = %name, region = %self.config.region(), "database URL parameter deleted");
                 Ok(())
             }
             Err(e) if e.code() == Some("ParameterNotFound") => Ok(()),

@@ -59,16 +59,44 @@ pub fn cluster_name(s: &str) -> Result<String, String> {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Ownership {
     /// `namespace/name` of the WarmPool (see [`tag_value`]).
-    pub pool: String,
+    pool: String,
     /// `namespace/name` of its Scheduler (see [`tag_value`]).
-    pub scheduler: String,
+    scheduler: String,
     /// Which operator installation launched them.
-    pub operator: String,
+    operator: String,
     /// Which cluster's operator launched them.
-    pub cluster: String,
+    cluster: String,
     /// The WarmPool's namespace ([`TAG_NAMESPACE`] at launch; no listing
     /// filters on it).
-    pub namespace: String,
+    namespace: String,
+}
+
+impl Ownership {
+    /// `namespace/name` of the WarmPool (see [`tag_value`]).
+    pub fn pool(&self) -> &String {
+        &self.pool
+    }
+
+    /// `namespace/name` of its Scheduler (see [`tag_value`]).
+    pub fn scheduler(&self) -> &String {
+        &self.scheduler
+    }
+
+    /// Which operator installation launched them.
+    pub fn operator(&self) -> &String {
+        &self.operator
+    }
+
+    /// Which cluster's operator launched them.
+    pub fn cluster(&self) -> &String {
+        &self.cluster
+    }
+
+    /// The WarmPool's namespace ([`TAG_NAMESPACE`] at launch; no listing
+    /// filters on it).
+    pub fn namespace(&self) -> &String {
+        &self.namespace
+    }
 }
 
 impl Ownership {

@@ -7,13 +7,12 @@ use super::*;
 /// The timings of the leader-election tests: 2 s leases, renewed every
 /// 200 ms, the fence closing 500 ms early.
 fn quick_election(identity: &str) -> orca_operator::runtime::leader::Election {
-    orca_operator::runtime::leader::Election {
-        duration: Duration::from_secs(2),
-        renew_period: Duration::from_millis(200),
-        margin: Duration::from_millis(500),
-        call_timeout: Duration::from_secs(1),
-        ..orca_operator::runtime::leader::Election::new("orca-operator", "ops", identity)
-    }
+    orca_operator::runtime::leader::Election::new("orca-operator", "ops", identity).with_timings(
+        Duration::from_secs(2),
+        Duration::from_millis(200),
+        Duration::from_millis(500),
+        Duration::from_secs(1),
+    )
 }
 
 /// What the controllers of a `lead` under test say: "started" with their

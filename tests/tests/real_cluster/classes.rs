@@ -92,7 +92,7 @@ pub(super) async fn present(ec2: &Ec2Stage, owner: &Ownership) -> BTreeSet<Strin
     ec2.ec2
         .describe(owner)
         .await
-        .unwrap_or_else(|e| panic!("listing {}: {e}", owner.pool))
+        .unwrap_or_else(|e| panic!("listing {}: {e}", owner.pool()))
         .into_iter()
         .filter(|i| i.state.is_present())
         .map(|i| i.id)

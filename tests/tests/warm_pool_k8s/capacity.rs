@@ -22,11 +22,9 @@ async fn capacity_errors_show_while_held_and_then_are_gone() {
         Cluster::new(wp.clone(), Some(scheduler()), Some(url_secret(&real.url)));
     let ctx = Arc::new(Context::new(
         client,
-        PoolControllerConfig {
-            tuning: warm::tuning(Duration::from_secs(60))
-                .with_capacity_hold(Duration::from_secs(2)),
-            ..config(Fence::always())
-        },
+        config(Fence::always()).with_tuning(
+            warm::tuning(Duration::from_secs(60)).with_capacity_hold(Duration::from_secs(2)),
+        ),
     ));
     k8s.reconcile(&ctx, wp).await;
     k8s.until("t3.small shown without capacity", |k| {

@@ -57,15 +57,7 @@ fn scheduler() -> Scheduler {
 }
 
 fn config(fence: Fence) -> PoolControllerConfig {
-    PoolControllerConfig {
-        tuning: warm::tuning(Duration::from_secs(60)),
-        metrics: None,
-        reporter: "orca-operator".into(),
-        fence,
-        progress: Default::default(),
-        listings: Default::default(),
-        budgets: Default::default(),
-    }
+    PoolControllerConfig::new(warm::tuning(Duration::from_secs(60)), fence)
 }
 
 fn context(client: kube::Client) -> Arc<Context> {

@@ -94,13 +94,13 @@ pub fn run(
         ];
         ctx.watched().register(
             scope,
-            watched::Stores {
-                pods: pod_store,
-                jobs: job_store,
-                secrets: secret_store,
+            watched::Stores::new(
+                pod_store,
+                job_store,
+                secret_store,
                 urls,
-                listed: FirstListing::new(listed, names::FIRST_LISTING),
-            },
+                FirstListing::new(listed, names::FIRST_LISTING),
+            ),
         );
         let named = scheduler_store.clone();
         Controller::for_stream(schedulers.applied_objects(), scheduler_store)

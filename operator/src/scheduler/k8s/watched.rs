@@ -42,14 +42,34 @@ const EXPECTATION_WAIT: Duration = Duration::from_secs(2);
 /// The stores of one scope's watches (a namespace, or all).
 #[derive(Clone)]
 pub struct Stores {
-    pub pods: Store<Pod>,
-    pub jobs: Store<Job>,
-    pub secrets: Store<PartialObjectMeta<Secret>>,
+    pods: Store<Pod>,
+    jobs: Store<Job>,
+    secrets: Store<PartialObjectMeta<Secret>>,
     /// The URLs read from those Secrets (shared with the WarmPool
     /// controller).
-    pub urls: Arc<SecretUrls>,
+    urls: Arc<SecretUrls>,
     /// The first listing of the pods, the Jobs and the Secrets.
-    pub listed: FirstListing,
+    listed: FirstListing,
+}
+
+impl Stores {
+    /// The stores of one scope: its pods, Jobs and Secrets, the URLs read
+    /// from those Secrets, and their first listing.
+    pub fn new(
+        pods: Store<Pod>,
+        jobs: Store<Job>,
+        secrets: Store<PartialObjectMeta<Secret>>,
+        urls: Arc<SecretUrls>,
+        listed: FirstListing,
+    ) -> Self {
+        Stores {
+            pods,
+            jobs,
+            secrets,
+            urls,
+            listed,
+        }
+    }
 }
 
 /// A write the stores must show before a pass may believe them.

@@ -317,7 +317,7 @@ impl Actuator {
         launch_id: String,
     ) -> Actuator {
         Actuator {
-            pool: owner.pool.clone(),
+            pool: owner.pool().clone(),
             owner,
             url: SecretUrl(database_url.to_string()),
             tuning,
@@ -825,9 +825,9 @@ impl Actuator {
         let published = match source {
             DatabaseSource::Parameter { name, .. } => {
                 let tags = [
-                    (tags::TAG_CLUSTER, self.owner.cluster.as_str()),
-                    (tags::TAG_SCHEDULER, self.owner.scheduler.as_str()),
-                    (tags::TAG_OPERATOR, self.owner.operator.as_str()),
+                    (tags::TAG_CLUSTER, self.owner.cluster().as_str()),
+                    (tags::TAG_SCHEDULER, self.owner.scheduler().as_str()),
+                    (tags::TAG_OPERATOR, self.owner.operator().as_str()),
                 ];
                 let at = spec.ssm_endpoint.as_deref();
                 Some(world.publish(name, &self.url.0, &tags, at).await)
@@ -961,7 +961,7 @@ impl Actuator {
         now: DateTime<Utc>,
         report: &mut PassReport,
     ) {
-        match refusal(e, spec, &self.owner.namespace) {
+        match refusal(e, spec, self.owner.namespace()) {
             Some((reason, message)) => {
                 if reason == UNAUTHORIZED {
                     let later = now + ASK_AGAIN;

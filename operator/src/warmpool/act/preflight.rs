@@ -58,7 +58,7 @@ pub(in crate::warmpool) async fn ask(
     let parameter = act.parameter_name(spec);
     let source = DatabaseSource::for_spec(spec, &act.url.0, &parameter);
     let user_data = userdata::render(spec, &act.pool, source);
-    let namespace = act.owner.namespace.clone();
+    let namespace = act.owner.namespace().clone();
     let class = act.budget.as_ref().map(|b| b.class().to_string());
     let probe = Probe::new(
         Some(RunRequest {

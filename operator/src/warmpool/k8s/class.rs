@@ -35,7 +35,7 @@ pub(super) async fn effective(
     };
     let name = class_ref.name.clone();
     let Some(class) = class_of(ctx, pool, &name).await? else {
-        ctx.config().budgets.forget_class(&name);
+        ctx.config().budgets().forget_class(&name);
         let recorded = wp.status.as_ref().and_then(|s| s.class_region.clone());
         return Ok(match recorded {
             // Gone before the pool: its instances are where the status says.
@@ -51,7 +51,7 @@ pub(super) async fn effective(
             }),
         });
     };
-    ctx.config().budgets.set_limits(&name, &class.spec);
+    ctx.config().budgets().set_limits(&name, &class.spec);
     let ns = crate::crd::namespace_of(&*wp);
     let labels = labels_of(ctx, pool, &ns).await?;
     let tenant = Tenant {
@@ -114,7 +114,7 @@ async fn launched_under(
     ctx: &Context,
     pool: &str,
 ) -> Result<BTreeSet<String>, ReconcileError> {
-    let tuning = &ctx.config().tuning;
+    let tuning = &ctx.config().tuning();
     let mut classes = BTreeSet::new();
     for (scheduler, region, endpoint) in recorded_places(wp, Vec::new()) {
         let owner = Ownership::new(
@@ -126,7 +126,7 @@ async fn launched_under(
         );
         let ec2 = Box::pin(Ec2::new(
             &Ec2Config::new(region, endpoint),
-            ctx.config().fence.clone(),
+            ctx.config().fence().clone(),
         ))
         .await;
         let listed =
@@ -205,7 +205,7 @@ async fn labels_of(
 /// The fence, before a read from the API: the error if it is closed.
 fn fenced(ctx: &Context, pool: &str) -> Option<ReconcileError> {
     ctx.config()
-        .fence
+        .fence()
         .check()
         .err()
         .map(|source| ReconcileError::Fenced {

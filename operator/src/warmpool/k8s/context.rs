@@ -366,13 +366,15 @@ impl Context {
         triggers: mpsc::UnboundedSender<ObjectRef<WarmPool>>,
     ) -> Self {
         Context {
-            recorder: Recorder::new(client.clone(), Reporter::from(config.reporter.as_str())),
+            recorder: Recorder::new(client.clone(), Reporter::from(config.reporter().as_str())),
             listeners: Listeners::new(
                 triggers,
-                config.fence.clone(),
-                config.tuning.application_name("listen"),
+                config.fence().clone(),
+                config.tuning().application_name("listen"),
             ),
-            connections: Arc::new(Connections::named(&config.tuning.application_name("pool"))),
+            connections: Arc::new(Connections::named(
+                &config.tuning().application_name("pool"),
+            )),
             client,
             config,
             caches,
@@ -386,7 +388,7 @@ impl Context {
     /// Publishes `event` on `wp`, unless the fence is closed.
     pub(super) async fn say(&self, wp: &WarmPool, event: &PoolEvent) {
         let reference = wp.object_ref(&());
-        let fence = &self.config.fence;
+        let fence = &self.config.fence();
         let (warning, reason) = (event.warning(), event.reason());
         if let Err(fenced) = post_event(
             &self.recorder,

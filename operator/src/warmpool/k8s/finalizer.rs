@@ -72,7 +72,7 @@ pub(super) async fn let_go(
     message: &str,
 ) -> Result<Action, ReconcileError> {
     ctx.forget(pool);
-    let removed = remove(ctx.client(), &ctx.config().fence, wp)
+    let removed = remove(ctx.client(), ctx.config().fence(), wp)
         .await
         .map_err(|e| ReconcileError::finalizer(pool, e))?;
     if removed {
@@ -114,13 +114,13 @@ pub(super) async fn release_parameter(wp: &WarmPool, ctx: &Context, pool: &str) 
         return;
     }
     let name = ssm::parameter_name(
-        ctx.config().tuning.cluster(),
+        ctx.config().tuning().cluster(),
         &namespace,
         &wp.spec.scheduler,
     );
     let ssm = Ssm::new(
         &Ec2Config::new(&wp.spec.region, wp.spec.ssm_endpoint.as_deref()),
-        ctx.config().fence.clone(),
+        ctx.config().fence().clone(),
     )
     .await;
     match ssm.delete(&name).await {

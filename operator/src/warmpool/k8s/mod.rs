@@ -133,7 +133,7 @@ pub fn run(
             .predicate_filter(predicates::generation, Default::default());
         let controller = Controller::for_stream(changed, pool_store).with_config(
             controller::Config::default()
-                .debounce(config.tuning.min_gap())
+                .debounce(config.tuning().min_gap())
                 .concurrency(names::RECONCILE_CONCURRENCY),
         );
         let caches = Caches::new(

@@ -93,8 +93,8 @@ pub(super) async fn prepare(
     let retiring = retiring_of(old, moving, wp, ctx, pool, &remembered).await;
     tracing::info!(pool = %pool, generation = ?wp.metadata.generation, "pool loop made");
     let backoff = Backoff::new(
-        ctx.config().tuning.backoff_base(),
-        ctx.config().tuning.backoff_cap(),
+        ctx.config().tuning().backoff_base(),
+        ctx.config().tuning().backoff_cap(),
     );
     *slot = Some(PoolState::new(
         wp,
@@ -124,8 +124,8 @@ async fn new_loop(
         &wp.name_any(),
         wp.spec.clone(),
         url_text,
-        ctx.config().tuning.clone(),
-        ctx.config().fence.clone(),
+        ctx.config().tuning().clone(),
+        ctx.config().fence().clone(),
     )
     .await
     .map_err(|source| ReconcileError::Start {
@@ -133,10 +133,10 @@ async fn new_loop(
         source,
     })?
     .sharing(ctx.connections())
-    .with_listings(&ctx.config().listings)
+    .with_listings(ctx.config().listings())
     .with_deletion(told)
     .remember(wp.metadata.uid.as_deref().unwrap_or_default(), remembered);
-    if let Some(m) = &ctx.config().metrics {
+    if let Some(m) = &ctx.config().metrics() {
         lp = lp.with_metrics(m.clone());
     }
     if let Some(stale) = run_stale {
@@ -261,7 +261,7 @@ pub(super) async fn scheduler_of(
     }
     let schedulers: Api<Scheduler> = Api::namespaced(ctx.client().clone(), &ns);
     ctx.config()
-        .fence
+        .fence()
         .check()
         .map_err(|source| ReconcileError::Fenced {
             pool: pool.to_string(),

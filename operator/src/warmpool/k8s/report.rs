@@ -29,14 +29,14 @@ pub(super) async fn write_back(
     state: &mut PoolState,
     outcome: Result<PassReport, PoolError>,
 ) -> Result<Action, ReconcileError> {
-    let fence = &ctx.config().fence;
+    let fence = &ctx.config().fence();
     let (mut status, events, wait) = match outcome {
         Ok(report) => {
             let wait = if report.throttled() {
                 state.backed_off()
             } else {
                 state.went_through();
-                ctx.config().tuning.resync()
+                ctx.config().tuning().resync()
             };
             if report.deleted() && state.former().is_empty() {
                 for e in report.events() {
@@ -92,9 +92,11 @@ pub(super) async fn write_back(
         ctx.say(wp, e).await;
     }
     note_degraded(ctx, pool, &status);
-    if let (Some(m), Some(o), Some(st)) =
-        (&ctx.config().metrics, &wp.spec.objective, &status.objective)
-    {
+    if let (Some(m), Some(o), Some(st)) = (
+        &ctx.config().metrics(),
+        &wp.spec.objective,
+        &status.objective,
+    ) {
         let share = |p: Option<f64>| p.map(|p| p / 100.0);
         m.objective(
             pool,
@@ -127,7 +129,7 @@ pub(super) async fn apply_status(
 
 /// `orca_pool_degraded` as `status` says.
 fn note_degraded(ctx: &Context, pool: &str, status: &WarmPoolStatus) {
-    if let Some(m) = &ctx.config().metrics {
+    if let Some(m) = &ctx.config().metrics() {
         let degraded = status
             .conditions
             .iter()
@@ -163,7 +165,7 @@ pub(super) async fn degraded(
     }
     note_degraded(ctx, &pool, &status);
     if changed {
-        let fence = &ctx.config().fence;
+        let fence = &ctx.config().fence();
         apply_status(ctx.client(), fence, wp, &status)
             .await
             .map_err(|e| ReconcileError::status(&pool, e))?;

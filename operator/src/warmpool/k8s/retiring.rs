@@ -299,7 +299,7 @@ pub(super) fn retire(config: &PoolControllerConfig, lp: PoolLoop, place: FormerP
     lp.set_budget(None);
     let lp = lp
         .with_deletion(told)
-        .with_listings(&config.listings)
+        .with_listings(config.listings())
         .without_metrics();
     Retiring {
         place,
@@ -376,8 +376,8 @@ async fn reach(
         &name,
         spec,
         &url,
-        config.tuning.clone(),
-        config.fence.clone(),
+        config.tuning().clone(),
+        config.fence().clone(),
     );
     match made.await {
         Ok(lp) => Ok(retire(config, lp.not_listening(), place.clone())),
@@ -438,12 +438,12 @@ pub(super) async fn present_in(
         &crate::crd::namespace_of(wp),
         &wp.name_any(),
         scheduler,
-        config.tuning.operator(),
-        config.tuning.cluster(),
+        config.tuning().operator(),
+        config.tuning().cluster(),
     );
     let ec2 = Box::pin(Ec2::new(
         &Ec2Config::new(region, endpoint),
-        config.fence.clone(),
+        config.fence().clone(),
     ))
     .await;
     let ids = ec2

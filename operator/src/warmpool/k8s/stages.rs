@@ -68,7 +68,7 @@ impl Reconciler for Context {
     }
 
     fn progress(&self) -> &Progress {
-        &self.config().progress
+        self.config().progress()
     }
 
     fn backoff(&self) -> &PerObject {
@@ -76,7 +76,7 @@ impl Reconciler for Context {
     }
 
     fn count_failed(&self, namespace: &str, name: &str, stage: &'static str) {
-        if let Some(m) = &self.config().metrics {
+        if let Some(m) = &self.config().metrics() {
             m.reconcile_failed(&key(namespace, name), stage);
         }
     }
@@ -95,7 +95,7 @@ pub(super) async fn run_stages(
     let ns = crate::crd::namespace_of(&*wp);
     let pool = key(&ns, &wp.name_any());
     ctx.config()
-        .fence
+        .fence()
         .check()
         .map_err(|source| ReconcileError::Fenced {
             pool: pool.clone(),
@@ -135,7 +135,7 @@ pub(super) async fn run_stages(
     if deletion.is_none() && !ctx.has_finalizer(&wp) {
         // Before anything is launched: a deletion then waits for the
         // instances.
-        finalizer::add(ctx.client(), &ctx.config().fence, &wp)
+        finalizer::add(ctx.client(), ctx.config().fence(), &wp)
             .await
             .map_err(|e| ReconcileError::finalizer(&pool, e))?;
         if let Some(uid) = &wp.metadata.uid {
@@ -171,7 +171,7 @@ pub(super) async fn run_stages(
         let ns = crate::crd::namespace_of(&*wp);
         state
             .pool_loop_mut()
-            .set_budget(class.map(|c| ctx.config().budgets.budget(c, &pool, &ns)));
+            .set_budget(class.map(|c| ctx.config().budgets().budget(c, &pool, &ns)));
     }
     state.tell_deletion(deletion);
     state.pool_loop_mut().set_drain(

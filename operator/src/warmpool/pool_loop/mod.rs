@@ -112,7 +112,7 @@ impl<W> PoolLoop<W> {
         tuning: Tuning,
         world: W,
     ) -> PoolLoop<W> {
-        let launch_id = own_launch_id(&owner.pool);
+        let launch_id = own_launch_id(owner.pool());
         PoolLoop {
             backoff: Backoff::new(tuning.backoff_base(), tuning.backoff_cap()),
             world,

@@ -376,7 +376,7 @@ impl PoolLoop {
                      in this pool's database, tagged {}={}: {}",
                     adopted.len(),
                     crate::warmpool::ec2::TAG_CLUSTER,
-                    self.act.owner().cluster,
+                    self.act.owner().cluster(),
                     adopted.join(", ")
                 ),
                 false,

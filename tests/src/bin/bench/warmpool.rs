@@ -83,15 +83,10 @@ impl Stage {
             .unwrap_or_else(|e| panic!("a client: {e}"))
             .with_layer(&requests)
             .build();
-        let config = PoolControllerConfig {
-            tuning: Tuning::default().with_leak_grace(Some(Duration::from_secs(600))),
-            metrics: None,
-            reporter: "orca-operator".into(),
-            fence: Fence::always(),
-            progress: Default::default(),
-            listings: Default::default(),
-            budgets: Default::default(),
-        };
+        let config = PoolControllerConfig::new(
+            Tuning::default().with_leak_grace(Some(Duration::from_secs(600))),
+            Fence::always(),
+        );
         let mut watches = Watches::new(&client, &Some(ns.clone()));
         let mut cluster = ClusterWatches::new(&client);
         let run = orca_operator::warmpool::k8s::run(client, config, &mut watches, &mut cluster);
@@ -141,7 +136,7 @@ async fn report_idle(
          select i, $2, 'warm', now(), now() from unnest($1::text[]) i
          where not exists (select 1 from orca.instances where instance = i)
          returning id",
-        &[&ids, &owner.pool],
+        &[&ids, &owner.pool()],
     )
     .await
     .unwrap_or_else(|e| panic!("inserting idle rows: {e}"))
@@ -155,7 +150,7 @@ async fn finish_runs(db: &orca_db::Db, ec2: &orca_operator::warmpool::Ec2, owner
         .query(
             "update orca.instances set ended = now(), ended_by = 'agent'
              where pool = $1 and ended is null and run is not null returning instance",
-            &[&owner.pool],
+            &[&owner.pool()],
         )
         .await
         .unwrap_or_else(|e| panic!("ending the runs' rows: {e}"))
@@ -192,7 +187,7 @@ async fn bench_below_target(cp: &'static ControlPlane, moto: &Moto) {
         }
         tokio::time::sleep(Duration::from_secs(1)).await;
         let (handed, call) =
-            warm::hand_out_until_launch(&mut sched, &faults, &owner.pool, run).await;
+            warm::hand_out_until_launch(&mut sched, &faults, owner.pool(), run).await;
         samples.push(call.saturating_duration_since(handed));
         // Whether that pass listed EC2 first (its listing too old to reuse).
         if faults
@@ -236,11 +231,11 @@ async fn bench_steady_state(cp: &'static ControlPlane, moto: &Moto) {
     let subnets = warm::subnets(&ec2).await;
     let owner = stage.owner("steady");
     let db = pg::connect(&stage.url).await;
-    warm::launch_by_hand(&ec2, &owner.pool, &subnets[0], 100, "bench-k8s-steady-100").await;
+    warm::launch_by_hand(&ec2, owner.pool(), &subnets[0], 100, "bench-k8s-steady-100").await;
     report_idle(&db, &ec2, &owner).await;
     // The agents' beat, once a second for all of them.
     let beat_url = stage.url.clone();
-    let pool = owner.pool.clone();
+    let pool = owner.pool().clone();
     let beat = tokio::spawn(async move {
         let db = pg::connect(&beat_url).await;
         loop {
@@ -336,7 +331,7 @@ async fn bench_reserve(cp: &'static ControlPlane, moto: &Moto) {
                 .query_one(
                     "select count(*) from orca.instances
                      where pool = $1 and ended is null and idle is not null",
-                    &[&owner.pool],
+                    &[&owner.pool()],
                 )
                 .await
                 .unwrap()
@@ -356,7 +351,7 @@ async fn bench_reserve(cp: &'static ControlPlane, moto: &Moto) {
         )
         .await
         .unwrap();
-        let req = orca_db::pool::Request::new(&owner.pool, run, 1, "head", "", true);
+        let req = orca_db::pool::Request::new(owner.pool(), run, 1, "head", "", true);
         let asked = Instant::now();
         orca_db::pool::ask_for_instance(&db, &req).await.unwrap();
         while orca_db::pool::hand_out(&mut sched, &req, Duration::from_secs(5))
