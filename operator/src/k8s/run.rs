@@ -236,7 +236,7 @@ async fn controllers(
     // scopes.
     let mut cluster = ClusterWatches::new(&client);
     let mut sources = ClassSources::new(
-        &cluster,
+        &mut cluster,
         scopes.clone(),
         pools.listings().clone(),
         Ownership::of_cluster(pools.tuning().operator(), pools.tuning().cluster()),
@@ -245,7 +245,7 @@ async fn controllers(
         // One watch each of Schedulers, WarmPools and Secrets per scope,
         // which every controller follows.
         let mut watches = Watches::new(&client, &scope);
-        sources.add_pools(&watches.pools);
+        sources.add_pools(watches.pools());
         runs.push(
             crate::scheduler::k8s::run(client.clone(), scope.clone(), ctx.clone(), &mut watches)
                 .boxed(),

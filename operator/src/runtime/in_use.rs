@@ -176,9 +176,10 @@ pub fn run(
     (fence, progress): (Fence, Progress),
     watches: &mut Watches,
 ) -> impl Future<Output = ()> + Send + 'static {
-    let (secret_store, secrets_listed, secret_stream) = watches.secrets.subscribe().stream();
-    let (scheduler_store, schedulers_listed, schedulers) = watches.schedulers.subscribe().stream();
-    let (pool_store, pools_listed, pools) = watches.pools.subscribe().stream();
+    let (secret_store, secrets_listed, secret_stream) = watches.secrets().subscribe().stream();
+    let (scheduler_store, schedulers_listed, schedulers) =
+        watches.schedulers().subscribe().stream();
+    let (pool_store, pools_listed, pools) = watches.pools().subscribe().stream();
     async move {
         let secret_stream = secret_stream.applied_objects();
         // Each change of a Scheduler or WarmPool — a deletion included: the

@@ -356,15 +356,37 @@ fn unquoted(message: &str) -> String {
 pub struct Watches {
     /// The Schedulers: the Scheduler controller's own objects, and what a
     /// WarmPool names.
-    pub schedulers: Watch<Scheduler>,
+    schedulers: Watch<Scheduler>,
     /// The WarmPools.
-    pub pools: Watch<WarmPool>,
+    pools: Watch<WarmPool>,
     /// The Secrets' metadata: a change tells who reads one to read it
     /// again.
-    pub secrets: Watch<SecretMeta>,
+    secrets: Watch<SecretMeta>,
     /// The database URLs read from those Secrets, at the versions the
     /// watch shows; what was read of a deleted Secret goes with it.
-    pub urls: Arc<SecretUrls>,
+    urls: Arc<SecretUrls>,
+}
+
+impl Watches {
+    /// The Schedulers' watch, to subscribe to or read.
+    pub fn schedulers(&mut self) -> &mut Watch<Scheduler> {
+        &mut self.schedulers
+    }
+
+    /// The WarmPools' watch.
+    pub fn pools(&mut self) -> &mut Watch<WarmPool> {
+        &mut self.pools
+    }
+
+    /// The Secrets' watch.
+    pub fn secrets(&mut self) -> &mut Watch<SecretMeta> {
+        &mut self.secrets
+    }
+
+    /// The database URLs read from the Secrets the watch shows.
+    pub fn urls(&self) -> &Arc<SecretUrls> {
+        &self.urls
+    }
 }
 
 impl Watches {
@@ -399,8 +421,20 @@ impl Watches {
 /// The cluster-wide watches, one for every scope: the WarmPoolClasses and
 /// the Namespaces' metadata (their labels).
 pub struct ClusterWatches {
-    pub classes: Watch<WarmPoolClass>,
-    pub namespaces: Watch<NamespaceMeta>,
+    classes: Watch<WarmPoolClass>,
+    namespaces: Watch<NamespaceMeta>,
+}
+
+impl ClusterWatches {
+    /// The WarmPoolClasses' watch.
+    pub fn classes(&mut self) -> &mut Watch<WarmPoolClass> {
+        &mut self.classes
+    }
+
+    /// The Namespaces' watch (their labels).
+    pub fn namespaces(&mut self) -> &mut Watch<NamespaceMeta> {
+        &mut self.namespaces
+    }
 }
 
 impl ClusterWatches {

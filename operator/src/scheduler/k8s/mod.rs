@@ -74,9 +74,9 @@ pub fn run(
 ) -> impl Future<Output = ()> + Send + 'static {
     let (pods, jobs): (Api<Pod>, Api<Job>) =
         (namespaced(&client, &scope), namespaced(&client, &scope));
-    let (scheduler_store, _, schedulers) = watches.schedulers.subscribe().stream();
-    let (secret_store, secrets_listed, secrets) = watches.secrets.subscribe().stream();
-    let urls = watches.urls.clone();
+    let (scheduler_store, _, schedulers) = watches.schedulers().subscribe().stream();
+    let (secret_store, secrets_listed, secrets) = watches.secrets().subscribe().stream();
+    let urls = watches.urls().clone();
     async move {
         let ours = watcher::Config::default().labels(LABEL_SCHEDULER);
         let (pod_store, writer) = reflector::store::<Pod>();

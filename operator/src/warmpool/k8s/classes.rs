@@ -64,13 +64,13 @@ impl ClassSources {
     /// [`ClassSources::add_pools`]). Only their stores: a subscriber's
     /// events would wait, unread, for the whole term.
     pub fn new(
-        cluster: &ClusterWatches,
+        cluster: &mut ClusterWatches,
         scopes: Vec<Option<String>>,
         listings: Listings,
         owner: Ownership,
     ) -> Self {
-        let (classes, classes_listed) = cluster.classes.reader();
-        let (namespaces, namespaces_listed) = cluster.namespaces.reader();
+        let (classes, classes_listed) = cluster.classes().reader();
+        let (namespaces, namespaces_listed) = cluster.namespaces().reader();
         ClassSources {
             classes,
             namespaces,
@@ -291,18 +291,18 @@ mod tests {
     async fn the_census_takes_the_stores_and_leaves_the_events() {
         let config = kube::Config::new("http://127.0.0.1:9".parse().unwrap());
         let client = Client::try_from(config).unwrap();
-        let cluster = ClusterWatches::new(&client);
-        let watches = Watches::new(&client, &None);
+        let mut cluster = ClusterWatches::new(&client);
+        let mut watches = Watches::new(&client, &None);
         let mut sources = ClassSources::new(
-            &cluster,
+            &mut cluster,
             vec![None],
             Listings::default(),
             Ownership::of_cluster("orca-operator", "east"),
         );
-        sources.add_pools(&watches.pools);
+        sources.add_pools(watches.pools());
         assert_eq!(sources.listed.len(), 3, "each store's listing awaited");
-        assert_eq!(cluster.classes.subscribers(), 0);
-        assert_eq!(cluster.namespaces.subscribers(), 0);
-        assert_eq!(watches.pools.subscribers(), 0);
+        assert_eq!(cluster.classes().subscribers(), 0);
+        assert_eq!(cluster.namespaces().subscribers(), 0);
+        assert_eq!(watches.pools().subscribers(), 0);
     }
 }

@@ -103,12 +103,12 @@ pub fn run(
     watches: &mut Watches,
     cluster: &mut ClusterWatches,
 ) -> impl Future<Output = ()> + Send + 'static {
-    let (scheduler_store, scheduler_listed, schedulers) = watches.schedulers.subscribe().stream();
-    let (secret_store, secret_listed, secrets) = watches.secrets.subscribe().stream();
-    let (pool_store, _, pools) = watches.pools.subscribe().stream();
-    let (class_store, class_listed, classes) = cluster.classes.subscribe().stream();
-    let (namespace_store, namespace_listed, namespaces) = cluster.namespaces.subscribe().stream();
-    let urls = watches.urls.clone();
+    let (scheduler_store, scheduler_listed, schedulers) = watches.schedulers().subscribe().stream();
+    let (secret_store, secret_listed, secrets) = watches.secrets().subscribe().stream();
+    let (pool_store, _, pools) = watches.pools().subscribe().stream();
+    let (class_store, class_listed, classes) = cluster.classes().subscribe().stream();
+    let (namespace_store, namespace_listed, namespaces) = cluster.namespaces().subscribe().stream();
+    let urls = watches.urls().clone();
     async move {
         // The store keeps every change; a pool cares only for a new spec
         // (its Secret, say), not for the Scheduler controller's status
