@@ -150,9 +150,7 @@ impl Statement {
     pub fn actions(&self) -> &Vec<&'static str> {
         &self.actions
     }
-}
 
-impl Statement {
     fn allow(sid: &'static str, actions: &[&'static str], resources: Vec<String>) -> Self {
         Statement {
             sid,

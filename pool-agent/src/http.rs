@@ -30,13 +30,12 @@ pub struct Endpoint {
 }
 
 impl Endpoint {
-    /// Of its parts, as the fields say.
+    /// `addr` (`host:port`) to connect to, `host` for the `Host`
+    /// header, over TLS if `tls`.
     pub fn new(addr: String, host: String, tls: bool) -> Self {
         Endpoint { addr, host, tls }
     }
-}
 
-impl Endpoint {
     /// The `Host` header (with the port, if one was given).
     pub fn host(&self) -> &String {
         &self.host
@@ -46,9 +45,7 @@ impl Endpoint {
     pub fn tls(&self) -> bool {
         self.tls
     }
-}
 
-impl Endpoint {
     /// The instance metadata service's address.
     pub fn imds() -> Self {
         Endpoint {

@@ -25,7 +25,8 @@ pub struct Source {
 }
 
 impl Source {
-    /// Of its parts, as the fields say.
+    /// The URL `url`, read from `parameter` if it came from one (to
+    /// read again when the database refuses it).
     pub fn new(url: DatabaseUrl, parameter: Option<Parameter>) -> Self {
         Source { url, parameter }
     }

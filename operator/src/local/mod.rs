@@ -44,7 +44,9 @@ pub struct LocalOptions {
 }
 
 impl LocalOptions {
-    /// Of its parts, as the fields say.
+    /// The local mode on the manifests in `dir`, falling back on the
+    /// database at `database_url` when no Secret names one (`None`: a
+    /// throwaway cluster).
     pub fn new(dir: PathBuf, database_url: Option<String>) -> Self {
         LocalOptions { dir, database_url }
     }

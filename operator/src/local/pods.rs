@@ -39,10 +39,9 @@ impl PodMeta {
             ..self
         }
     }
-}
 
-impl PodMeta {
-    /// Of its parts, as the fields say.
+    /// A pod or Job of `scheduler` at `revision`, its `sequence`th, of
+    /// `image`, made at `created`; `register`: a registration's hash.
     pub fn new(
         scheduler: String,
         revision: String,
@@ -60,9 +59,7 @@ impl PodMeta {
             register,
         }
     }
-}
 
-impl PodMeta {
     /// `namespace/name` of the Scheduler it belongs to.
     pub fn scheduler(&self) -> &String {
         &self.scheduler

@@ -41,9 +41,7 @@ impl Stopped {
     pub fn reason(&self) -> &'static str {
         self.reason
     }
-}
 
-impl Stopped {
     /// A panic's stop, with its message.
     pub fn panic(message: &str) -> Stopped {
         Stopped {

@@ -387,9 +387,7 @@ impl Watches {
     pub fn urls(&self) -> &Arc<SecretUrls> {
         &self.urls
     }
-}
 
-impl Watches {
     /// The watches of `scope` (a namespace; `None`: all).
     pub fn new(client: &Client, scope: &Option<String>) -> Self {
         let urls = Arc::new(SecretUrls::default());
@@ -435,9 +433,7 @@ impl ClusterWatches {
     pub fn namespaces(&mut self) -> &mut Watch<NamespaceMeta> {
         &mut self.namespaces
     }
-}
 
-impl ClusterWatches {
     /// Both watches, over the whole cluster.
     pub fn new(client: &Client) -> Self {
         let classes = ApiResource::erase::<WarmPoolClass>(&());

@@ -129,9 +129,7 @@ impl Ec2Config {
     pub fn call_timeout(&self) -> Duration {
         self.call_timeout
     }
-}
 
-impl Ec2Config {
     /// The EC2 API of `region`, at `endpoint` if one is given; each call
     /// limited to 30 s.
     pub fn new(region: &str, endpoint: Option<&str>) -> Self {
@@ -817,9 +815,7 @@ impl Ec2 {
         }
         Ok(())
     }
-}
 
-impl Ec2 {
     /// `StopInstances`: the stopped reserve's stop (EBS kept, no compute).
     pub async fn stop(&self, ids: &[String]) -> Result<(), Ec2Error> {
         const ACTION: &str = "StopInstances";

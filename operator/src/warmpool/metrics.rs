@@ -31,7 +31,7 @@ pub struct Counts {
 }
 
 impl Counts {
-    /// Of its parts, as the fields say.
+    /// The pool's instances by state, and the idle minimum in force.
     pub fn new(idle: i32, busy: i32, stopped: i32, launching: i32, idle_min: i32) -> Self {
         Counts {
             idle,

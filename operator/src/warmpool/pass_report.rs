@@ -31,9 +31,7 @@ impl PoolEvent {
     pub fn warning(&self) -> bool {
         self.warning
     }
-}
 
-impl PoolEvent {
     /// An event of `reason`, a Warning if `warning`.
     pub fn new(reason: &'static str, message: String, warning: bool) -> Self {
         PoolEvent {
@@ -61,7 +59,8 @@ pub struct Deletion {
 }
 
 impl Deletion {
-    /// Of its parts, as the fields say.
+    /// A deletion at `since` with `drain_timeout_seconds` as the spec
+    /// says now; `left_behind`: the loop was left where the pool ran.
     pub fn new(since: DateTime<Utc>, drain_timeout_seconds: i64, left_behind: bool) -> Self {
         Deletion {
             since,
@@ -69,9 +68,7 @@ impl Deletion {
             left_behind,
         }
     }
-}
 
-impl Deletion {
     /// Its `deletionTimestamp`.
     pub fn since(&self) -> DateTime<Utc> {
         self.since

@@ -48,9 +48,7 @@ impl Check {
     pub fn outcome(&self) -> &Outcome {
         &self.outcome
     }
-}
 
-impl Check {
     /// `action` of `service` (`ec2`, `ssm`), and what asking said.
     pub fn new(service: &'static str, action: &'static str, outcome: Outcome) -> Self {
         Check {
@@ -89,7 +87,9 @@ pub struct Probe<'a> {
 }
 
 impl<'a> Probe<'a> {
-    /// Of its parts, as the fields say.
+    /// The calls to ask: the launch, the calls on `instance` and the
+    /// tags for it, and the describe calls of `describes` (each `None` or
+    /// empty: left unasked).
     pub fn new(
         launch: Option<RunRequest<'a>>,
         instance: Option<&'a str>,
@@ -103,9 +103,7 @@ impl<'a> Probe<'a> {
             describes,
         }
     }
-}
 
-impl<'a> Probe<'a> {
     /// The launch (`RunInstances` with its tags, network, profile): `None`
     /// to leave it unasked.
     pub fn launch(&self) -> &Option<RunRequest<'a>> {

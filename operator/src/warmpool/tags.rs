@@ -97,9 +97,7 @@ impl Ownership {
     pub fn namespace(&self) -> &String {
         &self.namespace
     }
-}
 
-impl Ownership {
     /// The owner of WarmPool `namespace/name`'s instances, run on Scheduler
     /// `namespace/scheduler` by `operator` of `cluster`.
     pub fn new(

@@ -158,9 +158,7 @@ impl Tuning {
             ..self
         }
     }
-}
 
-impl Tuning {
     /// A pass at least this often, notification or not.
     pub fn resync(&self) -> Duration {
         self.resync
@@ -257,9 +255,7 @@ impl Tuning {
     pub fn template_every(&self) -> Duration {
         self.template_every
     }
-}
 
-impl Tuning {
     /// The `application_name` of the loop's `kind` of connection:
     /// `orca-operator-<kind>`, and `/<replica>` when there is one.
     pub fn application_name(&self, kind: &str) -> String {
