@@ -112,16 +112,14 @@ pub async fn command(args: &PreflightArgs) -> anyhow::Result<ExitCode> {
     );
     let user_data = "#!/bin/sh\npoweroff\n".into();
     let probe = Probe::new(
-        args.image.is_some().then_some(RunRequest {
-            launch: &launch,
-            offering: &offering,
-            count: 1,
-            token: "orca-preflight",
-            user_data: &user_data,
-            owner: &owner,
-            class: None,
-            template_version: None,
-        }),
+        args.image.is_some().then_some(RunRequest::new(
+            &launch,
+            &offering,
+            1,
+            "orca-preflight",
+            &user_data,
+            &owner,
+        )),
         id.as_deref(),
         if id.is_some() {
             vec![

@@ -265,16 +265,14 @@ pub async fn launch_by_hand(
         subnet: subnet.into(),
         spot: false,
     };
-    ec2.run(&orca_operator::warmpool::ec2::RunRequest {
-        launch: &spec.launch,
-        offering: &offering,
+    ec2.run(&orca_operator::warmpool::ec2::RunRequest::new(
+        &spec.launch,
+        &offering,
         count,
         token,
-        user_data: &"#!/bin/sh\n".into(),
-        owner: &owner,
-        class: None,
-        template_version: None,
-    })
+        &"#!/bin/sh\n".into(),
+        &owner,
+    ))
     .await
     .unwrap_or_else(|e| panic!("moto's RunInstances failed: {e}"))
 }

@@ -291,19 +291,77 @@ pub fn client_token(launch_id: &str, batch: u64) -> String {
 /// One `RunInstances` call.
 #[derive(Clone, Debug)]
 pub struct RunRequest<'a> {
-    pub launch: &'a Launch,
-    pub offering: &'a Offering,
-    pub count: u32,
-    pub token: &'a str,
+    launch: &'a Launch,
+    offering: &'a Offering,
+    count: u32,
+    token: &'a str,
     /// The rendered script (see [`super::userdata`]); base64-encoded here.
-    pub user_data: &'a super::userdata::UserData,
-    pub owner: &'a Ownership,
+    user_data: &'a super::userdata::UserData,
+    owner: &'a Ownership,
     /// The WarmPoolClass launched through ([`TAG_CLASS`]), if any.
-    pub class: Option<&'a str>,
+    class: Option<&'a str>,
     /// The launch template's version as resolved to a number
     /// ([`Ec2::template_version`]), launched and tagged instead of the
     /// version as written; `None` when it could not be resolved.
-    pub template_version: Option<&'a str>,
+    template_version: Option<&'a str>,
+}
+
+impl<'a> RunRequest<'a> {
+    /// `count` instances of `launch` on `offering`, with `token` as the
+    /// call's `ClientToken`, `user_data` and `owner`'s tags; no class, the
+    /// launch template's version as written.
+    pub fn new(
+        launch: &'a Launch,
+        offering: &'a Offering,
+        count: u32,
+        token: &'a str,
+        user_data: &'a super::userdata::UserData,
+        owner: &'a Ownership,
+    ) -> Self {
+        RunRequest {
+            launch,
+            offering,
+            count,
+            token,
+            user_data,
+            owner,
+            class: None,
+            template_version: None,
+        }
+    }
+
+    /// This, launched through the WarmPoolClass `class` (if any).
+    pub fn with_class(self, class: Option<&'a str>) -> Self {
+        RunRequest { class, ..self }
+    }
+
+    /// This, launching the template's `version` (if resolved).
+    pub fn with_template_version(self, template_version: Option<&'a str>) -> Self {
+        RunRequest {
+            template_version,
+            ..self
+        }
+    }
+
+    /// The launch.
+    pub fn launch(&self) -> &'a Launch {
+        self.launch
+    }
+
+    /// The offering (type and subnet) launched on.
+    pub fn offering(&self) -> &'a Offering {
+        self.offering
+    }
+
+    /// How many instances.
+    pub fn count(&self) -> u32 {
+        self.count
+    }
+
+    /// The call's `ClientToken`.
+    pub fn token(&self) -> &'a str {
+        self.token
+    }
 }
 
 /// The AWS SDK's HTTP client as the operator uses it: rustls on ring.

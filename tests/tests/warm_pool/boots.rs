@@ -188,16 +188,14 @@ async fn this_releases_agent_serves_runs_on_the_previous_releases_user_data() {
     };
     let user_data: userdata::UserData = script.as_str().into();
     let ids = ec2
-        .run(&orca_operator::warmpool::ec2::RunRequest {
-            launch: &spec.launch,
-            offering: &offering,
-            count: 1,
-            token: "skew-previous-user-data",
-            user_data: &user_data,
-            owner: &owner,
-            class: None,
-            template_version: None,
-        })
+        .run(&orca_operator::warmpool::ec2::RunRequest::new(
+            &spec.launch,
+            &offering,
+            1,
+            "skew-previous-user-data",
+            &user_data,
+            &owner,
+        ))
         .await
         .expect("a launch with the previous release's user-data");
     let _booting = Booting::start(ec2.clone(), &proxy, owner, instance_env());

@@ -1089,16 +1089,16 @@ impl Actuator {
     ) -> Result<Vec<String>, Ec2Error> {
         let mut backoff = Backoff::new(self.tuning.backoff_base(), self.tuning.backoff_cap());
         loop {
-            let req = RunRequest {
-                launch: &orders.spec.launch,
+            let req = RunRequest::new(
+                &orders.spec.launch,
                 offering,
                 count,
                 token,
                 user_data,
-                owner: &self.owner,
-                class: self.budget.as_ref().map(|b| b.class()),
-                template_version: orders.template_version,
-            };
+                &self.owner,
+            )
+            .with_class(self.budget.as_ref().map(|b| b.class()))
+            .with_template_version(orders.template_version);
             let outcome = world.run(&req).await;
             self.denials.record("RunInstances", &outcome);
             match outcome {

@@ -61,16 +61,18 @@ pub(in crate::warmpool) async fn ask(
     let namespace = act.owner.namespace().clone();
     let class = act.budget.as_ref().map(|b| b.class().to_string());
     let probe = Probe::new(
-        Some(RunRequest {
-            launch: &spec.launch,
-            offering: &offering,
-            count: 1,
-            token: "orca-preflight",
-            user_data: &user_data,
-            owner: &act.owner,
-            class: class.as_deref(),
-            template_version,
-        }),
+        Some(
+            RunRequest::new(
+                &spec.launch,
+                &offering,
+                1,
+                "orca-preflight",
+                &user_data,
+                &act.owner,
+            )
+            .with_class(class.as_deref())
+            .with_template_version(template_version),
+        ),
         instance,
         match &class {
             Some(c) => vec![(TAG_CLASS, c.as_str()), (TAG_NAMESPACE, namespace.as_str())],

@@ -206,17 +206,17 @@ impl World for Table {
     }
 
     async fn run(&mut self, req: &RunRequest<'_>) -> Result<Vec<String>, Ec2Error> {
-        let t = req.offering.instance_type.clone();
-        self.runs.push((t, req.count, req.token.to_string()));
-        self.subnets.push(req.offering.subnet.clone());
+        let t = req.offering().instance_type.clone();
+        self.runs.push((t, req.count(), req.token().to_string()));
+        self.subnets.push(req.offering().subnet.clone());
         match self.run.pop_front().unwrap_or(Answer::Launch) {
-            Answer::Launch => Ok((0..req.count)
+            Answer::Launch => Ok((0..req.count())
                 .map(|_| {
                     self.launched += 1;
                     format!("i-{:04}", self.launched)
                 })
                 .collect()),
-            other => Err(refusal(other, "RunInstances", Some(req.offering))),
+            other => Err(refusal(other, "RunInstances", Some(req.offering()))),
         }
     }
 
