@@ -293,3 +293,32 @@ async fn a_degraded_pass_on_an_older_copy_keeps_the_places_last_written() {
     );
     assert_eq!(left_in(&old).await, there, "busy: left to its run");
 }
+
+/// A WarmPool deleted (its instances orphaned) and made again under the
+/// same name is another object: the places the first one ran and drained
+/// are not the second's, which starts where its spec says.
+#[tokio::test]
+async fn a_pool_made_again_under_its_name_does_not_take_the_places_of_the_first() {
+    let old = warm::Stage::new().await;
+    let new = warm::Stage::new().await;
+    let (mut k8s, ctx) = one_launching(&old).await;
+    let there = left_in(&old).await;
+    busy(&old, &there[0]).await;
+    edit(&mut k8s, &ctx, moved_onto(&new)).await;
+    k8s.until("the old place draining", |k| {
+        retiring_after_edit(k) == Some(1)
+    })
+    .await;
+
+    // Another object of the same name, not yet given a status, where the
+    // first one runs now.
+    let mut again = warm_pool(moved_onto(&new), 1);
+    again.metadata.uid = Some("warmpool-uid-2".into());
+    k8s.pool = again.clone();
+    k8s.reconcile(&ctx, again).await;
+    let written = k8s.statuses.last().cloned().unwrap_or_default();
+    assert!(
+        written["retiring"].as_array().is_none_or(|r| r.is_empty()),
+        "the first pool's former place is not the second's: {written}"
+    );
+}

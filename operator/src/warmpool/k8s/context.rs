@@ -388,7 +388,7 @@ impl Context {
     /// Publishes `event` on `wp`, unless the fence is closed.
     pub(super) async fn say(&self, wp: &WarmPool, event: &PoolEvent) {
         let reference = wp.object_ref(&());
-        let fence = &self.config.fence();
+        let fence = self.config.fence();
         let (warning, reason) = (event.warning(), event.reason());
         if let Err(fenced) = post_event(
             &self.recorder,
@@ -453,7 +453,8 @@ impl Context {
     }
 
     /// `wp` with the places this replica last wrote of it (`status.place`,
-    /// `status.retiring`): the watch's copy may be older than the write,
+    /// `status.retiring`), if its state is of this very object: the
+    /// watch's copy may be older than the write,
     /// and a pass that finds the pool Degraded (and writes its status
     /// back), deletes it without its database or orphans it must see
     /// every place its instances may be.
@@ -462,7 +463,10 @@ impl Context {
             return wp;
         };
         let guard = slot.lock().await;
-        let Some(last) = guard.as_ref().and_then(PoolState::last) else {
+        // Another object of the same name (deleted and made again) has
+        // places of its own.
+        let of_wp = guard.as_ref().filter(|s| s.is_of(&wp));
+        let Some(last) = of_wp.and_then(PoolState::last) else {
             return wp;
         };
         let read = wp.status.as_ref();
