@@ -374,17 +374,9 @@ async fn without_its_database_a_deleted_pool_terminates_by_ec2_past_its_drain_ti
 async fn without_its_database_a_deleted_pool_terminates_in_the_places_it_was_draining_too() {
     let old = warm::Stage::new().await;
     let new = warm::Stage::new().await;
-    let (mut k8s, client, ctx) = one_launching_on(&old).await;
-    let there = instances(&old).await;
-    busy(&old, &there[0]).await;
-
     // Moved to another EC2 (the same database): the old place drains,
     // its busy instance waiting for its run.
-    edit(&mut k8s, &ctx, moved_onto(&new)).await;
-    k8s.until("the old place draining", |k| {
-        retiring_after_edit(k) == Some(1)
-    })
-    .await;
+    let (mut k8s, client, ctx, there) = moved_leaving_one_busy(&old, &new).await;
     assert_eq!(instances(&old).await, there, "busy: left to its run");
 
     // Deleted without its database, no drain time-out left.

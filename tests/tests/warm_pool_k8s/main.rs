@@ -157,6 +157,25 @@ async fn edit(k8s: &mut Cluster, ctx: &Arc<Context>, spec: WarmPoolSpec) {
 }
 
 /// `stage`'s pool moved onto `stage`'s own EC2 and its first subnet.
+/// A pool launched on `old`, its instance busy there, then moved onto
+/// `new`: the old place drains, its busy instance left to its run. The
+/// cluster, its client, the operator, and the instance left behind.
+async fn moved_leaving_one_busy(
+    old: &warm::Stage,
+    new: &warm::Stage,
+) -> (Cluster, kube::Client, Arc<Context>, Vec<String>) {
+    let (mut k8s, client, ctx) = one_launching_on(old).await;
+    let there = instances(old).await;
+    assert_eq!(there.len(), 1);
+    busy(old, &there[0]).await;
+    edit(&mut k8s, &ctx, moved_onto(new)).await;
+    k8s.until("the old place draining", |k| {
+        retiring_after_edit(k) == Some(1)
+    })
+    .await;
+    (k8s, client, ctx, there)
+}
+
 fn moved_onto(stage: &warm::Stage) -> WarmPoolSpec {
     let mut moved = spec(stage, &stage.moto.endpoint(), 1, 1);
     moved.launch.subnet_ids = stage.subnets[..1].to_vec();

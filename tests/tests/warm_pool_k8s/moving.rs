@@ -147,20 +147,7 @@ async fn another_endpoint_of_the_same_ec2_settles_and_nothing_fights() {
 async fn a_former_place_without_its_database_is_kept_until_ec2_lists_none_there() {
     let old = warm::Stage::new().await;
     let new = warm::Stage::new().await;
-    let wp = warm_pool(spec(&old, &old.moto.endpoint(), 1, 1), 1);
-    let (mut k8s, client) = Cluster::new(wp.clone(), Some(scheduler()), Some(url_secret(&old.url)));
-    let ctx = context(client.clone());
-    k8s.reconcile(&ctx, wp).await;
-    k8s.until("one launching", |k| k.status()["launching"] == 1)
-        .await;
-    let there = left_in(&old).await;
-    assert_eq!(there.len(), 1);
-    busy(&old, &there[0]).await;
-    edit(&mut k8s, &ctx, moved_onto(&new)).await;
-    k8s.until("the old place draining", |k| {
-        retiring_after_edit(k) == Some(1)
-    })
-    .await;
+    let (mut k8s, client, ctx, there) = moved_leaving_one_busy(&old, &new).await;
 
     // The operator restarts, and the old place's Secret is gone.
     ctx.stop_all();
@@ -301,14 +288,7 @@ async fn a_degraded_pass_on_an_older_copy_keeps_the_places_last_written() {
 async fn a_pool_made_again_under_its_name_does_not_take_the_places_of_the_first() {
     let old = warm::Stage::new().await;
     let new = warm::Stage::new().await;
-    let (mut k8s, ctx) = one_launching(&old).await;
-    let there = left_in(&old).await;
-    busy(&old, &there[0]).await;
-    edit(&mut k8s, &ctx, moved_onto(&new)).await;
-    k8s.until("the old place draining", |k| {
-        retiring_after_edit(k) == Some(1)
-    })
-    .await;
+    let (mut k8s, _, ctx, _) = moved_leaving_one_busy(&old, &new).await;
 
     // Another object of the same name, not yet given a status, where the
     // first one runs now.
