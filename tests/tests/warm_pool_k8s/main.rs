@@ -16,7 +16,7 @@ use http::{Method, StatusCode};
 use k8s_openapi::api::core::v1::Secret;
 use kube::runtime::controller::Action;
 use orca_db::pool::{hand_out, mark_idle, Request};
-use orca_operator::crd::{OnDelete, Scheduler, SchedulerSpec, WarmPool, WarmPoolSpec};
+use orca_operator::crd::{FormerPlace, OnDelete, Scheduler, SchedulerSpec, WarmPool, WarmPoolSpec};
 use orca_operator::fence::Fence;
 use orca_operator::warmpool::k8s::{
     reconcile, Context, PoolControllerConfig, ReconcileError, FINALIZER,

@@ -10,6 +10,50 @@ async fn left_in(stage: &warm::Stage) -> Vec<String> {
     instances(stage).await
 }
 
+/// Where the pool runs, as its status says.
+fn place_of(k8s: &Cluster) -> FormerPlace {
+    let status = k8s.pool.status.as_ref().expect("a status");
+    status.place.clone().expect("status.place")
+}
+
+/// `old` in `status.retiring` again, left when the pool began where it
+/// runs now: what an operator that drained the old place wrote (this one,
+/// its listing of the new place failing at the move, or the one before).
+fn retiring_again(k8s: &mut Cluster, mut old: FormerPlace) {
+    let status = k8s.pool.status.as_mut().expect("a status");
+    old.since = status.place.as_ref().expect("status.place").since.clone();
+    status.retiring = vec![old];
+}
+
+/// Another endpoint of the same EC2 as where the pool runs in `k8s`: the
+/// pool moves there with its one instance busy, and launches a warm one
+/// beside it. Where the pool ran before, as its status said.
+async fn moved_to_an_alias(
+    stage: &warm::Stage,
+    k8s: &mut Cluster,
+    ctx: &Arc<Context>,
+) -> (Vec<String>, FormerPlace) {
+    let first = left_in(stage).await;
+    assert_eq!(first.len(), 1);
+    busy(stage, &first[0]).await;
+    let before = place_of(k8s);
+    // The same moto, by another name: the busy one is listed by both
+    // places, and the new one launches a warm one beside it.
+    let alias = stage.moto.endpoint().replace("127.0.0.1", "localhost");
+    edit(k8s, ctx, spec(stage, &alias, 1, 1)).await;
+    k8s.until("the move seen", |k| retiring_after_edit(k).is_some())
+        .await;
+    for _ in 0..40 {
+        if left_in(stage).await.len() == 2 {
+            break;
+        }
+        reconciled_a_while(k8s, ctx, 1).await;
+    }
+    let running = left_in(stage).await;
+    assert_eq!(running.len(), 2, "a warm one beside the busy one");
+    (running, before)
+}
+
 #[tokio::test]
 async fn a_changed_endpoint_drains_the_old_place_and_leaves_nothing_there() {
     let old = warm::Stage::new().await;
@@ -192,33 +236,14 @@ async fn a_former_place_without_its_database_is_kept_until_ec2_lists_none_there(
 async fn a_former_place_without_its_database_terminates_nothing_the_pool_runs_now() {
     let stage = warm::Stage::new().await;
     let (mut k8s, client, ctx) = one_launching_on(&stage).await;
-    let first = left_in(&stage).await;
-    assert_eq!(first.len(), 1);
-    busy(&stage, &first[0]).await;
-    // The same moto, by another name: the busy one is listed by both
-    // places, and the new one launches a warm one beside it.
-    let alias = stage.moto.endpoint().replace("127.0.0.1", "localhost");
-    edit(&mut k8s, &ctx, spec(&stage, &alias, 1, 1)).await;
-    k8s.until("the old place draining", |k| {
-        retiring_after_edit(k) == Some(1)
-    })
-    .await;
-    for _ in 0..40 {
-        if left_in(&stage).await.len() == 2 {
-            break;
-        }
-        reconciled_a_while(&mut k8s, &ctx, 1).await;
-    }
-    let running = left_in(&stage).await;
-    assert_eq!(running.len(), 2, "a warm one beside the busy one");
+    let (running, mut before) = moved_to_an_alias(&stage, &mut k8s, &ctx).await;
 
-    // The operator restarts, the old place's Secret is gone, and the drain
-    // time-out is past.
+    // The operator restarts, the old place still to drain and its Secret
+    // gone, and the drain time-out is past.
     ctx.stop_all();
     let ctx = context(client);
-    if let Some(status) = k8s.pool.status.as_mut() {
-        status.retiring[0].database_secret.name = "orca-db-deleted".into();
-    }
+    before.database_secret.name = "orca-db-deleted".into();
+    retiring_again(&mut k8s, before);
     k8s.pool.spec.drain_timeout_seconds = 0;
     let retiring = |k: &Cluster| k.status()["retiring"].as_array().map_or(0, Vec::len);
     for _ in 0..20 {
@@ -238,6 +263,34 @@ async fn a_former_place_without_its_database_terminates_nothing_the_pool_runs_no
         left_in(&stage).await,
         running,
         "what the pool runs now stays; events: {:#?}",
+        k8s.events
+    );
+}
+
+/// Another endpoint of the same EC2, and an operator restarts soon after
+/// the move with the old place still to drain (its status written by an
+/// earlier operator): the new loop knows nothing of what the pool
+/// launched before the restart, and the old place's loop lists it too,
+/// launched within the two minutes its launch times are given for the
+/// clocks. What the pool's place lists is the pool's loop's: the old
+/// place's loop leaves it, and goes. Once, it took the pool's new
+/// instance for its own and terminated it.
+#[tokio::test]
+async fn a_restart_soon_after_a_move_terminates_nothing_the_pool_launched_since() {
+    let stage = warm::Stage::new().await;
+    let (mut k8s, client, ctx) = one_launching_on(&stage).await;
+    let (running, before) = moved_to_an_alias(&stage, &mut k8s, &ctx).await;
+
+    // The operator restarts, the old place still to drain, its database
+    // there.
+    ctx.stop_all();
+    let ctx = context(client);
+    retiring_again(&mut k8s, before);
+    reconciled_a_while(&mut k8s, &ctx, 4).await;
+    assert_eq!(
+        left_in(&stage).await,
+        running,
+        "what the pool launched since the move stays, and the busy one runs on; events: {:#?}",
         k8s.events
     );
 }

@@ -111,6 +111,13 @@ impl Launches {
         self.ours.keys().map(String::as_str)
     }
 
+    /// What this loop launched among `ids`, which the loop of the place the
+    /// pool moved to has (the same EC2): no longer counted as this loop's.
+    pub(super) fn hand_over(&mut self, ids: &HashSet<String>) {
+        self.ours.retain(|id, _| !ids.contains(id));
+        self.times.retain(|id, _| !ids.contains(id));
+    }
+
     /// Of what this loop launched, what a listing of `instances` shows:
     /// an id stays ours while EC2 lists it present, or for a few minutes
     /// before it does; the rest are forgotten.
@@ -401,6 +408,12 @@ impl Actuator {
     /// What the pool launched, as the loop knows it.
     pub(super) fn launches(&self) -> &Launches {
         &self.launches
+    }
+
+    /// Of what this loop launched, `ids` are another loop's now (see
+    /// [`Launches::hand_over`]).
+    pub(super) fn hand_over(&mut self, ids: &HashSet<String>) {
+        self.launches.hand_over(ids);
     }
 
     /// What a status restored says: the pool's `uid` names its launches

@@ -177,7 +177,7 @@ impl PoolState {
         config: &PoolControllerConfig,
         wp: &WarmPool,
     ) -> Vec<PoolEvent> {
-        let successor = self.lp.launched();
+        let successor = self.lp.successor();
         let spec = self.lp.spec();
         let here = (
             spec.scheduler.as_str(),

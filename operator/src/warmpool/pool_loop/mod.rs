@@ -97,8 +97,10 @@ pub struct PoolLoop<W = Live> {
     /// Instances to drain ([`PoolLoop::set_drain`]).
     drain: HashSet<String>,
     /// Left where the pool ran: what the loop of the new place launched
-    /// ([`PoolLoop::set_successor`]).
+    /// or listed ([`PoolLoop::set_successor`]).
     successor: HashSet<String>,
+    /// The instances the last observation listed, in any state.
+    listed: HashSet<String>,
 }
 
 impl<W> PoolLoop<W> {
@@ -125,6 +127,7 @@ impl<W> PoolLoop<W> {
             listings: None,
             drain: HashSet::new(),
             successor: HashSet::new(),
+            listed: HashSet::new(),
             conditions: Vec::new(),
             deletion: watch::channel(None).1,
             deletion_announced: false,
@@ -165,18 +168,22 @@ impl<W> PoolLoop<W> {
         self.drain = instances;
     }
 
-    /// For a loop left where the pool ran: the instances the loop of the
-    /// new place launched ([`PoolLoop::launched`]), which this one leaves
-    /// alone should its listing show them (see
+    /// For a loop left where the pool ran: what the loop of the new place
+    /// has there ([`PoolLoop::successor`]), which this one leaves alone
+    /// should its listing show it (see
     /// [`crate::warmpool::Deletion::left_behind`]).
     pub fn set_successor(&mut self, instances: HashSet<String>) {
         self.successor = instances;
     }
 
-    /// The instances this loop launched, as long as EC2 lists them (or
-    /// for a few minutes before it does).
-    pub fn launched(&self) -> HashSet<String> {
-        self.act.launches().ours().map(String::from).collect()
+    /// What this loop has where it runs, for a loop left where the pool ran
+    /// before: the instances it launched (as long as EC2 lists them, or
+    /// for a few minutes before it does) and those its last listing showed
+    /// (after a restart, what it launched before it too).
+    pub fn successor(&self) -> HashSet<String> {
+        let mut has = self.listed.clone();
+        has.extend(self.act.launches().ours().map(String::from));
+        has
     }
 
     pub(super) fn run_stale(&self) -> Duration {

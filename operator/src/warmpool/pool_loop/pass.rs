@@ -60,6 +60,7 @@ impl PoolLoop {
         let deleting = self.deletion.borrow().is_some();
         let run_stale = self.run_stale();
         let mut snap = self.observer().observe(deleting, run_stale).await?;
+        self.listed = snap.instances.iter().map(|i| i.id.clone()).collect();
         self.observer().learn_types().await?;
         self.tell_vcpus();
         // Read after the observation: a deletion that began meanwhile
@@ -483,14 +484,16 @@ impl PoolLoop {
     /// A loop left where the pool ran at `since` leaves alone what is not
     /// its own there: what EC2 launched after `since` (beyond
     /// [`LAUNCH_CLOCK_SLACK`]: EC2's clock is not the operator's), and
-    /// what the loop of the new place says it launched
+    /// what the loop of the new place launched or lists
     /// ([`PoolLoop::set_successor`]). Where the two places are one EC2
     /// (another endpoint of the same region), both list the same
-    /// instances, and this loop would terminate every one the new loop
-    /// launches, and the runs on them, for as long as it ran; it goes once
-    /// nothing of its own is left. Nothing of its own is left alone: the
-    /// old place's loop launched nothing after it was left.
-    fn leave_later_launches(&self, snap: &mut Snapshot, since: DateTime<Utc>) {
+    /// instances: what the pool's place lists is its loop's to keep or
+    /// end, what this loop launched there before the move included, and
+    /// this loop, with nothing of its own left, goes. Otherwise it would
+    /// terminate what the new loop launches, and the runs on them: after
+    /// a restart, what the new loop launched before it, within the
+    /// clock's slack of the move.
+    fn leave_later_launches(&mut self, snap: &mut Snapshot, since: DateTime<Utc>) {
         let after = since + LAUNCH_CLOCK_SLACK;
         let theirs: HashSet<String> = snap
             .instances
@@ -505,6 +508,7 @@ impl PoolLoop {
         snap.rows.retain(|r| !theirs.contains(&r.instance));
         snap.ours.retain(|id| !theirs.contains(id));
         snap.drain.retain(|id| !theirs.contains(id));
+        self.act.hand_over(&theirs);
     }
 
     /// The `Deleting` event, until a pass that posted it succeeded.
