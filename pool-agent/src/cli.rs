@@ -139,8 +139,25 @@ pub enum Command {
 /// parameter's (read at start); the parameter, if named, is read again
 /// when the database refuses the URL.
 pub struct Database {
-    pub url: Option<DatabaseUrl>,
-    pub parameter: Option<Parameter>,
+    url: Option<DatabaseUrl>,
+    parameter: Option<Parameter>,
+}
+
+impl Database {
+    /// `ORCA_DATABASE_URL`, if set.
+    pub fn url(&self) -> Option<&DatabaseUrl> {
+        self.url.as_ref()
+    }
+
+    /// The parameter `ORCA_DATABASE_URL_PARAMETER` names, if any.
+    pub fn parameter(&self) -> Option<&Parameter> {
+        self.parameter.as_ref()
+    }
+
+    /// The parameter, for the session that reads it again.
+    pub fn into_parameter(self) -> Option<Parameter> {
+        self.parameter
+    }
 }
 
 pub enum Parsed {

@@ -58,7 +58,7 @@ fn main() -> ExitCode {
         let Some(url) = url(&database).await else {
             return ExitCode::from(1);
         };
-        let url = session::Source::new(url, database.parameter);
+        let url = session::Source::new(url, database.into_parameter());
         match command {
             cli::Command::Wait {
                 instance,
@@ -89,10 +89,10 @@ const FIRST_READ: Duration = Duration::from_secs(60);
 /// The environment's URL, else the parameter's, tried every 2 s for
 /// [`FIRST_READ`]; `None` (said on stderr) if there is none.
 async fn url(database: &cli::Database) -> Option<DatabaseUrl> {
-    if let Some(url) = &database.url {
+    if let Some(url) = database.url() {
         return Some(url.clone());
     }
-    let parameter = database.parameter.as_ref()?;
+    let parameter = database.parameter()?;
     let by = tokio::time::Instant::now() + FIRST_READ;
     loop {
         match parameter.read().await {
@@ -132,7 +132,7 @@ fn read_for() -> Duration {
 /// user-data to put on the instance's console.
 async fn print_url(database: cli::Database) -> ExitCode {
     use std::io::Write;
-    let Some(parameter) = database.parameter else {
+    let Some(parameter) = database.into_parameter() else {
         return ExitCode::from(2);
     };
     let by = tokio::time::Instant::now() + read_for();
