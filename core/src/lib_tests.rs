@@ -312,7 +312,7 @@ proptest! {
         let ms = t.elapsed().as_millis();
         prop_assert!(ms < SLOW_MS, "{ms} ms");
         // And a second pass over its own status, as the next reconcile does.
-        let next = Observed { status: d.status, ..o };
+        let next = Observed { status: d.status().clone(), ..o };
         let _ = decide(&next);
     }
 }

@@ -75,23 +75,19 @@ pub async fn command(args: &PreflightArgs) -> anyhow::Result<ExitCode> {
         .unwrap_or_default();
     let instance = tagged
         .iter()
-        .find(|t| t.instance.as_ref().is_some_and(|i| i.state.is_present()));
-    let id = instance
-        .and_then(|t| t.instance.as_ref())
-        .map(|i| i.id.clone());
+        .find(|t| t.instance().is_some_and(|i| i.state.is_present()));
+    let id = instance.and_then(|t| t.instance()).map(|i| i.id.clone());
     let namespace = instance
         .and_then(|t| {
-            t.namespace.clone().or_else(|| {
-                t.pool
-                    .as_ref()?
-                    .split_once('/')
-                    .map(|(ns, _)| ns.to_string())
-            })
+            t.namespace()
+                .map(String::from)
+                .or_else(|| t.pool()?.split_once('/').map(|(ns, _)| ns.to_string()))
         })
         .unwrap_or_default();
     let class = instance
-        .and_then(|t| t.class.clone())
-        .unwrap_or_else(|| "preflight".into());
+        .and_then(|t| t.class())
+        .unwrap_or("preflight")
+        .to_string();
     let launch = Launch {
         image_id: args.image.clone(),
         security_group_ids: args.security_groups.clone(),

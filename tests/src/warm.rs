@@ -225,19 +225,15 @@ pub fn hosts_on(
     run_command: &str,
     env: Vec<(String, String)>,
 ) -> Hosts {
-    let cfg = HostConfig {
-        agent: bins::agent(),
-        database_url: url.into(),
-        pool: owner.pool().clone(),
-        idle_seconds: 600,
-        run_command: run_command.into(),
-        env: [("ORCA_POOL_AGENT_GRACE_MS".to_string(), "1000".to_string())]
-            .into_iter()
-            .chain(env)
-            .collect(),
-        poll: Duration::from_millis(200),
-        agent_stderr: std::env::var_os("ORCA_TEST_AGENT_STDERR").is_some(),
-    };
+    let cfg = HostConfig::new(bins::agent(), url, owner.pool(), 600, run_command)
+        .with_env(
+            [("ORCA_POOL_AGENT_GRACE_MS".to_string(), "1000".to_string())]
+                .into_iter()
+                .chain(env)
+                .collect(),
+        )
+        .with_poll(Duration::from_millis(200))
+        .with_agent_stderr(std::env::var_os("ORCA_TEST_AGENT_STDERR").is_some());
     Hosts::new(ec2, owner, cfg)
 }
 

@@ -208,11 +208,58 @@ pub const QUIET: Duration = Duration::from_secs(30);
 /// and the status that follows from them.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Decision {
-    pub actions: Vec<Action>,
-    pub events: Vec<Event>,
-    pub status: SchedulerStatus,
+    /// What to do, in order.
+    actions: Vec<Action>,
+    /// What to say.
+    events: Vec<Event>,
+    /// The status that follows.
+    status: SchedulerStatus,
     /// Look again after this, even if nothing is watched to change.
-    pub requeue: Duration,
+    requeue: Duration,
+}
+
+impl Decision {
+    /// Doing `actions` and saying `events`, the status becomes `status`;
+    /// look again after `requeue`.
+    pub fn new(
+        actions: Vec<Action>,
+        events: Vec<Event>,
+        status: SchedulerStatus,
+        requeue: Duration,
+    ) -> Self {
+        Decision {
+            actions,
+            events,
+            status,
+            requeue,
+        }
+    }
+
+    /// What to do, in order.
+    pub fn actions(&self) -> &[Action] {
+        &self.actions
+    }
+
+    /// What to say.
+    pub fn events(&self) -> &[Event] {
+        &self.events
+    }
+
+    /// The status that follows.
+    pub fn status(&self) -> &SchedulerStatus {
+        &self.status
+    }
+
+    /// Look again after this, even if nothing is watched to change.
+    pub fn requeue(&self) -> Duration {
+        self.requeue
+    }
+
+    /// These, saying `more` after what they say.
+    pub fn saying(mut self, more: impl IntoIterator<Item = Event>) -> Self {
+        self.events.extend(more);
+        self
+    }
 }
 
 impl Observed {

@@ -181,78 +181,285 @@ pub enum End {
 /// take into the stopped reserve, or a reserved row to wake.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct WithRow {
-    pub instance: String,
-    pub row: i64,
+    instance: String,
+    row: i64,
     /// Where the instance runs: a start that finds no capacity holds it.
-    pub offering: Offering,
+    offering: Offering,
+}
+
+impl WithRow {
+    /// `instance`, whose row is `row`, running in `offering`.
+    pub fn new(instance: &str, row: i64, offering: Offering) -> Self {
+        WithRow {
+            instance: instance.to_string(),
+            row,
+            offering,
+        }
+    }
+
+    /// The instance.
+    pub fn instance(&self) -> &str {
+        &self.instance
+    }
+
+    /// Its row's id.
+    pub fn row(&self) -> i64 {
+        self.row
+    }
+
+    /// Where the instance runs: a start that finds no capacity holds it.
+    pub fn offering(&self) -> &Offering {
+        &self.offering
+    }
 }
 
 /// An instance to terminate, why, and how its row is ended first.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Retirement {
-    pub instance: String,
-    pub reason: Reason,
-    pub end: End,
+    instance: String,
+    reason: Reason,
+    end: End,
+}
+
+impl Retirement {
+    /// `instance` to terminate for `reason`, its row ended first as `end`
+    /// says.
+    pub fn new(instance: &str, reason: Reason, end: End) -> Self {
+        Retirement {
+            instance: instance.to_string(),
+            reason,
+            end,
+        }
+    }
+
+    /// The instance.
+    pub fn instance(&self) -> &str {
+        &self.instance
+    }
+
+    /// Why it goes.
+    pub fn reason(&self) -> Reason {
+        self.reason
+    }
+
+    /// How its row is ended first.
+    pub fn end(&self) -> End {
+        self.end
+    }
 }
 
 /// `count` instances of one offering in one `RunInstances` call.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct LaunchBatch {
-    pub offering: Offering,
-    pub count: u32,
+    offering: Offering,
+    count: u32,
+}
+
+impl LaunchBatch {
+    /// `count` instances of `offering`.
+    pub fn new(offering: Offering, count: u32) -> Self {
+        LaunchBatch { offering, count }
+    }
+
+    /// The offering launched into.
+    pub fn offering(&self) -> &Offering {
+        &self.offering
+    }
+
+    /// How many instances the call asks for.
+    pub fn count(&self) -> u32 {
+        self.count
+    }
 }
 
 /// What the pool looks like, for status and metrics.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Counts {
-    pub launching: u32,
-    pub idle: u32,
-    pub busy: u32,
-    pub terminating: u32,
+    launching: u32,
+    idle: u32,
+    busy: u32,
+    terminating: u32,
     /// In the stopped reserve: stopped, being stopped, or about to be.
-    pub stopped: u32,
+    stopped: u32,
     /// Started from the reserve by this pass.
-    pub starting: u32,
+    starting: u32,
     /// Present instances whose launch spec is out of date.
-    pub drifted: u32,
+    drifted: u32,
 }
 
-/// The decision of one pass.
+impl Counts {
+    /// Launched and not yet up (booting).
+    pub fn launching(&self) -> u32 {
+        self.launching
+    }
+
+    /// Up with an idle row, waiting for a run.
+    pub fn idle(&self) -> u32 {
+        self.idle
+    }
+
+    /// In a run.
+    pub fn busy(&self) -> u32 {
+        self.busy
+    }
+
+    /// Shutting down, or retired by this pass.
+    pub fn terminating(&self) -> u32 {
+        self.terminating
+    }
+
+    /// In the stopped reserve: stopped, being stopped, or about to be.
+    pub fn stopped(&self) -> u32 {
+        self.stopped
+    }
+
+    /// Started from the reserve by this pass.
+    pub fn starting(&self) -> u32 {
+        self.starting
+    }
+
+    /// Present instances whose launch spec is out of date.
+    pub fn drifted(&self) -> u32 {
+        self.drifted
+    }
+}
+
+/// The decision of one pass. The plan is the core's: the act stage reads
+/// it and cannot change what it decided (its tests and the reserve's
+/// retirements make their own with the `with_` methods).
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct PoolPlan {
     /// In the first available offering, at most `max_batch` each.
-    pub launches: Vec<LaunchBatch>,
+    launches: Vec<LaunchBatch>,
     /// The other available offerings, in order, for a batch that finds no
     /// capacity.
-    pub fallback: Vec<Offering>,
-    pub retirements: Vec<Retirement>,
+    fallback: Vec<Offering>,
+    /// Instances to terminate, each with why and how its row ends first.
+    retirements: Vec<Retirement>,
     /// Claim rows whose instance is gone: end them.
-    pub ends: Vec<i64>,
+    ends: Vec<i64>,
     /// Other live rows of instances EC2 lists as shutting down, terminated
     /// or stopped, or no longer lists: end them, so no hand-out takes one.
-    pub gone: Vec<i64>,
+    gone: Vec<i64>,
     /// Idle instances to take into the stopped reserve: their rows first
     /// (race-free), then `StopInstances` for those taken.
-    pub stops: Vec<WithRow>,
+    stops: Vec<WithRow>,
     /// Reserve instances EC2 still lists as running (an earlier stop did not
     /// take, or has not yet): `StopInstances` again.
-    pub restops: Vec<WithRow>,
+    restops: Vec<WithRow>,
     /// Stopped reserve instances to start: their rows marked woken first,
     /// then `StartInstances`. Started before any launch.
-    pub starts: Vec<WithRow>,
+    starts: Vec<WithRow>,
     /// How many more instances `maxInstances` allows once the retirements
     /// are gone (each retirement that does not happen takes one back).
-    pub room: u32,
+    room: u32,
     /// Instances wanted but not launched: `maxInstances` reached, or no
     /// offering available.
-    pub short: u32,
-    pub counts: Counts,
+    short: u32,
+    /// What the pool looks like.
+    counts: Counts,
 }
 
 impl PoolPlan {
     /// The instances all the launch batches ask for together.
     pub fn launch_count(&self) -> u32 {
         self.launches.iter().map(|b| b.count).sum()
+    }
+
+    /// The launch batches, in the first available offering, at most
+    /// `max_batch` each.
+    pub fn launches(&self) -> &[LaunchBatch] {
+        &self.launches
+    }
+
+    /// The other available offerings, in order, for a batch that finds no
+    /// capacity.
+    pub fn fallback(&self) -> &[Offering] {
+        &self.fallback
+    }
+
+    /// Instances to terminate, each with why and how its row ends first.
+    pub fn retirements(&self) -> &[Retirement] {
+        &self.retirements
+    }
+
+    /// Claim rows whose instance is gone: to end.
+    pub fn ends(&self) -> &[i64] {
+        &self.ends
+    }
+
+    /// Other live rows of instances gone: to end, so no hand-out takes one.
+    pub fn gone(&self) -> &[i64] {
+        &self.gone
+    }
+
+    /// Idle instances to take into the stopped reserve.
+    pub fn stops(&self) -> &[WithRow] {
+        &self.stops
+    }
+
+    /// Reserve instances EC2 still lists as running: `StopInstances` again.
+    pub fn restops(&self) -> &[WithRow] {
+        &self.restops
+    }
+
+    /// Stopped reserve instances to start, before any launch.
+    pub fn starts(&self) -> &[WithRow] {
+        &self.starts
+    }
+
+    /// How many more instances `maxInstances` allows once the retirements
+    /// are gone.
+    pub fn room(&self) -> u32 {
+        self.room
+    }
+
+    /// Instances wanted but not launched.
+    pub fn short(&self) -> u32 {
+        self.short
+    }
+
+    /// What the pool looks like, for status and metrics.
+    pub fn counts(&self) -> Counts {
+        self.counts
+    }
+
+    /// These, with the launch batches `launches`.
+    pub fn with_launches(self, launches: Vec<LaunchBatch>) -> Self {
+        PoolPlan { launches, ..self }
+    }
+
+    /// These, with the fall-back offerings `fallback`.
+    pub fn with_fallback(self, fallback: Vec<Offering>) -> Self {
+        PoolPlan { fallback, ..self }
+    }
+
+    /// These, with the retirements `retirements`.
+    pub fn with_retirements(self, retirements: Vec<Retirement>) -> Self {
+        PoolPlan {
+            retirements,
+            ..self
+        }
+    }
+
+    /// These, with the idle instances `stops` to take into the reserve.
+    pub fn with_stops(self, stops: Vec<WithRow>) -> Self {
+        PoolPlan { stops, ..self }
+    }
+
+    /// These, with the reserve instances `restops` to stop again.
+    pub fn with_restops(self, restops: Vec<WithRow>) -> Self {
+        PoolPlan { restops, ..self }
+    }
+
+    /// These, with the reserve instances `starts` to start.
+    pub fn with_starts(self, starts: Vec<WithRow>) -> Self {
+        PoolPlan { starts, ..self }
+    }
+
+    /// These, with `room` more instances allowed.
+    pub fn with_room(self, room: u32) -> Self {
+        PoolPlan { room, ..self }
     }
 }
 

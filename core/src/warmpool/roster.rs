@@ -31,11 +31,7 @@ pub fn roster(
 ) -> Vec<PoolInstance> {
     let hash = drift::launch_hash(&spec.launch);
     let rows: HashMap<&str, _> = snap.rows.iter().map(|r| (r.instance.as_str(), r)).collect();
-    let retiring: HashSet<&str> = plan
-        .retirements
-        .iter()
-        .map(|r| r.instance.as_str())
-        .collect();
+    let retiring: HashSet<&str> = plan.retirements().iter().map(|r| r.instance()).collect();
     let mut listed: Vec<(u8, PoolInstance)> = snap
         .instances
         .iter()

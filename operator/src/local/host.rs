@@ -27,21 +27,65 @@ use crate::warmpool::{
 #[derive(Clone)]
 pub struct HostConfig {
     /// The `orca-pool-agent` binary.
-    pub agent: PathBuf,
+    agent: PathBuf,
     /// `ORCA_DATABASE_URL` of the agents; never shown.
-    pub database_url: String,
+    database_url: String,
     /// `namespace/name`: `ORCA_POOL`.
-    pub pool: String,
+    pool: String,
     /// `pool-next`'s `seconds`.
-    pub idle_seconds: i64,
-    pub run_command: String,
+    idle_seconds: i64,
+    /// The command each run runs.
+    run_command: String,
     /// More environment for the agents and run commands (tests:
     /// `ORCA_POOL_AGENT_GRACE_MS`).
-    pub env: Vec<(String, String)>,
+    env: Vec<(String, String)>,
     /// How often EC2 is listed.
-    pub poll: Duration,
+    poll: Duration,
     /// Let the agents' stderr through (else discarded).
-    pub agent_stderr: bool,
+    agent_stderr: bool,
+}
+
+impl HostConfig {
+    /// Hosts that run `agent` for `pool` (`namespace/name`) on the
+    /// database `database_url`, idle for `idle_seconds` before they power
+    /// off, each run running `run_command`; EC2 listed every 500 ms, the
+    /// agents' stderr discarded.
+    pub fn new(
+        agent: PathBuf,
+        database_url: &str,
+        pool: &str,
+        idle_seconds: i64,
+        run_command: &str,
+    ) -> Self {
+        HostConfig {
+            agent,
+            database_url: database_url.to_string(),
+            pool: pool.to_string(),
+            idle_seconds,
+            run_command: run_command.to_string(),
+            env: Vec::new(),
+            poll: Duration::from_millis(500),
+            agent_stderr: false,
+        }
+    }
+
+    /// With more environment for the agents and run commands.
+    pub fn with_env(self, env: Vec<(String, String)>) -> Self {
+        HostConfig { env, ..self }
+    }
+
+    /// Listing EC2 every `poll`.
+    pub fn with_poll(self, poll: Duration) -> Self {
+        HostConfig { poll, ..self }
+    }
+
+    /// Letting the agents' stderr through, if `agent_stderr`.
+    pub fn with_agent_stderr(self, agent_stderr: bool) -> Self {
+        HostConfig {
+            agent_stderr,
+            ..self
+        }
+    }
 }
 
 impl fmt::Debug for HostConfig {
@@ -93,7 +137,7 @@ impl Hosts {
                 .describe_tagged(&self.owner.legacy_tags())
                 .await?
                 .into_iter()
-                .filter_map(|t| t.instance)
+                .filter_map(|t| t.into_instance())
                 .collect()
         } else {
             self.ec2.describe(&self.owner).await?

@@ -378,17 +378,9 @@ async fn hosts_of(
     Ok(Hosts::new(
         ec2,
         pool_loop.ownership().clone(),
-        HostConfig {
-            agent,
-            database_url: url.to_string(),
-            pool: key.to_string(),
-            idle_seconds: spec.idle_seconds,
-            run_command: spec.launch.run_command.clone(),
-            // The hosts are no EC2 instances: the machine's own spot
-            // notices, if it has any, are not theirs.
-            env: vec![("AWS_EC2_METADATA_DISABLED".into(), "true".into())],
-            poll: Duration::from_millis(500),
-            agent_stderr: false,
-        },
+        HostConfig::new(agent, url, key, spec.idle_seconds, &spec.launch.run_command)
+            // The hosts are no EC2 instances: the machine's own spot notices,
+            // if it has any, are not theirs.
+            .with_env(vec![("AWS_EC2_METADATA_DISABLED".into(), "true".into())]),
     ))
 }

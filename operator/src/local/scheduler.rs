@@ -114,10 +114,10 @@ impl LocalScheduler {
             None => observed,
         };
         let decision = scheduler::decide(&observed);
-        for event in &decision.events {
+        for event in decision.events() {
             print_event(&self.key, event);
         }
-        for action in &decision.actions {
+        for action in decision.actions() {
             if let Err(e) = self
                 .act(s, manifests, url.as_ref().ok(), action, stale)
                 .await
@@ -126,7 +126,7 @@ impl LocalScheduler {
             }
         }
         self.publish(&decision);
-        decision.requeue
+        decision.requeue()
     }
 
     async fn act(
@@ -255,7 +255,7 @@ impl LocalScheduler {
 
     /// Prints the status when it changed and writes it to the status file.
     fn publish(&mut self, decision: &Decision) {
-        let new = &decision.status;
+        let new = decision.status();
         if summary(new) != summary(&self.status) {
             println!("scheduler {}: {}", self.key, summary(new));
         }

@@ -22,7 +22,7 @@ pub(super) fn status(
     cost: &mut Cost,
     now: DateTime<Utc>,
 ) -> WarmPoolStatus {
-    let c = report.plan().counts;
+    let c = report.plan().counts();
     let launching = launching(report);
     let previous = std::mem::take(conditions);
     *conditions = holding(report)
@@ -38,11 +38,11 @@ pub(super) fn status(
     let mut status = WarmPoolStatus {
         observed_generation: None,
         launching: launching as i32,
-        idle: c.idle as i32,
-        busy: c.busy as i32,
-        stopped: c.stopped as i32,
-        terminating: c.terminating as i32,
-        drifted: c.drifted as i32,
+        idle: c.idle() as i32,
+        busy: c.busy() as i32,
+        stopped: c.stopped() as i32,
+        terminating: c.terminating() as i32,
+        drifted: c.drifted() as i32,
         launch_batches: launch_batches as i64,
         capacity_errors: holds.status(now),
         active_schedule: report.active_schedule().cloned(),
@@ -69,13 +69,15 @@ pub(super) fn status(
 
 /// Launching: booting, and launched or started by the pass.
 fn launching(report: &PassReport) -> u32 {
-    report.plan().counts.launching + report.launched().len() as u32 + report.started().len() as u32
+    report.plan().counts().launching()
+        + report.launched().len() as u32
+        + report.started().len() as u32
 }
 
 /// Each condition the pass's `report` says: its type, status, reason and
 /// message.
 fn holding(report: &PassReport) -> Vec<(&'static str, bool, &'static str, String)> {
-    let c = report.plan().counts;
+    let c = report.plan().counts();
     let launching = launching(report);
     let degraded = report.events().iter().find(|e| e.warning());
     let min = report.idle_min().max(0) as u32;
@@ -87,29 +89,29 @@ fn holding(report: &PassReport) -> Vec<(&'static str, bool, &'static str, String
                 "Deleting",
                 "the WarmPool is being deleted".to_string(),
             )
-        } else if c.idle >= min {
+        } else if c.idle() >= min {
             (
                 "Available",
                 true,
                 "IdleReached",
-                format!("{} idle, {} busy", c.idle, c.busy),
+                format!("{} idle, {} busy", c.idle(), c.busy()),
             )
         } else {
             (
                 "Available",
                 false,
                 "BelowIdleMin",
-                format!("{} idle of {min}", c.idle),
+                format!("{} idle of {min}", c.idle()),
             )
         },
-        if c.drifted > 0 && !report.deleting() {
+        if c.drifted() > 0 && !report.deleting() {
             (
                     "Progressing",
                     true,
                     "ReplacingDrifted",
                     format!(
                         "{} instance(s) of an out-of-date launch spec being replaced; {launching} launching",
-                        c.drifted
+                        c.drifted()
                     ),
                 )
         } else if launching > 0 {
@@ -136,7 +138,8 @@ fn holding(report: &PassReport) -> Vec<(&'static str, bool, &'static str, String
             "PoolDeleted",
             format!(
                 "onDelete Terminate: {} terminating, {} busy finishing their runs",
-                c.terminating, c.busy
+                c.terminating(),
+                c.busy()
             ),
         ));
     }

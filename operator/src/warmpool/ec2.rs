@@ -89,19 +89,69 @@ pub const DENIED_CODES: [&str; 7] = [
 #[derive(Clone, Debug, PartialEq)]
 pub struct Tagged {
     /// Its `orca.dev/pool` tag, if it has one.
-    pub pool: Option<String>,
+    pool: Option<String>,
     /// Its `orca.dev/scheduler` tag, if it has one.
-    pub scheduler: Option<String>,
+    scheduler: Option<String>,
     /// Its `orca.dev/cluster` tag, if it has one (instances launched
     /// before that tag existed have none).
-    pub cluster: Option<String>,
+    cluster: Option<String>,
     /// Its `orca.dev/class` tag: the WarmPoolClass it counts in.
-    pub class: Option<String>,
+    class: Option<String>,
     /// Its `orca.dev/namespace` tag.
-    pub namespace: Option<String>,
+    namespace: Option<String>,
     /// The instance; `None` if EC2's answer lacked its id, state or launch
     /// time.
-    pub instance: Option<Ec2Instance>,
+    instance: Option<Ec2Instance>,
+}
+
+impl Tagged {
+    /// `instance` (`None`: EC2's answer lacked its id, state or launch
+    /// time) with the ownership tags `tag` finds by their keys.
+    pub fn new(instance: Option<Ec2Instance>, tag: impl Fn(&str) -> Option<String>) -> Tagged {
+        Tagged {
+            pool: tag(TAG_POOL),
+            scheduler: tag(TAG_SCHEDULER),
+            cluster: tag(TAG_CLUSTER),
+            class: tag(TAG_CLASS),
+            namespace: tag(TAG_NAMESPACE),
+            instance,
+        }
+    }
+
+    /// Its `orca.dev/pool` tag, if it has one.
+    pub fn pool(&self) -> Option<&str> {
+        self.pool.as_deref()
+    }
+
+    /// Its `orca.dev/scheduler` tag, if it has one.
+    pub fn scheduler(&self) -> Option<&str> {
+        self.scheduler.as_deref()
+    }
+
+    /// Its `orca.dev/cluster` tag, if it has one.
+    pub fn cluster(&self) -> Option<&str> {
+        self.cluster.as_deref()
+    }
+
+    /// Its `orca.dev/class` tag, if it has one.
+    pub fn class(&self) -> Option<&str> {
+        self.class.as_deref()
+    }
+
+    /// Its `orca.dev/namespace` tag, if it has one.
+    pub fn namespace(&self) -> Option<&str> {
+        self.namespace.as_deref()
+    }
+
+    /// The instance, if EC2's answer had its id, state and launch time.
+    pub fn instance(&self) -> Option<&Ec2Instance> {
+        self.instance.as_ref()
+    }
+
+    /// The instance, for the pool it is sorted into.
+    pub fn into_instance(self) -> Option<Ec2Instance> {
+        self.instance
+    }
 }
 
 /// Where the EC2 API is.
@@ -576,14 +626,7 @@ impl Ec2 {
             .list(filter)
             .await?
             .iter()
-            .map(|i| Tagged {
-                pool: tag(i, TAG_POOL),
-                scheduler: tag(i, TAG_SCHEDULER),
-                cluster: tag(i, TAG_CLUSTER),
-                class: tag(i, TAG_CLASS),
-                namespace: tag(i, TAG_NAMESPACE),
-                instance: instance(i),
-            })
+            .map(|i| Tagged::new(instance(i), |key| tag(i, key)))
             .collect())
     }
 

@@ -285,32 +285,35 @@ pub(super) fn sort(listed: Vec<Tagged>, cluster: &str) -> Sorted {
     let mut pools: HashMap<(String, String), Group> = HashMap::new();
     let mut classes: HashMap<String, Vec<Counted>> = HashMap::new();
     for t in listed {
-        let ours = match t.cluster.as_deref() {
+        let ours = match t.cluster() {
             Some(c) if c == cluster => true,
             Some(_) => continue,
             None => false,
         };
-        if let (true, Some(class), Some(i)) = (ours, &t.class, &t.instance) {
+        if let (true, Some(class), Some(i)) = (ours, t.class(), t.instance()) {
             if i.state.is_present() {
-                classes.entry(class.clone()).or_default().push(Counted {
+                classes.entry(class.to_string()).or_default().push(Counted {
                     id: i.id.clone(),
-                    namespace: t.namespace.clone().unwrap_or_default(),
+                    namespace: t.namespace().unwrap_or_default().to_string(),
                     instance_type: i.offering.instance_type.clone(),
                 });
             }
         }
-        let (Some(pool), Some(scheduler)) = (t.pool, t.scheduler) else {
+        let (Some(pool), Some(scheduler)) = (t.pool(), t.scheduler()) else {
             continue;
         };
-        let group = pools.entry((pool, scheduler)).or_default();
-        match t.instance {
+        let group = pools
+            .entry((pool.to_string(), scheduler.to_string()))
+            .or_default();
+        let (class, namespace) = (t.class().map(String::from), t.namespace().is_some());
+        match t.into_instance() {
             None => group.malformed = true,
             Some(i) if ours => {
                 if i.state.is_present() {
                     group.marks.push(Marks {
                         id: i.id.clone(),
-                        class: t.class,
-                        namespace: t.namespace.is_some(),
+                        class,
+                        namespace,
                     });
                 }
                 group.ours.push(i)
@@ -493,21 +496,34 @@ mod tests {
 
     use super::*;
     use crate::warmpool::plan::Ec2State;
+    use crate::warmpool::tags::{TAG_CLASS, TAG_NAMESPACE, TAG_POOL, TAG_SCHEDULER};
 
     fn owner(pool: &str) -> Ownership {
         Ownership::new("ns", pool, "sched", "orca-operator", "east")
     }
 
-    fn tagged(id: &str, pool: &str, cluster: Option<&str>, state: Ec2State) -> Tagged {
+    /// `instance` listed with `tags` (key, value).
+    fn listed_as(instance: Option<Ec2Instance>, tags: &[(&str, String)]) -> Tagged {
+        Tagged::new(instance, |key| {
+            tags.iter().find(|(k, _)| *k == key).map(|(_, v)| v.clone())
+        })
+    }
+
+    /// The pool's and its Scheduler's tags of `pool`'s instances, and the
+    /// cluster's if any.
+    fn tags_of(pool: &str, cluster: Option<&str>) -> Vec<(&'static str, String)> {
         let o = owner(pool);
-        Tagged {
-            pool: Some(o.pool().clone()),
-            scheduler: Some(o.scheduler().clone()),
-            cluster: cluster.map(str::to_string),
-            class: None,
-            namespace: None,
-            instance: Some(Ec2Instance::bare(id, state, Utc::now())),
-        }
+        let mut tags = vec![
+            (TAG_POOL, o.pool().clone()),
+            (TAG_SCHEDULER, o.scheduler().clone()),
+        ];
+        tags.extend(cluster.map(|c| (TAG_CLUSTER, c.to_string())));
+        tags
+    }
+
+    fn tagged(id: &str, pool: &str, cluster: Option<&str>, state: Ec2State) -> Tagged {
+        let instance = Ec2Instance::bare(id, state, Utc::now());
+        listed_as(Some(instance), &tags_of(pool, cluster))
     }
 
     fn ids(g: &Group) -> Vec<&str> {
@@ -574,10 +590,10 @@ mod tests {
             tagged("i-a2", "a", Some("west"), Ec2State::Running),
             tagged("i-a3", "a", None, Ec2State::Running),
             tagged("i-a4", "a", None, Ec2State::Terminated),
-            Tagged {
-                pool: None,
-                ..tagged("i-x", "a", Some("east"), Ec2State::Running)
-            },
+            listed_as(
+                Some(Ec2Instance::bare("i-x", Ec2State::Running, Utc::now())),
+                &tags_of("a", Some("east"))[1..],
+            ),
         ];
         let (pools, _) = sort(listed, "east");
         let a = &pools[&(owner("a").pool().clone(), owner("a").scheduler().clone())];
@@ -592,12 +608,12 @@ mod tests {
 
     #[test]
     fn a_pool_of_another_scheduler_with_the_same_name_is_another_pool() {
-        let mut other = tagged("i-o", "a", Some("east"), Ec2State::Running);
-        other.scheduler = Some(
-            Ownership::new("ns", "a", "other", "orca-operator", "east")
-                .scheduler()
-                .clone(),
-        );
+        let mut tags = tags_of("a", Some("east"));
+        tags[1].1 = Ownership::new("ns", "a", "other", "orca-operator", "east")
+            .scheduler()
+            .clone();
+        let instance = Ec2Instance::bare("i-o", Ec2State::Running, Utc::now());
+        let other = listed_as(Some(instance), &tags);
         let (pools, _) = sort(
             vec![tagged("i-a", "a", Some("east"), Ec2State::Running), other],
             "east",
@@ -791,8 +807,7 @@ mod tests {
     async fn a_malformed_instance_fails_its_own_pool_only() {
         let place = Place::new(true);
         let calls = AtomicUsize::new(0);
-        let mut broken = tagged("i-a", "a", Some("east"), Ec2State::Running);
-        broken.instance = None;
+        let broken = listed_as(None, &tags_of("a", Some("east")));
         let listed = [broken, tagged("i-b", "b", Some("east"), Ec2State::Running)];
         let start = Instant::now();
         let (_, b) = take(&place, "b", want(start), &calls, &listed).await;
@@ -835,16 +850,15 @@ mod tests {
     #[test]
     fn a_census_counts_the_clusters_present_instances_of_the_class_whatever_their_pool() {
         let of_class = |id: &str, pool: Option<&str>, cluster: &str, class: &str, state| {
-            let mut t = tagged(id, pool.unwrap_or("gone"), Some(cluster), state);
+            let mut tags = tags_of(pool.unwrap_or("gone"), Some(cluster));
             if pool.is_none() {
                 // Its pool's and Scheduler's tags lost: no pool's, still
                 // the class's.
-                t.pool = None;
-                t.scheduler = None;
+                tags.drain(..2);
             }
-            t.class = Some(class.into());
-            t.namespace = Some("team-a".into());
-            t
+            tags.push((TAG_CLASS, class.into()));
+            tags.push((TAG_NAMESPACE, "team-a".into()));
+            listed_as(Some(Ec2Instance::bare(id, state, Utc::now())), &tags)
         };
         let listed = vec![
             of_class("i-1", Some("a"), "east", "shared", Ec2State::Running),

@@ -128,32 +128,41 @@ pub struct PassReport {
     instances: Vec<crate::crd::PoolInstance>,
 }
 
-/// What a pass knows of itself before it acts: its plan and the moment's
-/// figures ([`PassReport::planned`]).
-#[derive(Debug, Default)]
-pub(crate) struct BeforeActing {
-    pub(crate) plan: PoolPlan,
-    pub(crate) deleting: bool,
-    pub(crate) deleted: bool,
-    pub(crate) idle_min: i32,
-    pub(crate) active_schedule: Option<String>,
-    pub(crate) forecast: Option<crate::crd::ForecastStatus>,
-    pub(crate) objective: Option<crate::crd::ObjectiveStatus>,
-}
-
 impl PassReport {
-    /// The report of a pass that has planned and not yet acted.
-    pub(crate) fn planned(p: BeforeActing) -> Self {
+    /// The report of a pass that has planned `plan` and not yet acted;
+    /// `deleting`: the pool is being deleted (or was left where it ran),
+    /// `deleted`: and nothing of it is left there. The moment's figures
+    /// are added by the `with_` methods.
+    pub(crate) fn planned(plan: PoolPlan, deleting: bool, deleted: bool) -> Self {
         PassReport {
-            plan: p.plan,
-            deleting: p.deleting,
-            deleted: p.deleted,
-            idle_min: p.idle_min,
-            active_schedule: p.active_schedule,
-            forecast: p.forecast,
-            objective: p.objective,
+            plan,
+            deleting,
+            deleted,
             ..PassReport::default()
         }
+    }
+
+    /// With the moment's `idle.min` (a schedule's under way).
+    pub(crate) fn with_idle_min(self, idle_min: i32) -> Self {
+        PassReport { idle_min, ..self }
+    }
+
+    /// With the schedule under way, as the status says it.
+    pub(crate) fn with_active_schedule(self, active_schedule: Option<String>) -> Self {
+        PassReport {
+            active_schedule,
+            ..self
+        }
+    }
+
+    /// With the forecast's floors ahead (`status.forecast`).
+    pub(crate) fn with_forecast(self, forecast: Option<crate::crd::ForecastStatus>) -> Self {
+        PassReport { forecast, ..self }
+    }
+
+    /// With how close the objective is (`status.objective`).
+    pub(crate) fn with_objective(self, objective: Option<crate::crd::ObjectiveStatus>) -> Self {
+        PassReport { objective, ..self }
     }
 
     /// The status the pass wrote, `observedGeneration` left for the caller.

@@ -567,11 +567,7 @@ impl Sim<'_> {
             ..Limits::default()
         };
         let plan = orca_operator::warmpool::plan(&pass_spec, &snap, &BTreeMap::new(), &limits, now);
-        let gone: HashSet<&str> = plan
-            .retirements
-            .iter()
-            .map(|r| r.instance.as_str())
-            .collect();
+        let gone: HashSet<&str> = plan.retirements().iter().map(|r| r.instance()).collect();
         let measured = s >= self.measured_from;
         // Churn: a retired instance that never served a run, retired below
         // the spec's own idle.max (a ceiling the user set is the user's).
@@ -579,15 +575,15 @@ impl Sim<'_> {
         self.instances.retain(|i| {
             let retired = gone.contains(i.id.as_str());
             let users_ceiling = !ceiling_lowered
-                && plan.retirements.iter().any(|r| {
-                    r.instance == i.id
-                        && r.reason == orca_operator::warmpool::plan::Reason::IdleBeyondMax
+                && plan.retirements().iter().any(|r| {
+                    r.instance() == i.id
+                        && r.reason() == orca_operator::warmpool::plan::Reason::IdleBeyondMax
                 });
             self.out.churn += u64::from(retired && measured && i.uses == 0 && !users_ceiling);
             !retired
         });
-        let stops: HashSet<&str> = plan.stops.iter().map(|w| w.instance.as_str()).collect();
-        let starts: HashSet<&str> = plan.starts.iter().map(|w| w.instance.as_str()).collect();
+        let stops: HashSet<&str> = plan.stops().iter().map(|w| w.instance()).collect();
+        let starts: HashSet<&str> = plan.starts().iter().map(|w| w.instance()).collect();
         for i in &mut self.instances {
             if stops.contains(i.id.as_str()) {
                 i.row = Some(Row::Stopped);
@@ -596,8 +592,8 @@ impl Sim<'_> {
                 i.row = Some(Row::Waking(s));
             }
         }
-        for b in &plan.launches {
-            for _ in 0..b.count {
+        for b in plan.launches() {
+            for _ in 0..b.count() {
                 self.next_id += 1;
                 self.instances.push(Instance {
                     id: format!("i-{}", self.next_id),

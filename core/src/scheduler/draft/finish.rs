@@ -270,12 +270,7 @@ impl StatusDraft<'_> {
     }
 
     pub(super) fn decision(self) -> Decision {
-        Decision {
-            actions: self.actions,
-            events: self.events,
-            status: self.status,
-            requeue: self.requeue,
-        }
+        Decision::new(self.actions, self.events, self.status, self.requeue)
     }
 }
 

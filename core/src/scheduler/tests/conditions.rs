@@ -11,7 +11,7 @@ fn v1_settled() -> Observed {
 fn conditions_keep_their_transition_time_while_unchanged() {
     let mut o = v1_settled();
     let first = decide(&o);
-    o.status = first.status.clone();
+    o.status = first.status().clone();
     o.now = at(50);
     let second = decide(&o);
     let since = |d: &Decision| condition_of(d, "Available").map(|c| c.last_transition_time.clone());
@@ -28,7 +28,7 @@ fn a_steady_status_does_not_move_with_the_clock_offset() {
         o.status = status;
         let local = o.now;
         o = o.on_database_clock(local + chrono::TimeDelta::milliseconds(offset_ms));
-        decide(&o).status
+        decide(&o).status().clone()
     };
     let first = pass(SchedulerStatus::default(), 3);
     let second = pass(first.clone(), -4);
@@ -102,7 +102,7 @@ fn a_condition_turning_degraded_is_said_once_as_a_warning() {
     for (reason, mut o) in cases {
         let first = decide(&o);
         degraded_and_warned(&first, reason, 1, "said when it turns True");
-        o.status = first.status;
+        o.status = first.status().clone();
         o.now += chrono::TimeDelta::seconds(1);
         let second = decide(&o);
         degraded_and_warned(&second, reason, 0, "said once");
@@ -118,6 +118,6 @@ fn degraded_and_warned(d: &Decision, reason: &str, warned: usize, when: &str) {
         warnings(d, reason),
         warned,
         "{reason}: {when}: {:?}",
-        d.events
+        d.events()
     );
 }

@@ -169,7 +169,7 @@ fn an_image_that_cannot_be_pulled_says_the_kubelets_message() {
         degraded.message
     );
     let event = d
-        .events
+        .events()
         .iter()
         .find(|e| e.reason == "ImagePullBackOff")
         .expect("an event");

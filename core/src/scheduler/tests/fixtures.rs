@@ -221,7 +221,7 @@ pub(super) fn register(image: &str) -> Action {
 }
 
 pub(super) fn degraded_reason(d: &Decision) -> Option<String> {
-    d.status
+    d.status()
         .conditions
         .iter()
         .find(|c| c.type_ == "Degraded" && c.status == "True")
@@ -234,11 +234,11 @@ pub(super) fn condition(d: &Decision, type_: &str) -> Option<(String, String)> {
 
 /// The condition of type `type_` a decision's status holds, if any.
 pub(super) fn condition_of<'a>(d: &'a Decision, type_: &str) -> Option<&'a Condition> {
-    d.status.conditions.iter().find(|c| c.type_ == type_)
+    d.status().conditions.iter().find(|c| c.type_ == type_)
 }
 
 pub(super) fn warnings(d: &Decision, reason: &str) -> usize {
-    d.events
+    d.events()
         .iter()
         .filter(|e| e.reason == reason && e.warning)
         .count()

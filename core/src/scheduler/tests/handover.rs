@@ -207,11 +207,11 @@ fn a_handover_records_each_step_and_says_so() {
         o.now = at(now);
         let d = decide(&o);
         assert!(
-            d.events.iter().any(|e| e.reason == reason),
+            d.events().iter().any(|e| e.reason == reason),
             "{reason} expected at {now}, got {:?}",
-            d.events
+            d.events()
         );
-        o.status = d.status;
+        o.status = d.status().clone();
     }
     let h = o.status.last_handover.expect("a handover is recorded");
     assert_eq!((h.from.as_str(), h.to.as_str()), ("v1", "v2"));

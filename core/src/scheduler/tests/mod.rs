@@ -56,7 +56,7 @@ fn decide_table() {
     for case in all {
         let d = decide(&case.observed);
         let reason = degraded_reason(&d);
-        let got = (d.actions, d.status.phase, reason);
+        let got = (d.actions().to_vec(), d.status().phase, reason);
         let want = (case.actions, case.phase, case.degraded.map(String::from));
         if got != want {
             wrong.push(format!("{}:\n  want {want:?}\n  got  {got:?}", case.name));

@@ -147,8 +147,8 @@ fn overlap_off_recreates_then_settles_and_registers() {
     let mut o = observed(off.clone(), vec![v1.clone()], vec![], vec![], 100);
 
     let d = decide(&o);
-    assert_eq!(d.actions, vec![delete(&v1)], "the old pod goes first");
-    o.status = d.status;
+    assert_eq!(d.actions(), vec![delete(&v1)], "the old pod goes first");
+    o.status = d.status().clone();
 
     // Deleted, still running (draining its runs): nothing new starts.
     o.pods = vec![PodView {
@@ -157,20 +157,20 @@ fn overlap_off_recreates_then_settles_and_registers() {
     }];
     o.now = at(101);
     let d = decide(&o);
-    assert_eq!(d.actions, vec![], "no new pod while the old one runs");
-    o.status = d.status;
+    assert_eq!(d.actions(), vec![], "no new pod while the old one runs");
+    o.status = d.status().clone();
 
     // Gone: the new pod.
     o.pods = vec![];
     o.now = at(102);
     let d = decide(&o);
-    let Some(Action::CreatePod { name, .. }) = d.actions.first().cloned() else {
+    let Some(Action::CreatePod { name, .. }) = d.actions().first().cloned() else {
         panic!(
             "the new pod is created once the old is gone: {:?}",
-            d.actions
+            d.actions()
         )
     };
-    o.status = d.status;
+    o.status = d.status().clone();
 
     // Its container started at 104 (after an image pull, say).
     let v2 = PodView {
@@ -181,20 +181,20 @@ fn overlap_off_recreates_then_settles_and_registers() {
     o.pods = vec![v2.clone()];
     o.now = at(113);
     let d = decide(&o);
-    assert_eq!(d.actions, vec![], "9s since the start: not settled");
-    assert_ne!(d.status.phase, Phase::Ready);
+    assert_eq!(d.actions(), vec![], "9s since the start: not settled");
+    assert_ne!(d.status().phase, Phase::Ready);
     assert_eq!(
         condition(&d, "Available"),
         Some(("False".into(), "NoLeader".into()))
     );
     assert_eq!(degraded_reason(&d), None);
-    o.status = d.status;
+    o.status = d.status().clone();
 
     o.now = at(114);
     let d = decide(&o);
     let job = job_name("orca", &revision_of(&off));
     assert_eq!(
-        d.actions,
+        d.actions(),
         vec![Action::CreateRegisterJob {
             name: job.clone(),
             revision: revision_of(&off),
@@ -202,21 +202,21 @@ fn overlap_off_recreates_then_settles_and_registers() {
         }]
     );
     assert!(
-        d.events.iter().any(|e| e.reason == "Running"),
+        d.events().iter().any(|e| e.reason == "Running"),
         "{:?}",
-        d.events
+        d.events()
     );
     assert_eq!(
         condition(&d, "Available"),
         Some(("True".into(), "Running".into()))
     );
-    let leader = d.status.leader.clone().expect("the settled pod leads");
+    let leader = d.status().leader.clone().expect("the settled pod leads");
     assert_eq!(
         (leader.instance, leader.pod.as_str(), leader.image.as_str()),
         (0, v2.name.as_str(), "v2")
     );
-    assert_eq!(d.status.current_image.as_deref(), Some("v2"));
-    o.status = d.status;
+    assert_eq!(d.status().current_image.as_deref(), Some("v2"));
+    o.status = d.status().clone();
 
     o.jobs = vec![JobView {
         name: job,
@@ -227,12 +227,12 @@ fn overlap_off_recreates_then_settles_and_registers() {
     }];
     o.now = at(117);
     let d = decide(&o);
-    assert_eq!(d.actions, vec![]);
-    assert_eq!(d.status.phase, Phase::Ready);
+    assert_eq!(d.actions(), vec![]);
+    assert_eq!(d.status().phase, Phase::Ready);
     assert!(
-        !d.events.iter().any(|e| e.reason == "Running"),
+        !d.events().iter().any(|e| e.reason == "Running"),
         "said once: {:?}",
-        d.events
+        d.events()
     );
     assert_eq!(
         condition(&d, "Available"),
@@ -249,9 +249,9 @@ fn overlap_off_recreates_then_settles_and_registers() {
         again.status = status;
         let local = again.now;
         again = again.on_database_clock(local + chrono::TimeDelta::milliseconds(offset_ms));
-        decide(&again).status
+        decide(&again).status().clone()
     };
-    let first = pass(d.status.clone(), 3);
+    let first = pass(d.status().clone(), 3);
     assert_eq!(pass(first.clone(), -4), first);
     assert_eq!(first.phase, Phase::Ready);
 }
@@ -269,7 +269,7 @@ fn overlap_off_a_pod_deleted_by_hand_is_never_two() {
         ..pod_of(&off, 1, 0, PodState::Running)
     };
     let mut o = observed(off.clone(), vec![settled.clone()], vec![], vec![], 100);
-    o.status = decide(&o).status;
+    o.status = decide(&o).status().clone();
 
     // Deleted by hand at 100 with a grace of 60 s: due gone by 160.
     let going = PodView {
@@ -282,7 +282,7 @@ fn overlap_off_a_pod_deleted_by_hand_is_never_two() {
         o.now = at(now);
         let d = decide(&o);
         assert_eq!(
-            d.actions,
+            d.actions(),
             vec![],
             "at {now}: no pod beside one still running"
         );
@@ -291,14 +291,14 @@ fn overlap_off_a_pod_deleted_by_hand_is_never_two() {
             None,
             "at {now}: within its grace and a minute"
         );
-        o.status = d.status;
+        o.status = d.status().clone();
     }
     o.now = at(221);
     let d = decide(&o);
-    assert_eq!(d.actions, vec![]);
+    assert_eq!(d.actions(), vec![]);
     assert_eq!(degraded_reason(&d).as_deref(), Some("PodNotGone"));
     assert_eq!(warnings(&d, "PodNotGone"), 1, "said once, as a Warning");
-    o.status = d.status;
+    o.status = d.status().clone();
     o.now = at(222);
     assert_eq!(warnings(&decide(&o), "PodNotGone"), 0, "and not again");
 
@@ -309,5 +309,5 @@ fn overlap_off_a_pod_deleted_by_hand_is_never_two() {
     }];
     o.now = at(231);
     let d = decide(&o);
-    assert_eq!(d.actions, vec![create_of(&revision_of(&off), "v1", 2)]);
+    assert_eq!(d.actions(), vec![create_of(&revision_of(&off), "v1", 2)]);
 }

@@ -183,16 +183,16 @@ fn each_register_failure_is_said_once_and_counted() {
     let reg = spec("v1").register.unwrap_or_else(|| unreachable!());
     let mut o = v1_leading(spec("v1"), vec![job("v1", failed(20))], 25);
     let d = decide(&o);
-    assert_eq!(warnings(&d, "RegisterFailed"), 1, "{:?}", d.events);
-    assert_eq!(d.actions, vec![], "10 s of back-off first");
+    assert_eq!(warnings(&d, "RegisterFailed"), 1, "{:?}", d.events());
+    assert_eq!(d.actions(), vec![], "10 s of back-off first");
     assert!(
-        d.requeue <= std::time::Duration::from_secs(5),
+        d.requeue() <= std::time::Duration::from_secs(5),
         "{:?}",
-        d.requeue
+        d.requeue()
     );
-    let r = d.status.register.clone().expect("the register status");
+    let r = d.status().register.clone().expect("the register status");
     assert_eq!((r.failures, r.attempts), (1, 1), "{r:?}");
-    o.status = d.status;
+    o.status = d.status().clone();
 
     o.now = at(27);
     let d = decide(&o);
@@ -200,40 +200,40 @@ fn each_register_failure_is_said_once_and_counted() {
         warnings(&d, "RegisterFailed"),
         0,
         "said once: {:?}",
-        d.events
+        d.events()
     );
     assert_eq!(degraded_reason(&d).as_deref(), Some("RegisterFailed"));
-    o.status = d.status;
+    o.status = d.status().clone();
 
     o.now = at(30);
     let d = decide(&o);
-    assert_eq!(d.actions, vec![register_attempt_action("v1", 2)]);
-    assert_eq!(warnings(&d, "RegisterFailed"), 0, "{:?}", d.events);
-    assert_eq!(d.status.register.as_ref().map(|r| r.attempts), Some(2));
-    o.status = d.status;
+    assert_eq!(d.actions(), vec![register_attempt_action("v1", 2)]);
+    assert_eq!(warnings(&d, "RegisterFailed"), 0, "{:?}", d.events());
+    assert_eq!(d.status().register.as_ref().map(|r| r.attempts), Some(2));
+    o.status = d.status().clone();
 
     // The second attempt fails too: said again; 20 s of back-off now.
     o.jobs.push(register_job("v1", 2, &reg, failed(40)));
     o.now = at(41);
     let d = decide(&o);
-    assert_eq!(warnings(&d, "RegisterFailed"), 1, "{:?}", d.events);
-    assert_eq!(d.actions, vec![]);
-    assert_eq!(d.status.register.as_ref().map(|r| r.failures), Some(2));
-    o.status = d.status;
+    assert_eq!(warnings(&d, "RegisterFailed"), 1, "{:?}", d.events());
+    assert_eq!(d.actions(), vec![]);
+    assert_eq!(d.status().register.as_ref().map(|r| r.failures), Some(2));
+    o.status = d.status().clone();
     o.now = at(60);
     let d = decide(&o);
-    assert_eq!(d.actions, vec![register_attempt_action("v1", 3)]);
-    o.status = d.status;
+    assert_eq!(d.actions(), vec![register_attempt_action("v1", 3)]);
+    o.status = d.status().clone();
 
     // The third succeeds: ready, the failures forgotten.
     o.jobs.push(register_job("v1", 3, &reg, succeeded(70)));
     o.now = at(71);
     let d = decide(&o);
-    assert_eq!(d.status.phase, Phase::Ready);
+    assert_eq!(d.status().phase, Phase::Ready);
     assert_eq!(degraded_reason(&d), None);
-    assert_eq!(d.status.register.as_ref().map(|r| r.failures), Some(0));
+    assert_eq!(d.status().register.as_ref().map(|r| r.failures), Some(0));
     assert_eq!(
-        d.actions,
+        d.actions(),
         vec![Action::DeleteJob {
             name: job_name("orca", &rev("v1"))
         }],
@@ -248,7 +248,7 @@ fn a_handover_completes_only_once_registered() {
     let (v1, v2, v1_leads) = v1_v2_pods();
     let mut o = v1_leading(spec("v2"), vec![], 100);
     let d = decide(&o);
-    o.status = d.status;
+    o.status = d.status().clone();
     o.pods = vec![v1.clone(), v2.clone()];
     o.instances = Ok(vec![
         draining(v1_leads.clone(), 102),
@@ -256,8 +256,8 @@ fn a_handover_completes_only_once_registered() {
     ]);
     o.now = at(104);
     let d = decide(&o);
-    assert_eq!(d.actions, vec![register("v2")]);
-    o.status = d.status;
+    assert_eq!(d.actions(), vec![register("v2")]);
+    o.status = d.status().clone();
 
     // The register Job failed; v1 has ended and its pod is gone.
     o.pods = vec![v2.clone()];
@@ -267,12 +267,12 @@ fn a_handover_completes_only_once_registered() {
         o.now = at(now);
         let d = decide(&o);
         assert!(
-            !d.events.iter().any(|e| e.reason == "HandoverComplete"),
+            !d.events().iter().any(|e| e.reason == "HandoverComplete"),
             "at {now}: {:?}",
-            d.events
+            d.events()
         );
         assert_eq!(degraded_reason(&d).as_deref(), Some("RegisterFailed"));
-        o.status = d.status;
+        o.status = d.status().clone();
     }
     assert_eq!(
         o.status
@@ -284,18 +284,18 @@ fn a_handover_completes_only_once_registered() {
 
     o.now = at(121);
     let d = decide(&o);
-    assert_eq!(d.actions, vec![register_attempt_action("v2", 2)]);
-    o.status = d.status;
+    assert_eq!(d.actions(), vec![register_attempt_action("v2", 2)]);
+    o.status = d.status().clone();
     let reg = spec("v2").register.unwrap_or_else(|| unreachable!());
     o.jobs.push(register_job("v2", 2, &reg, succeeded(125)));
     o.now = at(126);
     let d = decide(&o);
-    let reasons: Vec<&str> = d.events.iter().map(|e| e.reason.as_str()).collect();
+    let reasons: Vec<&str> = d.events().iter().map(|e| e.reason.as_str()).collect();
     assert!(
         reasons.contains(&"Registered") && reasons.contains(&"HandoverComplete"),
         "{reasons:?}"
     );
-    assert_eq!(d.status.phase, Phase::Ready);
+    assert_eq!(d.status().phase, Phase::Ready);
 }
 
 /// Deleting the last failed register Job runs the next attempt at once; the
@@ -308,7 +308,7 @@ fn deleting_the_failed_register_job_runs_the_next_at_once() {
     let second = register_job_name("orca", &rev("v1"), 2);
     let o = register_tried(o, &reg, 2, 2, second);
     let d = decide(&o);
-    assert_eq!(d.actions, vec![register_attempt_action("v1", 3)]);
-    assert_eq!(warnings(&d, "RegisterFailed"), 0, "{:?}", d.events);
-    assert_eq!(d.status.register.as_ref().map(|r| r.failures), Some(2));
+    assert_eq!(d.actions(), vec![register_attempt_action("v1", 3)]);
+    assert_eq!(warnings(&d, "RegisterFailed"), 0, "{:?}", d.events());
+    assert_eq!(d.status().register.as_ref().map(|r| r.failures), Some(2));
 }

@@ -83,20 +83,20 @@ fn the_restart_back_off_resets_after_a_stable_run() {
         },
     );
     let d = decide(&o);
-    assert_eq!(d.actions, vec![delete(&stable), create("v1", 2)]);
-    assert_eq!((d.status.restarts, d.status.recent_restarts), (5, 1));
-    o.status = d.status;
+    assert_eq!(d.actions(), vec![delete(&stable), create("v1", 2)]);
+    assert_eq!((d.status().restarts, d.status().recent_restarts), (5, 1));
+    o.status = d.status().clone();
 
     // The new pod dies at once: 20 s now, not 320 s.
     let quick = pod("v1", 2, 1010, exited(1, 1020));
     o.pods = vec![quick.clone()];
     o.now = at(1039);
     let d = decide(&o);
-    assert_eq!(d.actions, vec![]);
+    assert_eq!(d.actions(), vec![]);
     assert_eq!(degraded_reason(&d).as_deref(), Some("PodFailed"));
-    o.status = d.status;
+    o.status = d.status().clone();
     o.now = at(1040);
     let d = decide(&o);
-    assert_eq!(d.actions, vec![delete(&quick), create("v1", 3)]);
-    assert_eq!((d.status.restarts, d.status.recent_restarts), (6, 2));
+    assert_eq!(d.actions(), vec![delete(&quick), create("v1", 3)]);
+    assert_eq!((d.status().restarts, d.status().recent_restarts), (6, 2));
 }

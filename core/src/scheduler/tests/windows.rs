@@ -157,7 +157,7 @@ pub(super) fn window_cases() -> Vec<Case> {
 #[test]
 fn a_waiting_revision_says_until_when_and_looks_again_then() {
     let d = decide(&v1_settled_v2_asked(v2_windowed(), 100));
-    assert_eq!(d.status.next_window, Some(rfc3339(at(NEXT))));
+    assert_eq!(d.status().next_window, Some(rfc3339(at(NEXT))));
     let deferred = condition_of(&d, "Deferred").expect("a Deferred condition");
     assert_eq!(
         (deferred.status.as_str(), deferred.reason.as_str()),
@@ -170,24 +170,24 @@ fn a_waiting_revision_says_until_when_and_looks_again_then() {
         "{}",
         deferred.message
     );
-    assert!(d.requeue <= std::time::Duration::from_secs((NEXT - 100) as u64));
+    assert!(d.requeue() <= std::time::Duration::from_secs((NEXT - 100) as u64));
     assert!(d
-        .events
+        .events()
         .iter()
         .any(|e| e.reason == "Deferred" && !e.warning));
     // The status still says what runs: v1, leading; the target is v2.
-    assert_eq!(d.status.target_revision, Some(rev("v1")));
-    assert_eq!(d.status.target_image.as_deref(), Some("v2"));
+    assert_eq!(d.status().target_revision, Some(rev("v1")));
+    assert_eq!(d.status().target_image.as_deref(), Some("v2"));
     // Said once: the next pass, with that status, posts no second Event.
     let mut again = v1_settled_v2_asked(v2_windowed(), 200);
-    again.status = d.status.clone();
+    again.status = d.status().clone();
     let d2 = decide(&again);
-    assert!(d2.events.iter().all(|e| e.reason != "Deferred"));
+    assert!(d2.events().iter().all(|e| e.reason != "Deferred"));
     // Inside the window: started, Deferred False, no next window.
     let mut open = v1_settled_v2_asked(v2_windowed(), NEXT + 60);
-    open.status = d.status.clone();
+    open.status = d.status().clone();
     let d3 = decide(&open);
-    assert_eq!(d3.status.next_window, None);
+    assert_eq!(d3.status().next_window, None);
     let deferred =
         condition_of(&d3, "Deferred").expect("a Deferred condition while windows are set");
     assert_eq!(deferred.status, "False");

@@ -60,7 +60,7 @@ pub(super) async fn act(
     decision: &Decision,
 ) -> Result<(), ActError> {
     let name = scheduler.name_any();
-    for action in &decision.actions {
+    for action in decision.actions() {
         match action {
             Action::CreatePod { .. } | Action::DeletePod { .. } => {
                 pod_action(scheduler, ctx, ns, action).await?

@@ -165,7 +165,7 @@ pub async fn reconcile(
     let mut decision = decision_of(&step, &scheduler, &observed);
     if let Step::AskDrain(ask) = &step {
         let asked = ask_to_drain(ctx, db.as_deref(), &scheduler, ask).await?;
-        decision.events.extend(asked);
+        decision = decision.saying(asked);
     }
     publish(&scheduler, ctx, &decision).await;
     // Each pod asked to stop gets its own grace (a drain) while the drain
@@ -174,7 +174,7 @@ pub async fn reconcile(
         Step::StopPods(_) => None,
         _ => Some(super::pods::stop_grace(&scheduler.spec)),
     };
-    for action in &decision.actions {
+    for action in decision.actions() {
         if let Action::DeletePod { name: pod } = action {
             delete_pod(ctx, ns, &name, pod, grace).await?;
         }
@@ -183,8 +183,8 @@ pub async fn reconcile(
         remove_finalizer(ctx, &scheduler, ns).await?;
         return Ok(Requeue::await_change());
     }
-    if decision.status != observed.status {
-        apply_status(&scheduler, ctx, ns, &decision.status).await?;
+    if *decision.status() != observed.status {
+        apply_status(&scheduler, ctx, ns, decision.status()).await?;
     }
     Ok(Requeue::requeue(POLL))
 }
@@ -300,12 +300,7 @@ fn decision_of(step: &Step, scheduler: &Scheduler, observed: &Observed) -> Decis
         }
     }
     status.phase = Phase::Draining;
-    Decision {
-        actions,
-        events,
-        status,
-        requeue: POLL,
-    }
+    Decision::new(actions, events, status, POLL)
 }
 
 /// Deletes pod `pod` of Scheduler `scheduler`, with `grace` seconds or, for

@@ -15,7 +15,7 @@ use crate::{
 /// logged: the step happened all the same. Behind the fence, none is.
 pub(super) async fn publish(scheduler: &Scheduler, ctx: &Context, decision: &Decision) {
     let reference = scheduler.object_ref(&());
-    for e in &decision.events {
+    for e in decision.events() {
         info!(scheduler = %scheduler.name_any(), reason = %e.reason, "{}", e.message);
         let posted = post_event(
             ctx.recorder(),

@@ -105,17 +105,17 @@ async fn degraded(scheduler: &Scheduler, ctx: &Context, reason: &str, message: S
         scheduler.metadata.generation,
     );
     warn!(scheduler = %name, namespace = %ns, reason, "{message}");
-    let decision = Decision {
-        actions: Vec::new(),
-        events: vec![scheduler::Event::warning(reason, message)],
+    let decision = Decision::new(
+        Vec::new(),
+        vec![scheduler::Event::warning(reason, message)],
         status,
-        requeue: scheduler::BUSY,
-    };
+        scheduler::BUSY,
+    );
     publish(scheduler, ctx, &decision).await;
-    if let Err(e) = apply_status(scheduler, ctx, &ns, &decision.status).await {
+    if let Err(e) = apply_status(scheduler, ctx, &ns, decision.status()).await {
         warn!(scheduler = %name, namespace = %ns, reason, "cannot say it in the status: {e}");
     } else {
-        ctx.metrics().status(&ns, &name, &before, &decision.status);
+        ctx.metrics().status(&ns, &name, &before, decision.status());
     }
 }
 
@@ -165,16 +165,16 @@ async fn run_stages(
         return refused(&scheduler, &ctx, &observed, decision, reason, message).await;
     }
     publish(&scheduler, &ctx, &decision).await;
-    if decision.status != observed.status {
-        apply_status(&scheduler, &ctx, &ns, &decision.status).await?;
+    if *decision.status() != observed.status {
+        apply_status(&scheduler, &ctx, &ns, decision.status()).await?;
     }
     // Every pass, not only a changed status: a replica that has just taken
     // the lead exports the phase of Schedulers whose status it left as it
     // was (the alerts on a Degraded one read the leader's series).
     ctx.metrics()
-        .status(&ns, &name, &observed.status, &decision.status);
+        .status(&ns, &name, &observed.status, decision.status());
     ctx.backoff().succeeded(&ns, &name);
-    Ok(Requeue::requeue(decision.requeue))
+    Ok(Requeue::requeue(decision.requeue()))
 }
 
 /// The API server refused a write for good: `Degraded` with its message,
@@ -184,7 +184,7 @@ async fn refused(
     scheduler: &Scheduler,
     ctx: &Context,
     observed: &Observed,
-    mut decision: Decision,
+    decision: Decision,
     reason: &str,
     message: String,
 ) -> Result<Requeue, ReconcileError> {
@@ -193,29 +193,24 @@ async fn refused(
     let now =
         k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(k8s_openapi::jiff::Timestamp::now());
     let news = !crate::crd::degraded_already(&observed.status.conditions, reason, &message);
-    // What was decided did not happen: the status stays what it was (the
-    // same pod is tried again, under the same name), only Degraded.
-    decision.status = observed.status.clone();
-    refusal::degrade(
-        &mut decision.status,
-        reason,
-        &message,
-        now,
-        observed.generation,
-    );
-    decision.actions.clear();
-    decision.events = if news {
+    // What was decided did not happen: nothing is done, and the status
+    // stays what it was (the same pod is tried again, under the same
+    // name), only Degraded.
+    let mut status = observed.status.clone();
+    refusal::degrade(&mut status, reason, &message, now, observed.generation);
+    let events = if news {
         warn!(scheduler = %name, namespace = %ns, reason, "{message}");
         vec![scheduler::Event::warning(reason, message)]
     } else {
         Vec::new()
     };
+    let decision = Decision::new(Vec::new(), events, status, decision.requeue());
     publish(scheduler, ctx, &decision).await;
-    if decision.status != observed.status {
-        apply_status(scheduler, ctx, &ns, &decision.status).await?;
+    if *decision.status() != observed.status {
+        apply_status(scheduler, ctx, &ns, decision.status()).await?;
     }
     ctx.metrics()
-        .status(&ns, &name, &observed.status, &decision.status);
+        .status(&ns, &name, &observed.status, decision.status());
     ctx.metrics().failed(&ns, &name, "act");
     Ok(Requeue::requeue(refusal::REFUSED_RETRY))
 }

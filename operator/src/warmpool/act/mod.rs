@@ -471,10 +471,10 @@ impl Actuator {
         report: &mut PassReport,
     ) -> Result<(), PoolError> {
         let mut timed_out: Vec<String> = plan
-            .retirements
+            .retirements()
             .iter()
-            .filter(|r| r.reason == crate::warmpool::plan::Reason::BootTimeout)
-            .map(|r| r.instance.clone())
+            .filter(|r| r.reason() == crate::warmpool::plan::Reason::BootTimeout)
+            .map(|r| r.instance().to_string())
             .collect();
         // A boot worked: an instance this loop launched reported (a row),
         // for the first time.
@@ -551,7 +551,7 @@ impl Actuator {
         report: &mut PassReport,
     ) -> Result<u32, PoolError> {
         let mut going = self.end_rows(world, plan, report).await?;
-        let mut stayed = (plan.retirements.len() - going.len()) as u32;
+        let mut stayed = (plan.retirements().len() - going.len()) as u32;
         if going.is_empty() {
             return Ok(stayed);
         }
@@ -609,45 +609,45 @@ impl Actuator {
         let mut going = Vec::new();
         // Idle rows: one race-free end for all of them.
         let idle: Vec<i64> = plan
-            .retirements
+            .retirements()
             .iter()
-            .filter_map(|r| match r.end {
+            .filter_map(|r| match r.end() {
                 End::Idle(row) => Some(row),
                 _ => None,
             })
             .collect();
         let ended = world.end_idle_rows(&idle).await?;
-        for r in &plan.retirements {
-            let outcome = match r.end {
+        for r in plan.retirements() {
+            let outcome = match r.end() {
                 End::Idle(row) => ended.contains(&row).then_some(None),
-                End::Claim => world.claim(&r.instance, &self.pool).await?.map(Some),
+                End::Claim => world.claim(r.instance(), &self.pool).await?.map(Some),
                 End::Claimed(row) => Some(Some(row)),
                 End::Busy(row) => world.end_busy_row(row).await?.then_some(None),
                 End::Reserved(row) => world.claim_reserved(row).await?.map(Some),
             };
             match outcome {
-                Some(claim) => going.push((r.instance.as_str(), r.reason, claim)),
+                Some(claim) => going.push((r.instance(), r.reason(), claim)),
                 None => {
-                    tracing::info!(pool = %self.pool, instance = %r.instance, reason = r.reason.as_str(),
+                    tracing::info!(pool = %self.pool, instance = %r.instance(), reason = r.reason().as_str(),
                         "not retired: it was handed a run or its agent reported first");
                     report.say(PoolEvent::new(
                         "RetirementLost",
                         format!(
                             "{} was not retired ({}): it was handed a run or its agent reported first",
-                            r.instance,
-                            r.reason.as_str()
+                            r.instance(),
+                            r.reason().as_str()
                         ),
                         false,
                     ));
                 }
             }
         }
-        for row in &plan.ends {
+        for row in plan.ends() {
             world.end_claim(*row).await?;
         }
         // Rows of instances EC2 no longer runs: nothing to terminate.
-        if !plan.gone.is_empty() {
-            let ended = world.end_rows_of_gone(&plan.gone).await?;
+        if !plan.gone().is_empty() {
+            let ended = world.end_rows_of_gone(plan.gone()).await?;
             if !ended.is_empty() {
                 tracing::info!(pool = %self.pool, rows = ?ended,
                     "ended the rows of instances EC2 no longer runs");
@@ -746,15 +746,15 @@ impl Actuator {
             return Ok(());
         };
         let chain: Vec<Offering> = plan
-            .launches
+            .launches()
             .first()
-            .map(|b| b.offering.clone())
+            .map(|b| b.offering().clone())
             .into_iter()
-            .chain(plan.fallback.iter().cloned())
+            .chain(plan.fallback().iter().cloned())
             .collect();
         let mut at = 0usize;
-        for batch in &plan.launches {
-            let wanted = batch.count.min(budget);
+        for batch in plan.launches() {
+            let wanted = batch.count().min(budget);
             if wanted == 0 {
                 break;
             }
@@ -852,9 +852,9 @@ impl Actuator {
         if let Some(outcome) = &published {
             self.denials.record_ssm(outcome);
         }
-        let budget = plan.launch_count().min(plan.room.saturating_sub(stayed));
-        if plan.short > 0 {
-            let (reason, warning) = if plan.launches.is_empty() && plan.room > 0 {
+        let budget = plan.launch_count().min(plan.room().saturating_sub(stayed));
+        if plan.short() > 0 {
+            let (reason, warning) = if plan.launches().is_empty() && plan.room() > 0 {
                 ("NoCapacity", true)
             } else {
                 ("MaxInstancesReached", false)
@@ -863,7 +863,7 @@ impl Actuator {
                 reason,
                 format!(
                     "{} more instances wanted, none launched for them",
-                    plan.short
+                    plan.short()
                 ),
                 warning,
             ));

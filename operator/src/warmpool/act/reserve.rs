@@ -8,7 +8,7 @@ use super::{Actuator, Call, Orders};
 use crate::warmpool::{
     ec2::Ec2Error,
     pass_report::{PassReport, PoolError, PoolEvent},
-    plan::{End, Offering, PoolPlan, Reason, WithRow},
+    plan::{End, Offering, PoolPlan, Reason, Retirement, WithRow},
     world::World,
 };
 
@@ -21,11 +21,11 @@ fn parted<'a>(
     let done = items
         .iter()
         .copied()
-        .filter(|s| !refused.iter().any(|(r, _)| *r == s.instance))
+        .filter(|s| !refused.iter().any(|(r, _)| *r == s.instance()))
         .collect();
     let failed = refused
         .into_iter()
-        .filter_map(|(id, e)| items.iter().find(|s| s.instance == id).map(|s| (*s, e)))
+        .filter_map(|(id, e)| items.iter().find(|s| s.instance() == id).map(|s| (*s, e)))
         .collect();
     (done, failed)
 }
@@ -46,27 +46,28 @@ impl Actuator {
     ) -> Result<(), PoolError> {
         let plan = orders.plan;
         let mut by_offering: BTreeMap<&Offering, Vec<&WithRow>> = BTreeMap::new();
-        for s in &plan.starts {
-            by_offering.entry(&s.offering).or_default().push(s);
+        for s in plan.starts() {
+            by_offering.entry(s.offering()).or_default().push(s);
         }
         for (offering, starts) in by_offering {
-            let rows: Vec<i64> = starts.iter().map(|s| s.row).collect();
+            let rows: Vec<i64> = starts.iter().map(|s| s.row()).collect();
             let woken = world.wake_rows(&rows).await?;
             let starts: Vec<&WithRow> = starts
                 .into_iter()
-                .filter(|s| woken.contains(&s.row))
+                .filter(|s| woken.contains(&s.row()))
                 .collect();
             if starts.is_empty() {
                 continue;
             }
-            let ids: Vec<String> = starts.iter().map(|s| s.instance.clone()).collect();
+            let ids: Vec<String> = starts.iter().map(|s| s.instance().to_string()).collect();
             match self
                 .each_alone_if_refused(world, Call::Start(offering), &ids)
                 .await
             {
                 Ok(refused) => {
                     let (started, refused) = parted(&starts, refused);
-                    let started: Vec<String> = started.iter().map(|s| s.instance.clone()).collect();
+                    let started: Vec<String> =
+                        started.iter().map(|s| s.instance().to_string()).collect();
                     if !started.is_empty() {
                         tracing::info!(pool = %self.pool, instances = ?started, "started from the stopped reserve");
                         if let Some(m) = &self.metrics {
@@ -91,15 +92,15 @@ impl Actuator {
                 }
             }
         }
-        let rows: Vec<i64> = plan.stops.iter().map(|s| s.row).collect();
+        let rows: Vec<i64> = plan.stops().iter().map(|s| s.row()).collect();
         let taken = world.reserve_idle_rows(&rows).await?;
         let stopping: Vec<&WithRow> = plan
-            .stops
+            .stops()
             .iter()
-            .filter(|s| taken.contains(&s.row))
-            .chain(&plan.restops)
+            .filter(|s| taken.contains(&s.row()))
+            .chain(plan.restops())
             .collect();
-        let ids: Vec<String> = stopping.iter().map(|s| s.instance.clone()).collect();
+        let ids: Vec<String> = stopping.iter().map(|s| s.instance().to_string()).collect();
         if ids.is_empty() {
             return Ok(());
         }
@@ -107,10 +108,10 @@ impl Actuator {
             Ok(refused) => {
                 let (stopped, refused) = parted(&stopping, refused);
                 if !stopped.is_empty() {
-                    let names: Vec<&str> = stopped.iter().map(|s| s.instance.as_str()).collect();
+                    let names: Vec<&str> = stopped.iter().map(|s| s.instance()).collect();
                     tracing::info!(pool = %self.pool, instances = ?names, "stopped into the reserve");
                     if let Some(m) = &self.metrics {
-                        let fresh = stopped.iter().filter(|s| taken.contains(&s.row)).count();
+                        let fresh = stopped.iter().filter(|s| taken.contains(&s.row())).count();
                         m.stopped(&self.pool, fresh);
                     }
                     report.say(PoolEvent::new(
@@ -148,7 +149,7 @@ impl Actuator {
                 .retire_reserved(world, "StartFailed", &e, starts, report)
                 .await;
         }
-        let rows: Vec<i64> = starts.iter().map(|s| s.row).collect();
+        let rows: Vec<i64> = starts.iter().map(|s| s.row()).collect();
         world.unwake_rows(&rows).await?;
         if let Ec2Error::Capacity { code, .. } = &e {
             self.hold(spec, offering, code, now);
@@ -196,7 +197,7 @@ impl Actuator {
         items: &[&WithRow],
         report: &mut PassReport,
     ) -> Result<(), PoolError> {
-        let ids: Vec<&str> = items.iter().map(|s| s.instance.as_str()).collect();
+        let ids: Vec<&str> = items.iter().map(|s| s.instance()).collect();
         tracing::warn!(pool = %self.pool, instances = ?ids, error = %error,
             "{what}: EC2 refused for good, the instances are retired");
         report.note_denial(error);
@@ -209,17 +210,14 @@ impl Actuator {
             ),
             true,
         ));
-        let plan = PoolPlan {
-            retirements: items
+        let plan = PoolPlan::default().with_retirements(
+            items
                 .iter()
-                .map(|s| crate::warmpool::plan::Retirement {
-                    instance: s.instance.clone(),
-                    reason: Reason::ReserveFailed,
-                    end: End::Reserved(s.row),
+                .map(|s| {
+                    Retirement::new(s.instance(), Reason::ReserveFailed, End::Reserved(s.row()))
                 })
                 .collect(),
-            ..PoolPlan::default()
-        };
+        );
         self.retire(world, &plan, report).await?;
         Ok(())
     }

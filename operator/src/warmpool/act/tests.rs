@@ -12,9 +12,7 @@ use chrono::{DateTime, TimeZone, Utc};
 use crate::crd::WarmPoolSpec;
 use crate::warmpool::act::{Actuator, Orders};
 use crate::warmpool::ec2::{classify, client_token, Ec2Error, Ownership, RunRequest};
-use crate::warmpool::plan::{
-    Counts, End, LaunchBatch, Offering, PoolPlan, Reason, Retirement, Snapshot,
-};
+use crate::warmpool::plan::{End, LaunchBatch, Offering, PoolPlan, Reason, Retirement, Snapshot};
 use crate::warmpool::world::World;
 use crate::warmpool::{
     pass_report::{PassReport, PoolError},
@@ -320,41 +318,25 @@ fn run_answered(answers: &[Answer]) -> Stage {
 
 /// A plan that retires `retirements` and does nothing else.
 fn retiring(retirements: Vec<Retirement>) -> PoolPlan {
-    PoolPlan {
-        retirements,
-        ..PoolPlan::default()
-    }
+    PoolPlan::default().with_retirements(retirements)
 }
 
 /// A plan that starts `starts` from the reserve and does nothing else.
 fn starting(starts: Vec<crate::warmpool::plan::WithRow>) -> PoolPlan {
-    PoolPlan {
-        starts,
-        ..PoolPlan::default()
-    }
+    PoolPlan::default().with_starts(starts)
 }
 
 /// A retirement of `instance` for `reason`, ending `end`.
 fn retirement(instance: &str, reason: Reason, end: End) -> Retirement {
-    Retirement {
-        instance: instance.into(),
-        reason,
-        end,
-    }
+    Retirement::new(instance, reason, end)
 }
 
 /// A plan that launches `count` on t3.small, t3.medium after it.
 fn launching(count: u32) -> PoolPlan {
-    PoolPlan {
-        launches: vec![LaunchBatch {
-            offering: offering("t3.small"),
-            count,
-        }],
-        fallback: vec![offering("t3.medium")],
-        room: 100,
-        counts: Counts::default(),
-        ..PoolPlan::default()
-    }
+    PoolPlan::default()
+        .with_launches(vec![LaunchBatch::new(offering("t3.small"), count)])
+        .with_fallback(vec![offering("t3.medium")])
+        .with_room(100)
 }
 
 /// The act step's orders: `plan` over `spec`, at the tables' time.
@@ -510,12 +492,11 @@ async fn a_subnet_ec2_does_not_know_is_held_whole_and_the_pool_launches_in_its_o
     // The spec's subnets are subnet-a and subnet-b; EC2 knows no subnet-a
     // (deleted under a class that still lists it).
     let mut lp = run_answered(&[Answer::Code("InvalidSubnetID.NotFound")]);
-    let mut plan = launching(2);
     let in_b = Offering {
         subnet: "subnet-b".into(),
         ..offering("t3.small")
     };
-    plan.fallback = vec![offering("t3.medium"), in_b];
+    let plan = launching(2).with_fallback(vec![offering("t3.medium"), in_b]);
     let report = launch(&mut lp, &plan, 0).await;
     assert_eq!(
         lp.world.subnets,
@@ -585,14 +566,12 @@ async fn only_what_was_ended_or_claimed_is_terminated_and_each_miss_takes_back_a
         ..Table::default()
     });
     let retire = |instance: &str, end| retirement(instance, Reason::IdleBeyondMax, end);
-    let mut plan = launching(2);
-    plan.room = 2;
-    plan.retirements = vec![
+    let plan = launching(2).with_room(2).with_retirements(vec![
         retire("i-idle", End::Idle(1)),
         retire("i-handed", End::Idle(2)),
         retire("i-bare", End::Claim),
         retire("i-late", End::Claim),
-    ];
+    ]);
     let mut report = PassReport::default();
     let stayed = lp
         .act
@@ -638,11 +617,7 @@ async fn a_throttled_termination_leaves_the_claims_for_the_next_pass() {
 }
 
 fn with_row(instance: &str, row: i64) -> crate::warmpool::plan::WithRow {
-    crate::warmpool::plan::WithRow {
-        instance: instance.into(),
-        row,
-        offering: offering("t3.small"),
-    }
+    crate::warmpool::plan::WithRow::new(instance, row, offering("t3.small"))
 }
 
 async fn reserve(lp: &mut Stage, plan: &PoolPlan) -> PassReport {
@@ -662,11 +637,9 @@ async fn only_idle_rows_taken_into_the_reserve_are_stopped_and_running_reserved_
         handed_out: [2].into(),
         ..Table::default()
     });
-    let plan = PoolPlan {
-        stops: vec![with_row("i-1", 1), with_row("i-2", 2)],
-        restops: vec![with_row("i-3", 3)],
-        ..PoolPlan::default()
-    };
+    let plan = PoolPlan::default()
+        .with_stops(vec![with_row("i-1", 1), with_row("i-2", 2)])
+        .with_restops(vec![with_row("i-3", 3)]);
     let report = reserve(&mut lp, &plan).await;
     // i-2 was handed a run before its row was taken: it keeps running.
     assert_eq!(lp.world.stopped, ["i-1", "i-3"]);
@@ -752,8 +725,8 @@ async fn one_refused_id_does_not_hold_up_a_termination_batch() {
         ..Table::default()
     });
     let retire = |instance: &str, row| retirement(instance, Reason::IdleBeyondMax, End::Idle(row));
-    let mut plan = launching(0);
-    plan.retirements = vec![retire("i-a", 1), retire("i-b", 2), retire("i-c", 3)];
+    let plan =
+        launching(0).with_retirements(vec![retire("i-a", 1), retire("i-b", 2), retire("i-c", 3)]);
     let mut report = PassReport::default();
     let stayed = lp
         .act
@@ -806,11 +779,9 @@ async fn a_stop_refused_for_good_retires_the_instance_refused_alone() {
         stop: [Answer::Refused, Answer::Refused].into(),
         ..Table::default()
     });
-    let plan = PoolPlan {
-        stops: vec![with_row("i-1", 1)],
-        restops: vec![with_row("i-3", 3)],
-        ..PoolPlan::default()
-    };
+    let plan = PoolPlan::default()
+        .with_stops(vec![with_row("i-1", 1)])
+        .with_restops(vec![with_row("i-3", 3)]);
     let report = reserve(&mut lp, &plan).await;
     assert_eq!(lp.world.stopped, ["i-3"]);
     assert_eq!(lp.world.terminated, ["i-1"]);

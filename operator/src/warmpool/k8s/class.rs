@@ -138,8 +138,8 @@ async fn launched_under(
                 })?;
         let present = listed
             .into_iter()
-            .filter(|t| t.instance.as_ref().is_some_and(|i| i.state.is_present()));
-        classes.extend(present.filter_map(|t| t.class));
+            .filter(|t| t.instance().is_some_and(|i| i.state.is_present()));
+        classes.extend(present.filter_map(|t| t.class().map(String::from)));
     }
     Ok(classes)
 }

@@ -29,7 +29,7 @@ use crate::warmpool::act::Orders;
 use crate::warmpool::metrics::Counts;
 use crate::warmpool::objective;
 use crate::warmpool::observe::{Observer, Planned};
-use crate::warmpool::pass_report::{BeforeActing, Deletion, PassReport, PoolError, PoolEvent};
+use crate::warmpool::pass_report::{Deletion, PassReport, PoolError, PoolEvent};
 
 /// How much later than a move EC2 must say an instance launched for the
 /// loop left at the old place to leave it alone: more than the clocks of
@@ -82,7 +82,7 @@ impl PoolLoop {
             rows = snap.rows.len(),
             demand = snap.demand,
             launches = decided.launch_count(),
-            retirements = decided.retirements.len(),
+            retirements = decided.retirements().len(),
             "planned"
         );
         let mut report = self.report(&moment, &snap, &decided, now);
@@ -147,12 +147,12 @@ impl PoolLoop {
     /// before these launches either.
     async fn act(&mut self, orders: Orders<'_>, report: &mut PassReport) -> Result<(), PoolError> {
         let plan = orders.plan();
-        let changes = !(plan.retirements.is_empty()
-            && plan.ends.is_empty()
-            && plan.gone.is_empty()
-            && plan.stops.is_empty()
-            && plan.restops.is_empty()
-            && plan.starts.is_empty());
+        let changes = !(plan.retirements().is_empty()
+            && plan.ends().is_empty()
+            && plan.gone().is_empty()
+            && plan.stops().is_empty()
+            && plan.restops().is_empty()
+            && plan.starts().is_empty());
         let acting = self
             .listings
             .clone()
@@ -279,26 +279,29 @@ impl PoolLoop {
         decided: &PoolPlan,
         now: DateTime<Utc>,
     ) -> PassReport {
-        let mut report = PassReport::planned(BeforeActing {
-            plan: decided.clone(),
-            deleting: snap.deleting.is_some(),
-            deleted: snap.deleting.is_some() && self.nothing_left(snap),
-            idle_min: moment.spec.idle.min,
-            active_schedule: match &moment.active {
-                Ok(Some(a)) => Some(a.describe(&self.spec)),
-                _ => None,
-            },
-            forecast: moment.floors.as_ref().map(|f| {
-                f.status(now, FORECAST_HOURS_SHOWN, |t| {
-                    schedule::idle_at(&self.spec, t)
-                })
-            }),
-            objective: moment
+        let deleting = snap.deleting.is_some();
+        let mut report = PassReport::planned(
+            decided.clone(),
+            deleting,
+            deleting && self.nothing_left(snap),
+        )
+        .with_idle_min(moment.spec.idle.min)
+        .with_active_schedule(match &moment.active {
+            Ok(Some(a)) => Some(a.describe(&self.spec)),
+            _ => None,
+        })
+        .with_forecast(moment.floors.as_ref().map(|f| {
+            f.status(now, FORECAST_HOURS_SHOWN, |t| {
+                schedule::idle_at(&self.spec, t)
+            })
+        }))
+        .with_objective(
+            moment
                 .objective
                 .as_ref()
                 .zip(self.spec.objective.as_ref())
                 .map(|(p, o)| p.status(o, self.cost.starts())),
-        });
+        );
         if let (Some(p), Some(o)) = (&moment.objective, &self.spec.objective) {
             if let Some(binding) = p.choice().binding {
                 report.say(PoolEvent::new(
@@ -365,7 +368,7 @@ impl PoolLoop {
                 true,
             ));
         }
-        if report.plan().counts.drifted > 0 {
+        if report.plan().counts().drifted() > 0 {
             self.announce_drift(snap, report);
         }
         let adopted = self.seen.take_adopted();
@@ -524,15 +527,15 @@ impl PoolLoop {
         }
         let drain = crate::crd::spec_seconds(drain_timeout_seconds);
         let until = (since + drain).to_rfc3339();
-        tracing::info!(pool = %self.act.pool(), since = %since.to_rfc3339(), busy = plan.counts.busy,
-            retiring = plan.retirements.len(), "WarmPool deleted: terminating its instances");
+        tracing::info!(pool = %self.act.pool(), since = %since.to_rfc3339(), busy = plan.counts().busy(),
+            retiring = plan.retirements().len(), "WarmPool deleted: terminating its instances");
         report.say(PoolEvent::new(
             "Deleting",
             format!(
                 "onDelete Terminate: launching no more; terminating {} idle or booting instances; \
                  {} busy may finish their runs until {until}",
-                plan.retirements.len(),
-                plan.counts.busy
+                plan.retirements().len(),
+                plan.counts().busy()
             ),
             false,
         ));

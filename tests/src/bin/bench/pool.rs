@@ -173,7 +173,7 @@ fn bench_plan_with_reserve(
                 ..spec.clone()
             };
             let p = plan(&scheduled, &snap, &BTreeMap::new(), &limits, now);
-            starts = p.starts.len();
+            starts = p.starts().len();
             std::hint::black_box(p);
             t.elapsed()
         })
