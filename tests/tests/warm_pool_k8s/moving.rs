@@ -25,13 +25,19 @@ fn retiring_again(k8s: &mut Cluster, mut old: FormerPlace) {
     status.retiring = vec![old];
 }
 
-/// Another endpoint of the same EC2 as where the pool runs in `k8s`: the
-/// pool moves there with its one instance busy, and launches a warm one
+/// The same moto by another name.
+fn alias_of(stage: &warm::Stage) -> String {
+    stage.moto.endpoint().replace("127.0.0.1", "localhost")
+}
+
+/// `alias`, another endpoint of the same EC2 as where the pool runs in
+/// `k8s`: the pool moves there with its one instance busy, and launches a warm one
 /// beside it. Where the pool ran before, as its status said.
 async fn moved_to_an_alias(
     stage: &warm::Stage,
     k8s: &mut Cluster,
     ctx: &Arc<Context>,
+    alias: &str,
 ) -> (Vec<String>, FormerPlace) {
     let first = left_in(stage).await;
     assert_eq!(first.len(), 1);
@@ -39,8 +45,7 @@ async fn moved_to_an_alias(
     let before = place_of(k8s);
     // The same moto, by another name: the busy one is listed by both
     // places, and the new one launches a warm one beside it.
-    let alias = stage.moto.endpoint().replace("127.0.0.1", "localhost");
-    edit(k8s, ctx, spec(stage, &alias, 1, 1)).await;
+    edit(k8s, ctx, spec(stage, alias, 1, 1)).await;
     k8s.until("the move seen", |k| retiring_after_edit(k).is_some())
         .await;
     for _ in 0..40 {
@@ -236,7 +241,7 @@ async fn a_former_place_without_its_database_is_kept_until_ec2_lists_none_there(
 async fn a_former_place_without_its_database_terminates_nothing_the_pool_runs_now() {
     let stage = warm::Stage::new().await;
     let (mut k8s, client, ctx) = one_launching_on(&stage).await;
-    let (running, mut before) = moved_to_an_alias(&stage, &mut k8s, &ctx).await;
+    let (running, mut before) = moved_to_an_alias(&stage, &mut k8s, &ctx, &alias_of(&stage)).await;
 
     // The operator restarts, the old place still to drain and its Secret
     // gone, and the drain time-out is past.
@@ -279,7 +284,7 @@ async fn a_former_place_without_its_database_terminates_nothing_the_pool_runs_no
 async fn a_restart_soon_after_a_move_terminates_nothing_the_pool_launched_since() {
     let stage = warm::Stage::new().await;
     let (mut k8s, client, ctx) = one_launching_on(&stage).await;
-    let (running, before) = moved_to_an_alias(&stage, &mut k8s, &ctx).await;
+    let (running, before) = moved_to_an_alias(&stage, &mut k8s, &ctx, &alias_of(&stage)).await;
 
     // The operator restarts, the old place still to drain, its database
     // there.
@@ -293,6 +298,50 @@ async fn a_restart_soon_after_a_move_terminates_nothing_the_pool_launched_since(
         "what the pool launched since the move stays, and the busy one runs on; events: {:#?}",
         k8s.events
     );
+}
+
+/// Another endpoint of the same EC2 that cannot be listed when an
+/// operator restarts with the old place still to drain (EC2 throttles
+/// it): what the pool has there is not known, and the old place's loop
+/// waits until it is. Once, it took everything the old place listed for
+/// its own, the pool's warm instance included, and terminated it.
+#[tokio::test]
+async fn a_former_place_waits_while_the_pools_place_cannot_be_listed() {
+    let stage = warm::Stage::new().await;
+    let faults = Ec2Faults::start(&stage.moto.endpoint());
+    let (mut k8s, client, ctx) = one_launching_on(&stage).await;
+    let (running, before) = moved_to_an_alias(&stage, &mut k8s, &ctx, &faults.endpoint()).await;
+
+    // The operator restarts, the old place still to drain, and the pool's
+    // place answers no listing.
+    ctx.stop_all();
+    let ctx = context(client);
+    retiring_again(&mut k8s, before);
+    faults.fail(
+        "DescribeInstances",
+        &[],
+        Fault::error("RequestLimitExceeded"),
+        usize::MAX,
+    );
+    reconciled_a_while(&mut k8s, &ctx, 4).await;
+    assert_eq!(
+        left_in(&stage).await,
+        running,
+        "nothing terminated while the pool's place cannot be listed; events: {:#?}",
+        k8s.events
+    );
+
+    // Listed again: the old place's loop leaves what the pool has, and goes.
+    faults.heal();
+    let retiring = |k: &Cluster| k.status()["retiring"].as_array().map_or(0, Vec::len);
+    for _ in 0..20 {
+        reconciled_a_while(&mut k8s, &ctx, 1).await;
+        if retiring(&k8s) == 0 {
+            break;
+        }
+    }
+    assert_eq!(retiring(&k8s), 0, "{}", k8s.status());
+    assert_eq!(left_in(&stage).await, running, "events: {:#?}", k8s.events);
 }
 
 /// A pass that finds the pool Degraded (its Scheduler gone, say) on a copy

@@ -185,7 +185,7 @@ impl PoolState {
             spec.endpoint.as_deref(),
         );
         self.former
-            .pass(client, config, wp, (here, &successor))
+            .pass(client, config, wp, (here, successor.as_ref()))
             .await
     }
 

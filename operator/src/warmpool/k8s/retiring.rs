@@ -85,7 +85,8 @@ impl Former {
     }
 
     /// One pass over every former place of `wp` (leaving alone what the
-    /// pool's loop, `successor`, launched): each place unreached is asked
+    /// pool's loop, `successor`, has where it runs; while it has not
+    /// listed there, `None`, the places' loops wait): each place unreached is asked
     /// for its database again, and if it still cannot be had, its
     /// instances are terminated by EC2 alone once the drain time-out since
     /// the move is past, save those EC2 lists where the pool runs now
@@ -96,7 +97,7 @@ impl Former {
         client: &kube::Client,
         config: &PoolControllerConfig,
         wp: &WarmPool,
-        (here, successor): (Place<'_>, &HashSet<String>),
+        (here, successor): (Place<'_>, Option<&HashSet<String>>),
     ) -> Vec<PoolEvent> {
         let mut events = Vec::new();
         let mut still = Vec::new();
@@ -118,7 +119,19 @@ impl Former {
             }
         }
         self.unreached = still;
-        events.extend(Box::pin(pass_all(wp, &mut self.loops, successor)).await);
+        // Where the pool runs now is one EC2 with a former place when
+        // both list the same instances; until its loop has listed there,
+        // what is its own cannot be told from what is theirs, and a
+        // former place's loop would take all of it for its own.
+        match successor {
+            Some(successor) => {
+                events.extend(Box::pin(pass_all(wp, &mut self.loops, successor)).await);
+            }
+            None if !self.loops.is_empty() => {
+                tracing::info!(pool = %wp.name_any(), "the pool's place not listed yet: its former places wait");
+            }
+            None => {}
+        }
         events
     }
 }
@@ -389,7 +402,7 @@ async fn reach(
 }
 
 /// One pass of each former place's loop (leaving alone what the pool's
-/// loop, `successor`, launched); those with nothing left go. Their
+/// loop, `successor`, launched or lists); those with nothing left go. Their
 /// events, each saying which place, for the WarmPool.
 async fn pass_all(
     wp: &WarmPool,

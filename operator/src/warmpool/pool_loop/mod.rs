@@ -99,8 +99,9 @@ pub struct PoolLoop<W = Live> {
     /// Left where the pool ran: what the loop of the new place launched
     /// or listed ([`PoolLoop::set_successor`]).
     successor: HashSet<String>,
-    /// The instances the last observation listed, in any state.
-    listed: HashSet<String>,
+    /// The instances the last observation listed, in any state; `None`
+    /// until one has.
+    listed: Option<HashSet<String>>,
 }
 
 impl<W> PoolLoop<W> {
@@ -127,7 +128,7 @@ impl<W> PoolLoop<W> {
             listings: None,
             drain: HashSet::new(),
             successor: HashSet::new(),
-            listed: HashSet::new(),
+            listed: None,
             conditions: Vec::new(),
             deletion: watch::channel(None).1,
             deletion_announced: false,
@@ -179,11 +180,12 @@ impl<W> PoolLoop<W> {
     /// What this loop has where it runs, for a loop left where the pool ran
     /// before: the instances it launched (as long as EC2 lists them, or
     /// for a few minutes before it does) and those its last listing showed
-    /// (after a restart, what it launched before it too).
-    pub fn successor(&self) -> HashSet<String> {
-        let mut has = self.listed.clone();
+    /// (after a restart, what it launched before it too). `None` until it
+    /// has listed its place: what it has there is not known yet.
+    pub fn successor(&self) -> Option<HashSet<String>> {
+        let mut has = self.listed.clone()?;
         has.extend(self.act.launches().ours().map(String::from));
-        has
+        Some(has)
     }
 
     pub(super) fn run_stale(&self) -> Duration {

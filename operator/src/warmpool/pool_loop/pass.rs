@@ -60,7 +60,7 @@ impl PoolLoop {
         let deleting = self.deletion.borrow().is_some();
         let run_stale = self.run_stale();
         let mut snap = self.observer().observe(deleting, run_stale).await?;
-        self.listed = snap.instances.iter().map(|i| i.id.clone()).collect();
+        self.listed = Some(snap.instances.iter().map(|i| i.id.clone()).collect());
         self.observer().learn_types().await?;
         self.tell_vcpus();
         // Read after the observation: a deletion that began meanwhile
