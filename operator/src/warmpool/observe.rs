@@ -217,6 +217,13 @@ impl Seen {
         self.history = Reading::new();
     }
 
+    /// Another class's book grants the pool's launches (or none): the
+    /// instances tagged for the one before are looked at again, so that
+    /// those without a class's tag get this one's.
+    pub(super) fn class_changed(&mut self) {
+        self.marked.clear();
+    }
+
     /// The instances the last listing adopted, said once.
     pub(super) fn take_adopted(&mut self) -> Vec<String> {
         std::mem::take(&mut self.just_adopted)

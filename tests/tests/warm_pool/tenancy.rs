@@ -209,3 +209,79 @@ async fn untagged_instances_with_rows_here_are_adopted_and_the_rest_left_alone()
         "the other was tagged"
     );
 }
+
+/// Launches one instance of `owner`'s pool as the release before tenancy
+/// tags did: its ownership tags, and neither a namespace's nor a class's.
+async fn launch_before_tenancy(ec2: &Ec2, subnet: &str, owner: &Ownership) -> String {
+    let mut tags = TagSpecification::builder().resource_type(ResourceType::Instance);
+    for (k, v) in [
+        (TAG_POOL, owner.pool()),
+        (TAG_SCHEDULER, owner.scheduler()),
+        (TAG_OPERATOR, owner.operator()),
+        (TAG_CLUSTER, owner.cluster()),
+    ] {
+        tags = tags.tags(Tag::builder().key(k).value(v).build());
+    }
+    let out = ec2
+        .client()
+        .run_instances()
+        .image_id("ami-12c6146b")
+        .instance_type(aws_sdk_ec2::types::InstanceType::T3Micro)
+        .subnet_id(subnet)
+        .min_count(1)
+        .max_count(1)
+        .tag_specifications(tags.build())
+        .send()
+        .await
+        .unwrap_or_else(|e| panic!("moto's RunInstances failed: {e}"));
+    out.instances()[0].instance_id().unwrap().to_string()
+}
+
+/// The value of the tag `key` on instance `id`, as EC2 describes it.
+async fn tag_on(ec2: &Ec2, id: &str, key: &str) -> Option<String> {
+    let out = ec2
+        .client()
+        .describe_instances()
+        .instance_ids(id)
+        .send()
+        .await
+        .unwrap_or_else(|e| panic!("moto's DescribeInstances failed: {e}"));
+    let instance = &out.reservations()[0].instances()[0];
+    instance
+        .tags()
+        .iter()
+        .find(|t| t.key() == Some(key))
+        .and_then(|t| t.value().map(String::from))
+}
+
+/// An upgraded pool's instance, given its namespace's tag while the pool
+/// had no class, gets its class's tag once the pool is put on a class
+/// (`kubectl orca class from-pool`): the class's census counts it, and its
+/// limits hold. Once, an instance tagged once was never looked at again,
+/// and the class granted launches beyond its limits for as long as it ran.
+#[tokio::test]
+async fn an_instance_tagged_before_its_pool_had_a_class_counts_in_the_class() {
+    use orca_operator::warmpool::budget::Budgets;
+    use orca_operator::warmpool::ec2::{TAG_CLASS, TAG_NAMESPACE};
+    let (moto, url, ec2, subnets) = warm::Stage::new().await.parts();
+    let pool = "default/runners";
+    let spec = warm::spec(&moto.endpoint(), &["t3.micro"], &subnets[..1], 1, 1, 4);
+    let mut lp = warm::pool_loop(pool, spec, &url).await;
+    let old = launch_before_tenancy(&ec2, &subnets[0], lp.ownership()).await;
+
+    lp.pass(Utc::now()).await.unwrap();
+    assert_eq!(
+        tag_on(&ec2, &old, TAG_NAMESPACE).await.as_deref(),
+        Some("default")
+    );
+    assert_eq!(tag_on(&ec2, &old, TAG_CLASS).await, None, "no class yet");
+
+    let budgets = Arc::new(Budgets::default());
+    lp.set_budget(Some(budgets.budget("shared", pool, "default")));
+    lp.pass(Utc::now()).await.unwrap();
+    assert_eq!(
+        tag_on(&ec2, &old, TAG_CLASS).await.as_deref(),
+        Some("shared"),
+        "the class's tag, for its census"
+    );
+}

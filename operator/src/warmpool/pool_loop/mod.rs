@@ -193,9 +193,14 @@ impl<W> PoolLoop<W> {
     }
 
     /// The book of the pool's class, which grants its launches (`None`: a
-    /// pool without a class, held by maxInstances only).
+    /// pool without a class, held by maxInstances only). Another class
+    /// than before has the pool's instances tagged for it anew.
     pub fn set_budget(&mut self, budget: Option<crate::warmpool::budget::Budget>) {
+        let before = self.budget_class().map(String::from);
         self.act.set_budget(budget);
+        if self.budget_class() != before.as_deref() {
+            self.seen.class_changed();
+        }
     }
 
     /// The class whose book grants the pool's launches, if any.
