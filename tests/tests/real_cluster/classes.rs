@@ -503,6 +503,53 @@ async fn deleting_pools_and_their_class_in_either_order_terminates_every_instanc
     assert!(present(&ec2, &owner(&stage.ns, "second")).await.is_empty());
 }
 
+/// A pool without a class pointed at a class that does not exist (a name
+/// mistyped; the class's admission lets it through) and then deleted: it
+/// is torn down where it ran, and goes. Once, the deletion waited for the
+/// class for ever, and nothing terminated its instances.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pool_pointed_at_a_missing_class_is_torn_down_where_it_ran() {
+    let stage = OnCluster::new("cls-typo").await;
+    super::v1_ready(&stage).await;
+    let ec2 = Ec2Stage::new(&stage, "runners").await;
+    stage.create_pool(&ec2.pool("runners", 1, 1, 4)).await;
+    stage
+        .wait_pool("runners", "an instance", Duration::from_secs(90), |s| {
+            s.launching + s.idle == 1 && s.place.is_some()
+        })
+        .await;
+    assert_eq!(present(&ec2, &ec2.owner).await.len(), 1);
+    let typo = serde_json::json!({"spec": {"classRef": {"name": "no-such-class"}}});
+    stage
+        .pools()
+        .patch("runners", &PatchParams::default(), &Patch::Merge(typo))
+        .await
+        .unwrap_or_else(|e| panic!("pointing the pool at the class: {e}"));
+    stage
+        .wait_pool(
+            "runners",
+            "ClassNotFound",
+            Duration::from_secs(30),
+            degraded_for("ClassNotFound"),
+        )
+        .await;
+
+    stage
+        .pools()
+        .delete("runners", &DeleteParams::default())
+        .await
+        .unwrap();
+    let pools = stage.pools();
+    eventually("the pool gone", Duration::from_secs(90), || async {
+        match pools.get_opt("runners").await.map_err(|e| e.to_string())? {
+            None => Ok(()),
+            Some(p) => Err(format!("{:?}", p.status)),
+        }
+    })
+    .await;
+    assert!(present(&ec2, &ec2.owner).await.is_empty());
+}
+
 /// An inline pool with two idle instances moved onto the class `kubectl
 /// orca class from-pool` prints: the same instances, nothing launched or
 /// terminated.

@@ -36,13 +36,13 @@ pub(super) async fn effective(
     let name = class_ref.name.clone();
     let Some(class) = class_of(ctx, pool, &name).await? else {
         ctx.config().budgets().forget_class(&name);
-        let recorded = wp.status.as_ref().and_then(|s| s.class_region.clone());
-        return Ok(match recorded {
-            // Gone before the pool: its instances are where the status says.
-            Some(region) if deleting => {
+        return Ok(match last_place(&wp) {
+            // Gone before the pool, or never there (a name mistyped): its
+            // instances are where the pool ran last.
+            Some((region, endpoint)) if deleting => {
                 let mut spec = wp.spec.clone();
                 spec.region = region;
-                spec.endpoint = wp.status.as_ref().and_then(|s| s.class_endpoint.clone());
+                spec.endpoint = endpoint;
                 Ok(with_spec(&wp, spec))
             }
             _ => Err(Refusal {
@@ -69,6 +69,25 @@ pub(super) async fn effective(
         }
         Err(refusal) => Ok(Err(refusal)),
     }
+}
+
+/// Where `wp`'s instances are, for its deletion without its class: the
+/// class's region and endpoint its status recorded, else where its status
+/// says its loop ran (a pool without a class before, pointed at a class
+/// that does not exist), else its own spec's region (a pool a release
+/// before this one ran). `None`: it never ran anywhere.
+fn last_place(wp: &WarmPool) -> Option<(String, Option<String>)> {
+    let status = wp.status.as_ref();
+    let class = status.and_then(|s| Some((s.class_region.clone()?, s.class_endpoint.clone())));
+    let place = || {
+        let p = status?.place.as_ref()?;
+        Some((p.region.clone(), p.endpoint.clone()))
+    };
+    let spec = || {
+        let s = &wp.spec;
+        (!s.region.is_empty()).then(|| (s.region.clone(), s.endpoint.clone()))
+    };
+    class.or_else(place).or_else(spec)
 }
 
 /// Whether `wp`, deleted with `onDelete: Orphan`, may leave its instances
