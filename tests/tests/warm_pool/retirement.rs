@@ -118,10 +118,17 @@ async fn stale_max_uses_and_scheduler_ended_instances_are_terminated() {
         (busy.instance(), "NoLiveRow"),
         (hung.as_str(), "Stale"),
     ] {
+        // Or named by a `TerminateFailed`, gone all the same: moto answers
+        // a TerminateInstances the SDK retried (a slow call, under load)
+        // with `InvalidAttachment.NotFound` once the first attempt began
+        // terminating it, where EC2 would answer it again.
         let terminated = |e: &PoolEvent| {
-            e.reason() == "Terminated"
+            (e.reason() == "Terminated"
                 && e.message().contains(instance)
-                && e.message().contains(reason)
+                && e.message().contains(reason))
+                || (e.reason() == "TerminateFailed"
+                    && e.message().contains(instance)
+                    && e.message().contains("InvalidAttachment.NotFound"))
         };
         let events = running.events_once(terminated).await;
         assert!(
