@@ -190,6 +190,21 @@ fn beyond_limits(name: &str, limits: &PoolLimits, pool: &WarmPoolSpec) -> Option
     })
 }
 
+/// How long a busy instance of `pool`, being deleted, may finish its run:
+/// its `drainTimeoutSeconds` within `class`'s `poolLimits` as they are now.
+/// A pool written under looser limits than its class has now is refused
+/// (it runs no loop), but torn down all the same when deleted: by the
+/// class's bound, not by the spec it refuses.
+pub fn drain_within(class: &WarmPoolClassSpec, pool: &WarmPoolSpec) -> i64 {
+    let max = class
+        .pool_limits
+        .as_ref()
+        .and_then(|l| l.max_drain_timeout_seconds);
+    max.map_or(pool.drain_timeout_seconds, |max| {
+        pool.drain_timeout_seconds.min(max)
+    })
+}
+
 /// Whether a pool of `class` may leave its instances running when it is
 /// deleted (`onDelete: Orphan`).
 pub fn may_orphan(class: &WarmPoolClassSpec) -> bool {

@@ -165,6 +165,33 @@ fn a_lifetime_beyond_the_class_bound_is_denied_naming_field_and_limit() {
     assert!(may_orphan(&class()));
 }
 
+/// A pool deleted after its class lowered `maxDrainTimeoutSeconds` under
+/// the pool's own drain time-out (refused since, it ran no loop) lets its
+/// busy instances run only as long as the class allows now.
+#[test]
+fn a_deleted_pools_drain_is_the_class_bound_as_it_is_now() {
+    let long = WarmPoolSpec {
+        drain_timeout_seconds: 86_400,
+        ..pool()
+    };
+    let short = WarmPoolSpec {
+        drain_timeout_seconds: 60,
+        ..pool()
+    };
+    let mut bounded = class();
+    bounded.pool_limits = Some(PoolLimits {
+        max_drain_timeout_seconds: Some(0),
+        ..PoolLimits::default()
+    });
+    assert_eq!(drain_within(&bounded, &long), 0);
+    assert_eq!(drain_within(&class(), &long), 86_400, "no bound");
+    bounded.pool_limits = Some(PoolLimits {
+        max_drain_timeout_seconds: Some(3600),
+        ..PoolLimits::default()
+    });
+    assert_eq!(drain_within(&bounded, &short), 60, "within the bound");
+}
+
 #[test]
 fn each_namespace_launches_with_its_own_profile() {
     let mut per_team = class();

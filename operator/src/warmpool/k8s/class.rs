@@ -17,7 +17,7 @@ use super::{context::Context, error::ReconcileError, retiring::recorded_places};
 use crate::{
     crd::{WarmPool, WarmPoolClass},
     warmpool::{
-        class::{may_orphan, resolve, Refusal, Tenant},
+        class::{drain_within, may_orphan, resolve, Refusal, Tenant},
         ec2::{Ec2, Ec2Config, Ownership},
     },
 };
@@ -61,10 +61,12 @@ pub(super) async fn effective(
     match resolve(&name, &class.spec, &tenant, &wp.spec) {
         Ok(spec) => Ok(Ok(with_spec(&wp, spec))),
         Err(_) if deleting => {
-            // Torn down where it ran, refused or not.
+            // Torn down where it ran, refused or not, its busy instances
+            // drained within the class's bound as it is now.
             let mut spec = wp.spec.clone();
             spec.region = class.spec.region.clone();
             spec.endpoint = class.spec.endpoint.clone();
+            spec.drain_timeout_seconds = drain_within(&class.spec, &wp.spec);
             Ok(Ok(with_spec(&wp, spec)))
         }
         Err(refusal) => Ok(Err(refusal)),

@@ -103,7 +103,7 @@ pub(super) async fn run_stages(
         })?;
     ctx.forget_gone();
     let wp = ctx.with_places_written(&pool, wp).await;
-    let deletion = match &wp.meta().deletion_timestamp {
+    let deleted = match &wp.meta().deletion_timestamp {
         None => None,
         Some(_) if !finalizer::has(&wp) => {
             // Nothing of this operator's left to hold it.
@@ -116,15 +116,13 @@ pub(super) async fn run_stages(
         {
             return orphan(&wp, &ctx, &pool).await;
         }
-        Some(since) => Some(Deletion::new(
-            DateTime::from_timestamp(since.0.as_second(), 0).unwrap_or_else(Utc::now),
-            wp.spec.drain_timeout_seconds,
-            false,
-        )),
+        Some(since) => {
+            Some(DateTime::from_timestamp(since.0.as_second(), 0).unwrap_or_else(Utc::now))
+        }
     };
     // With a class, every stage from here on sees the spec the class
     // makes of the pool; one the class refuses runs no loop.
-    let wp = match class::effective(wp.clone(), &ctx, &pool, deletion.is_some()).await? {
+    let wp = match class::effective(wp.clone(), &ctx, &pool, deleted.is_some()).await? {
         Ok(wp) => wp,
         Err(refusal) => {
             ctx.forget(&pool);
@@ -132,6 +130,9 @@ pub(super) async fn run_stages(
             return Ok(Action::requeue(Duration::from_secs(30)));
         }
     };
+    // The drain time-out as the class bounds it now (a deleted pool's own
+    // may be beyond it).
+    let deletion = deleted.map(|since| Deletion::new(since, wp.spec.drain_timeout_seconds, false));
     if deletion.is_none() && !ctx.has_finalizer(&wp) {
         // Before anything is launched: a deletion then waits for the
         // instances.
