@@ -510,7 +510,7 @@ pub fn plan(
     now: DateTime<Utc>,
 ) -> PoolPlan {
     if let Some(since) = snap.deleting {
-        return plan_deletion(spec, snap, since, limits, now);
+        return plan_deletion(spec, snap, since, now);
     }
     let given = Given {
         spec,
@@ -1057,15 +1057,11 @@ fn launch(given: &Given, out: &mut PoolPlan, want: u32) {
 /// instance (`PoolDeleted`) by the same race-free end or claim as any
 /// retirement; leave each busy one to its run — idle after it, it goes like
 /// the others — until `drainTimeoutSeconds` after `since`, then end its
-/// busy row and terminate it; one seen hung (see [`Snapshot::hung`]) for
-/// `limits.hung_grace_secs` has no run left to finish, and goes at once as
-/// it would from a pool not being deleted; end the claims of instances
-/// gone.
+/// busy row and terminate it; end the claims of instances gone.
 fn plan_deletion(
     spec: &WarmPoolSpec,
     snap: &Snapshot,
     since: DateTime<Utc>,
-    limits: &Limits,
     now: DateTime<Utc>,
 ) -> PoolPlan {
     let mut out = PoolPlan::default();
@@ -1090,15 +1086,7 @@ fn plan_deletion(
                 End::Reserved(row.id)
             }
             Some(row) if row.idle_secs.is_some() => End::Idle(row.id),
-            Some(row)
-                if drained
-                    || snap
-                        .hung
-                        .get(&row.id)
-                        .is_some_and(|secs| *secs >= limits.hung_grace_secs) =>
-            {
-                End::Busy(row.id)
-            }
+            Some(row) if drained => End::Busy(row.id),
             Some(_) => {
                 out.counts.busy += 1;
                 continue;

@@ -81,13 +81,6 @@ fn cases() -> Vec<Case<Deleted>> {
         )
     };
 
-    // Busy, its run over or its heartbeat stale (the agent gone) for `secs`.
-    let hung = |secs: f64| Snapshot {
-        hung: [(1, secs)].into(),
-        demand: 2,
-        ..deleted(vec![inst("i-x", 100)], vec![busy_row(1, "i-x")], 10)
-    };
-
     let reserve = WarmPoolSpec {
         stopped: Some(crate::crd::StoppedRange { min: 2, max: None }),
         ..spec(0, 0, 10)
@@ -122,18 +115,6 @@ fn cases() -> Vec<Case<Deleted>> {
             false,
             0,
             Some(End::Claimed(1)),
-        ),
-        case(
-            "busy but hung past the grace, drain time left",
-            spec(3, 5, 10),
-            hung(60.0),
-            (vec![("i-x", End::Busy(1))], 0),
-        ),
-        case(
-            "busy and hung within the grace, drain time left",
-            spec(3, 5, 10),
-            hung(59.0),
-            (vec![], 1),
         ),
         lone(
             "busy, drain time left",
