@@ -130,8 +130,7 @@ pub(super) async fn run_stages(
             return Ok(Action::requeue(Duration::from_secs(30)));
         }
     };
-    // The drain time-out as the class bounds it now (a deleted pool's own
-    // may be beyond it).
+    // The drain time-out within the class's bound as it is now.
     let deletion = deleted.map(|since| Deletion::new(since, wp.spec.drain_timeout_seconds, false));
     if deletion.is_none() && !ctx.has_finalizer(&wp) {
         // Before anything is launched: a deletion then waits for the
