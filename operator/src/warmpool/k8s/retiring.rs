@@ -85,8 +85,9 @@ impl Former {
     }
 
     /// One pass over every former place of `wp` (leaving alone what the
-    /// pool's loop, `successor`, has where it runs; while it has not
-    /// listed there, `None`, the places' loops wait): each place unreached is asked
+    /// pool's loop, `successor`, has where it runs, `here`; while it has
+    /// not listed there, `None`, the places that may be its EC2 wait):
+    /// each place unreached is asked
     /// for its database again, and if it still cannot be had, its
     /// instances are terminated by EC2 alone once the drain time-out since
     /// the move is past, save those EC2 lists where the pool runs now
@@ -119,19 +120,7 @@ impl Former {
             }
         }
         self.unreached = still;
-        // Where the pool runs now is one EC2 with a former place when
-        // both list the same instances; until its loop has listed there,
-        // what is its own cannot be told from what is theirs, and a
-        // former place's loop would take all of it for its own.
-        match successor {
-            Some(successor) => {
-                events.extend(Box::pin(pass_all(wp, &mut self.loops, successor)).await);
-            }
-            None if !self.loops.is_empty() => {
-                tracing::info!(pool = %wp.name_any(), "the pool's place not listed yet: its former places wait");
-            }
-            None => {}
-        }
+        events.extend(Box::pin(pass_all(wp, &mut self.loops, (here, successor))).await);
         events
     }
 }
@@ -402,18 +391,34 @@ async fn reach(
 }
 
 /// One pass of each former place's loop (leaving alone what the pool's
-/// loop, `successor`, launched or lists); those with nothing left go. Their
-/// events, each saying which place, for the WarmPool.
+/// loop, `successor`, launched or lists where it runs now, `here`); those
+/// with nothing left go. Their events, each saying which place, for the
+/// WarmPool.
+///
+/// A former place of the same Scheduler and region may be one EC2 with
+/// `here` (another endpoint of it), both listing the same instances: until
+/// the pool's loop has listed there (`successor` is `None`), what is its
+/// own cannot be told from what is the place's, whose loop would take it
+/// all, and the place waits. One of another Scheduler or region lists
+/// none of the pool's instances there, and need not.
 async fn pass_all(
     wp: &WarmPool,
     retiring: &mut Vec<Retiring>,
-    successor: &HashSet<String>,
+    (here, successor): (Place<'_>, Option<&HashSet<String>>),
 ) -> Vec<PoolEvent> {
-    let mut events = Vec::new();
-    let mut done = Vec::new();
+    let (mut events, mut done, none) = (Vec::new(), Vec::new(), HashSet::new());
     for (at, r) in retiring.iter_mut().enumerate() {
-        r.lp.set_successor(successor.clone());
         let where_ = where_(&r.place);
+        let successor = match successor {
+            Some(successor) => successor,
+            None if r.place.scheduler == here.0 && r.place.region == here.1 => {
+                tracing::info!(pool = %wp.name_any(), place = %where_,
+                    "the pool's place is not listed yet: the place it ran before waits");
+                continue;
+            }
+            None => &none,
+        };
+        r.lp.set_successor(successor.clone());
         match r.lp.pass(Utc::now()).await {
             Ok(report) => {
                 events.extend(report.events().iter().map(|e| {
