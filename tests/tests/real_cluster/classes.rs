@@ -440,6 +440,18 @@ async fn two_pools_racing_for_the_last_places_never_pass_the_class_limit() {
     );
 }
 
+/// Waits up to 90 s for the WarmPool `pool` to be gone.
+async fn gone(stage: &OnCluster, pool: &str) {
+    let api = stage.pools();
+    eventually(&format!("{pool} gone"), Duration::from_secs(90), || async {
+        match api.get_opt(pool).await.map_err(|e| e.to_string())? {
+            None => Ok(()),
+            Some(p) => Err(format!("{:?}", p.status)),
+        }
+    })
+    .await;
+}
+
 /// A pool deleted before its class, and another after it: every instance
 /// terminated, both WarmPools gone.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -463,24 +475,12 @@ async fn deleting_pools_and_their_class_in_either_order_terminates_every_instanc
             })
             .await;
     }
-    let gone = |pool: &'static str| {
-        let api = stage.pools();
-        async move {
-            eventually(&format!("{pool} gone"), Duration::from_secs(90), || async {
-                match api.get_opt(pool).await.map_err(|e| e.to_string())? {
-                    None => Ok(()),
-                    Some(p) => Err(format!("{:?}", p.status)),
-                }
-            })
-            .await
-        }
-    };
     stage
         .pools()
         .delete("first", &DeleteParams::default())
         .await
         .unwrap();
-    gone("first").await;
+    gone(&stage, "first").await;
     assert!(present(&ec2, &owner(&stage.ns, "first")).await.is_empty());
     classes(&stage.client)
         .delete(&name, &DeleteParams::default())
@@ -499,7 +499,7 @@ async fn deleting_pools_and_their_class_in_either_order_terminates_every_instanc
         .delete("second", &DeleteParams::default())
         .await
         .unwrap();
-    gone("second").await;
+    gone(&stage, "second").await;
     assert!(present(&ec2, &owner(&stage.ns, "second")).await.is_empty());
 }
 
@@ -539,14 +539,7 @@ async fn a_pool_pointed_at_a_missing_class_is_torn_down_where_it_ran() {
         .delete("runners", &DeleteParams::default())
         .await
         .unwrap();
-    let pools = stage.pools();
-    eventually("the pool gone", Duration::from_secs(90), || async {
-        match pools.get_opt("runners").await.map_err(|e| e.to_string())? {
-            None => Ok(()),
-            Some(p) => Err(format!("{:?}", p.status)),
-        }
-    })
-    .await;
+    gone(&stage, "runners").await;
     assert!(present(&ec2, &ec2.owner).await.is_empty());
 }
 

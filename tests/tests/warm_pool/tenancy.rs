@@ -98,17 +98,11 @@ async fn two_clusters_with_one_pool_name_never_touch_each_others_instances() {
     );
 }
 
-/// Launches one instance of pool `default/runners` as an operator that
-/// tagged no cluster did. Its id.
-async fn launch_untagged(ec2: &Ec2, subnet: &str) -> String {
-    let mut tags = TagSpecification::builder().resource_type(ResourceType::Instance);
-    let operator = Tuning::default().operator().clone();
-    for (k, v) in [
-        (TAG_POOL, "default/runners"),
-        (TAG_SCHEDULER, "default/sched"),
-        (TAG_OPERATOR, operator.as_str()),
-    ] {
-        tags = tags.tags(Tag::builder().key(k).value(v).build());
+/// Launches one instance with the tags `tags` straight through EC2. Its id.
+async fn launch_tagged(ec2: &Ec2, subnet: &str, tags: &[(&str, &str)]) -> String {
+    let mut spec = TagSpecification::builder().resource_type(ResourceType::Instance);
+    for (k, v) in tags {
+        spec = spec.tags(Tag::builder().key(*k).value(*v).build());
     }
     let out = ec2
         .client()
@@ -118,11 +112,23 @@ async fn launch_untagged(ec2: &Ec2, subnet: &str) -> String {
         .subnet_id(subnet)
         .min_count(1)
         .max_count(1)
-        .tag_specifications(tags.build())
+        .tag_specifications(spec.build())
         .send()
         .await
         .unwrap_or_else(|e| panic!("moto's RunInstances failed: {e}"));
     out.instances()[0].instance_id().unwrap().to_string()
+}
+
+/// Launches one instance of pool `default/runners` as an operator that
+/// tagged no cluster did. Its id.
+async fn launch_untagged(ec2: &Ec2, subnet: &str) -> String {
+    let operator = Tuning::default().operator().clone();
+    let tags = [
+        (TAG_POOL, "default/runners"),
+        (TAG_SCHEDULER, "default/sched"),
+        (TAG_OPERATOR, operator.as_str()),
+    ];
+    launch_tagged(ec2, subnet, &tags).await
 }
 
 /// After an upgrade, instances launched before instances carried the
@@ -213,28 +219,13 @@ async fn untagged_instances_with_rows_here_are_adopted_and_the_rest_left_alone()
 /// Launches one instance of `owner`'s pool as the release before tenancy
 /// tags did: its ownership tags, and neither a namespace's nor a class's.
 async fn launch_before_tenancy(ec2: &Ec2, subnet: &str, owner: &Ownership) -> String {
-    let mut tags = TagSpecification::builder().resource_type(ResourceType::Instance);
-    for (k, v) in [
-        (TAG_POOL, owner.pool()),
-        (TAG_SCHEDULER, owner.scheduler()),
-        (TAG_OPERATOR, owner.operator()),
-        (TAG_CLUSTER, owner.cluster()),
-    ] {
-        tags = tags.tags(Tag::builder().key(k).value(v).build());
-    }
-    let out = ec2
-        .client()
-        .run_instances()
-        .image_id("ami-12c6146b")
-        .instance_type(aws_sdk_ec2::types::InstanceType::T3Micro)
-        .subnet_id(subnet)
-        .min_count(1)
-        .max_count(1)
-        .tag_specifications(tags.build())
-        .send()
-        .await
-        .unwrap_or_else(|e| panic!("moto's RunInstances failed: {e}"));
-    out.instances()[0].instance_id().unwrap().to_string()
+    let tags = [
+        (TAG_POOL, owner.pool().as_str()),
+        (TAG_SCHEDULER, owner.scheduler().as_str()),
+        (TAG_OPERATOR, owner.operator().as_str()),
+        (TAG_CLUSTER, owner.cluster().as_str()),
+    ];
+    launch_tagged(ec2, subnet, &tags).await
 }
 
 /// The value of the tag `key` on instance `id`, as EC2 describes it.

@@ -10,6 +10,22 @@ async fn left_in(stage: &warm::Stage) -> Vec<String> {
     instances(stage).await
 }
 
+/// How many former places `status.retiring` names.
+fn retiring(k: &Cluster) -> usize {
+    k.status()["retiring"].as_array().map_or(0, Vec::len)
+}
+
+/// Reconciles, a second at a time for at most 20, until `status.retiring`
+/// is empty.
+async fn until_no_former_place(k8s: &mut Cluster, ctx: &Arc<Context>) {
+    for _ in 0..20 {
+        reconciled_a_while(k8s, ctx, 1).await;
+        if retiring(k8s) == 0 {
+            break;
+        }
+    }
+}
+
 /// Where the pool runs, as its status says.
 fn place_of(k8s: &Cluster) -> FormerPlace {
     let status = k8s.pool.status.as_ref().expect("a status");
@@ -205,7 +221,6 @@ async fn a_former_place_without_its_database_is_kept_until_ec2_lists_none_there(
         status.retiring[0].database_secret.name = "orca-db-deleted".into();
     }
     reconciled_a_while(&mut k8s, &ctx, 3).await;
-    let retiring = |k: &Cluster| k.status()["retiring"].as_array().map_or(0, Vec::len);
     assert_eq!(retiring(&k8s), 1, "kept: {}", k8s.status());
     assert_eq!(left_in(&old).await, there, "busy: left to its run for now");
     let said = k8s.events_of("FormerPlaceUnreached");
@@ -250,13 +265,7 @@ async fn a_former_place_without_its_database_terminates_nothing_the_pool_runs_no
     before.database_secret.name = "orca-db-deleted".into();
     retiring_again(&mut k8s, before);
     k8s.pool.spec.drain_timeout_seconds = 0;
-    let retiring = |k: &Cluster| k.status()["retiring"].as_array().map_or(0, Vec::len);
-    for _ in 0..20 {
-        reconciled_a_while(&mut k8s, &ctx, 1).await;
-        if retiring(&k8s) == 0 {
-            break;
-        }
-    }
+    until_no_former_place(&mut k8s, &ctx).await;
     assert_eq!(
         retiring(&k8s),
         0,
@@ -333,13 +342,7 @@ async fn a_former_place_waits_while_the_pools_place_cannot_be_listed() {
 
     // Listed again: the old place's loop leaves what the pool has, and goes.
     faults.heal();
-    let retiring = |k: &Cluster| k.status()["retiring"].as_array().map_or(0, Vec::len);
-    for _ in 0..20 {
-        reconciled_a_while(&mut k8s, &ctx, 1).await;
-        if retiring(&k8s) == 0 {
-            break;
-        }
-    }
+    until_no_former_place(&mut k8s, &ctx).await;
     assert_eq!(retiring(&k8s), 0, "{}", k8s.status());
     assert_eq!(left_in(&stage).await, running, "events: {:#?}", k8s.events);
 }

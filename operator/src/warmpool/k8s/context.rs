@@ -177,6 +177,10 @@ impl PoolState {
         config: &PoolControllerConfig,
         wp: &WarmPool,
     ) -> Vec<PoolEvent> {
+        // Most pools ran nowhere else: no copy of what the loop has.
+        if self.former.is_empty() {
+            return Vec::new();
+        }
         let successor = self.lp.successor();
         let spec = self.lp.spec();
         let here = (
