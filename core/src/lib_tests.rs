@@ -384,26 +384,19 @@ fn pool_spec() -> impl Strategy<Value = WarmPoolSpec> {
 }
 
 fn ec2_instance() -> impl Strategy<Value = Ec2Instance> {
-    (0u32..40, 0u8..6, time(), any::<bool>()).prop_map(|(n, state, launched, old)| Ec2Instance {
-        id: format!("i-{n}"),
-        state: match state {
+    (0u32..40, 0u8..6, time(), any::<bool>()).prop_map(|(n, state, launched, old)| {
+        let state = match state {
             0 => Ec2State::Pending,
             1 => Ec2State::Running,
             2 => Ec2State::Stopping,
             3 => Ec2State::Stopped,
             4 => Ec2State::ShuttingDown,
             _ => Ec2State::Terminated,
-        },
-        launched,
-        offering: Offering {
-            instance_type: "t3.small".into(),
-            subnet: "subnet-a".into(),
-            spot: false,
-        },
-        // Some of another launch spec: drifted.
-        launch: old.then(|| "0123456789ab".into()),
-        image: None,
-        template_version: None,
+        };
+        Ec2Instance::bare(&format!("i-{n}"), state, launched)
+            .with_offering(Offering::new("t3.small".into(), "subnet-a".into(), false))
+            // Some of another launch spec: drifted.
+            .with_launch(old.then(|| "0123456789ab".into()))
     })
 }
 
@@ -429,19 +422,16 @@ fn pool_row() -> impl Strategy<Value = crate::rows::PoolRow> {
                 (uses, claim, reserved, woken),
                 (noticed, interrupted),
             )| {
-                crate::rows::PoolRow {
-                    id,
-                    instance: format!("i-{n}"),
-                    run,
-                    idle_secs: idle,
-                    polled_secs: polled,
-                    uses,
-                    claim,
-                    reserved,
-                    woken_secs: woken,
-                    noticed,
-                    interrupted,
-                }
+                crate::rows::PoolRow::new(id, format!("i-{n}"))
+                    .with_run(run)
+                    .with_idle_secs(idle)
+                    .with_polled_secs(polled)
+                    .with_uses(uses)
+                    .with_claim(claim)
+                    .with_reserved(reserved)
+                    .with_woken_secs(woken)
+                    .with_noticed(noticed)
+                    .with_interrupted(interrupted)
             },
         )
 }
@@ -454,22 +444,36 @@ fn pool_snapshot() -> impl Strategy<Value = Snapshot> {
         prop::option::of(time()),
         prop::collection::vec((1i64..60, -100.0f64..1e6), 0..10),
     )
-        .prop_map(|(instances, rows, demand, deleting, hung)| Snapshot {
-            known: instances.iter().step_by(3).map(|i| i.id.clone()).collect(),
-            ours: instances.iter().step_by(4).map(|i| i.id.clone()).collect(),
-            drain: instances
-                .iter()
-                .skip(1)
-                .step_by(5)
-                .map(|i| i.id.clone())
-                .collect(),
-            made_before_listing: rows.iter().map(|r| (r.id, 1.0)).collect(),
-            hung: hung.into_iter().collect(),
-            instances,
-            rows,
-            demand,
-            deleting,
-            template_version: None,
+        .prop_map(|(instances, rows, demand, deleting, hung)| {
+            Snapshot::default()
+                .with_known(
+                    instances
+                        .iter()
+                        .step_by(3)
+                        .map(|i| i.id().to_string())
+                        .collect(),
+                )
+                .with_ours(
+                    instances
+                        .iter()
+                        .step_by(4)
+                        .map(|i| i.id().to_string())
+                        .collect(),
+                )
+                .with_drain(
+                    instances
+                        .iter()
+                        .skip(1)
+                        .step_by(5)
+                        .map(|i| i.id().to_string())
+                        .collect(),
+                )
+                .with_made_before_listing(rows.iter().map(|r| (r.id(), 1.0)).collect())
+                .with_hung(hung.into_iter().collect())
+                .with_instances(instances)
+                .with_rows(rows)
+                .with_demand(demand)
+                .with_deleting(deleting)
         })
 }
 

@@ -158,9 +158,21 @@ fn fires_in_a_cycle(cron: &Cron) -> bool {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Standing {
     /// One of them is under way.
-    pub open: bool,
+    open: bool,
     /// When the next one starts; none if none ever starts again.
-    pub next: Option<DateTime<Utc>>,
+    next: Option<DateTime<Utc>>,
+}
+
+impl Standing {
+    /// One of them is under way.
+    pub fn open(&self) -> bool {
+        self.open
+    }
+
+    /// When the next one starts; none if none ever starts again.
+    pub fn next(&self) -> Option<DateTime<Utc>> {
+        self.next
+    }
 }
 
 /// Where `now` stands among `periods`, or the first that cannot be read

@@ -75,8 +75,10 @@ pub async fn command(args: &PreflightArgs) -> anyhow::Result<ExitCode> {
         .unwrap_or_default();
     let instance = tagged
         .iter()
-        .find(|t| t.instance().is_some_and(|i| i.state.is_present()));
-    let id = instance.and_then(|t| t.instance()).map(|i| i.id.clone());
+        .find(|t| t.instance().is_some_and(|i| i.state().is_present()));
+    let id = instance
+        .and_then(|t| t.instance())
+        .map(|i| i.id().to_string());
     let namespace = instance
         .and_then(|t| {
             t.namespace()
@@ -94,11 +96,11 @@ pub async fn command(args: &PreflightArgs) -> anyhow::Result<ExitCode> {
         iam_instance_profile: args.instance_profile.clone(),
         ..Launch::default()
     };
-    let offering = Offering {
-        instance_type: args.instance_type.clone(),
-        subnet: args.subnet.clone().unwrap_or_default(),
-        spot: false,
-    };
+    let offering = Offering::new(
+        args.instance_type.clone(),
+        args.subnet.clone().unwrap_or_default(),
+        false,
+    );
     let owner = Ownership::new(
         "preflight",
         "preflight",

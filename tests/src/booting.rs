@@ -106,16 +106,16 @@ impl Booting {
                 let listed = ec2.describe(&owner).await.unwrap_or_default();
                 for i in listed {
                     let running = matches!(
-                        i.state,
+                        i.state(),
                         orca_operator::warmpool::Ec2State::Pending
                             | orca_operator::warmpool::Ec2State::Running
                     );
-                    if running && seen.insert(i.id.clone()) {
+                    if running && seen.insert(i.id().to_string()) {
                         let agent = images
                             .iter()
-                            .find(|(ami, _)| i.image.as_deref() == Some(ami))
+                            .find(|(ami, _)| i.image() == Some(ami.as_str()))
                             .map(|(_, agent)| agent.as_path());
-                        let instance = Instance { id: &i.id, agent };
+                        let instance = Instance { id: i.id(), agent };
                         boot(&ec2, &proxy, &base, instance, &env, &kept).await;
                     }
                 }

@@ -256,11 +256,7 @@ pub async fn launch_by_hand(
         1,
     );
     let owner = owner(pool);
-    let offering = orca_operator::warmpool::Offering {
-        instance_type: "t3.micro".into(),
-        subnet: subnet.into(),
-        spot: false,
-    };
+    let offering = orca_operator::warmpool::Offering::new("t3.micro".into(), subnet.into(), false);
     ec2.run(&orca_operator::warmpool::ec2::RunRequest::new(
         &spec.launch,
         &offering,

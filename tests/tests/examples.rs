@@ -163,10 +163,7 @@ fn the_class_example_runs_its_pool_example() {
         serde_json::from_value(of("WarmPoolClass")).expect("the class");
     let pool: WarmPool = serde_json::from_value(of("WarmPool")).expect("its pool");
     let labels = [("team".to_string(), "pipelines".to_string())].into();
-    let tenant = orca_operator::warmpool::class::Tenant {
-        name: "pipelines",
-        labels: &labels,
-    };
+    let tenant = orca_operator::warmpool::class::Tenant::new("pipelines", &labels);
     let spec = orca_operator::warmpool::class::resolve("shared", &class.spec, &tenant, &pool.spec)
         .unwrap_or_else(|e| panic!("the class refuses its example pool: {e:?}"));
     assert_eq!(spec.launch.instance_types, ["m6i.large"]);

@@ -131,7 +131,7 @@ async fn live_rows_of_terminated_and_unlisted_instances_are_ended() {
     );
     assert!(report.terminated().is_empty(), "{:?}", report.terminated());
     let listed = ec2.describe(&warm::owner(pool)).await.unwrap();
-    let state = listed.iter().find(|i| &i.id == alive).map(|i| i.state);
+    let state = listed.iter().find(|i| i.id() == alive).map(|i| i.state());
     assert_eq!(state, Some(Ec2State::Running));
 }
 

@@ -46,9 +46,9 @@ pub fn deferral(o: &Observed, target: &str) -> Option<Deferral> {
         return None;
     }
     match standing(windows, o.now) {
-        Ok(s) if s.open => None,
+        Ok(s) if s.open() => None,
         Ok(s) => Some(Deferral {
-            next: s.next,
+            next: s.next(),
             invalid: None,
         }),
         Err((i, e)) => Some(Deferral {

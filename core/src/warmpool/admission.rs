@@ -23,17 +23,17 @@ pub fn admission_rules() -> String {
         .iter()
         .map(|f| {
             rule(
-                format!("!has(object.spec.classRef) || !({})", f.cel),
-                format!("{} may not be set: the WarmPoolClass holds it", f.path),
+                format!("!has(object.spec.classRef) || !({})", f.cel()),
+                format!("{} may not be set: the WarmPoolClass holds it", f.path()),
             )
         })
         .chain(CLASS_OWNED.iter().map(|f| {
             rule(
-                format!("has(object.spec.classRef) || {}", unchanged(f.path)),
+                format!("has(object.spec.classRef) || {}", unchanged(f.path())),
                 format!(
                     "{} may not change on a WarmPool without a class while tenancy.requireClass \
                      holds: move it onto a class (kubectl orca class from-pool)",
-                    f.path
+                    f.path()
                 ),
             )
         }))

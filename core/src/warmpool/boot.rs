@@ -66,8 +66,8 @@ pub fn ended_unreported(
             !booted.contains(*id) && !failures.ended.contains(*id) && !failures.lost.contains(*id)
         })
         .filter(
-            |(id, at)| match snap.instances.iter().find(|i| &i.id == *id) {
-                Some(i) => !matches!(i.state, Ec2State::Pending | Ec2State::Running),
+            |(id, at)| match snap.instances().iter().find(|i| i.id() == *id) {
+                Some(i) => !matches!(i.state(), Ec2State::Pending | Ec2State::Running),
                 None => now - **at > UNLISTED_FOR,
             },
         )
@@ -237,18 +237,15 @@ mod tests {
     #[test]
     fn an_instance_that_ends_before_it_reported_is_lost_however_it_ends() {
         let now = Utc::now();
-        let snap = Snapshot {
-            instances: vec![
-                instance("i-booting", Ec2State::Running),
-                instance("i-pending", Ec2State::Pending),
-                instance("i-poweredoff", Ec2State::Terminated),
-                instance("i-shutting", Ec2State::ShuttingDown),
-                instance("i-stopped", Ec2State::Stopped),
-                instance("i-reported", Ec2State::Terminated),
-                instance("i-retired", Ec2State::Terminated),
-            ],
-            ..Snapshot::default()
-        };
+        let snap = Snapshot::default().with_instances(vec![
+            instance("i-booting", Ec2State::Running),
+            instance("i-pending", Ec2State::Pending),
+            instance("i-poweredoff", Ec2State::Terminated),
+            instance("i-shutting", Ec2State::ShuttingDown),
+            instance("i-stopped", Ec2State::Stopped),
+            instance("i-reported", Ec2State::Terminated),
+            instance("i-retired", Ec2State::Terminated),
+        ]);
         let at = |secs: i64| now - chrono::TimeDelta::seconds(secs);
         let launched: HashMap<String, DateTime<Utc>> = [
             ("i-booting", 30),

@@ -46,18 +46,53 @@ pub const LISTING_LAG: Duration = Duration::from_secs(120);
 /// One present instance of a class, as EC2 listed it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Counted {
-    pub id: String,
+    id: String,
     /// Its `orca.dev/namespace` tag (empty if it has none).
-    pub namespace: String,
-    pub instance_type: String,
+    namespace: String,
+    instance_type: String,
+}
+
+impl Counted {
+    /// The instance's id.
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+
+    /// Its `orca.dev/namespace` tag (empty if it has none).
+    pub fn namespace(&self) -> &str {
+        &self.namespace
+    }
+
+    /// Its instance type, as EC2 listed it.
+    pub fn instance_type(&self) -> &str {
+        &self.instance_type
+    }
+}
+
+impl Counted {
+    /// Of its parts, as the fields say.
+    pub fn new(id: String, namespace: String, instance_type: String) -> Self {
+        Counted {
+            id,
+            namespace,
+            instance_type,
+        }
+    }
 }
 
 /// What EC2 listed under a class's tag, and when that listing was asked
 /// for.
 #[derive(Clone, Debug)]
 pub struct Census {
-    pub asked: Instant,
-    pub instances: Vec<Counted>,
+    asked: Instant,
+    instances: Vec<Counted>,
+}
+
+impl Census {
+    /// Of its parts, as the fields say.
+    pub fn new(asked: Instant, instances: Vec<Counted>) -> Self {
+        Census { asked, instances }
+    }
 }
 
 /// The class's side of the book.
@@ -92,8 +127,20 @@ struct Recent {
 /// Instances and vCPUs.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Usage {
-    pub instances: i64,
-    pub vcpus: i64,
+    instances: i64,
+    vcpus: i64,
+}
+
+impl Usage {
+    /// How many instances.
+    pub fn instances(&self) -> i64 {
+        self.instances
+    }
+
+    /// How many vCPUs they have between them.
+    pub fn vcpus(&self) -> i64 {
+        self.vcpus
+    }
 }
 
 impl Usage {
@@ -106,12 +153,34 @@ impl Usage {
 /// What a class's instances are, for its status.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct ClassUsage {
-    pub total: Usage,
-    pub namespaces: BTreeMap<String, Usage>,
+    total: Usage,
+    namespaces: BTreeMap<String, Usage>,
     /// Why a pool was held back within [`LIMIT_SHOWN`].
-    pub held_back: Option<String>,
+    held_back: Option<String>,
     /// Why the class's instances could not be counted, if they could not.
-    pub uncounted: Option<String>,
+    uncounted: Option<String>,
+}
+
+impl ClassUsage {
+    /// What the class's instances are, every namespace's together.
+    pub fn total(&self) -> Usage {
+        self.total
+    }
+
+    /// What they are by namespace (their `orca.dev/namespace` tag).
+    pub fn namespaces(&self) -> &BTreeMap<String, Usage> {
+        &self.namespaces
+    }
+
+    /// Why a pool was held back within [`LIMIT_SHOWN`].
+    pub fn held_back(&self) -> Option<&str> {
+        self.held_back.as_deref()
+    }
+
+    /// Why the class's instances could not be counted, if they could not.
+    pub fn uncounted(&self) -> Option<&str> {
+        self.uncounted.as_deref()
+    }
 }
 
 /// Every class's book, shared by the loops of one operator process.
@@ -275,8 +344,20 @@ impl Book {
 /// fewer, why (the `LimitReached` message).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Grant {
-    pub count: u32,
-    pub held_back: Option<String>,
+    count: u32,
+    held_back: Option<String>,
+}
+
+impl Grant {
+    /// How many of the instances asked for may be launched.
+    pub fn count(&self) -> u32 {
+        self.count
+    }
+
+    /// Why fewer than asked for, if fewer: the `LimitReached` message.
+    pub fn held_back(&self) -> Option<&str> {
+        self.held_back.as_deref()
+    }
 }
 
 /// One pool loop's handle on its class's book. Dropped with the loop, its

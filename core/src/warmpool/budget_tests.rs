@@ -24,17 +24,13 @@ fn spec(total: ClassLimits, per_ns: ClassLimits) -> WarmPoolClassSpec {
 
 /// `(id, namespace, type)` as EC2 lists them under the class's tag.
 fn census(at: Instant, listed: &[(&str, &str, &str)]) -> Census {
-    Census {
-        asked: at,
-        instances: listed
+    Census::new(
+        at,
+        listed
             .iter()
-            .map(|(id, ns, t)| Counted {
-                id: id.to_string(),
-                namespace: ns.to_string(),
-                instance_type: t.to_string(),
-            })
+            .map(|(id, ns, t)| Counted::new(id.to_string(), ns.to_string(), t.to_string()))
             .collect(),
-    }
+    )
 }
 
 /// A class `shared` with these limits, counted once with `listed`.

@@ -15,8 +15,27 @@ use crate::crd::{
 /// Why a pool may not run on its class; `reason` is the `Degraded` reason.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Refusal {
-    pub reason: &'static str,
-    pub message: String,
+    reason: &'static str,
+    message: String,
+}
+
+impl Refusal {
+    /// The `Degraded` reason, e.g. `ClassDenied`.
+    pub fn reason(&self) -> &'static str {
+        self.reason
+    }
+
+    /// What the pool's editor is told, naming what is wrong.
+    pub fn message(&self) -> &str {
+        &self.message
+    }
+}
+
+impl Refusal {
+    /// Of its parts, as the fields say.
+    pub fn new(reason: &'static str, message: String) -> Self {
+        Refusal { reason, message }
+    }
 }
 
 impl Refusal {
@@ -34,9 +53,21 @@ impl Refusal {
 /// is rendered from ([`super::admission::admission_rules`]), so the two
 /// cannot differ.
 pub struct OwnedField {
-    pub path: &'static str,
+    path: &'static str,
     set: fn(&WarmPoolSpec) -> bool,
-    pub cel: &'static str,
+    cel: &'static str,
+}
+
+impl OwnedField {
+    /// The field's path in a WarmPool's spec, e.g. `spec.launch.imageId`.
+    pub fn path(&self) -> &'static str {
+        self.path
+    }
+
+    /// The CEL expression, over `object`, that is true when a WarmPool sets it.
+    pub fn cel(&self) -> &'static str {
+        self.cel
+    }
 }
 
 impl OwnedField {
@@ -224,8 +255,15 @@ pub const NAMESPACE_PLACEHOLDER: &str = "{namespace}";
 
 /// The namespace a pool is in, with its labels.
 pub struct Tenant<'a> {
-    pub name: &'a str,
-    pub labels: &'a BTreeMap<String, String>,
+    name: &'a str,
+    labels: &'a BTreeMap<String, String>,
+}
+
+impl<'a> Tenant<'a> {
+    /// Of its parts, as the fields say.
+    pub fn new(name: &'a str, labels: &'a BTreeMap<String, String>) -> Self {
+        Tenant { name, labels }
+    }
 }
 
 /// The spec `pool` (of class `name`, in namespace `tenant`) runs on: the

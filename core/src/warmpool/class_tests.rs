@@ -39,10 +39,7 @@ fn resolve_in(
     p: &WarmPoolSpec,
 ) -> Result<WarmPoolSpec, Refusal> {
     let labels = team(t);
-    let tenant = Tenant {
-        name: ns,
-        labels: &labels,
-    };
+    let tenant = Tenant::new(ns, &labels);
     resolve("shared", class, &tenant, p)
 }
 

@@ -74,24 +74,27 @@ pub fn drifted(
     i: &Ec2Instance,
 ) -> bool {
     let launch = &spec.launch;
-    let spec_changed = match (&i.launch, &launch.image_id) {
+    let spec_changed = match (&i.launch(), &launch.image_id) {
         // A later release's scheme (met after a rollback): not known.
         (Some(h), _) => crate::spec_hash::same(h, hash) == Some(false),
         // From before the hash: its AMI ([`Ec2Instance::image`]) alone.
-        (None, Some(ami)) => i.image.as_deref().is_some_and(|a| a != ami),
+        (None, Some(ami)) => i.image().is_some_and(|a| a != ami),
         (None, None) => false,
     };
     // Known on both sides only: an instance launched before the tag, or a
     // version that could not be resolved, is not known to drift.
     let version_changed = launch.launch_template.is_some()
-        && matches!((i.template_version.as_deref(), template_version), (Some(a), Some(b)) if a != b);
+        && matches!((i.template_version(), template_version), (Some(a), Some(b)) if a != b);
     // An empty type or subnet is the launch template's: not known.
     let type_gone = !launch.instance_types.is_empty()
-        && !i.offering.instance_type.is_empty()
-        && !launch.instance_types.contains(&i.offering.instance_type);
+        && !i.offering().instance_type().is_empty()
+        && !launch
+            .instance_types
+            .iter()
+            .any(|t| t == i.offering().instance_type());
     let subnet_gone = !launch.subnet_ids.is_empty()
-        && !i.offering.subnet.is_empty()
-        && !launch.subnet_ids.contains(&i.offering.subnet);
+        && !i.offering().subnet().is_empty()
+        && !launch.subnet_ids.iter().any(|s| s == i.offering().subnet());
     spec_changed || version_changed || type_gone || subnet_gone
 }
 
@@ -110,19 +113,9 @@ mod tests {
     use crate::warmpool::plan::{Ec2State, Offering};
 
     fn inst(launch: Option<&str>, t: &str, subnet: &str) -> Ec2Instance {
-        Ec2Instance {
-            id: "i-1".into(),
-            state: Ec2State::Running,
-            launched: Utc::now(),
-            offering: Offering {
-                instance_type: t.into(),
-                subnet: subnet.into(),
-                spot: false,
-            },
-            launch: launch.map(String::from),
-            image: None,
-            template_version: None,
-        }
+        Ec2Instance::bare("i-1", Ec2State::Running, Utc::now())
+            .with_offering(Offering::new(t.into(), subnet.into(), false))
+            .with_launch(launch.map(String::from))
     }
 
     #[test]
@@ -169,18 +162,12 @@ mod tests {
             ("the template's type", inst(Some(&hash), "", ""), false),
             (
                 "launched before the hash, from the spec's AMI",
-                Ec2Instance {
-                    image: spec.launch.image_id.clone(),
-                    ..inst(None, "t3.small", "subnet-a")
-                },
+                inst(None, "t3.small", "subnet-a").with_image(spec.launch.image_id.clone()),
                 false,
             ),
             (
                 "launched before the hash, from another AMI",
-                Ec2Instance {
-                    image: Some("ami-older".into()),
-                    ..inst(None, "t3.small", "subnet-a")
-                },
+                inst(None, "t3.small", "subnet-a").with_image(Some("ami-older".into())),
                 true,
             ),
             (
@@ -195,10 +182,7 @@ mod tests {
         // On a launch template, such an instance's AMI says nothing.
         let mut templated = spec.clone();
         templated.launch.image_id = None;
-        let older = Ec2Instance {
-            image: Some("ami-older".into()),
-            ..inst(None, "t3.small", "subnet-a")
-        };
+        let older = inst(None, "t3.small", "subnet-a").with_image(Some("ami-older".into()));
         assert!(!drifted(&templated, &hash, None, &older));
     }
 
@@ -212,9 +196,9 @@ mod tests {
             version: Some("$Latest".into()),
         });
         let hash = launch_hash(&spec.launch);
-        let at = |version: Option<&str>| Ec2Instance {
-            template_version: version.map(String::from),
-            ..inst(Some(&hash), "t3.small", "subnet-a")
+        let at = |version: Option<&str>| {
+            inst(Some(&hash), "t3.small", "subnet-a")
+                .with_template_version(version.map(String::from))
         };
         let cases = [
             (
@@ -233,10 +217,7 @@ mod tests {
         // Without a template the tag means nothing.
         let plain = crate::test_support::pool_spec(1, 1, 3);
         let hash = launch_hash(&plain.launch);
-        let i = Ec2Instance {
-            template_version: Some("4".into()),
-            ..inst(Some(&hash), "t3.small", "subnet-a")
-        };
+        let i = inst(Some(&hash), "t3.small", "subnet-a").with_template_version(Some("4".into()));
         assert!(!drifted(&plain, &hash, Some("5"), &i));
     }
 

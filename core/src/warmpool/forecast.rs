@@ -19,8 +19,27 @@ const HOURS: usize = 7 * 24;
 /// `[k * slice_secs, (k + 1) * slice_secs)` in epoch seconds.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Demand {
-    pub slice_secs: i64,
-    pub counts: BTreeMap<i64, u32>,
+    slice_secs: i64,
+    counts: BTreeMap<i64, u32>,
+}
+
+impl Demand {
+    /// These, with `slice_secs` set.
+    pub fn with_slice_secs(self, slice_secs: i64) -> Self {
+        Demand { slice_secs, ..self }
+    }
+
+    /// These, with `counts` set.
+    pub fn with_counts(self, counts: BTreeMap<i64, u32>) -> Self {
+        Demand { counts, ..self }
+    }
+}
+
+impl Demand {
+    /// Runs that needed an instance, by slice of `slice_secs`.
+    pub fn counts(&self) -> &BTreeMap<i64, u32> {
+        &self.counts
+    }
 }
 
 impl Demand {
@@ -47,7 +66,7 @@ pub struct Floors {
     /// By hour of the week in `tz`: Monday 00:00 is 0.
     by_hour: [u32; HOURS],
     /// Weeks of history with demand in them.
-    pub weeks: u32,
+    weeks: u32,
     lead: Duration,
     tz: Tz,
 }

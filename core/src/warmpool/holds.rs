@@ -52,11 +52,7 @@ impl Holds {
                 dropped.push(h.until.clone());
                 continue;
             };
-            let offering = Offering {
-                instance_type: h.instance_type.clone(),
-                subnet: h.subnet.clone(),
-                spot: h.spot,
-            };
+            let offering = Offering::new(h.instance_type.clone(), h.subnet.clone(), h.spot);
             self.insert(offering, &h.code, until.with_timezone(&Utc));
         }
         dropped
@@ -126,7 +122,7 @@ impl Holds {
             else {
                 continue;
             };
-            let entry = subnets.entry(o.subnet.as_str()).or_insert((code, *until));
+            let entry = subnets.entry(o.subnet()).or_insert((code, *until));
             entry.1 = entry.1.max(*until);
         }
         subnets
@@ -138,9 +134,9 @@ impl Holds {
             .iter()
             .filter(|(_, until)| **until > now)
             .map(|(o, until)| CapacityError {
-                instance_type: o.instance_type.clone(),
-                subnet: o.subnet.clone(),
-                spot: o.spot,
+                instance_type: o.instance_type().to_string(),
+                subnet: o.subnet().to_string(),
+                spot: o.spot(),
                 code: self
                     .codes
                     .get(o)
@@ -157,14 +153,14 @@ impl Holds {
 pub fn held_by(refused: &Offering, code: &str, all: &[Offering]) -> Vec<Offering> {
     let reach = |o: &Offering| match code {
         "InstanceLimitExceeded" => {
-            o.spot == refused.spot && o.instance_type == refused.instance_type
+            o.spot() == refused.spot() && o.instance_type() == refused.instance_type()
         }
         "VcpuLimitExceeded" => {
-            o.spot == refused.spot
-                && quota_class(&o.instance_type) == quota_class(&refused.instance_type)
+            o.spot() == refused.spot()
+                && quota_class(o.instance_type()) == quota_class(refused.instance_type())
         }
-        "MaxSpotInstanceCountExceeded" => o.spot && refused.spot,
-        c if SUBNET_CODES.contains(&c) => o.subnet == refused.subnet,
+        "MaxSpotInstanceCountExceeded" => o.spot() && refused.spot(),
+        c if SUBNET_CODES.contains(&c) => o.subnet() == refused.subnet(),
         _ => o == refused,
     };
     let mut held: Vec<Offering> = all.iter().filter(|o| reach(o)).cloned().collect();
@@ -196,11 +192,7 @@ mod tests {
     use super::*;
 
     fn o(instance_type: &str, subnet: &str, spot: bool) -> Offering {
-        Offering {
-            instance_type: instance_type.into(),
-            subnet: subnet.into(),
-            spot,
-        }
+        Offering::new(instance_type.into(), subnet.into(), spot)
     }
 
     fn all() -> Vec<Offering> {
@@ -259,7 +251,7 @@ mod tests {
         let spot = o("g4dn.xlarge", "subnet-b", true);
         let held = held_by(&spot, "MaxSpotInstanceCountExceeded", &all());
         assert_eq!(held.len(), 6);
-        assert!(held.iter().all(|o| o.spot), "{held:?}");
+        assert!(held.iter().all(|o| o.spot()), "{held:?}");
     }
 
     #[test]

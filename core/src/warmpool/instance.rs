@@ -11,10 +11,38 @@ use crate::crd::{CapacityType, Launch};
 /// field means "as the launch template says".
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Offering {
-    pub instance_type: String,
-    pub subnet: String,
+    instance_type: String,
+    subnet: String,
     /// Spot capacity rather than on-demand.
-    pub spot: bool,
+    spot: bool,
+}
+
+impl Offering {
+    /// Of its parts, as the fields say.
+    pub fn new(instance_type: String, subnet: String, spot: bool) -> Self {
+        Offering {
+            instance_type,
+            subnet,
+            spot,
+        }
+    }
+}
+
+impl Offering {
+    /// The instance type; empty: the launch template's.
+    pub fn instance_type(&self) -> &str {
+        &self.instance_type
+    }
+
+    /// The subnet; empty: the launch template's.
+    pub fn subnet(&self) -> &str {
+        &self.subnet
+    }
+
+    /// Spot capacity rather than on-demand.
+    pub fn spot(&self) -> bool {
+        self.spot
+    }
 }
 
 impl std::fmt::Display for Offering {
@@ -90,22 +118,95 @@ impl Ec2State {
 /// An instance with the pool's ownership tags, as `DescribeInstances` lists it.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Ec2Instance {
-    pub id: String,
-    pub state: Ec2State,
-    pub launched: DateTime<Utc>,
-    pub offering: Offering,
+    id: String,
+    state: Ec2State,
+    launched: DateTime<Utc>,
+    offering: Offering,
     /// The hash of the launch spec it came from (tag `orca.dev/launch`,
     /// see [`super::drift`]); `None` for one launched before instances
     /// carried it.
-    pub launch: Option<String>,
+    launch: Option<String>,
     /// Which image that spec launched (tag `orca.dev/image`), for people;
     /// for one launched before instances carried the tag, its AMI as EC2
     /// reports it.
-    pub image: Option<String>,
+    image: Option<String>,
     /// The launch template version it was launched from, resolved to a
     /// number (tag `orca.dev/template-version`); `None` without a template,
     /// or for one launched before instances carried it.
-    pub template_version: Option<String>,
+    template_version: Option<String>,
+}
+
+impl Ec2Instance {
+    /// These, with `state` set.
+    pub fn with_state(self, state: Ec2State) -> Self {
+        Ec2Instance { state, ..self }
+    }
+
+    /// These, with `offering` set.
+    pub fn with_offering(self, offering: Offering) -> Self {
+        Ec2Instance { offering, ..self }
+    }
+
+    /// These, with `launch` set.
+    pub fn with_launch(self, launch: Option<String>) -> Self {
+        Ec2Instance { launch, ..self }
+    }
+
+    /// These, with `image` set.
+    pub fn with_image(self, image: Option<String>) -> Self {
+        Ec2Instance { image, ..self }
+    }
+
+    /// These, with `template_version` set.
+    pub fn with_template_version(self, template_version: Option<String>) -> Self {
+        Ec2Instance {
+            template_version,
+            ..self
+        }
+    }
+}
+
+impl Ec2Instance {
+    /// The instance's id.
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+
+    /// Its state as EC2 last listed it.
+    pub fn state(&self) -> Ec2State {
+        self.state
+    }
+
+    /// When EC2 launched it, by EC2's clock.
+    pub fn launched(&self) -> DateTime<Utc> {
+        self.launched
+    }
+
+    /// What it was launched as: type, subnet, spot or not.
+    pub fn offering(&self) -> &Offering {
+        &self.offering
+    }
+
+    /// The hash of the launch spec it came from (tag `orca.dev/launch`,
+    /// see [`super::drift`]); `None` for one launched before instances
+    /// carried it.
+    pub fn launch(&self) -> Option<&str> {
+        self.launch.as_deref()
+    }
+
+    /// Which image that spec launched (tag `orca.dev/image`), for people;
+    /// for one launched before instances carried the tag, its AMI as EC2
+    /// reports it.
+    pub fn image(&self) -> Option<&str> {
+        self.image.as_deref()
+    }
+
+    /// The launch template version it was launched from, resolved to a
+    /// number (tag `orca.dev/template-version`); `None` without a template,
+    /// or for one launched before instances carried it.
+    pub fn template_version(&self) -> Option<&str> {
+        self.template_version.as_deref()
+    }
 }
 
 impl Ec2Instance {

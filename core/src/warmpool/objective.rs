@@ -33,23 +33,80 @@ const WEEK_SECS: i64 = 7 * 24 * 3600;
 /// never within, so the plan relies on it only once it has been seen).
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct StartTimes {
-    pub idle: f64,
-    pub reserve: f64,
-    pub cold: f64,
+    idle: f64,
+    reserve: f64,
+    cold: f64,
+}
+
+impl StartTimes {
+    /// The share of idle hand-outs that started within the target.
+    pub fn idle(&self) -> f64 {
+        self.idle
+    }
+
+    /// The share of starts from the stopped reserve within the target.
+    pub fn reserve(&self) -> f64 {
+        self.reserve
+    }
+
+    /// The share of cold launches within the target.
+    pub fn cold(&self) -> f64 {
+        self.cold
+    }
+}
+
+impl StartTimes {
+    /// Of its parts, as the fields say.
+    pub const fn new(idle: f64, reserve: f64, cold: f64) -> Self {
+        StartTimes {
+            idle,
+            reserve,
+            cold,
+        }
+    }
 }
 
 /// What the plan may choose from: the spec's (or the moment's) idle and
 /// stopped ranges, and the instances it may hold at most.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Bounds {
-    pub idle: (u32, u32),
+    idle: (u32, u32),
     /// `None` without `spec.stopped`: no reserve.
-    pub stopped: Option<(u32, u32)>,
-    pub max_instances: u32,
+    stopped: Option<(u32, u32)>,
+    max_instances: u32,
     /// What the class's limits let the pool hold idle and stopped at most
     /// (what it holds now and the room they leave), with the limit that
     /// leaves the least; `None`: no class limit applies.
-    pub class: Option<(u32, &'static str)>,
+    class: Option<(u32, &'static str)>,
+}
+
+impl Bounds {
+    /// The idle range (min, max) the plan may choose within.
+    pub fn idle(&self) -> (u32, u32) {
+        self.idle
+    }
+
+    /// The most instances the pool may hold (`spec.maxInstances`).
+    pub fn max_instances(&self) -> u32 {
+        self.max_instances
+    }
+}
+
+impl Bounds {
+    /// Of its parts, as the fields say.
+    pub fn new(
+        idle: (u32, u32),
+        stopped: Option<(u32, u32)>,
+        max_instances: u32,
+        class: Option<(u32, &'static str)>,
+    ) -> Self {
+        Bounds {
+            idle,
+            stopped,
+            max_instances,
+            class,
+        }
+    }
 }
 
 impl Bounds {
@@ -125,16 +182,39 @@ impl Binding {
 /// What to keep for an hour.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Choice {
-    pub idle: u32,
-    pub stopped: u32,
+    idle: u32,
+    stopped: u32,
     /// The share of the hour's runs (in its weeks of history) that would
     /// have started within the target, 0 to 1; 1 without runs.
-    pub met: f64,
+    met: f64,
     /// What the choice holds an hour, in instance-seconds of a running
     /// instance.
-    pub cost: f64,
+    cost: f64,
     /// Why the objective is not met, when it is not.
-    pub binding: Option<Binding>,
+    binding: Option<Binding>,
+}
+
+impl Choice {
+    /// Idle instances to keep.
+    pub fn idle(&self) -> u32 {
+        self.idle
+    }
+
+    /// Stopped instances to keep in the reserve.
+    pub fn stopped(&self) -> u32 {
+        self.stopped
+    }
+
+    /// The share of the hour's runs (in its weeks of history) that would
+    /// have started within the target, 0 to 1; 1 without runs.
+    pub fn met(&self) -> f64 {
+        self.met
+    }
+
+    /// Why the objective is not met, when it is not.
+    pub fn binding(&self) -> Option<Binding> {
+        self.binding
+    }
 }
 
 /// The runs of one slice that wait longer than the target with `idle` and
@@ -271,8 +351,40 @@ fn binding(
 /// covers `[k * slice_secs, (k + 1) * slice_secs)` in epoch seconds.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct History {
-    pub slice_secs: i64,
-    pub counts: BTreeMap<i64, u32>,
+    slice_secs: i64,
+    counts: BTreeMap<i64, u32>,
+}
+
+impl History {
+    /// The length of a slice, in seconds.
+    pub fn slice_secs(&self) -> i64 {
+        self.slice_secs
+    }
+
+    /// Runs that needed an instance, by slice.
+    pub fn counts(&self) -> &BTreeMap<i64, u32> {
+        &self.counts
+    }
+}
+
+impl History {
+    /// Counts one run that needed an instance at `at` (epoch seconds).
+    pub fn add(&mut self, at: i64) {
+        *self
+            .counts
+            .entry(at.div_euclid(self.slice_secs.max(1)))
+            .or_default() += 1;
+    }
+
+    /// These, with `slice_secs` set.
+    pub fn with_slice_secs(self, slice_secs: i64) -> Self {
+        History { slice_secs, ..self }
+    }
+
+    /// These, with `counts` set.
+    pub fn with_counts(self, counts: BTreeMap<i64, u32>) -> Self {
+        History { counts, ..self }
+    }
 }
 
 impl History {
@@ -340,11 +452,27 @@ pub struct Outlook {
     /// The holdings planned for each of the next 24 hours, in
     /// instance-hours of a running instance (a stopped one counts at its
     /// cost ratio).
-    pub next_day: f64,
+    next_day: f64,
     /// The fewest idle instances that, kept at every hour, would have
     /// started `goal` of all the history's runs within the target; `None`
     /// when none up to `most_idle` would.
-    pub static_floor: Option<u32>,
+    static_floor: Option<u32>,
+}
+
+impl Outlook {
+    /// The holdings planned for each of the next 24 hours, in
+    /// instance-hours of a running instance (a stopped one counts at its
+    /// cost ratio).
+    pub fn next_day(&self) -> f64 {
+        self.next_day
+    }
+
+    /// The fewest idle instances that, kept at every hour, would have
+    /// started `goal` of all the history's runs within the target; `None`
+    /// when none up to `most_idle` would.
+    pub fn static_floor(&self) -> Option<u32> {
+        self.static_floor
+    }
 }
 
 /// The [`Outlook`] at `now` from the slices of each hour of the week

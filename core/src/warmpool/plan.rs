@@ -26,53 +26,203 @@ pub use crate::rows::PoolRow;
 #[derive(Clone, Debug, Default)]
 pub struct Snapshot {
     /// Listed before the rows were read.
-    pub instances: Vec<Ec2Instance>,
+    instances: Vec<Ec2Instance>,
     /// The pool's live rows.
-    pub rows: Vec<PoolRow>,
+    rows: Vec<PoolRow>,
     /// Instances listed in EC2 (or launched by this loop and not listed
     /// yet), without a live row, that had rows once.
-    pub known: HashSet<String>,
+    known: HashSet<String>,
     /// Instances this loop launched itself (so a missing row means a slow
     /// boot, not a leak; and one the listing does not show yet is booting).
-    pub ours: HashSet<String>,
+    ours: HashSet<String>,
     /// Unserved `orca.pool_demand` rows of the pool.
-    pub demand: i64,
+    demand: i64,
     /// When the WarmPool's deletion with `onDelete: Terminate` began (its
     /// `deletionTimestamp`); `None` while it is not being deleted.
-    pub deleting: Option<DateTime<Utc>>,
+    deleting: Option<DateTime<Utc>>,
     /// By row id: how many seconds before EC2 was listed each live row was
     /// made (negative: after), by the database's clock. A row without an
     /// entry counts as made after the listing.
-    pub made_before_listing: HashMap<i64, f64>,
+    made_before_listing: HashMap<i64, f64>,
     /// By row id: busy rows whose run is not running at the row's start any
     /// more, or whose run's heartbeat is stale, and for how many seconds
     /// they have been seen so.
-    pub hung: HashMap<i64, f64>,
+    hung: HashMap<i64, f64>,
     /// Instances a person asked to drain (the WarmPool's annotation
     /// `orca.dev/drain`): each retired once it is not in a run.
-    pub drain: HashSet<String>,
+    drain: HashSet<String>,
     /// The number the launch template's version resolves to now (see
     /// [`super::drift`]); `None` without a template, or not known.
-    pub template_version: Option<String>,
+    template_version: Option<String>,
+}
+
+impl Snapshot {
+    /// Leaves the instances `ids` out, with their rows and marks: they
+    /// are not this pass's to count, keep or end.
+    pub fn leave_out(&mut self, ids: &HashSet<String>) {
+        self.instances.retain(|i| !ids.contains(i.id()));
+        self.rows.retain(|r| !ids.contains(r.instance()));
+        self.ours.retain(|id| !ids.contains(id));
+        self.drain.retain(|id| !ids.contains(id));
+    }
+
+    /// Instances this loop launched itself (so a missing row means a slow
+    /// boot, not a leak; and one the listing does not show yet is booting).
+    pub fn ours(&self) -> &HashSet<String> {
+        &self.ours
+    }
+
+    /// Unserved `orca.pool_demand` rows of the pool.
+    pub fn demand(&self) -> i64 {
+        self.demand
+    }
+
+    /// When the WarmPool's deletion with `onDelete: Terminate` began (its
+    /// `deletionTimestamp`); `None` while it is not being deleted.
+    pub fn deleting(&self) -> Option<DateTime<Utc>> {
+        self.deleting
+    }
+}
+
+impl Snapshot {
+    /// These, with `instances` set.
+    pub fn with_instances(self, instances: Vec<Ec2Instance>) -> Self {
+        Snapshot { instances, ..self }
+    }
+
+    /// These, with `rows` set.
+    pub fn with_rows(self, rows: Vec<PoolRow>) -> Self {
+        Snapshot { rows, ..self }
+    }
+
+    /// These, with `known` set.
+    pub fn with_known(self, known: HashSet<String>) -> Self {
+        Snapshot { known, ..self }
+    }
+
+    /// These, with `ours` set.
+    pub fn with_ours(self, ours: HashSet<String>) -> Self {
+        Snapshot { ours, ..self }
+    }
+
+    /// These, with `demand` set.
+    pub fn with_demand(self, demand: i64) -> Self {
+        Snapshot { demand, ..self }
+    }
+
+    /// These, with `deleting` set.
+    pub fn with_deleting(self, deleting: Option<DateTime<Utc>>) -> Self {
+        Snapshot { deleting, ..self }
+    }
+
+    /// These, with `made_before_listing` set.
+    pub fn with_made_before_listing(self, made_before_listing: HashMap<i64, f64>) -> Self {
+        Snapshot {
+            made_before_listing,
+            ..self
+        }
+    }
+
+    /// These, with `hung` set.
+    pub fn with_hung(self, hung: HashMap<i64, f64>) -> Self {
+        Snapshot { hung, ..self }
+    }
+
+    /// These, with `drain` set.
+    pub fn with_drain(self, drain: HashSet<String>) -> Self {
+        Snapshot { drain, ..self }
+    }
+
+    /// These, with `template_version` set.
+    pub fn with_template_version(self, template_version: Option<String>) -> Self {
+        Snapshot {
+            template_version,
+            ..self
+        }
+    }
+}
+
+impl Snapshot {
+    /// Listed before the rows were read.
+    pub fn instances(&self) -> &Vec<Ec2Instance> {
+        &self.instances
+    }
+
+    /// The pool's live rows.
+    pub fn rows(&self) -> &Vec<PoolRow> {
+        &self.rows
+    }
+
+    /// Instances listed in EC2 (or launched by this loop and not listed
+    /// yet), without a live row, that had rows once.
+    pub fn known(&self) -> &HashSet<String> {
+        &self.known
+    }
+
+    /// Instances a person asked to drain (the WarmPool's annotation
+    /// `orca.dev/drain`): each retired once it is not in a run.
+    pub fn drain(&self) -> &HashSet<String> {
+        &self.drain
+    }
+
+    /// The number the launch template's version resolves to now (see
+    /// [`super::drift`]); `None` without a template, or not known.
+    pub fn template_version(&self) -> Option<&str> {
+        self.template_version.as_deref()
+    }
 }
 
 /// The knobs of the policy that are not in the spec.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Limits {
     /// An idle row whose agent has not `polled` for this long is stale.
-    pub stale_secs: f64,
+    stale_secs: f64,
     /// An instance this loop did not launch, with no row, is leaked once
     /// this old (at least 60 s in production: see `Tuning::leak_grace`).
-    pub leak_grace_secs: f64,
+    leak_grace_secs: f64,
     /// At most this many instances per `RunInstances` call.
-    pub max_batch: u32,
+    max_batch: u32,
     /// A busy instance seen hung (see [`Snapshot::hung`]) this long is
     /// retired.
-    pub hung_grace_secs: f64,
+    hung_grace_secs: f64,
     /// A live row of an instance EC2 did not list at all is ended once it
     /// was made this long before the listing (an instance launched just
     /// before may not be listed yet).
-    pub unlisted_grace_secs: f64,
+    unlisted_grace_secs: f64,
+}
+
+impl Limits {
+    /// These, with `leak_grace_secs` set.
+    pub fn with_leak_grace_secs(self, leak_grace_secs: f64) -> Self {
+        Limits {
+            leak_grace_secs,
+            ..self
+        }
+    }
+
+    /// These, with `max_batch` set.
+    pub fn with_max_batch(self, max_batch: u32) -> Self {
+        Limits { max_batch, ..self }
+    }
+}
+
+impl Limits {
+    /// Of its parts, as the fields say.
+    pub fn new(
+        stale_secs: f64,
+        leak_grace_secs: f64,
+        max_batch: u32,
+        hung_grace_secs: f64,
+        unlisted_grace_secs: f64,
+    ) -> Self {
+        Limits {
+            stale_secs,
+            leak_grace_secs,
+            max_batch,
+            hung_grace_secs,
+            unlisted_grace_secs,
+        }
+    }
 }
 
 impl Default for Limits {
@@ -573,7 +723,7 @@ impl Drift {
     fn of(given: &Given) -> Drift {
         let spec = given.spec;
         let max = match crate::window::standing(&spec.maintenance_windows, given.now) {
-            Ok(s) if s.open || spec.maintenance_windows.is_empty() => {
+            Ok(s) if s.open() || spec.maintenance_windows.is_empty() => {
                 spec.disruption.max_drifted.max(0) as usize
             }
             _ => 0,
@@ -650,7 +800,7 @@ fn states(
     let mut states: HashMap<&str, Ec2State, FnvBuild> =
         HashMap::with_capacity_and_hasher(snap.instances.len(), FnvBuild::default());
     for i in &snap.instances {
-        states.insert(i.id.as_str(), i.state);
+        states.insert(i.id(), i.state());
     }
     let unlisted: Vec<&String> = snap
         .ours
@@ -681,12 +831,12 @@ fn count_listed<'a>(
     let mut rows: HashMap<&str, &PoolRow, FnvBuild> =
         HashMap::with_capacity_and_hasher(snap.rows.len(), FnvBuild::default());
     for r in &snap.rows {
-        rows.insert(r.instance.as_str(), r);
+        rows.insert(r.instance(), r);
     }
     let mut fleet = Fleet::default();
     for i in snap.instances.iter().chain(unlisted) {
-        if !i.state.is_present() {
-            if i.state == Ec2State::ShuttingDown {
+        if !i.state().is_present() {
+            if i.state() == Ec2State::ShuttingDown {
                 out.counts.terminating += 1;
             }
             continue;
@@ -694,10 +844,10 @@ fn count_listed<'a>(
         fleet.present += 1;
         let drifted = drift.is(given, i);
         out.counts.drifted += u32::from(drifted);
-        let row = rows.get(i.id.as_str()).copied();
+        let row = rows.get(i.id()).copied();
         match standing(given, i, row, drifted && drift.max > 0) {
             Standing::Retire(reason, end) => out.retirements.push(Retirement {
-                instance: i.id.clone(),
+                instance: i.id().to_string(),
                 reason,
                 end,
             }),
@@ -708,9 +858,9 @@ fn count_listed<'a>(
             Standing::Restop(row) => {
                 fleet.stopping += 1;
                 out.restops.push(WithRow {
-                    instance: i.id.clone(),
+                    instance: i.id().to_string(),
                     row,
-                    offering: i.offering.clone(),
+                    offering: i.offering().clone(),
                 });
             }
             Standing::Stopping => fleet.stopping += 1,
@@ -737,73 +887,73 @@ fn standing<'a>(
     replaceable: bool,
 ) -> Standing<'a> {
     let (snap, spec, limits) = (given.snap, given.spec, given.limits);
-    let drain = snap.drain.contains(&i.id);
+    let drain = snap.drain.contains(i.id());
     let Some(row) = row else {
         return if drain {
             // Asked to drain: it goes once it is not in a run (a busy one
             // finishes it; a hand-out that wins the race gives it one more).
             Standing::Retire(Reason::Drained, End::Claim)
-        } else if snap.known.contains(&i.id) {
+        } else if snap.known.contains(i.id()) {
             Standing::Retire(Reason::NoLiveRow, End::Claim)
         } else {
-            let (limit, reason) = if snap.ours.contains(&i.id) {
+            let (limit, reason) = if snap.ours.contains(i.id()) {
                 (spec.boot_timeout_seconds as f64, Reason::BootTimeout)
             } else {
                 (limits.leak_grace_secs, Reason::Leaked)
             };
-            if age_secs(given.now, i.launched) >= limit {
+            if age_secs(given.now, i.launched()) >= limit {
                 Standing::Retire(reason, End::Claim)
             } else {
                 Standing::Booting
             }
         };
     };
-    if row.claim {
-        return Standing::Retire(Reason::NoLiveRow, End::Claimed(row.id));
+    if row.claim() {
+        return Standing::Retire(Reason::NoLiveRow, End::Claimed(row.id()));
     }
-    if drain && row.reserved {
-        return Standing::Retire(Reason::Drained, End::Reserved(row.id));
+    if drain && row.reserved() {
+        return Standing::Retire(Reason::Drained, End::Reserved(row.id()));
     }
-    if drain && row.idle_secs.is_some() {
-        return Standing::Retire(Reason::Drained, End::Idle(row.id));
+    if drain && row.idle_secs().is_some() {
+        return Standing::Retire(Reason::Drained, End::Idle(row.id()));
     }
-    if row.reserved {
-        return match i.state {
+    if row.reserved() {
+        return match i.state() {
             Ec2State::Stopped if replaceable => Standing::OldReserve(row),
             Ec2State::Stopped => Standing::Reserve(row),
-            Ec2State::Running => Standing::Restop(row.id),
+            Ec2State::Running => Standing::Restop(row.id()),
             _ => Standing::Stopping,
         };
     }
     // Started from the reserve; its agent has not marked it idle yet.
-    if let (None, Some(woken)) = (row.idle_secs, row.woken_secs) {
+    if let (None, Some(woken)) = (row.idle_secs(), row.woken_secs()) {
         return if woken >= spec.boot_timeout_seconds as f64 {
-            Standing::Retire(Reason::BootTimeout, End::Reserved(row.id))
+            Standing::Retire(Reason::BootTimeout, End::Reserved(row.id()))
         } else {
             Standing::Booting
         };
     }
     // Its agent cannot answer: end the row; without one, the next pass
     // claims and terminates it (NoLiveRow).
-    if i.state == Ec2State::Stopped {
-        return Standing::Gone(row.id);
+    if i.state() == Ec2State::Stopped {
+        return Standing::Gone(row.id());
     }
-    if row.idle_secs.is_none() {
-        let hung = snap.hung.get(&row.id);
+    if row.idle_secs().is_none() {
+        let hung = snap.hung.get(&row.id());
         return if hung.is_some_and(|secs| *secs >= limits.hung_grace_secs) {
-            Standing::Retire(Reason::Hung, End::Busy(row.id))
+            Standing::Retire(Reason::Hung, End::Busy(row.id()))
         } else {
             Standing::Busy {
-                interrupted: row.interrupted,
+                interrupted: row.interrupted(),
             }
         };
     }
-    if row.noticed {
+    if row.noticed() {
         Standing::Leaving
-    } else if row.polled_secs.is_none_or(|p| p > limits.stale_secs) {
-        Standing::Retire(Reason::Stale, End::Idle(row.id))
-    } else if spec.max_uses > 0 && row.uses >= i64::from(spec.max_uses) {
-        Standing::Retire(Reason::MaxUses, End::Idle(row.id))
+    } else if row.polled_secs().is_none_or(|p| p > limits.stale_secs) {
+        Standing::Retire(Reason::Stale, End::Idle(row.id()))
+    } else if spec.max_uses > 0 && row.uses() >= i64::from(spec.max_uses) {
+        Standing::Retire(Reason::MaxUses, End::Idle(row.id()))
     } else if replaceable {
         Standing::OldIdle(row)
     } else {
@@ -820,32 +970,32 @@ fn standing<'a>(
 /// cut short.
 fn end_rows_of_gone(given: &Given, states: &HashMap<&str, Ec2State, FnvBuild>, out: &mut PoolPlan) {
     let snap = given.snap;
-    if snap.rows.iter().any(|r| r.claim) {
+    if snap.rows.iter().any(|r| r.claim()) {
         let listed: HashSet<&str> = snap
             .instances
             .iter()
-            .filter(|i| i.state.is_present())
-            .map(|i| i.id.as_str())
+            .filter(|i| i.state().is_present())
+            .map(|i| i.id())
             .collect();
         for row in &snap.rows {
-            if row.claim && !listed.contains(row.instance.as_str()) {
-                out.ends.push(row.id);
+            if row.claim() && !listed.contains(row.instance()) {
+                out.ends.push(row.id());
             }
         }
     }
-    for row in snap.rows.iter().filter(|r| !r.claim) {
-        let gone = match states.get(row.instance.as_str()) {
+    for row in snap.rows.iter().filter(|r| !r.claim()) {
+        let gone = match states.get(row.instance()) {
             Some(state) => !state.is_present(),
             None => {
-                row.run.is_none()
+                row.run().is_none()
                     && snap
                         .made_before_listing
-                        .get(&row.id)
+                        .get(&row.id())
                         .is_some_and(|secs| *secs >= given.limits.unlisted_grace_secs)
             }
         };
         if gone {
-            out.gone.push(row.id);
+            out.gone.push(row.id());
         }
     }
 }
@@ -877,14 +1027,17 @@ fn replace_drifted(out: &mut PoolPlan, fleet: &mut Fleet, need: i64, max_drifted
     let going = fleet.old_idle.len().min(surplus.max(0) as usize);
     if going > 0 {
         fleet.old_idle.sort_unstable_by(|a, b| {
-            let (x, y) = (a.1.idle_secs.unwrap_or(0.0), b.1.idle_secs.unwrap_or(0.0));
-            y.total_cmp(&x).then_with(|| a.0.id.cmp(&b.0.id))
+            let (x, y) = (
+                a.1.idle_secs().unwrap_or(0.0),
+                b.1.idle_secs().unwrap_or(0.0),
+            );
+            y.total_cmp(&x).then_with(|| a.0.id().cmp(b.0.id()))
         });
         for (i, row) in fleet.old_idle.drain(..going) {
             out.retirements.push(Retirement {
-                instance: i.id.clone(),
+                instance: i.id().to_string(),
                 reason: Reason::Drifted,
-                end: End::Idle(row.id),
+                end: End::Idle(row.id()),
             });
         }
     }
@@ -900,9 +1053,9 @@ fn replace_drifted(out: &mut PoolPlan, fleet: &mut Fleet, need: i64, max_drifted
     let old_stopped = fleet.old_reserve.len();
     for (i, row) in fleet.old_reserve.drain(..old_stopped.min(max_drifted)) {
         out.retirements.push(Retirement {
-            instance: i.id.clone(),
+            instance: i.id().to_string(),
             reason: Reason::Drifted,
-            end: End::Reserved(row.id),
+            end: End::Reserved(row.id()),
         });
     }
     fleet.old_stopped_left = fleet.old_reserve.len() as u32;
@@ -920,20 +1073,20 @@ fn start_reserve(
     running_short: usize,
 ) -> usize {
     fleet.reserve.sort_unstable_by(|a, b| {
-        let (x, y) = (given.held(&a.0.offering), given.held(&b.0.offering));
-        x.cmp(&y).then_with(|| a.0.id.cmp(&b.0.id))
+        let (x, y) = (given.held(a.0.offering()), given.held(b.0.offering()));
+        x.cmp(&y).then_with(|| a.0.id().cmp(b.0.id()))
     });
     let startable = fleet
         .reserve
         .iter()
-        .take_while(|(i, _)| !given.held(&i.offering))
+        .take_while(|(i, _)| !given.held(i.offering()))
         .count();
     let starts = running_short.min(startable);
     for (i, row) in fleet.reserve.drain(..starts) {
         out.starts.push(WithRow {
-            instance: i.id.clone(),
-            row: row.id,
-            offering: i.offering.clone(),
+            instance: i.id().to_string(),
+            row: row.id(),
+            offering: i.offering().clone(),
         });
     }
     out.counts.starting = starts as u32;
@@ -966,9 +1119,9 @@ fn settle_idle(
         .min(fleet.reserve.len());
     for (i, row) in fleet.reserve.drain(..excess) {
         out.retirements.push(Retirement {
-            instance: i.id.clone(),
+            instance: i.id().to_string(),
             reason: Reason::ReserveBeyondMax,
-            end: End::Reserved(row.id),
+            end: End::Reserved(row.id()),
         });
     }
     reserved -= excess;
@@ -981,12 +1134,15 @@ fn settle_idle(
     // the out-of-date should.
     if spare_idle > 0 || idle.len() > max_idle {
         idle.sort_unstable_by(|a, b| {
-            let (x, y) = (a.1.idle_secs.unwrap_or(0.0), b.1.idle_secs.unwrap_or(0.0));
+            let (x, y) = (
+                a.1.idle_secs().unwrap_or(0.0),
+                b.1.idle_secs().unwrap_or(0.0),
+            );
             drift
                 .is(given, b.0)
                 .cmp(&drift.is(given, a.0))
                 .then_with(|| y.total_cmp(&x))
-                .then_with(|| a.0.id.cmp(&b.0.id))
+                .then_with(|| a.0.id().cmp(b.0.id()))
         });
     }
     let spare_booting = (idle.len() + fleet.booting as usize)
@@ -999,17 +1155,17 @@ fn settle_idle(
     let parks = reserve_max.saturating_sub(reserved).min(spare_idle);
     for (i, row) in idle.drain(..parks) {
         out.stops.push(WithRow {
-            instance: i.id.clone(),
-            row: row.id,
-            offering: i.offering.clone(),
+            instance: i.id().to_string(),
+            row: row.id(),
+            offering: i.offering().clone(),
         });
     }
     if idle.len() > max_idle {
         for (i, row) in idle.drain(..idle.len() - max_idle) {
             out.retirements.push(Retirement {
-                instance: i.id.clone(),
+                instance: i.id().to_string(),
                 reason: Reason::IdleBeyondMax,
-                end: End::Idle(row.id),
+                end: End::Idle(row.id()),
             });
         }
     }
@@ -1068,25 +1224,27 @@ fn plan_deletion(
     let mut rows: HashMap<&str, &PoolRow, FnvBuild> =
         HashMap::with_capacity_and_hasher(snap.rows.len(), FnvBuild::default());
     for r in &snap.rows {
-        rows.insert(r.instance.as_str(), r);
+        rows.insert(r.instance(), r);
     }
     let drained = age_secs(now, since) >= spec.drain_timeout_seconds.max(0) as f64;
     let mut listed: HashSet<&str> = HashSet::new();
     for i in &snap.instances {
-        if !i.state.is_present() {
-            if i.state == Ec2State::ShuttingDown {
+        if !i.state().is_present() {
+            if i.state() == Ec2State::ShuttingDown {
                 out.counts.terminating += 1;
             }
             continue;
         }
-        listed.insert(i.id.as_str());
-        let end = match rows.get(i.id.as_str()) {
-            Some(row) if row.claim => End::Claimed(row.id),
-            Some(row) if row.reserved || (row.idle_secs.is_none() && row.woken_secs.is_some()) => {
-                End::Reserved(row.id)
+        listed.insert(i.id());
+        let end = match rows.get(i.id()) {
+            Some(row) if row.claim() => End::Claimed(row.id()),
+            Some(row)
+                if row.reserved() || (row.idle_secs().is_none() && row.woken_secs().is_some()) =>
+            {
+                End::Reserved(row.id())
             }
-            Some(row) if row.idle_secs.is_some() => End::Idle(row.id),
-            Some(row) if drained => End::Busy(row.id),
+            Some(row) if row.idle_secs().is_some() => End::Idle(row.id()),
+            Some(row) if drained => End::Busy(row.id()),
             Some(_) => {
                 out.counts.busy += 1;
                 continue;
@@ -1094,14 +1252,14 @@ fn plan_deletion(
             None => End::Claim,
         };
         out.retirements.push(Retirement {
-            instance: i.id.clone(),
+            instance: i.id().to_string(),
             reason: Reason::PoolDeleted,
             end,
         });
     }
     for row in &snap.rows {
-        if row.claim && !listed.contains(row.instance.as_str()) {
-            out.ends.push(row.id);
+        if row.claim() && !listed.contains(row.instance()) {
+            out.ends.push(row.id());
         }
     }
     out.counts.terminating += out.retirements.len() as u32;

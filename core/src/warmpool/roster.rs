@@ -30,48 +30,48 @@ pub fn roster(
     launch_times: &HashMap<String, (DateTime<Utc>, Offering)>,
 ) -> Vec<PoolInstance> {
     let hash = drift::launch_hash(&spec.launch);
-    let rows: HashMap<&str, _> = snap.rows.iter().map(|r| (r.instance.as_str(), r)).collect();
+    let rows: HashMap<&str, _> = snap.rows().iter().map(|r| (r.instance(), r)).collect();
     let retiring: HashSet<&str> = plan.retirements().iter().map(|r| r.instance()).collect();
     let mut listed: Vec<(u8, PoolInstance)> = snap
-        .instances
+        .instances()
         .iter()
-        .filter(|i| i.state.is_present() || i.state == Ec2State::ShuttingDown)
+        .filter(|i| i.state().is_present() || i.state() == Ec2State::ShuttingDown)
         .map(|i| {
-            let row = rows.get(i.id.as_str()).filter(|r| !r.claim);
-            let (rank, state) = match (i.state, row) {
-                _ if retiring.contains(i.id.as_str()) => (4, "retiring"),
+            let row = rows.get(i.id()).filter(|r| !r.claim());
+            let (rank, state) = match (i.state(), row) {
+                _ if retiring.contains(i.id()) => (4, "retiring"),
                 (Ec2State::ShuttingDown, _) => (4, "retiring"),
                 (Ec2State::Stopped | Ec2State::Stopping, _) => (3, "stopped"),
-                (_, Some(r)) if r.reserved => (3, "stopped"),
-                (_, Some(r)) if r.run.is_some() && r.idle_secs.is_none() => {
-                    if snap.drain.contains(&i.id) {
+                (_, Some(r)) if r.reserved() => (3, "stopped"),
+                (_, Some(r)) if r.run().is_some() && r.idle_secs().is_none() => {
+                    if snap.drain().contains(i.id()) {
                         (0, "draining")
                     } else {
                         (0, "busy")
                     }
                 }
-                (_, Some(r)) if r.idle_secs.is_some() => (1, "idle"),
+                (_, Some(r)) if r.idle_secs().is_some() => (1, "idle"),
                 _ => (2, "booting"),
             };
             (
                 rank,
                 PoolInstance {
-                    id: i.id.clone(),
+                    id: i.id().to_string(),
                     state: state.into(),
                     launched: launch_times
-                        .get(&i.id)
-                        .map_or(&i.launched, |(at, _)| at)
+                        .get(i.id())
+                        .map_or(&i.launched(), |(at, _)| at)
                         .to_rfc3339(),
-                    instance_type: i.offering.instance_type.clone(),
-                    spot: i.offering.spot,
-                    uses: (spec.max_uses > 0).then(|| row.map_or(0, |r| r.uses)),
-                    drifted: drift::drifted(spec, &hash, snap.template_version.as_deref(), i),
+                    instance_type: i.offering().instance_type().to_string(),
+                    spot: i.offering().spot(),
+                    uses: (spec.max_uses > 0).then(|| row.map_or(0, |r| r.uses())),
+                    drifted: drift::drifted(spec, &hash, snap.template_version(), i),
                 },
             )
         })
         .collect();
     for (id, (at, offering)) in launch_times {
-        if snap.known.contains(id) || snap.instances.iter().any(|i| &i.id == id) {
+        if snap.known().contains(id) || snap.instances().iter().any(|i| i.id() == id) {
             continue;
         }
         listed.push((
@@ -80,8 +80,8 @@ pub fn roster(
                 id: id.clone(),
                 state: "booting".into(),
                 launched: at.to_rfc3339(),
-                instance_type: offering.instance_type.clone(),
-                spot: offering.spot,
+                instance_type: offering.instance_type().to_string(),
+                spot: offering.spot(),
                 uses: (spec.max_uses > 0).then_some(0),
                 drifted: false,
             },
@@ -106,34 +106,17 @@ mod tests {
 
     fn inst(id: &str, state: Ec2State, age_min: i64, launch: &str) -> Ec2Instance {
         let now: DateTime<Utc> = "2026-12-02T12:00:00Z".parse().unwrap();
-        Ec2Instance {
-            id: id.into(),
-            state,
-            launched: now - Duration::minutes(age_min),
-            offering: Offering {
-                instance_type: "t3.small".into(),
-                ..Offering::default()
-            },
-            launch: Some(launch.into()),
-            image: None,
-            template_version: None,
-        }
+        Ec2Instance::bare(id, state, now - Duration::minutes(age_min))
+            .with_offering(Offering::new("t3.small".into(), String::new(), false))
+            .with_launch(Some(launch.into()))
     }
 
     fn row(id: i64, instance: &str, run: Option<i64>, idle: bool, uses: i64) -> PoolRow {
-        PoolRow {
-            id,
-            instance: instance.into(),
-            run,
-            idle_secs: idle.then_some(5.0),
-            polled_secs: Some(1.0),
-            uses,
-            claim: false,
-            reserved: false,
-            woken_secs: None,
-            noticed: false,
-            interrupted: false,
-        }
+        PoolRow::new(id, instance.into())
+            .with_run(run)
+            .with_idle_secs(idle.then_some(5.0))
+            .with_polled_secs(Some(1.0))
+            .with_uses(uses)
     }
 
     #[test]
@@ -141,8 +124,8 @@ mod tests {
         let mut s = spec(1, 2, 10);
         s.max_uses = 5;
         let ours = drift::launch_hash(&s.launch);
-        let snap = Snapshot {
-            instances: vec![
+        let snap = Snapshot::default()
+            .with_instances(vec![
                 inst("i-idle", Ec2State::Running, 30, &ours),
                 inst("i-old", Ec2State::Running, 90, "elsewhere"),
                 inst("i-busy", Ec2State::Running, 10, &ours),
@@ -150,14 +133,12 @@ mod tests {
                 inst("i-stop", Ec2State::Stopped, 300, &ours),
                 inst("i-going", Ec2State::ShuttingDown, 60, &ours),
                 inst("i-gone", Ec2State::Terminated, 60, &ours),
-            ],
-            rows: vec![
+            ])
+            .with_rows(vec![
                 row(1, "i-idle", None, true, 2),
                 row(2, "i-old", None, true, 4),
                 row(3, "i-busy", Some(7), false, 1),
-            ],
-            ..Snapshot::default()
-        };
+            ]);
         let listed = roster(&s, &snap, &PoolPlan::default(), &HashMap::new());
         let shown: Vec<(&str, &str, Option<i64>, bool)> = listed
             .iter()
@@ -186,22 +167,19 @@ mod tests {
     fn an_instance_launched_by_the_loop_is_listed_as_it_launched_it_listed_or_not() {
         let s = spec(1, 2, 10);
         let at: DateTime<Utc> = "2026-12-02T11:59:30Z".parse().unwrap();
-        let spot = Offering {
-            instance_type: s.launch.instance_types[0].clone(),
-            subnet: s.launch.subnet_ids[0].clone(),
-            spot: true,
-        };
+        let spot = Offering::new(
+            s.launch.instance_types[0].clone(),
+            s.launch.subnet_ids[0].clone(),
+            true,
+        );
         let times = HashMap::from([("i-new".to_string(), (at, spot))]);
         // The pass that launched it: EC2 did not list it yet.
         let before = roster(&s, &Snapshot::default(), &PoolPlan::default(), &times);
         // The next: EC2 lists it, with a launch time of its own.
         let hash = drift::launch_hash(&s.launch);
-        let mut listed = inst("i-new", Ec2State::Pending, 0, &hash);
-        listed.offering = times["i-new"].1.clone();
-        let snap = Snapshot {
-            instances: vec![listed],
-            ..Snapshot::default()
-        };
+        let listed = inst("i-new", Ec2State::Pending, 0, &hash);
+        let listed = listed.with_offering(times["i-new"].1.clone());
+        let snap = Snapshot::default().with_instances(vec![listed]);
         let after = roster(&s, &snap, &PoolPlan::default(), &times);
         assert_eq!(
             before, after,
@@ -220,12 +198,11 @@ mod tests {
     #[test]
     fn a_big_pool_lists_a_bounded_number() {
         let s = spec(0, 0, 10_000);
-        let snap = Snapshot {
-            instances: (0..LISTED + 50)
+        let snap = Snapshot::default().with_instances(
+            (0..LISTED + 50)
                 .map(|n| inst(&format!("i-{n}"), Ec2State::Pending, 1, "x"))
                 .collect(),
-            ..Snapshot::default()
-        };
+        );
         assert_eq!(
             roster(&s, &snap, &PoolPlan::default(), &HashMap::new()).len(),
             LISTED

@@ -16,19 +16,26 @@ use crate::window::{Window, WindowError};
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 #[error("spec.schedules[{index}].{source}")]
 pub struct ScheduleError {
-    pub index: usize,
+    index: usize,
     #[source]
-    pub source: WindowError,
+    source: WindowError,
 }
 
 /// A schedule whose period is under way.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Active {
     /// Its place in `spec.schedules`.
-    pub index: usize,
-    pub idle: IdleRange,
+    index: usize,
+    idle: IdleRange,
     /// When the period that is under way ends.
-    pub until: DateTime<Utc>,
+    until: DateTime<Utc>,
+}
+
+impl Active {
+    /// The idle range the period under way asks for.
+    pub fn idle(&self) -> &IdleRange {
+        &self.idle
+    }
 }
 
 impl Active {

@@ -39,10 +39,10 @@ impl Starts {
     /// window at `now` (the database's epoch seconds).
     pub fn add(&mut self, seen: &[HandOut], now: f64) {
         self.kept.extend(seen.iter().map(|h| Kept {
-            instance: h.instance.clone(),
-            source: h.source,
-            waited: h.waited,
-            at: h.at,
+            instance: h.instance().to_string(),
+            source: h.source(),
+            waited: h.waited(),
+            at: h.at(),
             offering: None,
         }));
         while self.kept.front().is_some_and(|h| h.at <= now - WINDOW_SECS) || self.kept.len() > KEPT
@@ -82,10 +82,8 @@ impl Starts {
         if self.kept.iter().all(|h| h.offering.is_some()) {
             return;
         }
-        let by_id: HashMap<&str, &Offering> = listed
-            .iter()
-            .map(|i| (i.id.as_str(), &i.offering))
-            .collect();
+        let by_id: HashMap<&str, &Offering> =
+            listed.iter().map(|i| (i.id(), i.offering())).collect();
         for h in self.kept.iter_mut().filter(|h| h.offering.is_none()) {
             h.offering = by_id.get(h.instance.as_str()).map(|o| (*o).clone());
         }
@@ -141,12 +139,7 @@ mod tests {
     use super::*;
 
     fn out(source: Source, waited: f64, at: f64) -> HandOut {
-        HandOut {
-            instance: format!("i-{at}"),
-            source,
-            waited,
-            at,
-        }
+        HandOut::new(format!("i-{at}"), source, waited, at)
     }
 
     #[test]
@@ -191,11 +184,7 @@ mod tests {
 
     #[test]
     fn start_times_are_told_apart_by_offering() {
-        let off = |subnet: &str| Offering {
-            instance_type: "t3.micro".into(),
-            subnet: subnet.into(),
-            spot: false,
-        };
+        let off = |subnet: &str| Offering::new("t3.micro".into(), subnet.into(), false);
         // Cold starts in subnet a take 30 s, in b 90 s.
         let seen: Vec<HandOut> = (1..=10)
             .map(|i| {
@@ -213,14 +202,17 @@ mod tests {
         assert_eq!(s.within_on(Source::Cold, 60.0, &off("a")), None);
         let listed: Vec<Ec2Instance> = seen
             .iter()
-            .map(|h| Ec2Instance {
-                id: h.instance.clone(),
-                state: super::super::plan::Ec2State::Running,
-                launched: chrono::DateTime::UNIX_EPOCH,
-                offering: off(if (h.at as i64) % 2 == 0 { "b" } else { "a" }),
-                launch: None,
-                image: None,
-                template_version: None,
+            .map(|h| {
+                Ec2Instance::bare(
+                    h.instance(),
+                    super::super::plan::Ec2State::Running,
+                    chrono::DateTime::UNIX_EPOCH,
+                )
+                .with_offering(off(if (h.at() as i64) % 2 == 0 {
+                    "b"
+                } else {
+                    "a"
+                }))
             })
             .collect();
         s.place(&listed);

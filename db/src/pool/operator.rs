@@ -55,18 +55,17 @@ pub async fn live_rows(db: &Db, pool: &str, count_uses: bool) -> Result<Vec<Pool
         .await?;
     Ok(rows
         .iter()
-        .map(|r| PoolRow {
-            id: r.get(0),
-            instance: r.get(1),
-            run: r.get(2),
-            idle_secs: r.get(3),
-            polled_secs: r.get(4),
-            uses: r.get(5),
-            claim: r.get(6),
-            reserved: r.get(7),
-            woken_secs: r.get(8),
-            noticed: r.get(9),
-            interrupted: r.get(10),
+        .map(|r| {
+            PoolRow::new(r.get(0), r.get(1))
+                .with_run(r.get(2))
+                .with_idle_secs(r.get(3))
+                .with_polled_secs(r.get(4))
+                .with_uses(r.get(5))
+                .with_claim(r.get(6))
+                .with_reserved(r.get(7))
+                .with_woken_secs(r.get(8))
+                .with_noticed(r.get(9))
+                .with_interrupted(r.get(10))
         })
         .collect())
 }
@@ -178,12 +177,7 @@ pub async fn hand_outs_since(db: &Db, pool: &str, after: f64) -> Result<Vec<Hand
                 (false, Some(_)) => Source::Cold,
                 (false, None) => Source::Idle,
             };
-            HandOut {
-                instance: r.get(3),
-                source,
-                waited: waited.unwrap_or(0.0).max(0.0),
-                at: r.get(2),
-            }
+            HandOut::new(r.get(3), source, waited.unwrap_or(0.0).max(0.0), r.get(2))
         })
         .collect())
 }

@@ -144,8 +144,8 @@ impl Hosts {
         };
         let up: HashMap<&str, Ec2State> = listed
             .iter()
-            .filter(|i| matches!(i.state, Ec2State::Pending | Ec2State::Running))
-            .map(|i| (i.id.as_str(), i.state))
+            .filter(|i| matches!(i.state(), Ec2State::Pending | Ec2State::Running))
+            .map(|i| (i.id(), i.state()))
             .collect();
         self.running.retain(|id, task| {
             // Dropping the task's future kills its processes (kill_on_drop),

@@ -50,7 +50,7 @@ pub fn hold(
     }
     let names: HashSet<&str> = foreign.iter().map(|f| f.name().as_str()).collect();
     for o in offerings(launch) {
-        if names.contains(o.instance_type.as_str()) {
+        if names.contains(o.instance_type()) {
             holds.insert(o, UNSUPPORTED_ARCHITECTURE, until);
         }
     }

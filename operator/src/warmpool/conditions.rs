@@ -126,7 +126,7 @@ fn holding(report: &PassReport) -> Vec<(&'static str, bool, &'static str, String
         },
         match (&report.degraded(), degraded) {
             (Some((reason, message)), _) => ("Degraded", true, *reason, message.clone()),
-            (None, Some(e)) => ("Degraded", true, e.reason(), e.message().clone()),
+            (None, Some(e)) => ("Degraded", true, e.reason(), e.message().to_string()),
             (None, None) => ("Degraded", false, "AsExpected", "no errors".into()),
         },
     ];

@@ -74,12 +74,12 @@ impl Use {
 /// What `i` (with its live row, if any) was doing; `None` once it is
 /// shutting down or gone.
 pub fn use_of(i: &Ec2Instance, row: Option<&PoolRow>) -> Option<Use> {
-    match i.state {
+    match i.state() {
         Ec2State::ShuttingDown | Ec2State::Terminated => None,
         Ec2State::Stopped | Ec2State::Stopping => Some(Use::Stopped),
         Ec2State::Pending | Ec2State::Running => Some(match row {
-            Some(r) if r.idle_secs.is_some() => Use::Idle,
-            Some(r) if r.run.is_some() => Use::Busy,
+            Some(r) if r.idle_secs().is_some() => Use::Idle,
+            Some(r) if r.run().is_some() => Use::Busy,
             _ => Use::Other,
         }),
     }
@@ -132,12 +132,14 @@ impl Cost {
         if secs <= 0.0 {
             return Vec::new();
         }
-        let rows: HashMap<&str, &PoolRow> =
-            snap.rows.iter().map(|r| (r.instance.as_str(), r)).collect();
+        let rows: HashMap<&str, &PoolRow> = snap.rows().iter().map(|r| (r.instance(), r)).collect();
         let mut added: BTreeMap<(Kind, Use), f64> = BTreeMap::new();
-        for i in &snap.instances {
-            if let Some(u) = use_of(i, rows.get(i.id.as_str()).copied()) {
-                let kind = (i.offering.instance_type.clone(), i.offering.spot);
+        for i in snap.instances() {
+            if let Some(u) = use_of(i, rows.get(i.id()).copied()) {
+                let kind = (
+                    i.offering().instance_type().to_string(),
+                    i.offering().spot(),
+                );
                 *added.entry((kind, u)).or_default() += secs;
             }
         }
@@ -168,9 +170,7 @@ impl Cost {
 
     /// Adds `s` to the runs served so far, by where each was served from.
     pub fn add_served(&mut self, s: Served) {
-        self.served.idle += s.idle;
-        self.served.reserve += s.reserve;
-        self.served.cold += s.cold;
+        self.served += s;
     }
 
     /// The totals as the status keeps them, whole seconds.
@@ -191,10 +191,10 @@ impl Cost {
             })
             .collect();
         let s = self.served;
-        let runs_served = (s.idle + s.reserve + s.cold > 0).then_some(RunsServed {
-            idle: s.idle as i64,
-            reserve: s.reserve as i64,
-            cold: s.cold as i64,
+        let runs_served = (s.idle() + s.reserve() + s.cold() > 0).then_some(RunsServed {
+            idle: s.idle() as i64,
+            reserve: s.reserve() as i64,
+            cold: s.cold() as i64,
         });
         Totals {
             instance_seconds,
@@ -234,11 +234,11 @@ impl Cost {
             }
         }
         if let Some(r) = served {
-            self.add_served(Served {
-                idle: r.idle.max(0) as u64,
-                reserve: r.reserve.max(0) as u64,
-                cold: r.cold.max(0) as u64,
-            });
+            self.add_served(Served::new(
+                r.idle.max(0) as u64,
+                r.reserve.max(0) as u64,
+                r.cold.max(0) as u64,
+            ));
         }
     }
 }
@@ -251,64 +251,42 @@ mod tests {
     use crate::warmpool::plan::Offering;
 
     fn inst(id: &str, state: Ec2State, t: &str, spot: bool) -> Ec2Instance {
-        Ec2Instance {
-            id: id.into(),
-            state,
-            launched: Utc::now(),
-            offering: Offering {
-                instance_type: t.into(),
-                subnet: "subnet-a".into(),
-                spot,
-            },
-            launch: None,
-            image: None,
-            template_version: None,
-        }
+        Ec2Instance::bare(id, state, Utc::now()).with_offering(Offering::new(
+            t.into(),
+            "subnet-a".into(),
+            spot,
+        ))
     }
 
     fn row(instance: &str, idle: bool, run: Option<i64>) -> PoolRow {
-        PoolRow {
-            id: 1,
-            instance: instance.into(),
-            run,
-            idle_secs: idle.then_some(1.0),
-            polled_secs: Some(0.1),
-            uses: 0,
-            claim: false,
-            reserved: !idle && run.is_none(),
-            woken_secs: None,
-            noticed: false,
-            interrupted: false,
-        }
+        PoolRow::new(1, instance.into())
+            .with_run(run)
+            .with_idle_secs(idle.then_some(1.0))
+            .with_polled_secs(Some(0.1))
+            .with_reserved(!idle && run.is_none())
     }
 
     #[test]
     fn seconds_are_counted_by_type_capacity_and_use_and_survive_a_restart() {
-        let snap = Snapshot {
-            instances: vec![
+        let snap = Snapshot::default()
+            .with_instances(vec![
                 inst("i-1", Ec2State::Running, "t3.small", false),
                 inst("i-2", Ec2State::Running, "t3.small", false),
                 inst("i-3", Ec2State::Stopped, "t3.small", false),
                 inst("i-4", Ec2State::Running, "m5.large", true),
                 inst("i-5", Ec2State::Pending, "m5.large", true),
                 inst("i-6", Ec2State::Terminated, "m5.large", true),
-            ],
-            rows: vec![
+            ])
+            .with_rows(vec![
                 row("i-1", true, None),
                 row("i-2", false, Some(7)),
                 row("i-3", false, None),
                 row("i-4", true, None),
-            ],
-            ..Snapshot::default()
-        };
+            ]);
         let mut cost = Cost::default();
         cost.tally(&snap, Duration::from_secs(10));
         cost.tally(&snap, Duration::from_secs(5));
-        cost.add_served(Served {
-            idle: 3,
-            reserve: 1,
-            cold: 2,
-        });
+        cost.add_served(Served::new(3, 1, 2));
         let totals = cost.status();
         let by: Vec<(&str, &str, [i64; 4])> = totals
             .instance_seconds
@@ -335,11 +313,9 @@ mod tests {
 
     #[test]
     fn the_status_shows_new_totals_only_with_another_change_or_after_a_while() {
-        let snap = Snapshot {
-            instances: vec![inst("i-1", Ec2State::Running, "t3.small", false)],
-            rows: vec![row("i-1", true, None)],
-            ..Snapshot::default()
-        };
+        let snap = Snapshot::default()
+            .with_instances(vec![inst("i-1", Ec2State::Running, "t3.small", false)])
+            .with_rows(vec![row("i-1", true, None)]);
         let mut cost = Cost::default();
         let steady = WarmPoolStatus {
             idle: 1,

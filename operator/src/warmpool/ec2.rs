@@ -846,13 +846,13 @@ impl Ec2 {
         if let Some(image) = &launch.image_id {
             call = call.image_id(image);
         }
-        if !req.offering.instance_type.is_empty() {
-            call = call.instance_type(InstanceType::from(req.offering.instance_type.as_str()));
+        if !req.offering.instance_type().is_empty() {
+            call = call.instance_type(InstanceType::from(req.offering.instance_type()));
         }
-        if !req.offering.subnet.is_empty() {
-            call = call.subnet_id(&req.offering.subnet);
+        if !req.offering.subnet().is_empty() {
+            call = call.subnet_id(req.offering.subnet());
         }
-        if req.offering.spot {
+        if req.offering.spot() {
             // One-time spot, terminated when EC2 takes it back: the agent
             // acts on the two-minute notice.
             call = call.instance_market_options(
@@ -998,29 +998,29 @@ fn instance(i: &aws_sdk_ec2::types::Instance) -> Option<Ec2Instance> {
     };
     let t = i.launch_time()?;
     let launch = tag(i, TAG_LAUNCH);
-    Some(Ec2Instance {
-        id: i.instance_id()?.to_string(),
-        state,
-        launched: DateTime::<Utc>::from_timestamp(t.secs(), t.subsec_nanos())?,
-        offering: Offering {
-            instance_type: i
-                .instance_type()
-                .map(|t| t.as_str().to_string())
-                .unwrap_or_default(),
-            subnet: i.subnet_id().unwrap_or_default().to_string(),
-            spot: i.instance_lifecycle() == Some(&InstanceLifecycleType::Spot),
-        },
-        // An instance from before the tags: its AMI, which is what a pool
-        // on `imageId` launched it from (see `drift`).
-        image: tag(i, TAG_IMAGE).or_else(|| {
-            launch
-                .is_none()
-                .then(|| i.image_id().map(str::to_string))
-                .flatten()
-        }),
-        launch,
-        template_version: tag(i, TAG_TEMPLATE_VERSION),
-    })
+    // An instance from before the tags: its AMI, which is what a pool on
+    // `imageId` launched it from (see `drift`).
+    let image = tag(i, TAG_IMAGE).or_else(|| {
+        launch
+            .is_none()
+            .then(|| i.image_id().map(str::to_string))
+            .flatten()
+    });
+    let launched = DateTime::<Utc>::from_timestamp(t.secs(), t.subsec_nanos())?;
+    let offering = Offering::new(
+        i.instance_type()
+            .map(|t| t.as_str().to_string())
+            .unwrap_or_default(),
+        i.subnet_id().unwrap_or_default().to_string(),
+        i.instance_lifecycle() == Some(&InstanceLifecycleType::Spot),
+    );
+    Some(
+        Ec2Instance::bare(i.instance_id()?, state, launched)
+            .with_offering(offering)
+            .with_image(image)
+            .with_launch(launch)
+            .with_template_version(tag(i, TAG_TEMPLATE_VERSION)),
+    )
 }
 
 /// The value of `i`'s tag `key`.
@@ -1037,11 +1037,7 @@ mod tests {
     use super::*;
 
     fn off() -> Offering {
-        Offering {
-            instance_type: "t3.small".into(),
-            subnet: "subnet-a".into(),
-            spot: false,
-        }
+        Offering::new("t3.small".into(), "subnet-a".into(), false)
     }
 
     #[test]

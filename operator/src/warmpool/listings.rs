@@ -291,12 +291,15 @@ pub(super) fn sort(listed: Vec<Tagged>, cluster: &str) -> Sorted {
             None => false,
         };
         if let (true, Some(class), Some(i)) = (ours, t.class(), t.instance()) {
-            if i.state.is_present() {
-                classes.entry(class.to_string()).or_default().push(Counted {
-                    id: i.id.clone(),
-                    namespace: t.namespace().unwrap_or_default().to_string(),
-                    instance_type: i.offering.instance_type.clone(),
-                });
+            if i.state().is_present() {
+                classes
+                    .entry(class.to_string())
+                    .or_default()
+                    .push(Counted::new(
+                        i.id().to_string(),
+                        t.namespace().unwrap_or_default().to_string(),
+                        i.offering().instance_type().to_string(),
+                    ));
             }
         }
         let (Some(pool), Some(scheduler)) = (t.pool(), t.scheduler()) else {
@@ -309,16 +312,16 @@ pub(super) fn sort(listed: Vec<Tagged>, cluster: &str) -> Sorted {
         match t.into_instance() {
             None => group.malformed = true,
             Some(i) if ours => {
-                if i.state.is_present() {
+                if i.state().is_present() {
                     group.marks.push(Marks {
-                        id: i.id.clone(),
+                        id: i.id().to_string(),
                         class,
                         namespace,
                     });
                 }
                 group.ours.push(i)
             }
-            Some(i) if i.state.is_present() => group.untagged.push(i),
+            Some(i) if i.state().is_present() => group.untagged.push(i),
             Some(_) => {}
         }
     }
@@ -372,10 +375,10 @@ impl Place {
         F: AsyncFnOnce(&[(&str, &str)]) -> Result<Vec<Tagged>, Ec2Error>,
     {
         let taken = self.listing(owner, want, list).await?;
-        Ok(Census {
-            asked: taken.asked,
-            instances: taken.classes.get(class).cloned().unwrap_or_default(),
-        })
+        Ok(Census::new(
+            taken.asked,
+            taken.classes.get(class).cloned().unwrap_or_default(),
+        ))
     }
 
     /// A listing `want` takes (see [`Place::take`]).
@@ -527,7 +530,7 @@ mod tests {
     }
 
     fn ids(g: &Group) -> Vec<&str> {
-        g.ours.iter().map(|i| i.id.as_str()).collect()
+        g.ours.iter().map(|i| i.id()).collect()
     }
 
     /// The place's listing as `calls` counts them, answering `listed`.
@@ -600,7 +603,7 @@ mod tests {
         let b = &pools[&(owner("b").pool().clone(), owner("b").scheduler().clone())];
         assert_eq!(ids(a), ["i-a1"]);
         assert_eq!(a.untagged.len(), 1);
-        assert_eq!(a.untagged[0].id, "i-a3");
+        assert_eq!(a.untagged[0].id(), "i-a3");
         assert_eq!(ids(b), ["i-b1"]);
         assert!(b.untagged.is_empty());
         assert_eq!(pools.len(), 2);
@@ -870,10 +873,10 @@ mod tests {
             tagged("i-7", "a", Some("east"), Ec2State::Running),
         ];
         let (_, classes) = sort(listed, "east");
-        let mut shared: Vec<&str> = classes["shared"].iter().map(|c| c.id.as_str()).collect();
+        let mut shared: Vec<&str> = classes["shared"].iter().map(|c| c.id()).collect();
         shared.sort();
         assert_eq!(shared, ["i-1", "i-2", "i-3"]);
-        assert_eq!(classes["shared"][0].namespace, "team-a");
+        assert_eq!(classes["shared"][0].namespace(), "team-a");
         assert_eq!(classes["other"].len(), 1);
         assert_eq!(classes.len(), 2);
     }

@@ -252,7 +252,11 @@ impl PoolMetrics {
     /// Counts the runs of pool `p` handed an instance, by where each was
     /// served from (`orca_pool_runs_served`).
     pub fn served(&self, p: &str, s: Served) {
-        for (from, n) in [("idle", s.idle), ("reserve", s.reserve), ("cold", s.cold)] {
+        for (from, n) in [
+            ("idle", s.idle()),
+            ("reserve", s.reserve()),
+            ("cold", s.cold()),
+        ] {
             let mut l = pool(p);
             l.push(("from".into(), from.into()));
             self.served.get_or_create(&l).inc_by(n);

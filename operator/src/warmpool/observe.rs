@@ -35,11 +35,7 @@ pub const FORECAST_EVERY: Duration = Duration::from_secs(3600);
 /// The shares of starts within the target before any was measured: an
 /// idle hand-out is (its run waits for nothing); the reserve and cold
 /// launches are relied on only once seen.
-const UNMEASURED: StartTimes = StartTimes {
-    idle: 1.0,
-    reserve: 0.0,
-    cold: 0.0,
-};
+const UNMEASURED: StartTimes = StartTimes::new(1.0, 0.0, 0.0);
 
 /// Cold starts of one offering measured in the last hour before the
 /// objective takes that offering's start times rather than the pool's.
@@ -90,10 +86,10 @@ impl Planned {
         ObjectiveStatus {
             attained_percent: (runs > 0).then(|| (within / runs as f64 * 1000.0).round() / 10.0),
             runs: runs as i64,
-            idle: i32::try_from(p.choice.idle).unwrap_or(i32::MAX),
-            stopped: i32::try_from(p.choice.stopped).unwrap_or(i32::MAX),
+            idle: i32::try_from(p.choice.idle()).unwrap_or(i32::MAX),
+            stopped: i32::try_from(p.choice.stopped()).unwrap_or(i32::MAX),
             planned_from: p.planned_from.clone(),
-            expected_percent: (p.choice.met * 1000.0).round() / 10.0,
+            expected_percent: (p.choice.met() * 1000.0).round() / 10.0,
             day_attained_percent: p
                 .day
                 .filter(|(_, runs)| *runs > 0)
@@ -101,13 +97,13 @@ impl Planned {
             day_runs: p
                 .day
                 .map_or(0, |(_, runs)| i64::try_from(runs).unwrap_or(i64::MAX)),
-            expected_instance_hours: (p.outlook.next_day * 10.0).round() / 10.0,
-            static_floor: p.outlook.static_floor.map(|idle| StaticFloor {
+            expected_instance_hours: (p.outlook.next_day() * 10.0).round() / 10.0,
+            static_floor: p.outlook.static_floor().map(|idle| StaticFloor {
                 idle: i32::try_from(idle).unwrap_or(i32::MAX),
                 instance_hours: f64::from(idle) * 24.0,
                 cost: price.map(|h| cents(f64::from(idle) * 24.0 * h)),
             }),
-            expected_cost: price.map(|h| cents(p.outlook.next_day * h)),
+            expected_cost: price.map(|h| cents(p.outlook.next_day() * h)),
             priced_as: p.priced.as_ref().map(|(t, _)| t.clone()),
         }
     }
@@ -300,9 +296,9 @@ impl Observer<'_> {
         // terminate it twice.
         if reused
             && snap
-                .instances
+                .instances()
                 .iter()
-                .any(|i| i.state.is_present() && snap.known.contains(&i.id))
+                .any(|i| i.state().is_present() && snap.known().contains(i.id()))
         {
             return Ok(self.observe_once(Instant::now(), run_stale).await?.0);
         }
@@ -342,13 +338,13 @@ impl Observer<'_> {
             .lessons
             .launches()
             .ours()
-            .filter(|id| !instances.iter().any(|i| i.id == *id));
+            .filter(|id| !instances.iter().any(|i| i.id() == *id));
         let without: Vec<String> = instances
             .iter()
-            .filter(|i| i.state.is_present())
-            .map(|i| i.id.as_str())
+            .filter(|i| i.state().is_present())
+            .map(|i| i.id())
             .chain(unlisted)
-            .filter(|id| !live.iter().any(|r| r.instance == *id))
+            .filter(|id| !live.iter().any(|r| r.instance() == *id))
             .map(str::to_string)
             .collect();
         let known = self
@@ -381,18 +377,17 @@ impl Observer<'_> {
             .await?;
         self.count_hand_outs(listed, &instances).await?;
         self.lessons.launches().listed(&instances);
-        let snap = Snapshot {
-            instances,
-            rows: live,
-            known,
-            ours: self.lessons.launches().ours().map(str::to_string).collect(),
-            demand,
-            deleting: None,
-            made_before_listing,
-            hung,
-            drain: self.drain.clone(),
-            template_version: self.template_version().await?,
-        };
+        let snap = Snapshot::default()
+            .with_instances(instances)
+            .with_rows(live)
+            .with_known(known)
+            .with_ours(self.lessons.launches().ours().map(str::to_string).collect())
+            .with_demand(demand)
+            .with_deleting(None)
+            .with_made_before_listing(made_before_listing)
+            .with_hung(hung)
+            .with_drain(self.drain.clone())
+            .with_template_version(self.template_version().await?);
         Ok((snap, reused))
     }
 
@@ -417,12 +412,12 @@ impl Observer<'_> {
             .world
             .read(async |db| orca_db::pool::hand_outs_since(db, pool, after).await)
             .await?;
-        self.cost.counted_to(outs.last().map_or(after, |h| h.at));
+        self.cost.counted_to(outs.last().map_or(after, |h| h.at()));
         let mut served = orca_db::pool::Served::default();
-        for h in outs.iter().filter(|h| !first || h.at > listed - 60.0) {
-            served.add(h.source);
+        for h in outs.iter().filter(|h| !first || h.at() > listed - 60.0) {
+            served.add(h.source());
             if let Some(m) = self.lessons.metrics() {
-                m.time_to_start(self.lessons.pool(), h.source, h.waited);
+                m.time_to_start(self.lessons.pool(), h.source(), h.waited());
             }
         }
         self.cost.count_starts(&outs, listed, instances);
@@ -500,7 +495,7 @@ impl Observer<'_> {
             self.seen.adopted = true;
             return Ok((asked, instances));
         }
-        let ids: Vec<String> = untagged.iter().map(|i| i.id.clone()).collect();
+        let ids: Vec<String> = untagged.iter().map(|i| i.id().to_string()).collect();
         let pool = self.lessons.pool();
         let mut ours: Vec<String> = self
             .world
@@ -525,7 +520,11 @@ impl Observer<'_> {
             // pass lists anew, or it would launch as many again.
             self.seen.fresh_after = Some(Instant::now());
             tracing::info!(pool = %self.lessons.pool(), instances = ?ours, cluster = %self.lessons.owner().cluster(), "adopted");
-            instances.extend(untagged.into_iter().filter(|i| ours.contains(&i.id)));
+            instances.extend(
+                untagged
+                    .into_iter()
+                    .filter(|i| ours.iter().any(|o| o == i.id())),
+            );
             self.seen.just_adopted = ours;
         }
         self.seen.adopted = true;
@@ -551,7 +550,7 @@ impl Observer<'_> {
         let wants = |m: &Marks| {
             let mut tags = Vec::new();
             if !m.has_namespace() {
-                tags.push((TAG_NAMESPACE, owner.namespace().clone()));
+                tags.push((TAG_NAMESPACE, owner.namespace().to_string()));
             }
             if let (None, Some(c)) = (m.class(), &class) {
                 tags.push((TAG_CLASS, c.clone()));
@@ -609,8 +608,7 @@ impl Observer<'_> {
                 orca_db::pool::demand_history(db, pool, spec.lead_seconds, spec.weeks).await
             })
             .await?;
-        let mut demand = Demand::new(spec.lead_seconds);
-        demand.counts = counts.into_iter().collect();
+        let demand = Demand::new(spec.lead_seconds).with_counts(counts.into_iter().collect());
         let f = forecast::floors(&spec, &demand, now);
         self.seen.floors = Some((Instant::now(), f.clone()));
         Ok(Some(f))
@@ -665,11 +663,11 @@ impl Observer<'_> {
         // An idle instance against a stopped one at the prices of the type
         // the next launch goes to.
         let stopped_cost = next.as_ref().map_or(objective.stopped_cost(), |o| {
-            objective.stopped_cost_of(&o.instance_type, o.spot)
+            objective.stopped_cost_of(o.instance_type(), o.spot())
         });
         let priced = next.as_ref().and_then(|o| {
-            let p = objective.price_of(&o.instance_type)?;
-            Some((o.instance_type.clone(), p.running(o.spot)))
+            let p = objective.price_of(o.instance_type())?;
+            Some((o.instance_type().to_string(), p.running(o.spot())))
         });
         let plan = |slices: &[u32]| {
             super::objective::choose(slices, objective.goal(), &shares, &bounds, stopped_cost)
@@ -677,7 +675,7 @@ impl Observer<'_> {
         let lead = chrono::Duration::seconds(cold as i64);
         let choice = super::objective::at(hours, now, lead, plan);
         let outlook = *made.get_or_insert_with(|| {
-            let most_idle = bounds.idle.1.min(bounds.max_instances);
+            let most_idle = bounds.idle().1.min(bounds.max_instances());
             super::objective::outlook(hours, now, plan, objective.goal(), &shares, most_idle)
         });
         let busiest = super::objective::at_hour(hours, now);
@@ -696,20 +694,19 @@ impl Observer<'_> {
     fn shares_within(&mut self, target: f64, on: Option<&Offering>) -> StartTimes {
         use orca_db::pool::Source;
         let starts = self.cost.starts();
-        let shares = &mut self.seen.shares;
-        for (source, share) in [
-            (Source::Idle, &mut shares.idle),
-            (Source::Reserve, &mut shares.reserve),
-            (Source::Cold, &mut shares.cold),
-        ] {
+        let was = self.seen.shares;
+        let share = |source: Source, was: f64| {
             let measured = match on {
                 Some(o) if source == Source::Cold => starts.within_on(source, target, o),
                 _ => starts.within(source, target),
             };
-            if let Some((within, _)) = measured {
-                *share = within;
-            }
-        }
+            measured.map_or(was, |(within, _)| within)
+        };
+        self.seen.shares = StartTimes::new(
+            share(Source::Idle, was.idle()),
+            share(Source::Reserve, was.reserve()),
+            share(Source::Cold, was.cold()),
+        );
         self.seen.shares
     }
 
@@ -742,10 +739,9 @@ impl Observer<'_> {
                     orca_db::pool::demand_history(db, pool, slice, OBJECTIVE_WEEKS).await
                 })
                 .await?;
-            let h = History {
-                slice_secs: slice,
-                counts: counts.into_iter().collect(),
-            };
+            let h = History::default()
+                .with_slice_secs(slice)
+                .with_counts(counts.into_iter().collect());
             let hours = h.by_hour(now, i64::from(OBJECTIVE_WEEKS));
             self.seen.history.history = Some(Read {
                 at: Instant::now(),
@@ -846,16 +842,16 @@ fn planned_from(
     };
     let cold_on = on
         .map(|o| {
-            let spot = if o.spot { " (spot)" } else { "" };
-            format!(" ({} in {}{spot})", o.instance_type, o.subnet)
+            let spot = if o.spot() { " (spot)" } else { "" };
+            format!(" ({} in {}{spot})", o.instance_type(), o.subnet())
         })
         .unwrap_or_default();
     format!(
         "busiest {slice_secs}-second slices of this hour in {OBJECTIVE_WEEKS} weeks: {slices}; \
          starts within {}s: idle {:.0} %, reserve {:.0} %, cold {:.0} %{cold_on}",
         objective.time_to_start.seconds,
-        shares.idle * 100.0,
-        shares.reserve * 100.0,
-        shares.cold * 100.0,
+        shares.idle() * 100.0,
+        shares.reserve() * 100.0,
+        shares.cold() * 100.0,
     )
 }

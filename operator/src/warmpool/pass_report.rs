@@ -23,7 +23,7 @@ impl PoolEvent {
     }
 
     /// The Event's note.
-    pub fn message(&self) -> &String {
+    pub fn message(&self) -> &str {
         &self.message
     }
 

@@ -46,11 +46,11 @@ fn shares(recent: &VecDeque<(i64, Source, i64)>, target: i64) -> StartTimes {
             of.iter().filter(|w| **w <= target).count() as f64 / of.len() as f64
         }
     };
-    StartTimes {
-        idle: share(Source::Idle, 1.0),
-        reserve: share(Source::Reserve, 0.0),
-        cold: share(Source::Cold, 0.0),
-    }
+    StartTimes::new(
+        share(Source::Idle, 1.0),
+        share(Source::Reserve, 0.0),
+        share(Source::Cold, 0.0),
+    )
 }
 
 /// The simulated world's constants.
@@ -317,10 +317,7 @@ impl Planner {
     fn new() -> Planner {
         Planner {
             epochs: Vec::new(),
-            counts: History {
-                slice_secs: 300,
-                ..History::default()
-            },
+            counts: History::default().with_slice_secs(300),
             read: None,
             planned: None,
             recent: VecDeque::new(),
@@ -329,11 +326,7 @@ impl Planner {
 
     fn arrived(&mut self, epoch: i64) {
         self.epochs.push(epoch);
-        *self
-            .counts
-            .counts
-            .entry(epoch.div_euclid(self.counts.slice_secs))
-            .or_default() += 1;
+        self.counts.add(epoch);
     }
 
     /// The slice the operator reads in: the `goal` quantile of the last
@@ -361,11 +354,8 @@ impl Planner {
         }
         let slice = self.slice(o.goal());
         if self.read.as_ref().is_none_or(|(at, _)| s - at >= 3600) {
-            if slice != self.counts.slice_secs {
-                self.counts = History {
-                    slice_secs: slice,
-                    ..History::default()
-                };
+            if slice != self.counts.slice_secs() {
+                self.counts = History::default().with_slice_secs(slice);
                 for e in std::mem::take(&mut self.epochs) {
                     self.arrived(e);
                 }
@@ -416,11 +406,11 @@ pub fn simulate(w: &World, spec: &WarmPoolSpec, arrivals: &[i64]) -> Outcome {
         w,
         spec,
         hash: launch_hash(&spec.launch),
-        offering: Offering {
-            instance_type: spec.launch.instance_types[0].clone(),
-            subnet: spec.launch.subnet_ids[0].clone(),
-            ..Offering::default()
-        },
+        offering: Offering::new(
+            spec.launch.instance_types[0].clone(),
+            spec.launch.subnet_ids[0].clone(),
+            false,
+        ),
         measured_from: w.warm_up_days * 86_400,
         out: Outcome::default(),
         instances: Vec::new(),
@@ -562,10 +552,7 @@ impl Sim<'_> {
             self.w.start,
             self.waiting.len(),
         );
-        let limits = Limits {
-            leak_grace_secs: 3600.0,
-            ..Limits::default()
-        };
+        let limits = Limits::default().with_leak_grace_secs(3600.0);
         let plan = orca_operator::warmpool::plan(&pass_spec, &snap, &BTreeMap::new(), &limits, now);
         let gone: HashSet<&str> = plan.retirements().iter().map(|r| r.instance()).collect();
         let measured = s >= self.measured_from;
@@ -627,54 +614,49 @@ fn snapshot(
     start: DateTime<Utc>,
     waiting: usize,
 ) -> Snapshot {
-    let mut snap = Snapshot {
-        demand: waiting as i64,
-        ..Snapshot::default()
-    };
-    let mut ours = HashSet::new();
+    let (mut listed, mut rows, mut ours) = (Vec::new(), Vec::new(), HashSet::new());
     for i in instances {
-        snap.instances.push(Ec2Instance {
-            id: i.id.clone(),
-            state: match i.row {
-                Some(Row::Stopped) => Ec2State::Stopped,
-                _ => Ec2State::Running,
-            },
-            launched: start + Duration::seconds(i.launched),
-            offering: offering.clone(),
-            launch: Some(hash.to_string()),
-            image: None,
-            template_version: None,
-        });
+        listed.push(
+            Ec2Instance::bare(
+                &i.id,
+                match i.row {
+                    Some(Row::Stopped) => Ec2State::Stopped,
+                    _ => Ec2State::Running,
+                },
+                start + Duration::seconds(i.launched),
+            )
+            .with_offering(offering.clone())
+            .with_launch(Some(hash.to_string())),
+        );
         match i.row {
             None => {
                 ours.insert(i.id.clone());
             }
-            Some(row) => snap.rows.push(PoolRow {
-                id: i.row_id,
-                instance: i.id.clone(),
-                run: match row {
-                    Row::Busy(_) => Some(i.row_id),
-                    _ => None,
-                },
-                idle_secs: match row {
-                    Row::Idle(since) => Some((s - since) as f64),
-                    _ => None,
-                },
-                polled_secs: Some(0.0),
-                uses: i.uses,
-                claim: false,
-                reserved: matches!(row, Row::Stopped),
-                woken_secs: match row {
-                    Row::Waking(since) => Some((s - since) as f64),
-                    _ => None,
-                },
-                noticed: false,
-                interrupted: false,
-            }),
+            Some(row) => rows.push(
+                PoolRow::new(i.row_id, i.id.clone())
+                    .with_run(match row {
+                        Row::Busy(_) => Some(i.row_id),
+                        _ => None,
+                    })
+                    .with_idle_secs(match row {
+                        Row::Idle(since) => Some((s - since) as f64),
+                        _ => None,
+                    })
+                    .with_polled_secs(Some(0.0))
+                    .with_uses(i.uses)
+                    .with_reserved(matches!(row, Row::Stopped))
+                    .with_woken_secs(match row {
+                        Row::Waking(since) => Some((s - since) as f64),
+                        _ => None,
+                    }),
+            ),
         }
     }
-    snap.ours = ours;
-    snap
+    Snapshot::default()
+        .with_demand(waiting as i64)
+        .with_instances(listed)
+        .with_rows(rows)
+        .with_ours(ours)
 }
 
 /// The simulated pool's spec: idle `min..=max`, at most `max_instances`,

@@ -142,14 +142,7 @@ fn every_family() -> String {
     pool.terminated(p, "Leaked", 1);
     pool.counts(p, Counts::default());
     pool.instance_seconds(p, "t3.micro", false, Use::Idle, 1.0);
-    pool.served(
-        p,
-        orca_db::pool::Served {
-            idle: 1,
-            reserve: 1,
-            cold: 1,
-        },
-    );
+    pool.served(p, orca_db::pool::Served::new(1, 1, 1));
     pool.started(p, 1);
     pool.stopped(p, 1);
     pool.time_to_start(p, orca_db::pool::Source::Cold, 1.0);

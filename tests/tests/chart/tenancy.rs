@@ -168,7 +168,7 @@ fn the_policies_carry_the_rules_the_operator_renders() {
         }
     }
     for field in orca_operator::warmpool::class::CLASS_OWNED {
-        assert!(on_disk.contains(&format!("{} may not be set", field.path)));
+        assert!(on_disk.contains(&format!("{} may not be set", field.path())));
     }
 }
 

@@ -94,8 +94,8 @@ pub(super) async fn present(ec2: &Ec2Stage, owner: &Ownership) -> BTreeSet<Strin
         .await
         .unwrap_or_else(|e| panic!("listing {}: {e}", owner.pool()))
         .into_iter()
-        .filter(|i| i.state.is_present())
-        .map(|i| i.id)
+        .filter(|i| i.state().is_present())
+        .map(|i| i.id().to_string())
         .collect()
 }
 

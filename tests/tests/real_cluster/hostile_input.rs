@@ -93,7 +93,7 @@ async fn a_tenants_ca_paths_and_databases_stop_neither_the_operator_nor_anyone_e
                         .await
                         .map_err(|e| e.to_string())?
                         .iter()
-                        .filter(|i| i.state.is_present())
+                        .filter(|i| i.state().is_present())
                         .count();
                     (up >= n).then_some(()).ok_or(format!("{up}"))
                 },

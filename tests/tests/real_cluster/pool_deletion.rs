@@ -35,8 +35,8 @@ pub(super) async fn up(ec2: &Ec2Stage) -> Vec<String> {
         .unwrap_or_else(|e| panic!("moto's DescribeInstances failed: {e}"));
     let mut ids: Vec<String> = listed
         .into_iter()
-        .filter(|i| matches!(i.state, Ec2State::Pending | Ec2State::Running))
-        .map(|i| i.id)
+        .filter(|i| matches!(i.state(), Ec2State::Pending | Ec2State::Running))
+        .map(|i| i.id().to_string())
         .collect();
     ids.sort();
     ids

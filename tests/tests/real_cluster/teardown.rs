@@ -94,11 +94,11 @@ async fn left_in_ec2(ec2: &Ec2Stage) -> Vec<String> {
         .into_iter()
         .filter(|i| {
             matches!(
-                i.state,
+                i.state(),
                 Ec2State::Pending | Ec2State::Running | Ec2State::Stopping | Ec2State::Stopped
             )
         })
-        .map(|i| i.id)
+        .map(|i| i.id().to_string())
         .collect()
 }
 

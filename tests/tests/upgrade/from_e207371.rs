@@ -249,17 +249,13 @@ impl Previous {
                     .iter()
                     .filter(|i| {
                         !matches!(
-                            i.state,
+                            i.state(),
                             orca_operator::warmpool::Ec2State::Terminated
                                 | orca_operator::warmpool::Ec2State::ShuttingDown
                         )
                     })
                     .collect();
-                if up.len() == 2
-                    && up
-                        .iter()
-                        .all(|i| i.image.as_deref() == Some(image.as_str()))
-                {
+                if up.len() == 2 && up.iter().all(|i| i.image() == Some(image.as_str())) {
                     Ok(())
                 } else {
                     Err(format!("{up:?}"))

@@ -345,13 +345,13 @@ pub async fn running(client: &kube::Client, url: &str, ec2: &Ec2) -> Running {
         instances: listed
             .iter()
             .filter_map(|t| t.instance())
-            .filter(|i| !matches!(i.state, Ec2State::Terminated | Ec2State::ShuttingDown))
-            .map(|i| i.id.clone())
+            .filter(|i| !matches!(i.state(), Ec2State::Terminated | Ec2State::ShuttingDown))
+            .map(|i| i.id().to_string())
             .collect(),
         ever: listed
             .into_iter()
             .filter_map(|t| t.into_instance())
-            .map(|i| i.id)
+            .map(|i| i.id().to_string())
             .collect(),
     }
 }

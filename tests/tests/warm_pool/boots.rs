@@ -181,11 +181,8 @@ async fn this_releases_agent_serves_runs_on_the_previous_releases_user_data() {
     let pool = format!("{}/{}", release_state::NAMESPACE, release_state::POOL);
     let owner = warm::owner(&pool);
     let spec = warm::spec(&proxy.endpoint(), &["t3.micro"], &subnets[..1], 0, 0, 1);
-    let offering = orca_operator::warmpool::Offering {
-        instance_type: "t3.micro".into(),
-        subnet: subnets[0].clone(),
-        spot: false,
-    };
+    let offering =
+        orca_operator::warmpool::Offering::new("t3.micro".into(), subnets[0].clone(), false);
     let user_data: userdata::UserData = script.as_str().into();
     let ids = ec2
         .run(&orca_operator::warmpool::ec2::RunRequest::new(

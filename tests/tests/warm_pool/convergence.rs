@@ -11,7 +11,7 @@ async fn images(ec2: &Ec2, pool: &str) -> Vec<(String, Option<String>)> {
     present(ec2, pool)
         .await
         .into_iter()
-        .map(|i| (i.id, i.image))
+        .map(|i| (i.id().to_string(), i.image().map(str::to_string)))
         .collect()
 }
 
@@ -61,7 +61,7 @@ async fn an_ami_change_replaces_every_instance_one_at_a_time_never_below_idle_mi
     let old: HashSet<String> = present(&ec2, pool)
         .await
         .into_iter()
-        .map(|i| i.id)
+        .map(|i| i.id().to_string())
         .collect();
     assert_eq!(old.len(), 3);
 
@@ -230,7 +230,7 @@ async fn a_new_version_of_a_latest_launch_template_replaces_the_instances() {
     let old = present(&ec2, pool).await;
     assert_eq!(old.len(), 2);
     for i in &old {
-        assert_eq!(i.template_version.as_deref(), Some("1"), "{i:?}");
+        assert_eq!(i.template_version(), Some("1"), "{i:?}");
     }
     // A pass or two later, with no new version, nothing has drifted.
     for _ in 0..3 {
@@ -264,9 +264,7 @@ async fn a_new_version_of_a_latest_launch_template_replaces_the_instances() {
         let now = present(&ec2, pool).await;
         let done = saw_drift
             && now.len() == 2
-            && now
-                .iter()
-                .all(|i| i.template_version.as_deref() == Some("2"))
+            && now.iter().all(|i| i.template_version() == Some("2"))
             && report.status().drifted == 0;
         if done {
             break;
@@ -284,6 +282,6 @@ async fn a_new_version_of_a_latest_launch_template_replaces_the_instances() {
     );
     assert!(most_launching <= 1, "more than maxDrifted (1) at a time");
     for i in &old {
-        assert_ne!(state_of(&ec2, pool, &i.id).await, Some(Ec2State::Running));
+        assert_ne!(state_of(&ec2, pool, i.id()).await, Some(Ec2State::Running));
     }
 }

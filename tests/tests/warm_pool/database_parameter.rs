@@ -95,19 +95,19 @@ async fn the_user_data_names_a_parameter_the_agent_reads_and_a_rotation_reaches_
     let mut script = String::new();
     for i in &launched {
         script = ec2
-            .user_data(&i.id)
+            .user_data(i.id())
             .await
             .unwrap()
             .expect("a launch has user-data");
         assert!(
             !script.contains("first-s3cret"),
             "the password is in {}'s user-data:\n{script}",
-            i.id
+            i.id()
         );
         assert!(
             !script.contains("postgres://"),
             "a URL is in {}'s user-data",
-            i.id
+            i.id()
         );
         assert_eq!(
             assigned(&script, "ORCA_DATABASE_URL_PARAMETER"),
@@ -145,8 +145,8 @@ async fn the_user_data_names_a_parameter_the_agent_reads_and_a_rotation_reaches_
     let newest: Vec<String> = present(&ec2, pool)
         .await
         .into_iter()
-        .map(|i| i.id)
-        .filter(|id| !launched.iter().any(|l| &l.id == id))
+        .map(|i| i.id().to_string())
+        .filter(|id| !launched.iter().any(|l| l.id() == id))
         .collect();
     assert_eq!(newest.len(), 1);
     let script_with_url = ec2.user_data(&newest[0]).await.unwrap().unwrap();
@@ -206,7 +206,7 @@ async fn an_agent_refused_by_the_database_reads_the_parameter_again() {
     let mut lp = warm::pool_loop(pool, spec, &new).await;
     lp.pass(Utc::now()).await.unwrap();
     let launched = present(&ec2, pool).await;
-    let script = ec2.user_data(&launched[0].id).await.unwrap().unwrap();
+    let script = ec2.user_data(launched[0].id()).await.unwrap().unwrap();
     let refused = orca_db::connect(
         &orca_db::DatabaseUrl::parse(&old).unwrap(),
         &orca_db::ConnectOptions::named("orca-tests"),

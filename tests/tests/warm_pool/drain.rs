@@ -14,13 +14,13 @@ async fn a_drained_idle_instance_is_terminated_and_replaced() {
     let [first] = &present(&ec2, pool).await[..] else {
         panic!("one launched for idle.min");
     };
-    report_idle(&db, pool, &first.id).await;
+    report_idle(&db, pool, first.id()).await;
     let report = lp.pass(Utc::now()).await.unwrap();
     assert!(report.terminated().is_empty() && report.launched().is_empty());
 
-    lp.set_drain([first.id.clone()].into());
+    lp.set_drain([first.id().to_string()].into());
     let report = lp.pass(Utc::now()).await.unwrap();
-    assert_eq!(report.terminated(), std::slice::from_ref(&first.id));
+    assert_eq!(report.terminated(), std::slice::from_ref(&first.id()));
     assert_eq!(report.launched().len(), 1, "its replacement");
     assert!(
         report
@@ -31,7 +31,7 @@ async fn a_drained_idle_instance_is_terminated_and_replaced() {
         report.events()
     );
     assert_ne!(
-        state_of(&ec2, pool, &first.id).await,
+        state_of(&ec2, pool, first.id()).await,
         Some(Ec2State::Running)
     );
 }

@@ -281,7 +281,7 @@ async fn without_terminate_instances_a_retirement_is_unauthorized() {
     degraded_without("TerminateInstances", &stage).await;
     let listed = stage.admin.describe(&warm::owner(pool)).await.unwrap();
     assert!(
-        listed.iter().any(|i| i.state == Ec2State::Running),
+        listed.iter().any(|i| i.state() == Ec2State::Running),
         "{listed:?}"
     );
 }
@@ -345,7 +345,7 @@ async fn without_stop_instances_the_reserve_is_unauthorized_and_nothing_churns()
         .await
         .unwrap()
         .into_iter()
-        .filter(|i| i.state == Ec2State::Running)
+        .filter(|i| i.state() == Ec2State::Running)
         .collect();
     assert_eq!(present.len(), 1, "{present:?}");
 }

@@ -42,10 +42,7 @@ async fn capacity_errors_move_launches_to_the_next_type_or_subnet() {
     assert_eq!(launched.len(), 3, "one instance per unserved demand");
     for i in &launched {
         assert_eq!(
-            (
-                i.offering.instance_type.as_str(),
-                i.offering.subnet.as_str()
-            ),
+            (i.offering().instance_type(), i.offering().subnet()),
             ("t3.medium", s2.as_str())
         );
     }
@@ -122,7 +119,7 @@ async fn a_deleted_subnet_is_held_and_the_pool_launches_in_its_other_subnet() {
     let launched = present(&ec2, pool).await;
     assert_eq!(launched.len(), 2, "{:?}", first.events());
     assert!(
-        launched.iter().all(|i| i.offering.subnet == good),
+        launched.iter().all(|i| i.offering().subnet() == good),
         "{launched:?}"
     );
     let degraded = |r: &orca_operator::warmpool::PassReport| {
@@ -375,7 +372,7 @@ async fn a_quota_error_is_held_and_the_next_type_launched() {
     let report = lp.pass(Utc::now()).await.unwrap();
     let launched = present(&ec2, pool).await;
     assert_eq!(launched.len(), 1);
-    assert_eq!(launched[0].offering.instance_type, "t3.medium");
+    assert_eq!(launched[0].offering().instance_type(), "t3.medium");
     assert!(
         report
             .status()
@@ -394,7 +391,9 @@ async fn a_quota_error_is_held_and_the_next_type_launched() {
     let asked = small(&faults.calls_of("RunInstances"));
     // Its instance gone, the pool launches again: not in the held type.
     lp.pass(Utc::now()).await.unwrap();
-    ec2.terminate(&[launched[0].id.clone()]).await.unwrap();
+    ec2.terminate(&[launched[0].id().to_string()])
+        .await
+        .unwrap();
     tokio::time::sleep(Duration::from_millis(300)).await;
     lp.pass(Utc::now()).await.unwrap();
     assert_eq!(
@@ -427,14 +426,14 @@ async fn a_type_only_the_class_census_counts_is_described_and_the_pool_launches(
     budgets.set_limits("shared", &class);
     budgets.census(
         "shared",
-        Census {
-            asked: Instant::now(),
-            instances: vec![Counted {
-                id: "i-0123456789abcdef0".into(),
-                namespace: "other".into(),
-                instance_type: "m5.large".into(),
-            }],
-        },
+        Census::new(
+            Instant::now(),
+            vec![Counted::new(
+                "i-0123456789abcdef0".into(),
+                "other".into(),
+                "m5.large".into(),
+            )],
+        ),
     );
     let mut lp = warm::pool_loop(pool, spec, &url).await;
     lp.set_budget(Some(budgets.budget("shared", pool, "classed")));
@@ -472,7 +471,7 @@ async fn a_vcpu_quota_error_holds_its_whole_class() {
     let report = lp.pass(Utc::now()).await.unwrap();
     let launched = present(&ec2, pool).await;
     assert_eq!(launched.len(), 1);
-    assert_eq!(launched[0].offering.instance_type, "g4dn.xlarge");
+    assert_eq!(launched[0].offering().instance_type(), "g4dn.xlarge");
     let types: Vec<_> = faults
         .calls_of("RunInstances")
         .iter()
@@ -587,7 +586,7 @@ async fn an_instance_type_of_another_architecture_is_refused_naming_it() {
     assert_eq!(launched.len(), 2, "the idle floor, of the x86_64 type");
     assert!(launched
         .iter()
-        .all(|i| i.offering.instance_type == "t3.small"));
+        .all(|i| i.offering().instance_type() == "t3.small"));
     let (_, reason, message) = degraded(report.status());
     assert_eq!(reason, "UnsupportedArchitecture");
     assert!(

@@ -32,7 +32,7 @@ async fn present(ec2: &Ec2, pool: &str) -> Vec<orca_operator::warmpool::Ec2Insta
         .await
         .unwrap()
         .into_iter()
-        .filter(|i| i.state.is_present())
+        .filter(|i| i.state().is_present())
         .collect()
 }
 
@@ -52,8 +52,8 @@ async fn state_of(ec2: &Ec2, pool: &str, id: &str) -> Option<Ec2State> {
         .await
         .unwrap()
         .into_iter()
-        .find(|i| i.id == id)
-        .map(|i| i.state)
+        .find(|i| i.id() == id)
+        .map(|i| i.state())
 }
 
 /// Idle rows of `pool` whose agent polled within 3 s.

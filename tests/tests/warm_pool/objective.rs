@@ -156,10 +156,7 @@ async fn an_objective_beyond_the_class_s_room_is_degraded_naming_the_limit() {
     });
     let budgets = Arc::new(Budgets::default());
     budgets.set_limits("shared", &class);
-    let census = Census {
-        asked: Instant::now(),
-        instances: Vec::new(),
-    };
+    let census = Census::new(Instant::now(), Vec::new());
     budgets.census("shared", census);
     let mut lp = warm::pool_loop(pool, spec, &url).await;
     lp.set_budget(Some(budgets.budget("shared", pool, "objective")));
@@ -201,14 +198,14 @@ async fn cold_starts_are_measured_on_the_offering_the_next_launch_goes_to() {
         db.execute(
             "insert into orca.instances (instance, pool, role, idle, polled, ended, ended_by)
              values ($1, $2, 'warm', $3::timestamptz - interval '1 minute', $3, $3, 'handout')",
-            &[&i.id, &pool, &at],
+            &[&i.id(), &pool, &at],
         )
         .await
         .unwrap();
         db.execute(
             "insert into orca.instances (instance, pool, run, start, role, pooled, created)
              values ($1, $2, $3, 1, 'head', true, $4)",
-            &[&i.id, &pool, &(2000 + k), &at],
+            &[&i.id(), &pool, &(2000 + k), &at],
         )
         .await
         .unwrap();

@@ -53,7 +53,7 @@ async fn a_protected_instance_is_named_and_the_others_terminated_in_the_same_pas
         .events()
         .iter()
         .filter(|e| e.reason() == "TerminateFailed" && e.warning())
-        .map(|e| e.message().as_str())
+        .map(|e| e.message())
         .collect();
     assert_eq!(failed.len(), 1, "{:?}", report.events());
     assert!(failed[0].starts_with(kept.as_str()), "{}", failed[0]);
@@ -137,8 +137,8 @@ async fn a_reserve_ec2_will_not_start_is_retired_and_the_run_served_by_a_launch(
     let parked: Vec<String> = present(&ec2, pool)
         .await
         .into_iter()
-        .filter(|i| i.state == Ec2State::Stopped)
-        .map(|i| i.id)
+        .filter(|i| i.state() == Ec2State::Stopped)
+        .map(|i| i.id().to_string())
         .collect();
     assert_eq!(parked.len(), 1);
 

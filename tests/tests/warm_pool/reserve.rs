@@ -15,8 +15,8 @@ async fn reserve(ec2: &Ec2, db: &orca_db::Db, pool: &str) -> Vec<(String, i64)> 
         .await
         .unwrap()
         .into_iter()
-        .filter(|i| i.state == Ec2State::Stopped)
-        .map(|i| i.id)
+        .filter(|i| i.state() == Ec2State::Stopped)
+        .map(|i| i.id().to_string())
         .collect();
     let rows = db
         .query(

@@ -324,7 +324,7 @@ async fn a_thousand_hand_outs_racing_retirements_never_terminate_a_handed_out_in
         // Every run handed out is served: its instance runs, its row is live.
         let listed = ec2.describe(&warm::owner(&pool)).await.unwrap();
         for id in &handed {
-            let state = listed.iter().find(|i| &i.id == id).map(|i| i.state);
+            let state = listed.iter().find(|i| i.id() == id).map(|i| i.state());
             assert_eq!(
                 state,
                 Some(Ec2State::Running),

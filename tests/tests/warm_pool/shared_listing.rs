@@ -83,7 +83,7 @@ async fn pools_of_one_place_share_their_listings_and_never_take_each_others_inst
         let left: Vec<String> = present(&ec2, pool)
             .await
             .into_iter()
-            .map(|i| i.id)
+            .map(|i| i.id().to_string())
             .collect();
         assert_eq!(left, vec![id.to_string()], "{pool}");
     }

@@ -106,7 +106,7 @@ async fn idle_max_trims_the_longest_idle_first() {
     let left: HashSet<String> = present(&ec2, pool)
         .await
         .into_iter()
-        .map(|i| i.id)
+        .map(|i| i.id().to_string())
         .collect();
     assert_eq!(left, by_idle[2..].iter().cloned().collect::<HashSet<_>>());
     let trimmed =

@@ -42,7 +42,7 @@ async fn without_spot(
     let spot: Vec<bool> = present(&ec2, pool)
         .await
         .iter()
-        .map(|i| i.offering.spot)
+        .map(|i| i.offering().spot())
         .collect();
     let calls = faults
         .calls_of("RunInstances")
@@ -107,7 +107,7 @@ async fn a_spot_pool_launches_spot_instances() {
     let spot: Vec<bool> = present(&ec2, "spot3/pool")
         .await
         .iter()
-        .map(|i| i.offering.spot)
+        .map(|i| i.offering().spot())
         .collect();
     assert_eq!(spot, [true], "EC2 lists it as a spot instance");
 }
@@ -156,7 +156,7 @@ async fn an_interruption_notice_takes_an_idle_instance_out_and_it_is_replaced() 
     eventually_true(
         "the instance powered off",
         Duration::from_secs(20),
-        || async { !present(&ec2, pool).await.iter().any(|i| i.id == first) },
+        || async { !present(&ec2, pool).await.iter().any(|i| i.id() == first) },
     )
     .await;
     eventually_true("a replacement idle", Duration::from_secs(30), || async {
@@ -265,7 +265,7 @@ async fn the_spot_quota_holds_every_spot_offering() {
     assert_eq!(spot, [true, false], "one spot refusal, then on-demand");
     let launched = present(&ec2, "spot4/pool").await;
     assert_eq!(launched.len(), 1);
-    assert!(!launched[0].offering.spot);
+    assert!(!launched[0].offering().spot());
     assert_eq!(
         report.status().capacity_errors.len(),
         4,

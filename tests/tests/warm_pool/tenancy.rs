@@ -58,7 +58,7 @@ async fn two_clusters_with_one_pool_name_never_touch_each_others_instances() {
         .await
         .unwrap()
         .into_iter()
-        .map(|i| i.id)
+        .map(|i| i.id().to_string())
         .collect();
     launched.sort();
     assert_eq!(launched.len(), 2, "east launches its idle.min");
@@ -84,8 +84,8 @@ async fn two_clusters_with_one_pool_name_never_touch_each_others_instances() {
         .await
         .unwrap()
         .into_iter()
-        .filter(|i| i.state.is_present())
-        .map(|i| i.id)
+        .filter(|i| i.state().is_present())
+        .map(|i| i.id().to_string())
         .collect();
     left.sort();
     assert_eq!(left, launched, "east's instances run on");
@@ -177,7 +177,7 @@ async fn untagged_instances_with_rows_here_are_adopted_and_the_rest_left_alone()
         .await
         .unwrap()
         .into_iter()
-        .map(|i| i.id)
+        .map(|i| i.id().to_string())
         .collect();
     assert_eq!(tagged.len(), 1, "{tagged:?}");
     assert_eq!(tagged[0], ours);

@@ -24,12 +24,10 @@ fn retirements_and_launches_together_never_exceed_max_instances() {
                         instances.push(inst(&id, 100));
                         rows.push(busy_row(50 + k as i64, &id));
                     }
-                    let sn = Snapshot {
-                        instances,
-                        rows,
-                        demand,
-                        ..Default::default()
-                    };
+                    let sn = Snapshot::default()
+                        .with_instances(instances)
+                        .with_rows(rows)
+                        .with_demand(demand);
                     let p = run(&s, &sn);
                     let after = (idle + busy) as i64 - p.retirements.len() as i64
                         + i64::from(p.launch_count());

@@ -4,10 +4,7 @@ use super::*;
 
 /// A pool deleted `ago` seconds before `now()` (onDelete Terminate).
 fn deleted(instances: Vec<Ec2Instance>, rows: Vec<PoolRow>, ago: i64) -> Snapshot {
-    Snapshot {
-        deleting: Some(now() - Duration::seconds(ago)),
-        ..snap(instances, rows)
-    }
+    snap(instances, rows).with_deleting(Some(now() - Duration::seconds(ago)))
 }
 
 /// The one instance of a row: with a live row, or without one.
@@ -39,12 +36,10 @@ fn lone(what: &str, instance: I, paused: bool, ago: i64, end: Option<End>) -> Ca
         I::Unknown => (5, vec![], false, false),
         I::Known => (100, vec![], false, true),
     };
-    let sn = Snapshot {
-        ours: ours.then(|| "i-x".to_string()).into_iter().collect(),
-        known: known.then(|| "i-x".to_string()).into_iter().collect(),
-        demand: 2,
-        ..deleted(vec![inst("i-x", age)], rows, ago)
-    };
+    let sn = deleted(vec![inst("i-x", age)], rows, ago)
+        .with_ours(ours.then(|| "i-x".to_string()).into_iter().collect())
+        .with_known(known.then(|| "i-x".to_string()).into_iter().collect())
+        .with_demand(2);
     let want = match end {
         Some(end) => (vec![("i-x", end)], 0),
         None => (vec![], 1),
@@ -59,27 +54,25 @@ fn cases() -> Vec<Case<Deleted>> {
     let claim = claim_row(1, "i-x");
 
     // Idle, busy, booting, shutting down, terminated with its claim left.
-    let mixed = Snapshot {
-        ours: ["i-boot".to_string()].into(),
-        demand: 4,
-        ..deleted(
-            vec![
-                inst("i-a", 100),
-                inst("i-b", 100),
-                inst("i-busy", 100),
-                inst("i-boot", 5),
-                in_state("i-going", Ec2State::ShuttingDown),
-                in_state("i-gone", Ec2State::Terminated),
-            ],
-            vec![
-                idle_row(1, "i-a", 1.0),
-                idle_row(2, "i-b", 2.0),
-                busy_row(3, "i-busy"),
-                claim_row(9, "i-gone"),
-            ],
-            10,
-        )
-    };
+    let mixed = deleted(
+        vec![
+            inst("i-a", 100),
+            inst("i-b", 100),
+            inst("i-busy", 100),
+            inst("i-boot", 5),
+            in_state("i-going", Ec2State::ShuttingDown),
+            in_state("i-gone", Ec2State::Terminated),
+        ],
+        vec![
+            idle_row(1, "i-a", 1.0),
+            idle_row(2, "i-b", 2.0),
+            busy_row(3, "i-busy"),
+            claim_row(9, "i-gone"),
+        ],
+        10,
+    )
+    .with_ours(["i-boot".to_string()].into())
+    .with_demand(4);
 
     let reserve = WarmPoolSpec {
         stopped: Some(crate::crd::StoppedRange { min: 2, max: None }),

@@ -8,20 +8,18 @@ use crate::crd::{Disruption, StoppedRange};
 
 /// An instance `age` seconds old of another launch spec.
 fn old(id: &str, age: i64) -> Ec2Instance {
-    Ec2Instance {
-        launch: Some("0ld0ld0ld0ld".into()),
-        image: Some("ami-0".into()),
-        ..inst(id, age)
-    }
+    inst(id, age)
+        .with_launch(Some("0ld0ld0ld0ld".into()))
+        .with_image(Some("ami-0".into()))
 }
 
 /// An instance of the spec's launch spec.
 fn new(id: &str, age: i64) -> Ec2Instance {
-    Ec2Instance {
-        launch: Some(crate::warmpool::drift::launch_hash(&spec(0, 0, 1).launch)),
-        image: Some("ami-1".into()),
-        ..inst(id, age)
-    }
+    inst(id, age)
+        .with_launch(Some(crate::warmpool::drift::launch_hash(
+            &spec(0, 0, 1).launch,
+        )))
+        .with_image(Some("ami-1".into()))
 }
 
 /// `s` with one maintenance window, 3 h from each start `cron` names (UTC).
@@ -49,24 +47,19 @@ fn cases() -> Vec<Case<Replaced>> {
         min: 2,
         max: Some(2),
     });
-    let stopped = |i: Ec2Instance| Ec2Instance {
-        state: Ec2State::Stopped,
-        ..i
-    };
-    let reserve_2_drifted = Snapshot {
-        instances: vec![
+    let stopped = |i: Ec2Instance| i.with_state(Ec2State::Stopped);
+    let reserve_2_drifted = Snapshot::default()
+        .with_instances(vec![
             stopped(old("i-a", 100)),
             stopped(old("i-b", 100)),
             stopped(new("i-c", 100)),
-        ],
-        rows: vec![
+        ])
+        .with_rows(vec![
             reserved_row(1, "i-a"),
             reserved_row(2, "i-b"),
             reserved_row(3, "i-c"),
-        ],
-        demand: 1,
-        ..Default::default()
-    };
+        ])
+        .with_demand(1);
     // Two idle of an old launch spec; and one old beside two new, all idle.
     let two_old_idle = snap(
         vec![old("i-a", 100), old("i-b", 100)],
@@ -151,10 +144,7 @@ fn cases() -> Vec<Case<Replaced>> {
             two.clone(),
             snap(
                 vec![
-                    Ec2Instance {
-                        offering: off("m5.large", "subnet-a"),
-                        ..new("i-a", 100)
-                    },
+                    new("i-a", 100).with_offering(off("m5.large", "subnet-a")),
                     new("i-b", 100),
                     new("i-c", 100),
                 ],
@@ -281,20 +271,16 @@ fn the_pool_never_drops_below_idle_min_while_replacing() {
         }
         let p = run(&s, &snap(instances.clone(), rows.clone()));
         let gone: Vec<String> = p.retirements.iter().map(|r| r.instance.clone()).collect();
-        instances.retain(|i| !gone.contains(&i.id));
-        rows.retain(|r| !gone.contains(&r.instance));
-        let idle_now = rows.iter().filter(|r| r.idle_secs.is_some()).count();
+        instances.retain(|i| !gone.iter().any(|g| g == i.id()));
+        rows.retain(|r| !gone.iter().any(|g| g == r.instance()));
+        let idle_now = rows.iter().filter(|r| r.idle_secs().is_some()).count();
         assert!(idle_now >= 5, "pass {pass}: {idle_now} idle of 5");
         for n in 0..p.launch_count() {
             let id = format!("i-new-{pass}-{n}");
             instances.push(new(&id, 0));
             booting.push(id);
         }
-        if instances
-            .iter()
-            .all(|i| i.image.as_deref() == Some("ami-1"))
-            && booting.is_empty()
-        {
+        if instances.iter().all(|i| i.image() == Some("ami-1")) && booting.is_empty() {
             assert_eq!(instances.len(), 5, "pass {pass}: {instances:?}");
             return;
         }

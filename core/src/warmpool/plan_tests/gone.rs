@@ -22,8 +22,8 @@ fn rows_of(
         ("busy row", busy_row(1, "i-x")),
     ]
     .map(|(kind, row)| {
-        let gone = gone && !(instance.is_none() && row.run.is_some());
-        let row = PoolRow { claim, ..row };
+        let gone = gone && !(instance.is_none() && row.run().is_some());
+        let row = row.with_claim(claim);
         let mut sn = snap(instance.clone().into_iter().collect(), vec![row]);
         sn.made_before_listing.extend(made.map(|secs| (1, secs)));
         let want = (

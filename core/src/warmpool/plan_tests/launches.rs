@@ -42,7 +42,7 @@ fn spot_then_on_demand_tries_every_spot_offering_before_any_on_demand_one() {
         ]
     );
     launch.capacity_type = crate::crd::CapacityType::Spot;
-    assert!(offerings(&launch).iter().all(|o| o.spot));
+    assert!(offerings(&launch).iter().all(|o| o.spot()));
 }
 
 /// A pool of `idle` idle and `busy` busy instances, `booting` more this loop
@@ -66,13 +66,11 @@ fn pool(idle: usize, busy: usize, booting: usize, demand: i64) -> Snapshot {
         instances.push(inst(&id, 5));
         ours.insert(id);
     }
-    Snapshot {
-        instances,
-        rows,
-        ours,
-        demand,
-        ..Default::default()
-    }
+    Snapshot::default()
+        .with_instances(instances)
+        .with_rows(rows)
+        .with_ours(ours)
+        .with_demand(demand)
 }
 
 /// What a row launches: (launches, short, counts.launching).
@@ -92,42 +90,25 @@ fn cases() -> Vec<Case<Launched>> {
     // What this loop launched that the listing lacks yet: booting, taking
     // room, until a listing shows it or its row ends.
     let listed = idle_pool(&[("i-1", 5.0)]);
-    let one_unlisted = Snapshot {
-        ours: HashSet::from(["i-2".to_string()]),
-        ..listed.clone()
-    };
-    let two_unlisted = Snapshot {
-        ours: HashSet::from(["i-2".to_string(), "i-3".to_string()]),
-        ..listed
-    };
-    let one_listed_since = Snapshot {
-        instances: vec![inst("i-1", 100), inst("i-2", 1)],
-        ..two_unlisted.clone()
-    };
-    let handed_a_run = Snapshot {
-        rows: vec![idle_row(1, "i-1", 5.0), busy_row(3, "i-3")],
-        ..one_listed_since.clone()
-    };
-    let its_row_ended = Snapshot {
-        known: HashSet::from(["i-3".to_string()]),
-        ..one_listed_since.clone()
-    };
+    let one_unlisted = listed.clone().with_ours(HashSet::from(["i-2".to_string()]));
+    let two_unlisted = listed.with_ours(HashSet::from(["i-2".to_string(), "i-3".to_string()]));
+    let one_listed_since = two_unlisted
+        .clone()
+        .with_instances(vec![inst("i-1", 100), inst("i-2", 1)]);
+    let handed_a_run = one_listed_since
+        .clone()
+        .with_rows(vec![idle_row(1, "i-1", 5.0), busy_row(3, "i-3")]);
+    let its_row_ended = one_listed_since
+        .clone()
+        .with_known(HashSet::from(["i-3".to_string()]));
 
     // A spot notice: the interrupted busy instance's replacement is
     // launched at once; an idle one whose agent is leaving goes by itself.
-    let interrupted = PoolRow {
-        interrupted: true,
-        noticed: true,
-        ..busy_row(1, "i-busy")
-    };
-    let recommended = PoolRow {
-        interrupted: false,
-        ..interrupted.clone()
-    };
-    let leaving = PoolRow {
-        noticed: true,
-        ..idle_row(2, "i-idle", 5.0)
-    };
+    let interrupted = busy_row(1, "i-busy")
+        .with_interrupted(true)
+        .with_noticed(true);
+    let recommended = interrupted.clone().with_interrupted(false);
+    let leaving = idle_row(2, "i-idle", 5.0).with_noticed(true);
     let noticed = |rows| snap(vec![inst("i-busy", 100), inst("i-idle", 100)], rows);
 
     // The same pass, listed or not: three of ours fill maxInstances 3.
@@ -231,10 +212,7 @@ fn cases() -> Vec<Case<Launched>> {
         )
         .held(off("t3.small", "subnet-a"), 60)
         .held(off("t3.medium", "subnet-a"), -1)
-        .limits(Limits {
-            max_batch: 100,
-            ..Limits::default()
-        })
+        .limits(Limits::default().with_max_batch(100))
         .also([
             Batches(vec![
                 (off("t3.small", "subnet-b"), 100),

@@ -34,40 +34,19 @@ fn now() -> DateTime<Utc> {
 }
 
 fn off(t: &str, s: &str) -> Offering {
-    Offering {
-        instance_type: t.into(),
-        subnet: s.into(),
-        spot: false,
-    }
+    Offering::new(t.into(), s.into(), false)
 }
 
 /// An instance `age` seconds old.
 fn inst(id: &str, age: i64) -> Ec2Instance {
-    Ec2Instance {
-        id: id.into(),
-        state: Ec2State::Running,
-        launched: now() - Duration::seconds(age),
-        offering: off("t3.small", "subnet-a"),
-        launch: None,
-        image: None,
-        template_version: None,
-    }
+    Ec2Instance::bare(id, Ec2State::Running, now() - Duration::seconds(age))
+        .with_offering(off("t3.small", "subnet-a"))
 }
 
 fn idle_row(id: i64, instance: &str, idle: f64) -> PoolRow {
-    PoolRow {
-        id,
-        instance: instance.into(),
-        run: None,
-        idle_secs: Some(idle),
-        polled_secs: Some(0.5),
-        uses: 0,
-        claim: false,
-        reserved: false,
-        woken_secs: None,
-        noticed: false,
-        interrupted: false,
-    }
+    PoolRow::new(id, instance.into())
+        .with_idle_secs(Some(idle))
+        .with_polled_secs(Some(0.5))
 }
 
 /// Idle instances 100 s old, each with its idle row (numbered from 1): the
@@ -87,44 +66,32 @@ fn idle_rows(idle: &[(&str, f64)]) -> Vec<PoolRow> {
 
 /// `row`, its agent last heard from `secs` ago.
 fn polled_ago(secs: f64, row: PoolRow) -> PoolRow {
-    PoolRow {
-        polled_secs: Some(secs),
-        ..row
-    }
+    row.with_polled_secs(Some(secs))
 }
 
 /// The operator's claim on `instance`: a row no agent wrote.
 fn claim_row(id: i64, instance: &str) -> PoolRow {
-    PoolRow {
-        claim: true,
-        idle_secs: None,
-        ..idle_row(id, instance, 0.0)
-    }
+    idle_row(id, instance, 0.0)
+        .with_claim(true)
+        .with_idle_secs(None)
 }
 
 /// An instance 100 s old in `state`.
 fn in_state(id: &str, state: Ec2State) -> Ec2Instance {
-    Ec2Instance {
-        state,
-        ..inst(id, 100)
-    }
+    inst(id, 100).with_state(state)
 }
 
 fn busy_row(id: i64, instance: &str) -> PoolRow {
-    PoolRow {
-        idle_secs: None,
-        run: Some(7),
-        uses: 1,
-        ..idle_row(id, instance, 0.0)
-    }
+    idle_row(id, instance, 0.0)
+        .with_idle_secs(None)
+        .with_run(Some(7))
+        .with_uses(1)
 }
 
 fn snap(instances: Vec<Ec2Instance>, rows: Vec<PoolRow>) -> Snapshot {
-    Snapshot {
-        instances,
-        rows,
-        ..Default::default()
-    }
+    Snapshot::default()
+        .with_instances(instances)
+        .with_rows(rows)
 }
 
 fn run(spec: &WarmPoolSpec, snap: &Snapshot) -> PoolPlan {
@@ -133,28 +100,21 @@ fn run(spec: &WarmPoolSpec, snap: &Snapshot) -> PoolPlan {
 
 /// Stopped, in the reserve's state, 1000 s old.
 fn stopped(id: &str) -> Ec2Instance {
-    Ec2Instance {
-        state: Ec2State::Stopped,
-        ..inst(id, 1000)
-    }
+    inst(id, 1000).with_state(Ec2State::Stopped)
 }
 
 /// A row of the stopped reserve.
 fn reserved_row(id: i64, instance: &str) -> PoolRow {
-    PoolRow {
-        idle_secs: None,
-        reserved: true,
-        ..idle_row(id, instance, 0.0)
-    }
+    idle_row(id, instance, 0.0)
+        .with_idle_secs(None)
+        .with_reserved(true)
 }
 
 /// A row started from the reserve `secs` ago, its agent not back yet.
 fn woken_row(id: i64, instance: &str, secs: f64) -> PoolRow {
-    PoolRow {
-        idle_secs: None,
-        woken_secs: Some(secs),
-        ..idle_row(id, instance, 0.0)
-    }
+    idle_row(id, instance, 0.0)
+        .with_idle_secs(None)
+        .with_woken_secs(Some(secs))
 }
 
 fn retired(p: &PoolPlan) -> Vec<(&str, Reason)> {

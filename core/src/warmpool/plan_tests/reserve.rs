@@ -66,11 +66,7 @@ fn given(p: Pool) -> (WarmPoolSpec, Snapshot) {
         instances.push(inst(&id, 100));
         rows.push(reserved_row(200 + k as i64, &id));
     }
-    let snap = Snapshot {
-        ours,
-        demand: p.demand,
-        ..snap(instances, rows)
-    };
+    let snap = snap(instances, rows).with_ours(ours).with_demand(p.demand);
     (s, snap)
 }
 
@@ -324,10 +320,7 @@ fn by_hand() -> Vec<Case<Did>> {
             reserved_row(3, "i-3"),
         ],
     );
-    let three_demand = Snapshot {
-        demand: 4,
-        ..three.clone()
-    };
+    let three_demand = three.clone().with_demand(4);
     let reserve_3 = WarmPoolSpec {
         stopped: Some(StoppedRange { min: 3, max: None }),
         ..spec(0, 5, 10)

@@ -6,15 +6,13 @@ use super::*;
 /// A pool of one instance `i-x`, `age` seconds old, with `row` or none; one
 /// that had rows once (`known`), or one this loop launched (`ours`).
 fn lone(age: i64, row: Option<PoolRow>, known: bool, ours: bool) -> Snapshot {
-    Snapshot {
-        instances: vec![inst("i-x", age)],
-        rows: row.into_iter().collect(),
-        known: known.then(|| "i-x".to_string()).into_iter().collect(),
-        ours: ours.then(|| "i-x".to_string()).into_iter().collect(),
-        demand: 0,
-        deleting: None,
-        ..Default::default()
-    }
+    Snapshot::default()
+        .with_instances(vec![inst("i-x", age)])
+        .with_rows(row.into_iter().collect())
+        .with_known(known.then(|| "i-x".to_string()).into_iter().collect())
+        .with_ours(ours.then(|| "i-x".to_string()).into_iter().collect())
+        .with_demand(0)
+        .with_deleting(None)
 }
 
 /// `spec(0, 5, 10)` with `maxUses`.
@@ -41,25 +39,12 @@ type Retired = Vec<(&'static str, Reason, End)>;
 
 fn cases() -> Vec<Case<Retired>> {
     let stale = polled_ago(31.0, idle_row(1, "i-x", 40.0));
-    let never_polled = PoolRow {
-        polled_secs: None,
-        ..idle_row(1, "i-x", 40.0)
-    };
-    let used = PoolRow {
-        uses: 3,
-        run: Some(9),
-        ..idle_row(1, "i-x", 1.0)
-    };
-    let busy_used = PoolRow {
-        uses: 3,
-        ..busy_row(1, "i-x")
-    };
+    let never_polled = idle_row(1, "i-x", 40.0).with_polled_secs(None);
+    let used = idle_row(1, "i-x", 1.0).with_uses(3).with_run(Some(9));
+    let busy_used = busy_row(1, "i-x").with_uses(3);
     let claim = claim_row(1, "i-x");
     let idle_4 = idle_pool(&[("i-a", 5.0), ("i-b", 50.0), ("i-c", 20.0), ("i-d", 1.0)]);
-    let idle_3_demand_1 = Snapshot {
-        demand: 1,
-        ..idle_pool(&[("i-a", 5.0), ("i-b", 6.0), ("i-c", 7.0)])
-    };
+    let idle_3_demand_1 = idle_pool(&[("i-a", 5.0), ("i-b", 6.0), ("i-c", 7.0)]).with_demand(1);
     let stale_and_idle = snap(
         vec![inst("i-a", 100), inst("i-b", 100)],
         vec![
@@ -67,10 +52,7 @@ fn cases() -> Vec<Case<Retired>> {
             idle_row(2, "i-b", 3.0),
         ],
     );
-    let idle_seen_hung = Snapshot {
-        hung: [(1, 1e6)].into(),
-        ..idle_pool(&[("i-x", 1.0)])
-    };
+    let idle_seen_hung = idle_pool(&[("i-x", 1.0)]).with_hung([(1, 1e6)].into());
     // Stale, busy, and leaked: what a paused pool leaves be.
     let stale_busy_leaked = snap(
         vec![inst("i-a", 100), inst("i-b", 100), inst("i-c", 1000)],

@@ -125,7 +125,7 @@ impl Launches {
         self.ours.retain(|id, at| {
             instances
                 .iter()
-                .any(|i| &i.id == id && i.state.is_present())
+                .any(|i| i.id() == id && i.state().is_present())
                 || at.elapsed() < Duration::from_secs(300)
         });
         let ours = &self.ours;
@@ -478,10 +478,14 @@ impl Actuator {
             .collect();
         // A boot worked: an instance this loop launched reported (a row),
         // for the first time.
-        self.booted.retain(|id| snap.ours.contains(id));
+        self.booted.retain(|id| snap.ours().contains(id));
         let mut reported = false;
-        for r in snap.rows.iter().filter(|r| snap.ours.contains(&r.instance)) {
-            reported |= self.booted.insert(r.instance.clone());
+        for r in snap
+            .rows()
+            .iter()
+            .filter(|r| snap.ours().contains(r.instance()))
+        {
+            reported |= self.booted.insert(r.instance().to_string());
         }
         // And those that ended before they reported, however: powered off
         // by their own script, stopped or terminated by someone else, gone.
@@ -926,9 +930,9 @@ impl Actuator {
         }
         if let Some(b) = &self.budget {
             match answer {
-                Ok(ids) => b.launched(&offering.instance_type, count, ids.clone()),
-                Err(Ec2Error::Transport { .. }) => b.lost(&offering.instance_type, count),
-                Err(_) => b.release(&offering.instance_type, count),
+                Ok(ids) => b.launched(offering.instance_type(), count, ids.clone()),
+                Err(Ec2Error::Transport { .. }) => b.lost(offering.instance_type(), count),
+                Err(_) => b.release(offering.instance_type(), count),
             }
         }
     }
@@ -1007,7 +1011,12 @@ impl Actuator {
     ) {
         let (until, held) = self.hold(spec, offering, code, now);
         if let Some(m) = &self.metrics {
-            m.capacity_error(&self.pool, &offering.instance_type, &offering.subnet, code);
+            m.capacity_error(
+                &self.pool,
+                offering.instance_type(),
+                offering.subnet(),
+                code,
+            );
         }
         if SUBNET_CODES.contains(&code) {
             tracing::warn!(pool = %self.pool, offering = %offering, code = %code,
@@ -1017,7 +1026,7 @@ impl Actuator {
                 format!(
                     "EC2 refused a launch in subnet {}: {code}: {message}; its {held} \
                      offering(s) skipped until {}, the pool's other subnets tried",
-                    offering.subnet,
+                    offering.subnet(),
                     until.to_rfc3339()
                 ),
                 true,
@@ -1049,14 +1058,14 @@ impl Actuator {
         let Some(budget) = &self.budget else {
             return wanted;
         };
-        let grant = budget.grant(&offering.instance_type, wanted);
-        if let Some(why) = grant.held_back {
+        let grant = budget.grant(offering.instance_type(), wanted);
+        if let Some(why) = grant.held_back() {
             if !report.events().iter().any(|e| e.reason() == "LimitReached") {
-                tracing::info!(pool = %self.pool, wanted, granted = grant.count, "{why}");
-                report.say(PoolEvent::new("LimitReached", why, true));
+                tracing::info!(pool = %self.pool, wanted, granted = grant.count(), "{why}");
+                report.say(PoolEvent::new("LimitReached", why.to_string(), true));
             }
         }
-        grant.count
+        grant.count()
     }
 
     /// Holds `offering`, refused with `code`, and with it every offering

@@ -39,10 +39,10 @@ pub(in crate::warmpool) async fn ask(
     // One this pass did not just terminate: the dry runs of stop and
     // start on an ended one would answer its state, not the policy.
     let instance = snap
-        .instances
+        .instances()
         .iter()
-        .find(|i| i.state.is_present() && !report.terminated().contains(&i.id))
-        .map(|i| i.id.as_str());
+        .find(|i| i.state().is_present() && !report.terminated().iter().any(|t| t == i.id()))
+        .map(|i| i.id());
     let spaced = act.preflight_asked.is_none_or(|at| now >= at + ASK_AGAIN);
     let due = (spaced && act.preflight_at.is_some_and(|at| now >= at))
         || (!act.preflight_instances && instance.is_some());
@@ -58,7 +58,7 @@ pub(in crate::warmpool) async fn ask(
     let parameter = act.parameter_name(spec);
     let source = DatabaseSource::for_spec(spec, &act.url.0, &parameter);
     let user_data = userdata::render(spec, &act.pool, source);
-    let namespace = act.owner.namespace().clone();
+    let namespace = act.owner.namespace().to_string();
     let class = act.budget.as_ref().map(|b| b.class().to_string());
     let probe = Probe::new(
         Some(

@@ -204,9 +204,9 @@ impl World for Table {
     }
 
     async fn run(&mut self, req: &RunRequest<'_>) -> Result<Vec<String>, Ec2Error> {
-        let t = req.offering().instance_type.clone();
+        let t = req.offering().instance_type().to_string();
         self.runs.push((t, req.count(), req.token().to_string()));
-        self.subnets.push(req.offering().subnet.clone());
+        self.subnets.push(req.offering().subnet().to_string());
         match self.run.pop_front().unwrap_or(Answer::Launch) {
             Answer::Launch => Ok((0..req.count())
                 .map(|_| {
@@ -273,11 +273,7 @@ impl World for Table {
 }
 
 fn offering(t: &str) -> Offering {
-    Offering {
-        instance_type: t.into(),
-        subnet: "subnet-a".into(),
-        spot: false,
-    }
+    Offering::new(t.into(), "subnet-a".into(), false)
 }
 
 /// The act stage of a pool, the world it acts on and the spec: what the
@@ -492,10 +488,7 @@ async fn a_subnet_ec2_does_not_know_is_held_whole_and_the_pool_launches_in_its_o
     // The spec's subnets are subnet-a and subnet-b; EC2 knows no subnet-a
     // (deleted under a class that still lists it).
     let mut lp = run_answered(&[Answer::Code("InvalidSubnetID.NotFound")]);
-    let in_b = Offering {
-        subnet: "subnet-b".into(),
-        ..offering("t3.small")
-    };
+    let in_b = Offering::new("t3.small".into(), "subnet-b".into(), false);
     let plan = launching(2).with_fallback(vec![offering("t3.medium"), in_b]);
     let report = launch(&mut lp, &plan, 0).await;
     assert_eq!(
@@ -514,7 +507,7 @@ async fn a_subnet_ec2_does_not_know_is_held_whole_and_the_pool_launches_in_its_o
         .holds
         .until()
         .iter()
-        .map(|(o, u)| (o.instance_type.as_str(), o.subnet.as_str(), *u))
+        .map(|(o, u)| (o.instance_type(), o.subnet(), *u))
         .collect();
     assert_eq!(
         held,
@@ -740,7 +733,7 @@ async fn one_refused_id_does_not_hold_up_a_termination_batch() {
         .events()
         .iter()
         .filter(|e| e.reason() == "TerminateFailed")
-        .map(|e| e.message().as_str())
+        .map(|e| e.message())
         .collect();
     assert_eq!(failed.len(), 1, "{:?}", report.events());
     assert!(failed[0].starts_with("i-b ") && failed[0].contains("OperationNotPermitted"));
@@ -821,14 +814,12 @@ async fn the_preflight_asks_at_most_once_a_minute_however_often_the_spec_changes
     let mut lp = pool(Table::default());
     let spec = lp.spec.clone();
     let t0 = Utc.with_ymd_and_hms(2026, 1, 1, 12, 0, 0).unwrap();
-    let with_instance = Snapshot {
-        instances: vec![crate::warmpool::instance::Ec2Instance::bare(
+    let with_instance =
+        Snapshot::default().with_instances(vec![crate::warmpool::instance::Ec2Instance::bare(
             "i-1",
             crate::warmpool::Ec2State::Running,
             t0,
-        )],
-        ..Snapshot::default()
-    };
+        )]);
     let first = ask(&mut lp, &spec, Snapshot::default(), t0, 0).await;
     assert!(first.events().iter().any(|e| e.reason() == "Unauthorized"));
     assert!(lp.act.denials.standing().is_some());

@@ -45,19 +45,16 @@ pub(super) async fn effective(
                 spec.endpoint = endpoint;
                 Ok(with_spec(&wp, spec))
             }
-            _ => Err(Refusal {
-                reason: "ClassNotFound",
-                message: format!("WarmPoolClass {name} does not exist"),
-            }),
+            _ => Err(Refusal::new(
+                "ClassNotFound",
+                format!("WarmPoolClass {name} does not exist"),
+            )),
         });
     };
     ctx.config().budgets().set_limits(&name, &class.spec);
     let ns = crate::crd::namespace_of(&*wp);
     let labels = labels_of(ctx, pool, &ns).await?;
-    let tenant = Tenant {
-        name: &ns,
-        labels: &labels,
-    };
+    let tenant = Tenant::new(&ns, &labels);
     match resolve(&name, &class.spec, &tenant, &wp.spec) {
         Ok(spec) => Ok(Ok(with_spec(&wp, spec))),
         Err(_) if deleting => {
@@ -159,7 +156,7 @@ async fn launched_under(
                 })?;
         let present = listed
             .into_iter()
-            .filter(|t| t.instance().is_some_and(|i| i.state.is_present()));
+            .filter(|t| t.instance().is_some_and(|i| i.state().is_present()));
         classes.extend(present.filter_map(|t| t.class().map(String::from)));
     }
     Ok(classes)

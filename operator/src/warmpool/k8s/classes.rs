@@ -199,13 +199,13 @@ fn status_of(
             .pools
             .push(p.name_any());
     }
-    for (ns, u) in &usage.namespaces {
+    for (ns, u) in usage.namespaces() {
         let entry = by_ns.entry(ns.clone()).or_insert_with(|| NamespaceUsage {
             namespace: ns.clone(),
             ..NamespaceUsage::default()
         });
-        entry.instances = u.instances;
-        entry.vcpus = u.vcpus;
+        entry.instances = u.instances();
+        entry.vcpus = u.vcpus();
     }
     for entry in by_ns.values_mut() {
         let labels = namespaces
@@ -228,11 +228,11 @@ fn status_of(
     let generation = class.metadata.generation;
     let counted = format!(
         "{} instances, {} vCPUs running under the class; {} WarmPools name it",
-        usage.total.instances,
-        usage.total.vcpus,
+        usage.total().instances(),
+        usage.total().vcpus(),
         members.len()
     );
-    let (ready, reason, message) = match &usage.uncounted {
+    let (ready, reason, message) = match &usage.uncounted() {
         None => (true, "Counted", counted),
         Some(why) => (
             false,
@@ -249,7 +249,7 @@ fn status_of(
         now.clone(),
         generation,
     );
-    match &usage.held_back {
+    match &usage.held_back() {
         Some(why) => set_condition(
             &mut conditions,
             "LimitReached",
@@ -270,8 +270,8 @@ fn status_of(
         ),
     }
     WarmPoolClassStatus {
-        instances: usage.total.instances,
-        vcpus: usage.total.vcpus,
+        instances: usage.total().instances(),
+        vcpus: usage.total().vcpus(),
         pool_count: members.len() as i64,
         namespaces: by_ns.into_values().collect(),
         conditions,

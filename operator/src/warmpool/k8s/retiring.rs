@@ -468,8 +468,8 @@ pub(super) async fn present_in(
         .describe(&owner)
         .await?
         .into_iter()
-        .filter(|i| i.state.is_present())
-        .map(|i| i.id)
+        .filter(|i| i.state().is_present())
+        .map(|i| i.id().to_string())
         .collect();
     Ok((ec2, ids))
 }

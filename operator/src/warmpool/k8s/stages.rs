@@ -126,7 +126,7 @@ pub(super) async fn run_stages(
         Ok(wp) => wp,
         Err(refusal) => {
             ctx.forget(&pool);
-            degraded(&ctx, &wp, refusal.reason, refusal.message).await?;
+            degraded(&ctx, &wp, refusal.reason(), refusal.message().to_string()).await?;
             return Ok(Action::requeue(Duration::from_secs(30)));
         }
     };

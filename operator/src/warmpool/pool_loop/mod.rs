@@ -360,13 +360,13 @@ impl PoolLoop {
                 self.spec.boot_timeout_seconds.max(0) as u64
             ))
         });
-        Limits {
-            stale_secs: self.act.tuning().stale().as_secs_f64(),
-            leak_grace_secs: grace.as_secs_f64(),
-            max_batch: self.act.tuning().max_batch(),
-            hung_grace_secs: 2.0 * self.run_stale().as_secs_f64(),
-            unlisted_grace_secs: 60.0,
-        }
+        Limits::new(
+            self.act.tuning().stale().as_secs_f64(),
+            grace.as_secs_f64(),
+            self.act.tuning().max_batch(),
+            2.0 * self.run_stale().as_secs_f64(),
+            60.0,
+        )
     }
 }
 

@@ -60,13 +60,18 @@ impl PoolLoop {
         let deleting = self.deletion.borrow().is_some();
         let run_stale = self.run_stale();
         let mut snap = self.observer().observe(deleting, run_stale).await?;
-        self.listed = Some(snap.instances.iter().map(|i| i.id.clone()).collect());
+        self.listed = Some(
+            snap.instances()
+                .iter()
+                .map(|i| i.id().to_string())
+                .collect(),
+        );
         self.observer().learn_types().await?;
         self.tell_vcpus();
         // Read after the observation: a deletion that began meanwhile
         // launches nothing in this pass already.
         let deletion = *self.deletion.borrow();
-        snap.deleting = deletion.map(|d| d.since());
+        snap = snap.with_deleting(deletion.map(|d| d.since()));
         if let Some(d) = deletion.filter(|d| d.left_behind()) {
             self.leave_later_launches(&mut snap, d.since());
         }
@@ -78,9 +83,9 @@ impl PoolLoop {
         self.count_cost(&snap);
         tracing::debug!(
             pool = %self.act.pool(),
-            instances = snap.instances.len(),
-            rows = snap.rows.len(),
-            demand = snap.demand,
+            instances = snap.instances().len(),
+            rows = snap.rows().len(),
+            demand = snap.demand(),
             launches = decided.launch_count(),
             retirements = decided.retirements().len(),
             "planned"
@@ -95,11 +100,11 @@ impl PoolLoop {
                     .await?
             }
         }
-        let orders = Orders::new(spec, &decided, snap.template_version.as_deref(), now);
+        let orders = Orders::new(spec, &decided, snap.template_version(), now);
         self.act(orders, &mut report).await?;
         // After acting, so that asking never delays what the pass does.
         if deletion.is_none() {
-            let version = snap.template_version.as_deref();
+            let version = snap.template_version();
             crate::warmpool::act::preflight::ask(
                 &mut self.world,
                 &mut self.act,
@@ -246,8 +251,8 @@ impl PoolLoop {
             }
         }
         let (room, limit) = most?;
-        let present = snap.instances.iter().filter(|i| i.state.is_present());
-        let busy = snap.rows.iter().filter(|r| r.run.is_some()).count();
+        let present = snap.instances().iter().filter(|i| i.state().is_present());
+        let busy = snap.rows().iter().filter(|r| r.run().is_some()).count();
         let held = present.count().saturating_sub(busy);
         Some((
             room.saturating_add(u32::try_from(held).unwrap_or(u32::MAX)),
@@ -279,7 +284,7 @@ impl PoolLoop {
         decided: &PoolPlan,
         now: DateTime<Utc>,
     ) -> PassReport {
-        let deleting = snap.deleting.is_some();
+        let deleting = snap.deleting().is_some();
         let mut report = PassReport::planned(
             decided.clone(),
             deleting,
@@ -303,7 +308,7 @@ impl PoolLoop {
                 .map(|(p, o)| p.status(o, self.cost.starts())),
         );
         if let (Some(p), Some(o)) = (&moment.objective, &self.spec.objective) {
-            if let Some(binding) = p.choice().binding {
+            if let Some(binding) = p.choice().binding() {
                 report.say(PoolEvent::new(
                     "ObjectiveUnreachable",
                     format!(
@@ -312,9 +317,9 @@ impl PoolLoop {
                          stopped; what binds is {}",
                         o.time_to_start.percentile,
                         o.time_to_start.seconds,
-                        p.choice().met * 100.0,
-                        p.choice().idle,
-                        p.choice().stopped,
+                        p.choice().met() * 100.0,
+                        p.choice().idle(),
+                        p.choice().stopped(),
                         binding.describe()
                     ),
                     true,
@@ -403,21 +408,21 @@ impl PoolLoop {
     /// out-of-date one, of which images, and how fast they are replaced.
     pub(super) fn announce_drift(&mut self, snap: &Snapshot, report: &mut PassReport) {
         let hash = crate::warmpool::drift::launch_hash(&self.spec.launch);
-        let version = snap.template_version.as_deref();
+        let version = snap.template_version();
         // Once per launch spec and template version.
         let announced = format!("{hash}@{}", version.unwrap_or_default());
         if self.drift_announced.as_deref() == Some(announced.as_str()) {
             return;
         }
         let drifted: Vec<&Ec2Instance> = snap
-            .instances
+            .instances()
             .iter()
             .filter(|i| {
-                i.state.is_present()
+                i.state().is_present()
                     && crate::warmpool::drift::drifted(&self.spec, &hash, version, i)
             })
             .collect();
-        let mut images: Vec<&str> = drifted.iter().filter_map(|i| i.image.as_deref()).collect();
+        let mut images: Vec<&str> = drifted.iter().filter_map(|i| i.image()).collect();
         images.sort_unstable();
         images.dedup();
         let was = if images.is_empty() {
@@ -479,8 +484,8 @@ impl PoolLoop {
     /// every instance this loop launched at all (the listing may lag a
     /// launch): nothing of the pool is left to terminate.
     pub(super) fn nothing_left(&self, snap: &Snapshot) -> bool {
-        let listed: HashSet<&str> = snap.instances.iter().map(|i| i.id.as_str()).collect();
-        snap.instances.iter().all(|i| !i.state.is_present())
+        let listed: HashSet<&str> = snap.instances().iter().map(|i| i.id()).collect();
+        snap.instances().iter().all(|i| !i.state().is_present())
             && self.act.launches().ours().all(|id| listed.contains(id))
     }
 
@@ -499,18 +504,15 @@ impl PoolLoop {
     fn leave_later_launches(&mut self, snap: &mut Snapshot, since: DateTime<Utc>) {
         let after = since + LAUNCH_CLOCK_SLACK;
         let theirs: HashSet<String> = snap
-            .instances
+            .instances()
             .iter()
-            .filter(|i| i.launched > after || self.successor.contains(&i.id))
-            .map(|i| i.id.clone())
+            .filter(|i| i.launched() > after || self.successor.contains(i.id()))
+            .map(|i| i.id().to_string())
             .collect();
         if theirs.is_empty() {
             return;
         }
-        snap.instances.retain(|i| !theirs.contains(&i.id));
-        snap.rows.retain(|r| !theirs.contains(&r.instance));
-        snap.ours.retain(|id| !theirs.contains(id));
-        snap.drain.retain(|id| !theirs.contains(id));
+        snap.leave_out(&theirs);
         self.act.hand_over(&theirs);
     }
 

@@ -202,28 +202,16 @@ fn timing() {
     let histories: Vec<History> = worlds
         .iter()
         .map(|w| {
-            let mut h = History {
-                slice_secs: 210,
-                ..History::default()
-            };
+            let mut h = History::default().with_slice_secs(210);
             for at in arrivals(w) {
                 let epoch = (w.start + Duration::seconds(at)).timestamp();
-                *h.counts.entry(epoch.div_euclid(210)).or_default() += 1;
+                h.add(epoch);
             }
             h
         })
         .collect();
-    let starts = StartTimes {
-        idle: 1.0,
-        reserve: 0.9,
-        cold: 0.0,
-    };
-    let bounds = Bounds {
-        idle: (0, 24),
-        stopped: Some((0, 12)),
-        max_instances: 200,
-        class: None,
-    };
+    let starts = StartTimes::new(1.0, 0.9, 0.0);
+    let bounds = Bounds::new((0, 24), Some((0, 12)), 200, None);
     let plan = |slices: &[u32]| objective::choose(slices, 0.95, &starts, &bounds, 0.05);
     let read = Instant::now();
     let tables: Vec<Vec<Vec<u32>>> = histories.iter().map(|h| h.by_hour(now, 4)).collect();

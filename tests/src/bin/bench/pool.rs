@@ -43,39 +43,27 @@ fn bench_plan() {
         20_000,
     );
     let now = Utc::now();
-    let mut snap = Snapshot::default();
+    let (mut instances, mut rows) = (Vec::new(), Vec::new());
     for k in 0..10_000i64 {
         let id = format!("i-{k:017x}");
-        snap.instances.push(Ec2Instance {
-            id: id.clone(),
-            state: Ec2State::Running,
-            launched: now - chrono::Duration::seconds(600),
-            offering: Offering {
-                instance_type: "t3.micro".into(),
-                subnet: "subnet-a".into(),
-                spot: false,
-            },
-            launch: None,
-            image: None,
-            template_version: None,
-        });
+        instances.push(
+            Ec2Instance::bare(&id, Ec2State::Running, now - chrono::Duration::seconds(600))
+                .with_offering(Offering::new("t3.micro".into(), "subnet-a".into(), false)),
+        );
         // A busy pool: 300 idle (100 beyond idle.max), the rest busy.
         let idle = k % 33 == 0 && k < 9_900;
-        snap.rows.push(PoolRow {
-            id: k,
-            instance: id,
-            run: (!idle).then_some(k),
-            idle_secs: idle.then_some(k as f64),
-            polled_secs: Some(0.5),
-            uses: 1,
-            claim: false,
-            reserved: false,
-            woken_secs: None,
-            noticed: false,
-            interrupted: false,
-        });
+        rows.push(
+            PoolRow::new(k, id)
+                .with_run((!idle).then_some(k))
+                .with_idle_secs(idle.then_some(k as f64))
+                .with_polled_secs(Some(0.5))
+                .with_uses(1),
+        );
     }
-    snap.demand = 30;
+    let snap = Snapshot::default()
+        .with_instances(instances)
+        .with_rows(rows)
+        .with_demand(30);
     let limits = Limits::default();
     let mut times: Vec<Duration> = (0..50)
         .map(|_| {
@@ -148,20 +136,18 @@ fn bench_plan_with_reserve(
         schedules: schedules.to_vec(),
         ..spec.clone()
     };
-    let mut snap = busy.clone();
-    for (i, r) in snap
-        .instances
-        .iter_mut()
-        .zip(snap.rows.iter_mut())
-        .take(500)
-    {
-        if r.idle_secs.is_none() {
-            i.state = Ec2State::Stopped;
-            r.run = None;
-            r.reserved = true;
+    let (mut instances, mut rows) = (busy.instances().to_vec(), busy.rows().to_vec());
+    for (i, r) in instances.iter_mut().zip(rows.iter_mut()).take(500) {
+        if r.idle_secs().is_none() {
+            *i = i.clone().with_state(Ec2State::Stopped);
+            *r = r.clone().with_run(None).with_reserved(true);
         }
     }
-    snap.demand = 400;
+    let snap = busy
+        .clone()
+        .with_instances(instances)
+        .with_rows(rows)
+        .with_demand(400);
     let limits = Limits::default();
     let mut starts = 0;
     let mut times: Vec<Duration> = (0..50)
@@ -169,7 +155,7 @@ fn bench_plan_with_reserve(
             let t = Instant::now();
             let active = schedule::active(&spec.schedules, now).ok().flatten();
             let scheduled = WarmPoolSpec {
-                idle: active.map_or(spec.idle.clone(), |a| a.idle.clone()),
+                idle: active.map_or(spec.idle.clone(), |a| a.idle().clone()),
                 ..spec.clone()
             };
             let p = plan(&scheduled, &snap, &BTreeMap::new(), &limits, now);
@@ -249,7 +235,7 @@ async fn bench_reserve(moto: &Moto, url: &str, max: Option<i32>) {
                 .await
                 .unwrap()
                 .iter()
-                .filter(|i| i.state == Ec2State::Stopped)
+                .filter(|i| i.state() == Ec2State::Stopped)
                 .count();
             if n == 1 && stopped == 1 {
                 break;
@@ -641,19 +627,9 @@ async fn bench_class_passes(url: &str) {
         // Each pool's one instance, as the class's census lists it.
         let instances = (0..POOLS)
             .filter(|i| i % CLASSES == c)
-            .map(|i| Counted {
-                id: format!("i-{i}"),
-                namespace: "classed".into(),
-                instance_type: "t3.micro".into(),
-            })
+            .map(|i| Counted::new(format!("i-{i}"), "classed".into(), "t3.micro".into()))
             .collect();
-        budgets.census(
-            &class_of(c),
-            Census {
-                asked: Instant::now(),
-                instances,
-            },
-        );
+        budgets.census(&class_of(c), Census::new(Instant::now(), instances));
     }
     let listings = Listings::default();
     let mut figures = Vec::new();

@@ -46,7 +46,7 @@ impl Victim<'_> {
         self.ec2
             .describe(&self.owner)
             .await
-            .map(|l| l.iter().filter(|i| i.state.is_present()).count())
+            .map(|l| l.iter().filter(|i| i.state().is_present()).count())
             .unwrap_or(0)
     }
 

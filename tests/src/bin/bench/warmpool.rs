@@ -128,8 +128,8 @@ async fn report_idle(
         .await
         .unwrap_or_else(|e| panic!("DescribeInstances: {e}"))
         .into_iter()
-        .filter(|i| i.state.is_present())
-        .map(|i| i.id)
+        .filter(|i| i.state().is_present())
+        .map(|i| i.id().to_string())
         .collect();
     db.query(
         "insert into orca.instances (instance, pool, role, idle, polled)
@@ -325,7 +325,7 @@ async fn bench_reserve(cp: &'static ControlPlane, moto: &Moto) {
                 .await
                 .unwrap_or_else(|e| panic!("DescribeInstances: {e}"))
                 .iter()
-                .filter(|i| i.state == orca_operator::warmpool::Ec2State::Stopped)
+                .filter(|i| i.state() == orca_operator::warmpool::Ec2State::Stopped)
                 .count();
             let idle: i64 = db
                 .query_one(
