@@ -187,15 +187,14 @@ fn pod(spec: SchedulerSpec) -> impl Strategy<Value = PodView> {
         .prop_map(
             move |(seq, created, started, state, code, finished, deleting, due)| {
                 let revision = crate::scheduler::revision_of(&spec);
-                PodView {
-                    name: pod_name("orca", &revision, seq),
-                    host: host_name("ns", "orca", &revision, seq),
+                PodView::new(
+                    pod_name("orca", &revision, seq),
+                    host_name("ns", "orca", &revision, seq),
                     revision,
-                    sequence: seq,
-                    image: spec.image.clone(),
+                    seq,
+                    spec.image.clone(),
                     created,
-                    started,
-                    state: match state {
+                    match state {
                         0 => PodState::Pending,
                         1 => PodState::Running,
                         _ => PodState::Exited {
@@ -204,10 +203,10 @@ fn pod(spec: SchedulerSpec) -> impl Strategy<Value = PodView> {
                             finished,
                         },
                     },
-                    waiting: None,
-                    deleting,
-                    deletion_due: due.filter(|_| deleting),
-                }
+                )
+                .with_started(started)
+                .with_deleting(deleting)
+                .with_deletion_due(due.filter(|_| deleting))
             },
         )
 }
@@ -225,18 +224,19 @@ fn instance() -> impl Strategy<Value = InstanceView> {
         -1i32..1000,
     )
         .prop_map(
-            |(id, seq, role, live, ended, holds_lock, joined, asked, runs)| InstanceView {
-                id,
-                host: host_name("ns", "orca", "0123456789", seq),
-                image: "orca:v1".into(),
-                role: role.into(),
-                live,
-                ended,
-                holds_lock,
-                joined,
-                led: None,
-                drain_asked: asked,
-                runs,
+            |(id, seq, role, live, ended, holds_lock, joined, asked, runs)| {
+                InstanceView::new(
+                    id,
+                    host_name("ns", "orca", "0123456789", seq),
+                    "orca:v1".into(),
+                    role.into(),
+                    joined,
+                )
+                .with_live(live)
+                .with_ended(ended)
+                .with_holds_lock(holds_lock)
+                .with_drain_asked(asked)
+                .with_runs(runs)
             },
         )
 }
@@ -267,37 +267,34 @@ fn observed() -> impl Strategy<Value = Observed> {
                 1 => Just(Err(Problem { reason: "SecretMissing".into(), message: "gone".into() })),
             ],
             prop::collection::vec(
-                (time(), 0u8..3).prop_map(|(at, s)| JobView {
-                    name: "orca-register-0123456789".into(),
-                    revision: "0123456789".into(),
-                    register: None,
-                    created: at,
-                    state: match s {
-                        0 => JobState::Running,
-                        1 => JobState::Succeeded { at },
-                        _ => JobState::Failed {
-                            message: "failed".into(),
-                            at,
+                (time(), 0u8..3).prop_map(|(at, s)| {
+                    JobView::new(
+                        "orca-register-0123456789".into(),
+                        "0123456789".into(),
+                        None,
+                        at,
+                        match s {
+                            0 => JobState::Running,
+                            1 => JobState::Succeeded { at },
+                            _ => JobState::Failed {
+                                message: "failed".into(),
+                                at,
+                            },
                         },
-                    },
+                    )
                 }),
                 0..2,
             ),
             status(),
             time(),
         )
-            .prop_map(|(spec, pods, instances, jobs, status, now)| Observed {
-                namespace: "ns".into(),
-                name: "orca".into(),
-                generation: Some(2),
-                spec,
-                status,
-                pods,
-                jobs,
-                instances,
-                now,
-                clock_offset: Duration::zero(),
-                rollout_now: None,
+            .prop_map(|(spec, pods, instances, jobs, status, now)| {
+                Observed::new("ns".into(), "orca".into(), spec, status, now)
+                    .with_generation(Some(2))
+                    .with_pods(pods)
+                    .with_jobs(jobs)
+                    .with_instances(instances)
+                    .with_clock_offset(Duration::zero())
             })
     })
 }
@@ -312,7 +309,7 @@ proptest! {
         let ms = t.elapsed().as_millis();
         prop_assert!(ms < SLOW_MS, "{ms} ms");
         // And a second pass over its own status, as the next reconcile does.
-        let next = Observed { status: d.status().clone(), ..o };
+        let next = o.with_status(d.status().clone());
         let _ = decide(&next);
     }
 }

@@ -83,9 +83,7 @@ impl PoolRow {
             ..self
         }
     }
-}
 
-impl PoolRow {
     /// Row `id` of `instance`, as its agent first writes it: no run, not
     /// idle, never polled, never used, no claim, reserve or notice.
     pub fn new(id: i64, instance: String) -> Self {
@@ -202,9 +200,7 @@ impl Served {
     pub fn cold(&self) -> u64 {
         self.cold
     }
-}
 
-impl Served {
     /// Of its parts, as the fields say.
     pub fn new(idle: u64, reserve: u64, cold: u64) -> Self {
         Served {
@@ -213,9 +209,7 @@ impl Served {
             cold,
         }
     }
-}
 
-impl Served {
     /// Counts one hand-out from `source`.
     pub fn add(&mut self, source: Source) {
         match source {
@@ -276,9 +270,7 @@ impl HandOut {
             at,
         }
     }
-}
 
-impl HandOut {
     /// The instance handed out.
     pub fn instance(&self) -> &str {
         &self.instance

@@ -35,14 +35,14 @@ use super::{
 /// gives the same decision.
 pub fn decide(o: &Observed) -> Decision {
     let mut d = StatusDraft::new(o);
-    if o.spec.paused {
+    if o.spec().paused {
         return d.finish_paused();
     }
-    let rows = match &o.instances {
+    let rows = match &o.instances() {
         Ok(rows) => rows.as_slice(),
         Err(problem) => return d.finish_unobserved(problem),
     };
-    let target = revision_of(&o.spec);
+    let target = revision_of(o.spec());
     if let Some(deferral) = window::deferral(o, &target) {
         return d.finish_deferred(&target, &deferral);
     }
@@ -51,7 +51,7 @@ pub fn decide(o: &Observed) -> Decision {
     start::start(&mut steps, &mut d);
     exits::current_exited(&mut steps, &mut d);
     exits::cannot_run(&steps, &mut d);
-    if o.spec.overlap {
+    if o.spec().overlap {
         join_drain_lead(&mut steps, &mut d);
     } else {
         lead::settle(&steps, &mut d);
@@ -61,7 +61,7 @@ pub fn decide(o: &Observed) -> Decision {
     d.finish(
         steps.instances(),
         &target,
-        o.spec.handover.progress_deadline_seconds,
+        o.spec().handover.progress_deadline_seconds,
     )
 }
 
@@ -76,7 +76,7 @@ fn join_drain_lead(s: &mut Steps<'_>, d: &mut StatusDraft) {
     match s.instance_of(pod) {
         // It joined once and looks stale now: a database blip, or a hung
         // process. Never a join time-out: wait for it to beat again.
-        Some(me) if !me.live => join::instance_stale(d, pod, me),
+        Some(me) if !me.live() => join::instance_stale(d, pod, me),
         None => join::join(s, pod, d),
         Some(me) => {
             let me = me.clone();

@@ -214,8 +214,8 @@ pub(super) fn register_backoff(failures: i32) -> Duration {
 /// A new pod of Scheduler `o`, named for its revision and sequence.
 pub(super) fn new_pod(o: &Observed, revision: &str, sequence: u32, image: &str) -> Action {
     Action::CreatePod {
-        name: pod_name(&o.name, revision, sequence),
-        host: host_name(&o.namespace, &o.name, revision, sequence),
+        name: pod_name(o.name(), revision, sequence),
+        host: host_name(o.namespace(), o.name(), revision, sequence),
         revision: revision.to_string(),
         sequence,
         image: image.to_string(),

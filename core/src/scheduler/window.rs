@@ -22,11 +22,31 @@ pub const ROLLOUT_NOW: &str = "orca.dev/rollout-now";
 pub struct Deferral {
     /// When the next window starts; none if no window ever starts again
     /// (a cron expression of a date gone by).
-    pub next: Option<DateTime<Utc>>,
+    next: Option<DateTime<Utc>>,
     /// A window the operator cannot read (`spec.maintenanceWindows[1].
     /// timezone: …`): the revision waits, as it would outside any window,
     /// until the spec is fixed.
-    pub invalid: Option<String>,
+    invalid: Option<String>,
+}
+
+impl Deferral {
+    /// When the next window starts; none if no window ever starts again
+    /// (a cron expression of a date gone by).
+    pub fn next(&self) -> Option<DateTime<Utc>> {
+        self.next
+    }
+
+    /// A window the operator cannot read (`spec.maintenanceWindows[1].
+    /// timezone: …`): the revision waits, as it would outside any window,
+    /// until the spec is fixed.
+    pub fn invalid(&self) -> Option<&str> {
+        self.invalid.as_deref()
+    }
+
+    /// Of its parts, as the fields say.
+    pub fn new(next: Option<DateTime<Utc>>, invalid: Option<String>) -> Self {
+        Deferral { next, invalid }
+    }
 }
 
 /// The deferral of rolling out `target`, if it waits: the Scheduler has
@@ -34,18 +54,18 @@ pub struct Deferral {
 /// revision not started yet, the running one leads, and
 /// `o.rollout_now` does not name `target`.
 pub fn deferral(o: &Observed, target: &str) -> Option<Deferral> {
-    let windows = &o.spec.maintenance_windows;
-    if windows.is_empty() || o.rollout_now.as_deref() == Some(target) {
+    let windows = &o.spec().maintenance_windows;
+    if windows.is_empty() || o.rollout_now() == Some(target) {
         return None;
     }
-    let last = o.status.target_revision.as_deref()?;
-    if last == target || o.pods.iter().any(|p| p.revision == target) {
+    let last = o.status().target_revision.as_deref()?;
+    if last == target || o.pods().iter().any(|p| p.revision() == target) {
         return None;
     }
     if !running_one_leads(o, target) {
         return None;
     }
-    match standing(windows, o.now) {
+    match standing(windows, o.now()) {
         Ok(s) if s.open() => None,
         Ok(s) => Some(Deferral {
             next: s.next(),
@@ -61,14 +81,14 @@ pub fn deferral(o: &Observed, target: &str) -> Option<Deferral> {
 /// A pod of another revision than `target` runs, not being deleted, and
 /// (overlap on) its instance holds the lead.
 fn running_one_leads(o: &Observed, target: &str) -> bool {
-    let rows = o.instances.as_deref().unwrap_or_default();
-    o.pods.iter().any(|p| {
-        p.revision != target
-            && p.state == PodState::Running
-            && !p.deleting
-            && (!o.spec.overlap
+    let rows = o.instances().as_deref().unwrap_or_default();
+    o.pods().iter().any(|p| {
+        p.revision() != target
+            && *p.state() == PodState::Running
+            && !p.deleting()
+            && (!o.spec().overlap
                 || rows
                     .iter()
-                    .any(|i| i.host == p.host && i.live && i.holds_lock))
+                    .any(|i| i.host() == p.host() && i.live() && i.holds_lock()))
     })
 }

@@ -67,9 +67,7 @@ impl Counted {
     pub fn instance_type(&self) -> &str {
         &self.instance_type
     }
-}
 
-impl Counted {
     /// Of its parts, as the fields say.
     pub fn new(id: String, namespace: String, instance_type: String) -> Self {
         Counted {
@@ -141,9 +139,7 @@ impl Usage {
     pub fn vcpus(&self) -> i64 {
         self.vcpus
     }
-}
 
-impl Usage {
     fn add(&mut self, other: Usage) {
         self.instances += other.instances;
         self.vcpus += other.vcpus;

@@ -29,16 +29,12 @@ impl Refusal {
     pub fn message(&self) -> &str {
         &self.message
     }
-}
 
-impl Refusal {
     /// Of its parts, as the fields say.
     pub fn new(reason: &'static str, message: String) -> Self {
         Refusal { reason, message }
     }
-}
 
-impl Refusal {
     fn denied(message: String) -> Self {
         Refusal {
             reason: "ClassDenied",
@@ -68,9 +64,7 @@ impl OwnedField {
     pub fn cel(&self) -> &'static str {
         self.cel
     }
-}
 
-impl OwnedField {
     /// Whether `pool` sets the field.
     pub fn set_in(&self, pool: &WarmPoolSpec) -> bool {
         (self.set)(pool)

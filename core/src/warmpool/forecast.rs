@@ -33,16 +33,12 @@ impl Demand {
     pub fn with_counts(self, counts: BTreeMap<i64, u32>) -> Self {
         Demand { counts, ..self }
     }
-}
 
-impl Demand {
     /// Runs that needed an instance, by slice of `slice_secs`.
     pub fn counts(&self) -> &BTreeMap<i64, u32> {
         &self.counts
     }
-}
 
-impl Demand {
     /// No demand yet, counted in slices of `slice_secs`.
     pub fn new(slice_secs: i64) -> Self {
         Demand {

@@ -26,9 +26,7 @@ impl Offering {
             spot,
         }
     }
-}
 
-impl Offering {
     /// The instance type; empty: the launch template's.
     pub fn instance_type(&self) -> &str {
         &self.instance_type
@@ -164,9 +162,7 @@ impl Ec2Instance {
             ..self
         }
     }
-}
 
-impl Ec2Instance {
     /// The instance's id.
     pub fn id(&self) -> &str {
         &self.id
@@ -207,9 +203,7 @@ impl Ec2Instance {
     pub fn template_version(&self) -> Option<&str> {
         self.template_version.as_deref()
     }
-}
 
-impl Ec2Instance {
     /// One known only by its id and state (launched `launched`): no
     /// offering, launch spec, image or template version on record.
     pub fn bare(id: &str, state: Ec2State, launched: DateTime<Utc>) -> Self {

@@ -53,9 +53,7 @@ impl StartTimes {
     pub fn cold(&self) -> f64 {
         self.cold
     }
-}
 
-impl StartTimes {
     /// Of its parts, as the fields say.
     pub const fn new(idle: f64, reserve: f64, cold: f64) -> Self {
         StartTimes {
@@ -90,9 +88,7 @@ impl Bounds {
     pub fn max_instances(&self) -> u32 {
         self.max_instances
     }
-}
 
-impl Bounds {
     /// Of its parts, as the fields say.
     pub fn new(
         idle: (u32, u32),
@@ -107,9 +103,7 @@ impl Bounds {
             class,
         }
     }
-}
 
-impl Bounds {
     /// The most instances the pool may hold idle and stopped: maxInstances,
     /// or less where the class's limits leave less.
     fn most(&self) -> u32 {
@@ -365,9 +359,7 @@ impl History {
     pub fn counts(&self) -> &BTreeMap<i64, u32> {
         &self.counts
     }
-}
 
-impl History {
     /// Counts one run that needed an instance at `at` (epoch seconds).
     pub fn add(&mut self, at: i64) {
         *self
@@ -385,9 +377,7 @@ impl History {
     pub fn with_counts(self, counts: BTreeMap<i64, u32>) -> Self {
         History { counts, ..self }
     }
-}
 
-impl History {
     /// The counts of the slices of each hour of the week (UTC; Monday
     /// 00:00 is 0) in the `weeks` weeks before `now`, slices without a run
     /// left out (they change no share): made once with the history, so

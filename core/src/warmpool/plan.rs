@@ -82,9 +82,7 @@ impl Snapshot {
     pub fn deleting(&self) -> Option<DateTime<Utc>> {
         self.deleting
     }
-}
 
-impl Snapshot {
     /// These, with `instances` set.
     pub fn with_instances(self, instances: Vec<Ec2Instance>) -> Self {
         Snapshot { instances, ..self }
@@ -140,9 +138,7 @@ impl Snapshot {
             ..self
         }
     }
-}
 
-impl Snapshot {
     /// Listed before the rows were read.
     pub fn instances(&self) -> &Vec<Ec2Instance> {
         &self.instances
@@ -204,9 +200,7 @@ impl Limits {
     pub fn with_max_batch(self, max_batch: u32) -> Self {
         Limits { max_batch, ..self }
     }
-}
 
-impl Limits {
     /// Of its parts, as the fields say.
     pub fn new(
         stale_secs: f64,

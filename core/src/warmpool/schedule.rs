@@ -36,9 +36,7 @@ impl Active {
     pub fn idle(&self) -> &IdleRange {
         &self.idle
     }
-}
 
-impl Active {
     /// What `status.activeSchedule` says.
     pub fn describe(&self, spec: &WarmPoolSpec) -> String {
         let s = &spec.schedules[self.index];

@@ -73,9 +73,7 @@ impl Starts {
             cold: of(Source::Cold),
         })
     }
-}
 
-impl Starts {
     /// Notes the offering of each hand-out's instance that `listed` shows
     /// and none before it did.
     pub fn place(&mut self, listed: &[Ec2Instance]) {

@@ -124,19 +124,19 @@ impl SchedulerRow {
 
     /// The row as the Scheduler's decision sees it.
     pub fn view(&self) -> InstanceView {
-        InstanceView {
-            id: self.id,
-            host: self.host.clone(),
-            image: self.image.clone(),
-            role: self.role.as_str().to_string(),
-            live: self.live,
-            ended: self.ended,
-            holds_lock: self.holds_lock,
-            joined: self.joined,
-            led: self.led,
-            drain_asked: self.drain_asked,
-            runs: self.running.len().try_into().unwrap_or(i32::MAX),
-        }
+        InstanceView::new(
+            self.id,
+            self.host.clone(),
+            self.image.clone(),
+            self.role.as_str().to_string(),
+            self.joined,
+        )
+        .with_live(self.live)
+        .with_ended(self.ended)
+        .with_holds_lock(self.holds_lock)
+        .with_led(self.led)
+        .with_drain_asked(self.drain_asked)
+        .with_runs(self.running.len().try_into().unwrap_or(i32::MAX))
     }
 }
 

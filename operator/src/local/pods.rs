@@ -196,29 +196,27 @@ impl Local {
     /// code and termination message.
     pub fn pod_view(&self) -> PodView {
         let (exit, message) = self.state();
-        PodView {
-            name: self.name.clone(),
-            host: self.name.clone(),
-            revision: self.meta.revision.clone(),
-            sequence: self.meta.sequence,
-            image: self.meta.image.clone(),
-            created: self.meta.created,
-            started: self.started,
-            state: match exit {
-                Some(e) => PodState::Exited {
-                    code: e.code,
-                    message,
-                    finished: e.finished,
-                },
-                None => PodState::Running,
+        let state = match exit {
+            Some(e) => PodState::Exited {
+                code: e.code,
+                message,
+                finished: e.finished,
             },
-            // A process has no image to pull: it never waits.
-            waiting: None,
-            deleting: self.deleting,
-            // A process told to stop has no grace set by anyone: the local
-            // supervisor ends it.
-            deletion_due: None,
-        }
+            None => PodState::Running,
+        };
+        // A process has no image to pull: it never waits; one told to stop
+        // has no grace set by anyone: the local supervisor ends it.
+        PodView::new(
+            self.name.clone(),
+            self.name.clone(),
+            self.meta.revision.clone(),
+            self.meta.sequence,
+            self.meta.image.clone(),
+            self.meta.created,
+            state,
+        )
+        .with_started(self.started)
+        .with_deleting(self.deleting)
     }
 
     /// It as a Job, as the rollout reads one: running, succeeded, or failed
@@ -231,12 +229,12 @@ impl Local {
                 .and_then(|l| l.lines().last().map(str::to_string))
                 .unwrap_or_default()
         };
-        JobView {
-            name: self.name.clone(),
-            revision: self.meta.revision.clone(),
-            register: self.meta.register.clone(),
-            created: self.meta.created,
-            state: match exit {
+        JobView::new(
+            self.name.clone(),
+            self.meta.revision.clone(),
+            self.meta.register.clone(),
+            self.meta.created,
+            match exit {
                 None => JobState::Running,
                 Some(e) if e.code == 0 => JobState::Succeeded { at: e.finished },
                 Some(e) => JobState::Failed {
@@ -252,7 +250,7 @@ impl Local {
                     ),
                 },
             },
-        }
+        )
     }
 
     /// Whether its command has not ended and its supervisor is alive.
@@ -429,10 +427,11 @@ mod tests {
         ended.wait().unwrap();
         std::fs::write(dir.join("pid"), ended.id().to_string()).unwrap();
         let table = Table::new(root.clone());
-        let failed_at = |table: &Table| match table.list()["orca-register-r1-1"].job_view().state {
+        let failed_at = |table: &Table| match table.list()["orca-register-r1-1"].job_view().state()
+        {
             JobState::Failed { at, message } => {
                 assert_eq!(message, "exit code 137: its supervisor is gone");
-                at
+                *at
             }
             other => panic!("not failed: {other:?}"),
         };

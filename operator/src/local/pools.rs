@@ -212,7 +212,7 @@ impl LocalPools {
                         key_owned.clone()
                     };
                     for e in report.events() {
-                        let kind = if e.warning() { "Warning" } else { "Normal" };
+                        let kind = if e.is_warning() { "Warning" } else { "Normal" };
                         println!("warmpool {who}: {kind} {}: {}", e.reason(), e.message());
                     }
                     if retiring {

@@ -75,7 +75,7 @@ impl LocalScheduler {
         let url = database_url(s, manifests, self.fallback_url.as_deref());
         let (pods, jobs) = (self.pods.of(&self.key), self.jobs.of(&self.key));
         let views: Vec<PodView> = pods.iter().map(|p| p.pod_view()).collect();
-        let hosts: Vec<String> = views.iter().map(|p| p.host.clone()).collect();
+        let hosts: Vec<String> = views.iter().map(|p| p.host().to_string()).collect();
         let observed_db = match &url {
             Ok(url) => match self.connect(url).await {
                 Ok(db) => crate::scheduler::rows::observe_instances(db, stale, &hosts)
@@ -92,23 +92,23 @@ impl LocalScheduler {
             Ok((rows, db_now)) => (Ok(rows), Some(db_now)),
             Err(p) => (Err(p), None),
         };
-        let observed = Observed {
-            namespace: namespace(s),
-            name: s.metadata.name.clone().unwrap_or_default(),
-            generation: s.metadata.generation,
-            spec: s.spec.clone(),
-            status: self.status.clone(),
-            pods: views,
-            jobs: jobs.iter().map(|j| j.job_view()).collect(),
-            instances,
-            now: chrono::Utc::now(),
-            clock_offset: chrono::TimeDelta::zero(),
-            rollout_now: s
-                .metadata
+        let observed = Observed::new(
+            namespace(s),
+            s.metadata.name.clone().unwrap_or_default(),
+            s.spec.clone(),
+            self.status.clone(),
+            chrono::Utc::now(),
+        )
+        .with_generation(s.metadata.generation)
+        .with_pods(views)
+        .with_jobs(jobs.iter().map(|j| j.job_view()).collect())
+        .with_instances(instances)
+        .with_rollout_now(
+            s.metadata
                 .annotations
                 .as_ref()
                 .and_then(|a| a.get(crate::scheduler::ROLLOUT_NOW).cloned()),
-        };
+        );
         let observed = match db_now {
             Some(now) => observed.on_database_clock(now),
             None => observed,
@@ -347,6 +347,6 @@ fn summary(s: &SchedulerStatus) -> String {
 }
 
 fn print_event(key: &str, e: &Event) {
-    let kind = if e.warning { "Warning" } else { "Normal" };
-    println!("scheduler {key}: {kind} {}: {}", e.reason, e.message);
+    let kind = if e.is_warning() { "Warning" } else { "Normal" };
+    println!("scheduler {key}: {kind} {}: {}", e.reason(), e.message());
 }

@@ -134,17 +134,27 @@ where
 /// subscriber's own stream of the watch's events.
 pub struct Feed<K: Resource<DynamicType = ()> + Clone + 'static> {
     /// The watch's store, shared by every subscriber.
-    pub store: Store<K>,
+    store: Store<K>,
     /// Whether the store has listed.
-    pub listed: Listed,
+    listed: Listed,
     /// Every event of the watch, in order, after the store has it.
-    pub events: mpsc::UnboundedReceiver<watcher::Event<K>>,
+    events: mpsc::UnboundedReceiver<watcher::Event<K>>,
 }
 
 impl<K> Feed<K>
 where
     K: Resource<DynamicType = ()> + Clone + 'static,
 {
+    /// The watch's store, shared by every subscriber.
+    pub fn store(&self) -> &Store<K> {
+        &self.store
+    }
+
+    /// Whether the store has listed.
+    pub fn listed(&self) -> &Listed {
+        &self.listed
+    }
+
     /// The events as a watcher stream, for `applied_objects`,
     /// `touched_objects` and `Controller::for_stream`.
     pub fn stream(

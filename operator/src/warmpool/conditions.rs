@@ -79,7 +79,7 @@ fn launching(report: &PassReport) -> u32 {
 fn holding(report: &PassReport) -> Vec<(&'static str, bool, &'static str, String)> {
     let c = report.plan().counts();
     let launching = launching(report);
-    let degraded = report.events().iter().find(|e| e.warning());
+    let degraded = report.events().iter().find(|e| e.is_warning());
     let min = report.idle_min().max(0) as u32;
     let mut now_holding = vec![
         if report.deleting() {

@@ -28,7 +28,7 @@ impl PoolEvent {
     }
 
     /// A Warning, not a Normal Event.
-    pub fn warning(&self) -> bool {
+    pub fn is_warning(&self) -> bool {
         self.warning
     }
 

@@ -57,9 +57,9 @@ async fn one_pool_that_does_not_read_leaves_every_other_listed() {
         watching.path,
         watching.query
     );
-    let listed = tokio::time::timeout(Duration::from_secs(10), feed.listed.wait()).await;
+    let listed = tokio::time::timeout(Duration::from_secs(10), feed.listed().wait()).await;
     assert_eq!(listed.ok(), Some(true), "the store never listed");
-    let mut names: Vec<String> = feed.store.state().iter().map(|p| p.name_any()).collect();
+    let mut names: Vec<String> = feed.store().state().iter().map(|p| p.name_any()).collect();
     names.sort();
     assert_eq!(names, ["a", "b"]);
     running.abort();

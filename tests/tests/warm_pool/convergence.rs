@@ -190,7 +190,7 @@ async fn boots_that_keep_failing_back_off_and_say_so() {
     );
     assert!(events
         .iter()
-        .any(|e| e.reason() == "BootFailing" && e.warning()));
+        .any(|e| e.reason() == "BootFailing" && e.is_warning()));
 }
 
 /// A pool on a launch template's `$Latest`: its instances name the version

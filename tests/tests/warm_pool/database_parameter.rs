@@ -138,7 +138,7 @@ async fn the_user_data_names_a_parameter_the_agent_reads_and_a_rotation_reaches_
         report
             .events()
             .iter()
-            .any(|e| e.reason() == "DatabaseUrlInUserData" && e.warning()),
+            .any(|e| e.reason() == "DatabaseUrlInUserData" && e.is_warning()),
         "{:?}",
         report.events()
     );

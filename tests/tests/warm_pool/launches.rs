@@ -69,7 +69,7 @@ async fn capacity_errors_move_launches_to_the_next_type_or_subnet() {
         report
             .events()
             .iter()
-            .filter(|e| e.reason() == "CapacityUnavailable" && e.warning())
+            .filter(|e| e.reason() == "CapacityUnavailable" && e.is_warning())
             .count(),
         3
     );
@@ -193,7 +193,7 @@ async fn request_limit_exceeded_backs_off_then_succeeds_with_the_same_token() {
     assert!(first
         .events()
         .iter()
-        .any(|e| e.reason() == "Throttled" && e.warning()));
+        .any(|e| e.reason() == "Throttled" && e.is_warning()));
     let second = lp.pass(Utc::now()).await.unwrap();
     assert!(!second.throttled());
     assert_eq!(second.launched().len(), 2);

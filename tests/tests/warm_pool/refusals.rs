@@ -52,7 +52,7 @@ async fn a_protected_instance_is_named_and_the_others_terminated_in_the_same_pas
     let failed: Vec<&str> = report
         .events()
         .iter()
-        .filter(|e| e.reason() == "TerminateFailed" && e.warning())
+        .filter(|e| e.reason() == "TerminateFailed" && e.is_warning())
         .map(|e| e.message())
         .collect();
     assert_eq!(failed.len(), 1, "{:?}", report.events());
@@ -98,7 +98,7 @@ async fn a_reserve_instance_ec2_will_not_stop_is_retired_and_the_other_stopped()
         report.events()
     );
     let failed = &report.events()[1];
-    assert!(failed.warning());
+    assert!(failed.is_warning());
     assert!(
         failed.message().contains(kept.as_str()) && failed.message().contains("ReserveFailed"),
         "{}",
@@ -166,7 +166,7 @@ async fn a_reserve_ec2_will_not_start_is_retired_and_the_run_served_by_a_launch(
         .iter()
         .find(|e| e.reason() == "StartFailed")
         .expect("a StartFailed event");
-    assert!(failed.warning());
+    assert!(failed.is_warning());
     assert!(
         failed.message().contains(&parked[0]) && failed.message().contains("ReserveFailed"),
         "{}",

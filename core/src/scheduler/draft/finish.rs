@@ -32,26 +32,26 @@ impl StatusDraft<'_> {
         let now_hint = format!(
             "the annotation {ROLLOUT_NOW}={target} (kubectl orca rollout now) starts it now"
         );
-        let (reason, message) = match (&why.invalid, why.next) {
+        let (reason, message) = match (&why.invalid(), why.next()) {
             (Some(invalid), _) => {
-                self.degrade("InvalidMaintenanceWindow", invalid.clone());
+                self.degrade("InvalidMaintenanceWindow", invalid.to_string());
                 (
                     "InvalidMaintenanceWindow",
                     format!(
                         "revision {target} ({}) waits: a maintenance window cannot be read; {now_hint}",
-                        o.spec.image
+                        o.spec().image
                     ),
                 )
             }
             (None, Some(next)) => {
                 self.status.next_window = Some(rfc3339(next));
-                let wait = (next - o.now).to_std().unwrap_or_default();
+                let wait = (next - o.now()).to_std().unwrap_or_default();
                 self.requeue = self.requeue.min(wait.max(Duration::from_secs(1)));
                 (
                     "OutsideMaintenanceWindow",
                     format!(
                         "revision {target} ({}) waits for the next maintenance window, at {}; {now_hint}",
-                        o.spec.image,
+                        o.spec().image,
                         rfc3339(next)
                     ),
                 )
@@ -60,12 +60,12 @@ impl StatusDraft<'_> {
                 "OutsideMaintenanceWindow",
                 format!(
                     "revision {target} ({}) waits: no maintenance window starts again; {now_hint}",
-                    o.spec.image
+                    o.spec().image
                 ),
             ),
         };
         let was = o
-            .status
+            .status()
             .conditions
             .iter()
             .any(|c| c.type_ == "Deferred" && c.status == "True");
@@ -92,10 +92,10 @@ impl StatusDraft<'_> {
     fn handover_complete(&mut self) {
         let o = self.o;
         // A handover is complete once the pipelines are registered too.
-        let registered = |h: &HandoverStatus| h.registered.is_some() || o.spec.register.is_none();
+        let registered = |h: &HandoverStatus| h.registered.is_some() || o.spec().register.is_none();
         if let Some(h) = self.status.last_handover.as_mut() {
             if h.drained.is_none() && h.led.is_some() && registered(h) {
-                h.drained = Some(rfc3339(o.now));
+                h.drained = Some(rfc3339(o.now()));
                 self.events.push(Event::normal(
                     "HandoverComplete",
                     format!(
@@ -117,7 +117,7 @@ impl StatusDraft<'_> {
         if !in_motion {
             self.status.rollout_started = None;
         } else if self.target_changed || self.status.rollout_started.is_none() {
-            self.status.rollout_started = Some(rfc3339(o.now));
+            self.status.rollout_started = Some(rfc3339(o.now()));
         }
         let started = self
             .status
@@ -126,12 +126,12 @@ impl StatusDraft<'_> {
             .and_then(|t| chrono::DateTime::parse_from_rfc3339(t).ok())
             .map(|t| t.with_timezone(&chrono::Utc));
         if let Some(started) = started {
-            if o.now - started > crate::crd::spec_seconds(progress_deadline) {
+            if o.now() - started > crate::crd::spec_seconds(progress_deadline) {
                 self.degrade(
                     "ProgressDeadlineExceeded",
                     format!(
                         "the rollout to {} (revision {target}) has run past {progress_deadline}s since {}",
-                        o.spec.image,
+                        o.spec().image,
                         rfc3339(started)
                     ),
                 );
@@ -149,12 +149,12 @@ impl StatusDraft<'_> {
         self.status.revisions = revisions(o, rows);
         self.status.draining = rows
             .iter()
-            .filter(|i| i.live && i.role == "draining")
+            .filter(|i| i.live() && i.role() == "draining")
             .count() as i32;
         // With overlap on a leader holds the lock; with it off, only a pod
         // settled in this pass leads (there are no rows to say so).
-        let leads = if o.spec.overlap {
-            rows.iter().any(|i| i.live && i.holds_lock)
+        let leads = if o.spec().overlap {
+            rows.iter().any(|i| i.live() && i.holds_lock())
         } else {
             self.alone
         };
@@ -180,7 +180,7 @@ impl StatusDraft<'_> {
             } else {
                 p.as_str()
             };
-            (reason, format!("rolling out {}", o.spec.image))
+            (reason, format!("rolling out {}", o.spec().image))
         });
         self.conditions(degraded, progressing);
         self.decision()
@@ -194,7 +194,7 @@ impl StatusDraft<'_> {
         };
         let already = self
             .o
-            .status
+            .status()
             .conditions
             .iter()
             .any(|c| c.type_ == "Degraded" && c.status == "True" && c.reason == reason);
@@ -210,9 +210,9 @@ impl StatusDraft<'_> {
     ) {
         let leader = self.status.leader.clone();
         let alone = self.alone;
-        let now = self.o.now;
-        let generation = self.o.generation;
-        let previous = self.o.status.conditions.clone();
+        let now = self.o.now();
+        let generation = self.o.generation();
+        let previous = self.o.status().conditions.clone();
         let make = |type_: &str, on: bool, reason: &str, message: String| {
             let mut set = previous.clone();
             let now = KubeTime(to_jiff(now));
@@ -255,7 +255,7 @@ impl StatusDraft<'_> {
             None => make("Degraded", false, "AsExpected", String::new()),
         };
         self.status.conditions = vec![available, progressing, degraded];
-        if !self.o.spec.maintenance_windows.is_empty() {
+        if !self.o.spec().maintenance_windows.is_empty() {
             let deferred = match self.deferred.clone() {
                 Some((reason, message)) => make("Deferred", true, &reason, message),
                 None => make(
@@ -276,30 +276,30 @@ impl StatusDraft<'_> {
 
 /// Each pod's revision, with its newest row among `rows`.
 fn revisions(o: &Observed, rows: &[InstanceView]) -> Vec<RevisionStatus> {
-    o.pods
+    o.pods()
         .iter()
         .map(|p| {
             let row = rows
                 .iter()
-                .filter(|i| i.host == p.host)
-                .max_by_key(|i| i.id);
+                .filter(|i| i.host() == p.host())
+                .max_by_key(|i| i.id());
             RevisionStatus {
-                revision: p.revision.clone(),
-                image: p.image.clone(),
-                pod: p.name.clone(),
-                instance: row.map(|i| i.id),
+                revision: p.revision().to_string(),
+                image: p.image().to_string(),
+                pod: p.name().to_string(),
+                instance: row.map(|i| i.id()),
                 role: row.map(|i| {
-                    if i.ended.is_some() {
+                    if i.ended().is_some() {
                         "ended".into()
                     } else {
-                        i.role.clone()
+                        i.role().to_string()
                     }
                 }),
-                runs: row.map(|i| i.runs).unwrap_or(0),
+                runs: row.map(|i| i.runs()).unwrap_or(0),
                 // The pod's own creation time, as `kubectl` shows it:
                 // moved by a clock offset that differs every pass, it
                 // would rewrite the status every pass.
-                since: Some(rfc3339(p.created - o.clock_offset)),
+                since: Some(rfc3339(p.created() - o.clock_offset())),
             }
         })
         .collect()

@@ -56,9 +56,9 @@ pub(super) fn rfc3339(t: Time) -> String {
 
 impl<'a> StatusDraft<'a> {
     pub(super) fn new(o: &'a Observed) -> Self {
-        let mut status = o.status.clone();
-        status.observed_generation = o.generation;
-        status.target_image = Some(o.spec.image.clone());
+        let mut status = o.status().clone();
+        status.observed_generation = o.generation();
+        status.target_image = Some(o.spec().image.clone());
         // Said again by the pass that defers, if one does.
         status.next_window = None;
         StatusDraft {
@@ -134,7 +134,7 @@ impl<'a> StatusDraft<'a> {
     /// handing over while an older one (on another host) is live, else
     /// starting.
     pub(super) fn busy_beside(&mut self, host: &str, rows: &[InstanceView]) {
-        let old_leads = rows.iter().any(|i| i.live && i.host != host);
+        let old_leads = rows.iter().any(|i| i.live() && i.host() != host);
         self.busy(if old_leads {
             Phase::HandingOver
         } else {
@@ -166,7 +166,7 @@ impl<'a> StatusDraft<'a> {
     pub(super) fn database_shared(&mut self, foreign: &[&InstanceView]) {
         let hosts: Vec<String> = foreign
             .iter()
-            .map(|i| format!("{} (instance {}, {})", i.host, i.id, i.image))
+            .map(|i| format!("{} (instance {}, {})", i.host(), i.id(), i.image()))
             .collect();
         self.degrade(
             "DatabaseShared",

@@ -6,7 +6,7 @@ use crate::scheduler::{draft::StatusDraft, snapshot::*};
 /// Asks `instance` to drain, saying `why`.
 pub(in crate::scheduler) fn ask_drain(d: &mut StatusDraft, instance: &InstanceView, why: &str) {
     d.act(Action::AskDrain {
-        instance: instance.id,
+        instance: instance.id(),
     });
     drain_asked(d, instance, why);
 }
@@ -17,7 +17,9 @@ pub(in crate::scheduler) fn drain_asked(d: &mut StatusDraft, instance: &Instance
         "AskedDrain",
         format!(
             "asked instance {} ({}, {}) to drain: {why}",
-            instance.id, instance.host, instance.image
+            instance.id(),
+            instance.host(),
+            instance.image()
         ),
     ));
 }

@@ -27,16 +27,16 @@ pub(in crate::scheduler) fn current_exited(s: &mut Steps<'_>, d: &mut StatusDraf
         code,
         message,
         finished,
-    } = &pod.state
+    } = &pod.state()
     else {
         return;
     };
-    s.handled.push(&pod.name);
+    s.handled.push(pod.name());
     s.current = None;
-    if *code == 75 && o.spec.overlap {
-        let live: Vec<&InstanceView> = s.instances.iter().filter(|i| i.live).collect();
+    if *code == 75 && o.spec().overlap {
+        let live: Vec<&InstanceView> = s.instances.iter().filter(|i| i.live()).collect();
         stop_the_world(d, pod, message);
-        for i in live.iter().filter(|i| i.drain_asked.is_none()) {
+        for i in live.iter().filter(|i| i.drain_asked().is_none()) {
             ask_drain(
                 d,
                 i,
@@ -45,7 +45,7 @@ pub(in crate::scheduler) fn current_exited(s: &mut Steps<'_>, d: &mut StatusDraf
         }
         if live.is_empty() && s.may_start {
             d.act(Action::DeletePod {
-                name: pod.name.clone(),
+                name: pod.name().to_string(),
             });
             create_pod(s, d);
         }
@@ -54,7 +54,7 @@ pub(in crate::scheduler) fn current_exited(s: &mut Steps<'_>, d: &mut StatusDraf
     // The back-off doubles with each pod that died young, and starts
     // again once one ran stably: counted from its container's start, so
     // an image pull is not a run.
-    let ran = *finished - pod.started.unwrap_or(pod.created);
+    let ran = *finished - pod.started().unwrap_or(pod.created());
     let stable = ran >= secs(STABLE_SECONDS);
     let restarts = if stable {
         0
@@ -63,19 +63,19 @@ pub(in crate::scheduler) fn current_exited(s: &mut Steps<'_>, d: &mut StatusDraf
     };
     let backoff = doubling(Duration::from_secs(10), restarts, Duration::from_secs(320));
     let due = *finished + secs(backoff.as_secs() as i64);
-    if o.now >= due && s.may_start {
+    if o.now() >= due && s.may_start {
         d.act(Action::DeletePod {
-            name: pod.name.clone(),
+            name: pod.name().to_string(),
         });
         pod_restarted(d, pod, *code, stable, s.next_sequence);
-        d.act(new_pod(o, s.target, s.next_sequence, &o.spec.image));
+        d.act(new_pod(o, s.target, s.next_sequence, &o.spec().image));
     } else {
         crash_backoff(
             d,
             pod,
             *code,
             message,
-            (due - o.now).to_std().unwrap_or(Duration::from_secs(1)),
+            (due - o.now()).to_std().unwrap_or(Duration::from_secs(1)),
         );
     }
 }
@@ -87,9 +87,9 @@ pub(in crate::scheduler) fn cannot_run(s: &Steps<'_>, d: &mut StatusDraft) {
         return;
     };
     if let Some(waiting) = pod
-        .waiting
+        .waiting()
         .as_ref()
-        .filter(|w| CANNOT_RUN.contains(&w.reason.as_str()))
+        .filter(|w| CANNOT_RUN.contains(&w.reason()))
     {
         cannot_start(d, pod, waiting);
     }
@@ -114,7 +114,7 @@ pub(in crate::scheduler) fn pod_restarted(
         "PodRestarted",
         format!(
             "pod {} exited with code {code}; starting its revision again (restart {})",
-            pod.name,
+            pod.name(),
             d.status().restarts
         ),
     ));
@@ -149,7 +149,7 @@ pub(in crate::scheduler) fn crash_backoff(
         "PodFailed",
         format!(
             "pod {} exited with code {code}{why}; starting it again in {}s",
-            pod.name,
+            pod.name(),
             wait.as_secs().max(1)
         ),
     );
@@ -160,7 +160,7 @@ pub(in crate::scheduler) fn stop_the_world(d: &mut StatusDraft, pod: &PodView, m
     d.busy(Phase::HandingOver);
     let already = d
         .observed()
-        .status
+        .status()
         .conditions
         .iter()
         .any(|c| c.type_ == "Progressing" && c.reason == "StopTheWorld");
@@ -169,7 +169,7 @@ pub(in crate::scheduler) fn stop_the_world(d: &mut StatusDraft, pod: &PodView, m
             "OverlapRefused",
             format!(
                 "pod {} refused to start beside the running scheduler ({}); stop-the-world: the old instances drain and end first",
-                pod.name,
+                pod.name(),
                 first_line(message)
             ),
         ));
@@ -180,16 +180,18 @@ pub(in crate::scheduler) fn stop_the_world(d: &mut StatusDraft, pod: &PodView, m
 /// `pod`'s container cannot start until something is changed (its
 /// image, a Secret), as the kubelet says.
 pub(in crate::scheduler) fn cannot_start(d: &mut StatusDraft, pod: &PodView, waiting: &Waiting) {
-    let why = if waiting.message.is_empty() {
+    let why = if waiting.message().is_empty() {
         String::new()
     } else {
-        format!(": {}", first_line(&waiting.message))
+        format!(": {}", first_line(waiting.message()))
     };
     d.degrade(
-        &waiting.reason,
+        waiting.reason(),
         format!(
             "pod {} ({}) cannot start its container ({}){why}",
-            pod.name, pod.image, waiting.reason
+            pod.name(),
+            pod.image(),
+            waiting.reason()
         ),
     );
 }

@@ -19,20 +19,20 @@ pub(in crate::scheduler) fn drain_and_lead(
     me: &InstanceView,
     d: &mut StatusDraft,
 ) {
-    let (o, handover) = (s.o, &s.o.spec.handover);
+    let (o, handover) = (s.o, &s.o.spec().handover);
     joined(d, pod, me);
     for older in s
         .instances
         .iter()
-        .filter(|i| i.live && i.id < me.id && i.drain_asked.is_none())
+        .filter(|i| i.live() && i.id() < me.id() && i.drain_asked().is_none())
     {
         ask_drain(
             d,
             older,
-            &format!("instance {} ({}) has joined", me.id, pod.image),
+            &format!("instance {} ({}) has joined", me.id(), pod.image()),
         );
     }
-    if me.holds_lock && s.newest_live == Some(me.id) {
+    if me.holds_lock() && s.newest_live == Some(me.id()) {
         leads(d, pod, me);
         register(d, o, s.target);
         return;
@@ -40,27 +40,27 @@ pub(in crate::scheduler) fn drain_and_lead(
     let asked = s
         .instances
         .iter()
-        .filter(|i| i.id < me.id)
-        .filter_map(|i| i.drain_asked)
+        .filter(|i| i.id() < me.id())
+        .filter_map(|i| i.drain_asked())
         .max()
-        .unwrap_or(me.joined)
-        .max(me.joined);
-    if o.now - asked > secs(handover.lead_timeout_seconds) {
+        .unwrap_or(me.joined())
+        .max(me.joined());
+    if o.now() - asked > secs(handover.lead_timeout_seconds) {
         lead_late(d, me, handover.lead_timeout_seconds);
     } else {
-        d.busy_beside(&me.host, &s.instances);
+        d.busy_beside(me.host(), &s.instances);
     }
 }
 
 /// Overlap off: the current pod is up once it has run `settleSeconds`
 /// (it writes no row); then it registers.
 pub(in crate::scheduler) fn settle(s: &Steps<'_>, d: &mut StatusDraft) {
-    let (o, handover) = (s.o, &s.o.spec.handover);
+    let (o, handover) = (s.o, &s.o.spec().handover);
     let Some(pod) = s.current else {
         return;
     };
-    let since = pod.started.unwrap_or(pod.created);
-    let up = pod.state == PodState::Running && o.now - since >= secs(handover.settle_seconds);
+    let since = pod.started().unwrap_or(pod.created());
+    let up = *pod.state() == PodState::Running && o.now() - since >= secs(handover.settle_seconds);
     if up {
         settled(d, pod, since, handover.settle_seconds);
         register(d, o, s.target);
@@ -70,23 +70,24 @@ pub(in crate::scheduler) fn settle(s: &Steps<'_>, d: &mut StatusDraft) {
 }
 
 pub(in crate::scheduler) fn leads(d: &mut StatusDraft, pod: &PodView, me: &InstanceView) {
-    let since = me.led.map(rfc3339);
-    let now = d.observed().now;
-    d.status_mut().current_image = Some(pod.image.clone());
+    let since = me.led().map(rfc3339);
+    let now = d.observed().now();
+    d.status_mut().current_image = Some(pod.image().to_string());
     d.status_mut().leader = Some(LeaderStatus {
-        instance: me.id,
-        pod: pod.name.clone(),
-        image: pod.image.clone(),
+        instance: me.id(),
+        pod: pod.name().to_string(),
+        image: pod.image().to_string(),
         since: since.clone(),
     });
     if let Some(h) = d.status_mut().last_handover.as_mut() {
-        if h.to == pod.image && h.led.is_none() {
+        if h.to == pod.image() && h.led.is_none() {
             h.led = since.or(Some(rfc3339(now)));
             d.event(Event::normal(
                 "Leading",
                 format!(
                     "instance {} of pod {} leads (verified in pg_locks)",
-                    me.id, pod.name
+                    me.id(),
+                    pod.name()
                 ),
             ));
         }
@@ -98,7 +99,8 @@ pub(in crate::scheduler) fn lead_late(d: &mut StatusDraft, me: &InstanceView, ti
         "LeadTimeout",
         format!(
             "instance {} ({}) does not lead {timeout}s after the drain was asked; waiting",
-            me.id, me.host
+            me.id(),
+            me.host()
         ),
     );
     d.busy(Phase::HandingOver);
@@ -108,29 +110,29 @@ pub(in crate::scheduler) fn lead_late(d: &mut StatusDraft, me: &InstanceView, ti
 /// is up and leads (alone: it has no row, and nothing else runs).
 pub(in crate::scheduler) fn settled(d: &mut StatusDraft, pod: &PodView, since: Time, settle: i64) {
     d.alone();
-    d.status_mut().current_image = Some(pod.image.clone());
+    d.status_mut().current_image = Some(pod.image().to_string());
     let known = d
         .observed()
-        .status
+        .status()
         .leader
         .as_ref()
-        .is_some_and(|l| l.pod == pod.name);
+        .is_some_and(|l| l.pod == pod.name());
     if !known {
         d.event(Event::normal(
             "Running",
             format!(
                 "pod {} ({}) has run {settle}s: up (overlap is off, so there is no instance row to wait for)",
-                pod.name, pod.image
+                pod.name(), pod.image()
             ),
         ));
     }
     d.status_mut().leader = Some(LeaderStatus {
         instance: 0,
-        pod: pod.name.clone(),
-        image: pod.image.clone(),
+        pod: pod.name().to_string(),
+        image: pod.image().to_string(),
         // Its own time, as for a revision: not moved by the clock
         // offset, which differs every pass.
-        since: Some(rfc3339(since - d.observed().clock_offset)),
+        since: Some(rfc3339(since - d.observed().clock_offset())),
     });
 }
 

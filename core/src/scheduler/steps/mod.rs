@@ -60,18 +60,18 @@ impl<'a> Steps<'a> {
         // lead from theirs.
         let (own, foreign): (Vec<InstanceView>, Vec<InstanceView>) =
             rows.iter().cloned().partition(|i| {
-                o.pods.iter().any(|p| p.host == i.host)
-                    || is_host_of(&o.namespace, &o.name, &i.host)
+                o.pods().iter().any(|p| p.host() == i.host())
+                    || is_host_of(o.namespace(), o.name(), i.host())
             });
-        let shared: Vec<&InstanceView> = foreign.iter().filter(|i| i.live).collect();
+        let shared: Vec<&InstanceView> = foreign.iter().filter(|i| i.live()).collect();
         if !shared.is_empty() {
             d.database_shared(&shared);
         }
-        let newest_live = own.iter().filter(|i| i.live).map(|i| i.id).max();
+        let newest_live = own.iter().filter(|i| i.live()).map(|i| i.id()).max();
         let next_sequence = o
-            .pods
+            .pods()
             .iter()
-            .map(|p| p.sequence)
+            .map(|p| p.sequence())
             .max()
             .unwrap_or(0)
             .max(d.last_sequence())
@@ -93,22 +93,22 @@ impl<'a> Steps<'a> {
         // lead — not being deleted, and its instance neither draining nor
         // superseded by a newer live one.
         steps.current = o
-            .pods
+            .pods()
             .iter()
             .filter(|p| {
-                !p.deleting
-                    && p.revision == target
+                !p.deleting()
+                    && p.revision() == target
                     && match steps.instance_of(p) {
                         None => true,
                         Some(i) => {
-                            i.ended.is_none()
-                                && i.drain_asked.is_none()
-                                && i.role != "draining"
-                                && newest_live.is_none_or(|n| n <= i.id)
+                            i.ended().is_none()
+                                && i.drain_asked().is_none()
+                                && i.role() != "draining"
+                                && newest_live.is_none_or(|n| n <= i.id())
                         }
                     }
             })
-            .max_by_key(|p| p.sequence);
+            .max_by_key(|p| p.sequence());
         steps
     }
 
@@ -126,7 +126,7 @@ impl<'a> Steps<'a> {
     pub(super) fn instance_of(&self, pod: &PodView) -> Option<&InstanceView> {
         self.instances
             .iter()
-            .filter(|i| i.host == pod.host)
-            .max_by_key(|i| i.id)
+            .filter(|i| i.host() == pod.host())
+            .max_by_key(|i| i.id())
     }
 }

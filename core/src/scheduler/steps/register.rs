@@ -21,15 +21,15 @@ use crate::scheduler::{
 /// first created if the spec has a register step, a failed one followed by
 /// a new attempt once its back-off is over, another step's replaced.
 pub(in crate::scheduler) fn register(d: &mut StatusDraft, o: &Observed, target: &str) {
-    let Some(register) = &o.spec.register else {
+    let Some(register) = &o.spec().register else {
         return;
     };
     let hash = register_hash(register);
-    let jobs: Vec<&JobView> = o.jobs.iter().filter(|j| j.revision == target).collect();
-    let attempt = |j: &JobView| register_attempt(&j.name, target);
+    let jobs: Vec<&JobView> = o.jobs().iter().filter(|j| j.revision() == target).collect();
+    let attempt = |j: &JobView| register_attempt(j.name(), target);
     // A Job without the hash was made before Jobs carried it: it counts as
     // the current step's, so an operator upgrade registers nothing again.
-    let current = |j: &JobView| j.register.as_deref().is_none_or(|h| h == hash);
+    let current = |j: &JobView| j.register().is_none_or(|h| h == hash);
     let newest = jobs
         .iter()
         .copied()
@@ -43,7 +43,7 @@ pub(in crate::scheduler) fn register(d: &mut StatusDraft, o: &Observed, target: 
     for job in &jobs {
         if !current(job) || attempt(job) + 1 < newest_attempt {
             d.act(Action::DeleteJob {
-                name: job.name.clone(),
+                name: job.name().to_string(),
             });
         }
     }
@@ -51,17 +51,20 @@ pub(in crate::scheduler) fn register(d: &mut StatusDraft, o: &Observed, target: 
         next_job(d, o, target, made);
         return;
     };
-    match &job.state {
+    match &job.state() {
         JobState::Running => register_running(d, job),
         JobState::Succeeded { at } => registered(d, job, *at),
         JobState::Failed { message, at } => {
             let failures = register_failed(d, job, message);
             let wait = register_backoff(failures);
             let due = *at + chrono::Duration::seconds(wait.as_secs() as i64);
-            if o.now >= due {
+            if o.now() >= due {
                 next_job(d, o, target, made);
             } else {
-                register_waits(d, (due - o.now).to_std().unwrap_or(Duration::from_secs(1)));
+                register_waits(
+                    d,
+                    (due - o.now()).to_std().unwrap_or(Duration::from_secs(1)),
+                );
             }
         }
     }
@@ -70,14 +73,14 @@ pub(in crate::scheduler) fn register(d: &mut StatusDraft, o: &Observed, target: 
 /// The next register Job of `target` (`made` attempts seen), with the
 /// spec's register step.
 fn next_job(d: &mut StatusDraft, o: &Observed, target: &str, made: u32) {
-    let Some(register) = &o.spec.register else {
+    let Some(register) = &o.spec().register else {
         return;
     };
-    let name = register_job_name(&o.name, target, next_register_attempt(d, made));
+    let name = register_job_name(o.name(), target, next_register_attempt(d, made));
     d.act(Action::CreateRegisterJob {
         name: name.clone(),
         revision: target.to_string(),
-        image: o.spec.image.clone(),
+        image: o.spec().image.clone(),
     });
     registering(d, &name, &register.command);
 }
@@ -140,10 +143,10 @@ pub(in crate::scheduler) fn still_failing(d: &mut StatusDraft, next: &str) {
     if let (true, Some(failed)) = (failures > 0, failed) {
         let message = d
             .observed()
-            .jobs
+            .jobs()
             .iter()
-            .find(|j| j.name == failed)
-            .and_then(|j| match &j.state {
+            .find(|j| j.name() == failed)
+            .and_then(|j| match &j.state() {
                 JobState::Failed { message, .. } => Some(format!(": {}", first_line(message))),
                 _ => None,
             })
@@ -157,7 +160,7 @@ pub(in crate::scheduler) fn still_failing(d: &mut StatusDraft, next: &str) {
 
 pub(in crate::scheduler) fn register_running(d: &mut StatusDraft, job: &JobView) {
     d.busy(Phase::Registering);
-    still_failing(d, &job.name);
+    still_failing(d, job.name());
 }
 
 pub(in crate::scheduler) fn registered(d: &mut StatusDraft, job: &JobView, at: Time) {
@@ -169,7 +172,7 @@ pub(in crate::scheduler) fn registered(d: &mut StatusDraft, job: &JobView, at: T
             h.registered = Some(rfc3339(at));
             d.event(Event::normal(
                 "Registered",
-                format!("job {} succeeded", job.name),
+                format!("job {} succeeded", job.name()),
             ));
         }
     }
@@ -185,19 +188,19 @@ pub(in crate::scheduler) fn register_failed(
     let r = register_status(d);
     // An attempt no later than the last one counted was counted with
     // it (the later one was deleted, to run the next at once).
-    let attempt = |name: &str| register_attempt(name, &job.revision);
+    let attempt = |name: &str| register_attempt(name, job.revision());
     let counted = r
         .failed_job
         .as_deref()
-        .is_some_and(|f| attempt(f) >= attempt(&job.name));
+        .is_some_and(|f| attempt(f) >= attempt(job.name()));
     if !counted {
         r.failures = r.failures.saturating_add(1);
-        r.failed_job = Some(job.name.clone());
+        r.failed_job = Some(job.name().to_string());
     }
     let failures = register_status(d).failures;
     let said = format!(
         "job {} failed: {} ({failures} in a row); a new job tries again {}s after it failed",
-        job.name,
+        job.name(),
         first_line(message),
         register_backoff(failures).as_secs()
     );

@@ -10,11 +10,11 @@ use crate::scheduler::{draft::StatusDraft, snapshot::*};
 /// Old pods go once their rows have ended and they have exited; one
 /// that drains in its own time waits, up to the drain time-out.
 pub(in crate::scheduler) fn remove_old(s: &Steps<'_>, d: &mut StatusDraft) {
-    let (o, handover) = (s.o, &s.o.spec.handover);
-    for pod in &o.pods {
-        if pod.deleting
-            || s.handled.contains(&pod.name.as_str())
-            || s.current.is_some_and(|c| c.name == pod.name)
+    let (o, handover) = (s.o, &s.o.spec().handover);
+    for pod in o.pods() {
+        if pod.deleting()
+            || s.handled.contains(&pod.name())
+            || s.current.is_some_and(|c| c.name() == pod.name())
         {
             continue;
         }
@@ -22,15 +22,15 @@ pub(in crate::scheduler) fn remove_old(s: &Steps<'_>, d: &mut StatusDraft) {
         match s.instance_of(pod) {
             None => delete_old(d, pod, "it never joined"),
             Some(i) if exited => {
-                let why = match i.ended {
-                    Some(_) => format!("instance {} has ended", i.id),
-                    None => format!("it exited while instance {} had not ended its row", i.id),
+                let why = match i.ended() {
+                    Some(_) => format!("instance {} has ended", i.id()),
+                    None => format!("it exited while instance {} had not ended its row", i.id()),
                 };
                 delete_old(d, pod, &why)
             }
-            Some(i) if i.ended.is_some() => {
-                if i.ended.is_some_and(|e| o.now - e > secs(EXIT_GRACE)) {
-                    delete_old(d, pod, &format!("instance {} has ended", i.id));
+            Some(i) if i.ended().is_some() => {
+                if i.ended().is_some_and(|e| o.now() - e > secs(EXIT_GRACE)) {
+                    delete_old(d, pod, &format!("instance {} has ended", i.id()));
                 } else {
                     old_pod_waits(d, pod, i);
                 }
@@ -42,16 +42,16 @@ pub(in crate::scheduler) fn remove_old(s: &Steps<'_>, d: &mut StatusDraft) {
             // live then), from the start of the rollout that made it old.
             Some(i) => {
                 let superseded = o
-                    .pods
+                    .pods()
                     .iter()
-                    .filter(|q| q.sequence > pod.sequence)
-                    .map(|q| q.created)
+                    .filter(|q| q.sequence() > pod.sequence())
+                    .map(|q| q.created())
                     .min();
-                let since = i.drain_asked.or(superseded);
+                let since = i.drain_asked().or(superseded);
                 match since {
-                    Some(t) if o.now - t > secs(handover.drain_timeout_seconds) => {
+                    Some(t) if o.now() - t > secs(handover.drain_timeout_seconds) => {
                         d.act(Action::DeletePod {
-                            name: pod.name.clone(),
+                            name: pod.name().to_string(),
                         });
                         drain_timed_out(d, pod, i, handover.drain_timeout_seconds)
                     }
@@ -65,16 +65,16 @@ pub(in crate::scheduler) fn remove_old(s: &Steps<'_>, d: &mut StatusDraft) {
 /// Deletes the old `pod`, saying `why`.
 pub(in crate::scheduler) fn delete_old(d: &mut StatusDraft, pod: &PodView, why: &str) {
     d.act(Action::DeletePod {
-        name: pod.name.clone(),
+        name: pod.name().to_string(),
     });
     old_removed(d, pod, why);
 }
 
 /// Register Jobs of other revisions are superseded.
 pub(in crate::scheduler) fn supersede_jobs(s: &Steps<'_>, d: &mut StatusDraft) {
-    for job in s.o.jobs.iter().filter(|j| j.revision != s.target) {
+    for job in s.o.jobs().iter().filter(|j| j.revision() != s.target) {
         d.act(Action::DeleteJob {
-            name: job.name.clone(),
+            name: job.name().to_string(),
         });
     }
 }
@@ -83,7 +83,7 @@ pub(in crate::scheduler) fn supersede_jobs(s: &Steps<'_>, d: &mut StatusDraft) {
 pub(in crate::scheduler) fn old_removed(d: &mut StatusDraft, pod: &PodView, why: &str) {
     d.event(Event::normal(
         "Removed",
-        format!("deleted pod {} ({}): {why}", pod.name, pod.image),
+        format!("deleted pod {} ({}): {why}", pod.name(), pod.image()),
     ));
     d.busy(Phase::Draining);
 }
@@ -111,7 +111,7 @@ pub(in crate::scheduler) fn drain_timed_out(
         "DrainTimeout",
         format!(
             "instance {} of pod {} still had {} runs {timeout}s after the drain was asked; deleting the pod",
-            instance.id, pod.name, instance.runs
+            instance.id(), pod.name(), instance.runs()
         ),
     ));
 }

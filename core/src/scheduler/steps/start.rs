@@ -24,10 +24,10 @@ pub(in crate::scheduler) fn start(s: &mut Steps<'_>, d: &mut StatusDraft) {
     // is left to lead (its pod died, its row went stale), leaving the
     // aborted revision alone would leave no scheduler at all, and an
     // old revision is never restarted: the target is tried again.
-    let older_alive = s.instances.iter().any(|i| i.live)
-        || o.pods
+    let older_alive = s.instances.iter().any(|i| i.live())
+        || o.pods()
             .iter()
-            .any(|p| p.revision != s.target && !p.deleting && p.exited().is_none());
+            .any(|p| p.revision() != s.target && !p.deleting() && p.exited().is_none());
     let aborted = d.aborted_revision() == Some(s.target);
     if aborted && !older_alive {
         retry_aborted(d);
@@ -36,43 +36,48 @@ pub(in crate::scheduler) fn start(s: &mut Steps<'_>, d: &mut StatusDraft) {
         // A live row whose pod has exited goes stale without a watch
         // noticing: look again soon then.
         let orphaned = s.instances.iter().any(|i| {
-            i.live
+            i.live()
                 && !o
-                    .pods
+                    .pods()
                     .iter()
-                    .any(|p| p.host == i.host && p.exited().is_none())
+                    .any(|p| p.host() == i.host() && p.exited().is_none())
         });
         degraded_keep(d, orphaned);
-    } else if !o.spec.overlap {
-        let others: Vec<&PodView> = o.pods.iter().filter(|p| p.revision != s.target).collect();
+    } else if !o.spec().overlap {
+        let others: Vec<&PodView> = o
+            .pods()
+            .iter()
+            .filter(|p| p.revision() != s.target)
+            .collect();
         // A pod being deleted (by hand, say) still runs its scheduler
         // until its processes end: the next waits for that, so that
         // two schedulers of one Scheduler never run at once.
         let going: Vec<&PodView> = o
-            .pods
+            .pods()
             .iter()
-            .filter(|p| p.deleting && p.exited().is_none())
+            .filter(|p| p.deleting() && p.exited().is_none())
             .collect();
-        for p in others.iter().filter(|p| !p.deleting) {
+        for p in others.iter().filter(|p| !p.deleting()) {
             d.act(Action::DeletePod {
-                name: p.name.clone(),
+                name: p.name().to_string(),
             });
             d.event(Event::normal(
                 "Recreating",
                 format!(
                     "overlap is off: deleting pod {} ({}) before the new one starts",
-                    p.name, p.image
+                    p.name(),
+                    p.image()
                 ),
             ));
-            s.handled.push(&p.name);
+            s.handled.push(p.name());
         }
         if !going.is_empty() {
             let overdue: Vec<&PodView> = going
                 .iter()
                 .copied()
                 .filter(|p| {
-                    p.deletion_due
-                        .is_some_and(|due| o.now - due > secs(GONE_GRACE))
+                    p.deletion_due()
+                        .is_some_and(|due| o.now() - due > secs(GONE_GRACE))
                 })
                 .collect();
             waiting_for_gone(d, &overdue);
@@ -87,7 +92,7 @@ pub(in crate::scheduler) fn start(s: &mut Steps<'_>, d: &mut StatusDraft) {
 /// The next pod of the target revision, with the spec's image.
 pub(in crate::scheduler) fn create_pod(s: &Steps<'_>, d: &mut StatusDraft) {
     let o = s.o;
-    let pod = new_pod(o, s.target, s.next_sequence, &o.spec.image);
+    let pod = new_pod(o, s.target, s.next_sequence, &o.spec().image);
     pod_created(d, &pod, &s.instances);
     d.act(pod);
 }
@@ -102,7 +107,7 @@ pub(in crate::scheduler) fn retry_aborted(d: &mut StatusDraft) {
         "RetryingAborted",
         format!(
             "no older instance is left to lead; trying the aborted revision ({}) again",
-            d.observed().spec.image
+            d.observed().spec().image
         ),
     ));
 }
@@ -116,7 +121,7 @@ pub(in crate::scheduler) fn degraded_keep(d: &mut StatusDraft, look_soon: bool) 
         "JoinTimeout",
         format!(
             "the rollout of revision {revision} ({}) was aborted: it never joined; change the spec to try again",
-            d.observed().spec.image
+            d.observed().spec().image
         ),
     );
 }
@@ -126,14 +131,14 @@ pub(in crate::scheduler) fn degraded_keep(d: &mut StatusDraft, look_soon: bool) 
 /// gone a while ago, which their node alone can explain.
 pub(in crate::scheduler) fn waiting_for_gone(d: &mut StatusDraft, overdue: &[&PodView]) {
     if let Some(pod) = overdue.first() {
-        let due = pod.deletion_due.map(rfc3339).unwrap_or_default();
+        let due = pod.deletion_due().map(rfc3339).unwrap_or_default();
         d.degrade(
             "PodNotGone",
             format!(
                 "overlap is off and pod {} still runs, though its deletion was due by {due}; \
                  no new pod starts beside it. If its node is gone, make sure the scheduler \
                  no longer runs there, then delete the pod with --force --grace-period=0",
-                pod.name
+                pod.name()
             ),
         );
     }
@@ -153,20 +158,21 @@ pub(in crate::scheduler) fn pod_created(d: &mut StatusDraft, pod: &Action, rows:
     else {
         return;
     };
-    let leader = rows.iter().find(|i| i.live && i.holds_lock);
+    let leader = rows.iter().find(|i| i.live() && i.holds_lock());
     match leader {
-        Some(l) if l.image != *image || !l.host.contains(revision.as_str()) => {
+        Some(l) if l.image() != *image || !l.host().contains(revision.as_str()) => {
             d.event(Event::normal(
                 "HandoverStarted",
                 format!(
                     "pod {name} starts image {image} beside instance {} ({})",
-                    l.id, l.image
+                    l.id(),
+                    l.image()
                 ),
             ));
             d.status_mut().last_handover = Some(HandoverStatus {
-                from: l.image.clone(),
+                from: l.image().to_string(),
                 to: image.to_string(),
-                started: Some(rfc3339(d.observed().now)),
+                started: Some(rfc3339(d.observed().now())),
                 ..Default::default()
             });
         }

@@ -11,8 +11,8 @@ fn v1_settled() -> Observed {
 fn conditions_keep_their_transition_time_while_unchanged() {
     let mut o = v1_settled();
     let first = decide(&o);
-    o.status = first.status().clone();
-    o.now = at(50);
+    o = o.with_status(first.status().clone());
+    o = o.with_now(at(50));
     let second = decide(&o);
     let since = |d: &Decision| condition_of(d, "Available").map(|c| c.last_transition_time.clone());
     assert_eq!(since(&first), since(&second));
@@ -25,8 +25,8 @@ fn conditions_keep_their_transition_time_while_unchanged() {
 fn a_steady_status_does_not_move_with_the_clock_offset() {
     let pass = |status: SchedulerStatus, offset_ms: i64| {
         let mut o = v1_settled();
-        o.status = status;
-        let local = o.now;
+        o = o.with_status(status);
+        let local = o.now();
         o = o.on_database_clock(local + chrono::TimeDelta::milliseconds(offset_ms));
         decide(&o).status().clone()
     };
@@ -80,14 +80,12 @@ fn a_condition_turning_degraded_is_said_once_as_a_warning() {
                 spec("v2"),
                 vec![
                     v1.clone(),
-                    PodView {
-                        state: PodState::Pending,
-                        waiting: Some(Waiting {
-                            reason: "ErrImagePull".into(),
-                            message: "manifest for v2 not found".into(),
-                        }),
-                        ..v2.clone()
-                    },
+                    v2.clone()
+                        .with_state(PodState::Pending)
+                        .with_waiting(Some(Waiting::new(
+                            "ErrImagePull".into(),
+                            "manifest for v2 not found".into(),
+                        ))),
                 ],
                 vec![],
                 vec![v1_leads.clone()],
@@ -102,8 +100,8 @@ fn a_condition_turning_degraded_is_said_once_as_a_warning() {
     for (reason, mut o) in cases {
         let first = decide(&o);
         degraded_and_warned(&first, reason, 1, "said when it turns True");
-        o.status = first.status().clone();
-        o.now += chrono::TimeDelta::seconds(1);
+        o = o.with_status(first.status().clone());
+        o = o.clone().with_now(o.now() + chrono::TimeDelta::seconds(1));
         let second = decide(&o);
         degraded_and_warned(&second, reason, 0, "said once");
     }

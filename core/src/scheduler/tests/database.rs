@@ -6,12 +6,12 @@ use super::fixtures::*;
 pub(super) fn stale_cases() -> Vec<Case> {
     let (v1, v2, v1_leads) = v1_v2_pods();
     let v2_leads = row(2, &v2, "leading");
-    let stale = |r: InstanceView| InstanceView { live: false, ..r };
+    let stale = |r: InstanceView| r.with_live(false);
     let mut unobserved = observed(spec("v1"), vec![], vec![], vec![], 0);
-    unobserved.instances = Err(Problem {
+    unobserved = unobserved.with_instances(Err(Problem {
         reason: "SecretMissing".into(),
         message: "Secret default/orca-db not found".into(),
-    });
+    }));
 
     vec![
         Case {
@@ -55,12 +55,7 @@ pub(super) fn stale_cases() -> Vec<Case> {
             observed: v1_to_v2(
                 vec![registered("v2", 112)],
                 vec![
-                    InstanceView {
-                        live: false,
-                        role: "draining".into(),
-                        holds_lock: false,
-                        ..v1_leads.clone()
-                    },
+                    v1_leads.clone().with_live(false).with_role("draining".into()).with_holds_lock(false),
                     v2_leads.clone(),
                 ],
                 701,
@@ -126,10 +121,7 @@ pub(super) fn shared_database_cases() -> Vec<Case> {
                 spec("v1"),
                 vec![],
                 vec![],
-                vec![InstanceView {
-                    live: false,
-                    ..foreign(1, "leading")
-                }],
+                vec![foreign(1, "leading").with_live(false)],
                 0,
             ),
             actions: vec![create("v1", 1)],

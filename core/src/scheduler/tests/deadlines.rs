@@ -12,7 +12,7 @@ pub(super) fn deadline_cases() -> Vec<Case> {
     let v2_late = pod("v2", 3, 3000, PodState::Running);
     let v2_late_leads = row(2, &v2_late, "leading");
     let mut v2_late_job = registered("v2", 3010);
-    v2_late_job.created = at(3005);
+    v2_late_job = v2_late_job.with_created(at(3005));
     // At `now`, the rollout to v2 that began at 100, as above.
     let v2_late_at = |now| {
         with_status(
@@ -31,20 +31,14 @@ pub(super) fn deadline_cases() -> Vec<Case> {
     };
     // v2's pod, its container started at 150, at `now`.
     let v2_started_150 = |now| {
-        let started = PodView {
-            started: Some(at(150)),
-            ..v2.clone()
-        };
+        let started = v2.clone().with_started(Some(at(150)));
         let pods = vec![v1.clone(), started];
         observed(spec("v2"), pods, vec![], vec![v1_leads.clone()], now)
     };
-    let pending = |reason: &str, message: &str| PodView {
-        state: PodState::Pending,
-        waiting: Some(Waiting {
-            reason: reason.into(),
-            message: message.into(),
-        }),
-        ..v2.clone()
+    let pending = |reason: &str, message: &str| {
+        v2.clone()
+            .with_state(PodState::Pending)
+            .with_waiting(Some(Waiting::new(reason.into(), message.into())))
     };
     // v2's pod waiting for `reason`, at `now`.
     let v2_waiting = |reason: &str, message: &str, now| {
@@ -118,14 +112,7 @@ pub(super) fn deadline_cases() -> Vec<Case> {
             name: "an image name that is not one is Degraded",
             observed: observed(
                 spec("v1"),
-                vec![PodView {
-                    state: PodState::Pending,
-                    waiting: Some(Waiting {
-                        reason: "InvalidImageName".into(),
-                        message: "couldn't parse image name".into(),
-                    }),
-                    ..v1.clone()
-                }],
+                vec![v1.clone().with_state(PodState::Pending).with_waiting(Some(Waiting::new("InvalidImageName".into(), "couldn't parse image name".into())))],
                 vec![],
                 vec![],
                 5,
@@ -149,10 +136,10 @@ pub(super) fn deadline_cases() -> Vec<Case> {
 fn an_image_that_cannot_be_pulled_says_the_kubelets_message() {
     let v1 = pod("v1", 1, 0, PodState::Running);
     let mut stuck = pod("v2", 2, 100, PodState::Pending);
-    stuck.waiting = Some(Waiting {
-        reason: "ImagePullBackOff".into(),
-        message: "Back-off pulling image \"registry/orca:v2\"".into(),
-    });
+    stuck = stuck.with_waiting(Some(Waiting::new(
+        "ImagePullBackOff".into(),
+        "Back-off pulling image \"registry/orca:v2\"".into(),
+    )));
     let o = observed(
         spec("v2"),
         vec![v1.clone(), stuck.clone()],
@@ -163,7 +150,7 @@ fn an_image_that_cannot_be_pulled_says_the_kubelets_message() {
     let d = decide(&o);
     let degraded = condition_of(&d, "Degraded").expect("a Degraded condition");
     assert!(
-        degraded.message.contains(&stuck.name)
+        degraded.message.contains(stuck.name())
             && degraded.message.contains("Back-off pulling image"),
         "{}",
         degraded.message
@@ -171,7 +158,7 @@ fn an_image_that_cannot_be_pulled_says_the_kubelets_message() {
     let event = d
         .events()
         .iter()
-        .find(|e| e.reason == "ImagePullBackOff")
+        .find(|e| e.reason() == "ImagePullBackOff")
         .expect("an event");
-    assert!(event.warning && event.message.contains("Back-off pulling image"));
+    assert!(event.is_warning() && event.message().contains("Back-off pulling image"));
 }

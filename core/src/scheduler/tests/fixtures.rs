@@ -54,19 +54,15 @@ pub(super) fn pod(image: &str, seq: u32, created: i64, state: PodState) -> PodVi
 /// start is not known (the creation time stands for it).
 pub(super) fn pod_of(spec: &SchedulerSpec, seq: u32, created: i64, state: PodState) -> PodView {
     let revision = revision_of(spec);
-    PodView {
-        name: pod_name("orca", &revision, seq),
-        host: host_name(NS, "orca", &revision, seq),
+    PodView::new(
+        pod_name("orca", &revision, seq),
+        host_name(NS, "orca", &revision, seq),
         revision,
-        sequence: seq,
-        image: spec.image.clone(),
-        created: at(created),
-        started: None,
+        seq,
+        spec.image.clone(),
+        at(created),
         state,
-        waiting: None,
-        deleting: false,
-        deletion_due: None,
-    }
+    )
 }
 
 pub(super) fn exited(code: i32, finished: i64) -> PodState {
@@ -83,43 +79,39 @@ pub(super) fn exited(code: i32, finished: i64) -> PodState {
 
 /// An instance row of pod `p`.
 pub(super) fn row(id: i64, p: &PodView, role: &str) -> InstanceView {
-    InstanceView {
+    InstanceView::new(
         id,
-        host: p.host.clone(),
-        image: p.image.clone(),
-        role: role.into(),
-        live: true,
-        ended: None,
-        holds_lock: role == "leading",
-        joined: at(p.created.timestamp() - 1_800_000_000 + 2),
-        led: (role == "leading").then(|| at(p.created.timestamp() - 1_800_000_000 + 3)),
-        drain_asked: None,
-        runs: 0,
-    }
+        p.host().to_string(),
+        p.image().to_string(),
+        role.into(),
+        at(p.created().timestamp() - 1_800_000_000 + 2),
+    )
+    .with_holds_lock(role == "leading")
+    .with_led((role == "leading").then(|| at(p.created().timestamp() - 1_800_000_000 + 3)))
 }
 
 pub(super) fn draining(mut r: InstanceView, asked: i64) -> InstanceView {
-    r.role = "draining".into();
-    r.holds_lock = false;
-    r.drain_asked = Some(at(asked));
+    r = r.with_role("draining".into());
+    r = r.with_holds_lock(false);
+    r = r.with_drain_asked(Some(at(asked)));
     r
 }
 
 pub(super) fn ended(mut r: InstanceView, when: i64) -> InstanceView {
     r = draining(r, when - 5);
-    r.live = false;
-    r.ended = Some(at(when));
+    r = r.with_live(false);
+    r = r.with_ended(Some(at(when)));
     r
 }
 
 pub(super) fn job(image: &str, state: JobState) -> JobView {
-    JobView {
-        name: job_name("orca", &rev(image)),
-        revision: rev(image),
-        register: spec(image).register.as_ref().map(register_hash),
-        created: at(0),
+    JobView::new(
+        job_name("orca", &rev(image)),
+        rev(image),
+        spec(image).register.as_ref().map(register_hash),
+        at(0),
         state,
-    }
+    )
 }
 
 /// The register Job of `image`, succeeded at `done`.
@@ -172,23 +164,21 @@ pub(super) fn observed(
     rows: Vec<InstanceView>,
     now: i64,
 ) -> Observed {
-    let last = pods.iter().map(|p| p.sequence).max().unwrap_or(0) as i64;
-    Observed {
-        namespace: NS.into(),
-        name: "orca".into(),
-        generation: Some(1),
+    let last = pods.iter().map(|p| p.sequence()).max().unwrap_or(0) as i64;
+    Observed::new(
+        NS.into(),
+        "orca".into(),
         spec,
-        status: SchedulerStatus {
+        SchedulerStatus {
             last_sequence: last,
             ..Default::default()
         },
-        pods,
-        jobs,
-        instances: Ok(rows),
-        now: at(now),
-        clock_offset: chrono::TimeDelta::zero(),
-        rollout_now: None,
-    }
+        at(now),
+    )
+    .with_generation(Some(1))
+    .with_pods(pods)
+    .with_jobs(jobs)
+    .with_instances(Ok(rows))
 }
 
 pub(super) fn create(image: &str, seq: u32) -> Action {
@@ -208,7 +198,7 @@ pub(super) fn create_of(revision: &str, image: &str, seq: u32) -> Action {
 
 pub(super) fn delete(p: &PodView) -> Action {
     Action::DeletePod {
-        name: p.name.clone(),
+        name: p.name().to_string(),
     }
 }
 
@@ -240,14 +230,15 @@ pub(super) fn condition_of<'a>(d: &'a Decision, type_: &str) -> Option<&'a Condi
 pub(super) fn warnings(d: &Decision, reason: &str) -> usize {
     d.events()
         .iter()
-        .filter(|e| e.reason == reason && e.warning)
+        .filter(|e| e.reason() == reason && e.is_warning())
         .count()
 }
 
 /// `o` with its status changed by `f`.
-pub(super) fn with_status(mut o: Observed, f: impl FnOnce(&mut SchedulerStatus)) -> Observed {
-    f(&mut o.status);
-    o
+pub(super) fn with_status(o: Observed, f: impl FnOnce(&mut SchedulerStatus)) -> Observed {
+    let mut status = o.status().clone();
+    f(&mut status);
+    o.with_status(status)
 }
 
 pub(super) fn rfc3339(t: Time) -> String {
@@ -256,19 +247,14 @@ pub(super) fn rfc3339(t: Time) -> String {
 
 /// A live instance of Scheduler `other` on this Scheduler's database.
 pub(super) fn foreign(id: i64, role: &str) -> InstanceView {
-    InstanceView {
+    InstanceView::new(
         id,
-        host: host_name(NS, "other", &rev("v1"), 1),
-        image: "v1".into(),
-        role: role.into(),
-        live: true,
-        ended: None,
-        holds_lock: role == "leading",
-        joined: at(0),
-        led: None,
-        drain_asked: None,
-        runs: 0,
-    }
+        host_name(NS, "other", &rev("v1"), 1),
+        "v1".into(),
+        role.into(),
+        at(0),
+    )
+    .with_holds_lock(role == "leading")
 }
 
 pub(super) struct Case {

@@ -70,10 +70,7 @@ pub(super) fn handover_cases() -> Vec<Case> {
                 vec![],
                 vec![
                     draining(v1_leads.clone(), 105),
-                    InstanceView {
-                        holds_lock: false,
-                        ..v2_leads.clone()
-                    },
+                    v2_leads.clone().with_holds_lock(false),
                 ],
                 110,
             ),
@@ -201,19 +198,23 @@ fn a_handover_records_each_step_and_says_so() {
         ),
     ];
     for (pods, jobs, rows, now, reason) in steps {
-        o.pods = pods;
-        o.jobs = jobs;
-        o.instances = Ok(rows);
-        o.now = at(now);
+        o = o.with_pods(pods);
+        o = o.with_jobs(jobs);
+        o = o.with_instances(Ok(rows));
+        o = o.with_now(at(now));
         let d = decide(&o);
         assert!(
-            d.events().iter().any(|e| e.reason == reason),
+            d.events().iter().any(|e| e.reason() == reason),
             "{reason} expected at {now}, got {:?}",
             d.events()
         );
-        o.status = d.status().clone();
+        o = o.with_status(d.status().clone());
     }
-    let h = o.status.last_handover.expect("a handover is recorded");
+    let h = o
+        .status()
+        .last_handover
+        .clone()
+        .expect("a handover is recorded");
     assert_eq!((h.from.as_str(), h.to.as_str()), ("v1", "v2"));
     assert!(
         h.started.is_some()
@@ -223,6 +224,6 @@ fn a_handover_records_each_step_and_says_so() {
             && h.drained.is_some(),
         "{h:?}"
     );
-    assert_eq!(o.status.phase, Phase::Ready);
-    assert_eq!(o.status.leader.map(|l| l.instance), Some(2));
+    assert_eq!(o.status().phase, Phase::Ready);
+    assert_eq!(o.status().leader.as_ref().map(|l| l.instance), Some(2));
 }

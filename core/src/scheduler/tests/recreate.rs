@@ -8,17 +8,19 @@ pub(super) fn overlap_off_cases() -> Vec<Case> {
     let mut overlap_off = spec("v2");
     overlap_off.overlap = false;
     let mut deleting_v1 = v1.clone();
-    deleting_v1.deleting = true;
+    deleting_v1 = deleting_v1.with_deleting(true);
     // With overlap off, v2's pod (created at 102, once v1's was gone) has
     // no row: it is up once it has run settleSeconds (10).
     let v2_off = pod_of(&overlap_off, 2, 102, PodState::Running);
     let rev_off = revision_of(&overlap_off);
-    let job_off = |state| JobView {
-        name: job_name("orca", &rev_off),
-        revision: rev_off.clone(),
-        register: overlap_off.register.as_ref().map(register_hash),
-        created: at(112),
-        state,
+    let job_off = |state| {
+        JobView::new(
+            job_name("orca", &rev_off),
+            rev_off.clone(),
+            overlap_off.register.as_ref().map(register_hash),
+            at(112),
+            state,
+        )
     };
     let register_off = Action::CreateRegisterJob {
         name: job_name("orca", &rev_off),
@@ -47,7 +49,7 @@ pub(super) fn overlap_off_cases() -> Vec<Case> {
             name: "overlap off: then the new one starts",
             observed: {
                 let mut o = observed(overlap_off.clone(), vec![], vec![], vec![], 102);
-                o.status.last_sequence = 1;
+                o = with_status(o, |s| s.last_sequence = 1);
                 o
             },
             actions: vec![create_of(&revision_of(&overlap_off), "v2", 2)],
@@ -104,14 +106,14 @@ pub(super) fn overlap_off_cases() -> Vec<Case> {
         },
         Case {
             name: "overlap off: settling counts from the container's start, not the pod's creation",
-            observed: observed(overlap_off.clone(), vec![PodView { started: Some(at(110)), ..v2_off.clone() }], vec![], vec![], 115),
+            observed: observed(overlap_off.clone(), vec![v2_off.clone().with_started(Some(at(110)))], vec![], vec![], 115),
             actions: vec![],
             phase: Phase::Starting,
             degraded: None,
         },
         Case {
             name: "overlap off: a pod still pending is never up",
-            observed: observed(overlap_off.clone(), vec![PodView { state: PodState::Pending, ..v2_off.clone() }], vec![], vec![], 300),
+            observed: observed(overlap_off.clone(), vec![v2_off.clone().with_state(PodState::Pending)], vec![], vec![], 300),
             actions: vec![],
             phase: Phase::Starting,
             degraded: None,
@@ -125,7 +127,7 @@ pub(super) fn overlap_off_cases() -> Vec<Case> {
         },
         Case {
             name: "overlap off: the new pod died: recreated after its back-off, never a stop-the-world",
-            observed: observed(overlap_off.clone(), vec![PodView { state: exited(75, 105), ..v2_off.clone() }], vec![], vec![], 116),
+            observed: observed(overlap_off.clone(), vec![v2_off.clone().with_state(exited(75, 105))], vec![], vec![], 116),
             actions: vec![
                 delete(&v2_off),
                 create_of(&rev_off, "v2", 3),
@@ -148,21 +150,18 @@ fn overlap_off_recreates_then_settles_and_registers() {
 
     let d = decide(&o);
     assert_eq!(d.actions(), vec![delete(&v1)], "the old pod goes first");
-    o.status = d.status().clone();
+    o = o.with_status(d.status().clone());
 
     // Deleted, still running (draining its runs): nothing new starts.
-    o.pods = vec![PodView {
-        deleting: true,
-        ..v1.clone()
-    }];
-    o.now = at(101);
+    o = o.with_pods(vec![v1.clone().with_deleting(true)]);
+    o = o.with_now(at(101));
     let d = decide(&o);
     assert_eq!(d.actions(), vec![], "no new pod while the old one runs");
-    o.status = d.status().clone();
+    o = o.with_status(d.status().clone());
 
     // Gone: the new pod.
-    o.pods = vec![];
-    o.now = at(102);
+    o = o.with_pods(vec![]);
+    o = o.with_now(at(102));
     let d = decide(&o);
     let Some(Action::CreatePod { name, .. }) = d.actions().first().cloned() else {
         panic!(
@@ -170,16 +169,13 @@ fn overlap_off_recreates_then_settles_and_registers() {
             d.actions()
         )
     };
-    o.status = d.status().clone();
+    o = o.with_status(d.status().clone());
 
     // Its container started at 104 (after an image pull, say).
-    let v2 = PodView {
-        started: Some(at(104)),
-        ..pod_of(&off, 2, 102, PodState::Running)
-    };
-    assert_eq!(v2.name, name);
-    o.pods = vec![v2.clone()];
-    o.now = at(113);
+    let v2 = pod_of(&off, 2, 102, PodState::Running).with_started(Some(at(104)));
+    assert_eq!(v2.name(), name);
+    o = o.with_pods(vec![v2.clone()]);
+    o = o.with_now(at(113));
     let d = decide(&o);
     assert_eq!(d.actions(), vec![], "9s since the start: not settled");
     assert_ne!(d.status().phase, Phase::Ready);
@@ -188,9 +184,9 @@ fn overlap_off_recreates_then_settles_and_registers() {
         Some(("False".into(), "NoLeader".into()))
     );
     assert_eq!(degraded_reason(&d), None);
-    o.status = d.status().clone();
+    o = o.with_status(d.status().clone());
 
-    o.now = at(114);
+    o = o.with_now(at(114));
     let d = decide(&o);
     let job = job_name("orca", &revision_of(&off));
     assert_eq!(
@@ -202,7 +198,7 @@ fn overlap_off_recreates_then_settles_and_registers() {
         }]
     );
     assert!(
-        d.events().iter().any(|e| e.reason == "Running"),
+        d.events().iter().any(|e| e.reason() == "Running"),
         "{:?}",
         d.events()
     );
@@ -213,24 +209,24 @@ fn overlap_off_recreates_then_settles_and_registers() {
     let leader = d.status().leader.clone().expect("the settled pod leads");
     assert_eq!(
         (leader.instance, leader.pod.as_str(), leader.image.as_str()),
-        (0, v2.name.as_str(), "v2")
+        (0, v2.name(), "v2")
     );
     assert_eq!(d.status().current_image.as_deref(), Some("v2"));
-    o.status = d.status().clone();
+    o = o.with_status(d.status().clone());
 
-    o.jobs = vec![JobView {
-        name: job,
-        revision: revision_of(&off),
-        register: off.register.as_ref().map(register_hash),
-        created: at(114),
-        state: JobState::Succeeded { at: at(116) },
-    }];
-    o.now = at(117);
+    o = o.with_jobs(vec![JobView::new(
+        job,
+        revision_of(&off),
+        off.register.as_ref().map(register_hash),
+        at(114),
+        JobState::Succeeded { at: at(116) },
+    )]);
+    o = o.with_now(at(117));
     let d = decide(&o);
     assert_eq!(d.actions(), vec![]);
     assert_eq!(d.status().phase, Phase::Ready);
     assert!(
-        !d.events().iter().any(|e| e.reason == "Running"),
+        !d.events().iter().any(|e| e.reason() == "Running"),
         "said once: {:?}",
         d.events()
     );
@@ -246,8 +242,8 @@ fn overlap_off_recreates_then_settles_and_registers() {
     // Steady: the same status pass after pass, whatever the clock offset.
     let pass = |status: SchedulerStatus, offset_ms: i64| {
         let mut again = o.clone();
-        again.status = status;
-        let local = again.now;
+        again = again.with_status(status);
+        let local = again.now();
         again = again.on_database_clock(local + chrono::TimeDelta::milliseconds(offset_ms));
         decide(&again).status().clone()
     };
@@ -264,22 +260,19 @@ fn overlap_off_recreates_then_settles_and_registers() {
 fn overlap_off_a_pod_deleted_by_hand_is_never_two() {
     let mut off = spec("v1");
     off.overlap = false;
-    let settled = PodView {
-        started: Some(at(0)),
-        ..pod_of(&off, 1, 0, PodState::Running)
-    };
+    let settled = pod_of(&off, 1, 0, PodState::Running).with_started(Some(at(0)));
     let mut o = observed(off.clone(), vec![settled.clone()], vec![], vec![], 100);
-    o.status = decide(&o).status().clone();
+    let status = decide(&o).status().clone();
+    o = o.with_status(status);
 
     // Deleted by hand at 100 with a grace of 60 s: due gone by 160.
-    let going = PodView {
-        deleting: true,
-        deletion_due: Some(at(160)),
-        ..settled.clone()
-    };
-    o.pods = vec![going.clone()];
+    let going = settled
+        .clone()
+        .with_deleting(true)
+        .with_deletion_due(Some(at(160)));
+    o = o.with_pods(vec![going.clone()]);
     for now in [101, 150, 200, 220] {
-        o.now = at(now);
+        o = o.with_now(at(now));
         let d = decide(&o);
         assert_eq!(
             d.actions(),
@@ -291,23 +284,20 @@ fn overlap_off_a_pod_deleted_by_hand_is_never_two() {
             None,
             "at {now}: within its grace and a minute"
         );
-        o.status = d.status().clone();
+        o = o.with_status(d.status().clone());
     }
-    o.now = at(221);
+    o = o.with_now(at(221));
     let d = decide(&o);
     assert_eq!(d.actions(), vec![]);
     assert_eq!(degraded_reason(&d).as_deref(), Some("PodNotGone"));
     assert_eq!(warnings(&d, "PodNotGone"), 1, "said once, as a Warning");
-    o.status = d.status().clone();
-    o.now = at(222);
+    o = o.with_status(d.status().clone());
+    o = o.with_now(at(222));
     assert_eq!(warnings(&decide(&o), "PodNotGone"), 0, "and not again");
 
     // Its scheduler has ended (the pod object may linger): the next starts.
-    o.pods = vec![PodView {
-        state: exited(0, 230),
-        ..going
-    }];
-    o.now = at(231);
+    o = o.with_pods(vec![going.with_state(exited(0, 230))]);
+    o = o.with_now(at(231));
     let d = decide(&o);
     assert_eq!(d.actions(), vec![create_of(&revision_of(&off), "v1", 2)]);
 }

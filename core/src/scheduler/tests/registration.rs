@@ -4,13 +4,13 @@ use super::fixtures::*;
 
 /// A register Job of attempt `attempt` for `image`, running `register`.
 fn register_job(image: &str, attempt: u32, register: &Register, state: JobState) -> JobView {
-    JobView {
-        name: register_job_name("orca", &rev(image), attempt),
-        revision: rev(image),
-        register: Some(register_hash(register)),
-        created: at(10),
+    JobView::new(
+        register_job_name("orca", &rev(image), attempt),
+        rev(image),
+        Some(register_hash(register)),
+        at(10),
         state,
-    }
+    )
 }
 
 fn register_attempt_action(image: &str, attempt: u32) -> Action {
@@ -63,7 +63,7 @@ pub(super) fn register_cases() -> Vec<Case> {
         r.args = vec!["--again".into()];
     }
     let mut legacy = job("v1", JobState::Succeeded { at: at(20) });
-    legacy.register = None;
+    legacy = legacy.with_register(None);
     let fourth_failed = |now: i64| {
         let jobs = vec![
             register_job("v1", 3, &reg, failed(10)),
@@ -104,9 +104,10 @@ pub(super) fn register_cases() -> Vec<Case> {
         Case {
             name: "while the fifth runs, the third goes: the last two attempts are kept",
             observed: {
-                let mut o = fourth_failed(185);
-                o.jobs.push(register_job("v1", 5, &reg, JobState::Running));
-                o
+                let o = fourth_failed(185);
+                let mut jobs = o.jobs().to_vec();
+                jobs.push(register_job("v1", 5, &reg, JobState::Running));
+                o.with_jobs(jobs)
             },
             actions: vec![Action::DeleteJob {
                 name: register_job_name("orca", &rev("v1"), 3),
@@ -152,7 +153,7 @@ pub(super) fn register_cases() -> Vec<Case> {
             name: "a changed register step registers again, as a new job",
             observed: observed(
                 again.clone(),
-                vec![PodView { ..v1.clone() }],
+                vec![v1.clone()],
                 vec![job("v1", JobState::Succeeded { at: at(20) })],
                 vec![v1_leads.clone()],
                 500,
@@ -192,9 +193,9 @@ fn each_register_failure_is_said_once_and_counted() {
     );
     let r = d.status().register.clone().expect("the register status");
     assert_eq!((r.failures, r.attempts), (1, 1), "{r:?}");
-    o.status = d.status().clone();
+    o = o.with_status(d.status().clone());
 
-    o.now = at(27);
+    o = o.with_now(at(27));
     let d = decide(&o);
     assert_eq!(
         warnings(&d, "RegisterFailed"),
@@ -203,31 +204,35 @@ fn each_register_failure_is_said_once_and_counted() {
         d.events()
     );
     assert_eq!(degraded_reason(&d).as_deref(), Some("RegisterFailed"));
-    o.status = d.status().clone();
+    o = o.with_status(d.status().clone());
 
-    o.now = at(30);
+    o = o.with_now(at(30));
     let d = decide(&o);
     assert_eq!(d.actions(), vec![register_attempt_action("v1", 2)]);
     assert_eq!(warnings(&d, "RegisterFailed"), 0, "{:?}", d.events());
     assert_eq!(d.status().register.as_ref().map(|r| r.attempts), Some(2));
-    o.status = d.status().clone();
+    o = o.with_status(d.status().clone());
 
     // The second attempt fails too: said again; 20 s of back-off now.
-    o.jobs.push(register_job("v1", 2, &reg, failed(40)));
-    o.now = at(41);
+    let mut more = o.jobs().to_vec();
+    more.push(register_job("v1", 2, &reg, failed(40)));
+    o = o.with_jobs(more);
+    o = o.with_now(at(41));
     let d = decide(&o);
     assert_eq!(warnings(&d, "RegisterFailed"), 1, "{:?}", d.events());
     assert_eq!(d.actions(), vec![]);
     assert_eq!(d.status().register.as_ref().map(|r| r.failures), Some(2));
-    o.status = d.status().clone();
-    o.now = at(60);
+    o = o.with_status(d.status().clone());
+    o = o.with_now(at(60));
     let d = decide(&o);
     assert_eq!(d.actions(), vec![register_attempt_action("v1", 3)]);
-    o.status = d.status().clone();
+    o = o.with_status(d.status().clone());
 
     // The third succeeds: ready, the failures forgotten.
-    o.jobs.push(register_job("v1", 3, &reg, succeeded(70)));
-    o.now = at(71);
+    let mut more = o.jobs().to_vec();
+    more.push(register_job("v1", 3, &reg, succeeded(70)));
+    o = o.with_jobs(more);
+    o = o.with_now(at(71));
     let d = decide(&o);
     assert_eq!(d.status().phase, Phase::Ready);
     assert_eq!(degraded_reason(&d), None);
@@ -248,49 +253,54 @@ fn a_handover_completes_only_once_registered() {
     let (v1, v2, v1_leads) = v1_v2_pods();
     let mut o = v1_leading(spec("v2"), vec![], 100);
     let d = decide(&o);
-    o.status = d.status().clone();
-    o.pods = vec![v1.clone(), v2.clone()];
-    o.instances = Ok(vec![
+    o = o.with_status(d.status().clone());
+    o = o.with_pods(vec![v1.clone(), v2.clone()]);
+    o = o.with_instances(Ok(vec![
         draining(v1_leads.clone(), 102),
         row(2, &v2, "leading"),
-    ]);
-    o.now = at(104);
+    ]));
+    o = o.with_now(at(104));
     let d = decide(&o);
     assert_eq!(d.actions(), vec![register("v2")]);
-    o.status = d.status().clone();
+    o = o.with_status(d.status().clone());
 
     // The register Job failed; v1 has ended and its pod is gone.
-    o.pods = vec![v2.clone()];
-    o.jobs = vec![job("v2", failed(110))];
-    o.instances = Ok(vec![ended(v1_leads.clone(), 112), row(2, &v2, "leading")]);
+    o = o.with_pods(vec![v2.clone()]);
+    o = o.with_jobs(vec![job("v2", failed(110))]);
+    o = o.with_instances(Ok(vec![
+        ended(v1_leads.clone(), 112),
+        row(2, &v2, "leading"),
+    ]));
     for now in [115, 118] {
-        o.now = at(now);
+        o = o.with_now(at(now));
         let d = decide(&o);
         assert!(
-            !d.events().iter().any(|e| e.reason == "HandoverComplete"),
+            !d.events().iter().any(|e| e.reason() == "HandoverComplete"),
             "at {now}: {:?}",
             d.events()
         );
         assert_eq!(degraded_reason(&d).as_deref(), Some("RegisterFailed"));
-        o.status = d.status().clone();
+        o = o.with_status(d.status().clone());
     }
     assert_eq!(
-        o.status
+        o.status()
             .last_handover
             .as_ref()
             .and_then(|h| h.drained.clone()),
         None
     );
 
-    o.now = at(121);
+    o = o.with_now(at(121));
     let d = decide(&o);
     assert_eq!(d.actions(), vec![register_attempt_action("v2", 2)]);
-    o.status = d.status().clone();
+    o = o.with_status(d.status().clone());
     let reg = spec("v2").register.unwrap_or_else(|| unreachable!());
-    o.jobs.push(register_job("v2", 2, &reg, succeeded(125)));
-    o.now = at(126);
+    let mut more = o.jobs().to_vec();
+    more.push(register_job("v2", 2, &reg, succeeded(125)));
+    o = o.with_jobs(more);
+    o = o.with_now(at(126));
     let d = decide(&o);
-    let reasons: Vec<&str> = d.events().iter().map(|e| e.reason.as_str()).collect();
+    let reasons: Vec<&str> = d.events().iter().map(|e| e.reason()).collect();
     assert!(
         reasons.contains(&"Registered") && reasons.contains(&"HandoverComplete"),
         "{reasons:?}"

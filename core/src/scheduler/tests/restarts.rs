@@ -40,7 +40,7 @@ pub(super) fn died_cases() -> Vec<Case> {
 pub(super) fn restart_cases() -> Vec<Case> {
     let quick = pod("v1", 1, 0, exited(1, 50));
     let mut pulled_long = pod("v1", 1, 0, exited(1, 1050));
-    pulled_long.started = Some(at(500));
+    pulled_long = pulled_long.with_started(Some(at(500)));
     vec![
         Case {
             name: "after a stable run the back-off starts again at 10 s",
@@ -74,7 +74,7 @@ pub(super) fn restart_cases() -> Vec<Case> {
 #[test]
 fn the_restart_back_off_resets_after_a_stable_run() {
     let mut stable = pod("v1", 1, 0, exited(1, 1000));
-    stable.started = Some(at(5));
+    stable = stable.with_started(Some(at(5)));
     let mut o = with_status(
         observed(spec("v1"), vec![stable.clone()], vec![], vec![], 1010),
         |s| {
@@ -85,17 +85,17 @@ fn the_restart_back_off_resets_after_a_stable_run() {
     let d = decide(&o);
     assert_eq!(d.actions(), vec![delete(&stable), create("v1", 2)]);
     assert_eq!((d.status().restarts, d.status().recent_restarts), (5, 1));
-    o.status = d.status().clone();
+    o = o.with_status(d.status().clone());
 
     // The new pod dies at once: 20 s now, not 320 s.
     let quick = pod("v1", 2, 1010, exited(1, 1020));
-    o.pods = vec![quick.clone()];
-    o.now = at(1039);
+    o = o.with_pods(vec![quick.clone()]);
+    o = o.with_now(at(1039));
     let d = decide(&o);
     assert_eq!(d.actions(), vec![]);
     assert_eq!(degraded_reason(&d).as_deref(), Some("PodFailed"));
-    o.status = d.status().clone();
-    o.now = at(1040);
+    o = o.with_status(d.status().clone());
+    o = o.with_now(at(1040));
     let d = decide(&o);
     assert_eq!(d.actions(), vec![delete(&quick), create("v1", 3)]);
     assert_eq!((d.status().restarts, d.status().recent_restarts), (6, 2));

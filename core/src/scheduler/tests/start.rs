@@ -11,7 +11,7 @@ pub(super) fn first_start_cases() -> Vec<Case> {
     let mut paused = spec("v2");
     paused.paused = true;
     let mut status_seq = observed(spec("v1"), vec![], vec![], vec![], 0);
-    status_seq.status.last_sequence = 5;
+    status_seq = with_status(status_seq, |s| s.last_sequence = 5);
     let register_failed = job(
         "v1",
         JobState::Failed {

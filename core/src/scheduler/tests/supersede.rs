@@ -20,8 +20,8 @@ pub(super) fn supersede_cases() -> Vec<Case> {
     let aborted_then_v3 = aborted_at_200(spec("v3"), vec![v1.clone()], vec![v1_leads.clone()], 2);
     let v1_died = pod("v1", 1, 0, exited(1, 150));
     let mut stale_v1 = row(1, &v1_died, "leading");
-    stale_v1.live = false;
-    stale_v1.holds_lock = false;
+    stale_v1 = stale_v1.with_live(false);
+    stale_v1 = stale_v1.with_holds_lock(false);
     let aborted_old_gone = aborted_at_200(spec("v2"), vec![v1_died.clone()], vec![stale_v1], 2);
     let dying_v1_leads = row(1, &v1_died, "leading");
     let aborted_old_dying =

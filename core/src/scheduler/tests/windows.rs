@@ -46,9 +46,9 @@ pub(super) fn window_cases() -> Vec<Case> {
     let v1 = pod("v1", 1, 0, PodState::Running);
     let v2 = pod("v2", 2, 100, PodState::Running);
     let mut named = v1_settled_v2_asked(v2_windowed(), 100);
-    named.rollout_now = Some(rev("v2"));
+    named = named.with_rollout_now(Some(rev("v2")));
     let mut named_other = v1_settled_v2_asked(v2_windowed(), 100);
-    named_other.rollout_now = Some(rev("v3"));
+    named_other = named_other.with_rollout_now(Some(rev("v3")));
     let mut unreadable = v2_windowed();
     unreadable.maintenance_windows = vec![nightly("Mars/Olympus")];
     let exited = PodState::Exited {
@@ -138,7 +138,7 @@ pub(super) fn window_cases() -> Vec<Case> {
             actions: vec![
                 create("v2", 2),
                 Action::DeletePod {
-                    name: v1_exited.name.clone(),
+                    name: v1_exited.name().to_string(),
                 },
             ],
             phase: Phase::Starting,
@@ -174,18 +174,18 @@ fn a_waiting_revision_says_until_when_and_looks_again_then() {
     assert!(d
         .events()
         .iter()
-        .any(|e| e.reason == "Deferred" && !e.warning));
+        .any(|e| e.reason() == "Deferred" && !e.is_warning()));
     // The status still says what runs: v1, leading; the target is v2.
     assert_eq!(d.status().target_revision, Some(rev("v1")));
     assert_eq!(d.status().target_image.as_deref(), Some("v2"));
     // Said once: the next pass, with that status, posts no second Event.
     let mut again = v1_settled_v2_asked(v2_windowed(), 200);
-    again.status = d.status().clone();
+    again = again.with_status(d.status().clone());
     let d2 = decide(&again);
-    assert!(d2.events().iter().all(|e| e.reason != "Deferred"));
+    assert!(d2.events().iter().all(|e| e.reason() != "Deferred"));
     // Inside the window: started, Deferred False, no next window.
     let mut open = v1_settled_v2_asked(v2_windowed(), NEXT + 60);
-    open.status = d.status().clone();
+    open = open.with_status(d.status().clone());
     let d3 = decide(&open);
     assert_eq!(d3.status().next_window, None);
     let deferred =

@@ -89,22 +89,22 @@ pub enum Step {
 /// The next step for a Scheduler being deleted `elapsed` ago.
 pub fn step(o: &Observed, elapsed: Duration) -> Step {
     let timeout = Duration::from_secs(
-        o.spec
+        o.spec()
             .handover
             .drain_timeout_seconds
             .clamp(0, crate::crd::MAX_SECONDS) as u64,
     );
-    let ours: Vec<_> = match &o.instances {
+    let ours: Vec<_> = match &o.instances() {
         Ok(rows) => rows
             .iter()
-            .filter(|i| i.live && o.pods.iter().any(|p| p.host == i.host))
+            .filter(|i| i.live() && o.pods().iter().any(|p| p.host() == i.host()))
             .collect(),
         // No database to drain through — a Secret deleted before the
         // Scheduler, a database gone: the pods themselves are told to stop,
         // and waited for, up to the time-out. Releasing at once would let
         // the garbage collector end runs the user never meant to lose.
         Err(_) => {
-            let running: Vec<&PodView> = o.pods.iter().filter(|p| p.exited().is_none()).collect();
+            let running: Vec<&PodView> = o.pods().iter().filter(|p| p.exited().is_none()).collect();
             if running.is_empty() {
                 return Step::Release { timed_out: false };
             }
@@ -113,8 +113,8 @@ pub fn step(o: &Observed, elapsed: Duration) -> Step {
             }
             let stop: Vec<String> = running
                 .iter()
-                .filter(|p| !p.deleting)
-                .map(|p| p.name.clone())
+                .filter(|p| !p.deleting())
+                .map(|p| p.name().to_string())
                 .collect();
             return if stop.is_empty() {
                 Step::WaitPods(running.len())
@@ -131,13 +131,13 @@ pub fn step(o: &Observed, elapsed: Duration) -> Step {
     }
     let ask: Vec<(i64, String)> = ours
         .iter()
-        .filter(|i| i.drain_asked.is_none() && i.role != "draining")
-        .map(|i| (i.id, i.host.clone()))
+        .filter(|i| i.drain_asked().is_none() && i.role() != "draining")
+        .map(|i| (i.id(), i.host().to_string()))
         .collect();
     if ask.is_empty() {
         Step::Wait {
             live: ours.len(),
-            runs: ours.iter().map(|i| i.runs).sum(),
+            runs: ours.iter().map(|i| i.runs()).sum(),
         }
     } else {
         Step::AskDrain(ask)
@@ -183,7 +183,7 @@ pub async fn reconcile(
         remove_finalizer(ctx, &scheduler, ns).await?;
         return Ok(Requeue::await_change());
     }
-    if *decision.status() != observed.status {
+    if decision.status() != observed.status() {
         apply_status(&scheduler, ctx, ns, decision.status()).await?;
     }
     Ok(Requeue::requeue(POLL))
@@ -216,12 +216,12 @@ async fn ask_to_drain(
 /// What `step` of the deletion of `scheduler` says and deletes, but for
 /// the drains it asks (see [`ask_to_drain`]).
 fn decision_of(step: &Step, scheduler: &Scheduler, observed: &Observed) -> Decision {
-    let mut status = observed.status.clone();
+    let mut status = observed.status().clone();
     let progressing = |status: &mut SchedulerStatus, message: String| {
         let now = k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
             k8s_openapi::jiff::Timestamp::now(),
         );
-        let generation = observed.generation;
+        let generation = observed.generation();
         set_condition(
             &mut status.conditions,
             "Progressing",
@@ -247,7 +247,7 @@ fn decision_of(step: &Step, scheduler: &Scheduler, observed: &Observed) -> Decis
         }
         Step::StopPods(pods) => {
             let why = observed
-                .instances
+                .instances()
                 .as_ref()
                 .err()
                 .map(|p| p.message.clone())
@@ -275,11 +275,11 @@ fn decision_of(step: &Step, scheduler: &Scheduler, observed: &Observed) -> Decis
                 // not given its whole grace again by the garbage collector.
                 actions.extend(
                     observed
-                        .pods
+                        .pods()
                         .iter()
                         .filter(|p| p.exited().is_none())
                         .map(|p| Action::DeletePod {
-                            name: p.name.clone(),
+                            name: p.name().to_string(),
                         }),
                 );
             }
@@ -351,32 +351,28 @@ mod tests {
             "handover": {"drainTimeoutSeconds": 100}
         }))
         .unwrap();
-        Observed {
-            namespace: "ns".into(),
-            name: "orca".into(),
-            generation: Some(1),
+        Observed::new(
+            "ns".into(),
+            "orca".into(),
             spec,
-            status: Default::default(),
-            pods,
-            jobs: vec![],
-            instances,
-            now: Utc.timestamp_opt(1_800_000_000, 0).unwrap(),
-            clock_offset: chrono::TimeDelta::zero(),
-            rollout_now: None,
-        }
+            Default::default(),
+            Utc.timestamp_opt(1_800_000_000, 0).unwrap(),
+        )
+        .with_generation(Some(1))
+        .with_pods(pods)
+        .with_instances(instances)
     }
 
     fn pod(name: &str, deleting: bool, exited: bool) -> PodView {
         let t = Utc.timestamp_opt(1_800_000_000, 0).unwrap();
-        PodView {
-            name: name.into(),
-            host: format!("ns-orca-{name}"),
-            revision: "0123456789".into(),
-            sequence: 1,
-            image: "orca:v1".into(),
-            created: t,
-            started: Some(t),
-            state: if exited {
+        PodView::new(
+            name.into(),
+            format!("ns-orca-{name}"),
+            "0123456789".into(),
+            1,
+            "orca:v1".into(),
+            t,
+            if exited {
                 PodState::Exited {
                     code: 0,
                     message: String::new(),
@@ -385,27 +381,23 @@ mod tests {
             } else {
                 PodState::Running
             },
-            waiting: None,
-            deleting,
-            deletion_due: None,
-        }
+        )
+        .with_started(Some(t))
+        .with_deleting(deleting)
     }
 
     fn row(id: i64, host: &str, runs: i32) -> InstanceView {
         let t = Utc.timestamp_opt(1_800_000_000, 0).unwrap();
-        InstanceView {
+        InstanceView::new(
             id,
-            host: format!("ns-orca-{host}"),
-            image: "orca:v1".into(),
-            role: "leading".into(),
-            live: true,
-            ended: None,
-            holds_lock: true,
-            joined: t,
-            led: Some(t),
-            drain_asked: None,
-            runs,
-        }
+            format!("ns-orca-{host}"),
+            "orca:v1".into(),
+            "leading".into(),
+            t,
+        )
+        .with_holds_lock(true)
+        .with_led(Some(t))
+        .with_runs(runs)
     }
 
     fn gone(reason: &str) -> Result<Vec<InstanceView>, Problem> {

@@ -114,13 +114,13 @@ pub fn job_view(job: &Job) -> Option<JobView> {
     } else {
         JobState::Running
     };
-    Some(JobView {
-        name: job.name_any(),
+    Some(JobView::new(
+        job.name_any(),
         revision,
         register,
         created,
         state,
-    })
+    ))
 }
 
 #[cfg(test)]
@@ -201,24 +201,24 @@ mod tests {
     #[test]
     fn a_job_reads_back_as_its_state() {
         let done = job_view(&with("Complete", None)).unwrap();
-        assert_eq!(done.revision, "abc");
+        assert_eq!(done.revision(), "abc");
         assert!(
-            matches!(done.state, JobState::Succeeded { at } if at.to_rfc3339() == "2026-01-01T00:03:00+00:00")
+            matches!(done.state(), JobState::Succeeded { at } if at.to_rfc3339() == "2026-01-01T00:03:00+00:00")
         );
-        assert_eq!(done.register, Some(register_hash(&register())));
+        assert_eq!(done.register(), Some(register_hash(&register()).as_str()));
         let failed = job_view(&with("Failed", Some("DeadlineExceeded"))).unwrap();
         assert!(
-            matches!(failed.state, JobState::Failed { ref message, at } if message.starts_with("DeadlineExceeded: Job was active") && at.to_rfc3339() == "2026-01-01T00:03:00+00:00"),
+            matches!(failed.state(), JobState::Failed { ref message, at } if message.starts_with("DeadlineExceeded: Job was active") && at.to_rfc3339() == "2026-01-01T00:03:00+00:00"),
             "{:?}",
-            failed.state
+            failed.state()
         );
         let mut legacy = with("Complete", None);
         if let Some(labels) = legacy.metadata.labels.as_mut() {
             labels.remove(LABEL_REGISTER);
         }
-        assert_eq!(job_view(&legacy).unwrap().register, None);
+        assert_eq!(job_view(&legacy).unwrap().register(), None);
         assert_eq!(
-            job_view(&with("SuccessCriteriaMet", None)).unwrap().state,
+            *job_view(&with("SuccessCriteriaMet", None)).unwrap().state(),
             JobState::Running
         );
     }

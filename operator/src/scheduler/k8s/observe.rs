@@ -30,7 +30,7 @@ pub(super) async fn observe(
     };
     let spec = &scheduler.spec;
     let views: Vec<PodView> = pods.iter().filter_map(pods::pod_view).collect();
-    let hosts: Vec<String> = views.iter().map(|p| p.host.clone()).collect();
+    let hosts: Vec<String> = views.iter().map(|p| p.host().to_string()).collect();
     let mut db = None;
     let mut db_now = None;
     let instances = match database_url(ctx, ns, &spec.database.url_secret_ref).await? {
@@ -59,24 +59,23 @@ pub(super) async fn observe(
     if let Err(p) = &instances {
         warn!(scheduler = %name, namespace = %ns, reason = %p.reason, "database not observed: {}", p.message);
     }
-    let observed = Observed {
-        namespace: ns.to_string(),
+    let observed = Observed::new(
+        ns.to_string(),
         name,
-        generation: scheduler.metadata.generation,
-        spec: spec.clone(),
-        status: ctx.memory().status(
+        spec.clone(),
+        ctx.memory().status(
             ns,
             &scheduler.name_any(),
             scheduler.metadata.resource_version.as_deref(),
             &scheduler.status.clone().unwrap_or_default(),
         ),
-        pods: views,
-        jobs: jobs.iter().filter_map(jobs::job_view).collect(),
-        instances,
-        now: chrono::Utc::now(),
-        clock_offset: chrono::TimeDelta::zero(),
-        rollout_now: scheduler.annotations().get(scheduler::ROLLOUT_NOW).cloned(),
-    };
+        chrono::Utc::now(),
+    )
+    .with_generation(scheduler.metadata.generation)
+    .with_pods(views)
+    .with_jobs(jobs.iter().filter_map(jobs::job_view).collect())
+    .with_instances(instances)
+    .with_rollout_now(scheduler.annotations().get(scheduler::ROLLOUT_NOW).cloned());
     let observed = match db_now {
         Some(now) => observed.on_database_clock(now),
         None => observed,

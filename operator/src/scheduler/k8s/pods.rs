@@ -235,28 +235,29 @@ pub fn pod_view(pod: &Pod) -> Option<PodView> {
         })
         .map(chrono_of);
     let waiting = state.and_then(|s| s.waiting.as_ref()).and_then(|w| {
-        Some(Waiting {
-            reason: w.reason.clone()?,
-            message: w.message.clone().unwrap_or_default(),
-        })
+        Some(Waiting::new(
+            w.reason.clone()?,
+            w.message.clone().unwrap_or_default(),
+        ))
     });
-    Some(PodView {
-        name: pod.name_any(),
-        host: pod
-            .spec
-            .as_ref()
-            .and_then(|s| s.hostname.clone())
-            .unwrap_or_else(|| pod.name_any()),
-        revision,
-        sequence,
-        image,
-        created,
-        started,
-        state: pod_state(pod, created),
-        waiting,
-        deleting: pod.metadata.deletion_timestamp.is_some(),
-        deletion_due: pod.metadata.deletion_timestamp.as_ref().map(chrono_of),
-    })
+    Some(
+        PodView::new(
+            pod.name_any(),
+            pod.spec
+                .as_ref()
+                .and_then(|s| s.hostname.clone())
+                .unwrap_or_else(|| pod.name_any()),
+            revision,
+            sequence,
+            image,
+            created,
+            pod_state(pod, created),
+        )
+        .with_started(started)
+        .with_waiting(waiting)
+        .with_deleting(pod.metadata.deletion_timestamp.is_some())
+        .with_deletion_due(pod.metadata.deletion_timestamp.as_ref().map(chrono_of)),
+    )
 }
 
 /// The scheduler container's status, once the kubelet has reported one.
@@ -449,12 +450,12 @@ mod tests {
             ..Default::default()
         };
         let view = pod_view(&with_state(running, "Running")).unwrap();
-        assert_eq!((view.revision.as_str(), view.sequence), ("abc", 3));
-        assert_eq!(view.image, "orca:v2");
-        assert_eq!(view.state, PodState::Running);
-        assert_eq!(view.created.to_rfc3339(), "2026-01-01T00:00:00+00:00");
-        assert_eq!(view.started, None, "no startedAt reported yet");
-        assert!(!view.deleting);
+        assert_eq!((view.revision(), view.sequence()), ("abc", 3));
+        assert_eq!(view.image(), "orca:v2");
+        assert_eq!(*view.state(), PodState::Running);
+        assert_eq!(view.created().to_rfc3339(), "2026-01-01T00:00:00+00:00");
+        assert_eq!(view.started(), None, "no startedAt reported yet");
+        assert!(!view.deleting());
 
         let started = ContainerState {
             running: Some(ContainerStateRunning {
@@ -464,7 +465,7 @@ mod tests {
         };
         let view = pod_view(&with_state(started, "Running")).unwrap();
         assert_eq!(
-            view.started.map(|t| t.to_rfc3339()).as_deref(),
+            view.started().map(|t| t.to_rfc3339()).as_deref(),
             Some("2026-01-01T00:00:40+00:00"),
             "running since the container started, not since the pod was created"
         );
@@ -481,19 +482,19 @@ mod tests {
         let mut pod = with_state(refused, "Failed");
         pod.metadata.deletion_timestamp = Some(KubeTime("2026-01-01T00:02:00Z".parse().unwrap()));
         let view = pod_view(&pod).unwrap();
-        match view.state {
+        match view.state() {
             PodState::Exited {
                 code,
                 message,
                 finished,
             } => {
-                assert_eq!(code, 75);
+                assert_eq!(*code, 75);
                 assert!(message.starts_with("overlap refused"));
                 assert_eq!(finished.to_rfc3339(), "2026-01-01T00:01:00+00:00");
             }
             other => panic!("{other:?}"),
         }
-        assert!(view.deleting);
+        assert!(view.deleting());
     }
 
     /// The kubelet's reason for a container that does not run yet (an image
@@ -509,15 +510,15 @@ mod tests {
             ..Default::default()
         };
         let view = pod_view(&with_state(pulling, "Pending")).unwrap();
-        assert_eq!(view.state, PodState::Pending);
+        assert_eq!(*view.state(), PodState::Pending);
         assert_eq!(
-            view.waiting,
-            Some(Waiting {
-                reason: "ErrImagePull".into(),
-                message: "rpc error: manifest for orca:v9 not found".into(),
-            })
+            view.waiting(),
+            Some(&Waiting::new(
+                "ErrImagePull".into(),
+                "rpc error: manifest for orca:v9 not found".into()
+            ))
         );
-        assert_eq!(view.started, None);
+        assert_eq!(view.started(), None);
 
         let ended = ContainerState {
             terminated: Some(ContainerStateTerminated {
@@ -529,9 +530,9 @@ mod tests {
             ..Default::default()
         };
         let view = pod_view(&with_state(ended, "Failed")).unwrap();
-        assert_eq!(view.waiting, None);
+        assert_eq!(view.waiting(), None);
         assert_eq!(
-            view.started.map(|t| t.to_rfc3339()).as_deref(),
+            view.started().map(|t| t.to_rfc3339()).as_deref(),
             Some("2026-01-01T00:00:30+00:00")
         );
     }
@@ -543,12 +544,12 @@ mod tests {
             s.reason = Some("Evicted".into());
         }
         assert!(
-            matches!(pod_view(&pod).unwrap().state, PodState::Exited { code: -1, ref message, .. } if message == "Evicted")
+            matches!(pod_view(&pod).unwrap().state(), PodState::Exited { code: -1, ref message, .. } if message == "Evicted")
         );
         assert_eq!(
-            pod_view(&with_state(ContainerState::default(), "Pending"))
+            *pod_view(&with_state(ContainerState::default(), "Pending"))
                 .unwrap()
-                .state,
+                .state(),
             PodState::Pending
         );
         pod.metadata.labels = None;

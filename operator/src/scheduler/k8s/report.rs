@@ -16,18 +16,18 @@ use crate::{
 pub(super) async fn publish(scheduler: &Scheduler, ctx: &Context, decision: &Decision) {
     let reference = scheduler.object_ref(&());
     for e in decision.events() {
-        info!(scheduler = %scheduler.name_any(), reason = %e.reason, "{}", e.message);
+        info!(scheduler = %scheduler.name_any(), reason = %e.reason(), "{}", e.message());
         let posted = post_event(
             ctx.recorder(),
             ctx.fence(),
             &reference,
-            e.warning,
-            &e.reason,
-            &e.message,
+            e.is_warning(),
+            e.reason(),
+            e.message(),
         )
         .await;
         if let Err(fenced) = posted {
-            warn!(scheduler = %scheduler.name_any(), reason = %e.reason, error = %fenced, "event not posted");
+            warn!(scheduler = %scheduler.name_any(), reason = %e.reason(), error = %fenced, "event not posted");
             return;
         }
     }

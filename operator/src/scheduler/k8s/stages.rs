@@ -165,14 +165,14 @@ async fn run_stages(
         return refused(&scheduler, &ctx, &observed, decision, reason, message).await;
     }
     publish(&scheduler, &ctx, &decision).await;
-    if *decision.status() != observed.status {
+    if decision.status() != observed.status() {
         apply_status(&scheduler, &ctx, &ns, decision.status()).await?;
     }
     // Every pass, not only a changed status: a replica that has just taken
     // the lead exports the phase of Schedulers whose status it left as it
     // was (the alerts on a Degraded one read the leader's series).
     ctx.metrics()
-        .status(&ns, &name, &observed.status, decision.status());
+        .status(&ns, &name, observed.status(), decision.status());
     ctx.backoff().succeeded(&ns, &name);
     Ok(Requeue::requeue(decision.requeue()))
 }
@@ -192,12 +192,12 @@ async fn refused(
     let name = scheduler.name_any();
     let now =
         k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(k8s_openapi::jiff::Timestamp::now());
-    let news = !crate::crd::degraded_already(&observed.status.conditions, reason, &message);
+    let news = !crate::crd::degraded_already(&observed.status().conditions, reason, &message);
     // What was decided did not happen: nothing is done, and the status
     // stays what it was (the same pod is tried again, under the same
     // name), only Degraded.
-    let mut status = observed.status.clone();
-    refusal::degrade(&mut status, reason, &message, now, observed.generation);
+    let mut status = observed.status().clone();
+    refusal::degrade(&mut status, reason, &message, now, observed.generation());
     let events = if news {
         warn!(scheduler = %name, namespace = %ns, reason, "{message}");
         vec![scheduler::Event::warning(reason, message)]
@@ -206,11 +206,11 @@ async fn refused(
     };
     let decision = Decision::new(Vec::new(), events, status, decision.requeue());
     publish(scheduler, ctx, &decision).await;
-    if *decision.status() != observed.status {
+    if decision.status() != observed.status() {
         apply_status(scheduler, ctx, &ns, decision.status()).await?;
     }
     ctx.metrics()
-        .status(&ns, &name, &observed.status, decision.status());
+        .status(&ns, &name, observed.status(), decision.status());
     ctx.metrics().failed(&ns, &name, "act");
     Ok(Requeue::requeue(refusal::REFUSED_RETRY))
 }

@@ -435,7 +435,7 @@ async fn a_lost_answer_keeps_its_token_and_a_refusal_uses_it_up() {
     let mut lp = run_answered(&[Answer::Refused]);
     let report = launch(&mut lp, &launching(1), 0).await;
     assert_eq!(reasons(&report), ["LaunchRefused"]);
-    assert!(report.events()[0].warning());
+    assert!(report.events()[0].is_warning());
     assert_eq!(report.degraded().map(|d| d.0), Some("LaunchRefused"));
     assert!(lp.act.boot.holding().is_some(), "launches wait");
     assert_eq!(lp.act.launches.batches, 1);
@@ -759,7 +759,7 @@ async fn a_start_refused_for_good_retires_the_reserve_instance() {
         .iter()
         .find(|e| e.reason() == "StartFailed")
         .unwrap();
-    assert!(failed.warning() && failed.message().contains("i-1 retired (ReserveFailed)"));
+    assert!(failed.is_warning() && failed.message().contains("i-1 retired (ReserveFailed)"));
 }
 
 /// The same for a stop EC2 refuses: once, the plan stopped it again every

@@ -393,7 +393,7 @@ impl Context {
     pub(super) async fn say(&self, wp: &WarmPool, event: &PoolEvent) {
         let reference = wp.object_ref(&());
         let fence = self.config.fence();
-        let (warning, reason) = (event.warning(), event.reason());
+        let (warning, reason) = (event.is_warning(), event.reason());
         if let Err(fenced) = post_event(
             &self.recorder,
             fence,

@@ -425,7 +425,7 @@ async fn pass_all(
                     PoolEvent::new(
                         e.reason(),
                         format!("where the pool ran before ({where_}): {}", e.message()),
-                        e.warning(),
+                        e.is_warning(),
                     )
                 }));
                 if report.deleted() {
