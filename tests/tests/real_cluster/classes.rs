@@ -543,6 +543,73 @@ async fn a_pool_pointed_at_a_missing_class_is_torn_down_where_it_ran() {
     assert!(present(&ec2, &ec2.owner).await.is_empty());
 }
 
+/// A pool pointed at another team's class (admission lets the name
+/// through; the operator refuses it, `NamespaceNotAllowed`) and then deleted is
+/// torn down outside that class: its instance gets no tag of the class,
+/// whose census would count it against the other team's limits until it
+/// was gone. Once, the deleted pool's loop tagged it with the class that
+/// refused the pool.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pool_pointed_at_a_class_that_refuses_it_is_torn_down_outside_it() {
+    let stage = OnCluster::new("cls-theirs").await;
+    super::v1_ready(&stage).await;
+    let ec2 = Ec2Stage::new(&stage, "runners").await;
+    stage.create_pool(&ec2.pool("runners", 1, 1, 4)).await;
+    stage
+        .wait_pool("runners", "an instance", Duration::from_secs(90), |s| {
+            s.launching + s.idle == 1 && s.place.is_some()
+        })
+        .await;
+    let ids = present(&ec2, &ec2.owner).await;
+    assert_eq!(ids.len(), 1);
+    // Another team's class, at the same place as the pool.
+    let theirs = format!("theirs-{}", random_hex(3));
+    apply_class(&stage, &class(&theirs, &ec2, "another-team", "")).await;
+    let pointed = serde_json::json!({"spec": {"classRef": {"name": theirs}}});
+    stage
+        .pools()
+        .patch("runners", &PatchParams::default(), &Patch::Merge(pointed))
+        .await
+        .unwrap_or_else(|e| panic!("pointing the pool at the class: {e}"));
+    stage
+        .wait_pool(
+            "runners",
+            "NamespaceNotAllowed",
+            Duration::from_secs(30),
+            degraded_for("NamespaceNotAllowed"),
+        )
+        .await;
+
+    stage
+        .pools()
+        .delete("runners", &DeleteParams::default())
+        .await
+        .unwrap();
+    gone(&stage, "runners").await;
+    assert!(present(&ec2, &ec2.owner).await.is_empty());
+    for id in &ids {
+        let listed = ec2
+            .ec2
+            .client()
+            .describe_instances()
+            .instance_ids(id)
+            .send()
+            .await
+            .unwrap_or_else(|e| panic!("moto's DescribeInstances: {e}"));
+        let tags: Vec<(String, String)> = listed
+            .reservations()
+            .iter()
+            .flat_map(|r| r.instances())
+            .flat_map(|i| i.tags())
+            .filter_map(|t| Some((t.key()?.to_string(), t.value()?.to_string())))
+            .collect();
+        assert!(
+            !tags.iter().any(|(k, _)| k == "orca.dev/class"),
+            "{id} was tagged for a class that refused its pool: {tags:?}"
+        );
+    }
+}
+
 /// An inline pool with two idle instances moved onto the class `kubectl
 /// orca class from-pool` prints: the same instances, nothing launched or
 /// terminated.

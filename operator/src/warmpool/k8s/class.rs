@@ -59,11 +59,15 @@ pub(super) async fn effective(
         Ok(spec) => Ok(Ok(with_spec(&wp, spec))),
         Err(_) if deleting => {
             // Torn down where it ran, refused or not, its busy instances
-            // drained within the class's bound as it is now.
+            // drained within the class's bound as it is now; outside the
+            // class's book, which would tag its class-less instances for
+            // the class and count them against the teams it admits (a
+            // pool pointed at another team's class, then deleted).
             let mut spec = wp.spec.clone();
             spec.region = class.spec.region.clone();
             spec.endpoint = class.spec.endpoint.clone();
             spec.drain_timeout_seconds = drain_within(&class.spec, &wp.spec);
+            spec.class_ref = None;
             Ok(Ok(with_spec(&wp, spec)))
         }
         Err(refusal) => Ok(Err(refusal)),
