@@ -84,7 +84,7 @@ impl PoolRow {
         }
     }
 
-    /// Row `id` of `instance`, as its agent first writes it: no run, not
+    /// Row `id` of `instance` with nothing else known of it: no run, not
     /// idle, never polled, never used, no claim, reserve or notice.
     pub fn new(id: i64, instance: String) -> Self {
         PoolRow {

@@ -383,7 +383,6 @@ impl Observer<'_> {
             .with_known(known)
             .with_ours(self.lessons.launches().ours().map(str::to_string).collect())
             .with_demand(demand)
-            .with_deleting(None)
             .with_made_before_listing(made_before_listing)
             .with_hung(hung)
             .with_drain(self.drain.clone())
