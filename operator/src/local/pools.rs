@@ -275,14 +275,16 @@ impl LocalPools {
     }
 
     /// Whether a loop of `key` still terminates its instances where `spec`
-    /// would start it (removed and put back, or moved there and back; on
-    /// whichever database: EC2 lists the same instances): two loops there
-    /// would fight, one terminating what the other launches, so the new one
-    /// waits.
+    /// may start it: the same Scheduler in the same region, whatever the
+    /// endpoint (removed and put back, moved there and back, or given its
+    /// moto's endpoint by name: another endpoint may be the same EC2; on
+    /// whichever database). Both loops would list the same instances and
+    /// fight, the old one terminating what the new one launches, so the
+    /// new one waits until the old place is empty.
     fn still_retiring(&self, key: &str, spec: &WarmPoolSpec) -> bool {
-        self.retiring
-            .iter()
-            .any(|(k, r)| k == key && !moved(&r.spec, spec))
+        self.retiring.iter().any(|(k, r)| {
+            k == key && r.spec.scheduler == spec.scheduler && r.spec.region == spec.region
+        })
     }
 
     /// Stops the retiring loops that have nothing left.

@@ -3,7 +3,8 @@
 //! running. Once, the local mode stopped the old loop and started a new
 //! one in the new region, and the old instances ran on, counted by no one;
 //! a removed pool's instances the same. A pool put back where it still
-//! drains waits until that is done.
+//! drains waits until that is done, and so does one given its own moto's
+//! endpoint by name (the same EC2).
 
 use orca_operator::fence::Fence;
 use orca_operator::warmpool::{Ec2, Ec2Config};
@@ -51,6 +52,38 @@ async fn alive(endpoint: &str, region: &str) -> Vec<String> {
         .collect()
 }
 
+/// Where the local mode's own moto listens, as it says.
+fn moto_of(local: &LocalMode) -> String {
+    local
+        .output()
+        .iter()
+        .find_map(|l| {
+            let (_, rest) = l.split_once("on moto at ")?;
+            rest.split(": image").next().map(String::from)
+        })
+        .expect("the local mode says where its moto is")
+}
+
+/// The instances moto has ended (or is ending) in `region`.
+async fn ended(endpoint: &str, region: &str) -> Vec<String> {
+    let ec2 = Ec2::new(&Ec2Config::new(region, Some(endpoint)), Fence::always()).await;
+    let out = ec2
+        .client()
+        .describe_instances()
+        .send()
+        .await
+        .unwrap_or_else(|e| panic!("moto's DescribeInstances in {region} failed: {e}"));
+    out.reservations()
+        .iter()
+        .flat_map(|r| r.instances())
+        .filter(|i| {
+            let state = i.state().and_then(|s| s.name()).map(|n| n.as_str());
+            matches!(state, Some("terminated" | "shutting-down"))
+        })
+        .filter_map(|i| i.instance_id().map(String::from))
+        .collect()
+}
+
 async fn until(local: &LocalMode, what: &str, mut done: impl AsyncFnMut() -> bool) {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(90);
     while !done().await {
@@ -73,14 +106,7 @@ async fn a_moved_or_removed_pool_terminates_its_instances_where_it_ran() {
         local.pool_status("runners").idle == 2
     })
     .await;
-    let endpoint = local
-        .output()
-        .iter()
-        .find_map(|l| {
-            let (_, rest) = l.split_once("on moto at ")?;
-            rest.split(": image").next().map(String::from)
-        })
-        .expect("the local mode says where its moto is");
+    let endpoint = moto_of(&local);
     assert_eq!(alive(&endpoint, "us-east-1").await.len(), 2);
 
     // Moved: the old region's instances are terminated, the new region's
@@ -184,5 +210,67 @@ async fn a_moved_or_removed_pool_terminates_its_instances_where_it_ran() {
     until(&local, "us-west-2 emptied", async || {
         alive(&endpoint, "us-west-2").await.is_empty()
     })
+    .await;
+}
+
+/// A pool given its own moto's endpoint by name (the same EC2 it ran on
+/// without one) terminates nothing it launches there: the loop left where
+/// it ran drains its own instances first, and the pool starts again once
+/// they are gone. Once, both loops ran at once on the same listing, and
+/// the old place's terminated what the new one launched.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pool_given_its_endpoint_by_name_terminates_nothing_it_launches_after() {
+    orca_tests::warm::aws_env();
+    let mut local = LocalMode::own_database(&scheduler("v1", "", ""));
+    local.write("warmpool.yaml", &pool("us-east-1"));
+    local.start();
+    until(&local, "two idle", async || {
+        local.pool_status("runners").idle == 2
+    })
+    .await;
+    let endpoint = moto_of(&local);
+    let before = alive(&endpoint, "us-east-1").await;
+    assert_eq!(before.len(), 2);
+
+    // Named, the endpoint is the pool's own: so are the subnet and the
+    // SSM endpoint, moto's.
+    let subnet = local
+        .output()
+        .iter()
+        .find_map(|l| {
+            let (_, rest) = l.split_once("moto's subnets [\"")?;
+            rest.split('"').next().map(String::from)
+        })
+        .expect("the local mode says moto's subnets");
+    let named = pool("us-east-1")
+        .replace(
+            "  region: us-east-1\n",
+            &format!("  region: us-east-1\n  endpoint: {endpoint}\n  ssmEndpoint: {endpoint}\n"),
+        )
+        .replace("subnet-1", &subnet);
+    local.write("warmpool.yaml", &named);
+    until(
+        &local,
+        "two new idle, the old place's loop ended",
+        async || {
+            let wrong: Vec<String> = ended(&endpoint, "us-east-1")
+                .await
+                .into_iter()
+                .filter(|id| !before.contains(id))
+                .collect();
+            assert!(
+                wrong.is_empty(),
+                "{wrong:?}, launched after the move, were terminated; the operator said:\n{}",
+                local.output().join("\n")
+            );
+            let now = alive(&endpoint, "us-east-1").await;
+            now.len() == 2
+                && now.iter().all(|id| !before.contains(id))
+                && local
+                    .output()
+                    .iter()
+                    .any(|l| l.contains("nothing left where it ran"))
+        },
+    )
     .await;
 }
