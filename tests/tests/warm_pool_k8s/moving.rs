@@ -339,6 +339,14 @@ async fn a_former_place_waits_while_the_pools_place_cannot_be_listed() {
         "nothing terminated while the pool's place cannot be listed; events: {:#?}",
         k8s.events
     );
+    assert!(
+        k8s.events_of("FormerPlaceWaiting").iter().any(|e| e["note"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("where the pool ran before")),
+        "the waiting place says so; events: {:#?}",
+        k8s.events
+    );
 
     // Listed again: the old place's loop leaves what the pool has, and goes.
     faults.heal();

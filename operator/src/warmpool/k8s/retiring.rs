@@ -414,6 +414,15 @@ async fn pass_all(
             None if r.place.scheduler == here.0 && r.place.region == here.1 => {
                 tracing::info!(pool = %wp.name_any(), place = %where_,
                     "the pool's place is not listed yet: the place it ran before waits");
+                events.push(PoolEvent::new(
+                    "FormerPlaceWaiting",
+                    format!(
+                        "where the pool ran before ({where_}): waits until the pool's own place \
+                         has been listed (it may be the same EC2 under another endpoint); \
+                         nothing is terminated there meanwhile"
+                    ),
+                    false,
+                ));
                 continue;
             }
             None => &none,
@@ -435,6 +444,11 @@ async fn pass_all(
             }
             Err(e) => {
                 tracing::warn!(pool = %wp.name_any(), place = %where_, error = %e, "a former place's pass failed");
+                events.push(PoolEvent::new(
+                    e.degraded_reason(),
+                    format!("where the pool ran before ({where_}): {e}"),
+                    true,
+                ));
             }
         }
     }
