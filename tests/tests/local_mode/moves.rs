@@ -34,6 +34,17 @@ spec:
 /// The instances moto runs in `region` that are not terminated (or
 /// shutting down).
 async fn alive(endpoint: &str, region: &str) -> Vec<String> {
+    by_end(endpoint, region, false).await
+}
+
+/// The instances moto has ended (or is ending) in `region`.
+async fn ended(endpoint: &str, region: &str) -> Vec<String> {
+    by_end(endpoint, region, true).await
+}
+
+/// The instances moto lists in `region` that are ended (or ending), or
+/// that are not.
+async fn by_end(endpoint: &str, region: &str, ended: bool) -> Vec<String> {
     let ec2 = Ec2::new(&Ec2Config::new(region, Some(endpoint)), Fence::always()).await;
     let out = ec2
         .client()
@@ -46,7 +57,7 @@ async fn alive(endpoint: &str, region: &str) -> Vec<String> {
         .flat_map(|r| r.instances())
         .filter(|i| {
             let state = i.state().and_then(|s| s.name()).map(|n| n.as_str());
-            !matches!(state, Some("terminated" | "shutting-down"))
+            matches!(state, Some("terminated" | "shutting-down")) == ended
         })
         .filter_map(|i| i.instance_id().map(String::from))
         .collect()
@@ -62,26 +73,6 @@ fn moto_of(local: &LocalMode) -> String {
             rest.split(": image").next().map(String::from)
         })
         .expect("the local mode says where its moto is")
-}
-
-/// The instances moto has ended (or is ending) in `region`.
-async fn ended(endpoint: &str, region: &str) -> Vec<String> {
-    let ec2 = Ec2::new(&Ec2Config::new(region, Some(endpoint)), Fence::always()).await;
-    let out = ec2
-        .client()
-        .describe_instances()
-        .send()
-        .await
-        .unwrap_or_else(|e| panic!("moto's DescribeInstances in {region} failed: {e}"));
-    out.reservations()
-        .iter()
-        .flat_map(|r| r.instances())
-        .filter(|i| {
-            let state = i.state().and_then(|s| s.name()).map(|n| n.as_str());
-            matches!(state, Some("terminated" | "shutting-down"))
-        })
-        .filter_map(|i| i.instance_id().map(String::from))
-        .collect()
 }
 
 async fn until(local: &LocalMode, what: &str, mut done: impl AsyncFnMut() -> bool) {

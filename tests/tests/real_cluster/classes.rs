@@ -512,25 +512,38 @@ async fn a_pool_pointed_at_a_missing_class_is_torn_down_where_it_ran() {
     let stage = OnCluster::new("cls-typo").await;
     super::v1_ready(&stage).await;
     let ec2 = Ec2Stage::new(&stage, "runners").await;
+    pointed_and_deleted(&stage, &ec2, "no-such-class", "ClassNotFound").await;
+}
+
+/// WarmPool `runners` with its one instance, pointed at class `class`,
+/// which refuses it (`reason`), then deleted: gone, and none of its
+/// instances left. The instances it had.
+async fn pointed_and_deleted(
+    stage: &OnCluster,
+    ec2: &Ec2Stage,
+    class: &str,
+    reason: &'static str,
+) -> BTreeSet<String> {
     stage.create_pool(&ec2.pool("runners", 1, 1, 4)).await;
     stage
         .wait_pool("runners", "an instance", Duration::from_secs(90), |s| {
             s.launching + s.idle == 1 && s.place.is_some()
         })
         .await;
-    assert_eq!(present(&ec2, &ec2.owner).await.len(), 1);
-    let typo = serde_json::json!({"spec": {"classRef": {"name": "no-such-class"}}});
+    let had = present(ec2, &ec2.owner).await;
+    assert_eq!(had.len(), 1);
+    let pointed = serde_json::json!({"spec": {"classRef": {"name": class}}});
     stage
         .pools()
-        .patch("runners", &PatchParams::default(), &Patch::Merge(typo))
+        .patch("runners", &PatchParams::default(), &Patch::Merge(pointed))
         .await
         .unwrap_or_else(|e| panic!("pointing the pool at the class: {e}"));
     stage
         .wait_pool(
             "runners",
-            "ClassNotFound",
+            reason,
             Duration::from_secs(30),
-            degraded_for("ClassNotFound"),
+            degraded_for(reason),
         )
         .await;
 
@@ -539,8 +552,9 @@ async fn a_pool_pointed_at_a_missing_class_is_torn_down_where_it_ran() {
         .delete("runners", &DeleteParams::default())
         .await
         .unwrap();
-    gone(&stage, "runners").await;
-    assert!(present(&ec2, &ec2.owner).await.is_empty());
+    gone(stage, "runners").await;
+    assert!(present(ec2, &ec2.owner).await.is_empty());
+    had
 }
 
 /// A pool pointed at another team's class (admission lets the name
@@ -554,39 +568,10 @@ async fn a_pool_pointed_at_a_class_that_refuses_it_is_torn_down_outside_it() {
     let stage = OnCluster::new("cls-theirs").await;
     super::v1_ready(&stage).await;
     let ec2 = Ec2Stage::new(&stage, "runners").await;
-    stage.create_pool(&ec2.pool("runners", 1, 1, 4)).await;
-    stage
-        .wait_pool("runners", "an instance", Duration::from_secs(90), |s| {
-            s.launching + s.idle == 1 && s.place.is_some()
-        })
-        .await;
-    let ids = present(&ec2, &ec2.owner).await;
-    assert_eq!(ids.len(), 1);
     // Another team's class, at the same place as the pool.
     let theirs = format!("theirs-{}", random_hex(3));
     apply_class(&stage, &class(&theirs, &ec2, "another-team", "")).await;
-    let pointed = serde_json::json!({"spec": {"classRef": {"name": theirs}}});
-    stage
-        .pools()
-        .patch("runners", &PatchParams::default(), &Patch::Merge(pointed))
-        .await
-        .unwrap_or_else(|e| panic!("pointing the pool at the class: {e}"));
-    stage
-        .wait_pool(
-            "runners",
-            "NamespaceNotAllowed",
-            Duration::from_secs(30),
-            degraded_for("NamespaceNotAllowed"),
-        )
-        .await;
-
-    stage
-        .pools()
-        .delete("runners", &DeleteParams::default())
-        .await
-        .unwrap();
-    gone(&stage, "runners").await;
-    assert!(present(&ec2, &ec2.owner).await.is_empty());
+    let ids = pointed_and_deleted(&stage, &ec2, &theirs, "NamespaceNotAllowed").await;
     for id in &ids {
         let listed = ec2
             .ec2
