@@ -386,17 +386,17 @@ impl ControlPlane {
         image
             .unpack(&root)
             .unwrap_or_else(|e| panic!("cannot unpack the image {}: {e:#}", archive.display()));
-        let node_image = NodeImage {
+        let node_image = NodeImage::new(
             root,
-            entrypoint: image.strings("Entrypoint"),
-            cmd: image.strings("Cmd"),
-            env: image.strings("Env"),
-            user: image.user(),
-            working_dir: image.config["WorkingDir"]
+            image.strings("Entrypoint"),
+            image.strings("Cmd"),
+            image.strings("Env"),
+            image.user(),
+            image.config()["WorkingDir"]
                 .as_str()
                 .unwrap_or_default()
                 .into(),
-        };
+        );
         self.images
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
@@ -414,15 +414,15 @@ impl ControlPlane {
     }
 
     fn start_node(&self) -> Node {
-        let options = NodeOptions {
-            name: NODE.into(),
-            work_dir: self.dir.join("pods"),
-            unpullable: vec![UNPULLABLE.into()],
-            images: self.images.clone(),
-            exposed: self.exposed.clone(),
-            api_port: self.port,
-            ca_file: self.dir.join("ca.crt"),
-        };
+        let options = NodeOptions::new(
+            NODE.into(),
+            self.dir.join("pods"),
+            vec![UNPULLABLE.into()],
+            self.images.clone(),
+            self.exposed.clone(),
+            self.port,
+            self.dir.join("ca.crt"),
+        );
         self.block_on(async {
             let client = self.client().await;
             Node::start(client, options)

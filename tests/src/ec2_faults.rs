@@ -53,16 +53,49 @@ struct Rule {
 /// One call the proxy saw.
 #[derive(Clone, Debug)]
 pub struct Call {
-    pub action: String,
+    action: String,
     /// The form-encoded parameters, as sent.
-    pub body: String,
-    pub at: Instant,
+    body: String,
+    at: Instant,
     /// When the answer went back (none for a lost one).
-    pub answered: Option<Instant>,
-    pub fault: Option<Fault>,
+    answered: Option<Instant>,
+    fault: Option<Fault>,
     /// The access key id the call was signed with (SigV4's `Credential=`):
     /// who called, when several processes share the proxy.
-    pub key_id: Option<String>,
+    key_id: Option<String>,
+}
+
+impl Call {
+    /// Its `action`.
+    pub fn action(&self) -> &str {
+        &self.action
+    }
+
+    /// The form-encoded parameters, as sent.
+    pub fn body(&self) -> &str {
+        &self.body
+    }
+
+    /// Its `at`.
+    pub fn at(&self) -> Instant {
+        self.at
+    }
+
+    /// When the answer went back (none for a lost one).
+    pub fn answered(&self) -> Option<Instant> {
+        self.answered
+    }
+
+    /// Its `fault`.
+    pub fn fault(&self) -> &Option<Fault> {
+        &self.fault
+    }
+
+    /// The access key id the call was signed with (SigV4's `Credential=`):
+    /// who called, when several processes share the proxy.
+    pub fn key_id(&self) -> Option<&str> {
+        self.key_id.as_deref()
+    }
 }
 
 impl Call {

@@ -21,8 +21,20 @@ use crate::moto::Moto;
 /// An IAM user's access key.
 #[derive(Clone, Debug)]
 pub struct AccessKey {
-    pub id: String,
-    pub secret: String,
+    id: String,
+    secret: String,
+}
+
+impl AccessKey {
+    /// Its `id`.
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+
+    /// Its `secret`.
+    pub fn secret(&self) -> &str {
+        &self.secret
+    }
 }
 
 /// The cluster the documented policies are rendered for: the docs'

@@ -34,12 +34,27 @@ pub fn archive() -> PathBuf {
 pub struct OciImage {
     dir: PathBuf,
     /// The reference it was saved as (`org.opencontainers.image.ref.name`).
-    pub reference: String,
+    reference: String,
     /// The image's configuration (its `config`: `Entrypoint`, `Cmd`,
     /// `User`, `Env`, `Labels`, `WorkingDir`).
-    pub config: Value,
+    config: Value,
     /// The layers' blobs, in order.
-    pub layers: Vec<PathBuf>,
+    layers: Vec<PathBuf>,
+}
+
+impl OciImage {
+    /// The reference it was saved as (`org.opencontainers.image.ref.name`).
+    pub fn reference(&self) -> &str {
+        &self.reference
+    }
+}
+
+impl OciImage {
+    /// The image's configuration (its `config`: `Entrypoint`, `Cmd`,
+    /// `User`, `Env`, `Labels`, `WorkingDir`).
+    pub fn config(&self) -> &Value {
+        &self.config
+    }
 }
 
 impl OciImage {

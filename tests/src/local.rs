@@ -40,9 +40,16 @@ pub enum Stop {
 /// A process found in `/proc`.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub struct Process {
-    pub pid: i32,
+    pid: i32,
     /// Its command line, the arguments joined by spaces.
-    pub command: String,
+    command: String,
+}
+
+impl Process {
+    /// Its command line, the arguments joined by spaces.
+    pub fn command(&self) -> &str {
+        &self.command
+    }
 }
 
 impl fmt::Display for Process {
@@ -173,8 +180,8 @@ pub fn wait_until_none(limit: Duration, look: impl Fn() -> Vec<Process>) -> Vec<
 
 /// A local-mode directory and the operator running on it.
 pub struct LocalMode {
-    pub dir: PathBuf,
-    pub url: String,
+    dir: PathBuf,
+    url: String,
     child: Option<Child>,
     lines: Arc<Mutex<Vec<String>>>,
 }

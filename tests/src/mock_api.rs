@@ -28,12 +28,39 @@ pub const NAME: &str = "orca";
 
 /// One request the operator made.
 pub struct Call {
-    pub method: Method,
-    pub path: String,
-    pub query: String,
-    pub content_type: String,
-    pub body: Value,
+    method: Method,
+    path: String,
+    query: String,
+    content_type: String,
+    body: Value,
     reply: SendResponse<Response<Body>>,
+}
+
+impl Call {
+    /// Its `method`.
+    pub fn method(&self) -> &Method {
+        &self.method
+    }
+
+    /// Its `path`.
+    pub fn path(&self) -> &str {
+        &self.path
+    }
+
+    /// Its `query`.
+    pub fn query(&self) -> &str {
+        &self.query
+    }
+
+    /// Its `content_type`.
+    pub fn content_type(&self) -> &str {
+        &self.content_type
+    }
+
+    /// Its `body`.
+    pub fn body(&self) -> &Value {
+        &self.body
+    }
 }
 
 impl Call {
@@ -95,7 +122,14 @@ impl Call {
 pub struct ApiServerVerifier {
     handle: Handle<Request<Body>, Response<Body>>,
     /// Every request body seen, as text.
-    pub bodies: Vec<String>,
+    bodies: Vec<String>,
+}
+
+impl ApiServerVerifier {
+    /// Every request body seen, as text.
+    pub fn bodies(&self) -> &Vec<String> {
+        &self.bodies
+    }
 }
 
 /// A client whose every request the verifier answers.
@@ -424,10 +458,22 @@ pub fn secret(data: &[(&str, &str)]) -> Secret {
 /// every call is answered 503.
 #[derive(Clone, Default)]
 pub struct LeaseServer {
-    pub lease: Arc<Mutex<Option<Value>>>,
-    pub log: Arc<Mutex<Vec<String>>>,
-    pub failing: Arc<AtomicBool>,
+    lease: Arc<Mutex<Option<Value>>>,
+    log: Arc<Mutex<Vec<String>>>,
+    failing: Arc<AtomicBool>,
     version: Arc<Mutex<u64>>,
+}
+
+impl LeaseServer {
+    /// Its `log`.
+    pub fn log(&self) -> &Arc<Mutex<Vec<String>>> {
+        &self.log
+    }
+
+    /// Its `failing`.
+    pub fn failing(&self) -> &Arc<AtomicBool> {
+        &self.failing
+    }
 }
 
 impl LeaseServer {

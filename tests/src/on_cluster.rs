@@ -28,12 +28,44 @@ use crate::{
 pub const TEST_MANAGER: &str = "orca-tests";
 
 pub struct OnCluster {
-    pub cp: &'static ControlPlane,
-    pub client: Client,
-    pub ns: String,
-    pub release: Release,
-    pub url: String,
-    pub replicas: Vec<Replica>,
+    cp: &'static ControlPlane,
+    client: Client,
+    ns: String,
+    release: Release,
+    url: String,
+    replicas: Vec<Replica>,
+}
+
+impl OnCluster {
+    /// Its `cp`.
+    pub fn cp(&self) -> &'static ControlPlane {
+        self.cp
+    }
+
+    /// Its `client`.
+    pub fn client(&self) -> &Client {
+        &self.client
+    }
+
+    /// Its `ns`.
+    pub fn ns(&self) -> &str {
+        &self.ns
+    }
+
+    /// Its `release`.
+    pub fn release(&self) -> &Release {
+        &self.release
+    }
+
+    /// Its `url`.
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    /// Its `replicas`.
+    pub fn replicas(&self) -> &Vec<Replica> {
+        &self.replicas
+    }
 }
 
 impl OnCluster {
@@ -103,6 +135,21 @@ impl OnCluster {
         stage
     }
 
+    /// Keeps `replica`, a replica started by hand, with the others.
+    pub fn add_replica(&mut self, replica: Replica) {
+        self.replicas.push(replica);
+    }
+
+    /// Stops the `i`th replica (see [`Replica::stop`]).
+    pub fn stop_replica(&mut self, i: usize) {
+        self.replicas[i].stop();
+    }
+
+    /// Whether the `i`th replica's process still runs.
+    pub fn replica_running(&mut self, i: usize) -> bool {
+        self.replicas[i].running()
+    }
+
     /// Starts replica `name` of the operator.
     pub async fn with_replica(mut self, name: &str) -> OnCluster {
         let replica = Replica::start(self.cp, &self.client, &self.release, name).await;
@@ -122,7 +169,7 @@ impl OnCluster {
 
     /// Who holds the operator's Lease now, if anyone.
     pub async fn lease_holder(&self) -> Option<String> {
-        Api::<Lease>::namespaced(self.client.clone(), &self.release.namespace)
+        Api::<Lease>::namespaced(self.client.clone(), self.release.namespace())
             .get_opt(&self.release.fullname())
             .await
             .ok()
@@ -456,7 +503,7 @@ impl OnCluster {
     pub fn logs(&self) -> String {
         self.replicas
             .iter()
-            .map(|r| format!("--- replica {}:\n{}", r.name, r.log()))
+            .map(|r| format!("--- replica {}:\n{}", r.name(), r.log()))
             .collect()
     }
 }

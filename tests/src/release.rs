@@ -99,10 +99,42 @@ pub fn repo() -> PathBuf {
 /// An installed release of the chart.
 #[derive(Clone, Debug)]
 pub struct Release {
-    pub name: String,
-    pub namespace: String,
+    name: String,
+    namespace: String,
     /// The namespaces it watches.
-    pub watch: Vec<String>,
+    watch: Vec<String>,
+}
+
+impl Release {
+    /// Release `name` in `namespace`, watching `watch`.
+    pub fn new(name: String, namespace: String, watch: Vec<String>) -> Self {
+        Release {
+            name,
+            namespace,
+            watch,
+        }
+    }
+}
+
+impl Release {
+    /// Its `name`.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+}
+
+impl Release {
+    /// The namespaces it watches.
+    pub fn watch(&self) -> &Vec<String> {
+        &self.watch
+    }
+}
+
+impl Release {
+    /// Its `namespace`.
+    pub fn namespace(&self) -> &str {
+        &self.namespace
+    }
 }
 
 /// The cluster name (`clusterName`) a release gets unless the test sets
@@ -261,16 +293,37 @@ struct How<'a> {
 /// One replica of the operator: `orca-operator` with the chart's arguments,
 /// as the chart's ServiceAccount.
 pub struct Replica {
-    pub name: String,
+    name: String,
     /// The access key id its EC2 calls are signed with (moto takes any):
     /// unique to the replica, so a proxy in front of EC2 tells who called.
-    pub aws_key_id: String,
+    aws_key_id: String,
     /// The token's `jti`: the apiserver's audit log records it as the
     /// `authentication.kubernetes.io/credential-id` of every write.
-    pub credential_id: String,
-    pub metrics: String,
+    credential_id: String,
+    metrics: String,
     log: PathBuf,
     child: Option<Child>,
+}
+
+impl Replica {
+    /// The access key id its EC2 calls are signed with (moto takes any):
+    /// unique to the replica, so a proxy in front of EC2 tells who called.
+    pub fn aws_key_id(&self) -> &str {
+        &self.aws_key_id
+    }
+
+    /// The token's `jti`: the apiserver's audit log records it as the
+    /// `authentication.kubernetes.io/credential-id` of every write.
+    pub fn credential_id(&self) -> &str {
+        &self.credential_id
+    }
+}
+
+impl Replica {
+    /// Its `name`.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
 }
 
 impl Replica {

@@ -54,11 +54,30 @@ pub const USER_DATA: &str = "user-data.sh";
 #[derive(Debug, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Instance {
-    pub id: String,
-    pub instance_type: String,
-    pub image: String,
-    pub subnet: String,
-    pub tags: BTreeMap<String, String>,
+    id: String,
+    instance_type: String,
+    image: String,
+    subnet: String,
+    tags: BTreeMap<String, String>,
+}
+
+impl Instance {
+    /// Instance `id` of `instance_type` from `image` in `subnet`, with `tags`.
+    pub fn new(
+        id: String,
+        instance_type: String,
+        image: String,
+        subnet: String,
+        tags: BTreeMap<String, String>,
+    ) -> Self {
+        Instance {
+            id,
+            instance_type,
+            image,
+            subnet,
+            tags,
+        }
+    }
 }
 
 /// Placeholders and the values they stand for in one run.
@@ -225,10 +244,32 @@ pub fn postgres_tool(program: &str, args: &[&str]) -> String {
 /// What [`load`] made: the database, moto with the instances, and the
 /// names the placeholders stood for.
 pub struct Loaded {
-    pub url: String,
-    pub moto: Moto,
-    pub ec2: Ec2,
-    pub names: Names,
+    url: String,
+    moto: Moto,
+    ec2: Ec2,
+    names: Names,
+}
+
+impl Loaded {
+    /// Its `url`.
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    /// Its `moto`.
+    pub fn moto(&self) -> &Moto {
+        &self.moto
+    }
+
+    /// Its `ec2`.
+    pub fn ec2(&self) -> &Ec2 {
+        &self.ec2
+    }
+
+    /// Its `names`.
+    pub fn names(&self) -> &Names {
+        &self.names
+    }
 }
 
 /// Loads the state in `dir` into namespace [`NAMESPACE`] (which exists,

@@ -43,10 +43,32 @@ pub fn aws_env() {
 /// database on the shared throwaway cluster, an EC2 client for moto, and
 /// moto's default subnets.
 pub struct Stage {
-    pub moto: Moto,
-    pub url: String,
-    pub ec2: Ec2,
-    pub subnets: Vec<String>,
+    moto: Moto,
+    url: String,
+    ec2: Ec2,
+    subnets: Vec<String>,
+}
+
+impl Stage {
+    /// Its `moto`.
+    pub fn moto(&self) -> &Moto {
+        &self.moto
+    }
+
+    /// Its `url`.
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    /// Its `ec2`.
+    pub fn ec2(&self) -> &Ec2 {
+        &self.ec2
+    }
+
+    /// Its `subnets`.
+    pub fn subnets(&self) -> &Vec<String> {
+        &self.subnets
+    }
 }
 
 impl Stage {
@@ -81,8 +103,8 @@ pub async fn ec2_as(endpoint: &str, key: &crate::iam::AccessKey) -> Ec2 {
     aws_env();
     Ec2::with_credentials(
         &Ec2Config::new(REGION, Some(endpoint)),
-        &key.id,
-        &key.secret,
+        key.id(),
+        key.secret(),
         Fence::always(),
     )
     .await
@@ -290,7 +312,7 @@ pub async fn hand_out_until_launch(
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
         if let Some(c) = faults.calls_of("RunInstances").first() {
-            return (handed, c.at);
+            return (handed, c.at());
         }
         assert!(
             Instant::now() < deadline,

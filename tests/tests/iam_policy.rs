@@ -176,15 +176,15 @@ fn preflight(moto: &Moto, key: &iam::AccessKey, subnet: &str) -> (bool, String) 
         .args(["--region", warm::REGION, "--endpoint", &endpoint])
         .args(["--ssm-endpoint", &endpoint, "--image", warm::IMAGE])
         .args(["--subnet", subnet])
-        .env("AWS_ACCESS_KEY_ID", &key.id)
-        .env("AWS_SECRET_ACCESS_KEY", &key.secret)
+        .env("AWS_ACCESS_KEY_ID", key.id())
+        .env("AWS_SECRET_ACCESS_KEY", key.secret())
         .env_remove("AWS_SESSION_TOKEN")
         .env("AWS_EC2_METADATA_DISABLED", "true")
         .output()
         .expect("orca-operator runs");
     let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
     assert!(
-        !stdout.contains(&key.secret),
+        !stdout.contains(key.secret()),
         "the secret key is printed: {stdout}"
     );
     (

@@ -21,7 +21,7 @@ fn the_config_runs_the_operator_as_nonroot_with_its_labels() {
     assert_eq!(image.strings("Entrypoint"), ["/orca-operator"]);
     assert_eq!(image.strings("Cmd"), ["run"]);
     assert_eq!(image.user(), "65532:65532");
-    let labels = &image.config["Labels"];
+    let labels = &image.config()["Labels"];
     assert_eq!(labels["org.opencontainers.image.title"], "orca-operator");
     assert_eq!(
         labels["org.opencontainers.image.version"],
@@ -36,10 +36,10 @@ fn the_config_runs_the_operator_as_nonroot_with_its_labels() {
     }
     assert!(
         image
-            .reference
+            .reference()
             .ends_with(&format!("orca-operator:{}", env!("CARGO_PKG_VERSION"))),
         "saved as {:?}",
-        image.reference
+        image.reference()
     );
     let _ = std::fs::remove_dir_all(dir);
 }

@@ -26,37 +26,31 @@ fn at(ms: i64) -> DateTime<Utc> {
 }
 
 fn session(pid: i32) -> Session {
-    Session {
-        pid,
-        start: Some(at(-(pid as i64) * 1000)),
-    }
+    Session::new(pid, Some(at(-(pid as i64) * 1000)))
 }
 
 /// A sample read between `ms` and `ms + 1`, with these holders.
 fn sample(ms: i64, holders: &[(i32, i64)]) -> Sample {
-    Sample {
-        before: at(ms),
-        after: at(ms + 1),
-        holders: holders
+    Sample::new(
+        at(ms),
+        at(ms + 1),
+        holders
             .iter()
-            .map(|&(pid, instance)| Holder {
-                session: session(pid),
-                instance: Some(instance),
-            })
+            .map(|&(pid, instance)| Holder::new(session(pid), Some(instance)))
             .collect(),
-    }
+    )
 }
 
 /// Instance `instance` on backend `pid` decides `what` at `ms`, its own
 /// statement seeing `holders`.
 fn decision(instance: i64, pid: i32, ms: i64, what: &str, holders: &[i32]) -> Decision {
-    Decision {
+    Decision::new(
         instance,
-        at: at(ms),
-        what: what.into(),
-        session: session(pid),
-        holders: holders.to_vec(),
-    }
+        at(ms),
+        what.into(),
+        session(pid),
+        holders.to_vec(),
+    )
 }
 
 #[test]
@@ -81,7 +75,7 @@ fn a_handover_inside_one_sampling_gap_passes() {
         decision(3, 33, 200, "start run=4 start=1", &[33]),
     ];
     let checked = judge(&samples, &decisions).unwrap();
-    assert_eq!((checked.decisions, checked.bracketed), (6, 5));
+    assert_eq!((checked.decisions(), checked.bracketed()), (6, 5));
 }
 
 #[test]
@@ -98,8 +92,9 @@ fn a_decision_while_another_session_held_the_lock_across_it_fails() {
     );
     // The same pid, but a later backend: a reused pid is another session.
     let mut reused = decisions[0].clone();
-    reused.session.pid = 11;
-    reused.holders = vec![11];
+    let session = reused.session().with_pid(11);
+    reused = reused.with_session(session);
+    reused = reused.with_holders(vec![11]);
     let err = judge(&samples, &[reused]).unwrap_err();
     assert!(err.contains("held the lead lock"), "{err}");
 }
@@ -133,7 +128,7 @@ fn two_instances_deciding_in_overlapping_periods_fail() {
 fn sim(url: &str, image: &str, broken: bool) -> Sim {
     let mut opts = SimOptions::new(image, TICK_MS, STALE_S);
     if broken {
-        opts.args = vec!["--unsafe-skip-lead-lock".into()];
+        opts = opts.with_args(vec!["--unsafe-skip-lead-lock".into()]);
     }
     Sim::start(url, &opts)
 }
@@ -146,7 +141,7 @@ async fn started_by(db: &orca_db::Db, ids: &[i64], instance: i64) {
     while !runs(db, ids)
         .await
         .values()
-        .all(|r| r.instance == Some(instance))
+        .all(|r| r.instance() == Some(instance))
     {
         assert!(
             tokio::time::Instant::now() < deadline,

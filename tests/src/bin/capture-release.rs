@@ -81,11 +81,7 @@ async fn main() {
         &["apply", "-n", NAMESPACE, "-f", "-"],
         Some(&objects),
     );
-    let release = Release {
-        name: RELEASE.into(),
-        namespace: NAMESPACE.into(),
-        watch: vec![NAMESPACE.into()],
-    };
+    let release = Release::new(RELEASE.into(), NAMESPACE.into(), vec![NAMESPACE.into()]);
     let mut replica = Replica::start(cp, &client, &release, "a").await;
     let schedulers: Api<Scheduler> = Api::namespaced(client.clone(), NAMESPACE);
     let db = pg::connect(&url).await;
@@ -268,15 +264,15 @@ async fn instances(ec2: &orca_operator::warmpool::Ec2, names: &mut Names) -> Vec
             placeholder.clone(),
             instance.instance_id().unwrap_or_default().to_string(),
         );
-        found.push(Instance {
-            id: placeholder,
-            instance_type: instance
+        found.push(Instance::new(
+            placeholder,
+            instance
                 .instance_type()
                 .map(|t| t.as_str().to_string())
                 .unwrap_or_default(),
-            image: instance.image_id().unwrap_or_default().to_string(),
-            subnet: names.hide(instance.subnet_id().unwrap_or_default()),
-            tags: instance
+            instance.image_id().unwrap_or_default().to_string(),
+            names.hide(instance.subnet_id().unwrap_or_default()),
+            instance
                 .tags()
                 .iter()
                 .map(|t| {
@@ -286,7 +282,7 @@ async fn instances(ec2: &orca_operator::warmpool::Ec2, names: &mut Names) -> Vec
                     )
                 })
                 .collect(),
-        });
+        ));
     }
     found
 }

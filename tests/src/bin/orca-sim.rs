@@ -18,7 +18,7 @@ fn main() -> ExitCode {
         .with_ansi(false)
         .with_target(false)
         .init();
-    let Command::Scheduler(args) = cli.command;
+    let Command::Scheduler(args) = cli.into_command();
     let config = match args.resolve() {
         Ok(c) => c,
         Err(e) => {

@@ -57,39 +57,161 @@ fn shares(recent: &VecDeque<(i64, Source, i64)>, target: i64) -> StartTimes {
 #[derive(Clone, Debug)]
 pub struct World {
     /// When the simulation starts (a Monday, 00:00 UTC).
-    pub start: DateTime<Utc>,
+    start: DateTime<Utc>,
     /// Days simulated before the measured ones: the forecast's history.
-    pub warm_up_days: i64,
+    warm_up_days: i64,
     /// Days measured.
-    pub days: i64,
+    days: i64,
     /// Seconds per tick: each tick one plan.
-    pub tick_secs: i64,
+    tick_secs: i64,
     /// From launch to an idle row.
-    pub boot_secs: i64,
+    boot_secs: i64,
     /// How long each run keeps its instance.
-    pub run_secs: i64,
+    run_secs: i64,
     /// Runs a minute at the busiest hour of a workday.
-    pub peak_per_min: f64,
+    peak_per_min: f64,
     /// Bursts of runs at once, a workday: how many, and how many runs each.
-    pub bursts_per_day: u32,
-    pub burst_runs: u32,
+    bursts_per_day: u32,
+    burst_runs: u32,
     /// Days (from the start) whose boots take `slow_boot_secs` instead: a
     /// new image that boots slower, for a week.
-    pub slow_days: std::ops::Range<i64>,
-    pub slow_boot_secs: i64,
+    slow_days: std::ops::Range<i64>,
+    slow_boot_secs: i64,
     /// From a reserve instance's start to its agent back, idle.
-    pub reserve_start_secs: i64,
+    reserve_start_secs: i64,
     /// Days (from the start) whose demand is `busy_factor` times the
     /// cycle's.
-    pub busy_days: std::ops::Range<i64>,
-    pub busy_factor: f64,
+    busy_days: std::ops::Range<i64>,
+    busy_factor: f64,
     /// One-off bursts beyond the daily ones: the second (from the start)
     /// and how many runs at once.
-    pub surges: Vec<(i64, u32)>,
+    surges: Vec<(i64, u32)>,
     /// Spot reclaims: the second (from the start) and how many instances
     /// EC2 takes back, the idle ones first, then those booting.
-    pub reclaims: Vec<(i64, u32)>,
-    pub seed: u64,
+    reclaims: Vec<(i64, u32)>,
+    seed: u64,
+}
+
+impl World {
+    /// These, with `start` set.
+    pub fn with_start(self, start: DateTime<Utc>) -> Self {
+        World { start, ..self }
+    }
+
+    /// These, with `warm_up_days` set.
+    pub fn with_warm_up_days(self, warm_up_days: i64) -> Self {
+        World {
+            warm_up_days,
+            ..self
+        }
+    }
+
+    /// These, with `days` set.
+    pub fn with_days(self, days: i64) -> Self {
+        World { days, ..self }
+    }
+
+    /// These, with `tick_secs` set.
+    pub fn with_tick_secs(self, tick_secs: i64) -> Self {
+        World { tick_secs, ..self }
+    }
+
+    /// These, with `boot_secs` set.
+    pub fn with_boot_secs(self, boot_secs: i64) -> Self {
+        World { boot_secs, ..self }
+    }
+
+    /// These, with `run_secs` set.
+    pub fn with_run_secs(self, run_secs: i64) -> Self {
+        World { run_secs, ..self }
+    }
+
+    /// These, with `peak_per_min` set.
+    pub fn with_peak_per_min(self, peak_per_min: f64) -> Self {
+        World {
+            peak_per_min,
+            ..self
+        }
+    }
+
+    /// These, with `bursts_per_day` set.
+    pub fn with_bursts_per_day(self, bursts_per_day: u32) -> Self {
+        World {
+            bursts_per_day,
+            ..self
+        }
+    }
+
+    /// These, with `burst_runs` set.
+    pub fn with_burst_runs(self, burst_runs: u32) -> Self {
+        World { burst_runs, ..self }
+    }
+
+    /// These, with `slow_days` set.
+    pub fn with_slow_days(self, slow_days: std::ops::Range<i64>) -> Self {
+        World { slow_days, ..self }
+    }
+
+    /// These, with `slow_boot_secs` set.
+    pub fn with_slow_boot_secs(self, slow_boot_secs: i64) -> Self {
+        World {
+            slow_boot_secs,
+            ..self
+        }
+    }
+
+    /// These, with `reserve_start_secs` set.
+    pub fn with_reserve_start_secs(self, reserve_start_secs: i64) -> Self {
+        World {
+            reserve_start_secs,
+            ..self
+        }
+    }
+
+    /// These, with `busy_days` set.
+    pub fn with_busy_days(self, busy_days: std::ops::Range<i64>) -> Self {
+        World { busy_days, ..self }
+    }
+
+    /// These, with `busy_factor` set.
+    pub fn with_busy_factor(self, busy_factor: f64) -> Self {
+        World {
+            busy_factor,
+            ..self
+        }
+    }
+
+    /// These, with `surges` set.
+    pub fn with_surges(self, surges: Vec<(i64, u32)>) -> Self {
+        World { surges, ..self }
+    }
+
+    /// These, with `reclaims` set.
+    pub fn with_reclaims(self, reclaims: Vec<(i64, u32)>) -> Self {
+        World { reclaims, ..self }
+    }
+
+    /// These, with `seed` set.
+    pub fn with_seed(self, seed: u64) -> Self {
+        World { seed, ..self }
+    }
+}
+
+impl World {
+    /// When the simulation starts (a Monday, 00:00 UTC).
+    pub fn start(&self) -> DateTime<Utc> {
+        self.start
+    }
+
+    /// Days measured.
+    pub fn days(&self) -> i64 {
+        self.days
+    }
+
+    /// From launch to an idle row.
+    pub fn boot_secs(&self) -> i64 {
+        self.boot_secs
+    }
 }
 
 impl World {
@@ -219,25 +341,54 @@ pub fn arrivals(w: &World) -> Vec<i64> {
 /// What one policy came to over the measured days.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Outcome {
-    pub runs: u64,
+    runs: u64,
     /// Runs that found no idle instance and waited for one.
-    pub cold: u64,
+    cold: u64,
     /// Instance-hours of every running instance, booting, idle or busy.
-    pub instance_hours: f64,
+    instance_hours: f64,
     /// Those of instances not serving a run (booting or idle): what the
     /// policy holds, the busy hours being the same under any.
-    pub warm_hours: f64,
+    warm_hours: f64,
     /// Instance-hours of the stopped reserve (its volumes' only), apart:
     /// not in the two above.
-    pub stopped_hours: f64,
+    stopped_hours: f64,
     /// Each measured run's wait for an instance, in seconds (to the tick),
     /// and the hour it arrived in (from the start of the measured days).
-    pub waits: Vec<(i64, i64)>,
+    waits: Vec<(i64, i64)>,
     /// Instances the plan retired that had never served a run, but for idle
     /// beyond the spec's own `idle.max` (after a burst, what was launched
     /// for its runs and found them served goes, as the user's ceiling
     /// says): a launch one plan made and a later one took back for nothing.
-    pub churn: u64,
+    churn: u64,
+}
+
+impl Outcome {
+    /// Its `runs`.
+    pub fn runs(&self) -> u64 {
+        self.runs
+    }
+
+    /// Runs that found no idle instance and waited for one.
+    pub fn cold(&self) -> u64 {
+        self.cold
+    }
+
+    /// Instance-hours of every running instance, booting, idle or busy.
+    pub fn instance_hours(&self) -> f64 {
+        self.instance_hours
+    }
+
+    /// Those of instances not serving a run (booting or idle): what the
+    /// policy holds, the busy hours being the same under any.
+    pub fn warm_hours(&self) -> f64 {
+        self.warm_hours
+    }
+
+    /// Instance-hours of the stopped reserve (its volumes' only), apart:
+    /// not in the two above.
+    pub fn stopped_hours(&self) -> f64 {
+        self.stopped_hours
+    }
 }
 
 impl Outcome {

@@ -125,7 +125,7 @@ pub(super) async fn run(ctx: &Ctx, pod: &PodApi, rx: &mut Updates) -> bool {
             .await;
         }
     };
-    let run = ImageRun::new(ctx, &spec, container, &image, env, &pod.name);
+    let run = ImageRun::new(ctx, &spec, container, &image, env, pod.name());
     let outcome = supervise(ctx, pod, rx, &start, &sandbox, &run, &spec).await;
     sandbox.end(ctx);
     outcome
@@ -160,7 +160,7 @@ impl Sandbox {
             root.join("etc/hosts"),
             format!(
                 "127.0.0.1\tlocalhost\n::1\tlocalhost\n127.0.0.1\t{}\n",
-                pod.name
+                pod.name()
             ),
         )?;
         for mount in container.volume_mounts.iter().flatten() {
@@ -189,7 +189,7 @@ impl Sandbox {
                 let account = spec.service_account_name.as_deref().unwrap_or("default");
                 std::fs::write(path.join("token"), token(ctx, pod, account).await?)?;
                 std::fs::copy(&ctx.ca_file, path.join("ca.crt"))?;
-                std::fs::write(path.join("namespace"), &pod.namespace)?;
+                std::fs::write(path.join("namespace"), pod.namespace())?;
             } else {
                 anyhow::bail!(
                     "volume {:?}: the test node makes only emptyDir volumes and the \
@@ -417,14 +417,14 @@ async fn token(ctx: &Ctx, pod: &PodApi, account: &str) -> anyhow::Result<String>
             bound_object_ref: Some(BoundObjectReference {
                 api_version: Some("v1".into()),
                 kind: Some("Pod".into()),
-                name: Some(pod.name.clone()),
-                uid: Some(pod.uid.clone()),
+                name: Some(pod.name().to_string()),
+                uid: Some(pod.uid().to_string()),
             }),
         },
         ..Default::default()
     };
     let answer: TokenRequest =
-        Api::<ServiceAccount>::namespaced(ctx.client.clone(), &pod.namespace)
+        Api::<ServiceAccount>::namespaced(ctx.client.clone(), pod.namespace())
             .create_subresource("token", account, &PostParams::default(), &request)
             .await
             .with_context(|| format!("a token of ServiceAccount {account}"))?;
@@ -847,21 +847,7 @@ async fn supervise(
 }
 
 fn status(c: &ImageRun, pid: Option<u32>, state: State, restarts: u32) -> ContainerStatus {
-    ContainerStatus {
-        name: c.name.clone(),
-        image: c.image.clone(),
-        pid,
-        state,
-        ready: None,
-        restarts,
-    }
-}
-
-impl ContainerStatus {
-    fn with_ready(mut self, ready: Option<bool>) -> Self {
-        self.ready = ready;
-        self
-    }
+    ContainerStatus::new(c.name.clone(), c.image.clone(), pid, state, None, restarts)
 }
 
 async fn sleep_until(at: Option<Instant>) {

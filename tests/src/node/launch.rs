@@ -5,15 +5,32 @@ use super::*;
 
 /// A container ready to start.
 pub(super) struct Launch {
-    pub(super) name: String,
-    pub(super) image: String,
+    name: String,
+    image: String,
     /// `command` then `args`, expanded.
-    pub(super) argv: Vec<String>,
+    argv: Vec<String>,
     env: BTreeMap<String, String>,
     hostname: String,
     /// Where its termination message goes (`ORCA_TERMINATION_LOG`).
     termination_log: PathBuf,
     fallback_to_logs: bool,
+}
+
+impl Launch {
+    /// Its `name`.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Its `image`.
+    pub fn image(&self) -> &str {
+        &self.image
+    }
+
+    /// `command` then `args`, expanded.
+    pub fn argv(&self) -> &Vec<String> {
+        &self.argv
+    }
 }
 
 impl Launch {
@@ -98,8 +115,15 @@ fn tail(text: &str, lines: usize, bytes: usize) -> &str {
 /// Why a pod's containers cannot start yet; `retry` if that may change
 /// without the pod changing (a Secret or ConfigMap may appear).
 pub(super) struct Waiting {
-    pub(super) containers: Vec<ContainerStatus>,
-    pub(super) retry: bool,
+    containers: Vec<ContainerStatus>,
+    retry: bool,
+}
+
+impl Waiting {
+    /// The containers' statuses, and whether to retry.
+    pub(super) fn into_parts(self) -> (Vec<ContainerStatus>, bool) {
+        (self.containers, self.retry)
+    }
 }
 
 /// Resolves every container of the pod, or says why some cannot start.
@@ -113,7 +137,7 @@ pub(super) async fn prepare(
         .hostname
         .clone()
         .filter(|h| !h.is_empty())
-        .unwrap_or_else(|| pod.name.clone());
+        .unwrap_or_else(|| pod.name().to_string());
     let dir = pod.dir(ctx);
     let has_init = spec.init_containers.as_ref().is_some_and(|c| !c.is_empty());
     let mut launches = Vec::new();

@@ -4,14 +4,14 @@
 //! reporting their state in the pod's status as a kubelet would — as far as
 //! the tests need, and no further:
 //!
-//! - a container of an image the node has ([`NodeOptions::images`]: the
+//! - a container of an image the node has (the `images` of its [`NodeOptions`]: the
 //!   operator's own, unpacked from its OCI archive) runs from that image's
 //!   root file system, in a network of its own, with its service account's
 //!   token, probes and restarts — see `image_pod` for what is and is not
 //!   done as a kubelet does;
 //! - any other container must have a `command`, run with the agent's own
 //!   environment (less `ORCA_*`) under the pod's; an image listed in
-//!   [`NodeOptions::unpullable`] fails to pull, and no other image matters;
+//!   its `unpullable` fails to pull, and no other image matters;
 //! - the containers of a pod start together once all can (image, command and
 //!   environment resolved), and are never restarted: `restartPolicy`
 //!   `OnFailure` and `Always` are treated as `Never`;
@@ -72,7 +72,7 @@ mod status;
 // What the submodules share, each through `use super::*`.
 use self::{
     environment::{container_env, expand},
-    launch::{prepare, Launch, Waiting},
+    launch::{prepare, Launch},
     pod::{deleting, grace, latest, run_pod, PodApi, Updates},
     pod_watch::watch_pods,
     process::{dies_with_the_node, exit_code, spawn, spawner, Groups, SpawnRequest},
@@ -102,38 +102,85 @@ const MESSAGE_LINES: usize = 80;
 #[derive(Clone, Debug)]
 pub struct NodeOptions {
     /// The `Node` object's name, e.g. `orca-test-node`.
-    pub name: String,
+    name: String,
     /// Where pods live: `<work_dir>/<namespace>/<pod>/` holds a pod's `log`
     /// and `termination-log` and is its containers' working directory.
-    pub work_dir: PathBuf,
+    work_dir: PathBuf,
     /// Images that fail to pull (`ErrImagePull`), to test a pod that never
     /// starts: an exact image, or a prefix ending in `*`.
-    pub unpullable: Vec<String>,
+    unpullable: Vec<String>,
     /// The images the node has, by reference (filled in as tests load
     /// them); a pod whose containers are all of these runs from them.
-    pub images: Arc<Mutex<BTreeMap<String, NodeImage>>>,
+    images: Arc<Mutex<BTreeMap<String, NodeImage>>>,
     /// The loopback ports of this machine that a pod in a network of its
     /// own reaches at the same address (the API server's, the databases',
     /// moto's), as a cluster network would route them.
-    pub exposed: Arc<Mutex<BTreeSet<u16>>>,
+    exposed: Arc<Mutex<BTreeSet<u16>>>,
     /// The API server as pods reach it: its loopback port (the
     /// `KUBERNETES_SERVICE_PORT` of image pods) and its CA (their
     /// `ca.crt`).
-    pub api_port: u16,
-    pub ca_file: PathBuf,
+    api_port: u16,
+    ca_file: PathBuf,
+}
+
+impl NodeOptions {
+    /// The options of node `name`: its pods' directory `work_dir`, the
+    /// images that fail to pull, the images it has, the loopback ports its
+    /// pods reach, and the API server's port and CA as pods reach it.
+    pub fn new(
+        name: String,
+        work_dir: PathBuf,
+        unpullable: Vec<String>,
+        images: Arc<Mutex<BTreeMap<String, NodeImage>>>,
+        exposed: Arc<Mutex<BTreeSet<u16>>>,
+        api_port: u16,
+        ca_file: PathBuf,
+    ) -> Self {
+        NodeOptions {
+            name,
+            work_dir,
+            unpullable,
+            images,
+            exposed,
+            api_port,
+            ca_file,
+        }
+    }
 }
 
 /// An image the node has: its root file system, unpacked, and its config.
 #[derive(Clone, Debug)]
 pub struct NodeImage {
-    pub root: PathBuf,
-    pub entrypoint: Vec<String>,
-    pub cmd: Vec<String>,
+    root: PathBuf,
+    entrypoint: Vec<String>,
+    cmd: Vec<String>,
     /// `KEY=value` each.
-    pub env: Vec<String>,
+    env: Vec<String>,
     /// `uid[:gid]`, numeric; empty: root.
-    pub user: String,
-    pub working_dir: String,
+    user: String,
+    working_dir: String,
+}
+
+impl NodeImage {
+    /// An image unpacked at `root`, with its config's entrypoint, command,
+    /// environment, user and working directory.
+    pub fn new(
+        root: PathBuf,
+        entrypoint: Vec<String>,
+        cmd: Vec<String>,
+        env: Vec<String>,
+        user: String,
+        working_dir: String,
+    ) -> Self {
+        NodeImage {
+            root,
+            entrypoint,
+            cmd,
+            env,
+            user,
+            working_dir,
+        }
+    }
 }
 
 /// A running test node. Dropping it stops the agent and SIGKILLs every

@@ -78,9 +78,26 @@ pub(super) async fn run_pod(ctx: Arc<Ctx>, mut rx: Updates) {
 /// A pod's name, uid and API, for its task.
 pub(super) struct PodApi {
     api: Api<Pod>,
-    pub(super) namespace: String,
-    pub(super) name: String,
-    pub(super) uid: String,
+    namespace: String,
+    name: String,
+    uid: String,
+}
+
+impl PodApi {
+    /// Its `namespace`.
+    pub fn namespace(&self) -> &str {
+        &self.namespace
+    }
+
+    /// Its `name`.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Its `uid`.
+    pub fn uid(&self) -> &str {
+        &self.uid
+    }
 }
 
 /// Waits until the pod is bound to this node, binding it if it is bound to

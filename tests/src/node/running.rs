@@ -19,12 +19,13 @@ pub(super) async fn run(ctx: &Ctx, pod: &PodApi, rx: &mut Updates) -> bool {
         }
         let retry = match prepare(ctx, pod, &current).await {
             Ok(launches) => break launches,
-            Err(Waiting { containers, retry }) => {
+            Err(waiting) => {
+                let (containers, retry) = waiting.into_parts();
                 if reported.as_ref() != Some(&containers) {
                     for c in &containers {
-                        if let State::Waiting { reason, message } = &c.state {
+                        if let State::Waiting { reason, message } = &c.state() {
                             if reason != "ContainerCreating" {
-                                tracing::info!(pod = %pod.key(), container = %c.name, %reason, %message, "cannot start");
+                                tracing::info!(pod = %pod.key(), container = %c.name(), %reason, %message, "cannot start");
                             }
                         }
                     }
@@ -67,30 +68,30 @@ pub(super) async fn run(ctx: &Ctx, pod: &PodApi, rx: &mut Updates) -> bool {
         let (pid, state) = match spawned {
             Ok(child) => {
                 let pid = child.id();
-                tracing::info!(pod = %pod.key(), container = %launch.name, pid, "started");
+                tracing::info!(pod = %pod.key(), container = %launch.name(), pid, "started");
                 waits.push(wait(i, child));
                 (pid, State::Running { started: now() })
             }
             Err(e) => {
-                tracing::info!(pod = %pod.key(), container = %launch.name, error = %e, "cannot start");
+                tracing::info!(pod = %pod.key(), container = %launch.name(), error = %e, "cannot start");
                 (None, start_error(&launch, e))
             }
         };
-        let status = ContainerStatus {
-            name: launch.name.clone(),
-            image: launch.image.clone(),
+        let status = ContainerStatus::new(
+            launch.name().to_string(),
+            launch.image().to_string(),
             pid,
             state,
-            ready: None,
-            restarts: 0,
-        };
+            None,
+            0,
+        );
         containers.push((status, launch));
     }
     let statuses = |containers: &[(ContainerStatus, Launch)]| -> Vec<ContainerStatus> {
         containers.iter().map(|(c, _)| c.clone()).collect()
     };
     let phase = |containers: &[(ContainerStatus, Launch)]| {
-        let codes: Vec<Option<i32>> = containers.iter().map(|(c, _)| c.state.code()).collect();
+        let codes: Vec<Option<i32>> = containers.iter().map(|(c, _)| c.state().code()).collect();
         match codes.iter().all(Option::is_some) {
             false => "Running",
             true if codes.iter().all(|c| *c == Some(0)) => "Succeeded",
@@ -122,25 +123,25 @@ pub(super) async fn run(ctx: &Ctx, pod: &PodApi, rx: &mut Updates) -> bool {
             Some((i, status)) = waits.next() => {
                 let (c, launch) = &mut containers[i];
                 let code = exit_code(&status);
-                if let Some(pid) = c.pid {
+                if let Some(pid) = c.pid() {
                     ctx.groups.ended(pid as i32);
                 }
                 let mut message = launch.message(&dir, code);
                 if let Err(e) = &status {
                     message = format!("cannot wait for the process: {e}");
                 }
-                tracing::info!(pod = %pod.key(), container = %c.name, code, "exited");
-                let started = match &c.state {
+                tracing::info!(pod = %pod.key(), container = %c.name(), code, "exited");
+                let started = match &c.state() {
                     State::Running { started } => Some(started.clone()),
                     _ => None,
                 };
-                c.state = State::Terminated {
+                c.set_state(State::Terminated {
                     code,
                     reason: if code == 0 { "Completed" } else { "Error" }.into(),
                     message,
                     started,
                     finished: now(),
-                };
+                });
                 if !gone && !waits.is_empty() {
                     gone = !pod.report(&pod_status("Running", &start, &statuses(&containers))).await;
                 }
@@ -183,7 +184,7 @@ pub(super) async fn run(ctx: &Ctx, pod: &PodApi, rx: &mut Updates) -> bool {
 /// Signals the process group of each container still running.
 fn signal_all(ctx: &Ctx, containers: &[(ContainerStatus, Launch)], signal: i32) {
     for (c, _) in containers {
-        if let (Some(pid), true) = (c.pid, c.running()) {
+        if let (Some(pid), true) = (c.pid(), c.running()) {
             ctx.groups.signal(pid as i32, signal);
         }
     }
@@ -207,7 +208,11 @@ pub(super) fn fresh_dir(dir: &Path) -> io::Result<()> {
 }
 
 fn start_error(launch: &Launch, e: io::Error) -> State {
-    let program = launch.argv.first().map(String::as_str).unwrap_or_default();
+    let program = launch
+        .argv()
+        .first()
+        .map(String::as_str)
+        .unwrap_or_default();
     State::Terminated {
         code: 128,
         reason: "StartError".into(),

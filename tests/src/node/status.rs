@@ -32,15 +32,54 @@ impl State {
 
 #[derive(Clone, Debug, PartialEq)]
 pub(super) struct ContainerStatus {
-    pub(super) name: String,
-    pub(super) image: String,
-    pub(super) pid: Option<u32>,
-    pub(super) state: State,
+    name: String,
+    image: String,
+    pid: Option<u32>,
+    state: State,
     /// Whether its readiness probe passes; `None`: it has none, and is
     /// ready while it runs.
-    pub(super) ready: Option<bool>,
+    ready: Option<bool>,
     /// How often it was restarted (`restartCount`).
-    pub(super) restarts: u32,
+    restarts: u32,
+}
+
+impl ContainerStatus {
+    /// Container `name` of `image`, its process `pid`, in `state`, its probe's
+    /// last answer `ready` and `restarts` restarts.
+    pub fn new(
+        name: String,
+        image: String,
+        pid: Option<u32>,
+        state: State,
+        ready: Option<bool>,
+        restarts: u32,
+    ) -> Self {
+        ContainerStatus {
+            name,
+            image,
+            pid,
+            state,
+            ready,
+            restarts,
+        }
+    }
+}
+
+impl ContainerStatus {
+    /// Its `name`.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Its `pid`.
+    pub fn pid(&self) -> Option<u32> {
+        self.pid
+    }
+
+    /// Its `state`.
+    pub fn state(&self) -> &State {
+        &self.state
+    }
 }
 
 impl ContainerStatus {
@@ -55,6 +94,17 @@ impl ContainerStatus {
             restarts: 0,
             state,
         }
+    }
+
+    /// This, its readiness probe's last answer `ready`.
+    pub(super) fn with_ready(mut self, ready: Option<bool>) -> Self {
+        self.ready = ready;
+        self
+    }
+
+    /// Its state is now `state`.
+    pub(super) fn set_state(&mut self, state: State) {
+        self.state = state;
     }
 
     pub(super) fn running(&self) -> bool {

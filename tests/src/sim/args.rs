@@ -14,7 +14,14 @@ use orca_db::{migrate, DatabaseUrl, DbError};
 )]
 pub struct Cli {
     #[command(subcommand)]
-    pub command: Command,
+    command: Command,
+}
+
+impl Cli {
+    /// The command it was given.
+    pub fn into_command(self) -> Command {
+        self.command
+    }
 }
 
 #[derive(Subcommand)]
@@ -35,70 +42,143 @@ pub enum Overlap {
 pub struct SchedulerArgs {
     /// How often it beats, and looks at the lead and the queue.
     #[arg(long, default_value_t = 1000)]
-    pub tick_ms: u64,
+    tick_ms: u64,
     /// An instance or a run's heartbeat older than this is stale.
     #[arg(long, default_value_t = 10.0)]
-    pub stale_seconds: f64,
+    stale_seconds: f64,
     /// How many migrations it says it knows (default: what it has).
     #[arg(long)]
-    pub migrations: Option<i32>,
+    migrations: Option<i32>,
     /// Refuse to start beside a live instance knowing fewer migrations than
     /// this (default: what it has).
     #[arg(long)]
-    pub floor: Option<i32>,
+    floor: Option<i32>,
     /// Place each run on an instance of this WarmPool (`namespace/name`).
     #[arg(long)]
-    pub pool: Option<String>,
+    pool: Option<String>,
     #[arg(
         long = "database-url",
         env = "ORCA_DATABASE_URL",
         hide_env_values = true
     )]
-    pub database_url: Option<String>,
+    database_url: Option<String>,
     #[arg(long, env = "ORCA_OVERLAP", value_enum, default_value = "off")]
-    pub overlap: Overlap,
+    overlap: Overlap,
     #[arg(long, env = "ORCA_IMAGE", default_value = "")]
-    pub image: String,
+    image: String,
     /// The host name (the pod's); the kernel's when unset.
     #[arg(long, env = "HOSTNAME")]
-    pub host: Option<String>,
+    host: Option<String>,
     /// LISTEN for the other instances' notifications (off: polling only,
     /// as behind a transaction-pooling proxy).
     #[arg(long, env = "ORCA_SIM_LISTEN", value_enum, default_value = "on")]
-    pub listen: Overlap,
+    listen: Overlap,
     #[arg(
         long,
         env = "ORCA_TERMINATION_LOG",
         default_value = "/dev/termination-log"
     )]
-    pub termination_log: PathBuf,
+    termination_log: PathBuf,
     /// Tests only: acts as leader without the lock, to show the lock check
     /// fails (tests/tests/lead_lock_check.rs). Never use it otherwise.
     #[arg(long, hide = true)]
-    pub unsafe_skip_lead_lock: bool,
+    unsafe_skip_lead_lock: bool,
 }
 
 /// Everything the scheduler needs, resolved.
 #[derive(Clone, Debug)]
 pub struct Config {
-    pub url: DatabaseUrl,
-    pub tick: Duration,
-    pub stale: Duration,
-    pub migrations: i32,
-    pub floor: i32,
-    pub pool: Option<String>,
-    pub overlap: bool,
+    url: DatabaseUrl,
+    tick: Duration,
+    stale: Duration,
+    migrations: i32,
+    floor: i32,
+    pool: Option<String>,
+    overlap: bool,
     /// LISTEN on the lock connection (a speed-up only).
-    pub listen: bool,
-    pub image: String,
-    pub host: String,
-    pub pid: i32,
+    listen: bool,
+    image: String,
+    host: String,
+    pid: i32,
     /// `runs.owner` of the runs it starts.
-    pub owner: String,
-    pub termination_log: PathBuf,
+    owner: String,
+    termination_log: PathBuf,
     /// Tests only: acts as leader without the lock, to show the lock check
     /// fails (`--unsafe-skip-lead-lock`).
-    pub unsafe_skip_lead_lock: bool,
+    unsafe_skip_lead_lock: bool,
+}
+
+impl Config {
+    /// Its `url`.
+    pub fn url(&self) -> &DatabaseUrl {
+        &self.url
+    }
+
+    /// Its `tick`.
+    pub fn tick(&self) -> Duration {
+        self.tick
+    }
+
+    /// Its `stale`.
+    pub fn stale(&self) -> Duration {
+        self.stale
+    }
+
+    /// Its `migrations`.
+    pub fn migrations(&self) -> i32 {
+        self.migrations
+    }
+
+    /// Its `floor`.
+    pub fn floor(&self) -> i32 {
+        self.floor
+    }
+
+    /// Its `pool`.
+    pub fn pool(&self) -> Option<&str> {
+        self.pool.as_deref()
+    }
+
+    /// Its `overlap`.
+    pub fn overlap(&self) -> bool {
+        self.overlap
+    }
+
+    /// LISTEN on the lock connection (a speed-up only).
+    pub fn listen(&self) -> bool {
+        self.listen
+    }
+
+    /// Its `image`.
+    pub fn image(&self) -> &str {
+        &self.image
+    }
+
+    /// Its `host`.
+    pub fn host(&self) -> &str {
+        &self.host
+    }
+
+    /// Its `pid`.
+    pub fn pid(&self) -> i32 {
+        self.pid
+    }
+
+    /// `runs.owner` of the runs it starts.
+    pub fn owner(&self) -> &str {
+        &self.owner
+    }
+
+    /// Its `termination_log`.
+    pub fn termination_log(&self) -> &PathBuf {
+        &self.termination_log
+    }
+
+    /// Tests only: acts as leader without the lock, to show the lock check
+    /// fails (`--unsafe-skip-lead-lock`).
+    pub fn unsafe_skip_lead_lock(&self) -> bool {
+        self.unsafe_skip_lead_lock
+    }
 }
 
 #[derive(Debug, thiserror::Error)]

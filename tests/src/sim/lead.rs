@@ -98,9 +98,9 @@ impl Lead {
     /// ticks at most even when no notification comes.
     fn next_look(&self) -> std::time::Duration {
         if self.state.waiting {
-            self.config.tick / 4
+            self.config.tick() / 4
         } else {
-            self.config.tick
+            self.config.tick()
         }
     }
 
@@ -124,7 +124,7 @@ impl Lead {
         if new {
             // A new session holds nothing, and must LISTEN again.
             self.state.lost(id, "new connection");
-            if self.config.listen && id.is_some() {
+            if self.config.listen() && id.is_some() {
                 if let Err(e) = db.listen(schedulers::CHANNEL).await {
                     self.link.failed(&e);
                     return None;
@@ -187,12 +187,12 @@ impl State {
         runs: &Runs,
     ) -> Result<Option<Exit>, DbError> {
         // With --unsafe-skip-lead-lock (tests only) there is no lock to lose.
-        if self.leading && !config.unsafe_skip_lead_lock && !schedulers::holds_lead(db).await? {
+        if self.leading && !config.unsafe_skip_lead_lock() && !schedulers::holds_lead(db).await? {
             self.lost(Some(id), "not in pg_locks");
             schedulers::lost_lead(db, id).await?;
         }
         let newer = match self.draining {
-            None => schedulers::newer(db, id, config.stale).await?,
+            None => schedulers::newer(db, id, config.stale()).await?,
             Some(_) => 0,
         };
         if newer != 0 {
@@ -207,7 +207,7 @@ impl State {
         }
         self.waiting = false;
         if self.draining.is_none() && !self.leading {
-            if config.unsafe_skip_lead_lock {
+            if config.unsafe_skip_lead_lock() {
                 // Tests only: a broken leader, for the lock check to catch.
                 self.leading = true;
                 tracing::warn!(id, "leading without the lock (--unsafe-skip-lead-lock)");
@@ -251,18 +251,18 @@ impl State {
 async fn work_once(db: &Db, config: &Config, id: Option<i64>, runs: &Runs) -> Result<(), DbError> {
     for (run, instance) in work::requeue_orphans(db, config, id).await? {
         tracing::info!(
-            run = run.id,
-            start = run.start,
+            run = run.id(),
+            start = run.start(),
             instance = instance.unwrap_or(0),
             "requeued"
         );
     }
     for s in work::start_queued(db, config, id).await? {
-        runs.add(s.run);
-        tracing::info!(run = s.run.id, start = s.run.start, id = id.unwrap_or(0), pipeline = %s.pipeline, "started");
-        match &config.pool {
-            Some(pool) => spawn_pooled(config, runs, s.run, pool.clone()),
-            None => spawn_pipeline(runs, s.run, &s.pipeline),
+        runs.add(s.run());
+        tracing::info!(run = s.run().id(), start = s.run().start(), id = id.unwrap_or(0), pipeline = %s.pipeline(), "started");
+        match config.pool() {
+            Some(pool) => spawn_pooled(config, runs, s.run(), pool.to_string()),
+            None => spawn_pipeline(runs, s.run(), s.pipeline()),
         }
     }
     Ok(())

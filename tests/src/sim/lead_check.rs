@@ -77,8 +77,34 @@ use crate::pg;
 /// longer had it), since pids are reused.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub struct Session {
-    pub pid: i32,
-    pub start: Option<DateTime<Utc>>,
+    pid: i32,
+    start: Option<DateTime<Utc>>,
+}
+
+impl Session {
+    /// Backend `pid`, started at `start`.
+    pub fn new(pid: i32, start: Option<DateTime<Utc>>) -> Self {
+        Session { pid, start }
+    }
+}
+
+impl Session {
+    /// These, with `pid` set.
+    pub fn with_pid(self, pid: i32) -> Self {
+        Session { pid, ..self }
+    }
+
+    /// These, with `start` set.
+    pub fn with_start(self, start: Option<DateTime<Utc>>) -> Self {
+        Session { start, ..self }
+    }
+}
+
+impl Session {
+    /// Its `pid`.
+    pub fn pid(&self) -> i32 {
+        self.pid
+    }
 }
 
 impl Session {
@@ -98,36 +124,125 @@ impl Session {
 /// backend (`orca.schedulers.backend_pid`), if any does.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Holder {
-    pub session: Session,
-    pub instance: Option<i64>,
+    session: Session,
+    instance: Option<i64>,
+}
+
+impl Holder {
+    /// Session `session` holding the lock for `instance`.
+    pub fn new(session: Session, instance: Option<i64>) -> Self {
+        Holder { session, instance }
+    }
 }
 
 /// One look at `pg_locks`, taken between `before` and `after`.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Sample {
-    pub before: DateTime<Utc>,
-    pub after: DateTime<Utc>,
-    pub holders: Vec<Holder>,
+    before: DateTime<Utc>,
+    after: DateTime<Utc>,
+    holders: Vec<Holder>,
+}
+
+impl Sample {
+    /// A sample read between `before` and `after`, seeing `holders`.
+    pub fn new(before: DateTime<Utc>, after: DateTime<Utc>, holders: Vec<Holder>) -> Self {
+        Sample {
+            before,
+            after,
+            holders,
+        }
+    }
 }
 
 /// A row of `orca_sim.decisions`.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Decision {
-    pub instance: i64,
-    pub at: DateTime<Utc>,
-    pub what: String,
-    pub session: Session,
+    instance: i64,
+    at: DateTime<Utc>,
+    what: String,
+    session: Session,
     /// The backends holding LEAD_LOCK inside the deciding statement.
-    pub holders: Vec<i32>,
+    holders: Vec<i32>,
+}
+
+impl Decision {
+    /// Instance `instance` deciding `what` at `at` on `session`, its own
+    /// statement seeing `holders`.
+    pub fn new(
+        instance: i64,
+        at: DateTime<Utc>,
+        what: String,
+        session: Session,
+        holders: Vec<i32>,
+    ) -> Self {
+        Decision {
+            instance,
+            at,
+            what,
+            session,
+            holders,
+        }
+    }
+}
+
+impl Decision {
+    /// These, with `instance` set.
+    pub fn with_instance(self, instance: i64) -> Self {
+        Decision { instance, ..self }
+    }
+
+    /// These, with `at` set.
+    pub fn with_at(self, at: DateTime<Utc>) -> Self {
+        Decision { at, ..self }
+    }
+
+    /// These, with `what` set.
+    pub fn with_what(self, what: String) -> Self {
+        Decision { what, ..self }
+    }
+
+    /// These, with `session` set.
+    pub fn with_session(self, session: Session) -> Self {
+        Decision { session, ..self }
+    }
+
+    /// These, with `holders` set.
+    pub fn with_holders(self, holders: Vec<i32>) -> Self {
+        Decision { holders, ..self }
+    }
+}
+
+impl Decision {
+    /// Its `session`.
+    pub fn session(&self) -> Session {
+        self.session
+    }
+
+    /// The backends holding LEAD_LOCK inside the deciding statement.
+    pub fn holders(&self) -> &Vec<i32> {
+        &self.holders
+    }
 }
 
 /// What a passing check looked at.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Checked {
-    pub samples: usize,
-    pub decisions: usize,
+    samples: usize,
+    decisions: usize,
     /// Decisions with a sample wholly before and one wholly after.
-    pub bracketed: usize,
+    bracketed: usize,
+}
+
+impl Checked {
+    /// Its `decisions`.
+    pub fn decisions(&self) -> usize {
+        self.decisions
+    }
+
+    /// Decisions with a sample wholly before and one wholly after.
+    pub fn bracketed(&self) -> usize {
+        self.bracketed
+    }
 }
 
 fn hms(t: DateTime<Utc>) -> String {

@@ -23,7 +23,7 @@ impl Link {
     /// so its lead lock) is freed by the server within seconds.
     pub fn new(config: &Config, name: &str) -> Self {
         Link {
-            url: config.url.clone(),
+            url: config.url().clone(),
             opts: ConnectOptions::named(name)
                 .with_connect_timeout(Duration::from_secs(3))
                 .with_statement_timeout(Duration::from_secs(5))

@@ -49,7 +49,7 @@ macro_rules! until_answered {
                     }
                 }
             }
-            tokio::time::sleep($config.tick).await;
+            tokio::time::sleep($config.tick()).await;
         }
     };
 }
@@ -57,16 +57,16 @@ macro_rules! until_answered {
 /// Runs the scheduler until it has drained; its exit code.
 pub async fn scheduler(config: Config) -> u8 {
     let mut link = Link::new(&config, "orca-sim lead");
-    if config.overlap {
+    if config.overlap() {
         let refusal = until_answered!(config, link, |db| schedulers::overlap_refusal(
             db,
-            config.floor,
-            config.stale
+            config.floor(),
+            config.stale()
         ));
         if !refusal.is_empty() {
             tracing::error!(reason = %refusal, "overlap refused; nothing migrated");
-            if let Err(e) = std::fs::write(&config.termination_log, &refusal) {
-                tracing::warn!(path = %config.termination_log.display(), error = %e, "cannot write the termination log");
+            if let Err(e) = std::fs::write(config.termination_log(), &refusal) {
+                tracing::warn!(path = %config.termination_log().display(), error = %e, "cannot write the termination log");
             }
             return EXIT_REFUSED;
         }
@@ -75,19 +75,24 @@ pub async fn scheduler(config: Config) -> u8 {
         tracing::error!(error = %e, "cannot migrate");
         return 1;
     }
-    if config.overlap {
+    if config.overlap() {
         if let Err(e) = prepare_decisions(&config, &mut link).await {
             tracing::error!(error = %e, "cannot create orca_sim.decisions");
             return 1;
         }
     }
-    let id = if config.overlap {
-        let me = Joining::new(&config.host, config.pid, &config.image, config.migrations);
+    let id = if config.overlap() {
+        let me = Joining::new(
+            config.host(),
+            config.pid(),
+            config.image(),
+            config.migrations(),
+        );
         let id = until_answered!(config, link, |db| schedulers::join(db, &me));
-        tracing::info!(id, host = %config.host, pid = config.pid, image = %config.image, migrations = config.migrations, "joined");
+        tracing::info!(id, host = %config.host(), pid = config.pid(), image = %config.image(), migrations = config.migrations(), "joined");
         Some(id)
     } else {
-        tracing::info!(host = %config.host, pid = config.pid, image = %config.image, "running alone (overlap off)");
+        tracing::info!(host = %config.host(), pid = config.pid(), image = %config.image(), "running alone (overlap off)");
         None
     };
     let runs = Runs::default();
@@ -119,7 +124,7 @@ async fn prepare_decisions(config: &Config, link: &mut Link) -> Result<(), DbErr
                 Err(e) => return Err(e),
             }
         }
-        tokio::time::sleep(config.tick).await;
+        tokio::time::sleep(config.tick()).await;
     }
 }
 
@@ -131,7 +136,7 @@ async fn migrate_now(config: &Config) -> Result<(), DbError> {
     let mut said = false;
     loop {
         let attempt = async {
-            let mut db = connect(&config.url, &opts).await?;
+            let mut db = connect(config.url(), &opts).await?;
             migrate::migrate(&mut db, &migrate::Migrations::embedded()).await
         };
         match attempt.await {
@@ -146,7 +151,7 @@ async fn migrate_now(config: &Config) -> Result<(), DbError> {
                     tracing::warn!(error = %e, "database unreachable; trying again every tick");
                     said = true;
                 }
-                tokio::time::sleep(config.tick).await;
+                tokio::time::sleep(config.tick()).await;
             }
             Err(e) => return Err(e),
         }

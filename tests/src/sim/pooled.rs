@@ -21,7 +21,7 @@ pub fn spawn_pooled(config: &Config, runs: &Runs, run: Run, pool: String) {
     let runs = runs.clone();
     tokio::spawn(async move {
         let mut link = Link::new(&config, "orca-sim pooled run");
-        let req = Request::new(&pool, run.id, run.start, "head", "", true);
+        let req = Request::new(&pool, run.id(), run.start(), "head", "", true);
         let mut placed: Option<HandedOut> = None;
         let mut asked = false;
         loop {
@@ -37,7 +37,7 @@ pub fn spawn_pooled(config: &Config, runs: &Runs, run: Run, pool: String) {
                     }
                 }
             }
-            tokio::time::sleep(config.tick).await;
+            tokio::time::sleep(config.tick()).await;
         }
     });
 }
@@ -52,7 +52,7 @@ async fn step(
     asked: &mut bool,
 ) -> Result<Option<Outcome>, DbError> {
     let Some(at) = placed else {
-        match pool::hand_out(db, req, config.stale).await? {
+        match pool::hand_out(db, req, config.stale()).await? {
             Some(h) => {
                 tracing::info!(run = req.run(), start = req.start(), instance = %h.instance(), row = h.row(), pool = %req.pool(), "handed out");
                 *placed = Some(h);

@@ -54,10 +54,32 @@ pub async fn queue(db: &Db, pipeline: &str, n: usize) -> Vec<i64> {
 /// A run's row as the tests look at it.
 #[derive(Clone, Debug, PartialEq)]
 pub struct RunRow {
-    pub status: String,
-    pub start: i32,
-    pub instance: Option<i64>,
-    pub heartbeat: Option<DateTime<Utc>>,
+    status: String,
+    start: i32,
+    instance: Option<i64>,
+    heartbeat: Option<DateTime<Utc>>,
+}
+
+impl RunRow {
+    /// Its `status`.
+    pub fn status(&self) -> &str {
+        &self.status
+    }
+
+    /// Its `start`.
+    pub fn start(&self) -> i32 {
+        self.start
+    }
+
+    /// Its `instance`.
+    pub fn instance(&self) -> Option<i64> {
+        self.instance
+    }
+
+    /// Its `heartbeat`.
+    pub fn heartbeat(&self) -> Option<DateTime<Utc>> {
+        self.heartbeat
+    }
 }
 
 impl RunRow {
@@ -95,9 +117,16 @@ pub async fn all_ended(db: &Db, ids: &[i64]) -> bool {
 /// A `finished run=R start=S status=X id=I` line.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Finish {
-    pub start: i32,
-    pub status: String,
-    pub instance: i64,
+    start: i32,
+    status: String,
+    instance: i64,
+}
+
+impl Finish {
+    /// Its `instance`.
+    pub fn instance(&self) -> i64 {
+        self.instance
+    }
 }
 
 /// Every `finished` line of these schedulers, by run.

@@ -16,16 +16,86 @@ use crate::bins;
 /// How to start one scheduler.
 #[derive(Clone, Debug)]
 pub struct SimOptions {
-    pub tick_ms: u64,
-    pub stale_seconds: f64,
-    pub overlap: bool,
+    tick_ms: u64,
+    stale_seconds: f64,
+    overlap: bool,
     /// LISTEN for notifications (off: polling only).
-    pub listen: bool,
-    pub image: String,
-    pub host: String,
+    listen: bool,
+    image: String,
+    host: String,
     /// More flags (`--floor`, `--migrations`, `--pool`).
-    pub args: Vec<String>,
-    pub termination_log: Option<PathBuf>,
+    args: Vec<String>,
+    termination_log: Option<PathBuf>,
+}
+
+impl SimOptions {
+    /// These, with `tick_ms` set.
+    pub fn with_tick_ms(self, tick_ms: u64) -> Self {
+        SimOptions { tick_ms, ..self }
+    }
+
+    /// These, with `stale_seconds` set.
+    pub fn with_stale_seconds(self, stale_seconds: f64) -> Self {
+        SimOptions {
+            stale_seconds,
+            ..self
+        }
+    }
+
+    /// These, with `overlap` set.
+    pub fn with_overlap(self, overlap: bool) -> Self {
+        SimOptions { overlap, ..self }
+    }
+
+    /// These, with `listen` set.
+    pub fn with_listen(self, listen: bool) -> Self {
+        SimOptions { listen, ..self }
+    }
+
+    /// These, with `image` set.
+    pub fn with_image(self, image: String) -> Self {
+        SimOptions { image, ..self }
+    }
+
+    /// These, with `host` set.
+    pub fn with_host(self, host: String) -> Self {
+        SimOptions { host, ..self }
+    }
+
+    /// These, with `args` set.
+    pub fn with_args(self, args: Vec<String>) -> Self {
+        SimOptions { args, ..self }
+    }
+
+    /// These, with `termination_log` set.
+    pub fn with_termination_log(self, termination_log: Option<PathBuf>) -> Self {
+        SimOptions {
+            termination_log,
+            ..self
+        }
+    }
+}
+
+impl SimOptions {
+    /// Its `overlap`.
+    pub fn overlap(&self) -> bool {
+        self.overlap
+    }
+
+    /// LISTEN for notifications (off: polling only).
+    pub fn listen(&self) -> bool {
+        self.listen
+    }
+
+    /// More flags (`--floor`, `--migrations`, `--pool`).
+    pub fn args(&self) -> &Vec<String> {
+        &self.args
+    }
+
+    /// Its `termination_log`.
+    pub fn termination_log(&self) -> &Option<PathBuf> {
+        &self.termination_log
+    }
 }
 
 impl SimOptions {
@@ -46,7 +116,7 @@ impl SimOptions {
 
 /// A running (or ended) `orca-sim`.
 pub struct Sim {
-    pub image: String,
+    image: String,
     child: Child,
     lines: Arc<Mutex<Vec<String>>>,
     status: Option<ExitStatus>,

@@ -17,8 +17,27 @@ use super::{args::Config, link::Link};
 /// A run this process started, at its start.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Run {
-    pub id: i64,
-    pub start: i32,
+    id: i64,
+    start: i32,
+}
+
+impl Run {
+    /// Run `id` at start `start`.
+    pub fn new(id: i64, start: i32) -> Self {
+        Run { id, start }
+    }
+}
+
+impl Run {
+    /// Its `id`.
+    pub fn id(&self) -> i64 {
+        self.id
+    }
+
+    /// Its `start`.
+    pub fn start(&self) -> i32 {
+        self.start
+    }
 }
 
 /// How a run ended.
@@ -93,7 +112,7 @@ pub async fn beat_task(config: Config, id: Option<i64>, runs: Runs, found: watch
             }
         }
         tokio::select! {
-            _ = tokio::time::sleep(config.tick) => {}
+            _ = tokio::time::sleep(config.tick()) => {}
             _ = runs.wake.notified() => {}
         }
     }
@@ -118,7 +137,7 @@ async fn beat_once(
         db.execute(
             "update orca.runs set heartbeat = now()
              where id = any($1) and owner = $2 and status = 'running'",
-            &[&ids, &config.owner],
+            &[&ids, &config.owner()],
         )
         .await?;
     }
@@ -140,7 +159,7 @@ async fn record_finished(
                 "update orca.runs set status = $3, heartbeat = null
                  where id = $1 and start = $2 and owner = $4 and status = 'running'
                  returning id",
-                &[&run.id, &run.start, &outcome.status(), &config.owner],
+                &[&run.id, &run.start, &outcome.status(), &config.owner()],
             )
             .await;
         match recorded {

@@ -13,8 +13,20 @@ use super::{args::Config, decisions, supervise::Run};
 
 /// A run the leader started, with its pipeline.
 pub struct Started {
-    pub run: Run,
-    pub pipeline: String,
+    run: Run,
+    pipeline: String,
+}
+
+impl Started {
+    /// Its `run`.
+    pub fn run(&self) -> Run {
+        self.run
+    }
+
+    /// Its `pipeline`.
+    pub fn pipeline(&self) -> &str {
+        &self.pipeline
+    }
 }
 
 fn ms(d: Duration) -> u128 {
@@ -30,12 +42,12 @@ fn lead_guard(config: &Config, id: Option<i64>) -> String {
         Some(id) => format!(
             "{held} and not exists (select 1 from orca.schedulers s
                  where s.id > {id} and s.role <> 'draining' and {live})",
-            held = if config.unsafe_skip_lead_lock {
+            held = if config.unsafe_skip_lead_lock() {
                 "true".into()
             } else {
                 schedulers::lead_held_cond()
             },
-            live = schedulers::live_cond(config.stale),
+            live = schedulers::live_cond(config.stale()),
         ),
     }
 }
@@ -50,8 +62,8 @@ pub async fn requeue_orphans(
     config: &Config,
     id: Option<i64>,
 ) -> Result<Vec<(Run, Option<i64>)>, DbError> {
-    let stale = ms(config.stale);
-    let live = schedulers::live_cond(config.stale);
+    let stale = ms(config.stale());
+    let live = schedulers::live_cond(config.stale());
     let sql = format!(
         "with r as (
          update orca.runs r
@@ -74,18 +86,10 @@ pub async fn requeue_orphans(
             "'requeue run=' || r.id || ' start=' || r.start || ' from=' || coalesce(r.instance::text, 'none')"
         ),
     );
-    let rows = db.query(&sql, &[&config.owner]).await?;
+    let rows = db.query(&sql, &[&config.owner()]).await?;
     Ok(rows
         .iter()
-        .map(|r| {
-            (
-                Run {
-                    id: r.get(0),
-                    start: r.get(1),
-                },
-                r.get(2),
-            )
-        })
+        .map(|r| (Run::new(r.get(0), r.get(1)), r.get(2)))
         .collect())
 }
 
@@ -109,17 +113,14 @@ pub async fn start_queued(
         guard = lead_guard(config, id),
         decided = decisions::cte(id, "'start run=' || r.id || ' start=' || r.start"),
     );
-    let rows = db.query(&sql, &[&id, &config.owner]).await?;
+    let rows = db.query(&sql, &[&id, &config.owner()]).await?;
     let mut started: Vec<Started> = rows
         .iter()
         .map(|r| Started {
-            run: Run {
-                id: r.get(0),
-                start: r.get(1),
-            },
+            run: Run::new(r.get(0), r.get(1)),
             pipeline: r.get(2),
         })
         .collect();
-    started.sort_by_key(|s| s.run.id);
+    started.sort_by_key(|s| s.run.id());
     Ok(started)
 }

@@ -16,7 +16,7 @@ async fn a_killed_leader_is_replaced_and_its_runs_requeued_only_once_stale() {
         runs(&db, &ids)
             .await
             .values()
-            .all(|r| r.instance == Some(a_id))
+            .all(|r| r.instance() == Some(a_id))
     })
     .await;
     let sampler = LockSampler::start(&url).await;
@@ -56,8 +56,8 @@ async fn a_killed_leader_is_replaced_and_its_runs_requeued_only_once_stale() {
             .iter()
             .filter_map(|(_, rows)| {
                 rows[run]
-                    .heartbeat
-                    .filter(|_| rows[run].instance == Some(a_id))
+                    .heartbeat()
+                    .filter(|_| rows[run].instance() == Some(a_id))
             })
             .max()
             .unwrap_or_else(|| panic!("run {run}: never seen beating under A"));
@@ -65,7 +65,7 @@ async fn a_killed_leader_is_replaced_and_its_runs_requeued_only_once_stale() {
             if secs(last_beat, *at) < STALE_S {
                 let r = &rows[run];
                 assert_eq!(
-                    (r.start, r.instance),
+                    (r.start(), r.instance()),
                     (1, Some(a_id)),
                     "run {run} requeued at {at}, its heartbeat {last_beat} not stale yet"
                 );
@@ -134,7 +134,7 @@ async fn a_ten_second_outage_declares_nobody_gone_and_the_leader_returns() {
         runs(&db, &a_runs)
             .await
             .values()
-            .all(|r| r.instance == Some(a_id))
+            .all(|r| r.instance() == Some(a_id))
     })
     .await;
     let mut b = sim(&url, "v2");
@@ -147,7 +147,7 @@ async fn a_ten_second_outage_declares_nobody_gone_and_the_leader_returns() {
         runs(&db, &all)
             .await
             .values()
-            .all(|r| r.status == "running")
+            .all(|r| r.status() == "running")
     })
     .await;
     until(

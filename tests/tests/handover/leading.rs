@@ -25,7 +25,7 @@ async fn one_instance_migrates_a_fresh_database_and_leads_within_two_ticks() {
     .await;
     for (run, r) in runs(&db, &ids).await {
         assert_eq!(
-            (r.status.as_str(), r.start, r.instance),
+            (r.status(), r.start(), r.instance()),
             ("succeeded", 1, Some(id)),
             "run {run}"
         );
@@ -50,7 +50,7 @@ async fn a_newer_instance_takes_over_and_the_older_drains_its_runs() {
         runs(&db, &old_runs)
             .await
             .values()
-            .all(|r| r.status == "running" && r.instance == Some(a_id))
+            .all(|r| r.status() == "running" && r.instance() == Some(a_id))
     })
     .await;
 
@@ -148,10 +148,10 @@ async fn fifty_handovers_in_a_row_with_runs_flowing() {
     let done = finishes(&all);
     assert!(ids.len() > 50, "only {} runs flowed", ids.len());
     for (run, r) in runs(&db, &ids).await {
-        assert_eq!((r.status.as_str(), r.start), ("succeeded", 1), "run {run}");
+        assert_eq!((r.status(), r.start()), ("succeeded", 1), "run {run}");
         let f = &done[&run];
         assert_eq!(f.len(), 1, "run {run} finished {f:?}");
-        assert_eq!(Some(f[0].instance), r.instance, "run {run}");
+        assert_eq!(Some(f[0].instance()), r.instance(), "run {run}");
     }
     let leaders: i64 = db
         .query_one(
@@ -170,7 +170,7 @@ async fn without_notifications_polling_alone_hands_over_within_two_ticks() {
     let db = pg::connect(&url).await;
     let polling = |image: &str| {
         let mut opts = SimOptions::new(image, TICK_MS, STALE_S);
-        opts.listen = false;
+        opts = opts.with_listen(false);
         Sim::start(&url, &opts)
     };
     let mut a = polling("v1");

@@ -84,7 +84,7 @@ fn led_within(r: &SchedulerRow, since: DateTime<Utc>, ticks: f64, what: &str) {
 async fn assert_ran(db: &Db, ids: &[i64], start: i32, instance: i64) {
     for (run, r) in runs(db, ids).await {
         assert_eq!(
-            (r.status.as_str(), r.start, r.instance),
+            (r.status(), r.start(), r.instance()),
             ("succeeded", start, Some(instance)),
             "run {run}"
         );

@@ -24,7 +24,7 @@ async fn a_floor_above_a_live_instance_refuses_with_75_and_migrates_nothing() {
 
     let log = dir.join("termination-log");
     let mut opts = SimOptions::new("v2", TICK_MS, STALE_S);
-    opts.termination_log = Some(log.clone());
+    opts = opts.with_termination_log(Some(log.clone()));
     let mut b = Sim::start(&url, &opts);
     let status = b.wait_exit(Duration::from_secs(10)).await;
     assert_eq!(status.code(), Some(75), "{:?}", b.lines());
@@ -52,7 +52,7 @@ async fn a_floor_above_a_live_instance_refuses_with_75_and_migrates_nothing() {
 
     // A floor the old instance meets: it starts beside it, and migrates.
     let mut opts = SimOptions::new("v2", TICK_MS, STALE_S);
-    opts.args = vec!["--floor".into(), "1".into()];
+    opts = opts.with_args(vec!["--floor".into(), "1".into()]);
     let mut c = Sim::start(&url, &opts);
     c.id().await;
     assert_eq!(
@@ -119,14 +119,14 @@ async fn with_overlap_off_it_runs_alone_without_a_row_or_the_lock() {
     let url = pg::Cluster::shared().migrated_db().await;
     let db = pg::connect(&url).await;
     let mut opts = SimOptions::new("v1", TICK_MS, STALE_S);
-    opts.overlap = false;
+    opts = opts.with_overlap(false);
     let mut a = Sim::start(&url, &opts);
     a.wait_for("running alone", Duration::from_secs(5)).await;
     let ids = queue(&db, "fail:0.1", 2).await;
     until("runs end", Duration::from_secs(5), || all_ended(&db, &ids)).await;
     for (run, r) in runs(&db, &ids).await {
         assert_eq!(
-            (r.status.as_str(), r.start, r.instance),
+            (r.status(), r.start(), r.instance()),
             ("failed", 1, None),
             "run {run}"
         );

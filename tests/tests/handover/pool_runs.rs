@@ -9,7 +9,7 @@ async fn with_a_pool_a_run_asks_for_an_instance_and_ends_when_it_is_idle_again()
     let url = pg::Cluster::shared().migrated_db().await;
     let db = pg::connect(&url).await;
     let mut opts = SimOptions::new("v1", TICK_MS, STALE_S);
-    opts.args = vec!["--pool".into(), "default/p".into()];
+    opts = opts.with_args(vec!["--pool".into(), "default/p".into()]);
     let mut a = Sim::start(&url, &opts);
     let id = a.id().await;
     a.wait_for(&format!("leading id={id}"), Duration::from_secs(5))
@@ -44,7 +44,7 @@ async fn with_a_pool_a_run_asks_for_an_instance_and_ends_when_it_is_idle_again()
         all_ended(&db, &ids)
     })
     .await;
-    assert_eq!(runs(&db, &ids).await[&run].status, "succeeded");
+    assert_eq!(runs(&db, &ids).await[&run].status(), "succeeded");
     let unserved: i64 = db
         .query_one(
             "select count(*) from orca.pool_demand where served is null",

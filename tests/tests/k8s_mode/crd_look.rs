@@ -23,15 +23,15 @@ async fn answer(api: &mut ApiServerVerifier, odd: (StatusCode, Value)) {
     for _ in 0..3 {
         let call = api.next("a CRD read").await;
         assert!(
-            call.path
+            call.path()
                 .starts_with("/apis/apiextensions.k8s.io/v1/customresourcedefinitions/"),
             "{}",
-            call.path
+            call.path()
         );
-        if call.path.ends_with("/warmpools.orca.dev") {
+        if call.path().ends_with("/warmpools.orca.dev") {
             call.answer(odd.0, &odd.1);
         } else {
-            let crd = ours(&call.path);
+            let crd = ours(call.path());
             call.answer(StatusCode::OK, &crd);
         }
     }

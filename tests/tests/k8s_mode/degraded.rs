@@ -45,7 +45,7 @@ async fn a_bad_database_reference_is_degraded_with_its_reason_and_no_password() 
         tokio::time::timeout(Duration::from_secs(15), settle(task, &mut api))
             .await
             .expect("the reconcile ends");
-        for body in &api.bodies {
+        for body in api.bodies() {
             assert!(
                 !body.contains("hunter2"),
                 "{reason}: the password went out: {body}"

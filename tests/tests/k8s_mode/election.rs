@@ -100,7 +100,7 @@ async fn only_the_lease_holder_runs_the_controllers() {
     assert!(ready.get());
     // Renewed by merge patches conditional on the resourceVersion.
     tokio::time::sleep(Duration::from_millis(600)).await;
-    let log = leases.log.lock().unwrap().clone();
+    let log = leases.log().lock().unwrap().clone();
     assert!(log[0].starts_with("GET "), "{log:#?}");
     assert!(
         log[1].starts_with("POST ") && log[1].contains("orca-operator-a"),
@@ -172,7 +172,7 @@ async fn a_leader_that_cannot_renew_stops_when_its_fence_closes() {
     assert_eq!(said, "started");
     tokio::time::sleep(Duration::from_millis(500)).await;
 
-    leases.failing.store(true, Ordering::SeqCst);
+    leases.failing().store(true, Ordering::SeqCst);
     let failing = std::time::Instant::now();
     let (said, _) = work
         .next(Duration::from_secs(5), "the controllers stop")
@@ -188,7 +188,7 @@ async fn a_leader_that_cannot_renew_stops_when_its_fence_closes() {
     );
     assert_eq!(leases.holder().as_deref(), Some("orca-operator-a"));
 
-    leases.failing.store(false, Ordering::SeqCst);
+    leases.failing().store(false, Ordering::SeqCst);
     let (said, fence) = work
         .next(Duration::from_secs(5), "the controllers start again")
         .await;

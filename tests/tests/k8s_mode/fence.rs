@@ -16,7 +16,7 @@ async fn a_replica_whose_fence_closed_writes_nothing() {
     let task = start(&scheduler("orca:v1"), &ctx);
     let done = tokio::select! {
         done = task => done.unwrap(),
-        call = api.next("no call") => panic!("a fenced replica called {} {}", call.method, call.path),
+        call = api.next("no call") => panic!("a fenced replica called {} {}", call.method(), call.path()),
     };
     assert!(matches!(done, Err(ReconcileError::Observe(_))), "{done:?}");
 
@@ -31,7 +31,7 @@ async fn a_replica_whose_fence_closed_writes_nothing() {
         .await;
     let done = tokio::select! {
         done = &mut task => done.unwrap(),
-        call = api.next("no call") => panic!("a fenced replica called {} {} {}", call.method, call.path, call.body),
+        call = api.next("no call") => panic!("a fenced replica called {} {} {}", call.method(), call.path(), call.body()),
     };
     assert!(matches!(done, Err(ReconcileError::Status(_))), "{done:?}");
 
@@ -47,7 +47,7 @@ async fn a_replica_whose_fence_closed_writes_nothing() {
         .await;
     let done = tokio::select! {
         done = &mut task => done.unwrap(),
-        call = api.next("no call") => panic!("a fenced replica called {} {} {}", call.method, call.path, call.body),
+        call = api.next("no call") => panic!("a fenced replica called {} {} {}", call.method(), call.path(), call.body()),
     };
     let error = done.expect_err("fenced");
     assert!(error.to_string().contains("fenced"), "{error}");

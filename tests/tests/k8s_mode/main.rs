@@ -70,7 +70,7 @@ async fn settle(
             assert!(result.is_ok(), "reconcile failed: {:?}", result.err());
         }
         call = api.next("no further call") => {
-            panic!("an unexpected call: {} {}?{} {}", call.method, call.path, call.query, call.body)
+            panic!("an unexpected call: {} {}?{} {}", call.method(), call.path(), call.query(), call.body())
         }
     }
 }

@@ -33,15 +33,16 @@ fn spawn_read(
 /// may come for a moment.
 async fn serve_one_read(verifier: &mut ApiServerVerifier, url: &str) {
     let call = verifier.next("a GET of the Secret").await;
-    assert_eq!(call.method, Method::GET);
-    assert!(call.path.ends_with("/secrets/orca-db"), "{}", call.path);
+    assert_eq!(call.method(), Method::GET);
+    assert!(call.path().ends_with("/secrets/orca-db"), "{}", call.path());
     let body = serde_json::to_value(secret(&[("url", url)])).unwrap();
     call.answer(StatusCode::OK, &body);
     let another = tokio::time::timeout(Duration::from_millis(500), verifier.next("nothing")).await;
     if let Ok(call) = another {
         panic!(
             "another read of the same version: {} {}",
-            call.method, call.path
+            call.method(),
+            call.path()
         );
     }
 }

@@ -37,7 +37,7 @@ async fn one_pool_that_does_not_read_leaves_every_other_listed() {
     let running = tokio::spawn(watch.run());
 
     let list = verifier.next("the WarmPools' listing").await;
-    assert!(list.path.ends_with("/warmpools"), "{}", list.path);
+    assert!(list.path().ends_with("/warmpools"), "{}", list.path());
     let mut hostile = listed("hostile");
     hostile["spec"]["maxUses"] = json!(2_147_483_648_i64);
     list.answer(
@@ -52,10 +52,10 @@ async fn one_pool_that_does_not_read_leaves_every_other_listed() {
     // The watch that follows is left waiting.
     let watching = verifier.next("the WarmPools' watch").await;
     assert!(
-        watching.query.contains("watch=true"),
+        watching.query().contains("watch=true"),
         "the listing failed and was asked again: {}?{}",
-        watching.path,
-        watching.query
+        watching.path(),
+        watching.query()
     );
     let listed = tokio::time::timeout(Duration::from_secs(10), feed.listed().wait()).await;
     assert_eq!(listed.ok(), Some(true), "the store never listed");

@@ -43,7 +43,7 @@ const KINDS: [&str; 6] = [
 /// A process's program (without its directory) and first argument: what
 /// tells the kinds apart (a supervisor's command line holds its pod's too).
 fn kind(p: &Process) -> String {
-    let mut words = p.command.split(' ');
+    let mut words = p.command().split(' ');
     let program = words.next().unwrap_or("").rsplit('/').next().unwrap_or("");
     format!("{program} {}", words.next().unwrap_or(""))
 }

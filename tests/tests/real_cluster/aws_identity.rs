@@ -63,9 +63,9 @@ async fn launched_with(
         ("AWS_EC2_METADATA_DISABLED", "true"),
     ]);
     let replica = Replica::start_as(
-        stage.cp,
-        &stage.client,
-        &stage.release,
+        stage.cp(),
+        stage.client(),
+        stage.release(),
         "a",
         &[],
         &env,
@@ -86,7 +86,7 @@ async fn launched_with(
             let launched = proxy
                 .calls_of("RunInstances")
                 .into_iter()
-                .any(|c| c.fault.is_none());
+                .any(|c| c.fault().is_none());
             launched.then_some(()).ok_or_else(|| {
                 format!(
                     "none yet; the replica logged:\n{}",
@@ -110,8 +110,9 @@ async fn the_operator_launches_on_its_service_accounts_web_identity() {
     let role = "arn:aws:iam::123456789012:role/orca-operator";
     let stage =
         OnCluster::installed_with("irsa", &[&format!("serviceAccount.roleArn={role}")]).await;
-    let release = &stage.release;
-    let accounts: Api<ServiceAccount> = Api::namespaced(stage.client.clone(), &release.namespace);
+    let release = &stage.release();
+    let accounts: Api<ServiceAccount> =
+        Api::namespaced(stage.client().clone(), release.namespace());
     let account = accounts.get(&release.fullname()).await.unwrap();
     let annotated = account
         .annotations()
@@ -122,8 +123,8 @@ async fn the_operator_launches_on_its_service_accounts_web_identity() {
 
     // What the webhook mounts: the token, for STS's audience.
     let token = orca_tests::release::token_for(
-        &stage.client,
-        &release.namespace,
+        stage.client(),
+        release.namespace(),
         &release.fullname(),
         &["sts.amazonaws.com"],
     )
@@ -161,22 +162,22 @@ async fn the_operator_launches_on_its_service_accounts_web_identity() {
             call.param("WebIdentityToken").map(decoded).as_deref(),
             Some(token.as_str())
         );
-        assert_eq!(call.key_id, None, "the exchange is unsigned");
+        assert_eq!(call.key_id(), None, "the exchange is unsigned");
     }
     // Every EC2 call signed with an STS session's key, none with keys of
     // the replica's own (it has none).
     let ec2_calls: Vec<_> = proxy
         .calls()
         .into_iter()
-        .filter(|c| c.action != "AssumeRoleWithWebIdentity")
+        .filter(|c| c.action() != "AssumeRoleWithWebIdentity")
         .collect();
     assert!(!ec2_calls.is_empty());
     for call in &ec2_calls {
-        let key = call.key_id.as_deref().unwrap_or("");
+        let key = call.key_id().unwrap_or("");
         assert!(
             key.starts_with("ASIA"),
             "{} signed with {key:?}, not an STS session's key",
-            call.action
+            call.action()
         );
     }
     assert!(
@@ -246,10 +247,10 @@ async fn pod_identity_agent(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_operator_launches_on_eks_pod_identity_credentials() {
     let stage = OnCluster::installed_with("podid", &[]).await;
-    let release = &stage.release;
+    let release = &stage.release();
     let token = orca_tests::release::token_for(
-        &stage.client,
-        &release.namespace,
+        stage.client(),
+        release.namespace(),
         &release.fullname(),
         &["pods.eks.amazonaws.com"],
     )
@@ -273,10 +274,10 @@ async fn the_operator_launches_on_eks_pod_identity_credentials() {
     assert!(served.load(std::sync::atomic::Ordering::SeqCst) >= 1);
     for call in proxy.calls() {
         assert_eq!(
-            call.key_id.as_deref(),
+            call.key_id(),
             Some(KEY),
             "{} signed otherwise",
-            call.action
+            call.action()
         );
     }
     assert!(

@@ -72,7 +72,7 @@ pub(super) fn classes(client: &Client) -> Api<WarmPoolClass> {
 
 pub(super) async fn apply_class(stage: &OnCluster, class: &WarmPoolClass) {
     let name = class.metadata.name.clone().expect("a class has a name");
-    stage.apply(&classes(&stage.client), &name, class).await;
+    stage.apply(&classes(stage.client()), &name, class).await;
 }
 
 /// Labels namespace `ns` `team=<team>`.
@@ -123,7 +123,7 @@ pub(super) fn degraded_for(reason: &'static str) -> impl Fn(&WarmPoolStatus) -> 
 /// A client acting as a ServiceAccount `user` of `ns` bound to the
 /// cluster's built-in `edit` role there, with a token of its own.
 pub(super) async fn editor(stage: &OnCluster, ns: &str, user: &str) -> Client {
-    let sas = Api::<ServiceAccount>::namespaced(stage.client.clone(), ns);
+    let sas = Api::<ServiceAccount>::namespaced(stage.client().clone(), ns);
     let sa = ServiceAccount {
         metadata: ObjectMeta {
             name: Some(user.into()),
@@ -151,12 +151,12 @@ pub(super) async fn editor(stage: &OnCluster, ns: &str, user: &str) -> Client {
             ..Default::default()
         }]),
     };
-    Api::<RoleBinding>::namespaced(stage.client.clone(), ns)
+    Api::<RoleBinding>::namespaced(stage.client().clone(), ns)
         .create(&PostParams::default(), &binding)
         .await
         .unwrap_or_else(|e| panic!("RoleBinding of {user}: {e}"));
-    let token = orca_tests::release::token_of(&stage.client, ns, user).await;
-    orca_tests::cluster::client_from(&stage.cp.kubeconfig_text(&token, ns)).await
+    let token = orca_tests::release::token_of(stage.client(), ns, user).await;
+    orca_tests::cluster::client_from(&stage.cp().kubeconfig_text(&token, ns)).await
 }
 
 /// The API server's answer to `client` creating `pool` in `ns`: Ok, or
@@ -173,8 +173,8 @@ pub(super) async fn create_as(client: &Client, ns: &str, pool: &WarmPool) -> Res
 async fn a_namespace_editor_cannot_name_an_ami_or_a_profile_but_may_name_a_class() {
     let stage = OnCluster::installed_with("cls-edit", &["tenancy.requireClass=true"]).await;
     let team = format!("edit-{}", random_hex(3));
-    label(&stage.client, &stage.ns, &team).await;
-    let alice = editor(&stage, &stage.ns, "alice").await;
+    label(stage.client(), stage.ns(), &team).await;
+    let alice = editor(&stage, stage.ns(), "alice").await;
 
     // The aggregated role reaches `edit` once kube-controller-manager has
     // aggregated it: until then the editor may not create WarmPools at all.
@@ -192,13 +192,13 @@ async fn a_namespace_editor_cannot_name_an_ami_or_a_profile_but_may_name_a_class
         "the editor reaching the admission policy",
         Duration::from_secs(90),
         || async {
-            match create_as(&alice, &stage.ns, &inline).await {
+            match create_as(&alice, stage.ns(), &inline).await {
                 Err(e) if e.contains("forbidden") && !e.contains("ValidatingAdmissionPolicy") => {
                     Err(e)
                 }
                 // Admitted before the policy was loaded: again.
                 Ok(()) => {
-                    let _ = Api::<WarmPool>::namespaced(stage.client.clone(), &stage.ns)
+                    let _ = Api::<WarmPool>::namespaced(stage.client().clone(), stage.ns())
                         .delete("mine", &DeleteParams::default())
                         .await;
                     Err("admitted before the policy was active".into())
@@ -212,7 +212,7 @@ async fn a_namespace_editor_cannot_name_an_ami_or_a_profile_but_may_name_a_class
 
     let mut profile = pool_of("theirs", "shared", 1);
     profile.spec.launch.iam_instance_profile = Some("orca-pool-team-b".into());
-    let refused = create_as(&alice, &stage.ns, &profile)
+    let refused = create_as(&alice, stage.ns(), &profile)
         .await
         .expect_err("a profile is refused");
     assert!(
@@ -221,7 +221,7 @@ async fn a_namespace_editor_cannot_name_an_ami_or_a_profile_but_may_name_a_class
     );
     let mut ami = pool_of("theirs", "shared", 1);
     ami.spec.launch.image_id = Some("ami-mine".into());
-    let refused = create_as(&alice, &stage.ns, &ami)
+    let refused = create_as(&alice, stage.ns(), &ami)
         .await
         .expect_err("an AMI is refused");
     assert!(
@@ -230,12 +230,12 @@ async fn a_namespace_editor_cannot_name_an_ami_or_a_profile_but_may_name_a_class
     );
     let mut region = pool_of("theirs", "shared", 1);
     region.spec.region = "us-east-1".into();
-    let refused = create_as(&alice, &stage.ns, &region)
+    let refused = create_as(&alice, stage.ns(), &region)
         .await
         .expect_err("a region is refused");
     assert!(refused.contains("spec.region may not be set"), "{refused}");
 
-    create_as(&alice, &stage.ns, &pool_of("ours", "shared", 1))
+    create_as(&alice, stage.ns(), &pool_of("ours", "shared", 1))
         .await
         .unwrap_or_else(|e| panic!("a pool naming a class is admitted: {e}"));
     // The class is not theirs to write.
@@ -250,7 +250,7 @@ async fn a_namespace_editor_cannot_name_an_ami_or_a_profile_but_may_name_a_class
         .expect_err("an editor may not write a class");
     assert!(refused.to_string().contains("forbidden"), "{refused}");
     // And may read its pools (view).
-    Api::<WarmPool>::namespaced(alice.clone(), &stage.ns)
+    Api::<WarmPool>::namespaced(alice.clone(), stage.ns())
         .get("ours")
         .await
         .unwrap_or_else(|e| panic!("the editor reads its pool: {e}"));
@@ -271,8 +271,8 @@ async fn a_class_holds_each_namespace_to_its_limit_and_terminates_nothing_for_it
     .with_replica("a")
     .await;
     let team = format!("a-{}", random_hex(3));
-    label(&stage.client, &stage.ns, &team).await;
-    label(&stage.client, &team_b, "b").await;
+    label(stage.client(), stage.ns(), &team).await;
+    label(stage.client(), &team_b, "b").await;
     super::v1_ready(&stage).await;
     let ec2 = Ec2Stage::new(&stage, "runners").await;
     let name = format!("shared-{}", random_hex(3));
@@ -283,7 +283,7 @@ async fn a_class_holds_each_namespace_to_its_limit_and_terminates_nothing_for_it
     .await;
 
     stage.create_pool(&pool_of("runners", &name, 5)).await;
-    Api::<WarmPool>::namespaced(stage.client.clone(), &team_b)
+    Api::<WarmPool>::namespaced(stage.client().clone(), &team_b)
         .create(&PostParams::default(), &pool_of("runners", &name, 2))
         .await
         .unwrap_or_else(|e| panic!("team-b's pool: {e}"));
@@ -305,7 +305,7 @@ async fn a_class_holds_each_namespace_to_its_limit_and_terminates_nothing_for_it
         .wait_event("runners", "LimitReached", Duration::from_secs(10))
         .await;
     let b_status = eventually("team-b's pool refused", Duration::from_secs(30), || async {
-        let s = Api::<WarmPool>::namespaced(stage.client.clone(), &team_b)
+        let s = Api::<WarmPool>::namespaced(stage.client().clone(), &team_b)
             .get("runners")
             .await
             .map_err(|e| e.to_string())?
@@ -328,7 +328,7 @@ async fn a_class_holds_each_namespace_to_its_limit_and_terminates_nothing_for_it
     );
     // The class shows it at a glance.
     let shown = eventually("the class's usage", Duration::from_secs(20), || async {
-        let c = classes(&stage.client)
+        let c = classes(stage.client())
             .get(&name)
             .await
             .map_err(|e| e.to_string())?;
@@ -341,7 +341,7 @@ async fn a_class_holds_each_namespace_to_its_limit_and_terminates_nothing_for_it
     let a = shown
         .namespaces
         .iter()
-        .find(|n| n.namespace == stage.ns)
+        .find(|n| n.namespace == stage.ns())
         .expect("team-a listed");
     assert!(a.allowed && a.instances == 3 && a.vcpus == 6, "{a:?}");
     let b = shown
@@ -394,7 +394,7 @@ async fn two_pools_racing_for_the_last_places_never_pass_the_class_limit() {
         .with_replica("a")
         .await;
     let team = format!("race-{}", random_hex(3));
-    label(&stage.client, &stage.ns, &team).await;
+    label(stage.client(), stage.ns(), &team).await;
     super::v1_ready(&stage).await;
     let ec2 = Ec2Stage::new(&stage, "p").await;
     let name = format!("race-{}", random_hex(3));
@@ -427,8 +427,8 @@ async fn two_pools_racing_for_the_last_places_never_pass_the_class_limit() {
     .await;
     // Passes go on for a while: still 4.
     for _ in 0..10 {
-        let held = present(&ec2, &owner(&stage.ns, "p")).await.len()
-            + present(&ec2, &owner(&stage.ns, "q")).await.len();
+        let held = present(&ec2, &owner(stage.ns(), "p")).await.len()
+            + present(&ec2, &owner(stage.ns(), "q")).await.len();
         assert!(held <= 4, "{held} instances for a class of 4");
         tokio::time::sleep(Duration::from_secs(1)).await;
     }
@@ -461,7 +461,7 @@ async fn deleting_pools_and_their_class_in_either_order_terminates_every_instanc
         .with_replica("a")
         .await;
     let team = format!("del-{}", random_hex(3));
-    label(&stage.client, &stage.ns, &team).await;
+    label(stage.client(), stage.ns(), &team).await;
     super::v1_ready(&stage).await;
     let ec2 = Ec2Stage::new(&stage, "first").await;
     let name = format!("del-{}", random_hex(3));
@@ -481,8 +481,8 @@ async fn deleting_pools_and_their_class_in_either_order_terminates_every_instanc
         .await
         .unwrap();
     gone(&stage, "first").await;
-    assert!(present(&ec2, &owner(&stage.ns, "first")).await.is_empty());
-    classes(&stage.client)
+    assert!(present(&ec2, &owner(stage.ns(), "first")).await.is_empty());
+    classes(stage.client())
         .delete(&name, &DeleteParams::default())
         .await
         .unwrap();
@@ -500,7 +500,7 @@ async fn deleting_pools_and_their_class_in_either_order_terminates_every_instanc
         .await
         .unwrap();
     gone(&stage, "second").await;
-    assert!(present(&ec2, &owner(&stage.ns, "second")).await.is_empty());
+    assert!(present(&ec2, &owner(stage.ns(), "second")).await.is_empty());
 }
 
 /// A pool without a class pointed at a class that does not exist (a name
@@ -674,12 +674,12 @@ async fn an_inline_pool_under_require_class_is_resized_and_paused_not_relaunched
     let ec2 = Ec2Stage::new(&stage, "runners").await;
     stage.create_pool(&ec2.pool("runners", 1, 1, 3)).await;
     stage
-        .release
-        .upgrade(stage.cp, &["tenancy.requireClass=true"]);
-    let alice = editor(&stage, &stage.ns, "alice").await;
+        .release()
+        .upgrade(stage.cp(), &["tenancy.requireClass=true"]);
+    let alice = editor(&stage, stage.ns(), "alice").await;
     let patch_with = |v: serde_json::Value, params: PatchParams| {
         let alice = alice.clone();
-        let ns = stage.ns.clone();
+        let ns = stage.ns().to_string();
         async move {
             Api::<WarmPool>::namespaced(alice, &ns)
                 .patch("runners", &params, &Patch::Merge(v))
@@ -709,7 +709,7 @@ async fn an_inline_pool_under_require_class_is_resized_and_paused_not_relaunched
         .await
         .expect_err("the image of a pool without a class is refused");
     assert!(refused.contains("spec.launch.imageId"), "{refused}");
-    let pool = Api::<WarmPool>::namespaced(stage.client.clone(), &stage.ns)
+    let pool = Api::<WarmPool>::namespaced(stage.client().clone(), stage.ns())
         .get("runners")
         .await
         .unwrap();
@@ -728,7 +728,7 @@ async fn an_inline_pool_under_require_class_is_resized_and_paused_not_relaunched
     }
     let mut another = ec2.pool("another", 1, 1, 1);
     another.spec.scheduler = "orca".into();
-    let refused = create_as(&alice, &stage.ns, &another)
+    let refused = create_as(&alice, stage.ns(), &another)
         .await
         .expect_err("a new pool without a class is refused");
     assert!(refused.contains("spec.classRef is required"), "{refused}");

@@ -24,11 +24,11 @@ async fn deleting_a_scheduler_drains_its_instance_before_the_pods_go() {
         "the operator holds the Scheduler with its finalizer: {:?}",
         object.metadata.finalizers
     );
-    let db = pg::connect(&stage.url).await;
+    let db = pg::connect(stage.url()).await;
     let runs = probe::queue(&db, "sleep:5", 1).await;
     eventually("v1 starts the run", Duration::from_secs(20), || async {
         match probe::runs(&db, &runs).await.values().next() {
-            Some(r) if r.status == "running" => Ok(()),
+            Some(r) if r.status() == "running" => Ok(()),
             other => Err(format!("{other:?}")),
         }
     })
@@ -84,8 +84,12 @@ async fn deleting_a_scheduler_drains_its_instance_before_the_pods_go() {
     .await;
     let run = probe::runs(&db, &runs).await;
     let run = run.values().next().expect("the run");
-    assert_eq!(run.status, "succeeded", "the run in hand finished: {run:?}");
-    assert_eq!(run.start, 1, "started once: {run:?}");
+    assert_eq!(
+        run.status(),
+        "succeeded",
+        "the run in hand finished: {run:?}"
+    );
+    assert_eq!(run.start(), 1, "started once: {run:?}");
     let ended: i64 = db
         .query_one(
             "select count(*) from orca.schedulers where ended is not null and drained is not null",

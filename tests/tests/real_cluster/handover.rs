@@ -27,7 +27,7 @@ async fn v1_to_v2_hands_over_with_runs_going_and_no_run_lost() {
     assert_eq!(s.revisions.len(), 1, "{s:?}");
     let v1_pod = s.leader.clone().expect("a leader").pod;
 
-    let db = pg::connect(&stage.url).await;
+    let db = pg::connect(stage.url()).await;
     let before = probe::queue(&db, "sleep:4", 4).await;
     stage
         .apply_scheduler(&scheduler("orca", "v2", &[], ""))
@@ -60,8 +60,12 @@ async fn v1_to_v2_hands_over_with_runs_going_and_no_run_lost() {
     })
     .await;
     for (id, run) in probe::runs(&db, &all).await {
-        assert_eq!(run.status, "succeeded", "run {id}: {run:?}");
-        assert_eq!(run.start, 1, "run {id} was started more than once: {run:?}");
+        assert_eq!(run.status(), "succeeded", "run {id}: {run:?}");
+        assert_eq!(
+            run.start(),
+            1,
+            "run {id} was started more than once: {run:?}"
+        );
     }
 
     // The steps, in order, as Events a user sees with kubectl describe.
@@ -97,7 +101,7 @@ async fn v1_to_v2_hands_over_with_runs_going_and_no_run_lost() {
     let h = s.last_handover.clone().expect("the handover is recorded");
     assert_eq!((h.from.as_str(), h.to.as_str()), ("v1", "v2"));
     assert!(h.registered.as_deref() >= h.led.as_deref(), "{h:?}");
-    let jobs = Api::<Job>::namespaced(stage.client.clone(), &stage.ns)
+    let jobs = Api::<Job>::namespaced(stage.client().clone(), stage.ns())
         .list(&ListParams::default())
         .await
         .expect("listing Jobs")
@@ -146,8 +150,8 @@ async fn v1_to_v2_hands_over_with_runs_going_and_no_run_lost() {
     assert_eq!(pods.len(), 1, "{pods:?}");
 
     // Prometheus sees the handover and the phase.
-    let metrics = stage.replicas[0].scrape();
-    let scope = format!(r#"namespace="{}",scheduler="orca""#, stage.ns);
+    let metrics = stage.replicas()[0].scrape();
+    let scope = format!(r#"namespace="{}",scheduler="orca""#, stage.ns());
     assert!(
         metrics.contains(&format!(
             "orca_scheduler_handover_duration_seconds_count{{{scope}}} 1"

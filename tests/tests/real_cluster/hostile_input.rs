@@ -61,14 +61,14 @@ async fn a_tenants_ca_paths_and_databases_stop_neither_the_operator_nor_anyone_e
     let ec2 = Ec2Stage::new(&stage, "unused").await;
 
     // The victim's pool, served while all is quiet.
-    secret(&stage.client, &victim, "orca-db", &stage.url).await;
-    Api::<Scheduler>::namespaced(stage.client.clone(), &victim)
+    secret(stage.client(), &victim, "orca-db", stage.url()).await;
+    Api::<Scheduler>::namespaced(stage.client().clone(), &victim)
         .create(&PostParams::default(), &paused("orca", "orca-db"))
         .await
         .unwrap_or_else(|e| panic!("the victim's Scheduler: {e}"));
     let mut pool = ec2.pool("runners", 1, 3, 3);
     pool.spec.boot_timeout_seconds = 600;
-    let pools = Api::<WarmPool>::namespaced(stage.client.clone(), &victim);
+    let pools = Api::<WarmPool>::namespaced(stage.client().clone(), &victim);
     pools
         .create(&PostParams::default(), &pool)
         .await
@@ -105,19 +105,19 @@ async fn a_tenants_ca_paths_and_databases_stop_neither_the_operator_nor_anyone_e
 
     // The attacks, by an editor of the namespace: the built-in `edit`
     // role and a token of their own.
-    let mallory = editor(&stage, &stage.ns, "mallory").await;
-    let ns = stage.ns.clone();
-    secret(&mallory, &ns, "zero", &with_ca(&stage.url, "/dev/zero")).await;
+    let mallory = editor(&stage, stage.ns(), "mallory").await;
+    let ns = stage.ns();
+    secret(&mallory, ns, "zero", &with_ca(stage.url(), "/dev/zero")).await;
     secret(
         &mallory,
-        &ns,
+        ns,
         "fifo",
-        &with_ca(&stage.url, fifo.to_str().unwrap()),
+        &with_ca(stage.url(), fifo.to_str().unwrap()),
     )
     .await;
-    secret(&mallory, &ns, "huge", &huge_database().await).await;
-    secret(&mallory, &ns, "slow", &slow_database().await).await;
-    let theirs = Api::<Scheduler>::namespaced(mallory.clone(), &ns);
+    secret(&mallory, ns, "huge", &huge_database().await).await;
+    secret(&mallory, ns, "slow", &slow_database().await).await;
+    let theirs = Api::<Scheduler>::namespaced(mallory.clone(), ns);
     for name in ["zero", "fifo", "huge", "slow"] {
         let s = sleeper(name, name);
         // The aggregated role reaches `edit` once kube-controller-manager
@@ -147,7 +147,7 @@ async fn a_tenants_ca_paths_and_databases_stop_neither_the_operator_nor_anyone_e
         "[{cron: '0 0 30-31 2 *', timezone: UTC, duration: 1h, idle: {min: 1, max: 1}}]",
     )
     .unwrap();
-    Api::<WarmPool>::namespaced(mallory.clone(), &ns)
+    Api::<WarmPool>::namespaced(mallory.clone(), ns)
         .create(&PostParams::default(), &never)
         .await
         .unwrap_or_else(|e| panic!("mallory's pool: {e}"));
@@ -162,7 +162,7 @@ async fn a_tenants_ca_paths_and_databases_stop_neither_the_operator_nor_anyone_e
         .unwrap_or_else(|e| panic!("scaling the victim's pool: {e}"));
     let healthy = async {
         for _ in 0..60 {
-            let replica = &stage.replicas[0];
+            let replica = &stage.replicas()[0];
             match replica.health() {
                 Ok((200, _)) => {}
                 other => panic!("the replica is not healthy: {other:?}\n{}", stage.logs()),
@@ -191,7 +191,7 @@ async fn a_tenants_ca_paths_and_databases_stop_neither_the_operator_nor_anyone_e
             })
         })
         .await;
-    let replica = &stage.replicas[0];
+    let replica = &stage.replicas()[0];
     assert!(
         matches!(replica.health(), Ok((200, _))),
         "{:?}\n{}",

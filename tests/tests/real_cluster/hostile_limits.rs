@@ -163,7 +163,7 @@ async fn until_present(stage: &OnCluster, ec2: &Ec2Stage, ns: &str, n: usize) ->
             if ids.len() == n {
                 return Ok(ids);
             }
-            let pools = Api::<WarmPool>::namespaced(stage.client.clone(), ns)
+            let pools = Api::<WarmPool>::namespaced(stage.client().clone(), ns)
                 .list(&Default::default())
                 .await
                 .map(|l| l.items)
@@ -268,7 +268,7 @@ async fn orphaning_a_full_pool_and_starting_again_never_passes_the_namespace_lim
         .with_replica("a")
         .await;
     let team = format!("o-{}", random_hex(3));
-    label(&stage.client, &stage.ns, &team).await;
+    label(stage.client(), stage.ns(), &team).await;
     stage.apply_scheduler(&paused_scheduler("orca")).await;
     let ec2 = Ec2Stage::new(&stage, "unused").await;
     let name = format!("orphan-{}", random_hex(3));
@@ -277,16 +277,16 @@ async fn orphaning_a_full_pool_and_starting_again_never_passes_the_namespace_lim
         &class(&name, &ec2, &team, "  namespaceLimits: {instances: 3}"),
     )
     .await;
-    let alice = editor(&stage, &stage.ns, "alice").await;
-    let hers = Api::<WarmPool>::namespaced(alice.clone(), &stage.ns);
-    let sampler = Sampler::start(&ec2, &stage.ns);
+    let alice = editor(&stage, stage.ns(), "alice").await;
+    let hers = Api::<WarmPool>::namespaced(alice.clone(), stage.ns());
+    let sampler = Sampler::start(&ec2, stage.ns());
 
-    create_as_editor(&alice, &stage.ns, &held_pool("first", &name, 3)).await;
-    let first = until_present(&stage, &ec2, &stage.ns, 3).await;
+    create_as_editor(&alice, stage.ns(), &held_pool("first", &name, 3)).await;
+    let first = until_present(&stage, &ec2, stage.ns(), 3).await;
     for (left, next) in [("first", "second"), ("second", "third")] {
         patch_as(
             &alice,
-            &stage.ns,
+            stage.ns(),
             left,
             serde_json::json!({"spec": {"onDelete": "Orphan"}}),
         )
@@ -296,7 +296,7 @@ async fn orphaning_a_full_pool_and_starting_again_never_passes_the_namespace_lim
             .await
             .unwrap_or_else(|e| panic!("deleting {left}: {e}"));
         gone(&hers, left).await;
-        create_as(&alice, &stage.ns, &held_pool(next, &name, 3))
+        create_as(&alice, stage.ns(), &held_pool(next, &name, 3))
             .await
             .unwrap_or_else(|e| panic!("{next}: {e}"));
         let held = stage
@@ -309,7 +309,7 @@ async fn orphaning_a_full_pool_and_starting_again_never_passes_the_namespace_lim
     // Passes go on for a while: the orphans are still counted.
     tokio::time::sleep(Duration::from_secs(10)).await;
     assert_eq!(
-        ids_of(&ec2, &stage.ns).await,
+        ids_of(&ec2, stage.ns()).await,
         first,
         "only the first pool's ran"
     );
@@ -340,7 +340,7 @@ async fn switching_class_and_scheduler_and_moving_back_never_passes_a_limit() {
         .with_replica("a")
         .await;
     let team = format!("s-{}", random_hex(3));
-    label(&stage.client, &stage.ns, &team).await;
+    label(stage.client(), stage.ns(), &team).await;
     stage.apply_scheduler(&paused_scheduler("orca")).await;
     stage.apply_scheduler(&paused_scheduler("orca2")).await;
     let ec2 = Ec2Stage::new(&stage, "unused").await;
@@ -355,25 +355,25 @@ async fn switching_class_and_scheduler_and_moving_back_never_passes_a_limit() {
         )
         .await;
     }
-    let alice = editor(&stage, &stage.ns, "alice").await;
-    let sampler = Sampler::start(&ec2, &stage.ns);
+    let alice = editor(&stage, stage.ns(), "alice").await;
+    let sampler = Sampler::start(&ec2, stage.ns());
     let mut p = held_pool("p", &a, 2);
     p.spec.drain_timeout_seconds = 25;
-    create_as_editor(&alice, &stage.ns, &p).await;
-    let first = until_present(&stage, &ec2, &stage.ns, 2).await;
-    hold_busy(&stage.url, &format!("{}/p", stage.ns), &first).await;
+    create_as_editor(&alice, stage.ns(), &p).await;
+    let first = until_present(&stage, &ec2, stage.ns(), 2).await;
+    hold_busy(stage.url(), &format!("{}/p", stage.ns()), &first).await;
 
     // Another class: the instances class a counts stay with the pool, and
     // a second pool of class a gets nothing beside them.
     patch_as(
         &alice,
-        &stage.ns,
+        stage.ns(),
         "p",
         serde_json::json!({"spec": {"classRef": {"name": b}}}),
     )
     .await
     .unwrap_or_else(|e| panic!("switching class: {e}"));
-    create_as(&alice, &stage.ns, &held_pool("q", &a, 2))
+    create_as(&alice, stage.ns(), &held_pool("q", &a, 2))
         .await
         .unwrap_or_else(|e| panic!("q: {e}"));
     stage
@@ -389,7 +389,7 @@ async fn switching_class_and_scheduler_and_moving_back_never_passes_a_limit() {
     // class a's; the new place launches in class b.
     patch_as(
         &alice,
-        &stage.ns,
+        stage.ns(),
         "p",
         serde_json::json!({"spec": {"scheduler": "orca2"}}),
     )
@@ -397,7 +397,7 @@ async fn switching_class_and_scheduler_and_moving_back_never_passes_a_limit() {
     .unwrap_or_else(|e| panic!("switching Scheduler: {e}"));
     let moved_at = std::time::Instant::now();
     // Two busy where it was, two launched in the new place.
-    until_present(&stage, &ec2, &stage.ns, 4).await;
+    until_present(&stage, &ec2, stage.ns(), 4).await;
     stage
         .wait_pool(
             "p",
@@ -411,7 +411,7 @@ async fn switching_class_and_scheduler_and_moving_back_never_passes_a_limit() {
     // drain time-out they are still there.
     patch_as(
         &alice,
-        &stage.ns,
+        stage.ns(),
         "p",
         serde_json::json!({"spec": {"scheduler": "orca"}}),
     )
@@ -419,7 +419,7 @@ async fn switching_class_and_scheduler_and_moving_back_never_passes_a_limit() {
     .unwrap_or_else(|e| panic!("moving back: {e}"));
     let past = Duration::from_secs(35).saturating_sub(moved_at.elapsed());
     tokio::time::sleep(past).await;
-    let still = ids_of(&ec2, &stage.ns).await;
+    let still = ids_of(&ec2, stage.ns()).await;
     assert!(
         first.iter().all(|id| still.contains(id)),
         "busy instances terminated after the pool came back: {first:?}, now {still:?}"
@@ -456,19 +456,19 @@ async fn a_namespace_the_class_does_not_admit_takes_nothing_from_those_it_does()
         format!("a-{}", random_hex(3)),
         format!("b-{}", random_hex(3)),
     );
-    label(&stage.client, &stage.ns, &ta).await;
-    label(&stage.client, &team_b, &tb).await;
+    label(stage.client(), stage.ns(), &ta).await;
+    label(stage.client(), &team_b, &tb).await;
     stage.apply_scheduler(&paused_scheduler("orca")).await;
     let secret: k8s_openapi::api::core::v1::Secret = serde_json::from_value(serde_json::json!({
         "metadata": {"name": "orca-db"},
-        "stringData": {"url": stage.url},
+        "stringData": {"url": stage.url()},
     }))
     .unwrap();
-    Api::<k8s_openapi::api::core::v1::Secret>::namespaced(stage.client.clone(), &team_b)
+    Api::<k8s_openapi::api::core::v1::Secret>::namespaced(stage.client().clone(), &team_b)
         .create(&PostParams::default(), &secret)
         .await
         .unwrap_or_else(|e| panic!("team-b's Secret: {e}"));
-    Api::<Scheduler>::namespaced(stage.client.clone(), &team_b)
+    Api::<Scheduler>::namespaced(stage.client().clone(), &team_b)
         .create(&PostParams::default(), &paused_scheduler("orca"))
         .await
         .unwrap_or_else(|e| panic!("team-b's Scheduler: {e}"));
@@ -483,7 +483,7 @@ async fn a_namespace_the_class_does_not_admit_takes_nothing_from_those_it_does()
     )
     .await;
     apply_class(&stage, &class(&theirs, &ec2, &tb, "")).await;
-    let b_pools = Api::<WarmPool>::namespaced(stage.client.clone(), &team_b);
+    let b_pools = Api::<WarmPool>::namespaced(stage.client().clone(), &team_b);
     b_pools
         .create(&PostParams::default(), &held_pool("full", &theirs, 3))
         .await
@@ -529,7 +529,7 @@ async fn a_namespace_the_class_does_not_admit_takes_nothing_from_those_it_does()
     // by now.
     tokio::time::sleep(Duration::from_secs(6)).await;
     stage.create_pool(&held_pool("runners", &shared, 4)).await;
-    until_present(&stage, &ec2, &stage.ns, 4).await;
+    until_present(&stage, &ec2, stage.ns(), 4).await;
     assert!(present(ec2.ec2.client(), &team_b, Some(&shared))
         .await
         .is_empty());
@@ -547,20 +547,20 @@ async fn lifetimes_orphaning_and_a_deletions_place_are_the_classs_to_bound() {
         .with_replica("a")
         .await;
     let team = format!("l-{}", random_hex(3));
-    label(&stage.client, &stage.ns, &team).await;
+    label(stage.client(), stage.ns(), &team).await;
     stage.apply_scheduler(&paused_scheduler("orca")).await;
     stage.apply_scheduler(&paused_scheduler("orca2")).await;
     let ec2 = Ec2Stage::new(&stage, "unused").await;
     let name = format!("life-{}", random_hex(3));
     let bounded = "  poolLimits: {maxIdleSeconds: 3600, maxBootTimeoutSeconds: 600, orphan: false}";
     apply_class(&stage, &class(&name, &ec2, &team, "")).await;
-    let alice = editor(&stage, &stage.ns, "alice").await;
+    let alice = editor(&stage, stage.ns(), "alice").await;
 
     // Written while the class allowed it: onDelete Orphan.
     let mut kept = held_pool("kept", &name, 1);
     kept.spec.on_delete = OnDelete::Orphan;
-    create_as_editor(&alice, &stage.ns, &kept).await;
-    let launched = until_present(&stage, &ec2, &stage.ns, 1).await;
+    create_as_editor(&alice, stage.ns(), &kept).await;
+    let launched = until_present(&stage, &ec2, stage.ns(), 1).await;
     apply_class(&stage, &class(&name, &ec2, &team, bounded)).await;
 
     let mut year = held_pool("year", &name, 1);
@@ -569,7 +569,7 @@ async fn lifetimes_orphaning_and_a_deletions_place_are_the_classs_to_bound() {
         "the bound reaching the policy",
         Duration::from_secs(30),
         || async {
-            match create_as(&alice, &stage.ns, &year).await {
+            match create_as(&alice, stage.ns(), &year).await {
                 Err(e) if e.contains("poolLimits") => Ok(e),
                 Err(e) => Err(e),
                 Ok(()) => {
@@ -588,7 +588,7 @@ async fn lifetimes_orphaning_and_a_deletions_place_are_the_classs_to_bound() {
     );
     let mut orphaning = held_pool("orphaning", &name, 1);
     orphaning.spec.on_delete = OnDelete::Orphan;
-    let said = create_as(&alice, &stage.ns, &orphaning)
+    let said = create_as(&alice, stage.ns(), &orphaning)
         .await
         .expect_err("orphaning is refused");
     assert!(
@@ -597,7 +597,7 @@ async fn lifetimes_orphaning_and_a_deletions_place_are_the_classs_to_bound() {
     );
 
     // Deleted with onDelete Orphan from before: torn down all the same.
-    let hers = Api::<WarmPool>::namespaced(alice.clone(), &stage.ns);
+    let hers = Api::<WarmPool>::namespaced(alice.clone(), stage.ns());
     // Held a moment by a finalizer of the test's, to try moving it.
     stage
         .pools()
@@ -612,14 +612,14 @@ async fn lifetimes_orphaning_and_a_deletions_place_are_the_classs_to_bound() {
         .await
         .unwrap_or_else(|e| panic!("deleting kept: {e}"));
     let moved = serde_json::json!({"spec": {"scheduler": "orca2", "onDelete": "Terminate"}});
-    let said = patch_as(&alice, &stage.ns, "kept", moved)
+    let said = patch_as(&alice, stage.ns(), "kept", moved)
         .await
         .expect_err("a pool being deleted keeps its Scheduler");
     assert!(
         said.contains("spec.scheduler may not change while the WarmPool is being deleted"),
         "{said}"
     );
-    none_left(&ec2, &stage.ns, &launched, "kept's instance terminated").await;
+    none_left(&ec2, stage.ns(), &launched, "kept's instance terminated").await;
     // The operator let go once its instance was terminated.
     eventually(
         "the operator's finalizer gone",
@@ -658,7 +658,7 @@ async fn a_class_that_allows_orphans_orphans_none_of_a_stricter_ones_instances()
         .with_replica("a")
         .await;
     let team = format!("u-{}", random_hex(3));
-    label(&stage.client, &stage.ns, &team).await;
+    label(stage.client(), stage.ns(), &team).await;
     stage.apply_scheduler(&paused_scheduler("orca")).await;
     let ec2 = Ec2Stage::new(&stage, "unused").await;
     let (strict, lax) = (
@@ -668,13 +668,13 @@ async fn a_class_that_allows_orphans_orphans_none_of_a_stricter_ones_instances()
     let forbids = "  poolLimits: {orphan: false}";
     apply_class(&stage, &class(&strict, &ec2, &team, forbids)).await;
     apply_class(&stage, &class(&lax, &ec2, &team, "")).await;
-    let alice = editor(&stage, &stage.ns, "alice").await;
+    let alice = editor(&stage, stage.ns(), "alice").await;
     let mut p = held_pool("p", &strict, 1);
     p.spec.drain_timeout_seconds = 5;
-    create_as_editor(&alice, &stage.ns, &p).await;
-    let launched = until_present(&stage, &ec2, &stage.ns, 1).await;
+    create_as_editor(&alice, stage.ns(), &p).await;
+    let launched = until_present(&stage, &ec2, stage.ns(), 1).await;
     // Busy: nothing but the deletion's drain time-out ends it.
-    hold_busy(&stage.url, &format!("{}/p", stage.ns), &launched).await;
+    hold_busy(stage.url(), &format!("{}/p", stage.ns()), &launched).await;
     stage
         .wait_pool(
             "p",
@@ -685,17 +685,17 @@ async fn a_class_that_allows_orphans_orphans_none_of_a_stricter_ones_instances()
         .await;
 
     let switched = serde_json::json!({"spec": {"classRef": {"name": lax}, "onDelete": "Orphan"}});
-    patch_as(&alice, &stage.ns, "p", switched)
+    patch_as(&alice, stage.ns(), "p", switched)
         .await
         .unwrap_or_else(|e| panic!("switching to the lax class: {e}"));
-    let hers = Api::<WarmPool>::namespaced(alice.clone(), &stage.ns);
+    let hers = Api::<WarmPool>::namespaced(alice.clone(), stage.ns());
     hers.delete("p", &DeleteParams::default())
         .await
         .unwrap_or_else(|e| panic!("deleting p: {e}"));
     // Nor does she let it go by taking the operator's finalizer off.
     let said = patch_as(
         &alice,
-        &stage.ns,
+        stage.ns(),
         "p",
         serde_json::json!({"metadata": {"finalizers": null}}),
     )
@@ -707,7 +707,7 @@ async fn a_class_that_allows_orphans_orphans_none_of_a_stricter_ones_instances()
     );
     none_left(
         &ec2,
-        &stage.ns,
+        stage.ns(),
         &launched,
         "the strict class's instance terminated",
     )

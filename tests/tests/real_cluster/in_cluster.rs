@@ -50,8 +50,8 @@ fn values(tag: &str) -> Vec<String> {
 
 /// The operator's pods that are not being deleted: `(name, image, ready)`.
 async fn operator_pods(stage: &OnCluster) -> Vec<(String, String, bool)> {
-    let selector = format!("app.kubernetes.io/instance={}", stage.release.name);
-    let pods = Api::<Pod>::namespaced(stage.client.clone(), &stage.release.namespace)
+    let selector = format!("app.kubernetes.io/instance={}", stage.release().name());
+    let pods = Api::<Pod>::namespaced(stage.client().clone(), stage.release().namespace())
         .list(&ListParams::default().labels(&selector))
         .await
         .map(|l| l.items)
@@ -80,7 +80,7 @@ async fn operator_pods(stage: &OnCluster) -> Vec<(String, String, bool)> {
 async fn two_ready(stage: &OnCluster, tag: &str, within: Duration) -> Vec<String> {
     let image = format!("{REPOSITORY}:{tag}");
     let states = || async {
-        Api::<Pod>::namespaced(stage.client.clone(), &stage.release.namespace)
+        Api::<Pod>::namespaced(stage.client().clone(), stage.release().namespace())
             .list(&ListParams::default())
             .await
             .map(|l| {
@@ -174,7 +174,7 @@ async fn the_charts_deployment_runs_the_image_leads_hands_over_and_rolls_to_a_ne
     // standby, or the Deployment's replacement if it starts first: the
     // leader gives the Lease up as it stops — leads within the Lease's
     // duration (15 s) and converges the pool.
-    Api::<Pod>::namespaced(stage.client.clone(), &stage.release.namespace)
+    Api::<Pod>::namespaced(stage.client().clone(), stage.release().namespace())
         .delete(&first, &DeleteParams::default())
         .await
         .unwrap_or_else(|e| panic!("deleting the leader's pod {first}: {e}"));
@@ -186,7 +186,7 @@ async fn the_charts_deployment_runs_the_image_leads_hands_over_and_rolls_to_a_ne
     two_ready(&stage, TAG, Duration::from_secs(60)).await;
 
     // A new tag: the Deployment rolls both pods, and the new ones lead.
-    stage.release.upgrade(cp, &[&format!("image.tag={NEXT}")]);
+    stage.release().upgrade(cp, &[&format!("image.tag={NEXT}")]);
     let rolled = two_ready(&stage, NEXT, Duration::from_secs(120)).await;
     let third = leader(
         &stage,
@@ -199,7 +199,7 @@ async fn the_charts_deployment_runs_the_image_leads_hands_over_and_rolls_to_a_ne
 
     // Never two leaders at once: each pod's writes in the namespace, from
     // the audit log, come all before or all after any other pod's.
-    let writes = writes_by_pods(cp, &stage.ns);
+    let writes = writes_by_pods(cp, stage.ns());
     let writers: Vec<&str> = {
         let mut w: Vec<&str> = writes.iter().map(|(p, _, _)| p.as_str()).collect();
         w.sort_unstable();
@@ -225,7 +225,7 @@ async fn the_charts_deployment_runs_the_image_leads_hands_over_and_rolls_to_a_ne
         .iter()
         .find(|p| **p != third)
         .expect("two pods, one of them leads");
-    let pods = Api::<Pod>::namespaced(stage.client.clone(), &stage.release.namespace);
+    let pods = Api::<Pod>::namespaced(stage.client().clone(), stage.release().namespace());
     let container = |p: &Pod| {
         p.status
             .as_ref()

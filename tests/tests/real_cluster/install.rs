@@ -11,8 +11,8 @@ use orca_tests::on_cluster::{example, kubectl, OnCluster};
 fn kubectl_apply(stage: &OnCluster, yaml: &str, dry_run: bool) -> (bool, String) {
     let mut cmd = std::process::Command::new(kubectl());
     cmd.arg("--kubeconfig")
-        .arg(stage.cp.admin_kubeconfig())
-        .args(["apply", "-n", &stage.ns, "-f", "-"]);
+        .arg(stage.cp().admin_kubeconfig())
+        .args(["apply", "-n", stage.ns(), "-f", "-"]);
     if dry_run {
         cmd.arg("--dry-run=server");
     }
@@ -65,7 +65,7 @@ async fn every_example_applies_with_kubectl_after_helm_install() {
     assert_eq!((pool.spec.idle.min, pool.spec.idle.max), (2, 4));
     // The class is cluster-scoped: it goes with the test, not its namespace.
     let classes: kube::Api<orca_operator::crd::WarmPoolClass> =
-        kube::Api::all(stage.client.clone());
+        kube::Api::all(stage.client().clone());
     let class = classes
         .get("shared")
         .await

@@ -79,9 +79,9 @@ fn command(stage: &OnCluster, args: &[&str]) -> Command {
     cmd.arg("orca")
         .args([
             "--kubeconfig",
-            &stage.cp.admin_kubeconfig().to_string_lossy(),
+            &stage.cp().admin_kubeconfig().to_string_lossy(),
         ])
-        .args(["-n", &stage.ns])
+        .args(["-n", stage.ns()])
         .args(args)
         .env("PATH", path);
     cmd
@@ -124,7 +124,7 @@ async fn lines_until(
 /// placeholders, equal to golden file `name` (`ORCA_UPDATE_GOLDEN=1`
 /// writes it instead).
 fn compare(stage: &OnCluster, name: &str, actual: &str, times: &[(String, String)]) {
-    let mut text = actual.replace(&stage.ns, "NAMESPACE");
+    let mut text = actual.replace(stage.ns(), "NAMESPACE");
     for (concrete, placeholder) in times {
         text = text.replace(concrete, placeholder);
     }
@@ -211,7 +211,7 @@ async fn status_pause_resume_and_restart_through_kubectl() {
     // Steering: each a change of the resource the operator acts on.
     let (ok, out, err) = kubectl_orca(&stage, &["pause", "scheduler", "orca"]);
     assert!(ok, "{err}");
-    assert_eq!(out, format!("scheduler {}/orca: paused\n", stage.ns));
+    assert_eq!(out, format!("scheduler {}/orca: paused\n", stage.ns()));
     assert!(schedulers.get("orca").await.unwrap().spec.paused);
     let (ok, out, _) = kubectl_orca(&stage, &["status", "scheduler", "orca"]);
     assert!(ok && out.contains("paused: spec.paused is true"), "{out}");
@@ -252,7 +252,7 @@ async fn status_pause_resume_and_restart_through_kubectl() {
         out,
         format!(
             "warmpool {}/pool: draining i-0b2 (each retired once it is not in a run)\n",
-            stage.ns
+            stage.ns()
         )
     );
     let (ok, _, err) = kubectl_orca(&stage, &["drain", "wp", "pool", "i-0a1"]);
@@ -284,13 +284,13 @@ async fn status_pause_resume_and_restart_through_kubectl() {
     assert!(!ok && out.is_empty());
     assert_eq!(
         err,
-        format!("kubectl orca: scheduler {}/nope not found\n", stage.ns)
+        format!("kubectl orca: scheduler {}/nope not found\n", stage.ns())
     );
     let (ok, _, err) = kubectl_orca(&stage, &["pause", "warmpool", "nope"]);
     assert!(!ok);
     assert_eq!(
         err,
-        format!("kubectl orca: warmpool {}/nope not found\n", stage.ns)
+        format!("kubectl orca: warmpool {}/nope not found\n", stage.ns())
     );
     let (ok, _, err) = kubectl_orca(&stage, &["rollout", "restart", "warmpool", "pool"]);
     assert!(!ok);

@@ -20,7 +20,7 @@ use super::{scheduler, warm_pool::Ec2Stage};
 async fn url_parameter(stage: &OnCluster, ec2: &Ec2Stage) -> Option<String> {
     let name = orca_operator::warmpool::ssm::parameter_name(
         orca_tests::release::TEST_CLUSTER,
-        &stage.ns,
+        stage.ns(),
         "orca",
     );
     orca_tests::warm::parameter(&ec2.proxy.endpoint(), &name).await
@@ -106,7 +106,7 @@ async fn a_deleted_warm_pool_terminates_its_instances_before_it_goes() {
     let ids = two_idle(&stage, &ec2, "runners", OnDelete::Terminate).await;
     assert_eq!(
         url_parameter(&stage, &ec2).await.as_deref(),
-        Some(stage.url.as_str()),
+        Some(stage.url()),
         "the instances' database URL is not in its parameter"
     );
 
@@ -135,8 +135,8 @@ async fn a_deleted_warm_pool_terminates_its_instances_before_it_goes() {
         .proxy
         .calls_of("TerminateInstances")
         .into_iter()
-        .filter(|c| c.fault.is_none())
-        .map(|c| c.body)
+        .filter(|c| c.fault().is_none())
+        .map(|c| c.body().to_string())
         .collect();
     for id in &ids {
         assert!(
@@ -184,7 +184,7 @@ async fn an_orphaned_warm_pool_goes_at_once_and_leaves_its_instances() {
     assert_eq!(up(&ec2).await, ids, "the instances are left running");
     assert_eq!(
         url_parameter(&stage, &ec2).await.as_deref(),
-        Some(stage.url.as_str()),
+        Some(stage.url()),
         "the parameter the left instances read was deleted"
     );
     assert!(ec2.proxy.calls_of("TerminateInstances").is_empty());

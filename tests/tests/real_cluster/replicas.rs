@@ -20,7 +20,7 @@ use super::{
 /// database's name.
 async fn two_replicas(prefix: &str) -> (OnCluster, Ec2Stage, usize, String) {
     let stage = OnCluster::new(prefix).await.with_replica("b").await;
-    let db = pg::connect(&stage.url).await;
+    let db = pg::connect(stage.url()).await;
     let name: String = db
         .query_one("select current_database()", &[])
         .await
@@ -82,14 +82,14 @@ fn statements_since(mark: u64, db: &str, name: &str) -> Vec<String> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_frozen_leader_that_lost_its_lease_never_acts_again() {
     let (stage, ec2, leader, db) = two_replicas("replicas").await;
-    let (old, new) = (&stage.replicas[leader], &stage.replicas[1 - leader]);
+    let (old, new) = (&stage.replicas()[leader], &stage.replicas()[1 - leader]);
     old.freeze();
     eventually(
         "the standby takes the Lease",
         Duration::from_secs(60),
         || async {
             match stage.lease_holder().await {
-                Some(h) if h == new.name => Ok(()),
+                Some(h) if h == new.name() => Ok(()),
                 other => Err(format!("{other:?}")),
             }
         },
@@ -102,7 +102,7 @@ async fn a_frozen_leader_that_lost_its_lease_never_acts_again() {
         .apply_scheduler(&scheduler("orca", "v2", &[], ""))
         .await;
 
-    let writes_before = writes_by(stage.cp, &old.credential_id);
+    let writes_before = writes_by(stage.cp(), old.credential_id());
     let log_before = log_mark();
     let thawed = Instant::now();
     old.thaw();
@@ -126,7 +126,7 @@ async fn a_frozen_leader_that_lost_its_lease_never_acts_again() {
     // Give a rogue replica every chance to act: several of its resyncs.
     tokio::time::sleep(Duration::from_secs(25)).await;
 
-    let writes_after = writes_by(stage.cp, &old.credential_id);
+    let writes_after = writes_by(stage.cp(), old.credential_id());
     assert_eq!(
         writes_after[writes_before.len().min(writes_after.len())..],
         [] as [String; 0],
@@ -137,22 +137,22 @@ async fn a_frozen_leader_that_lost_its_lease_never_acts_again() {
         .proxy
         .calls()
         .into_iter()
-        .filter(|c| c.at >= thawed && c.key_id.as_deref() == Some(old.aws_key_id.as_str()))
-        .map(|c| c.action)
+        .filter(|c| c.at() >= thawed && c.key_id() == Some(old.aws_key_id()))
+        .map(|c| c.action().to_string())
         .collect();
     assert!(
         rogue.is_empty(),
         "the old leader called EC2 after it lost the Lease: {rogue:?}\n{}",
         stage.logs()
     );
-    let statements = statements_since(log_before, &db, &old.name);
+    let statements = statements_since(log_before, &db, old.name());
     assert!(
         statements.is_empty(),
         "the old leader sent statements after it lost the Lease:\n{}",
         statements.join("\n")
     );
     assert!(
-        !statements_since(log_before, &db, &new.name).is_empty(),
+        !statements_since(log_before, &db, new.name()).is_empty(),
         "the log shows the new leader's statements (else it shows nothing)"
     );
     let launched = ec2.launched();
@@ -168,20 +168,20 @@ async fn a_frozen_leader_that_lost_its_lease_never_acts_again() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_leader_stopped_by_sigterm_hands_over_at_once_and_acts_no_more() {
     let (mut stage, ec2, leader, db) = two_replicas("sigterm").await;
-    let new_name = stage.replicas[1 - leader].name.clone();
+    let new_name = stage.replicas()[1 - leader].name().to_string();
     let (old_name, old_key, old_credential) = {
-        let old = &stage.replicas[leader];
+        let old = &stage.replicas()[leader];
         (
-            old.name.clone(),
-            old.aws_key_id.clone(),
-            old.credential_id.clone(),
+            old.name().to_string(),
+            old.aws_key_id().to_string(),
+            old.credential_id().to_string(),
         )
     };
-    let writes_before = writes_by(stage.cp, &old_credential);
+    let writes_before = writes_by(stage.cp(), &old_credential);
     let log_before = log_mark();
     let (signalled, signalled_at) = (Instant::now(), chrono::Utc::now());
-    stage.replicas[leader].stop();
-    assert!(!stage.replicas[leader].running(), "the old leader exited");
+    stage.stop_replica(leader);
+    assert!(!stage.replica_running(leader), "the old leader exited");
     eventually(
         "the standby leads, well within the 15 s lease duration",
         Duration::from_secs(8),
@@ -200,13 +200,13 @@ async fn a_leader_stopped_by_sigterm_hands_over_at_once_and_acts_no_more() {
     // went quiet after a failover.)
     let series = format!(
         r#"orca_scheduler_phase{{namespace="{}",scheduler="orca","#,
-        stage.ns
+        stage.ns()
     );
     eventually(
         "the new leader exports the Scheduler's phase",
         Duration::from_secs(30),
         || async {
-            let metrics = stage.replicas[1 - leader].scrape();
+            let metrics = stage.replicas()[1 - leader].scrape();
             let phases: Vec<&str> = metrics.lines().filter(|l| l.starts_with(&series)).collect();
             if phases.iter().filter(|l| l.ends_with(" 1")).count() == 1 {
                 Ok(())
@@ -220,7 +220,7 @@ async fn a_leader_stopped_by_sigterm_hands_over_at_once_and_acts_no_more() {
     // Work for the new leader: a second idle instance.
     stage.scale_idle("runners", 2).await;
 
-    let writes_after = writes_by(stage.cp, &old_credential);
+    let writes_after = writes_by(stage.cp(), &old_credential);
     let writes: Vec<&String> = writes_after[writes_before.len().min(writes_after.len())..]
         .iter()
         // The Lease's release is the one write expected.
@@ -236,8 +236,8 @@ async fn a_leader_stopped_by_sigterm_hands_over_at_once_and_acts_no_more() {
         .proxy
         .calls()
         .into_iter()
-        .filter(|c| c.at >= grace && c.key_id.as_deref() == Some(old_key.as_str()))
-        .map(|c| c.action)
+        .filter(|c| c.at() >= grace && c.key_id() == Some(old_key.as_str()))
+        .map(|c| c.action().to_string())
         .collect();
     assert!(
         calls.is_empty(),

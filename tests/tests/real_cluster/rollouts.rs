@@ -87,7 +87,7 @@ async fn exit_75_rolls_stop_the_world() {
         events.iter().any(|e| e.starts_with("OverlapRefused:")),
         "{events:#?}"
     );
-    let db = pg::connect(&stage.url).await;
+    let db = pg::connect(stage.url()).await;
     let row = db
         .query_one(
             "select (select max(ended) from orca.schedulers where image = 'v1'), \
@@ -148,7 +148,7 @@ async fn a_join_time_out_aborts_and_the_old_instance_keeps_leading() {
         }
     })
     .await;
-    let db = pg::connect(&stage.url).await;
+    let db = pg::connect(stage.url()).await;
     let asked: i64 = db
         .query_one(
             "select count(*) from orca.schedulers where image = 'v1' and drain_asked is not null",
@@ -237,10 +237,10 @@ async fn a_pod_the_api_server_refuses_shows_as_degraded_with_its_message() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_restricted_namespace_admits_pods_with_the_templates_security_context() {
     let stage = OnCluster::new("restricted").await;
-    let namespaces: Api<Namespace> = Api::all(stage.client.clone());
+    let namespaces: Api<Namespace> = Api::all(stage.client().clone());
     namespaces
         .patch(
-            &stage.ns,
+            stage.ns(),
             &PatchParams::default(),
             &Patch::Merge(json!({"metadata": {"labels": {
                 "pod-security.kubernetes.io/enforce": "restricted"
@@ -248,8 +248,8 @@ async fn a_restricted_namespace_admits_pods_with_the_templates_security_context(
         )
         .await
         .expect("labelling the namespace restricted");
-    let class = format!("orca-{}", stage.ns);
-    let classes: Api<PriorityClass> = Api::all(stage.client.clone());
+    let class = format!("orca-{}", stage.ns());
+    let classes: Api<PriorityClass> = Api::all(stage.client().clone());
     let priority: PriorityClass = serde_json::from_value(json!({
         "metadata": {"name": class},
         "value": 100000,

@@ -43,7 +43,7 @@ async fn schedulers_and_pools_on_one_database_share_its_connections_and_their_li
     .await;
 
     // One connection for the Schedulers, one for the pools, one listening.
-    let db = pg::connect(&stage.url).await;
+    let db = pg::connect(stage.url()).await;
     let sessions: Vec<(String, i64)> = db
         .query(
             "select application_name, count(*) from pg_stat_activity
@@ -56,7 +56,7 @@ async fn schedulers_and_pools_on_one_database_share_its_connections_and_their_li
         .iter()
         .map(|r| (r.get(0), r.get(1)))
         .collect();
-    let replica = &stage.replicas[0].name;
+    let replica = &stage.replicas()[0].name();
     assert_eq!(
         sessions,
         [

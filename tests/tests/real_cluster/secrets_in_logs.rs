@@ -15,20 +15,20 @@ async fn at_trace_no_line_holds_the_password_or_the_user_data() {
     let mut stage = orca_tests::on_cluster::OnCluster::without_operator("trace").await;
     // The test cluster trusts local connections: any password connects.
     let with_password = stage
-        .url
+        .url()
         .replacen("postgres@", "postgres:trace-s3cret-pw@", 1);
     stage.secret("orca-db", "url", &with_password).await;
     let replica = Replica::start_as(
-        stage.cp,
-        &stage.client,
-        &stage.release,
+        stage.cp(),
+        stage.client(),
+        stage.release(),
         "a",
         &[],
         &[("RUST_LOG", "trace")],
         true,
     )
     .await;
-    stage.replicas.push(replica);
+    stage.add_replica(replica);
     let _ec2 = super::warm_pool::v1_and_one_idle(&stage).await;
     stage
         .apply_scheduler(&scheduler("orca", "v2", &[], ""))
@@ -41,7 +41,7 @@ async fn at_trace_no_line_holds_the_password_or_the_user_data() {
             handed_over_to("v2"),
         )
         .await;
-    let log = stage.replicas[0].log();
+    let log = stage.replicas()[0].log();
     assert!(
         log.lines().count() > 1000,
         "{} lines: not logging at trace?",

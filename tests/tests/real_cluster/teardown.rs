@@ -27,7 +27,7 @@ const RUN_SECONDS: u64 = 15;
 /// and that pool (two idle), both Ready; two runs handed to its instances.
 /// The runs' ids.
 async fn runs_going(stage: &OnCluster, ec2: &Ec2Stage) -> Vec<i64> {
-    let pool_arg = format!("{}/runners", stage.ns);
+    let pool_arg = format!("{}/runners", stage.ns());
     let mut s = scheduler("orca", "v1", &["--pool", &pool_arg], "");
     // The pods' grace is this and a minute: a namespace's deletion looks
     // again only that long after it found them still terminating.
@@ -48,7 +48,7 @@ async fn runs_going(stage: &OnCluster, ec2: &Ec2Stage) -> Vec<i64> {
             s.idle == 2
         })
         .await;
-    let db = pg::connect(&stage.url).await;
+    let db = pg::connect(stage.url()).await;
     let runs = probe::queue(&db, "sleep:1", 2).await;
     eventually(
         "both runs on an instance",
@@ -75,12 +75,12 @@ async fn runs_going(stage: &OnCluster, ec2: &Ec2Stage) -> Vec<i64> {
 
 /// Every run of `runs` succeeded, started once.
 async fn all_succeeded(stage: &OnCluster, runs: &[i64]) {
-    let db = pg::connect(&stage.url).await;
+    let db = pg::connect(stage.url()).await;
     let rows = probe::runs(&db, runs).await;
     assert_eq!(rows.len(), runs.len(), "{rows:?}");
     for (id, r) in &rows {
-        assert_eq!(r.status, "succeeded", "run {id} was lost: {r:?}");
-        assert_eq!(r.start, 1, "run {id} started again: {r:?}");
+        assert_eq!(r.status(), "succeeded", "run {id} was lost: {r:?}");
+        assert_eq!(r.start(), 1, "run {id} started again: {r:?}");
     }
 }
 
@@ -104,9 +104,10 @@ async fn left_in_ec2(ec2: &Ec2Stage) -> Vec<String> {
 
 /// The operator restarted: replica `a` stopped, `b` started.
 async fn restart(stage: &mut OnCluster) {
-    stage.replicas[0].stop();
-    let b = orca_tests::release::Replica::start(stage.cp, &stage.client, &stage.release, "b").await;
-    stage.replicas.push(b);
+    stage.stop_replica(0);
+    let b =
+        orca_tests::release::Replica::start(stage.cp(), stage.client(), stage.release(), "b").await;
+    stage.add_replica(b);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -121,7 +122,7 @@ async fn kubectl_delete_of_the_directory_with_runs_going_loses_nothing() {
         dir.join("a-secret.yaml"),
         format!(
             "apiVersion: v1\nkind: Secret\nmetadata:\n  name: orca-db\nstringData:\n  url: {}\n",
-            stage.url
+            stage.url()
         ),
     )
     .unwrap();
@@ -137,8 +138,8 @@ async fn kubectl_delete_of_the_directory_with_runs_going_loses_nothing() {
     .unwrap();
     let out = std::process::Command::new(kubectl())
         .arg("--kubeconfig")
-        .arg(stage.cp.admin_kubeconfig())
-        .args(["delete", "-n", &stage.ns, "--wait=false", "-f"])
+        .arg(stage.cp().admin_kubeconfig())
+        .args(["delete", "-n", stage.ns(), "--wait=false", "-f"])
         .arg(&dir)
         .output()
         .expect("kubectl ran");
@@ -148,7 +149,7 @@ async fn kubectl_delete_of_the_directory_with_runs_going_loses_nothing() {
         String::from_utf8_lossy(&out.stderr)
     );
     // The Secret is kept while its users need it: it used to go at once.
-    let secrets: Api<Secret> = Api::namespaced(stage.client.clone(), &stage.ns);
+    let secrets: Api<Secret> = Api::namespaced(stage.client().clone(), stage.ns());
     let kept = secrets.get_opt("orca-db").await.expect("get");
     assert!(
         kept.as_ref()
@@ -209,17 +210,17 @@ async fn deleting_the_namespace_with_runs_going_loses_nothing() {
     let ec2 = Ec2Stage::running(&stage, "runners", &format!("sleep {RUN_SECONDS}")).await;
     let runs = runs_going(&stage, &ec2).await;
 
-    let namespaces: Api<Namespace> = Api::all(stage.client.clone());
+    let namespaces: Api<Namespace> = Api::all(stage.client().clone());
     namespaces
-        .delete(&stage.ns, &DeleteParams::default())
+        .delete(stage.ns(), &DeleteParams::default())
         .await
-        .unwrap_or_else(|e| panic!("deleting namespace {}: {e}", stage.ns));
+        .unwrap_or_else(|e| panic!("deleting namespace {}: {e}", stage.ns()));
     tokio::time::sleep(Duration::from_secs(3)).await;
     restart(&mut stage).await;
 
     eventually("the namespace gone", Duration::from_secs(240), || async {
         match namespaces
-            .get_opt(&stage.ns)
+            .get_opt(stage.ns())
             .await
             .map_err(|e| e.to_string())?
         {

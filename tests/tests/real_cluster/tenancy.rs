@@ -17,7 +17,7 @@ async fn two_schedulers_of_one_name_in_two_namespaces_never_take_each_others_row
     let a = OnCluster::new("team-a").await;
     let b = OnCluster::new("team-b").await;
     // team-b's Secret names team-a's database.
-    b.secret("orca-db", "url", &a.url).await;
+    b.secret("orca-db", "url", a.url()).await;
 
     a.apply_scheduler(&scheduler("orca", "v1", &[], "")).await;
     let ready = a
@@ -55,7 +55,7 @@ async fn two_schedulers_of_one_name_in_two_namespaces_never_take_each_others_row
         .map(|c| c.message.clone())
         .unwrap_or_default();
     assert!(
-        message.contains(&a.ns),
+        message.contains(a.ns()),
         "the condition names the other Scheduler's instance, with its namespace: {message}"
     );
 

@@ -21,8 +21,8 @@ use super::scheduler;
 async fn a_forbidden_call_is_said_on_the_scheduler_naming_verb_and_resource() {
     let stage = OnCluster::without_operator("forbidden").await;
     // The chart's rules, less `get` on Secrets.
-    let roles: Api<ClusterRole> = Api::all(stage.client.clone());
-    let name = stage.release.fullname();
+    let roles: Api<ClusterRole> = Api::all(stage.client().clone());
+    let name = stage.release().fullname();
     let mut role = roles.get(&name).await.expect("the chart's ClusterRole");
     for rule in role.rules.iter_mut().flatten() {
         if rule.resources.iter().flatten().any(|r| r == "secrets") {
@@ -104,16 +104,16 @@ async fn a_reconcile_that_hangs_is_stopped_at_its_deadline_and_the_replica_stays
         )
         .await;
     let replica = Replica::start_with(
-        stage.cp,
-        &stage.client,
-        &stage.release,
+        stage.cp(),
+        stage.client(),
+        stage.release(),
         "a",
         &["--stuck-after-seconds", "10"],
     )
     .await;
-    stage.replicas.push(replica);
+    stage.add_replica(replica);
     eventually("/healthz answers", Duration::from_secs(30), || async {
-        match stage.replicas[0].health()? {
+        match stage.replicas()[0].health()? {
             (200, _) => Ok(()),
             other => Err(format!("{other:?}")),
         }
@@ -124,7 +124,7 @@ async fn a_reconcile_that_hangs_is_stopped_at_its_deadline_and_the_replica_stays
         .await;
     let healthy = async {
         for _ in 0..30 {
-            match stage.replicas[0].health() {
+            match stage.replicas()[0].health() {
                 Ok((200, _)) => {}
                 other => panic!("the replica is not healthy: {other:?}"),
             }

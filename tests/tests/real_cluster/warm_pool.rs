@@ -48,18 +48,19 @@ impl Ec2Stage {
         // The operator's EC2 endpoint, reachable from the test node's image
         // pods too (the in-cluster operator's).
         stage
-            .cp
+            .cp()
             .expose(orca_tests::cluster::port_of(&proxy.endpoint()));
         let ec2 = warm::ec2(&moto.endpoint()).await;
         let subnets = warm::subnets(&ec2).await;
         let owner = Ownership::new(
-            &stage.ns,
+            stage.ns(),
             pool,
             "orca",
             "orca-operator",
             orca_tests::release::TEST_CLUSTER,
         );
-        let hosts = warm::hosts_for(&moto.endpoint(), &stage.url, owner.clone(), run_command).await;
+        let hosts =
+            warm::hosts_for(&moto.endpoint(), stage.url(), owner.clone(), run_command).await;
         let (stop, stopped) = oneshot::channel::<()>();
         tokio::spawn(hosts.run(async move {
             let _ = stopped.await;
@@ -80,7 +81,7 @@ impl Ec2Stage {
         self.proxy
             .calls_of("RunInstances")
             .iter()
-            .filter(|c| c.fault.is_none())
+            .filter(|c| c.fault().is_none())
             .map(|c| {
                 c.param("MinCount")
                     .and_then(|n| n.parse().ok())
@@ -178,7 +179,7 @@ async fn a_changed_database_secret_reaches_the_pool_within_seconds() {
     )
     .await
     .unwrap();
-    let pool = format!("{}/runners", stage.ns);
+    let pool = format!("{}/runners", stage.ns());
     let request = Request::new(&pool, 1, 1, "head", "", true);
     ask_for_instance(&db, &request).await.unwrap();
     eventually(
@@ -229,10 +230,10 @@ async fn a_restarted_operator_keeps_the_capacity_hold_and_transition_times() {
     assert_eq!(held[0].instance_type, "t3.small", "{before:?}");
 
     // Restarted: replica a stops (SIGTERM), replica c starts.
-    stage.replicas[0].stop();
-    let c = Replica::start(stage.cp, &stage.client, &stage.release, "c").await;
-    let c_key = c.aws_key_id.clone();
-    stage.replicas.push(c);
+    stage.stop_replica(0);
+    let c = Replica::start(stage.cp(), stage.client(), stage.release(), "c").await;
+    let c_key = c.aws_key_id().to_string();
+    stage.add_replica(c);
     eventually(
         "the new replica's first passes",
         Duration::from_secs(60),
@@ -241,7 +242,7 @@ async fn a_restarted_operator_keeps_the_capacity_hold_and_transition_times() {
                 .proxy
                 .calls_of("DescribeInstances")
                 .iter()
-                .filter(|call| call.key_id.as_deref() == Some(c_key.as_str()))
+                .filter(|call| call.key_id() == Some(c_key.as_str()))
                 .count();
             if n >= 2 {
                 Ok(())
@@ -266,7 +267,7 @@ async fn a_restarted_operator_keeps_the_capacity_hold_and_transition_times() {
         .proxy
         .calls_of("RunInstances")
         .into_iter()
-        .filter(|call| call.key_id.as_deref() == Some(c_key.as_str()))
+        .filter(|call| call.key_id() == Some(c_key.as_str()))
         .map(|call| call.param("InstanceType").map(String::from))
         .collect();
     assert_eq!(
@@ -313,7 +314,7 @@ async fn a_stopped_reserve_shows_in_kubectl_get_wpool() {
         "stopped instance-seconds in /metrics",
         Duration::from_secs(60),
         || async {
-            let metrics = stage.replicas[0].scrape();
+            let metrics = stage.replicas()[0].scrape();
             let stopped: f64 = metrics
                 .lines()
                 .filter(|l| {

@@ -93,11 +93,7 @@ async fn helm_upgrade_from_d589380_takes_its_crds_over_keeps_its_objects_and_run
 
     // This release's operator, as the upgraded chart runs it: ready on
     // the CRDs the upgrade brought, leading, and writing the status.
-    let release = Release {
-        name: RELEASE.into(),
-        namespace: ns.clone(),
-        watch: vec![ns.clone()],
-    };
+    let release = Release::new(RELEASE.into(), ns.clone(), vec![ns.clone()]);
     let replica = Replica::start(cp, &client, &release, "a").await;
     within("the replica ready", 60, || async {
         match replica.readiness() {

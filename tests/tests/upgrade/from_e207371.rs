@@ -91,26 +91,26 @@ impl Previous {
             release_state::load_into(&client, &fixtures().join("state"), moto, &proxy.endpoint())
                 .await;
         let new_image = warm::ANOTHER_IMAGE.to_string();
-        let admin = iam::user(&loaded.moto, "admin", &iam::everything());
+        let admin = iam::user(loaded.moto(), "admin", &iam::everything());
         let operator = iam::user(
-            &loaded.moto,
+            loaded.moto(),
             "orca-operator",
             &iam::as_moto_checks(&previous_policy(), None),
         );
         // The previous release's instances called no AWS API.
         let nothing = json!({"Version": "2012-10-17", "Statement": [{"Effect": "Allow",
             "Action": ["ec2:DescribeRegions"], "Resource": "*"}]});
-        let role = iam::user(&loaded.moto, "orca-pool-runners", &nothing);
-        iam::enforce(&loaded.moto);
-        let admin = warm::ec2_as(&loaded.moto.endpoint(), &admin).await;
+        let role = iam::user(loaded.moto(), "orca-pool-runners", &nothing);
+        iam::enforce(loaded.moto());
+        let admin = warm::ec2_as(&loaded.moto().endpoint(), &admin).await;
 
         // The instances boot their own user-data with the agent their image
         // holds: the previous release's in its AMI, this release's in the
         // new one.
         let owner = Ownership::new(NAMESPACE, POOL, SCHEDULER, RELEASE, TEST_CLUSTER);
         let env = vec![
-            ("AWS_ACCESS_KEY_ID".into(), role.id.clone()),
-            ("AWS_SECRET_ACCESS_KEY".into(), role.secret.clone()),
+            ("AWS_ACCESS_KEY_ID".into(), role.id().to_string()),
+            ("AWS_SECRET_ACCESS_KEY".into(), role.secret().to_string()),
             ("AWS_SESSION_TOKEN".into(), String::new()),
             ("ORCA_POOL_AGENT_READ_SECONDS".into(), "2".into()),
         ];
@@ -123,13 +123,9 @@ impl Previous {
         ];
         let booting = Booting::with_images(admin.clone(), &proxy, owner, env, images);
 
-        let release = Release {
-            name: RELEASE.into(),
-            namespace: NAMESPACE.into(),
-            watch: vec![NAMESPACE.into()],
-        };
+        let release = Release::new(RELEASE.into(), NAMESPACE.into(), vec![NAMESPACE.into()]);
         let replica = previous_operator(cp, &client, &release, &operator, "previous").await;
-        let db = pg::connect(&loaded.url).await;
+        let db = pg::connect(loaded.url()).await;
         serving(&db, 2).await;
         leading(&client, "previous").await;
         Previous {
@@ -191,7 +187,7 @@ impl Previous {
     }
 
     async fn running(&self) -> Running {
-        running(&self.client, &self.loaded.url, &self.admin).await
+        running(&self.client, self.loaded.url(), &self.admin).await
     }
 
     /// The prerequisites of docs/operations.md#upgrade in their order,
@@ -215,7 +211,7 @@ impl Previous {
             .expect("tagging the subnets");
         if skip != Some(Prerequisite::OperatorPolicy) {
             let policy = iam::as_moto_checks(&iam::policy(), None);
-            iam::put_policy(&self.loaded.moto, "orca-operator", &policy);
+            iam::put_policy(self.loaded.moto(), "orca-operator", &policy);
             let (ok, said) = self.preflight(&subnets[0]);
             assert!(ok, "the preflight with this release's policy: {said}");
         }
@@ -226,7 +222,7 @@ impl Previous {
         )
         .expect("the documented instance policy is JSON");
         let checks = iam::as_moto_checks(&instance_policy, None);
-        iam::put_policy(&self.loaded.moto, "orca-pool-runners", &checks);
+        iam::put_policy(self.loaded.moto(), "orca-pool-runners", &checks);
         // 3. This release's agent in the images: the pool moves to the new
         // image, and the previous operator replaces its instances.
         if skip != Some(Prerequisite::AgentInImages) {
@@ -272,7 +268,7 @@ impl Previous {
         let apply = ["apply", "--server-side", "--force-conflicts", "-f", crds];
         kubectl_run(self.cp, &apply);
         established(self.cp, &["warmpools.orca.dev", "warmpoolclasses.orca.dev"]);
-        let ssm = self.loaded.moto.endpoint();
+        let ssm = self.loaded.moto().endpoint();
         self.patch_pool(json!({"spec": {"ssmEndpoint": ssm}})).await;
     }
 
@@ -283,10 +279,10 @@ impl Previous {
             .args(["preflight", "--cluster-name", TEST_CLUSTER])
             .args(["--region", warm::REGION])
             .args(["--endpoint", &self.proxy.endpoint()])
-            .args(["--ssm-endpoint", &self.loaded.moto.endpoint()])
+            .args(["--ssm-endpoint", &self.loaded.moto().endpoint()])
             .args(["--image", &self.new_image, "--subnet", subnet])
-            .env("AWS_ACCESS_KEY_ID", &self.operator.id)
-            .env("AWS_SECRET_ACCESS_KEY", &self.operator.secret)
+            .env("AWS_ACCESS_KEY_ID", self.operator.id())
+            .env("AWS_SECRET_ACCESS_KEY", self.operator.secret())
             .env_remove("AWS_SESSION_TOKEN")
             .env("AWS_EC2_METADATA_DISABLED", "true")
             .output()
@@ -343,8 +339,8 @@ async fn previous_operator(
 /// The environment that makes a process sign as `key`.
 fn keys(key: &AccessKey) -> Vec<(&'static str, String)> {
     vec![
-        ("AWS_ACCESS_KEY_ID", key.id.clone()),
-        ("AWS_SECRET_ACCESS_KEY", key.secret.clone()),
+        ("AWS_ACCESS_KEY_ID", key.id().to_string()),
+        ("AWS_SECRET_ACCESS_KEY", key.secret().to_string()),
         ("AWS_EC2_METADATA_DISABLED", "true".into()),
     ]
 }
@@ -407,7 +403,7 @@ async fn the_documented_upgrade_from_e207371_with_iam_enforced_keeps_everything_
     stage("upgraded; quiet 60 s");
     quiet(
         &previous.client,
-        &previous.loaded.url,
+        previous.loaded.url(),
         &previous.admin,
         &before,
         || {
@@ -586,7 +582,7 @@ async fn the_upgrade_from_e207371_with_a_prerequisite_skipped_names_it_within_a_
             current.log()
         );
         assert!(
-            !said.contains(&previous.loaded.url),
+            !said.contains(previous.loaded.url()),
             "the database URL in the condition: {said}"
         );
     }

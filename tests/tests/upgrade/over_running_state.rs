@@ -47,7 +47,7 @@ async fn helm_upgrade_over_what_d589380_left_running_changes_nothing_then_rolls_
     install_previous(cp, NAMESPACE);
     let loaded = release_state::load(&client, &fixtures().join("state")).await;
     let (stop_hosts, hosts_stopped) = tokio::sync::oneshot::channel::<()>();
-    release_state::hosts(&loaded.moto.endpoint(), &loaded.url, async move {
+    release_state::hosts(&loaded.moto().endpoint(), loaded.url(), async move {
         let _ = hosts_stopped.await;
     })
     .await;
@@ -55,10 +55,10 @@ async fn helm_upgrade_over_what_d589380_left_running_changes_nothing_then_rolls_
     stage("restored state");
     // What the release left running, running again: its scheduler leads
     // from the restored pod, and both instances' agents poll.
-    let db = pg::connect(&loaded.url).await;
+    let db = pg::connect(loaded.url()).await;
     serving(&db, 2).await;
 
-    let before = running(&client, &loaded.url, &loaded.ec2).await;
+    let before = running(&client, loaded.url(), loaded.ec2()).await;
     assert_eq!(before.pods.len(), 1, "{before:?}");
     assert_eq!(before.jobs.len(), 1, "{before:?}");
     assert_eq!(before.instances.len(), 2, "{before:?}");
@@ -73,7 +73,7 @@ async fn helm_upgrade_over_what_d589380_left_running_changes_nothing_then_rolls_
     let archive = image::archive();
     cp.load_image(&format!("{REPOSITORY}:{TAG}"), &archive);
     cp.expose(pg::Cluster::shared().port());
-    cp.expose(port_of(&loaded.moto.endpoint()));
+    cp.expose(port_of(&loaded.moto().endpoint()));
     upgrade_as_documented(
         cp,
         NAMESPACE,
@@ -165,7 +165,7 @@ async fn helm_upgrade_over_what_d589380_left_running_changes_nothing_then_rolls_
     stage("quiet 60 s");
     // Nothing that runs changes for 60 s of this release leading: each
     // sample, at least one a second, finds what ran before the upgrade.
-    quiet(&client, &loaded.url, &loaded.ec2, &before, || {
+    quiet(&client, loaded.url(), loaded.ec2(), &before, || {
         format!("{:?} into the upgrade\n{}", started.elapsed(), log())
     })
     .await;
@@ -192,12 +192,12 @@ async fn helm_upgrade_over_what_d589380_left_running_changes_nothing_then_rolls_
             // the database URL in SSM, at ssmEndpoint, never at EC2's
             // endpoint (docs/operations.md#upgrade).
             &patch(serde_json::json!({"spec": {"launch": {"imageId": image},
-                "ssmEndpoint": loaded.moto.endpoint()}})),
+                "ssmEndpoint": loaded.moto().endpoint()}})),
         )
         .await
         .unwrap();
     within("both instances replaced, one at a time", 240, || async {
-        let now = running(&client, &loaded.url, &loaded.ec2).await;
+        let now = running(&client, loaded.url(), loaded.ec2()).await;
         let status = pools
             .get(POOL)
             .await
@@ -228,10 +228,10 @@ async fn helm_upgrade_over_what_d589380_left_running_changes_nothing_then_rolls_
     stage("rollback");
     // A rollback to the previous release: its chart again (no replica),
     // the CRDs kept, and nothing that runs deleted with the Deployment.
-    let rolled = running(&client, &loaded.url, &loaded.ec2).await;
+    let rolled = running(&client, loaded.url(), loaded.ec2()).await;
     rollback_as_documented(cp, &client, NAMESPACE).await;
     assert!(schedulers.get_opt(SCHEDULER).await.unwrap().is_some());
     assert!(pools.get_opt(POOL).await.unwrap().is_some());
-    assert_eq!(running(&client, &loaded.url, &loaded.ec2).await, rolled);
+    assert_eq!(running(&client, loaded.url(), loaded.ec2()).await, rolled);
     let _ = stop_hosts.send(());
 }

@@ -64,11 +64,11 @@ async fn a_replica_on_the_previous_releases_crds_acts_on_nothing_and_says_so_unt
         &["crds.install=false", "tenancy.requireClass=false"],
     )
     .await;
-    let file = std::env::temp_dir().join(format!("orca-stale-{}.yaml", stage.ns));
+    let file = std::env::temp_dir().join(format!("orca-stale-{}.yaml", stage.ns()));
     std::fs::write(&file, SCHEDULER).unwrap();
     kubectl_run(
         cp,
-        &["apply", "-n", &stage.ns, "-f", file.to_str().unwrap()],
+        &["apply", "-n", stage.ns(), "-f", file.to_str().unwrap()],
     );
     // A WarmPool written meanwhile — a team's edit, or the previous
     // operator's finalizer on one — goes through: the chart's policy of a
@@ -78,7 +78,7 @@ async fn a_replica_on_the_previous_releases_crds_acts_on_nothing_and_says_so_unt
     std::fs::write(&file, POOL).unwrap();
     kubectl_run(
         cp,
-        &["apply", "-n", &stage.ns, "-f", file.to_str().unwrap()],
+        &["apply", "-n", stage.ns(), "-f", file.to_str().unwrap()],
     );
     kubectl_run(
         cp,
@@ -87,13 +87,13 @@ async fn a_replica_on_the_previous_releases_crds_acts_on_nothing_and_says_so_unt
             "warmpool",
             "runners",
             "-n",
-            &stage.ns,
+            stage.ns(),
             "--wait=true",
         ],
     );
     let _ = std::fs::remove_file(&file);
     let stage = stage.with_replica("a").await;
-    let replica = &stage.replicas[0];
+    let replica = &stage.replicas()[0];
 
     let said = eventually(
         "/readyz to fail naming the stale CRDs",
@@ -121,8 +121,8 @@ async fn a_replica_on_the_previous_releases_crds_acts_on_nothing_and_says_so_unt
         "the log does not say why: {}",
         replica.log()
     );
-    let lease = stage.release.fullname();
-    let events = Api::<Event>::namespaced(stage.client.clone(), &stage.release.namespace);
+    let lease = stage.release().fullname();
+    let events = Api::<Event>::namespaced(stage.client().clone(), stage.release().namespace());
     eventually(
         "a Warning Event on the operator's Lease",
         Duration::from_secs(10),
@@ -253,11 +253,11 @@ async fn a_replica_on_the_previous_releases_crds_acts_on_nothing_and_says_so_unt
         names
     };
     let before = pod_names().await;
-    let file = std::env::temp_dir().join(format!("orca-stale-v2-{}.yaml", stage.ns));
+    let file = std::env::temp_dir().join(format!("orca-stale-v2-{}.yaml", stage.ns()));
     std::fs::write(&file, SCHEDULER.replace("orca:v1", "orca:v2")).unwrap();
     kubectl_run(
         cp,
-        &["apply", "-n", &stage.ns, "-f", file.to_str().unwrap()],
+        &["apply", "-n", stage.ns(), "-f", file.to_str().unwrap()],
     );
     let _ = std::fs::remove_file(&file);
     let observed = || async {

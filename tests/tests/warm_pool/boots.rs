@@ -58,8 +58,8 @@ async fn boot_as(
     let (ec2, operator) = match principals {
         Some((operator, role)) => {
             env.retain(|(k, _)| !k.starts_with("AWS_"));
-            env.push(("AWS_ACCESS_KEY_ID".into(), role.id.clone()));
-            env.push(("AWS_SECRET_ACCESS_KEY".into(), role.secret.clone()));
+            env.push(("AWS_ACCESS_KEY_ID".into(), role.id().to_string()));
+            env.push(("AWS_SECRET_ACCESS_KEY".into(), role.secret().to_string()));
             // The test process's dummy session token is no part of it.
             env.push(("AWS_SESSION_TOKEN".into(), String::new()));
             (

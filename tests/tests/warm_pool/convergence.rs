@@ -166,7 +166,7 @@ async fn boots_that_keep_failing_back_off_and_say_so() {
     let launches = faults
         .calls_of("RunInstances")
         .iter()
-        .filter(|c| c.fault.is_none())
+        .filter(|c| c.fault().is_none())
         .count();
     assert!(
         (3..=7).contains(&launches),

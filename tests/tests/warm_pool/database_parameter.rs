@@ -275,8 +275,8 @@ async fn read_as(
 ) -> Result<String, String> {
     let out = tokio::process::Command::new(bins::path("orca-pool-agent"))
         .arg("database-url")
-        .env("AWS_ACCESS_KEY_ID", &key.id)
-        .env("AWS_SECRET_ACCESS_KEY", &key.secret)
+        .env("AWS_ACCESS_KEY_ID", key.id())
+        .env("AWS_SECRET_ACCESS_KEY", key.secret())
         .env_remove("AWS_SESSION_TOKEN")
         .env_remove("ORCA_DATABASE_URL")
         .env("ORCA_DATABASE_URL_PARAMETER", name)

@@ -163,7 +163,7 @@ async fn a_pool_runs_as_a_user_with_exactly_the_policys_actions() {
         .faults
         .calls()
         .iter()
-        .all(|c| c.key_id.as_deref().is_some_and(|k| k.starts_with("AKIA"))));
+        .all(|c| c.key_id().is_some_and(|k| k.starts_with("AKIA"))));
 }
 
 /// Waits until the pool is `Degraded` (`Unauthorized`) naming `action`

@@ -204,14 +204,17 @@ async fn request_limit_exceeded_backs_off_then_succeeds_with_the_same_token() {
     );
     let calls = faults.calls_of("RunInstances");
     assert_eq!(calls.len(), 8);
-    assert!(calls[..7].iter().all(|c| c.fault.is_some()) && calls[7].fault.is_none());
+    assert!(calls[..7].iter().all(|c| c.fault().is_some()) && calls[7].fault().is_none());
     let token = calls[0].param("ClientToken").unwrap();
     assert!(calls.iter().all(|c| c.param("ClientToken") == Some(token)));
     // Within a pass the waits grow: the k-th is drawn from the upper half
     // of 50 ms · 2^k, so the gap before the next call is at least its
     // lower half. A loaded machine only lengthens a gap (a sleep never
     // ends early), so only the lower bounds are asserted.
-    let gaps: Vec<Duration> = calls[..5].windows(2).map(|w| w[1].at - w[0].at).collect();
+    let gaps: Vec<Duration> = calls[..5]
+        .windows(2)
+        .map(|w| w[1].at() - w[0].at())
+        .collect();
     for (k, gap) in gaps.iter().enumerate() {
         let floor = Duration::from_millis(25) * (1 << k);
         assert!(*gap >= floor, "wait {k} was below {floor:?}: {gaps:?}");

@@ -69,7 +69,11 @@ async fn a_reserve_of_two_is_kept_stopped_and_started_for_a_burst_before_any_lau
     // launched.
     faults.forget_calls();
     let served_by = hand_out_all(&url, pool, 1..=3).await;
-    let calls: Vec<String> = faults.calls().into_iter().map(|c| c.action).collect();
+    let calls: Vec<String> = faults
+        .calls()
+        .into_iter()
+        .map(|c| c.action().to_string())
+        .collect();
     let last_start = calls.iter().rposition(|a| a == "StartInstances");
     let first_launch = calls.iter().position(|a| a == "RunInstances");
     assert!(
@@ -79,7 +83,7 @@ async fn a_reserve_of_two_is_kept_stopped_and_started_for_a_burst_before_any_lau
     let starts: Vec<String> = faults
         .calls_of("StartInstances")
         .into_iter()
-        .map(|c| c.body)
+        .map(|c| c.body().to_string())
         .collect();
     for (id, _) in &kept {
         assert!(

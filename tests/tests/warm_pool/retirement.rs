@@ -268,7 +268,7 @@ async fn a_thousand_hand_outs_racing_retirements_never_terminate_a_handed_out_in
                 while faults
                     .calls_of("DescribeInstances")
                     .get(listed)
-                    .is_none_or(|c| c.answered.is_none())
+                    .is_none_or(|c| c.answered().is_none())
                 {
                     tokio::time::sleep(Duration::from_millis(1)).await;
                 }

@@ -49,7 +49,7 @@ async fn without_spot(
         .iter()
         .map(|c| {
             let mut p: Vec<String> = c
-                .body
+                .body()
                 .split('&')
                 .filter(|kv| kv.starts_with("InstanceMarketOptions.MarketType"))
                 .map(String::from)

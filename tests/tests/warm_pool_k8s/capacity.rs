@@ -8,7 +8,7 @@ use super::*;
 #[tokio::test]
 async fn capacity_errors_show_while_held_and_then_are_gone() {
     let real = warm::Stage::new().await;
-    let faults = Ec2Faults::start(&real.moto.endpoint());
+    let faults = Ec2Faults::start(&real.moto().endpoint());
     faults.fail(
         "RunInstances",
         &["InstanceType=t3.small"],
@@ -19,7 +19,7 @@ async fn capacity_errors_show_while_held_and_then_are_gone() {
     spec.launch.instance_types = vec!["t3.small".into(), "t3.micro".into()];
     let wp = warm_pool(spec, 1);
     let (mut k8s, client) =
-        Cluster::new(wp.clone(), Some(scheduler()), Some(url_secret(&real.url)));
+        Cluster::new(wp.clone(), Some(scheduler()), Some(url_secret(real.url())));
     let ctx = Arc::new(Context::new(
         client,
         config(Fence::always()).with_tuning(

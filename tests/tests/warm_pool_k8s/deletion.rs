@@ -11,10 +11,10 @@ use super::*;
 #[tokio::test]
 async fn a_new_generation_restarts_the_loop_and_a_deleted_pool_terminates_its_instances() {
     let real = warm::Stage::new().await;
-    let faults = Ec2Faults::start(&real.moto.endpoint());
+    let faults = Ec2Faults::start(&real.moto().endpoint());
     let wp = warm_pool(spec(&real, &faults.endpoint(), 2, 3), 1);
     let (mut k8s, client) =
-        Cluster::new(wp.clone(), Some(scheduler()), Some(url_secret(&real.url)));
+        Cluster::new(wp.clone(), Some(scheduler()), Some(url_secret(real.url())));
     let ctx = context(client);
     k8s.reconcile(&ctx, wp).await;
     k8s.until("two launching", |k| {
@@ -128,7 +128,11 @@ async fn a_new_generation_restarts_the_loop_and_a_deleted_pool_terminates_its_in
     // Then nothing more reaches the API server, nor EC2.
     faults.forget_calls();
     k8s.quiet(Duration::from_secs(3), "the pool is gone").await;
-    let calls: Vec<String> = faults.calls().into_iter().map(|c| c.action).collect();
+    let calls: Vec<String> = faults
+        .calls()
+        .into_iter()
+        .map(|c| c.action().to_string())
+        .collect();
     assert!(
         calls.is_empty(),
         "EC2 calls after the pool was gone: {calls:?}"
@@ -149,9 +153,9 @@ fn terminated(k: &Cluster, instance: &str) -> bool {
 #[tokio::test]
 async fn a_deleted_pool_waits_for_busy_instances_until_the_drain_time_out() {
     let real = warm::Stage::new().await;
-    let wp = warm_pool(spec(&real, &real.moto.endpoint(), 3, 3), 1);
+    let wp = warm_pool(spec(&real, &real.moto().endpoint(), 3, 3), 1);
     let (mut k8s, client) =
-        Cluster::new(wp.clone(), Some(scheduler()), Some(url_secret(&real.url)));
+        Cluster::new(wp.clone(), Some(scheduler()), Some(url_secret(real.url())));
     let ctx = context(client);
     k8s.reconcile(&ctx, wp).await;
     k8s.until("three launching", |k| k.status()["launching"] == 3)
@@ -159,7 +163,7 @@ async fn a_deleted_pool_waits_for_busy_instances_until_the_drain_time_out() {
     // Their agents report (as `pool-next 0 0` does), and two are handed
     // runs; then the pool is deleted, before any idle row goes stale.
     let pool = format!("{NS}/{POOL}");
-    let mut db = orca_tests::pg::connect(&real.url).await;
+    let mut db = orca_tests::pg::connect(real.url()).await;
     let ids = instances(&real).await;
     for id in &ids {
         mark_idle(&db, id, 0, 0, Some(&pool))
@@ -245,9 +249,9 @@ async fn a_deleted_pool_waits_for_busy_instances_until_the_drain_time_out() {
 #[tokio::test]
 async fn a_restarted_operator_reaches_a_deleted_pools_database_through_its_status() {
     let real = warm::Stage::new().await;
-    let wp = warm_pool(spec(&real, &real.moto.endpoint(), 1, 1), 1);
+    let wp = warm_pool(spec(&real, &real.moto().endpoint(), 1, 1), 1);
     let (mut k8s, client) =
-        Cluster::new(wp.clone(), Some(scheduler()), Some(url_secret(&real.url)));
+        Cluster::new(wp.clone(), Some(scheduler()), Some(url_secret(real.url())));
     let ctx = context(client.clone());
     k8s.reconcile(&ctx, wp).await;
     k8s.until("one launching", |k| k.status()["launching"] == 1)
@@ -277,9 +281,9 @@ async fn a_restarted_operator_reaches_a_deleted_pools_database_through_its_statu
 #[tokio::test]
 async fn without_its_database_a_deleted_pool_waits_its_drain_time_out_or_orphan() {
     let real = warm::Stage::new().await;
-    let wp = warm_pool(spec(&real, &real.moto.endpoint(), 1, 1), 1);
+    let wp = warm_pool(spec(&real, &real.moto().endpoint(), 1, 1), 1);
     let (mut k8s, client) =
-        Cluster::new(wp.clone(), Some(scheduler()), Some(url_secret(&real.url)));
+        Cluster::new(wp.clone(), Some(scheduler()), Some(url_secret(real.url())));
     let ctx = context(client.clone());
     k8s.reconcile(&ctx, wp).await;
     k8s.until("one launching", |k| k.status()["launching"] == 1)
@@ -331,11 +335,11 @@ async fn without_its_database_a_deleted_pool_waits_its_drain_time_out_or_orphan(
 #[tokio::test]
 async fn without_its_database_a_deleted_pool_terminates_by_ec2_past_its_drain_time_out() {
     let real = warm::Stage::new().await;
-    let mut pool_spec = spec(&real, &real.moto.endpoint(), 1, 1);
+    let mut pool_spec = spec(&real, &real.moto().endpoint(), 1, 1);
     pool_spec.drain_timeout_seconds = 0;
     let wp = warm_pool(pool_spec, 1);
     let (mut k8s, client) =
-        Cluster::new(wp.clone(), Some(scheduler()), Some(url_secret(&real.url)));
+        Cluster::new(wp.clone(), Some(scheduler()), Some(url_secret(real.url())));
     let ctx = context(client.clone());
     k8s.reconcile(&ctx, wp).await;
     k8s.until("one launching", |k| k.status()["launching"] == 1)

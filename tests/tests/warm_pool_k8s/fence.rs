@@ -28,13 +28,13 @@ async fn a_closed_fence_puts_no_finalizer_on() {
 #[tokio::test]
 async fn aborting_the_controller_stops_every_pool_loop() {
     let real = warm::Stage::new().await;
-    let faults = Ec2Faults::start(&real.moto.endpoint());
+    let faults = Ec2Faults::start(&real.moto().endpoint());
     let mut wp = warm_pool(spec(&real, &faults.endpoint(), 1, 2), 1);
     // With its finalizer already: the mock's watches never tell the
     // controller of a change.
     wp.metadata.finalizers = Some(vec![FINALIZER.into()]);
     let (mut k8s, client) =
-        Cluster::new(wp.clone(), Some(scheduler()), Some(url_secret(&real.url)));
+        Cluster::new(wp.clone(), Some(scheduler()), Some(url_secret(real.url())));
     let mut watches = Watches::new(&client, &Some(NS.into()));
     // No classes here: their watches are subscribed to and never run.
     let mut cluster = ClusterWatches::new(&client);
@@ -72,7 +72,11 @@ async fn aborting_the_controller_stops_every_pool_loop() {
     tokio::time::sleep(Duration::from_millis(300)).await;
     faults.forget_calls();
     tokio::time::sleep(Duration::from_secs(3)).await;
-    let calls: Vec<String> = faults.calls().into_iter().map(|c| c.action).collect();
+    let calls: Vec<String> = faults
+        .calls()
+        .into_iter()
+        .map(|c| c.action().to_string())
+        .collect();
     assert!(calls.is_empty(), "EC2 calls after the abort: {calls:?}");
     assert_eq!(instances(&real).await.len(), 1);
 }
@@ -84,10 +88,10 @@ async fn aborting_the_controller_stops_every_pool_loop() {
 #[tokio::test]
 async fn a_closed_fence_stops_every_action_of_a_running_loop() {
     let real = warm::Stage::new().await;
-    let faults = Ec2Faults::start(&real.moto.endpoint());
+    let faults = Ec2Faults::start(&real.moto().endpoint());
     let wp = warm_pool(spec(&real, &faults.endpoint(), 1, 2), 1);
     let (mut k8s, client) =
-        Cluster::new(wp.clone(), Some(scheduler()), Some(url_secret(&real.url)));
+        Cluster::new(wp.clone(), Some(scheduler()), Some(url_secret(real.url())));
     let fence = Fence::new();
     fence.hold_until(tokio::time::Instant::now() + Duration::from_secs(3600));
     let ctx = Arc::new(Context::new(client, config(fence.clone())));
@@ -111,7 +115,11 @@ async fn a_closed_fence_stops_every_action_of_a_running_loop() {
     }
     k8s.quiet(Duration::from_secs(1), "the fence is closed")
         .await;
-    let calls: Vec<String> = faults.calls().into_iter().map(|c| c.action).collect();
+    let calls: Vec<String> = faults
+        .calls()
+        .into_iter()
+        .map(|c| c.action().to_string())
+        .collect();
     assert!(
         calls.is_empty(),
         "EC2 calls behind a closed fence: {calls:?}"

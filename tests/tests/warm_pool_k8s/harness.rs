@@ -91,19 +91,19 @@ impl Cluster {
     fn answer(&mut self, call: Call) {
         if let Some(why) = &self.no_writes {
             assert_eq!(
-                call.method,
+                call.method(),
                 Method::GET,
                 "{why}, but the operator sent {} {} {}",
-                call.method,
-                call.path,
-                call.body
+                call.method(),
+                call.path(),
+                call.body()
             );
         }
-        let path = call.path.clone();
+        let path = call.path().to_string();
         let pool_path = format!("{API}/warmpools/{POOL}");
-        match (call.method.as_str(), path.as_str()) {
+        match (call.method().as_str(), path.as_str()) {
             ("GET", p) if p.starts_with(&format!("{API}/schedulers/")) => {
-                self.reads.push(path.clone());
+                self.reads.push(path.to_string());
                 match &self.scheduler {
                     Some(s)
                         if p.ends_with(&format!("/{}", s.metadata.name.as_deref().unwrap())) =>
@@ -117,7 +117,7 @@ impl Cluster {
                 }
             }
             ("GET", p) if p.starts_with("/api/v1/namespaces/default/secrets/") => {
-                self.reads.push(path.clone());
+                self.reads.push(path.to_string());
                 match &self.secret {
                     Some(s) if p.ends_with("/orca-db") => {
                         call.answer(StatusCode::OK, &serde_json::to_value(s).unwrap())
@@ -129,7 +129,7 @@ impl Cluster {
                 }
             }
             ("GET", p) if p == format!("{API}/schedulers") => {
-                if call.query.contains("watch=true") {
+                if call.query().contains("watch=true") {
                     self.watches.push(call);
                 } else {
                     let items: Vec<Value> = self.scheduler.iter().map(|s| json!(s)).collect();
@@ -141,7 +141,7 @@ impl Cluster {
                 }
             }
             ("GET", "/api/v1/namespaces/default/secrets") => {
-                if call.query.contains("watch=true") {
+                if call.query().contains("watch=true") {
                     self.watches.push(call);
                 } else {
                     // Metadata only, as the operator asks.
@@ -161,7 +161,7 @@ impl Cluster {
                 }
             }
             ("GET", p) if p == format!("{API}/warmpools") => {
-                if call.query.contains("watch=true") {
+                if call.query().contains("watch=true") {
                     self.watches.push(call);
                 } else {
                     let items = if self.deleted {
@@ -177,7 +177,7 @@ impl Cluster {
                 }
             }
             ("GET", p) if p == pool_path => {
-                self.reads.push(path.clone());
+                self.reads.push(path.to_string());
                 if self.deleted {
                     call.answer(
                         StatusCode::NOT_FOUND,
@@ -189,18 +189,19 @@ impl Cluster {
             }
             ("PATCH", p) if p == pool_path && !self.deleted => {
                 assert_eq!(
-                    call.content_type, "application/json-patch+json",
+                    call.content_type(),
+                    "application/json-patch+json",
                     "{}",
-                    call.body
+                    call.body()
                 );
                 assert!(
-                    call.query.contains("fieldManager=orca-operator"),
+                    call.query().contains("fieldManager=orca-operator"),
                     "{}",
-                    call.query
+                    call.query()
                 );
-                self.patches.push(call.body.clone());
+                self.patches.push(call.body().clone());
                 let mut whole = serde_json::to_value(&self.pool).unwrap();
-                match json_patch(&mut whole, &call.body) {
+                match json_patch(&mut whole, call.body()) {
                     Ok(()) => {
                         self.pool = serde_json::from_value(whole.clone()).unwrap();
                         // The last finalizer of a deleted object gone: so is it.
@@ -233,18 +234,21 @@ impl Cluster {
                 call.answer(StatusCode::OK, &whole);
             }
             ("POST", EVENTS) => {
-                self.event(&call.body);
-                let body = call.body.clone();
+                self.event(call.body());
+                let body = call.body().clone();
                 call.answer(StatusCode::CREATED, &body);
             }
             ("PATCH", p) if p.starts_with(&format!("{EVENTS}/")) => {
-                self.event(&call.body);
-                let body = call.body.clone();
+                self.event(call.body());
+                let body = call.body().clone();
                 call.answer(StatusCode::OK, &body);
             }
             _ => panic!(
                 "a call the WarmPool controller should not make: {} {}?{} {}",
-                call.method, call.path, call.query, call.body
+                call.method(),
+                call.path(),
+                call.query(),
+                call.body()
             ),
         }
     }
@@ -321,7 +325,10 @@ impl Cluster {
         if let Ok(call) = tokio::time::timeout(quiet, self.api.next(why)).await {
             panic!(
                 "{why}, but the operator sent {} {}?{} {}",
-                call.method, call.path, call.query, call.body
+                call.method(),
+                call.path(),
+                call.query(),
+                call.body()
             );
         }
     }
@@ -343,8 +350,8 @@ impl Cluster {
 
     /// No request body sent so far holds `secret`.
     pub(crate) fn never_sent(&self, secret: &str) {
-        assert!(!self.api.bodies.is_empty());
-        for body in &self.api.bodies {
+        assert!(!self.api.bodies().is_empty());
+        for body in self.api.bodies() {
             assert!(!body.contains(secret), "the password went out: {body}");
         }
     }

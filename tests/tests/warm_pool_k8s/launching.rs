@@ -10,9 +10,9 @@ use super::*;
 #[tokio::test]
 async fn a_pool_launches_idle_min_and_shows_them_in_its_status_and_events() {
     let real = warm::Stage::new().await;
-    let wp = warm_pool(spec(&real, &real.moto.endpoint(), 2, 3), 1);
+    let wp = warm_pool(spec(&real, &real.moto().endpoint(), 2, 3), 1);
     let (mut k8s, client) =
-        Cluster::new(wp.clone(), Some(scheduler()), Some(url_secret(&real.url)));
+        Cluster::new(wp.clone(), Some(scheduler()), Some(url_secret(real.url())));
     let ctx = context(client);
 
     k8s.reconcile(&ctx, wp).await;
@@ -63,7 +63,7 @@ async fn a_pool_launches_idle_min_and_shows_them_in_its_status_and_events() {
     // Its finalizer removed by hand, deleted and applied again before the
     // loop noticed: the new WarmPool gets the finalizer and a loop of its
     // own at once, which finds the two instances and launches none.
-    let mut again = warm_pool(spec(&real, &real.moto.endpoint(), 2, 3), 1);
+    let mut again = warm_pool(spec(&real, &real.moto().endpoint(), 2, 3), 1);
     again.metadata.uid = Some("warmpool-uid-2".into());
     k8s.pool = again.clone();
     k8s.reconcile(&ctx, again).await;
@@ -82,8 +82,8 @@ async fn a_pool_launches_idle_min_and_shows_them_in_its_status_and_events() {
 #[tokio::test]
 async fn a_missing_scheduler_is_degraded_until_it_is_there() {
     let real = warm::Stage::new().await;
-    let wp = warm_pool(spec(&real, &real.moto.endpoint(), 1, 1), 1);
-    let (mut k8s, client) = Cluster::new(wp.clone(), None, Some(url_secret(&real.url)));
+    let wp = warm_pool(spec(&real, &real.moto().endpoint(), 1, 1), 1);
+    let (mut k8s, client) = Cluster::new(wp.clone(), None, Some(url_secret(real.url())));
     let ctx = context(client);
 
     k8s.reconcile(&ctx, wp).await;
@@ -148,7 +148,7 @@ async fn the_database_password_is_never_in_a_status_or_an_event() {
     let real = warm::Stage::new().await;
     // A pool on the database at `url`, its calls answered by a mock of its own.
     let start = |url: String| {
-        let wp = warm_pool(spec(&real, &real.moto.endpoint(), 1, 1), 1);
+        let wp = warm_pool(spec(&real, &real.moto().endpoint(), 1, 1), 1);
         let (k8s, client) = Cluster::new(wp.clone(), Some(scheduler()), Some(url_secret(&url)));
         (k8s, context(client), wp)
     };
@@ -156,9 +156,9 @@ async fn the_database_password_is_never_in_a_status_or_an_event() {
     // The test cluster trusts every local connection: a password is
     // accepted (and ignored), so the loop works on this URL.
     let with_password =
-        real.url
+        real.url()
             .replacen("postgres://postgres@", "postgres://postgres:hunter2@", 1);
-    assert_ne!(with_password, real.url, "{}", real.url);
+    assert_ne!(with_password, real.url(), "{}", real.url());
     {
         let (mut k8s, ctx, wp) = start(with_password);
         k8s.reconcile(&ctx, wp).await;

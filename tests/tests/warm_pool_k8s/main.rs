@@ -66,14 +66,14 @@ fn context(client: kube::Client) -> Arc<Context> {
 
 /// A pool of t3.micro on the first subnet, through `endpoint`.
 fn spec(stage: &warm::Stage, endpoint: &str, min: i32, max: i32) -> WarmPoolSpec {
-    warm::spec(endpoint, &["t3.micro"], &stage.subnets[..1], min, max, 4)
+    warm::spec(endpoint, &["t3.micro"], &stage.subnets()[..1], min, max, 4)
 }
 
 /// The pool's instances in EC2 that are not going away, by their
 /// ownership tags as EC2 itself reports them.
 async fn instances(stage: &warm::Stage) -> Vec<String> {
     let out = stage
-        .ec2
+        .ec2()
         .client()
         .describe_instances()
         .send()
@@ -111,9 +111,9 @@ async fn one_launching(stage: &warm::Stage) -> (Cluster, Arc<Context>) {
 
 /// As [`one_launching`], with the client, for an operator restarted on it.
 async fn one_launching_on(stage: &warm::Stage) -> (Cluster, kube::Client, Arc<Context>) {
-    let wp = warm_pool(spec(stage, &stage.moto.endpoint(), 1, 1), 1);
+    let wp = warm_pool(spec(stage, &stage.moto().endpoint(), 1, 1), 1);
     let (mut k8s, client) =
-        Cluster::new(wp.clone(), Some(scheduler()), Some(url_secret(&stage.url)));
+        Cluster::new(wp.clone(), Some(scheduler()), Some(url_secret(stage.url())));
     let ctx = context(client.clone());
     k8s.reconcile(&ctx, wp).await;
     k8s.until("one launching", |k| k.status()["launching"] == 1)
@@ -126,7 +126,7 @@ async fn one_launching_on(stage: &warm::Stage) -> (Cluster, kube::Client, Arc<Co
 /// run: busy.
 async fn busy(stage: &warm::Stage, instance: &str) {
     let pool = format!("{NS}/{POOL}");
-    let mut db = orca_tests::pg::connect(&stage.url).await;
+    let mut db = orca_tests::pg::connect(stage.url()).await;
     mark_idle(&db, instance, 0, 0, Some(&pool))
         .await
         .unwrap()
@@ -177,8 +177,8 @@ async fn moved_leaving_one_busy(
 }
 
 fn moved_onto(stage: &warm::Stage) -> WarmPoolSpec {
-    let mut moved = spec(stage, &stage.moto.endpoint(), 1, 1);
-    moved.launch.subnet_ids = stage.subnets[..1].to_vec();
+    let mut moved = spec(stage, &stage.moto().endpoint(), 1, 1);
+    moved.launch.subnet_ids = stage.subnets()[..1].to_vec();
     moved
 }
 

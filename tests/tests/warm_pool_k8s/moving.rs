@@ -43,7 +43,7 @@ fn retiring_again(k8s: &mut Cluster, mut old: FormerPlace) {
 
 /// The same moto by another name.
 fn alias_of(stage: &warm::Stage) -> String {
-    stage.moto.endpoint().replace("127.0.0.1", "localhost")
+    stage.moto().endpoint().replace("127.0.0.1", "localhost")
 }
 
 /// `alias`, another endpoint of the same EC2 as where the pool runs in
@@ -82,7 +82,7 @@ async fn a_changed_endpoint_drains_the_old_place_and_leaves_nothing_there() {
     let (mut k8s, ctx) = one_launching(&old).await;
     let there = left_in(&old).await;
     // Its agent reports: an idle warm row.
-    let db = orca_tests::pg::connect(&old.url).await;
+    let db = orca_tests::pg::connect(old.url()).await;
     db.execute(
         "insert into orca.instances (instance, pool, role, idle, polled)
          values ($1, $2, 'warm', now(), now())",
@@ -174,7 +174,7 @@ async fn another_endpoint_of_the_same_ec2_settles_and_nothing_fights() {
     let (mut k8s, ctx) = one_launching(&stage).await;
 
     // The same moto, by another name.
-    let alias = stage.moto.endpoint().replace("127.0.0.1", "localhost");
+    let alias = stage.moto().endpoint().replace("127.0.0.1", "localhost");
     edit(&mut k8s, &ctx, spec(&stage, &alias, 1, 1)).await;
     k8s.until("the old place drained and gone", |k| {
         retiring_after_edit(k) == Some(0)
@@ -317,7 +317,7 @@ async fn a_restart_soon_after_a_move_terminates_nothing_the_pool_launched_since(
 #[tokio::test]
 async fn a_former_place_waits_while_the_pools_place_cannot_be_listed() {
     let stage = warm::Stage::new().await;
-    let faults = Ec2Faults::start(&stage.moto.endpoint());
+    let faults = Ec2Faults::start(&stage.moto().endpoint());
     let (mut k8s, client, ctx) = one_launching_on(&stage).await;
     let (running, before) = moved_to_an_alias(&stage, &mut k8s, &ctx, &faults.endpoint()).await;
 

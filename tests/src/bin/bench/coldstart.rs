@@ -240,7 +240,7 @@ async fn bench() {
             .await;
     }
 
-    let before = api_requests(&stage.client).await;
+    let before = api_requests(stage.client()).await;
     let started = Instant::now();
     let watching = futures::future::join(
         until_current(
@@ -264,9 +264,9 @@ async fn bench() {
             started,
         ),
     );
-    let mut first = Replica::start(stage.cp, &stage.client, &stage.release, "cold-a").await;
+    let mut first = Replica::start(stage.cp(), stage.client(), stage.release(), "cold-a").await;
     let (took_schedulers, took_pools) = watching.await;
-    let after = api_requests(&stage.client).await;
+    let after = api_requests(stage.client()).await;
     row(
         &format!("Kubernetes mode: replica start → first status of each of {SCHEDULERS} Schedulers (paused) and {POOLS} WarmPools, {DATABASES} databases (the Schedulers' / the WarmPools')"),
         format!(
@@ -311,9 +311,9 @@ async fn bench() {
 
     // A restart: everything has its status; how long until the new
     // replica has reconciled each once.
-    let second = Replica::start(stage.cp, &stage.client, &stage.release, "cold-b").await;
+    let second = Replica::start(stage.cp(), stage.client(), stage.release(), "cold-b").await;
     let (took, _) = until("reconciles after a restart", || async {
-        passes_seen(&second, &stage.ns)
+        passes_seen(&second, stage.ns())
     })
     .await;
     row(

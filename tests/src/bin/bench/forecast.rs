@@ -21,39 +21,40 @@ pub fn run() {
     let mut statics: Vec<(i32, Outcome)> = Vec::new();
     for min in 0..=IDLE_MAX {
         let o = simulate(&w, &spec(min), &arrivals);
-        let enough = o.instance_hours >= forecast.instance_hours;
+        let enough = o.instance_hours() >= forecast.instance_hours();
         statics.push((min, o));
         if enough {
             break;
         }
     }
     let (min, same) = statics.last().cloned().expect("at least idle.min 0");
-    let days = w.days;
-    let runs = forecast.runs;
+    let days = w.days();
+    let runs = forecast.runs();
     println!(
         "| forecast: runs that waited for a cold launch ({runs} runs in {days} simulated days, boot {} s) | {} | ≤ {} (half the static's) |",
-        w.boot_secs,
-        forecast.cold,
-        same.cold / 2
+        w.boot_secs(),
+        forecast.cold(),
+        same.cold() / 2
     );
     println!(
         "| forecast: instance-hours | {:.0} | ≤ {:.0} (the static's) |",
-        forecast.instance_hours, same.instance_hours
+        forecast.instance_hours(),
+        same.instance_hours()
     );
     println!(
         "| static idle.min {min} (the lowest with as many instance-hours): runs that waited for a cold launch | {} | — |",
-        same.cold
+        same.cold()
     );
     println!(
         "| static idle.min {min}: instance-hours | {:.0} | — |",
-        same.instance_hours
+        same.instance_hours()
     );
     if let Some((below, o)) = statics.iter().rev().nth(1) {
         println!(
             "| static idle.min {below} (fewer instance-hours): runs that waited, instance-hours | {}, {:.0} | — |",
-            o.cold, o.instance_hours
+            o.cold(), o.instance_hours()
         );
     }
-    let ratio = forecast.cold as f64 / same.cold.max(1) as f64;
+    let ratio = forecast.cold() as f64 / same.cold().max(1) as f64;
     println!("| forecast's cold starts / the static's | {ratio:.2} | ≤ 0.50 |");
 }

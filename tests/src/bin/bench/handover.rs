@@ -20,7 +20,7 @@ async fn handovers(tick_ms: u64, listen: bool) -> anyhow::Result<Vec<f64>> {
     let db = pg::connect(&url).await;
     let start = |n: usize| {
         let mut opts = SimOptions::new(&format!("v{n}"), tick_ms, 10.0);
-        opts.listen = listen;
+        opts = opts.with_listen(listen);
         Sim::start(&url, &opts)
     };
     let mut current = start(1);

@@ -35,7 +35,7 @@ const STOPPED_COST: f64 = 0.05;
 
 /// What a policy holds: warm hours, and stopped ones at their ratio.
 fn held(o: &Outcome) -> f64 {
-    o.warm_hours + STOPPED_COST * o.stopped_hours
+    o.warm_hours() + STOPPED_COST * o.stopped_hours()
 }
 
 /// One target's comparison on one world's demand.
@@ -86,12 +86,12 @@ impl Bench<'_> {
         println!(
             "| objective bench, {PERCENTILE} % within {} s: {name}: runs within it, hours meeting {PERCENTILE} %, instance-hours warm (booting or idle), stopped, in all ({} runs, 28 days) | {:.1} %, {:.1} %, {:.0}, {:.0}, {:.0} | — |",
             self.seconds,
-            o.runs,
+            o.runs(),
             o.within(self.seconds) * 100.0,
             o.hours_met(self.seconds, self.goal()) * 100.0,
-            o.warm_hours,
-            o.stopped_hours,
-            o.instance_hours
+            o.warm_hours(),
+            o.stopped_hours(),
+            o.instance_hours()
         );
     }
 
@@ -127,16 +127,14 @@ impl Bench<'_> {
 }
 
 pub fn run() {
-    let w = World {
-        days: 28,
-        bursts_per_day: 2,
-        burst_runs: 6,
+    let w = World::default()
+        .with_days(28)
+        .with_bursts_per_day(2)
+        .with_burst_runs(6)
         // The third measured week's image boots in 4.5 minutes, not 3
         // (within the spec's bootTimeoutSeconds, 300).
-        slow_days: (14 + 14)..(14 + 21),
-        slow_boot_secs: 270,
-        ..World::default()
-    };
+        .with_slow_days((14 + 14)..(14 + 21))
+        .with_slow_boot_secs(270);
     let arrivals = arrivals(&w);
     let spec = |min| spec(min, IDLE_MAX, MAX_INSTANCES);
     let reserve = |n| with_reserve(spec(0), n, n);
@@ -187,24 +185,24 @@ const POOLS: usize = 200;
 /// peak (a run a minute to five), in slices of a 210 s cold start.
 fn timing() {
     let worlds: Vec<World> = (0..POOLS)
-        .map(|k| World {
-            warm_up_days: 0,
-            days: 28,
-            tick_secs: 60,
-            peak_per_min: 1.0 + (k % 5) as f64,
-            bursts_per_day: 2,
-            burst_runs: 6,
-            seed: k as u64 + 1,
-            ..World::default()
+        .map(|k| {
+            World::default()
+                .with_warm_up_days(0)
+                .with_days(28)
+                .with_tick_secs(60)
+                .with_peak_per_min(1.0 + (k % 5) as f64)
+                .with_bursts_per_day(2)
+                .with_burst_runs(6)
+                .with_seed(k as u64 + 1)
         })
         .collect();
-    let now = worlds[0].start + Duration::days(28);
+    let now = worlds[0].start() + Duration::days(28);
     let histories: Vec<History> = worlds
         .iter()
         .map(|w| {
             let mut h = History::default().with_slice_secs(210);
             for at in arrivals(w) {
-                let epoch = (w.start + Duration::seconds(at)).timestamp();
+                let epoch = (w.start() + Duration::seconds(at)).timestamp();
                 h.add(epoch);
             }
             h

@@ -269,7 +269,7 @@ async fn bench_reserve(moto: &Moto, url: &str, max: Option<i32>) {
         }
         samples.push(asked.elapsed());
         for c in faults.calls() {
-            *calls.entry(c.action).or_default() += 1;
+            *calls.entry(c.action().to_string()).or_default() += 1;
         }
     }
     let _ = (stop_tx.send(()), hosts_tx.send(()));
@@ -714,7 +714,7 @@ async fn bench_class_passes(url: &str) {
 fn by_action(calls: &[orca_tests::ec2_faults::Call]) -> String {
     let mut by_action: BTreeMap<String, usize> = BTreeMap::new();
     for c in calls {
-        *by_action.entry(c.action.clone()).or_default() += 1;
+        *by_action.entry(c.action().to_string()).or_default() += 1;
     }
     if by_action.is_empty() {
         return "none".to_string();

@@ -106,15 +106,15 @@ pub async fn run() {
     let ec2 = warm::ec2(&moto.endpoint()).await;
     let subnets = warm::subnets(&ec2).await;
 
-    secret(&stage.client, &victim_ns, "orca-db", &stage.url).await;
-    Api::<Scheduler>::namespaced(stage.client.clone(), &victim_ns)
+    secret(stage.client(), &victim_ns, "orca-db", stage.url()).await;
+    Api::<Scheduler>::namespaced(stage.client().clone(), &victim_ns)
         .create(&PostParams::default(), &paused("orca", "orca-db"))
         .await
         .unwrap_or_else(|e| panic!("the victim's Scheduler: {e}"));
     let mut spec = warm::spec(&moto.endpoint(), &["t3.micro"], &subnets[..1], 0, 0, 1);
     spec.scheduler = "orca".into();
     spec.boot_timeout_seconds = 600;
-    let pools = Api::<WarmPool>::namespaced(stage.client.clone(), &victim_ns);
+    let pools = Api::<WarmPool>::namespaced(stage.client().clone(), &victim_ns);
     pools
         .create(&PostParams::default(), &WarmPool::new("runners", spec))
         .await
@@ -143,30 +143,30 @@ pub async fn run() {
     // The attacker's own database, whose NOTIFYs will name the victim's
     // pool.
     let flood_url = pg::Cluster::shared().migrated_db().await;
-    secret(&stage.client, &stage.ns, "flood", &flood_url).await;
+    secret(stage.client(), stage.ns(), "flood", &flood_url).await;
     let attacks: [(&str, &str, String); 4] = [
         (
             "a CA path of /dev/zero",
             "zero",
-            with_ca(&stage.url, "/dev/zero"),
+            with_ca(stage.url(), "/dev/zero"),
         ),
         (
             "a FIFO in the CA directory",
             "fifo",
-            with_ca(&stage.url, fifo.to_str().expect("a UTF-8 path")),
+            with_ca(stage.url(), fifo.to_str().expect("a UTF-8 path")),
         ),
         ("1500 rows, three of 100 MB", "huge", huge_database().await),
         ("rows 3 s each to read", "slow", slow_database().await),
     ];
     let mut during = Vec::new();
     for (what, name, url) in attacks {
-        secret(&stage.client, &stage.ns, name, &url).await;
+        secret(stage.client(), stage.ns(), name, &url).await;
         stage.apply_scheduler(&sleeper(name, name)).await;
         // Its reconciles under way.
         tokio::time::sleep(Duration::from_secs(5)).await;
         during.push(what);
         let took = victim.median().await;
-        let alive = matches!(stage.replicas[0].health(), Ok((200, _)));
+        let alive = matches!(stage.replicas()[0].health(), Ok((200, _)));
         println!(
             "| the same, with {} in another namespace{} | {} (quiet {}) | about the quiet figure |",
             during.join(", "),

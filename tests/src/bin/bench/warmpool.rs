@@ -193,7 +193,7 @@ async fn bench_below_target(cp: &'static ControlPlane, moto: &Moto) {
         if faults
             .calls_of("DescribeInstances")
             .iter()
-            .any(|c| c.at >= handed && c.at <= call)
+            .any(|c| c.at() >= handed && c.at() <= call)
         {
             listed += 1;
         }
@@ -262,7 +262,7 @@ async fn bench_steady_state(cp: &'static ControlPlane, moto: &Moto) {
     stage.controller.abort();
     let mut ec2_calls: BTreeMap<String, usize> = BTreeMap::new();
     for c in &calls {
-        *ec2_calls.entry(c.action.clone()).or_default() += 1;
+        *ec2_calls.entry(c.action().to_string()).or_default() += 1;
     }
     let count = |m: &BTreeMap<String, usize>| {
         if m.is_empty() {
@@ -366,7 +366,7 @@ async fn bench_reserve(cp: &'static ControlPlane, moto: &Moto) {
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
         samples.push(asked.elapsed());
-        calls.extend(faults.calls().into_iter().map(|c| c.action));
+        calls.extend(faults.calls().into_iter().map(|c| c.action().to_string()));
         requests.extend(stage.requests.take());
     }
     let _ = stop_hosts.send(());
@@ -379,7 +379,7 @@ async fn bench_reserve(cp: &'static ControlPlane, moto: &Moto) {
     );
     let mut by: BTreeMap<String, usize> = BTreeMap::new();
     for c in calls {
-        *by.entry(c).or_default() += 1;
+        *by.entry(c.to_string()).or_default() += 1;
     }
     row(
         "… EC2 calls per hand-out, the controller's and the local hosts' (their DescribeInstances)",
