@@ -66,7 +66,7 @@ pub struct Call {
 }
 
 impl Call {
-    /// Its `action`.
+    /// The EC2 action called (`RunInstances`, …).
     pub fn action(&self) -> &str {
         &self.action
     }
@@ -76,7 +76,7 @@ impl Call {
         &self.body
     }
 
-    /// Its `at`.
+    /// When the call came in.
     pub fn at(&self) -> Instant {
         self.at
     }
@@ -86,7 +86,7 @@ impl Call {
         self.answered
     }
 
-    /// Its `fault`.
+    /// The fault it was answered with, if any.
     pub fn fault(&self) -> &Option<Fault> {
         &self.fault
     }

@@ -26,12 +26,12 @@ pub struct AccessKey {
 }
 
 impl AccessKey {
-    /// Its `id`.
+    /// The access key's id.
     pub fn id(&self) -> &str {
         &self.id
     }
 
-    /// Its `secret`.
+    /// The secret access key.
     pub fn secret(&self) -> &str {
         &self.secret
     }

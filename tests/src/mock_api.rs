@@ -37,27 +37,27 @@ pub struct Call {
 }
 
 impl Call {
-    /// Its `method`.
+    /// The request's method.
     pub fn method(&self) -> &Method {
         &self.method
     }
 
-    /// Its `path`.
+    /// The request's path.
     pub fn path(&self) -> &str {
         &self.path
     }
 
-    /// Its `query`.
+    /// The request's query string.
     pub fn query(&self) -> &str {
         &self.query
     }
 
-    /// Its `content_type`.
+    /// The request's content type.
     pub fn content_type(&self) -> &str {
         &self.content_type
     }
 
-    /// Its `body`.
+    /// The request's body.
     pub fn body(&self) -> &Value {
         &self.body
     }
@@ -465,12 +465,12 @@ pub struct LeaseServer {
 }
 
 impl LeaseServer {
-    /// Its `log`.
+    /// What the server was asked, in order.
     pub fn log(&self) -> &Arc<Mutex<Vec<String>>> {
         &self.log
     }
 
-    /// Its `failing`.
+    /// Whether it answers every request with an error.
     pub fn failing(&self) -> &Arc<AtomicBool> {
         &self.failing
     }

@@ -37,32 +37,32 @@ pub struct OnCluster {
 }
 
 impl OnCluster {
-    /// Its `cp`.
+    /// The control plane it runs on.
     pub fn cp(&self) -> &'static ControlPlane {
         self.cp
     }
 
-    /// Its `client`.
+    /// The cluster's admin client.
     pub fn client(&self) -> &Client {
         &self.client
     }
 
-    /// Its `ns`.
+    /// The test's namespace.
     pub fn ns(&self) -> &str {
         &self.ns
     }
 
-    /// Its `release`.
+    /// The chart's release.
     pub fn release(&self) -> &Release {
         &self.release
     }
 
-    /// Its `url`.
+    /// The database URL in the Secret `orca-db`.
     pub fn url(&self) -> &str {
         &self.url
     }
 
-    /// Its `replicas`.
+    /// The operator's replicas, in the order they started.
     pub fn replicas(&self) -> &Vec<Replica> {
         &self.replicas
     }

@@ -117,7 +117,7 @@ impl Release {
 }
 
 impl Release {
-    /// Its `name`.
+    /// Its name.
     pub fn name(&self) -> &str {
         &self.name
     }
@@ -131,7 +131,7 @@ impl Release {
 }
 
 impl Release {
-    /// Its `namespace`.
+    /// The release's namespace.
     pub fn namespace(&self) -> &str {
         &self.namespace
     }
@@ -320,7 +320,7 @@ impl Replica {
 }
 
 impl Replica {
-    /// Its `name`.
+    /// Its name.
     pub fn name(&self) -> &str {
         &self.name
     }

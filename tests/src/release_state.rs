@@ -251,22 +251,22 @@ pub struct Loaded {
 }
 
 impl Loaded {
-    /// Its `url`.
+    /// The database the state was loaded into.
     pub fn url(&self) -> &str {
         &self.url
     }
 
-    /// Its `moto`.
+    /// The moto holding its instances.
     pub fn moto(&self) -> &Moto {
         &self.moto
     }
 
-    /// Its `ec2`.
+    /// A client of that moto.
     pub fn ec2(&self) -> &Ec2 {
         &self.ec2
     }
 
-    /// Its `names`.
+    /// What the placeholders stood for.
     pub fn names(&self) -> &Names {
         &self.names
     }

@@ -50,22 +50,22 @@ pub struct Stage {
 }
 
 impl Stage {
-    /// Its `moto`.
+    /// The stage's moto.
     pub fn moto(&self) -> &Moto {
         &self.moto
     }
 
-    /// Its `url`.
+    /// The stage's migrated database.
     pub fn url(&self) -> &str {
         &self.url
     }
 
-    /// Its `ec2`.
+    /// A client of the stage's moto.
     pub fn ec2(&self) -> &Ec2 {
         &self.ec2
     }
 
-    /// Its `subnets`.
+    /// The subnets moto made for it.
     pub fn subnets(&self) -> &Vec<String> {
         &self.subnets
     }

@@ -363,7 +363,7 @@ pub struct Outcome {
 }
 
 impl Outcome {
-    /// Its `runs`.
+    /// How many runs the weeks measured held.
     pub fn runs(&self) -> u64 {
         self.runs
     }

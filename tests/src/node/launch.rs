@@ -17,12 +17,12 @@ pub(super) struct Launch {
 }
 
 impl Launch {
-    /// Its `name`.
+    /// The container's name.
     pub fn name(&self) -> &str {
         &self.name
     }
 
-    /// Its `image`.
+    /// The container's image.
     pub fn image(&self) -> &str {
         &self.image
     }

@@ -84,17 +84,17 @@ pub(super) struct PodApi {
 }
 
 impl PodApi {
-    /// Its `namespace`.
+    /// The pod's namespace.
     pub fn namespace(&self) -> &str {
         &self.namespace
     }
 
-    /// Its `name`.
+    /// The pod's name.
     pub fn name(&self) -> &str {
         &self.name
     }
 
-    /// Its `uid`.
+    /// The pod's uid.
     pub fn uid(&self) -> &str {
         &self.uid
     }

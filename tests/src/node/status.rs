@@ -66,17 +66,17 @@ impl ContainerStatus {
 }
 
 impl ContainerStatus {
-    /// Its `name`.
+    /// The container's name.
     pub fn name(&self) -> &str {
         &self.name
     }
 
-    /// Its `pid`.
+    /// Its process, once started.
     pub fn pid(&self) -> Option<u32> {
         self.pid
     }
 
-    /// Its `state`.
+    /// Waiting, running or terminated, as its status says.
     pub fn state(&self) -> &State {
         &self.state
     }

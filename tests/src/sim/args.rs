@@ -109,37 +109,38 @@ pub struct Config {
 }
 
 impl Config {
-    /// Its `url`.
+    /// The database.
     pub fn url(&self) -> &DatabaseUrl {
         &self.url
     }
 
-    /// Its `tick`.
+    /// How often it beats, and looks at the lead and the queue.
     pub fn tick(&self) -> Duration {
         self.tick
     }
 
-    /// Its `stale`.
+    /// An instance or a run's heartbeat older than this is stale.
     pub fn stale(&self) -> Duration {
         self.stale
     }
 
-    /// Its `migrations`.
+    /// How many migrations it says it knows.
     pub fn migrations(&self) -> i32 {
         self.migrations
     }
 
-    /// Its `floor`.
+    /// It refuses to start beside a live instance knowing fewer migrations
+    /// than this.
     pub fn floor(&self) -> i32 {
         self.floor
     }
 
-    /// Its `pool`.
+    /// The warm pool its runs go to (`namespace/name`), if any.
     pub fn pool(&self) -> Option<&str> {
         self.pool.as_deref()
     }
 
-    /// Its `overlap`.
+    /// Whether it joins beside a leader (the overlap handover).
     pub fn overlap(&self) -> bool {
         self.overlap
     }
@@ -149,17 +150,17 @@ impl Config {
         self.listen
     }
 
-    /// Its `image`.
+    /// The image it says it runs.
     pub fn image(&self) -> &str {
         &self.image
     }
 
-    /// Its `host`.
+    /// The host it says it runs on.
     pub fn host(&self) -> &str {
         &self.host
     }
 
-    /// Its `pid`.
+    /// Its process id, as it registers it.
     pub fn pid(&self) -> i32 {
         self.pid
     }
@@ -169,7 +170,7 @@ impl Config {
         &self.owner
     }
 
-    /// Its `termination_log`.
+    /// Where it writes why it ended.
     pub fn termination_log(&self) -> &PathBuf {
         &self.termination_log
     }

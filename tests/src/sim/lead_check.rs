@@ -101,7 +101,7 @@ impl Session {
 }
 
 impl Session {
-    /// Its `pid`.
+    /// The backend's process id.
     pub fn pid(&self) -> i32 {
         self.pid
     }
@@ -213,7 +213,7 @@ impl Decision {
 }
 
 impl Decision {
-    /// Its `session`.
+    /// The session it decided on.
     pub fn session(&self) -> Session {
         self.session
     }
@@ -234,7 +234,7 @@ pub struct Checked {
 }
 
 impl Checked {
-    /// Its `decisions`.
+    /// How many decisions were judged.
     pub fn decisions(&self) -> usize {
         self.decisions
     }

@@ -61,22 +61,22 @@ pub struct RunRow {
 }
 
 impl RunRow {
-    /// Its `status`.
+    /// The run's status.
     pub fn status(&self) -> &str {
         &self.status
     }
 
-    /// Its `start`.
+    /// The run's start (its attempt).
     pub fn start(&self) -> i32 {
         self.start
     }
 
-    /// Its `instance`.
+    /// The scheduler instance that holds or held it.
     pub fn instance(&self) -> Option<i64> {
         self.instance
     }
 
-    /// Its `heartbeat`.
+    /// Its last heartbeat.
     pub fn heartbeat(&self) -> Option<DateTime<Utc>> {
         self.heartbeat
     }
@@ -123,7 +123,7 @@ pub struct Finish {
 }
 
 impl Finish {
-    /// Its `instance`.
+    /// The scheduler instance that holds or held it.
     pub fn instance(&self) -> i64 {
         self.instance
     }

@@ -77,7 +77,7 @@ impl SimOptions {
 }
 
 impl SimOptions {
-    /// Its `overlap`.
+    /// Whether it joins beside a leader (the overlap handover).
     pub fn overlap(&self) -> bool {
         self.overlap
     }
@@ -92,7 +92,7 @@ impl SimOptions {
         &self.args
     }
 
-    /// Its `termination_log`.
+    /// Where it writes why it ended, if anywhere.
     pub fn termination_log(&self) -> &Option<PathBuf> {
         &self.termination_log
     }

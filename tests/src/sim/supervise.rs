@@ -29,12 +29,12 @@ impl Run {
 }
 
 impl Run {
-    /// Its `id`.
+    /// The run's id.
     pub fn id(&self) -> i64 {
         self.id
     }
 
-    /// Its `start`.
+    /// The run's start (its attempt).
     pub fn start(&self) -> i32 {
         self.start
     }

@@ -18,12 +18,12 @@ pub struct Started {
 }
 
 impl Started {
-    /// Its `run`.
+    /// The run started.
     pub fn run(&self) -> Run {
         self.run
     }
 
-    /// Its `pipeline`.
+    /// Its pipeline.
     pub fn pipeline(&self) -> &str {
         &self.pipeline
     }
