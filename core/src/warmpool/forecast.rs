@@ -39,6 +39,11 @@ impl Demand {
         &self.counts
     }
 
+    /// The length of a slice, in seconds (at least one).
+    pub fn slice_secs(&self) -> i64 {
+        self.slice_secs.max(1)
+    }
+
     /// No demand yet, counted in slices of `slice_secs`.
     pub fn new(slice_secs: i64) -> Self {
         Demand {
@@ -51,7 +56,7 @@ impl Demand {
     pub fn add(&mut self, at: i64) {
         *self
             .counts
-            .entry(at.div_euclid(self.slice_secs))
+            .entry(at.div_euclid(self.slice_secs()))
             .or_default() += 1;
     }
 }

@@ -20,10 +20,9 @@
 //! The model, the search over it, and the hours
 //! of the week it is fed.
 
-use std::collections::BTreeMap;
-
 use chrono::{DateTime, Datelike, Duration, TimeZone, Timelike, Utc};
 
+use super::forecast::Demand;
 use crate::crd::WarmPoolSpec;
 
 const WEEK_SECS: i64 = 7 * 24 * 3600;
@@ -341,63 +340,24 @@ fn binding(
     Binding::StoppedMax
 }
 
-/// The demand history, counted in slices of `slice_secs`: the slice `k`
-/// covers `[k * slice_secs, (k + 1) * slice_secs)` in epoch seconds.
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct History {
-    slice_secs: i64,
-    counts: BTreeMap<i64, u32>,
-}
-
-impl History {
-    /// The length of a slice, in seconds.
-    pub fn slice_secs(&self) -> i64 {
-        self.slice_secs
-    }
-
-    /// Runs that needed an instance, by slice.
-    pub fn counts(&self) -> &BTreeMap<i64, u32> {
-        &self.counts
-    }
-
-    /// Counts one run that needed an instance at `at` (epoch seconds).
-    pub fn add(&mut self, at: i64) {
-        *self
-            .counts
-            .entry(at.div_euclid(self.slice_secs.max(1)))
-            .or_default() += 1;
-    }
-
-    /// These, with `slice_secs` set.
-    pub fn with_slice_secs(self, slice_secs: i64) -> Self {
-        History { slice_secs, ..self }
-    }
-
-    /// These, with `counts` set.
-    pub fn with_counts(self, counts: BTreeMap<i64, u32>) -> Self {
-        History { counts, ..self }
-    }
-
-    /// The counts of the slices of each hour of the week (UTC; Monday
-    /// 00:00 is 0) in the `weeks` weeks before `now`, slices without a run
-    /// left out (they change no share): made once with the history, so
-    /// that a pass looks its hour up rather than going through four weeks
-    /// of slices.
-    pub fn by_hour(&self, now: DateTime<Utc>, weeks: i64) -> Vec<Vec<u32>> {
-        let mut hours = vec![Vec::new(); HOURS];
-        let slice = self.slice_secs.max(1);
-        for (&k, &n) in &self.counts {
-            let start = k * slice;
-            let age = now.timestamp() - start;
-            if n == 0 || !(0..WEEK_SECS * weeks).contains(&age) {
-                continue;
-            }
-            if let Some(t) = Utc.timestamp_opt(start, 0).single() {
-                hours[hour_of_week(t) as usize].push(n);
-            }
+/// The counts of `demand`'s slices of each hour of the week (UTC; Monday
+/// 00:00 is 0) in the `weeks` weeks before `now`, slices without a run
+/// left out (they change no share): made once with the history, so that a
+/// pass looks its hour up rather than going through four weeks of slices.
+pub fn by_hour(demand: &Demand, now: DateTime<Utc>, weeks: i64) -> Vec<Vec<u32>> {
+    let mut hours = vec![Vec::new(); HOURS];
+    let slice = demand.slice_secs();
+    for (&k, &n) in demand.counts() {
+        let start = k * slice;
+        let age = now.timestamp() - start;
+        if n == 0 || !(0..WEEK_SECS * weeks).contains(&age) {
+            continue;
         }
-        hours
+        if let Some(t) = Utc.timestamp_opt(start, 0).single() {
+            hours[hour_of_week(t) as usize].push(n);
+        }
     }
+    hours
 }
 
 /// Hours in a week.
@@ -408,7 +368,7 @@ fn hour_of_week(t: DateTime<Utc>) -> u32 {
     t.weekday().num_days_from_monday() * 24 + t.hour()
 }
 
-/// The slices of `t`'s hour of the week in `hours` ([`History::by_hour`]).
+/// The slices of `t`'s hour of the week in `hours` ([`by_hour`]).
 pub fn at_hour(hours: &[Vec<u32>], t: DateTime<Utc>) -> &[u32] {
     hours
         .get(hour_of_week(t) as usize)
@@ -416,7 +376,7 @@ pub fn at_hour(hours: &[Vec<u32>], t: DateTime<Utc>) -> &[u32] {
 }
 
 /// The choice for the moment `now` from the slices of each hour of the
-/// week (`hours`, [`History::by_hour`]): the hour under way and, from one
+/// week (`hours`, [`by_hour`]): the hour under way and, from one
 /// `lead` before the next hour, that one too — the more of each.
 pub fn at(
     hours: &[Vec<u32>],
@@ -504,6 +464,8 @@ pub fn outlook(
 
 #[cfg(test)]
 mod tests {
+    use std::collections::BTreeMap;
+
     use super::*;
 
     const FAST: StartTimes = StartTimes {
@@ -688,18 +650,16 @@ mod tests {
     fn an_hour_is_planned_from_the_same_hour_of_past_weeks() {
         let t = |s: &str| DateTime::parse_from_rfc3339(s).unwrap().with_timezone(&Utc);
         let now = t("2026-12-07T08:58:00Z"); // a Monday
-        let mut h = History {
-            slice_secs: 300,
-            ..Default::default()
-        };
+        let mut counts = BTreeMap::new();
         let mut add = |at: &str, n: u32| {
-            h.counts.insert(t(at).timestamp() / 300, n);
+            counts.insert(t(at).timestamp() / 300, n);
         };
         add("2026-11-30T09:05:00Z", 4); // last Monday 09:00
         add("2026-11-23T09:40:00Z", 2); // the one before
         add("2026-11-30T08:05:00Z", 1); // last Monday 08:00
         add("2026-10-26T09:05:00Z", 9); // six weeks ago: too old
-        let hours = h.by_hour(now, 4);
+        let h = Demand::new(300).with_counts(counts);
+        let hours = by_hour(&h, now, 4);
         let mut nine = at_hour(&hours, t("2026-12-07T09:00:00Z")).to_vec();
         nine.sort_unstable();
         assert_eq!(nine, [2, 4]);

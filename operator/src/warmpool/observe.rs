@@ -16,7 +16,7 @@ use std::{
 use chrono::{DateTime, Utc};
 
 use super::forecast::{self, Demand, Floors};
-use super::objective::{Bounds, Choice, History, Outlook, StartTimes};
+use super::objective::{self, Bounds, Choice, Outlook, StartTimes};
 use super::plan::{Ec2Instance, Offering, Snapshot};
 
 use super::act::Lessons;
@@ -738,10 +738,8 @@ impl Observer<'_> {
                     orca_db::pool::demand_history(db, pool, slice, OBJECTIVE_WEEKS).await
                 })
                 .await?;
-            let h = History::default()
-                .with_slice_secs(slice)
-                .with_counts(counts.into_iter().collect());
-            let hours = h.by_hour(now, i64::from(OBJECTIVE_WEEKS));
+            let h = Demand::new(slice).with_counts(counts.into_iter().collect());
+            let hours = objective::by_hour(&h, now, i64::from(OBJECTIVE_WEEKS));
             self.seen.history.history = Some(Read {
                 at: Instant::now(),
                 slice_secs: slice,

@@ -20,7 +20,7 @@ use orca_operator::crd::{Forecast, Objective, StartTarget, WarmPoolSpec};
 use orca_operator::warmpool::{
     drift::launch_hash,
     forecast::{floors, Demand, Floors},
-    objective::{self, History, StartTimes},
+    objective::{self, StartTimes},
     plan::{Ec2Instance, Ec2State, Limits, Offering, PoolRow, Snapshot},
     schedule,
 };
@@ -458,7 +458,7 @@ enum Row {
 /// shares within the target; its last choice.
 struct Planner {
     epochs: Vec<i64>,
-    counts: History,
+    counts: Demand,
     read: Option<(i64, Vec<Vec<u32>>)>,
     planned: Option<(i64, objective::Choice)>,
     recent: VecDeque<(i64, Source, i64)>,
@@ -468,7 +468,7 @@ impl Planner {
     fn new() -> Planner {
         Planner {
             epochs: Vec::new(),
-            counts: History::default().with_slice_secs(300),
+            counts: Demand::new(300),
             read: None,
             planned: None,
             recent: VecDeque::new(),
@@ -506,12 +506,12 @@ impl Planner {
         let slice = self.slice(o.goal());
         if self.read.as_ref().is_none_or(|(at, _)| s - at >= 3600) {
             if slice != self.counts.slice_secs() {
-                self.counts = History::default().with_slice_secs(slice);
+                self.counts = Demand::new(slice);
                 for e in std::mem::take(&mut self.epochs) {
                     self.arrived(e);
                 }
             }
-            self.read = Some((s, self.counts.by_hour(now, 4)));
+            self.read = Some((s, objective::by_hour(&self.counts, now, 4)));
         }
         if self
             .planned

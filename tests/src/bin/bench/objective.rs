@@ -21,7 +21,10 @@
 use std::time::Instant;
 
 use chrono::Duration;
-use orca_operator::warmpool::objective::{self, Bounds, History, StartTimes};
+use orca_operator::warmpool::{
+    forecast::Demand,
+    objective::{self, Bounds, StartTimes},
+};
 use orca_tests::forecast_sim::{
     arrivals, simulate, spec, with_forecast, with_objective, with_reserve, with_workday_schedule,
     Outcome, World,
@@ -197,10 +200,10 @@ fn timing() {
         })
         .collect();
     let now = worlds[0].start() + Duration::days(28);
-    let histories: Vec<History> = worlds
+    let histories: Vec<Demand> = worlds
         .iter()
         .map(|w| {
-            let mut h = History::default().with_slice_secs(210);
+            let mut h = Demand::new(210);
             for at in arrivals(w) {
                 let epoch = (w.start() + Duration::seconds(at)).timestamp();
                 h.add(epoch);
@@ -212,7 +215,10 @@ fn timing() {
     let bounds = Bounds::new((0, 24), Some((0, 12)), 200, None);
     let plan = |slices: &[u32]| objective::choose(slices, 0.95, &starts, &bounds, 0.05);
     let read = Instant::now();
-    let tables: Vec<Vec<Vec<u32>>> = histories.iter().map(|h| h.by_hour(now, 4)).collect();
+    let tables: Vec<Vec<Vec<u32>>> = histories
+        .iter()
+        .map(|h| objective::by_hour(h, now, 4))
+        .collect();
     for t in &tables {
         std::hint::black_box(objective::outlook(t, now, plan, 0.95, &starts, 24));
     }
