@@ -28,6 +28,9 @@ pub(crate) struct Cluster {
     ctx: Option<Arc<Context>>,
     /// Why no call may write now, if none may.
     no_writes: Option<String>,
+    /// Status writes are refused (403), as when the operator's RBAC lacks
+    /// `warmpools/status`.
+    pub(crate) status_refused: bool,
 }
 
 impl Cluster {
@@ -50,6 +53,7 @@ impl Cluster {
             patches: Vec::new(),
             ctx: None,
             no_writes: None,
+            status_refused: false,
         };
         (cluster, client)
     }
@@ -223,6 +227,13 @@ impl Cluster {
                 StatusCode::NOT_FOUND,
                 &not_found("warmpools.orca.dev", POOL),
             ),
+            ("PATCH", p) if p == format!("{pool_path}/status") && self.status_refused => call
+                .answer(
+                    StatusCode::FORBIDDEN,
+                    &json!({"kind": "Status", "apiVersion": "v1", "status": "Failure",
+                            "reason": "Forbidden", "code": 403,
+                            "message": "warmpools.orca.dev \"warm\" is forbidden: cannot patch resource \"warmpools/status\""}),
+                ),
             ("PATCH", p) if p == format!("{pool_path}/status") => {
                 // Server-side apply of the whole status by the status's
                 // only manager: what it leaves out is gone.

@@ -114,6 +114,42 @@ pub(super) async fn write_back(
     Ok(Action::requeue(wait))
 }
 
+/// Records where the loop runs (`status.place`, with the places it left,
+/// `status.retiring`) before its first pass there. Whatever a pass
+/// launches is then where the status says the pool runs or ran, and a
+/// replica that takes over after the pool moved again drains it; a status
+/// that cannot be written (the operator's RBAC lost `warmpools/status`, the
+/// API server down) stops the pass, and nothing is launched where no
+/// status says.
+pub(super) async fn record_place(
+    wp: &WarmPool,
+    ctx: &Context,
+    pool: &str,
+    state: &mut PoolState,
+) -> Result<(), ReconcileError> {
+    let known = state.last().or(wp.status.as_ref());
+    let before = known.and_then(|s| s.place.as_ref());
+    let secret = state.source().secret().clone();
+    let here = super::retiring::here(state.pool_loop().spec(), secret.clone(), before);
+    if before == Some(&here) {
+        return Ok(());
+    }
+    let mut status = known.cloned().unwrap_or_default();
+    status.place = Some(here);
+    status.database_secret = Some(secret);
+    status.retiring = state.former().places();
+    if wp.spec.class_ref.is_some() {
+        status.class_region = Some(wp.spec.region.clone());
+        status.class_endpoint = wp.spec.endpoint.clone();
+    }
+    apply_status(ctx.client(), ctx.config().fence(), wp, &status)
+        .await
+        .map_err(|e| ReconcileError::status(pool, e))?;
+    tracing::info!(pool = %pool, "where the pool runs is recorded before its first pass there");
+    state.wrote(status);
+    Ok(())
+}
+
 /// Writes `status` whole (server-side apply, see [`write_status`]): a
 /// field it no longer has (capacity errors that are over) is removed.
 pub(super) async fn apply_status(

@@ -16,7 +16,7 @@ use super::{
     error::ReconcileError,
     finalizer::{self, orphan},
     prepare::prepare,
-    report::{degraded, write_back},
+    report::{degraded, record_place, write_back},
 };
 use crate::{
     backoff::PerObject,
@@ -182,6 +182,9 @@ pub(super) async fn run_stages(
             .map(|v| crate::warmpool::drain_of(v))
             .unwrap_or_default(),
     );
+    if deletion.is_none() {
+        Box::pin(record_place(&wp, &ctx, &pool, state)).await?;
+    }
     let outcome = Box::pin(state.pool_loop_mut().pass(Utc::now())).await;
     for e in Box::pin(state.pass_former(ctx.client(), ctx.config(), &wp)).await {
         ctx.say(&wp, &e).await;
