@@ -11,7 +11,7 @@ use kube::{runtime::controller::Action, Resource, ResourceExt};
 use super::{
     class,
     config::{key, FINALIZER},
-    context::Context,
+    context::{Context, PoolState},
     deletion,
     error::ReconcileError,
     finalizer::{self, orphan},
@@ -165,13 +165,33 @@ pub(super) async fn run_stages(
     if deletion.is_none() {
         Box::pin(state.follow(&wp, &pool)).await;
     }
-    // A handle on the class's book, made when the loop's class changes.
+    tell_loop(&wp, &ctx, &pool, state, deletion);
+    if deletion.is_none() {
+        Box::pin(record_place(&wp, &ctx, &pool, state)).await?;
+    }
+    let outcome = Box::pin(state.pool_loop_mut().pass(Utc::now())).await;
+    for e in Box::pin(state.pass_former(ctx.client(), ctx.config(), &wp)).await {
+        ctx.say(&wp, &e).await;
+    }
+    Box::pin(write_back(&wp, &ctx, &pool, state, outcome)).await
+}
+
+/// Tells the loop what this reconcile read: its class's book (a handle
+/// made when the loop's class changes), the deletion (or none) and the
+/// drain annotation.
+fn tell_loop(
+    wp: &WarmPool,
+    ctx: &Context,
+    pool: &str,
+    state: &mut PoolState,
+    deletion: Option<Deletion>,
+) {
     let class = wp.spec.class_ref.as_ref().map(|c| c.name.as_str());
     if state.pool_loop().budget_class() != class {
-        let ns = crate::crd::namespace_of(&*wp);
+        let ns = crate::crd::namespace_of(wp);
         state
             .pool_loop_mut()
-            .set_budget(class.map(|c| ctx.config().budgets().budget(c, &pool, &ns)));
+            .set_budget(class.map(|c| ctx.config().budgets().budget(c, pool, &ns)));
     }
     state.tell_deletion(deletion);
     state.pool_loop_mut().set_drain(
@@ -182,12 +202,4 @@ pub(super) async fn run_stages(
             .map(|v| crate::warmpool::drain_of(v))
             .unwrap_or_default(),
     );
-    if deletion.is_none() {
-        Box::pin(record_place(&wp, &ctx, &pool, state)).await?;
-    }
-    let outcome = Box::pin(state.pool_loop_mut().pass(Utc::now())).await;
-    for e in Box::pin(state.pass_former(ctx.client(), ctx.config(), &wp)).await {
-        ctx.say(&wp, &e).await;
-    }
-    Box::pin(write_back(&wp, &ctx, &pool, state, outcome)).await
 }
