@@ -93,11 +93,6 @@ pub struct World {
 }
 
 impl World {
-    /// These, with `start` set.
-    pub fn with_start(self, start: DateTime<Utc>) -> Self {
-        World { start, ..self }
-    }
-
     /// These, with `warm_up_days` set.
     pub fn with_warm_up_days(self, warm_up_days: i64) -> Self {
         World {
@@ -114,16 +109,6 @@ impl World {
     /// These, with `tick_secs` set.
     pub fn with_tick_secs(self, tick_secs: i64) -> Self {
         World { tick_secs, ..self }
-    }
-
-    /// These, with `boot_secs` set.
-    pub fn with_boot_secs(self, boot_secs: i64) -> Self {
-        World { boot_secs, ..self }
-    }
-
-    /// These, with `run_secs` set.
-    pub fn with_run_secs(self, run_secs: i64) -> Self {
-        World { run_secs, ..self }
     }
 
     /// These, with `peak_per_min` set.
@@ -158,37 +143,6 @@ impl World {
             slow_boot_secs,
             ..self
         }
-    }
-
-    /// These, with `reserve_start_secs` set.
-    pub fn with_reserve_start_secs(self, reserve_start_secs: i64) -> Self {
-        World {
-            reserve_start_secs,
-            ..self
-        }
-    }
-
-    /// These, with `busy_days` set.
-    pub fn with_busy_days(self, busy_days: std::ops::Range<i64>) -> Self {
-        World { busy_days, ..self }
-    }
-
-    /// These, with `busy_factor` set.
-    pub fn with_busy_factor(self, busy_factor: f64) -> Self {
-        World {
-            busy_factor,
-            ..self
-        }
-    }
-
-    /// These, with `surges` set.
-    pub fn with_surges(self, surges: Vec<(i64, u32)>) -> Self {
-        World { surges, ..self }
-    }
-
-    /// These, with `reclaims` set.
-    pub fn with_reclaims(self, reclaims: Vec<(i64, u32)>) -> Self {
-        World { reclaims, ..self }
     }
 
     /// These, with `seed` set.

@@ -93,11 +93,6 @@ impl Session {
     pub fn with_pid(self, pid: i32) -> Self {
         Session { pid, ..self }
     }
-
-    /// These, with `start` set.
-    pub fn with_start(self, start: Option<DateTime<Utc>>) -> Self {
-        Session { start, ..self }
-    }
 }
 
 impl Session {
@@ -186,21 +181,6 @@ impl Decision {
 }
 
 impl Decision {
-    /// These, with `instance` set.
-    pub fn with_instance(self, instance: i64) -> Self {
-        Decision { instance, ..self }
-    }
-
-    /// These, with `at` set.
-    pub fn with_at(self, at: DateTime<Utc>) -> Self {
-        Decision { at, ..self }
-    }
-
-    /// These, with `what` set.
-    pub fn with_what(self, what: String) -> Self {
-        Decision { what, ..self }
-    }
-
     /// These, with `session` set.
     pub fn with_session(self, session: Session) -> Self {
         Decision { session, ..self }

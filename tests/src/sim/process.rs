@@ -29,19 +29,6 @@ pub struct SimOptions {
 }
 
 impl SimOptions {
-    /// These, with `tick_ms` set.
-    pub fn with_tick_ms(self, tick_ms: u64) -> Self {
-        SimOptions { tick_ms, ..self }
-    }
-
-    /// These, with `stale_seconds` set.
-    pub fn with_stale_seconds(self, stale_seconds: f64) -> Self {
-        SimOptions {
-            stale_seconds,
-            ..self
-        }
-    }
-
     /// These, with `overlap` set.
     pub fn with_overlap(self, overlap: bool) -> Self {
         SimOptions { overlap, ..self }
@@ -50,16 +37,6 @@ impl SimOptions {
     /// These, with `listen` set.
     pub fn with_listen(self, listen: bool) -> Self {
         SimOptions { listen, ..self }
-    }
-
-    /// These, with `image` set.
-    pub fn with_image(self, image: String) -> Self {
-        SimOptions { image, ..self }
-    }
-
-    /// These, with `host` set.
-    pub fn with_host(self, host: String) -> Self {
-        SimOptions { host, ..self }
     }
 
     /// These, with `args` set.
